@@ -1,0 +1,6 @@
+//! Library API (placeholder during bring-up).
+
+pub struct Command;
+pub struct Child;
+pub struct ExitReport;
+pub struct Outcome;

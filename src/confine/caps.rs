@@ -1,0 +1,48 @@
+//! Capabilities: parse `--cap-add` names, and drop everything else.
+
+use std::str::FromStr;
+
+use caps::{Capability, CapsHashSet};
+
+/// Parse capability names (`CAP_NET_RAW`, `net_raw`, or `ALL`).
+pub fn parse_cap_list(names: &[String]) -> Result<CapsHashSet, String> {
+    let mut set = CapsHashSet::new();
+    for name in names {
+        if name.eq_ignore_ascii_case("all") {
+            set.extend(caps::all());
+            continue;
+        }
+        let upper = name.to_ascii_uppercase();
+        let full = if upper.starts_with("CAP_") {
+            upper
+        } else {
+            format!("CAP_{upper}")
+        };
+        let cap = Capability::from_str(&full).map_err(|_| {
+            format!("unknown capability {name:?} (expected a name like CAP_NET_RAW, or ALL)")
+        })?;
+        set.insert(cap);
+    }
+    Ok(set)
+}
+
+/// Drop every capability not in `keep` from the bounding set (up to the
+/// kernel's `cap_last_cap`, not a fixed list), then the ambient, effective,
+/// permitted and inheritable sets. Kept capabilities stay in all of them
+/// (ambient too, so they survive execve).
+pub fn drop_all_except(keep: &CapsHashSet) -> Result<(), crate::sys::SysError> {
+    let last = crate::sys::cap_last_cap();
+    for cap in 0..=last {
+        if keep.iter().any(|c| c.index() as u32 == cap) {
+            continue;
+        }
+        crate::sys::prctl_capbset_drop(cap)?;
+    }
+    let keep_mask: u64 = keep.iter().fold(0, |m, c| m | c.bitmask());
+    crate::sys::capset(keep_mask, keep_mask, keep_mask)?;
+    crate::sys::ambient_clear()?;
+    for cap in keep {
+        crate::sys::ambient_raise(cap.index() as u32)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! The embedded default profile: what a build needs and nothing else.
+
+use std::path::Path;
+
+use super::{ByteSize, Duration, FsOp, Limit, Spec};
+
+/// `PATH` given to workloads by the default profile.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Host directories exposed read-only (when present). Those that are
+/// symlinks on the host (merged /usr) are recreated as the same symlinks.
+const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+];
+
+/// Default size of the private `/tmp`.
+pub const TMP_SIZE: ByteSize = ByteSize(1 << 30);
+/// Default inode cap of tmpfs mounts.
+pub const TMP_INODES: u64 = 262_144;
+
+/// The embedded default profile, without the workspace: system directories
+/// read-only, fresh /proc, minimal /dev, private /tmp, a clean environment,
+/// no network, 2 GiB memory (preferred) and 5 minutes wall clock.
+///
+/// It inspects the host only to mirror `/bin → usr/bin`-style symlinks and
+/// skip absent directories.
+pub fn default_profile() -> Spec {
+    let mut spec = Spec::default();
+    for dir in SYSTEM_DIRS {
+        let path = Path::new(dir);
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(path) {
+                    spec.fs.push(FsOp::Symlink {
+                        target,
+                        dest: path.to_path_buf(),
+                    });
+                }
+            }
+            Ok(meta) if meta.is_dir() => spec.fs.push(FsOp::RoBind {
+                src: path.to_path_buf(),
+                dest: path.to_path_buf(),
+                optional: true,
+            }),
+            _ => {}
+        }
+    }
+    spec.fs.push(FsOp::Proc {
+        dest: "/proc".into(),
+    });
+    spec.fs.push(FsOp::Dev {
+        dest: "/dev".into(),
+    });
+    spec.fs.push(FsOp::Tmpfs {
+        dest: "/tmp".into(),
+        size: Some(TMP_SIZE),
+        nr_inodes: Some(TMP_INODES),
+        mode: Some(0o1777),
+    });
+    spec.env.insert("PATH".into(), DEFAULT_PATH.into());
+    spec.env.insert("HOME".into(), "/tmp".into());
+    spec.env.insert("LANG".into(), "C.UTF-8".into());
+    spec.identity.hostname = Some("hutch".into());
+    spec.limits.wall_clock = Some(Duration(std::time::Duration::from_secs(300)));
+    if crate::cgroup::memory_limits_supported() {
+        spec.limits.memory = Some(Limit::preferred(ByteSize(2 << 30)));
+    }
+    spec
+}
+
+/// The workspace operation for `dir`: an overlay at the same path whose
+/// upper is discarded, or kept in `changes/upper` (work in `changes/work`).
+pub fn workspace_overlay(dir: &Path, changes: Option<&Path>) -> FsOp {
+    match changes {
+        None => FsOp::TmpOverlay {
+            lowers: vec![dir.to_path_buf()],
+            dest: dir.to_path_buf(),
+            size: None,
+        },
+        Some(changes) => FsOp::Overlay {
+            lowers: vec![dir.to_path_buf()],
+            upper: changes.join("upper"),
+            work: changes.join("work"),
+            dest: dir.to_path_buf(),
+        },
+    }
+}

@@ -1,0 +1,393 @@
+//! The one schema that describes a sandbox: [`Spec`].
+//!
+//! Every front end (CLI flags, profile files, the library builder, sessions)
+//! only builds a `Spec`; the launcher never looks at argv. Profiles load from
+//! TOML or JSON strictly: unknown keys, duplicate keys, NUL bytes and
+//! out-of-range values are errors that name the offending key path.
+
+mod defaults;
+mod load;
+mod size;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use defaults::{DEFAULT_PATH, default_profile, workspace_overlay};
+pub use load::{load_profile, parse_json, parse_toml};
+pub use size::{ByteSize, Duration};
+pub use validate::{SpecError, validate};
+
+/// Current schema version. Files may omit `version`; if present it must match.
+pub const SPEC_VERSION: u32 = 1;
+
+/// A complete description of one sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Spec {
+    /// Schema version (1).
+    pub version: u32,
+    /// Filesystem operations, applied in order inside the new root.
+    pub fs: Vec<FsOp>,
+    /// Remount the root tmpfs read-only once every operation is applied.
+    pub root_readonly: bool,
+    pub namespaces: Namespaces,
+    pub identity: Identity,
+    /// The workload's whole environment (nothing is inherited).
+    #[serde(deserialize_with = "load::unique_map")]
+    pub env: BTreeMap<String, String>,
+    /// Working directory inside the sandbox (default `/`).
+    pub cwd: Option<PathBuf>,
+    /// argv of the workload; `command[0]` is searched in the sandbox's `PATH`
+    /// when it holds no `/`.
+    pub command: Vec<String>,
+    pub limits: Limits,
+    pub security: Security,
+    pub network: Network,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Spec {
+            version: SPEC_VERSION,
+            fs: Vec::new(),
+            root_readonly: true,
+            namespaces: Namespaces::default(),
+            identity: Identity::default(),
+            env: BTreeMap::new(),
+            cwd: None,
+            command: Vec::new(),
+            limits: Limits::default(),
+            security: Security::default(),
+            network: Network::None,
+        }
+    }
+}
+
+/// One filesystem operation. Destinations are absolute paths inside the new
+/// root and are resolved inside it (symlinks made by earlier operations are
+/// followed as if the new root were `/`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum FsOp {
+    /// Read-write bind of a host path (`nosuid,nodev` on every submount).
+    Bind {
+        src: PathBuf,
+        dest: PathBuf,
+        /// Skip silently when `src` does not exist (bwrap's `--bind-try`).
+        #[serde(default)]
+        optional: bool,
+    },
+    /// Read-only bind (`ro,nosuid,nodev` on every submount).
+    RoBind {
+        src: PathBuf,
+        dest: PathBuf,
+        #[serde(default)]
+        optional: bool,
+    },
+    /// Bind that keeps device nodes usable (`nosuid` only).
+    DevBind {
+        src: PathBuf,
+        dest: PathBuf,
+        #[serde(default)]
+        optional: bool,
+    },
+    /// Overlay with a persistent upper directory on the host.
+    Overlay {
+        lowers: Vec<PathBuf>,
+        upper: PathBuf,
+        work: PathBuf,
+        dest: PathBuf,
+    },
+    /// Overlay whose upper lives on a private tmpfs and is discarded.
+    TmpOverlay {
+        lowers: Vec<PathBuf>,
+        dest: PathBuf,
+        /// Size cap of the tmpfs holding the upper directory.
+        #[serde(default)]
+        size: Option<ByteSize>,
+    },
+    /// Read-only overlay of several lowers.
+    RoOverlay {
+        lowers: Vec<PathBuf>,
+        dest: PathBuf,
+    },
+    /// A fresh tmpfs.
+    Tmpfs {
+        dest: PathBuf,
+        #[serde(default)]
+        size: Option<ByteSize>,
+        #[serde(default)]
+        nr_inodes: Option<u64>,
+        #[serde(default)]
+        mode: Option<u32>,
+    },
+    /// A fresh procfs for the sandbox's pid namespace, with host-leaking
+    /// entries masked.
+    Proc {
+        dest: PathBuf,
+    },
+    /// A minimal /dev: null zero full random urandom tty, fd links, shm, pts.
+    Dev {
+        dest: PathBuf,
+    },
+    /// A POSIX message queue filesystem.
+    Mqueue {
+        dest: PathBuf,
+    },
+    /// An empty directory.
+    Dir {
+        dest: PathBuf,
+        #[serde(default)]
+        mode: Option<u32>,
+    },
+    /// A writable file with the given content.
+    File {
+        dest: PathBuf,
+        content: String,
+        #[serde(default)]
+        mode: Option<u32>,
+    },
+    /// A read-only file with the given content.
+    BindData {
+        dest: PathBuf,
+        content: String,
+        #[serde(default)]
+        mode: Option<u32>,
+    },
+    Symlink {
+        target: PathBuf,
+        dest: PathBuf,
+    },
+    Chmod {
+        dest: PathBuf,
+        mode: u32,
+    },
+    /// Make an existing mount (and its submounts) read-only.
+    RemountRo {
+        dest: PathBuf,
+    },
+}
+
+impl FsOp {
+    /// The destination inside the sandbox.
+    pub fn dest(&self) -> &std::path::Path {
+        match self {
+            FsOp::Bind { dest, .. }
+            | FsOp::RoBind { dest, .. }
+            | FsOp::DevBind { dest, .. }
+            | FsOp::Overlay { dest, .. }
+            | FsOp::TmpOverlay { dest, .. }
+            | FsOp::RoOverlay { dest, .. }
+            | FsOp::Tmpfs { dest, .. }
+            | FsOp::Proc { dest }
+            | FsOp::Dev { dest }
+            | FsOp::Mqueue { dest }
+            | FsOp::Dir { dest, .. }
+            | FsOp::File { dest, .. }
+            | FsOp::BindData { dest, .. }
+            | FsOp::Symlink { dest, .. }
+            | FsOp::Chmod { dest, .. }
+            | FsOp::RemountRo { dest } => dest,
+        }
+    }
+
+    /// The operation's name as written in profiles.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FsOp::Bind { .. } => "bind",
+            FsOp::RoBind { .. } => "ro-bind",
+            FsOp::DevBind { .. } => "dev-bind",
+            FsOp::Overlay { .. } => "overlay",
+            FsOp::TmpOverlay { .. } => "tmp-overlay",
+            FsOp::RoOverlay { .. } => "ro-overlay",
+            FsOp::Tmpfs { .. } => "tmpfs",
+            FsOp::Proc { .. } => "proc",
+            FsOp::Dev { .. } => "dev",
+            FsOp::Mqueue { .. } => "mqueue",
+            FsOp::Dir { .. } => "dir",
+            FsOp::File { .. } => "file",
+            FsOp::BindData { .. } => "bind-data",
+            FsOp::Symlink { .. } => "symlink",
+            FsOp::Chmod { .. } => "chmod",
+            FsOp::RemountRo { .. } => "remount-ro",
+        }
+    }
+}
+
+/// Which namespaces to create. user, mount and pid are always created.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Namespaces {
+    pub user: bool,
+    pub mount: bool,
+    pub pid: bool,
+    pub ipc: bool,
+    pub uts: bool,
+    pub net: bool,
+    pub cgroup: bool,
+}
+
+impl Default for Namespaces {
+    fn default() -> Self {
+        Namespaces {
+            user: true,
+            mount: true,
+            pid: true,
+            ipc: true,
+            uts: true,
+            net: true,
+            cgroup: true,
+        }
+    }
+}
+
+/// Who the workload is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Identity {
+    /// uid inside the sandbox (default: the caller's uid).
+    pub uid: Option<u32>,
+    /// gid inside the sandbox (default: the caller's gid).
+    pub gid: Option<u32>,
+    /// Hostname inside the sandbox's UTS namespace (default `hutch`).
+    pub hostname: Option<String>,
+    /// Host uid the workload runs as when root launches (default 65534).
+    pub host_uid: Option<u32>,
+    /// Host gid the workload runs as when root launches (default 65534).
+    pub host_gid: Option<u32>,
+}
+
+/// A limit value and whether the host must enforce it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Limit<T> {
+    /// A bare value is *required*: fail closed when it cannot be enforced.
+    Required(T),
+    /// `{ value = ..., preferred = true }`: enforced when possible, else
+    /// reported unenforced.
+    Detailed(DetailedLimit<T>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetailedLimit<T> {
+    pub value: T,
+    #[serde(default)]
+    pub preferred: bool,
+}
+
+impl<T: Copy> Limit<T> {
+    pub fn value(&self) -> T {
+        match self {
+            Limit::Required(v) => *v,
+            Limit::Detailed(d) => d.value,
+        }
+    }
+    pub fn is_required(&self) -> bool {
+        match self {
+            Limit::Required(_) => true,
+            Limit::Detailed(d) => !d.preferred,
+        }
+    }
+    pub fn preferred(value: T) -> Self {
+        Limit::Detailed(DetailedLimit {
+            value,
+            preferred: true,
+        })
+    }
+}
+
+/// Resource limits.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Memory cap (cgroup `memory.max`), swap always 0.
+    pub memory: Option<Limit<ByteSize>>,
+    /// Process cap (cgroup `pids.max`, RLIMIT_NPROC fallback).
+    pub pids: Option<Limit<u64>>,
+    /// CPU quota in CPUs (cgroup `cpu.max`).
+    pub cpus: Option<Limit<f64>>,
+    /// Wall-clock limit; the whole tree is killed and hutch exits 124.
+    pub wall_clock: Option<Duration>,
+    /// Bytes the workload may write to hutch's stdout and stderr together.
+    pub output_bytes: Option<ByteSize>,
+    /// Size cap of ephemeral overlay uppers (tmp-overlay without a size).
+    pub upper_size: Option<ByteSize>,
+    /// Extra rlimits: name (e.g. `nofile`, `fsize`) → value.
+    #[serde(deserialize_with = "load::unique_map")]
+    pub rlimits: BTreeMap<String, u64>,
+}
+
+/// Confinement of the workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Security {
+    /// `default`, `strict`, `log`, `unconfined`, or a path to a profile.
+    pub seccomp: String,
+    pub landlock: LandlockPolicy,
+    /// Capabilities kept by the workload (default none). `ALL` keeps all.
+    pub cap_add: Vec<String>,
+    /// Always true (the bwrap-compatible surface may one day ask otherwise).
+    pub no_new_privs: bool,
+}
+
+impl Default for Security {
+    fn default() -> Self {
+        Security {
+            seccomp: "default".into(),
+            landlock: LandlockPolicy::default(),
+            cap_add: Vec::new(),
+            no_new_privs: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LandlockPolicy {
+    pub enabled: bool,
+    /// Refuse to run when the kernel's Landlock ABI is below this.
+    pub min_abi: Option<u32>,
+}
+
+impl Default for LandlockPolicy {
+    fn default() -> Self {
+        LandlockPolicy {
+            enabled: true,
+            min_abi: None,
+        }
+    }
+}
+
+/// Network of the sandbox.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Network {
+    /// Empty network namespace with `lo` up.
+    #[default]
+    None,
+    /// The host's network namespace (`--share-net`).
+    Host,
+    /// Empty namespace plus the allow-list proxy doors.
+    Proxy(ProxyPolicy),
+}
+
+/// Egress policy of the proxy mode.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyPolicy {
+    /// Host patterns (`host`, `*.x`, `**.x`, optionally `:port`).
+    pub allow: Vec<String>,
+    /// Host patterns that are refused even when allowed.
+    pub deny: Vec<String>,
+    /// Addresses or CIDRs that may be dialled although special or private.
+    pub allow_address: Vec<String>,
+    /// Resolution overrides: name → address.
+    #[serde(deserialize_with = "load::unique_map")]
+    pub resolve: BTreeMap<String, String>,
+    /// Audit log file (JSON lines), if any.
+    pub audit: Option<PathBuf>,
+}

@@ -1,0 +1,290 @@
+//! Semantic validation of a [`Spec`]: every error names the key path.
+
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+
+use super::{FsOp, Network, SPEC_VERSION, Spec};
+
+/// A profile or Spec that hutch refuses, with the offending key path.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct SpecError {
+    /// Key path such as `fs[3].dest` (empty for whole-document errors).
+    pub path: String,
+    pub message: String,
+    /// The profile file, when the Spec came from one.
+    pub file: Option<PathBuf>,
+}
+
+impl SpecError {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        SpecError {
+            path: path.into(),
+            message: message.into(),
+            file: None,
+        }
+    }
+
+    pub fn in_file(mut self, file: &Path) -> Self {
+        self.file = Some(file.to_path_buf());
+        self
+    }
+
+    pub fn not_supported(path: impl Into<String>, what: &str) -> Self {
+        SpecError::new(
+            path,
+            format!("{what} is not supported yet; remove it from the profile or command line"),
+        )
+    }
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("invalid sandbox spec")?;
+        if let Some(file) = &self.file {
+            write!(f, " in {}", file.display())?;
+        }
+        if !self.path.is_empty() && self.path != "." {
+            write!(f, " at `{}`", self.path)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// Check everything that serde's types cannot express.
+pub fn validate(spec: &Spec) -> Result<(), SpecError> {
+    if spec.version != SPEC_VERSION {
+        return Err(SpecError::new(
+            "version",
+            format!(
+                "unsupported version {} (this hutch reads version {SPEC_VERSION})",
+                spec.version
+            ),
+        ));
+    }
+    reject_nul(
+        &serde_json::to_value(spec).expect("Spec serializes"),
+        String::new(),
+    )?;
+    for (i, op) in spec.fs.iter().enumerate() {
+        validate_fs_op(op, &format!("fs[{i}]"))?;
+    }
+    let ns = &spec.namespaces;
+    for (name, on) in [("user", ns.user), ("mount", ns.mount), ("pid", ns.pid)] {
+        if !on {
+            return Err(SpecError::new(
+                format!("namespaces.{name}"),
+                "hutch always creates user, mount and pid namespaces; `false` is not supported",
+            ));
+        }
+    }
+    match (&spec.network, ns.net) {
+        (Network::Host, true) | (Network::None | Network::Proxy(_), false) => {
+            return Err(SpecError::new(
+                "namespaces.net",
+                "must be false exactly when network.mode is \"host\"",
+            ));
+        }
+        _ => {}
+    }
+    if let Some(host) = &spec.identity.hostname {
+        if host.is_empty() || host.len() > 64 {
+            return Err(SpecError::new("identity.hostname", "must be 1 to 64 bytes"));
+        }
+        if !ns.uts {
+            return Err(SpecError::new(
+                "identity.hostname",
+                "needs namespaces.uts = true",
+            ));
+        }
+    }
+    for key in spec.env.keys() {
+        if key.is_empty() || key.contains('=') {
+            return Err(SpecError::new(
+                format!("env.{key}"),
+                "variable names must be non-empty and hold no '='",
+            ));
+        }
+    }
+    if let Some(cwd) = &spec.cwd {
+        absolute("cwd", cwd)?;
+    }
+    validate_limits(spec)?;
+    crate::confine::validate(&spec.security)
+        .map_err(|(key, msg)| SpecError::new(format!("security.{key}"), msg))?;
+    if let Network::Proxy(_) = spec.network {
+        crate::net::validate_spec(spec)?;
+    }
+    Ok(())
+}
+
+fn validate_limits(spec: &Spec) -> Result<(), SpecError> {
+    let l = &spec.limits;
+    if let Some(m) = &l.memory {
+        positive("limits.memory", m.value().0 as f64)?;
+    }
+    if let Some(p) = &l.pids {
+        positive("limits.pids", p.value() as f64)?;
+    }
+    if let Some(c) = &l.cpus {
+        let v = c.value();
+        if !(v.is_finite() && v > 0.0 && v <= 4096.0) {
+            return Err(SpecError::new(
+                "limits.cpus",
+                "must be a number of CPUs above 0",
+            ));
+        }
+    }
+    if let Some(d) = &l.wall_clock
+        && d.0.is_zero()
+    {
+        return Err(SpecError::new(
+            "limits.wall_clock",
+            "must be above 0 (omit it for no limit)",
+        ));
+    }
+    if let Some(s) = &l.upper_size {
+        positive("limits.upper_size", s.0 as f64)?;
+    }
+    crate::cgroup::validate_limits(l)
+        .map_err(|(key, msg)| SpecError::new(format!("limits.{key}"), msg))?;
+    Ok(())
+}
+
+fn positive(path: &str, v: f64) -> Result<(), SpecError> {
+    if v > 0.0 {
+        Ok(())
+    } else {
+        Err(SpecError::new(path, "must be above 0"))
+    }
+}
+
+fn validate_fs_op(op: &FsOp, at: &str) -> Result<(), SpecError> {
+    absolute(&format!("{at}.dest"), op.dest())?;
+    let mode_ok = |m: &Option<u32>, key: &str| match m {
+        Some(m) if *m > 0o7777 => Err(SpecError::new(
+            format!("{at}.{key}"),
+            format!("mode {m:#o} is above 0o7777"),
+        )),
+        _ => Ok(()),
+    };
+    match op {
+        FsOp::Bind { src, .. } | FsOp::RoBind { src, .. } | FsOp::DevBind { src, .. } => {
+            absolute(&format!("{at}.src"), src)?;
+        }
+        FsOp::Overlay {
+            lowers,
+            upper,
+            work,
+            ..
+        } => {
+            lowers_ok(at, lowers)?;
+            absolute(&format!("{at}.upper"), upper)?;
+            absolute(&format!("{at}.work"), work)?;
+            if upper == work || upper.starts_with(work) || work.starts_with(upper) {
+                return Err(SpecError::new(
+                    format!("{at}.work"),
+                    "upper and work must be separate directories",
+                ));
+            }
+        }
+        FsOp::TmpOverlay { lowers, size, .. } => {
+            lowers_ok(at, lowers)?;
+            if size.is_some_and(|s| s.0 == 0) {
+                return Err(SpecError::new(format!("{at}.size"), "must be above 0"));
+            }
+        }
+        FsOp::RoOverlay { lowers, .. } => {
+            lowers_ok(at, lowers)?;
+            if lowers.len() < 2 {
+                return Err(SpecError::new(
+                    format!("{at}.lowers"),
+                    "a read-only overlay needs at least two lowers",
+                ));
+            }
+        }
+        FsOp::Tmpfs {
+            size,
+            nr_inodes,
+            mode,
+            ..
+        } => {
+            if size.is_some_and(|s| s.0 == 0) {
+                return Err(SpecError::new(format!("{at}.size"), "must be above 0"));
+            }
+            if nr_inodes.is_some_and(|n| n == 0) {
+                return Err(SpecError::new(format!("{at}.nr_inodes"), "must be above 0"));
+            }
+            mode_ok(mode, "mode")?;
+        }
+        FsOp::Dir { mode, .. } | FsOp::File { mode, .. } | FsOp::BindData { mode, .. } => {
+            mode_ok(mode, "mode")?
+        }
+        FsOp::Chmod { mode, .. } => mode_ok(&Some(*mode), "mode")?,
+        FsOp::Symlink { target, .. } => {
+            if target.as_os_str().is_empty() {
+                return Err(SpecError::new(format!("{at}.target"), "must not be empty"));
+            }
+        }
+        FsOp::Proc { .. } | FsOp::Dev { .. } | FsOp::Mqueue { .. } | FsOp::RemountRo { .. } => {}
+    }
+    Ok(())
+}
+
+fn lowers_ok(at: &str, lowers: &[PathBuf]) -> Result<(), SpecError> {
+    if lowers.is_empty() {
+        return Err(SpecError::new(
+            format!("{at}.lowers"),
+            "needs at least one lower directory",
+        ));
+    }
+    for (i, l) in lowers.iter().enumerate() {
+        absolute(&format!("{at}.lowers[{i}]"), l)?;
+    }
+    Ok(())
+}
+
+fn absolute(path: &str, p: &Path) -> Result<(), SpecError> {
+    if !p.is_absolute() {
+        return Err(SpecError::new(
+            path,
+            format!("{} is not an absolute path", p.display()),
+        ));
+    }
+    if p.components().any(|c| c == Component::ParentDir) {
+        return Err(SpecError::new(
+            path,
+            format!("{} contains `..`", p.display()),
+        ));
+    }
+    Ok(())
+}
+
+/// NUL bytes cannot reach a syscall; refuse them wherever they hide.
+fn reject_nul(v: &serde_json::Value, at: String) -> Result<(), SpecError> {
+    match v {
+        serde_json::Value::String(s) if s.contains('\0') => {
+            Err(SpecError::new(at, "contains a NUL byte"))
+        }
+        serde_json::Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                reject_nul(item, format!("{at}[{i}]"))?;
+            }
+            Ok(())
+        }
+        serde_json::Value::Object(map) => {
+            for (k, item) in map {
+                let key_path = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
+                if k.contains('\0') {
+                    return Err(SpecError::new(key_path, "key contains a NUL byte"));
+                }
+                reject_nul(item, key_path)?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,254 @@
+//! Process syscalls: clone3, prctl, close_range, credentials, pidfds, exec.
+
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use super::{SysError, check, q};
+
+// libc's CLONE_INTO_CGROUP / CLONE_CLEAR_SIGHAND overflow a c_int; define
+// the clone3 flags as u64 ourselves.
+pub const CLONE_NEWNS: u64 = 0x0002_0000;
+pub const CLONE_NEWCGROUP: u64 = 0x0200_0000;
+pub const CLONE_NEWUTS: u64 = 0x0400_0000;
+pub const CLONE_NEWIPC: u64 = 0x0800_0000;
+pub const CLONE_NEWUSER: u64 = 0x1000_0000;
+pub const CLONE_NEWPID: u64 = 0x2000_0000;
+pub const CLONE_NEWNET: u64 = 0x4000_0000;
+pub const CLONE_PIDFD: u64 = 0x0000_1000;
+pub const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
+pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// What clone3 returned.
+pub enum Forked {
+    /// In the parent: the child's pid (in the parent's pid namespace) and
+    /// its pidfd.
+    Parent { pid: libc::pid_t, pidfd: OwnedFd },
+    /// In the child.
+    Child,
+}
+
+/// clone3 without a new stack (fork-like), with CLONE_PIDFD and SIGCHLD as
+/// exit signal. `cgroup` joins the child to that cgroup directory fd.
+///
+/// # Safety
+/// The caller must be single-threaded (the child gets a copy of only the
+/// calling thread, so locks held by other threads would stay locked).
+pub unsafe fn clone3(flags: u64, cgroup: Option<RawFd>) -> Result<Forked, SysError> {
+    let mut pidfd: RawFd = -1;
+    let mut args = CloneArgs {
+        flags: flags | CLONE_PIDFD | cgroup.map_or(0, |_| CLONE_INTO_CGROUP),
+        pidfd: &mut pidfd as *mut RawFd as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup.map_or(0, |f| f as u64),
+        ..Default::default()
+    };
+    // SAFETY: args is a valid clone_args of the size passed; no stack is
+    // given, so the child continues on a copy of ours like fork(2).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    let r = check(r, || format!("clone3(flags={:#x})", args.flags))?;
+    if r == 0 {
+        Ok(Forked::Child)
+    } else {
+        // SAFETY: CLONE_PIDFD stored a new fd owned by us.
+        Ok(Forked::Parent {
+            pid: r as libc::pid_t,
+            pidfd: unsafe { OwnedFd::from_raw_fd(pidfd) },
+        })
+    }
+}
+
+/// fork(2) as clone3 with no flags and no pidfd.
+///
+/// # Safety
+/// As for [`clone3`]: single-threaded callers only.
+pub unsafe fn fork() -> Result<Option<libc::pid_t>, SysError> {
+    // SAFETY: forwarded contract.
+    let r = unsafe { libc::fork() };
+    match check(r as libc::c_long, || "fork()".into())? {
+        0 => Ok(None),
+        pid => Ok(Some(pid as libc::pid_t)),
+    }
+}
+
+fn prctl(option: libc::c_int, arg: libc::c_ulong, name: &str) -> Result<(), SysError> {
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe { libc::prctl(option, arg, 0, 0, 0) };
+    check(r as libc::c_long, || format!("prctl({name}, {arg})")).map(drop)
+}
+
+pub fn set_no_new_privs() -> Result<(), SysError> {
+    prctl(libc::PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS")
+}
+
+pub fn set_pdeathsig(sig: libc::c_int) -> Result<(), SysError> {
+    prctl(
+        libc::PR_SET_PDEATHSIG,
+        sig as libc::c_ulong,
+        "PR_SET_PDEATHSIG",
+    )
+}
+
+pub fn set_dumpable(on: bool) -> Result<(), SysError> {
+    prctl(
+        libc::PR_SET_DUMPABLE,
+        on as libc::c_ulong,
+        "PR_SET_DUMPABLE",
+    )
+}
+
+pub fn set_child_subreaper() -> Result<(), SysError> {
+    prctl(libc::PR_SET_CHILD_SUBREAPER, 1, "PR_SET_CHILD_SUBREAPER")
+}
+
+pub const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+
+/// close_range(2) from `first` to the highest fd.
+pub fn close_range(first: libc::c_uint, flags: libc::c_uint) -> Result<(), SysError> {
+    // SAFETY: integer arguments only.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, flags) };
+    check(r, || format!("close_range({first}, ~0, {flags:#x})")).map(drop)
+}
+
+pub fn setresuid(uid: u32) -> Result<(), SysError> {
+    // SAFETY: integer arguments only.
+    let r = unsafe { libc::setresuid(uid, uid, uid) };
+    check(r as libc::c_long, || {
+        format!("setresuid({uid}, {uid}, {uid})")
+    })
+    .map(drop)
+}
+
+pub fn setresgid(gid: u32) -> Result<(), SysError> {
+    // SAFETY: integer arguments only.
+    let r = unsafe { libc::setresgid(gid, gid, gid) };
+    check(r as libc::c_long, || {
+        format!("setresgid({gid}, {gid}, {gid})")
+    })
+    .map(drop)
+}
+
+/// setgroups(0, NULL).
+pub fn clear_groups() -> Result<(), SysError> {
+    // SAFETY: an empty list.
+    let r = unsafe { libc::setgroups(0, std::ptr::null()) };
+    check(r as libc::c_long, || "setgroups(0, NULL)".into()).map(drop)
+}
+
+pub fn sethostname(name: &str) -> Result<(), SysError> {
+    // SAFETY: pointer and length of a valid byte string.
+    let r = unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) };
+    check(r as libc::c_long, || format!("sethostname({name:?})")).map(drop)
+}
+
+pub fn setsid() -> Result<(), SysError> {
+    // SAFETY: no arguments.
+    let r = unsafe { libc::setsid() };
+    check(r as libc::c_long, || "setsid()".into()).map(drop)
+}
+
+pub fn chdir(path: &CStr) -> Result<(), SysError> {
+    // SAFETY: path is a valid C string.
+    let r = unsafe { libc::chdir(path.as_ptr()) };
+    check(r as libc::c_long, || format!("chdir({})", q(path))).map(drop)
+}
+
+pub fn fchdir(fd: BorrowedFd<'_>) -> Result<(), SysError> {
+    // SAFETY: fd is a valid open fd.
+    let r = unsafe { libc::fchdir(fd.as_raw_fd()) };
+    check(r as libc::c_long, || {
+        format!("fchdir(fd {})", fd.as_raw_fd())
+    })
+    .map(drop)
+}
+
+/// execve(2); returns only on failure.
+pub fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> SysError {
+    // SAFETY: argv and envp are NULL-terminated arrays of C strings that
+    // outlive the call (the caller builds them before fork).
+    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    SysError::last(format!("execve({})", q(path)))
+}
+
+/// pidfd_send_signal(2).
+pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> Result<(), SysError> {
+    // SAFETY: integer arguments and a null siginfo.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    check(r, || {
+        format!("pidfd_send_signal(fd {}, {sig})", pidfd.as_raw_fd())
+    })
+    .map(drop)
+}
+
+/// kill(2).
+pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> Result<(), SysError> {
+    // SAFETY: integer arguments only.
+    let r = unsafe { libc::kill(pid, sig) };
+    check(r as libc::c_long, || format!("kill({pid}, {sig})")).map(drop)
+}
+
+/// Raw wait status of a reaped child.
+pub fn waitpid(
+    pid: libc::pid_t,
+    flags: libc::c_int,
+) -> Result<Option<(libc::pid_t, libc::c_int)>, SysError> {
+    let mut status = 0;
+    // SAFETY: status is a valid out-pointer.
+    let r = unsafe { libc::waitpid(pid, &mut status, flags) };
+    match check(r as libc::c_long, || format!("waitpid({pid}, {flags:#x})"))? {
+        0 => Ok(None),
+        p => Ok(Some((p as libc::pid_t, status))),
+    }
+}
+
+/// write(2) all of `buf` to a raw fd, retrying on EINTR.
+pub fn write_all(fd: RawFd, mut buf: &[u8]) -> Result<(), SysError> {
+    while !buf.is_empty() {
+        // SAFETY: buf is valid for buf.len() bytes.
+        let r = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if r < 0 {
+            if nix::errno::Errno::last() == nix::errno::Errno::EINTR {
+                continue;
+            }
+            return Err(SysError::last(format!("write(fd {fd})")));
+        }
+        buf = &buf[r as usize..];
+    }
+    Ok(())
+}
+
+/// _exit(2): leave without running atexit handlers or flushing stdio, as a
+/// forked child must.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no process state we share.
+    unsafe { libc::_exit(code) }
+}

@@ -1,0 +1,97 @@
+//! SOCK_SEQPACKET socketpairs carrying datagrams and file descriptors.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::sys::socket::{
+    self, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType,
+};
+
+use super::SysError;
+
+/// Largest datagram either side sends.
+pub const MAX_MESSAGE: usize = 64 * 1024;
+/// Most fds one message carries.
+pub const MAX_FDS: usize = 16;
+
+/// A connected SOCK_SEQPACKET pair, both ends close-on-exec.
+pub fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), SysError> {
+    socket::socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| SysError::new("socketpair(AF_UNIX, SOCK_SEQPACKET)", e))
+}
+
+/// Send one datagram with optional fds (SCM_RIGHTS).
+pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[RawFd]) -> Result<(), SysError> {
+    let iov = [IoSlice::new(bytes)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
+    loop {
+        match socket::sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(_) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                return Err(SysError::new(
+                    format!(
+                        "sendmsg(fd {}, {} bytes, {} fds)",
+                        sock.as_raw_fd(),
+                        bytes.len(),
+                        fds.len()
+                    ),
+                    e,
+                ));
+            }
+        }
+    }
+}
+
+/// Receive one datagram and the fds it carried. `Ok(None)` means the peer
+/// closed its end.
+pub fn recv(sock: BorrowedFd<'_>) -> Result<Option<(Vec<u8>, Vec<OwnedFd>)>, SysError> {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    let mut cmsg_space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    loop {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = match socket::recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg_space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(m) => m,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                return Err(SysError::new(
+                    format!("recvmsg(fd {})", sock.as_raw_fd()),
+                    e,
+                ));
+            }
+        };
+        let mut fds = Vec::new();
+        for c in msg
+            .cmsgs()
+            .map_err(|e| SysError::new("recvmsg: control data", e))?
+        {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: SCM_RIGHTS installed these fds in our table; we own them.
+                fds.extend(raw.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
+            }
+        }
+        let n = msg.bytes;
+        if msg.flags.contains(MsgFlags::MSG_TRUNC) || msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+            return Err(SysError::new(
+                format!("recvmsg(fd {}): message truncated", sock.as_raw_fd()),
+                nix::errno::Errno::EMSGSIZE,
+            ));
+        }
+        if n == 0 && fds.is_empty() {
+            return Ok(None);
+        }
+        buf.truncate(n);
+        return Ok(Some((buf, fds)));
+    }
+}
