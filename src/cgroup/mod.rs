@@ -1,5 +1,7 @@
 //! cgroup v2 leaf per sandbox (limits, events, kill, removal).
 
+pub mod probe;
+
 use crate::spec::Limits;
 
 /// Check the cgroup-backed limits of a Spec. Errors are (key under
@@ -24,9 +26,4 @@ pub fn validate_limits(l: &Limits) -> Result<(), (String, String)> {
         return unsupported("rlimits");
     }
     Ok(())
-}
-
-/// Whether the default profile may carry a (preferred) memory limit.
-pub fn memory_limits_supported() -> bool {
-    false
 }

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{ByteSize, Duration, FsOp, Limit, Spec};
+use super::{ByteSize, Duration, FsOp, Spec};
 
 /// `PATH` given to workloads by the default profile.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -20,7 +20,8 @@ pub const TMP_INODES: u64 = 262_144;
 
 /// The embedded default profile, without the workspace: system directories
 /// read-only, fresh /proc, minimal /dev, private /tmp, a clean environment,
-/// no network, 2 GiB memory (preferred) and 5 minutes wall clock.
+/// no network and 5 minutes wall clock. (The preferred 2 GiB memory cap
+/// joins when cgroup limits are enforced.)
 ///
 /// It inspects the host only to mirror `/bin → usr/bin`-style symlinks and
 /// skip absent directories.
@@ -62,9 +63,6 @@ pub fn default_profile() -> Spec {
     spec.env.insert("LANG".into(), "C.UTF-8".into());
     spec.identity.hostname = Some("hutch".into());
     spec.limits.wall_clock = Some(Duration(std::time::Duration::from_secs(300)));
-    if crate::cgroup::memory_limits_supported() {
-        spec.limits.memory = Some(Limit::preferred(ByteSize(2 << 30)));
-    }
     spec
 }
 
