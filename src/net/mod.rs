@@ -1,13 +1,161 @@
 //! Network: loopback inside the sandbox, the egress proxy doors and policy.
+//!
+//! In `proxy` mode the sandbox keeps an empty network namespace; its only
+//! way out is one host-side policy engine reached through two doors: a Unix
+//! socket bind-mounted at [`PROXY_SOCKET_PATH`] and a TCP listener on
+//! `127.0.0.1:3128` created inside the sandbox's namespace and served by the
+//! supervisor. See `docs/egress.md`.
 
+pub mod addr;
+mod doors;
+mod file;
+pub mod host;
 pub mod loopback;
+pub mod policy;
+mod server;
+mod tunnel;
 
-use crate::spec::{Spec, SpecError};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::thread::JoinHandle;
 
-/// Check a proxy-mode Spec.
-pub fn validate_spec(_spec: &Spec) -> Result<(), SpecError> {
-    Err(SpecError::new(
-        "network",
-        "network mode \"proxy\" is not supported yet",
-    ))
+pub use doors::{
+    PROXY_SOCKET_PATH, PROXY_TCP_PORT, proxy_env, tcp_door_in_current_netns, unix_door,
+};
+pub use file::load_policy_file;
+pub use policy::{Limits, Policy, Verdict};
+
+use crate::audit::AuditSink;
+use crate::spec::{Network, Spec, SpecError};
+
+/// Errors of the egress proxy and its policy.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// A policy entry is invalid; `key` is its path, e.g. `allow[2]`.
+    #[error("{key}: {message}")]
+    Policy { key: String, message: String },
+    #[error("policy file {}: {message}", path.display())]
+    PolicyFile { path: PathBuf, message: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Sys(#[from] crate::sys::SysError),
+}
+
+impl NetError {
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        NetError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+/// Check a proxy-mode Spec: every rule, address and override must compile.
+pub fn validate_spec(spec: &Spec) -> Result<(), SpecError> {
+    if let Network::Proxy(p) = &spec.network {
+        if !spec.namespaces.net {
+            return Err(SpecError::new(
+                "network",
+                "network mode \"proxy\" needs a network namespace (namespaces.net = true)",
+            ));
+        }
+        Policy::from_spec(p).map_err(|e| match e {
+            NetError::Policy { key, message } => SpecError::new(format!("network.{key}"), message),
+            other => SpecError::new("network", other.to_string()),
+        })?;
+    }
+    Ok(())
+}
+
+/// Which door a connection came through; the only caller authentication
+/// the proxy needs (each door belongs to exactly one sandbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// The Unix socket at [`PROXY_SOCKET_PATH`]; also routes origin-form
+    /// requests by their `Host` header.
+    Unix,
+    /// The TCP listener on `127.0.0.1:3128` inside the sandbox.
+    Tcp,
+}
+
+impl Door {
+    pub fn name(self) -> &'static str {
+        match self {
+            Door::Unix => "unix",
+            Door::Tcp => "tcp",
+        }
+    }
+}
+
+/// A running proxy. Dropping it (or [`ProxyHandle::shutdown`]) stops the
+/// server, closes every tunnel (each still writes its audit line) and joins
+/// the thread.
+pub struct ProxyHandle {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ProxyHandle {
+    /// Stop serving and wait for the proxy thread to finish.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ProxyHandle {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+/// Serve `doors` (listening sockets) with `policy` on a new thread running
+/// its own single-threaded tokio runtime. Every decision is written to
+/// `audit` when given.
+pub fn spawn(
+    policy: Policy,
+    doors: Vec<(Door, OwnedFd)>,
+    sandbox_id: String,
+    audit: Option<AuditSink>,
+) -> Result<ProxyHandle, NetError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(server::MAX_RESOLVERS + 2)
+        .thread_name("hutch-proxy-resolver")
+        .build()
+        .map_err(|e| NetError::io("cannot start the proxy runtime", e))?;
+    let listeners = {
+        let _ctx = runtime.enter();
+        doors
+            .into_iter()
+            .map(|(door, fd)| server::Listener::from_fd(door, fd))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let state = server::State::new(policy, sandbox_id, audit);
+    let thread = std::thread::Builder::new()
+        .name("hutch-proxy".into())
+        .spawn(move || {
+            runtime.block_on(server::serve(state, listeners, stop_rx));
+            // Dropping the runtime cancels the remaining tunnels; their
+            // audit records are written as they drop.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+        })
+        .map_err(|e| NetError::io("cannot start the proxy thread", e))?;
+    Ok(ProxyHandle {
+        stop: Some(stop_tx),
+        thread: Some(thread),
+    })
 }

@@ -365,6 +365,7 @@ impl Default for LandlockPolicy {
 /// Network of the sandbox.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "kebab-case", deny_unknown_fields)]
+#[allow(clippy::large_enum_variant)] // one per sandbox; boxing buys nothing
 pub enum Network {
     /// Empty network namespace with `lo` up.
     #[default]
@@ -390,4 +391,31 @@ pub struct ProxyPolicy {
     pub resolve: BTreeMap<String, String>,
     /// Audit log file (JSON lines), if any.
     pub audit: Option<PathBuf>,
+    /// Also allow port 80 (plain HTTP) for entries without an explicit port.
+    pub plain_http: bool,
+    /// Resource limits of the proxy serving this sandbox.
+    pub limits: ProxyLimits,
+}
+
+/// Limits of the egress proxy for one sandbox. `None` means the built-in
+/// default (see `docs/egress.md`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyLimits {
+    /// Largest request head (request line plus headers).
+    pub max_header_bytes: Option<ByteSize>,
+    /// Time a client has to send a complete request head.
+    pub handshake_timeout: Option<Duration>,
+    /// Time to resolve a name and to connect upstream.
+    pub connect_timeout: Option<Duration>,
+    /// A tunnel or request with no traffic for this long is closed.
+    pub idle_timeout: Option<Duration>,
+    /// Longest life of one tunnel or request.
+    pub total_timeout: Option<Duration>,
+    /// Concurrent tunnels and forwarded requests.
+    pub max_tunnels: Option<u64>,
+    /// Concurrent client connections (including ones still sending a head).
+    pub max_connections: Option<u64>,
+    /// Bytes transferred in both directions over the sandbox's life.
+    pub max_bytes: Option<ByteSize>,
 }
