@@ -1,0 +1,188 @@
+//! Limits of the standalone `hutch proxy`: a slow or hostile client cannot
+//! exhaust it, and per-sandbox caps answer 429.
+
+mod proxy_support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use proxy_support::*;
+
+fn connect_tunnel(proxy_port: u16, target: &str) -> (TcpStream, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", proxy_port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(1) => head.push(b[0]),
+            _ => break,
+        }
+    }
+    (s, String::from_utf8_lossy(&head).to_string())
+}
+
+/// Wait until the peer closes `s` (EOF or reset); returns how long it took.
+fn time_to_close(s: &mut TcpStream, limit: Duration) -> Option<Duration> {
+    let t = Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    while t.elapsed() < limit {
+        match s.read(&mut buf) {
+            Ok(0) => return Some(t.elapsed()),
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+            Err(_) => return Some(t.elapsed()),
+        }
+    }
+    None
+}
+
+#[test]
+fn oversized_request_head_is_refused() {
+    let up = upstream(0);
+    let mut args = base_args(&up);
+    args.extend(["--max-header-bytes".into(), "4KiB".into()]);
+    let p = proxy(&strs(&args));
+    let target = format!("good.test:{}", up.port);
+    let big = format!(
+        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nX-Pad: {}\r\n\r\n",
+        "a".repeat(8 * 1024)
+    );
+    let resp = raw(p.port, big.as_bytes());
+    assert_eq!(status_of(&resp), 431, "{resp}");
+    // A normal request still works afterwards.
+    let (_s, head) = connect_tunnel(p.port, &target);
+    assert_eq!(status_of(&head), 200, "{head}");
+}
+
+#[test]
+fn many_idle_connections_are_capped_and_timed_out() {
+    let up = upstream(0);
+    let mut args = base_args(&up);
+    args.extend([
+        "--max-connections".into(),
+        "8".into(),
+        "--handshake-timeout".into(),
+        "1s".into(),
+    ]);
+    let p = proxy(&strs(&args));
+    // 8 connections that never send anything take every slot...
+    let mut idle: Vec<TcpStream> = (0..8)
+        .map(|_| TcpStream::connect(("127.0.0.1", p.port)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // ...so the next ones are turned away at once with 429.
+    let mut turned_away = 0;
+    for _ in 0..40 {
+        let resp = raw(p.port, b"");
+        if status_of(&resp) == 429 {
+            assert!(resp.contains("X-Hutch-Error: limit"), "{resp}");
+            turned_away += 1;
+        }
+    }
+    assert_eq!(turned_away, 40);
+    // The silent ones are dropped after the handshake timeout...
+    for s in &mut idle {
+        let t = time_to_close(s, Duration::from_secs(5));
+        assert!(
+            t.is_some(),
+            "idle connection kept open past the handshake timeout"
+        );
+    }
+    // ...and the proxy serves again.
+    let (_s, head) = connect_tunnel(p.port, &format!("good.test:{}", up.port));
+    assert_eq!(status_of(&head), 200, "{head}");
+}
+
+#[test]
+fn slowloris_head_is_cut_by_the_handshake_timeout() {
+    let up = upstream(0);
+    let mut args = base_args(&up);
+    args.extend(["--handshake-timeout".into(), "1s".into()]);
+    let p = proxy(&strs(&args));
+    let mut s = TcpStream::connect(("127.0.0.1", p.port)).unwrap();
+    let start = Instant::now();
+    let head = format!("CONNECT good.test:{} HTTP/1.1\r\nX-Slow: ", up.port);
+    let mut closed_after = None;
+    for b in head.bytes().chain(std::iter::repeat(b'a')) {
+        if s.write_all(&[b]).is_err() {
+            closed_after = Some(start.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        if start.elapsed() > Duration::from_secs(6) {
+            break;
+        }
+    }
+    let closed_after = closed_after
+        .or_else(|| time_to_close(&mut s, Duration::from_secs(1)).map(|_| start.elapsed()));
+    let t = closed_after.expect("slow client never cut off");
+    assert!(t < Duration::from_secs(4), "cut only after {t:?}");
+}
+
+#[test]
+fn concurrent_tunnels_are_capped_with_429() {
+    let up = upstream(0);
+    let mut args = base_args(&up);
+    args.extend(["--max-tunnels".into(), "2".into()]);
+    let p = proxy(&strs(&args));
+    let target = format!("good.test:{}", up.port);
+    let (a, ha) = connect_tunnel(p.port, &target);
+    let (_b, hb) = connect_tunnel(p.port, &target);
+    assert_eq!(status_of(&ha), 200, "{ha}");
+    assert_eq!(status_of(&hb), 200, "{hb}");
+    let (_c, hc) = connect_tunnel(p.port, &target);
+    assert_eq!(status_of(&hc), 429, "{hc}");
+    assert!(hc.contains("x-hutch-error: limit"), "{hc}");
+    drop(a);
+    // The slot frees once the proxy notices the close.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_d, hd) = connect_tunnel(p.port, &target);
+        if status_of(&hd) == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "slot never freed: {hd}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn byte_budget_cuts_transfers_and_refuses_new_ones() {
+    let up = upstream(4 << 20);
+    let mut args = base_args(&up);
+    args.extend(["--max-bytes".into(), "256KiB".into()]);
+    let p = proxy(&strs(&args));
+    let proxy_url = format!("http://127.0.0.1:{}", p.port);
+    let url = format!("http://good.test:{}/big", up.port);
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-p", "-x", &proxy_url, &url, "--max-time", "10"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "transfer was not cut");
+    assert!(
+        out.stdout.len() < 1 << 20,
+        "{} bytes got through a 256 KiB budget",
+        out.stdout.len()
+    );
+    let (_s, head) = connect_tunnel(p.port, &format!("good.test:{}", up.port));
+    assert_eq!(status_of(&head), 429, "{head}");
+    assert!(head.contains("byte limit"), "{head}");
+}
+
+#[test]
+fn idle_tunnel_is_closed() {
+    let up = upstream(0);
+    let mut args = base_args(&up);
+    args.extend(["--idle-timeout".into(), "1s".into()]);
+    let p = proxy(&strs(&args));
+    let (mut s, head) = connect_tunnel(p.port, &format!("good.test:{}", up.port));
+    assert_eq!(status_of(&head), 200, "{head}");
+    let t = time_to_close(&mut s, Duration::from_secs(5)).expect("idle tunnel kept open");
+    assert!(t >= Duration::from_millis(800), "closed too early: {t:?}");
+}
