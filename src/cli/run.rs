@@ -33,6 +33,12 @@ Filesystem (applied in order):
 Process:
   --chdir DIR  --setenv KEY VALUE  --unsetenv KEY  --uid N  --gid N  --hostname NAME
   --share-net             use the host's network (default: none)
+Egress (network through the allow-list proxy; see docs/egress.md):
+  --allow-host PATTERN    allow host, *.x (subdomains), **.x (apex too), [:PORT] (default 443)
+  --allow-address A|CIDR  let allowed names reach this private/special address
+  --resolve NAME=ADDR     resolve NAME to ADDR instead of asking DNS
+  --egress-policy FILE  --egress-profile NAME   named allow-lists (TOML)
+  --audit FILE            one JSON line per egress decision
   --timeout DURATION      wall-clock limit (default 5m; `none` disables); exit 124
   --output-limit SIZE     cap stdout+stderr of the workload (excess discarded)
   --cap-add CAP  --cap-drop CAP   capabilities the workload keeps (default none)
@@ -64,6 +70,7 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
     let mut edits: Vec<SpecEdit> = Vec::new();
     let mut opts = RunOptions::default();
     let mut command: Vec<String> = Vec::new();
+    let mut egress = Egress::default();
 
     while let Some(arg) = it.next() {
         let arg = arg?;
@@ -302,6 +309,18 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
                     Ok(())
                 }));
             }
+            "--allow-host" => egress.extra.allow.push(value(arg)?),
+            "--allow-address" => egress.extra.allow_address.push(value(arg)?),
+            "--resolve" => {
+                let v = value(arg)?;
+                let (n, a) = v
+                    .split_once('=')
+                    .ok_or_else(|| anyhow!("--resolve: expected NAME=ADDR, got {v:?}"))?;
+                egress.extra.resolve.insert(n.to_string(), a.to_string());
+            }
+            "--egress-policy" => egress.file = Some(absolute(&cwd, &value(arg)?)),
+            "--egress-profile" => egress.profile = Some(value(arg)?),
+            "--audit" => egress.extra.audit = Some(absolute(&cwd, &value(arg)?)),
             "--status-file" => opts.status_file = Some(absolute(&cwd, &value(arg)?)),
             "--quiet" => opts.quiet = true,
             flag if flag.starts_with('-') => {
@@ -351,9 +370,54 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
     for edit in edits {
         edit(&mut spec)?;
     }
+    egress.apply(&mut spec)?;
     spec.command = command;
     spec::validate(&spec)?;
     Ok((spec, opts))
+}
+
+/// Egress flags: any of them switches the network to the proxy mode.
+#[derive(Default)]
+struct Egress {
+    file: Option<PathBuf>,
+    profile: Option<String>,
+    extra: crate::spec::ProxyPolicy,
+}
+
+impl Egress {
+    fn apply(self, spec: &mut Spec) -> Result<()> {
+        let e = &self.extra;
+        let asked = self.file.is_some()
+            || self.profile.is_some()
+            || !e.allow.is_empty()
+            || !e.allow_address.is_empty()
+            || !e.resolve.is_empty()
+            || e.audit.is_some();
+        if !asked {
+            return Ok(());
+        }
+        let mut p = match (&self.file, &spec.network) {
+            (Some(f), _) => crate::net::load_policy_file(f, self.profile.as_deref())?,
+            (None, _) if self.profile.is_some() => {
+                bail!("--egress-profile needs --egress-policy FILE")
+            }
+            (None, Network::Proxy(p)) => p.clone(),
+            (None, Network::Host) => bail!("--share-net and egress options exclude each other"),
+            (None, Network::None) => crate::spec::ProxyPolicy::default(),
+        };
+        if matches!(spec.network, Network::Host) && !spec.namespaces.net {
+            bail!("--share-net and egress options exclude each other");
+        }
+        p.allow.extend(self.extra.allow);
+        p.allow_address.extend(self.extra.allow_address);
+        p.resolve.extend(self.extra.resolve);
+        if self.extra.audit.is_some() {
+            p.audit = self.extra.audit;
+        }
+        spec.network = Network::Proxy(p);
+        spec.namespaces.net = true;
+        Ok(())
+    }
 }
 
 fn drop_cap(list: &mut Vec<String>, cap: &str) -> Result<()> {

@@ -111,6 +111,18 @@ pub fn sandbox_main(p: &Prepared, sock: OwnedFd, parent_end: RawFd) -> ! {
     {
         fail("bringing up lo", e, None);
     }
+    if p.proxy.is_some() {
+        // The egress proxy's TCP door lives in this namespace and is served
+        // by the supervisor; it listens before the workload exists.
+        let door = match crate::net::tcp_door_in_current_netns() {
+            Ok(fd) => fd,
+            Err(e) => fail("creating the egress proxy listener", e, None),
+        };
+        let ready = Message::ListenerReady { door: "tcp".into() };
+        if let Err(e) = message::send(&sock, &ready, &[door.as_raw_fd()]) {
+            fail("handing the egress proxy listener over", e, None);
+        }
+    }
     for (resource, value) in &p.rlimits {
         if let Err(e) = sys::setrlimit(*resource, *value) {
             fail("setting resource limits", e, None);

@@ -74,6 +74,78 @@ pub struct Prepared {
     pub kept_uppers: Vec<(PathBuf, PathBuf)>,
     /// Sources to hand over as idmapped mounts: (source index, host path).
     pub idmap_sources: Vec<(usize, PathBuf)>,
+    /// Network mode `proxy`: the compiled policy and the Unix door.
+    pub proxy: Option<ProxyPrep>,
+}
+
+/// The egress proxy of a `proxy`-mode sandbox, prepared before clone; the
+/// supervisor serves it once the sandbox sends its TCP door.
+pub struct ProxyPrep {
+    pub policy: crate::net::Policy,
+    pub unix_door: OwnedFd,
+    pub audit: Option<crate::audit::AuditSink>,
+    /// The private directory holding the Unix door; removed on drop.
+    pub dir: PrivateDir,
+}
+
+/// A directory removed (with its contents) when dropped.
+pub struct PrivateDir(pub PathBuf);
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Network mode `proxy`: compile the policy, open the audit log, create the
+/// Unix door in a private directory, and add its bind mount and the proxy
+/// environment to the Spec.
+fn prepare_proxy(
+    spec: &mut Spec,
+    sandbox_id: &str,
+    ids: &Ids,
+) -> Result<Option<ProxyPrep>, LaunchError> {
+    let Network::Proxy(pp) = &spec.network else {
+        return Ok(None);
+    };
+    let policy = crate::net::Policy::from_spec(pp)
+        .map_err(|e| LaunchError::Prepare(format!("egress policy: {e}")))?;
+    let audit = match &pp.audit {
+        Some(path) => Some(
+            crate::audit::AuditSink::open(path).map_err(|e| LaunchError::Prepare(e.to_string()))?,
+        ),
+        None => None,
+    };
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute() && d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("hutch-proxy-{sandbox_id}"));
+    let (sock, unix_door) = crate::net::unix_door(&dir)
+        .map_err(|e| LaunchError::Prepare(format!("egress proxy door: {e}")))?;
+    let dir = PrivateDir(dir);
+    if ids.root_launch {
+        // The sandbox opens the socket as its unprivileged host id.
+        std::os::unix::fs::chown(&dir.0, Some(ids.host_uid), Some(ids.host_gid)).map_err(|e| {
+            LaunchError::Prepare(format!(
+                "cannot hand {} to host uid {}: {e}",
+                dir.0.display(),
+                ids.host_uid
+            ))
+        })?;
+    }
+    spec.fs.push(FsOp::Bind {
+        src: sock,
+        dest: PathBuf::from(crate::net::PROXY_SOCKET_PATH),
+        optional: false,
+    });
+    spec.env.extend(crate::net::proxy_env());
+    Ok(Some(ProxyPrep {
+        policy,
+        unix_door,
+        audit,
+        dir,
+    }))
 }
 
 /// Validate and prepare. `relay` forces stdout/stderr through pipes.
@@ -86,6 +158,10 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
         )));
     }
     let ids = ids(spec)?;
+    let sandbox_id = sandbox_id();
+    let mut with_proxy = spec.clone();
+    let proxy = prepare_proxy(&mut with_proxy, &sandbox_id, &ids)?;
+    let spec = if proxy.is_some() { &with_proxy } else { spec };
     let plan = fs::plan(spec, ids.root_launch);
     let idmap_sources = plan
         .sources
@@ -131,7 +207,7 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
         .map_err(|m| LaunchError::Spec(crate::spec::SpecError::new("security.cap_add", m)))?;
 
     Ok(Prepared {
-        sandbox_id: sandbox_id(),
+        sandbox_id,
         op_names: fs::op_names(spec),
         plan,
         clone_flags,
@@ -157,6 +233,7 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
         tmp_overlay_dests,
         kept_uppers,
         idmap_sources,
+        proxy,
     })
 }
 

@@ -207,6 +207,7 @@ fn supervise(
     let mut exec_error: Option<(String, i32)> = None;
     let mut exited: Option<(i32, Vec<u64>)> = None;
     let mut buf = vec![0u8; 64 * 1024];
+    let mut proxy: Option<crate::net::ProxyHandle> = None;
 
     while !init_done || sock_open || pipes.iter().any(Option::is_some) {
         let timeout = match (deadline, timed_out || init_done) {
@@ -266,7 +267,7 @@ fn supervise(
                     }
                 }
                 2 => match message::recv(&sock) {
-                    Ok(Some((msg, _fds))) => match msg {
+                    Ok(Some((msg, fds))) => match msg {
                         Message::Started { workload_pid } => {
                             if let Some(f) = status_file.as_deref_mut() {
                                 write_start_event(f, &p.sandbox_id, pid, workload_pid);
@@ -285,6 +286,12 @@ fn supervise(
                             wait_status,
                             changed_paths,
                         } => exited = Some((wait_status, changed_paths)),
+                        Message::ListenerReady { door } if door == "tcp" => {
+                            if let Err(e) = start_proxy(p, fds, &mut proxy) {
+                                setup_error.get_or_insert(e);
+                                let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+                            }
+                        }
                         Message::Go { .. } | Message::ListenerReady { .. } => {}
                     },
                     Ok(None) => sock_open = false,
@@ -307,6 +314,9 @@ fn supervise(
         }
     }
 
+    // Every tunnel closes (and writes its audit line) with the sandbox.
+    drop(proxy);
+    drop(p.proxy.take());
     let duration_ms = started.elapsed().as_millis() as u64;
     let changes = changes_report(p, exited.as_ref().map(|(_, c)| c.as_slice()));
     let (status, exit_code, signal, reason, error) = if let Some(line) = setup_error {
@@ -398,6 +408,37 @@ fn supervise(
     }
     let [out, err] = relay.captures;
     Ok((report, [out.map(Capture::finish), err.map(Capture::finish)]))
+}
+
+/// Serve the egress proxy on the Unix door made before clone and the TCP
+/// door the sandbox just sent.
+fn start_proxy(
+    p: &mut Prepared,
+    fds: Vec<OwnedFd>,
+    slot: &mut Option<crate::net::ProxyHandle>,
+) -> Result<(), String> {
+    let Some(prep) = p.proxy.as_mut() else {
+        return Err("the sandbox sent a proxy listener it was not asked for".into());
+    };
+    if slot.is_some() {
+        return Err("the sandbox sent a second proxy listener".into());
+    }
+    let [tcp]: [OwnedFd; 1] = fds
+        .try_into()
+        .map_err(|_| "the proxy listener message carried no single fd".to_string())?;
+    let unix = prep
+        .unix_door
+        .try_clone()
+        .map_err(|e| format!("egress proxy: dup of the unix door: {e}"))?;
+    let handle = crate::net::spawn(
+        prep.policy.clone(),
+        vec![(crate::net::Door::Unix, unix), (crate::net::Door::Tcp, tcp)],
+        p.sandbox_id.clone(),
+        prep.audit.clone(),
+    )
+    .map_err(|e| format!("starting the egress proxy: {e}"))?;
+    *slot = Some(handle);
+    Ok(())
 }
 
 fn setup_line(what: &str, call: &str, errno: i32, hint: Option<&str>) -> String {

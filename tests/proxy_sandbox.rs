@@ -1,0 +1,184 @@
+//! The egress proxy from inside a sandbox (`hutch run --allow-host ...`):
+//! programs honouring the proxy variables and the Unix door reach allowed
+//! hosts; direct TCP and UDP fail; denials carry their reason.
+
+mod proxy_support;
+
+use std::process::{Command, Output};
+
+use proxy_support::*;
+
+/// Skip (printing why) unless `HUTCH_REQUIRE=all`, which turns skips into
+/// failures.
+fn require(cond: bool, reason: &str) -> bool {
+    if cond {
+        return true;
+    }
+    if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
+        panic!("required feature missing: {reason}");
+    }
+    eprintln!("skipped: {reason}");
+    false
+}
+
+fn sandboxes_work() -> bool {
+    Command::new(env!("CARGO_BIN_EXE_hutch"))
+        .args(["run", "--quiet", "--", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn run_in_sandbox(args: &[&str], script: &str) -> Output {
+    let dir = tmpdir();
+    Command::new(env!("CARGO_BIN_EXE_hutch"))
+        .current_dir(&dir)
+        .arg("run")
+        .arg("--quiet")
+        .args(args)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn allowed_hosts_work_through_env_and_unix_door_and_nothing_else_does() {
+    if !require(
+        sandboxes_work(),
+        "cannot create sandboxes here (user namespaces)",
+    ) {
+        return;
+    }
+    let up = upstream(0);
+    let dir = tmpdir();
+    let audit = dir.join("audit.jsonl");
+    let allow = format!("good.test:{}", up.port);
+    let audit_s = audit.display().to_string();
+    let script = format!(
+        r#"
+set -u
+u=http://good.test:{port}
+echo "A:$(curl -sS --max-time 5 $u/env-absolute)"
+echo "B:$(curl -sS --max-time 5 -p $u/env-connect)"
+echo "C:$(curl -sS --max-time 5 --unix-socket /run/hutch/proxy.sock $u/unix-door)"
+echo "D:$(curl -sS --max-time 5 -o /dev/null -w '%{{http_connect}}' -p http://other.test:{port}/ 2>/dev/null)"
+curl -sS --max-time 3 --noproxy '*' http://127.0.0.1:{port}/direct >/dev/null 2>&1; echo "E:$?"
+python3 - <<'EOF'
+import socket
+for fam, addr in ((socket.AF_INET, ("1.1.1.1", 443)), (socket.AF_INET, ("127.0.0.1", {port}))):
+    s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(3)
+    try:
+        s.connect(addr); print("F:connected", addr)
+    except OSError as e:
+        print("F:refused", e.errno)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.sendto(b"x", ("8.8.8.8", 53)); print("G:sent")
+except OSError as e:
+    print("G:refused", e.errno)
+EOF
+echo "H:$HTTPS_PROXY:$http_proxy"
+"#,
+        port = up.port
+    );
+    let out = run_in_sandbox(
+        &[
+            "--allow-host",
+            &allow,
+            "--resolve",
+            "good.test=127.0.0.1",
+            "--allow-address",
+            "127.0.0.1",
+            "--audit",
+            &audit_s,
+        ],
+        &script,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = |tag: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(tag))
+            .unwrap_or_else(|| panic!("no {tag} line\nstdout:\n{stdout}\nstderr:\n{stderr}"))
+            .to_string()
+    };
+    assert_eq!(line("A:"), "upstream-ok /env-absolute", "{stderr}");
+    assert_eq!(line("B:"), "upstream-ok /env-connect", "{stderr}");
+    assert_eq!(line("C:"), "upstream-ok /unix-door", "{stderr}");
+    assert_eq!(line("D:"), "403");
+    assert_ne!(line("E:"), "0", "direct TCP to the host's loopback worked");
+    assert!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("F:refused"))
+            .count()
+            == 2,
+        "direct connect() worked:\n{stdout}"
+    );
+    assert!(line("G:").starts_with("refused"), "UDP left the sandbox");
+    assert_eq!(line("H:"), "http://127.0.0.1:3128:http://127.0.0.1:3128");
+    // Only the three requests through the proxy reached the upstream.
+    assert_eq!(
+        up.hits.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "{stdout}"
+    );
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    let doors: Vec<&str> = lines.iter().map(|l| l["door"].as_str().unwrap()).collect();
+    assert_eq!(doors.iter().filter(|d| **d == "unix").count(), 1, "{text}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["sandbox"].as_str().unwrap().len() == 16)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn egress_policy_file_profile_and_bad_rules() {
+    if !require(
+        sandboxes_work(),
+        "cannot create sandboxes here (user namespaces)",
+    ) {
+        return;
+    }
+    let up = upstream(0);
+    let dir = tmpdir();
+    let file = dir.join("egress.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[profiles.agent]\nallow = [\"agent.test:{0}\"]\nallow_address = [\"127.0.0.1\"]\n\
+             resolve = {{ \"agent.test\" = \"127.0.0.1\" }}\n",
+            up.port
+        ),
+    )
+    .unwrap();
+    let f = file.display().to_string();
+    let script = format!(
+        "curl -sS --max-time 5 http://agent.test:{0}/p; echo; curl -s -o /dev/null -w '%{{http_code}}' http://x.test:{0}/",
+        up.port
+    );
+    let out = run_in_sandbox(
+        &["--egress-policy", &f, "--egress-profile", "agent"],
+        &script,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("upstream-ok /p"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.ends_with("403"), "{stdout}");
+    // A bad rule fails before anything runs, naming the entry.
+    let out = run_in_sandbox(&["--allow-host", "*.127.0.0.1"], "true");
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("network.allow[0]"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
