@@ -752,14 +752,14 @@ impl AsyncWrite for CountingIo {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = r {
-            if n > 0 {
-                DirMeter {
-                    dec: &self.dec,
-                    up: true,
-                }
-                .account(n)?;
+        if let Poll::Ready(Ok(n)) = r
+            && n > 0
+        {
+            DirMeter {
+                dec: &self.dec,
+                up: true,
             }
+            .account(n)?;
         }
         r
     }
