@@ -71,6 +71,38 @@ pub fn validate_spec(spec: &Spec) -> Result<(), SpecError> {
     Ok(())
 }
 
+/// Entry points for the fuzz targets (not a stable API).
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::{Door, Policy};
+    use crate::spec::ProxyPolicy;
+
+    /// A policy that allows names but whose only resolvable name points at
+    /// a refused TEST-NET address, so no request ever leaves the process.
+    pub fn offline_policy() -> Policy {
+        let p = ProxyPolicy {
+            allow: vec!["fuzz.test".into(), "**.example".into(), "127.0.0.1:80".into()],
+            deny: vec!["deny.example".into()],
+            resolve: [("fuzz.test".to_string(), "192.0.2.1".to_string())].into(),
+            plain_http: true,
+            ..Default::default()
+        };
+        match Policy::from_spec(&p) {
+            Ok(p) => p,
+            Err(e) => panic!("fixed fuzz policy must compile: {e}"),
+        }
+    }
+
+    /// One request head (and whatever follows) through a proxy connection
+    /// on the Unix door (which also routes origin-form requests); returns
+    /// the answer's status code, if any.
+    pub fn answer_status(bytes: &[u8]) -> Option<u16> {
+        let out = super::server::answer_raw(offline_policy(), Door::Unix, bytes).ok()?;
+        let text = std::str::from_utf8(out.get(..12)?).ok()?;
+        text.strip_prefix("HTTP/1.1 ")?.parse().ok()
+    }
+}
+
 /// Which door a connection came through; the only caller authentication
 /// the proxy needs (each door belongs to exactly one sandbox).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

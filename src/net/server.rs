@@ -178,6 +178,7 @@ where
         .max_header_size(limits.max_header_bytes)
         .max_buf_size(limits.max_header_bytes.max(8192) + 8192)
         .max_headers(100)
+        .half_close(true)
         .keep_alive(false);
     let conn = builder
         .serve_connection(TokioIo::new(s), service)
@@ -770,5 +771,66 @@ impl AsyncWrite for CountingIo {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Feed `bytes` to one proxy connection over a socketpair and return what
+/// the proxy answered (for the fuzz target and tests; nothing is dialled
+/// unless `policy` allows a reachable address).
+pub(crate) fn answer_raw(policy: Policy, door: Door, bytes: &[u8]) -> io::Result<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let (server_end, mut client) = tokio::net::UnixStream::pair()?;
+        let state = State::new(policy, "fuzz".into(), None);
+        let server = tokio::spawn(serve_connection(state, server_end, door));
+        client.write_all(bytes).await?;
+        client.shutdown().await?;
+        let mut out = Vec::new();
+        let read = client.read_to_end(&mut out);
+        let _ = tokio::time::timeout(Duration::from_secs(2), read).await;
+        server.abort();
+        Ok(out)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fuzzing::answer_status;
+
+    #[test]
+    fn hostile_heads_get_clear_answers_and_nothing_is_dialled() {
+        let table: &[(&[u8], u16)] = &[
+            (b"CONNECT fuzz.test:443 HTTP/1.1\r\n\r\n", 403), // resolves to TEST-NET
+            (b"CONNECT other.test:443 HTTP/1.1\r\n\r\n", 403),
+            (b"CONNECT deny.example:443 HTTP/1.1\r\n\r\n", 403),
+            (b"CONNECT a.example:22 HTTP/1.1\r\n\r\n", 403),
+            (b"CONNECT [fe80::1%25lo]:443 HTTP/1.1\r\n\r\n", 400),
+            (b"CONNECT a.example HTTP/1.1\r\n\r\n", 400),
+            (b"CONNECT a.example:0 HTTP/1.1\r\n\r\n", 400),
+            (b"GET https://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n", 400),
+            (b"GET http://u:p@a.example/ HTTP/1.1\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 403),
+            (b"GET / HTTP/1.1\r\nHost: 2130706433:80\r\n\r\n", 403),
+            (b"GET / HTTP/1.1\r\nHost: fuzz.test\r\n\r\n", 403),
+            (b"GET / HTTP/1.1\r\nHost: \xff\xfe\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a.example:99999\r\n\r\n", 400),
+        ];
+        for (head, want) in table {
+            assert_eq!(
+                answer_status(head),
+                Some(*want),
+                "{:?}",
+                String::from_utf8_lossy(head)
+            );
+        }
+        // Garbage gets a 400 from the parser or a closed connection.
+        for junk in [&b"\0\0\0\0"[..], b"CONNECT\r\n\r\n", b"GET  HTTP/1.1\r\n\r\n"] {
+            assert!(matches!(answer_status(junk), None | Some(400)));
+        }
     }
 }
