@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Egress proxy benchmark (not a timed test): hutch's CONNECT tunnel against a
+# direct loopback connection and against tinyproxy doing the same.
+#
+#   benches/proxy.sh            (env: SIZE_MB=1024 RUNS=3 SETUPS=2000 IDLE=10000)
+#
+# Prints bulk throughput, CONNECT setup latency, and the RSS of hutch proxy
+# holding IDLE idle tunnels, with the ratios the targets are stated in:
+#   throughput >= 0.8x direct, setup < 0.5x tinyproxy's, 10k idle < 200 MiB.
+# Needs: python3, tinyproxy (apt), a release build (made here).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+SIZE_MB=${SIZE_MB:-1024}
+RUNS=${RUNS:-3}
+SETUPS=${SETUPS:-2000}
+IDLE=${IDLE:-10000}
+size=$((SIZE_MB * 1024 * 1024))
+py="python3 $here/proxy_bench.py"
+
+command -v tinyproxy >/dev/null || { echo "tinyproxy is not installed (apt-get install tinyproxy)" >&2; exit 1; }
+(cd "$root" && cargo build --release --quiet --bin hutch)
+hutch="$root/target/release/hutch"
+
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+# The proxy holds two sockets per tunnel; stay under this host's fd cap.
+max_idle=$(( ($(ulimit -n) - 100) / 2 ))
+if [ "$IDLE" -gt "$max_idle" ]; then
+    echo "note: RLIMIT_NOFILE $(ulimit -n) allows $max_idle tunnels, not $IDLE; measuring $max_idle and extrapolating" >&2
+fi
+target_idle=$IDLE
+IDLE=$(( IDLE < max_idle ? IDLE : max_idle ))
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+wait_file() { for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.05; done; echo "timeout waiting for $1" >&2; exit 1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+$py serve-bulk "$work/bulk.port" "$size" & pids+=($!)
+$py serve-hold "$work/hold.port" & pids+=($!)
+wait_file "$work/bulk.port"; wait_file "$work/hold.port"
+bulk_port=$(cat "$work/bulk.port"); hold_port=$(cat "$work/hold.port")
+
+hport=$(free_port)
+"$hutch" proxy --allow-host "127.0.0.1:$bulk_port" --allow-host "127.0.0.1:$hold_port" \
+    --allow-address 127.0.0.1 --max-tunnels 20000 --max-connections 20000 \
+    --listen "tcp:127.0.0.1:$hport" 2>"$work/hutch.err" & hpid=$!; pids+=($hpid)
+
+tport=$(free_port)
+cat >"$work/tinyproxy.conf" <<EOF
+Port $tport
+Listen 127.0.0.1
+Timeout 600
+MaxClients 1000
+LogLevel Critical
+DisableViaHeader Yes
+EOF
+tinyproxy -d -c "$work/tinyproxy.conf" >/dev/null 2>&1 & pids+=($!)
+for _ in $(seq 100); do grep -q "listening" "$work/hutch.err" 2>/dev/null && break; sleep 0.05; done
+sleep 0.5
+
+best() { sort -n | head -1; }
+rate() { python3 -c "print('%.0f' % ($size / $1 / 1048576))"; }
+ratio() { python3 -c "print('%.2f' % ($1 / $2))"; }
+
+echo "== bulk transfer of $SIZE_MB MiB (best of $RUNS)"
+declare -A mbps
+for who in direct hutch tinyproxy; do
+    case $who in
+        direct) via=direct ;;
+        hutch) via="127.0.0.1:$hport" ;;
+        tinyproxy) via="127.0.0.1:$tport" ;;
+    esac
+    t=$(for _ in $(seq "$RUNS"); do $py bulk "$via" 127.0.0.1 "$bulk_port" "$size"; done | best)
+    mbps[$who]=$(rate "$t")
+    printf "  %-10s %8s MiB/s\n" "$who" "${mbps[$who]}"
+done
+echo "  hutch/direct     = $(ratio "${mbps[hutch]}" "${mbps[direct]}")x   (target >= 0.80)"
+echo "  tinyproxy/direct = $(ratio "${mbps[tinyproxy]}" "${mbps[direct]}")x"
+
+echo "== CONNECT setup latency (mean of $SETUPS sequential tunnels)"
+declare -A us
+for who in direct hutch tinyproxy; do
+    case $who in
+        direct) via=direct ;;
+        hutch) via="127.0.0.1:$hport" ;;
+        tinyproxy) via="127.0.0.1:$tport" ;;
+    esac
+    us[$who]=$($py setup "$via" 127.0.0.1 "$hold_port" "$SETUPS")
+    printf "  %-10s %8s us\n" "$who" "${us[$who]}"
+done
+echo "  hutch/tinyproxy  = $(ratio "${us[hutch]}" "${us[tinyproxy]}")x   (target < 0.50)"
+
+echo "== memory of hutch proxy holding $IDLE idle tunnels"
+rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+before=$(rss "$hpid")
+fifo="$work/idle.in"; mkfifo "$fifo"
+$py idle "127.0.0.1:$hport" 127.0.0.1 "$hold_port" "$IDLE" <"$fifo" >"$work/idle.out" & ipid=$!; pids+=($ipid)
+exec 9>"$fifo"
+for _ in $(seq 1200); do grep -q ready "$work/idle.out" 2>/dev/null && break; kill -0 $ipid 2>/dev/null || break; sleep 0.1; done
+grep -q ready "$work/idle.out" || { echo "idle tunnels did not come up" >&2; cat "$work/hutch.err" >&2; exit 1; }
+sleep 1
+after=$(rss "$hpid")
+fds=$(ls "/proc/$hpid/fd" | wc -l)
+exec 9>&-
+printf "  RSS before %6d KiB, with %d tunnels %6d KiB (%s MiB), %d fds\n" \
+    "$before" "$IDLE" "$after" "$(python3 -c "print('%.1f' % ($after/1024))")" "$fds"
+echo "  per tunnel       = $(python3 -c "print('%.1f' % (($after-$before)/$IDLE))") KiB"
+echo "  $target_idle tunnels   = $(python3 -c "print('%.1f' % (($before + ($after-$before)/$IDLE*$target_idle)/1024))") MiB   (target < 200)"
