@@ -81,7 +81,11 @@ pub mod fuzzing {
     /// a refused TEST-NET address, so no request ever leaves the process.
     pub fn offline_policy() -> Policy {
         let p = ProxyPolicy {
-            allow: vec!["fuzz.test".into(), "**.example".into(), "127.0.0.1:80".into()],
+            allow: vec![
+                "fuzz.test".into(),
+                "**.example".into(),
+                "127.0.0.1:80".into(),
+            ],
             deny: vec!["deny.example".into()],
             resolve: [("fuzz.test".to_string(), "192.0.2.1".to_string())].into(),
             plain_http: true,

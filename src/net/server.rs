@@ -810,7 +810,10 @@ mod tests {
             (b"CONNECT [fe80::1%25lo]:443 HTTP/1.1\r\n\r\n", 400),
             (b"CONNECT a.example HTTP/1.1\r\n\r\n", 400),
             (b"CONNECT a.example:0 HTTP/1.1\r\n\r\n", 400),
-            (b"GET https://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n", 400),
+            (
+                b"GET https://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n",
+                400,
+            ),
             (b"GET http://u:p@a.example/ HTTP/1.1\r\n\r\n", 400),
             (b"GET / HTTP/1.1\r\n\r\n", 400),
             (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
@@ -829,7 +832,11 @@ mod tests {
             );
         }
         // Garbage gets a 400 from the parser or a closed connection.
-        for junk in [&b"\0\0\0\0"[..], b"CONNECT\r\n\r\n", b"GET  HTTP/1.1\r\n\r\n"] {
+        for junk in [
+            &b"\0\0\0\0"[..],
+            b"CONNECT\r\n\r\n",
+            b"GET  HTTP/1.1\r\n\r\n",
+        ] {
             assert!(matches!(answer_status(junk), None | Some(400)));
         }
     }

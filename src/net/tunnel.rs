@@ -56,43 +56,85 @@ pub(crate) trait Meter: Sync {
 
 /// Move bytes from `src` to `dst` until `src` reaches EOF, then shut down
 /// `dst`'s write side (half-close travels through the tunnel).
+///
+/// The pipe is a buffer between the two sockets: the loop keeps filling it
+/// while there is room and draining it while the other side accepts, so
+/// neither peer waits for a whole read-then-write cycle.
 pub(crate) async fn pump<A: SpliceIo, B: SpliceIo>(
     src: &A,
     dst: &B,
     meter: &impl Meter,
 ) -> io::Result<()> {
+    let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
     let mut pipe: Option<(OwnedFd, OwnedFd)> = None;
+    let mut pending = 0usize;
+    let mut eof = false;
     loop {
-        src.ready_for(Interest::READABLE).await?;
-        let (pr, pw) = match &pipe {
-            Some(p) => p,
-            None => pipe.insert(new_pipe()?),
+        if pipe.is_none() {
+            // An idle tunnel holds no pipe: wait for the first data (or EOF).
+            src.ready_for(Interest::READABLE).await?;
+            pipe = Some(new_pipe()?);
+        }
+        let Some((pr, pw)) = &pipe else {
+            continue;
         };
-        let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
-        // The pipe is empty here, so EAGAIN can only mean "socket empty".
-        let n = match src.try_io_with(Interest::READABLE, || {
-            splice(src.as_fd(), None, pw.as_fd(), None, CHUNK, flags).map_err(io::Error::from)
-        }) {
-            Ok(0) => {
-                let _ = rustix::net::shutdown(dst.as_fd(), rustix::net::Shutdown::Write);
-                return Ok(());
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
-        };
-        meter.account(n)?;
-        let mut left = n;
-        while left > 0 {
-            dst.ready_for(Interest::WRITABLE).await?;
-            match dst.try_io_with(Interest::WRITABLE, || {
-                splice(pr.as_fd(), None, dst.as_fd(), None, left, flags).map_err(io::Error::from)
+        let mut progressed = false;
+        // EAGAIN from a splice into a non-empty pipe may mean "pipe full"
+        // rather than "socket empty"; then the socket's readiness must not
+        // be cleared, or a wakeup is lost. Only an empty pipe makes EAGAIN
+        // unambiguous.
+        let mut read_blocked_on_pipe = false;
+        if !eof {
+            let had = pending;
+            match src.try_io_with(Interest::READABLE, || {
+                match splice(src.as_fd(), None, pw.as_fd(), None, CHUNK, flags) {
+                    Ok(n) => Ok(Some(n)),
+                    Err(rustix::io::Errno::AGAIN) if had > 0 => Ok(None),
+                    Err(e) => Err(io::Error::from(e)),
+                }
             }) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(m) => left -= m,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Ok(Some(0)) => {
+                    eof = true;
+                    progressed = true;
+                }
+                Ok(Some(n)) => {
+                    meter.account(n)?;
+                    pending += n;
+                    progressed = true;
+                }
+                Ok(None) => read_blocked_on_pipe = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
+        }
+        if pending > 0 {
+            match dst.try_io_with(Interest::WRITABLE, || {
+                splice(pr.as_fd(), None, dst.as_fd(), None, pending, flags).map_err(io::Error::from)
+            }) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(m) => {
+                    pending -= m;
+                    progressed = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if eof && pending == 0 {
+            let _ = rustix::net::shutdown(dst.as_fd(), rustix::net::Shutdown::Write);
+            return Ok(());
+        }
+        if progressed {
+            // try_io does not count against tokio's cooperative budget.
+            tokio::task::coop::consume_budget().await;
+            continue;
+        }
+        let want_read = !eof && !read_blocked_on_pipe;
+        let want_write = pending > 0;
+        tokio::select! {
+            r = src.ready_for(Interest::READABLE), if want_read => r?,
+            r = dst.ready_for(Interest::WRITABLE), if want_write => r?,
+            else => {} // unreachable: one side always has work when nothing moved
         }
     }
 }
