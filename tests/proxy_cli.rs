@@ -428,3 +428,52 @@ fn tunnel_carries_bulk_data_intact_both_ways_with_half_close() {
     assert_eq!(got.len(), data.len());
     assert!(got == data, "tunnel corrupted the byte stream");
 }
+
+#[test]
+fn resolution_failure_is_502_and_connect_timeout_is_504() {
+    // `.invalid` never resolves (RFC 6761).
+    let p = proxy(&["--allow-host", "nothing.invalid", "--connect-timeout", "2s"]);
+    let resp = raw(p.port, b"CONNECT nothing.invalid:443 HTTP/1.1\r\n\r\n");
+    assert_eq!(status_of(&resp), 502, "{resp}");
+    assert!(
+        resp.contains("x-hutch-error: resolve: cannot resolve nothing.invalid"),
+        "{resp}"
+    );
+
+    // A listener whose accept queue is full drops new SYNs: the proxy's
+    // connect can only time out.
+    let full = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    // listen() again shrinks the backlog of the listening socket.
+    rustix::net::listen(&full, 0).unwrap();
+    let port = full.local_addr().unwrap().port();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        let s = std::net::TcpStream::connect_timeout(
+            &format!("127.0.0.1:{port}").parse().unwrap(),
+            Duration::from_millis(300),
+        );
+        if let Ok(s) = s {
+            fillers.push(s);
+        }
+    }
+    let rule = format!("full.test:{port}");
+    let p = proxy(&[
+        "--allow-host",
+        &rule,
+        "--resolve",
+        "full.test=127.0.0.1",
+        "--allow-address",
+        "127.0.0.1",
+        "--connect-timeout",
+        "1s",
+    ]);
+    let t = Instant::now();
+    let resp = raw(
+        p.port,
+        format!("CONNECT full.test:{port} HTTP/1.1\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(status_of(&resp), 504, "{resp}");
+    assert!(resp.contains("x-hutch-error: timeout"), "{resp}");
+    assert!(t.elapsed() < Duration::from_secs(4));
+    drop(full);
+}
