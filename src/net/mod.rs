@@ -195,3 +195,38 @@ pub fn spawn(
         thread: Some(thread),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::ProxyPolicy;
+
+    #[test]
+    fn proxy_specs_are_checked_entry_by_entry() {
+        let mut spec = Spec {
+            network: Network::Proxy(ProxyPolicy {
+                allow: vec!["ok.example".into(), "*.10.0.0.1".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let e = validate_spec(&spec).unwrap_err();
+        assert_eq!(e.path, "network.allow[1]");
+        spec.network = Network::Proxy(ProxyPolicy {
+            allow: vec!["ok.example".into()],
+            resolve: [("ok.example".into(), "not-an-ip".into())].into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            validate_spec(&spec).unwrap_err().path,
+            "network.resolve.ok.example"
+        );
+        spec.network = Network::Proxy(ProxyPolicy {
+            allow: vec!["ok.example".into()],
+            ..Default::default()
+        });
+        assert!(validate_spec(&spec).is_ok());
+        spec.namespaces.net = false;
+        assert!(validate_spec(&spec).is_err());
+    }
+}
