@@ -318,18 +318,22 @@ fn supervise(
         } else {
             126
         };
-        let what = if code == 127 {
-            "command not found in the sandbox"
+        let program = spec.command[0].as_str();
+        let line = if code == 127 && !program.contains('/') {
+            let path = spec
+                .env
+                .get("PATH")
+                .map_or(crate::spec::DEFAULT_PATH, String::as_str);
+            format!("command {program:?} not found in the sandbox's PATH ({path})")
         } else {
-            "command not executable in the sandbox"
+            let what = if code == 127 {
+                "command not found in the sandbox"
+            } else {
+                "command not executable in the sandbox"
+            };
+            format!("{what}: {call} => {errno:?}: {}", errno.desc())
         };
-        (
-            code,
-            None,
-            None,
-            Outcome::ExecFailed,
-            Some(format!("{what}: {call} => {errno}: {}", errno.desc())),
-        )
+        (code, None, None, Outcome::ExecFailed, Some(line))
     } else if timed_out {
         (124, None, Some(libc::SIGKILL), Outcome::TimedOut, None)
     } else if let Some((ws, _)) = exited {
@@ -404,7 +408,7 @@ fn setup_line(what: &str, call: &str, errno: i32, hint: Option<&str>) -> String 
     let mut line = if errno != 0 {
         let e = Errno::from_raw(errno);
         let call = call.split(" => ").next().unwrap_or(call);
-        format!("{what}: {call} => {e}: {}", e.desc())
+        format!("{what}: {call} => {e:?}: {}", e.desc())
     } else {
         format!("{what}: {call}")
     };

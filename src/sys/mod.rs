@@ -7,6 +7,7 @@ mod mount;
 mod net;
 mod process;
 pub mod socket;
+pub use socket::peer_hung_up;
 
 use std::ffi::CStr;
 use std::fmt;
@@ -41,7 +42,13 @@ impl SysError {
 
 impl fmt::Display for SysError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} => {}: {}", self.call, self.errno, self.errno.desc())
+        write!(
+            f,
+            "{} => {:?}: {}",
+            self.call,
+            self.errno,
+            self.errno.desc()
+        )
     }
 }
 
