@@ -49,7 +49,19 @@ fn steps(extra: &[&'static str]) -> Vec<&'static str> {
 pub(super) fn probe(host: &Host) -> Vec<Feature> {
     let maps = Maps::new(host);
     let base = NEXT + 3;
-    let none: userns::Explain<'_> = &|_, _| None;
+    // Shared by all four: the tmpfs needs an existing /tmp to mount on
+    // (inside the probe's own mount namespace; the launcher does not).
+    let no_tmp = |n: u32, errno: Errno| {
+        (n == NEXT + 2 && errno == Errno::ENOENT).then(|| {
+            (
+                Status::Restricted,
+                "the probe mounts its tmpfs on /tmp (in its own namespace), and there is no /tmp"
+                    .to_string(),
+                "create /tmp (mode 1777)".to_string(),
+            )
+        })
+    };
+    let none: userns::Explain<'_> = &no_tmp;
 
     let mount_ns = userns::verdict(
         "mount_namespace",
@@ -92,7 +104,9 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
         host,
         "overlayfs with userxattr on a tmpfs upper, inside a user namespace, writable",
         &|n, errno| {
-            (n == base + 4).then(|| match errno {
+            no_tmp(n, errno).or_else(|| {
+                (n == base + 4).then(|| {
+                    match errno {
                 Errno::ENODEV => (
                     Status::Missing,
                     "overlayfs is not available".into(),
@@ -113,6 +127,8 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
                         .into(),
                 ),
                 other => userns::generic(other, host),
+            }
+                })
             })
         },
     );
@@ -136,16 +152,18 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
         host,
         "pivot_root onto a tmpfs and detach of the old root, inside a user namespace",
         &|n, errno| {
-            (n == base + 1 && errno == Errno::EINVAL).then(|| {
-                (
-                    Status::Restricted,
-                    "the current root cannot be pivoted away from (it is the initramfs \
+            no_tmp(n, errno).or_else(|| {
+                (n == base + 1 && errno == Errno::EINVAL).then(|| {
+                    (
+                        Status::Restricted,
+                        "the current root cannot be pivoted away from (it is the initramfs \
                      `rootfs`, as in some minimal containers and VMs)"
-                        .into(),
-                    "switch_root to a real root filesystem before running hutch (or run it \
+                            .into(),
+                        "switch_root to a real root filesystem before running hutch (or run it \
                      in a container whose root is a proper mount)"
-                        .into(),
-                )
+                            .into(),
+                    )
+                })
             })
         },
     );

@@ -759,3 +759,64 @@ pub fn interface_up(name: &[u8], n: u32) -> StepResult {
     close(fd);
     res
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_survive_the_pipe_encoding() {
+        for r in [
+            Ok(0),
+            Ok(-5),
+            Ok(i64::MAX),
+            Err((0, Errno::EPERM)),
+            Err((17, Errno::ENOSPC)),
+        ] {
+            assert_eq!(decode(&encode(r)), r);
+        }
+    }
+
+    #[test]
+    fn cbuf_and_decimal_build_nul_terminated_paths() {
+        let mut d = [0u8; 10];
+        assert_eq!(decimal(0, &mut d), b"0");
+        assert_eq!(decimal(4_294_967_295, &mut d), b"4294967295");
+        let b = cbuf(&[b"/proc/", decimal(1234, &mut [0u8; 10]), b"/uid_map"]);
+        assert_eq!(
+            &b[..b.iter().position(|&c| c == 0).unwrap_or(0)],
+            b"/proc/1234/uid_map"
+        );
+        // Too long: truncated but still NUL-terminated.
+        let long = [b'a'; 400];
+        assert_eq!(cbuf(&[&long]).last(), Some(&0));
+    }
+
+    #[test]
+    fn child_results_and_failures_come_back() {
+        let limit = Duration::from_secs(5);
+        assert_eq!(in_child(|| Ok(42), limit), Ok(ChildOutcome::Done(Ok(42))));
+        assert_eq!(
+            in_child(|| unshare(-1, 3), limit),
+            Ok(ChildOutcome::Done(Err((3, Errno::EINVAL))))
+        );
+        // A child that dies without reporting is not mistaken for success.
+        assert!(matches!(
+            in_child(|| std::process::abort(), limit),
+            Ok(ChildOutcome::Died(_))
+        ));
+    }
+
+    #[test]
+    fn a_hanging_child_is_killed_and_reaped() {
+        let start = Instant::now();
+        let out = in_child(
+            || loop {
+                std::hint::spin_loop();
+            },
+            Duration::from_millis(200),
+        );
+        assert_eq!(out, Ok(ChildOutcome::TimedOut));
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+}
