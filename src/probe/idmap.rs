@@ -75,6 +75,10 @@ pub(super) fn probe(host: &Host) -> Feature {
         host,
         &format!("detached idmapped copy of {shown} (0 -> 65534)"),
         &|n, errno| {
+            if n == 0 {
+                // The holder child could not create a user namespace.
+                return Some(userns::diagnose(0, errno, host));
+            }
             (n == 5).then(|| match errno {
                 Errno::EINVAL | Errno::EOPNOTSUPP => (
                     Status::Missing,

@@ -95,7 +95,7 @@ pub(super) fn verdict(
 }
 
 /// Why a user namespace step failed, from the errno and the host settings.
-fn diagnose(n: u32, errno: Errno, host: &Host) -> (Status, String, String) {
+pub(super) fn diagnose(n: u32, errno: Errno, host: &Host) -> (Status, String, String) {
     let container_fix = "allow nested user namespaces in the container (Docker/Podman: \
                          --security-opt seccomp=unconfined --security-opt apparmor=unconfined, \
                          or a seccomp profile allowing unshare/clone with CLONE_NEWUSER), \
