@@ -226,11 +226,11 @@ fn assert_matches_host(v: &Value, nobody: bool) {
         let mut from_kernel: Vec<&str> = avail.split_whitespace().collect();
         from_kernel.sort();
         let mut reported: Vec<&str> = v["seccomp_actions"]
-            .as_array()
+            .as_object()
             .into_iter()
             .flatten()
-            .filter(|a| a[1] == Value::Bool(true))
-            .filter_map(|a| a[0].as_str())
+            .filter(|(_, on)| **on == Value::Bool(true))
+            .map(|(name, _)| name.as_str())
             .collect();
         reported.sort();
         assert_eq!(reported, from_kernel, "seccomp actions vs actions_avail");

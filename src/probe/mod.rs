@@ -15,6 +15,7 @@ mod seccomp;
 mod syscalls;
 mod userns;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -121,7 +122,7 @@ pub struct Report {
     pub features: Vec<Feature>,
     /// Which seccomp return actions the kernel supports
     /// (`SECCOMP_GET_ACTION_AVAIL`), by name.
-    pub seccomp_actions: Vec<(&'static str, bool)>,
+    pub seccomp_actions: BTreeMap<&'static str, bool>,
     /// The Landlock ABI version, when Landlock is enabled.
     pub landlock_abi: Option<i32>,
     /// The host's user namespace settings, as read.

@@ -1,6 +1,8 @@
 //! seccomp filter mode (a filter is installed in a child) and the return
 //! actions the kernel supports (`SECCOMP_GET_ACTION_AVAIL`, no side effects).
 
+use std::collections::BTreeMap;
+
 use crate::sys::probe::{self as raw, SECCOMP_FILTER_FLAG_NEW_LISTENER};
 
 use super::userns;
@@ -30,7 +32,7 @@ const STEPS: [&str; 3] = [
 ];
 
 /// `seccomp`: a filter can be installed and the needed actions exist.
-pub(super) fn probe(host: &Host) -> (Feature, Vec<(&'static str, bool)>) {
+pub(super) fn probe(host: &Host) -> (Feature, BTreeMap<&'static str, bool>) {
     let actions: Vec<(&'static str, bool)> = ACTIONS
         .iter()
         .map(|&(name, a)| (name, raw::seccomp_action_avail(a).is_ok()))
@@ -83,5 +85,5 @@ pub(super) fn probe(host: &Host) -> (Feature, Vec<(&'static str, bool)>) {
             "use Linux 4.14 or newer",
         );
     }
-    (feature, actions)
+    (feature, actions.into_iter().collect())
 }
