@@ -5,6 +5,7 @@
 mod caps;
 mod mount;
 mod net;
+pub mod probe;
 mod process;
 pub mod socket;
 pub use socket::peer_hung_up;
