@@ -3,18 +3,22 @@
 //! permitted`. Nothing here knows hutch concepts.
 
 mod caps;
+mod cgroup;
 mod mount;
 mod net;
 mod process;
+mod rlimit;
 pub mod socket;
 
 use std::ffi::CStr;
 use std::fmt;
 
 pub use caps::*;
+pub use cgroup::*;
 pub use mount::*;
 pub use net::*;
 pub use process::*;
+pub use rlimit::*;
 
 pub use nix::errno::Errno;
 
