@@ -1,4 +1,4 @@
-//! Resource limits: getrlimit / setrlimit.
+//! Resource limits: getrlimit (setrlimit lives in process.rs).
 
 use super::{SysError, check};
 
@@ -25,14 +25,6 @@ pub fn rlimit_name(resource: libc::c_int) -> &'static str {
     }
 }
 
-fn fmt_value(v: u64) -> String {
-    if v == libc::RLIM_INFINITY {
-        "RLIM_INFINITY".into()
-    } else {
-        v.to_string()
-    }
-}
-
 /// Current (soft, hard) limits of `resource`.
 pub fn getrlimit(resource: libc::c_int) -> Result<(u64, u64), SysError> {
     let mut lim = libc::rlimit {
@@ -45,18 +37,4 @@ pub fn getrlimit(resource: libc::c_int) -> Result<(u64, u64), SysError> {
         format!("getrlimit({})", rlimit_name(resource))
     })?;
     Ok((lim.rlim_cur, lim.rlim_max))
-}
-
-/// Set both the soft and the hard limit of `resource` to `value`.
-pub fn setrlimit(resource: libc::c_int, value: u64) -> Result<(), SysError> {
-    let lim = libc::rlimit {
-        rlim_cur: value,
-        rlim_max: value,
-    };
-    // SAFETY: lim is a valid rlimit read by the kernel only.
-    let r = unsafe { libc::setrlimit(resource as _, &lim) };
-    check(r as libc::c_long, || {
-        format!("setrlimit({}, {})", rlimit_name(resource), fmt_value(value))
-    })?;
-    Ok(())
 }
