@@ -473,10 +473,10 @@ impl Prepared {
     /// Read the final counters, kill what is left, remove the leaf.
     pub fn finish(mut self) -> LimitsReport {
         let mut report = self.report();
-        if let Some(leaf) = self.leaf.take() {
-            if let Err(e) = teardown(&leaf.cg) {
-                report.cleanup_error = Some(e);
-            }
+        if let Some(leaf) = self.leaf.take()
+            && let Err(e) = teardown(&leaf.cg)
+        {
+            report.cleanup_error = Some(e);
         }
         report
     }
