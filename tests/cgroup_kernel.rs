@@ -312,7 +312,7 @@ fn nproc_role() {
     // 12 processes of this uid outside any new namespace.
     let (mut host_kids, f) = spawn_sleeps(12);
     assert_eq!(f, 0);
-    let mut run = |wrapper: &[&str]| {
+    let run = |wrapper: &[&str]| {
         let mut sub = helper_via(wrapper, "nproc-limited", "");
         let _ = writeln!(sub.stdin.as_mut().unwrap(), "go");
         let line = output_line(&mut sub, "limited");
