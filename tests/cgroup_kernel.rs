@@ -324,3 +324,36 @@ fn nproc_role() {
     println!("nproc plain: {plain}; userns: {in_ns}");
     reap(&mut host_kids);
 }
+
+/// Cost of the leaf's life cycle (prepare: mkdir + limits + open; finish:
+/// counters + rmdir), printed as a BENCH line for the VM harness. Fails
+/// only when a round leaves its leaf behind.
+#[test]
+fn leaf_lifecycle_cost() {
+    if !delegated() {
+        return;
+    }
+    let limits = Limits {
+        pids: Some(Limit::Required(1000)),
+        cpus: Some(Limit::Required(2.0)),
+        ..Limits::default()
+    };
+    let n = 20;
+    let (mut prep, mut fin) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
+    for i in 0..n {
+        let t0 = std::time::Instant::now();
+        let p = cgroup::prepare(&limits, &id(&format!("bench{i}"))).unwrap();
+        let leaf = p.cgroup_dir().unwrap().to_path_buf();
+        let t1 = std::time::Instant::now();
+        let r = p.finish();
+        fin += t1.elapsed();
+        prep += t1 - t0;
+        assert!(r.cleanup_error.is_none() && !leaf.exists());
+    }
+    println!(
+        "\nBENCH leaf_lifecycle uid={} prepare_us={} finish_us={}",
+        nix::unistd::getuid(),
+        prep.as_micros() / n,
+        fin.as_micros() / n
+    );
+}
