@@ -3,10 +3,12 @@
 //! permitted`. Nothing here knows hutch concepts.
 
 mod caps;
+mod cgroup;
 mod mount;
 mod net;
 pub mod probe;
 mod process;
+mod rlimit;
 pub mod socket;
 pub use socket::peer_hung_up;
 
@@ -14,9 +16,11 @@ use std::ffi::CStr;
 use std::fmt;
 
 pub use caps::*;
+pub use cgroup::*;
 pub use mount::*;
 pub use net::*;
 pub use process::*;
+pub use rlimit::*;
 
 pub use nix::errno::Errno;
 
