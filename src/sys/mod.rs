@@ -7,6 +7,7 @@ mod mount;
 mod net;
 mod process;
 pub mod socket;
+mod walk;
 
 use std::ffi::CStr;
 use std::fmt;
@@ -15,6 +16,7 @@ pub use caps::*;
 pub use mount::*;
 pub use net::*;
 pub use process::*;
+pub use walk::*;
 
 pub use nix::errno::Errno;
 
