@@ -534,6 +534,10 @@ impl Session {
                 }
             }
             up = sys::open_dir_beneath(up.as_fd(), c)?;
+            let next = match next {
+                Some(n) => Some(n),
+                None => merged.child_dir(c, walked)?,
+            };
             merged = next.ok_or_else(|| WorkspaceError::BadPath {
                 path: display_name(&shown),
                 reason: "parent vanished".into(),
