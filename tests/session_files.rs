@@ -160,14 +160,15 @@ fn full_flow_from_git_ends_in_git_apply_check() -> Result<()> {
     let state = t.path().join("state");
     let id = ok(&create_git(&state, &r, &rev, &[]))?.trim().to_string();
     assert_eq!(id.len(), 32);
-    // The baseline is the commit's content, sealed read-only.
+    // The baseline is the commit's content with git's modes; the
+    // manifest beside it is read-only.
     let base = state.join(&id).join("baseline/tree");
     assert_eq!(std::fs::read_to_string(base.join("d/e/y"))?, "y\n");
     assert!(!base.join(".git").exists());
-    assert_eq!(
-        std::fs::metadata(base.join("a.txt"))?.permissions().mode() & 0o222,
-        0
-    );
+    let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode() & 0o7777);
+    assert_eq!(mode(&base.join("a.txt"))?, 0o644);
+    assert_eq!(mode(&base.join("run.sh"))?, 0o755);
+    assert_eq!(mode(&state.join(&id).join("baseline/manifest"))?, 0o444);
 
     ok(&hutch(
         &state,
@@ -251,7 +252,8 @@ fn risky_commits_are_refused_unless_allowed() -> Result<()> {
     let t = Tmp::new("refuse");
     let (r, _) = repo(&t)?;
     let state = t.path().join("state");
-    let cases: [(&str, &dyn Fn(&Path) -> Result<()>, &str); 4] = [
+    type Setup<'a> = &'a dyn Fn(&Path) -> Result<()>;
+    let cases: [(&str, Setup, &str); 4] = [
         (
             "submodule",
             &|r| {
@@ -571,7 +573,10 @@ fn hostile_names_are_quoted_and_still_apply() -> Result<()> {
 }
 
 /// Read a tar archive into (name, type, mode, link target, data).
-fn tar_entries(p: &Path) -> Result<Vec<(Vec<u8>, tar::EntryType, u32, Option<PathBuf>, Vec<u8>)>> {
+/// (name, type, mode, link target, data) of one tar entry.
+type TarEntry = (Vec<u8>, tar::EntryType, u32, Option<PathBuf>, Vec<u8>);
+
+fn tar_entries(p: &Path) -> Result<Vec<TarEntry>> {
     let mut a = tar::Archive::new(std::fs::File::open(p)?);
     let mut out = Vec::new();
     for e in a.entries()? {
@@ -788,7 +793,7 @@ fn read_and_write_are_bounded_and_confined() -> Result<()> {
     ))?;
     assert_eq!(
         std::fs::metadata(u.join("run.sh"))?.permissions().mode() & 0o777,
-        0o555
+        0o755
     );
     let diff = ok(&hutch(&state, &["diff", &id], b""))?;
     assert!(

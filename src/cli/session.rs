@@ -136,7 +136,7 @@ fn run(args: Vec<OsString>) -> Result<i32> {
         "close" => close(&state, &mut a, wait),
         "list" => list(&state),
         "gc" => gc(&state, &mut a),
-        "run" => super::session_run::run(&state, a.rest(), wait),
+        "run" => run_command(&state, &mut a, wait),
         other => bail!("unknown session command {other:?}\n{USAGE}"),
     }
 }
@@ -324,4 +324,44 @@ fn gc(state: &StateDir, a: &mut Args) -> Result<i32> {
         println!("{id}");
     }
     Ok(0)
+}
+
+/// Options of `hutch run` that make no sense in a session (the session
+/// provides the workspace).
+const NOT_IN_SESSION: &[&str] = &["--workspace", "--changes", "--changes-size", "--bare"];
+
+/// Placeholder workspace given to the `hutch run` parser, replaced by the
+/// session overlay.
+const PLACEHOLDER: &str = "/nonexistent/hutch-session-workspace";
+
+fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
+    let id = id_arg(a)?;
+    let args = a.rest();
+    for arg in args.iter().take_while(|x| *x != "--") {
+        if let Some(bad) = NOT_IN_SESSION.iter().find(|b| arg == **b) {
+            bail!("session run: {bad} does not apply (the session provides /workspace)");
+        }
+    }
+    let mut full: Vec<OsString> = vec!["--workspace".into(), PLACEHOLDER.into()];
+    full.extend(args);
+    let (mut spec, _opts) = super::parse_run(&full)?;
+    spec.fs
+        .retain(|op| op.dest() != std::path::Path::new(PLACEHOLDER));
+    if spec.cwd.as_deref() == Some(std::path::Path::new(PLACEHOLDER)) {
+        spec.cwd = None;
+    }
+    let mut session = state.open_session(&id)?.with_wait(wait);
+    let record = session.run(spec)?;
+    let r = &record.report;
+    if let Some(e) = &r.error {
+        eprintln!("hutch: {e}");
+    }
+    if record.deadline_hit {
+        eprintln!(
+            "hutch session: the session deadline was reached; every process of the command was killed"
+        );
+    } else if r.reason == crate::launch::Outcome::TimedOut {
+        eprintln!("hutch session: the command timed out; every process of it was killed");
+    }
+    Ok(r.status)
 }

@@ -265,3 +265,21 @@ pub fn flock_exclusive(fd: BorrowedFd<'_>, wait: bool) -> Result<bool, SysError>
 pub fn geteuid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
+
+/// chmod of the directory `name` below `dir` that cannot be opened for
+/// reading (e.g. an overlay work dir of mode 0): opened `O_PATH` without
+/// following links, then changed through its `/proc/self/fd` magic link,
+/// which names exactly that inode.
+pub fn chmod_dir_beneath(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<(), SysError> {
+    use std::os::fd::AsRawFd;
+    let fd = openat2(
+        Some(dir),
+        name,
+        libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY,
+        0,
+        RESOLVE_STRICT,
+    )?;
+    let path = super::fd_path(fd.as_raw_fd());
+    rustix::fs::chmod(path.as_c_str(), Mode::from_raw_mode(mode))
+        .map_err(|e| err(format!("chmod({}, {mode:#o})", q(&path)), e))
+}

@@ -1,6 +1,5 @@
 //! Building a sealed baseline: files, directories and symlinks written
-//! through directory fds into `baseline/tree`, hashed on the way in, then
-//! made read-only. Sources: a host directory (walked through fds, links
+//! through directory fds into `baseline/tree`, hashed on the way in. Sources: a host directory (walked through fds, links
 //! copied as links, never followed) or a git commit (see `git.rs`).
 
 use std::ffi::{CStr, CString};
@@ -110,7 +109,7 @@ impl BaselineWriter {
                 .map_err(|e| WorkspaceError::io(format!("write {}", display_name(&shown)), e))?;
             size += n as u64;
         }
-        let mode = if exec { 0o555 } else { 0o444 };
+        let mode = if exec { 0o755 } else { 0o644 };
         sys::fchmod(file.as_fd(), mode)?;
         self.manifest.entries.push(ManifestEntry {
             path: shown,
@@ -140,7 +139,11 @@ impl BaselineWriter {
         Ok(())
     }
 
-    /// Seal the tree (directories 0555) and return the manifest.
+    /// Finish the tree (plain git-like modes: directories 0755, files
+    /// 0644/0755, so the workload can change them through the overlay's
+    /// copy-up) and return the manifest. The tree is sealed by never being
+    /// written again: it is only ever an overlay lower, and the manifest's
+    /// digest fingerprints it.
     pub fn finish(mut self) -> Result<Manifest> {
         self.stack.clear();
         for dir in &self.dirs {
@@ -148,9 +151,9 @@ impl BaselineWriter {
             for c in dir {
                 fd = sys::open_dir_beneath(fd.as_fd(), c)?;
             }
-            sys::fchmod(fd.as_fd(), 0o555)?;
+            sys::fchmod(fd.as_fd(), 0o755)?;
         }
-        sys::fchmod(self.root.as_fd(), 0o555)?;
+        sys::fchmod(self.root.as_fd(), 0o755)?;
         Ok(self.manifest)
     }
 }

@@ -282,13 +282,13 @@ fn fetch_blobs(
                 if blob.mode == 0o120000 {
                     writer.add_symlink(&path, &data)?;
                 } else {
-                    if !policy.allow_export_attributes {
-                        if let Some(attr) = export_attribute(&data) {
-                            return Err(WorkspaceError::Refused(
-                                format!("{} sets {attr}", display_name(&blob.path)),
-                                "--allow-export-attributes",
-                            ));
-                        }
+                    if !policy.allow_export_attributes
+                        && let Some(attr) = export_attribute(&data)
+                    {
+                        return Err(WorkspaceError::Refused(
+                            format!("{} sets {attr}", display_name(&blob.path)),
+                            "--allow-export-attributes",
+                        ));
                     }
                     writer.add_file(&path, blob.mode == 0o100755, &mut &data[..])?;
                 }

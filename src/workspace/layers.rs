@@ -20,10 +20,10 @@ const OPAQUE_XATTRS: [&CStr; 2] = [c"trusted.overlay.opaque", c"user.overlay.opa
 /// Whether the upper directory `fd` is opaque (hides the baseline below it).
 pub fn is_opaque(fd: BorrowedFd<'_>) -> Result<bool> {
     for name in OPAQUE_XATTRS {
-        if let Some(v) = sys::get_xattr(fd, name)? {
-            if v == b"y" {
-                return Ok(true);
-            }
+        if let Some(v) = sys::get_xattr(fd, name)?
+            && v == b"y"
+        {
+            return Ok(true);
         }
     }
     Ok(false)
@@ -151,28 +151,28 @@ impl Layers {
 impl MergedDir {
     /// The entry `name` of this directory in the merged view.
     pub fn entry(&self, name: &CStr) -> Result<Option<Found>> {
-        if let Some(up) = &self.upper {
-            if let Some(meta) = lstat_opt(up.as_fd(), name)? {
-                if meta.is_whiteout() {
-                    return Ok(None);
-                }
-                return Ok(Some(Found {
-                    dir: dup(up)?,
-                    name: name.to_owned(),
-                    meta,
-                    layer: Layer::Upper,
-                }));
+        if let Some(up) = &self.upper
+            && let Some(meta) = lstat_opt(up.as_fd(), name)?
+        {
+            if meta.is_whiteout() {
+                return Ok(None);
             }
+            return Ok(Some(Found {
+                dir: dup(up)?,
+                name: name.to_owned(),
+                meta,
+                layer: Layer::Upper,
+            }));
         }
-        if let Some(base) = &self.base {
-            if let Some(meta) = lstat_opt(base.as_fd(), name)? {
-                return Ok(Some(Found {
-                    dir: dup(base)?,
-                    name: name.to_owned(),
-                    meta,
-                    layer: Layer::Baseline,
-                }));
-            }
+        if let Some(base) = &self.base
+            && let Some(meta) = lstat_opt(base.as_fd(), name)?
+        {
+            return Ok(Some(Found {
+                dir: dup(base)?,
+                name: name.to_owned(),
+                meta,
+                layer: Layer::Baseline,
+            }));
         }
         Ok(None)
     }
@@ -186,27 +186,25 @@ impl MergedDir {
         };
         let mut upper = None;
         let mut base_visible = true;
-        if let Some(up) = &self.upper {
-            if let Some(meta) = lstat_opt(up.as_fd(), name)? {
-                if meta.is_whiteout() {
-                    return Ok(None);
-                }
-                if !meta.is_dir() {
-                    return Err(not_dir());
-                }
-                let fd = sys::open_dir_beneath(up.as_fd(), name)?;
-                base_visible = !is_opaque(fd.as_fd())?;
-                upper = Some(fd);
+        if let Some(up) = &self.upper
+            && let Some(meta) = lstat_opt(up.as_fd(), name)?
+        {
+            if meta.is_whiteout() {
+                return Ok(None);
             }
+            if !meta.is_dir() {
+                return Err(not_dir());
+            }
+            let fd = sys::open_dir_beneath(up.as_fd(), name)?;
+            base_visible = !is_opaque(fd.as_fd())?;
+            upper = Some(fd);
         }
         let mut base = None;
-        if base_visible {
-            if let Some(b) = &self.base {
-                match lstat_opt(b.as_fd(), name)? {
-                    Some(m) if m.is_dir() => base = Some(sys::open_dir_beneath(b.as_fd(), name)?),
-                    Some(_) if upper.is_none() => return Err(not_dir()),
-                    _ => {}
-                }
+        if base_visible && let Some(b) = &self.base {
+            match lstat_opt(b.as_fd(), name)? {
+                Some(m) if m.is_dir() => base = Some(sys::open_dir_beneath(b.as_fd(), name)?),
+                Some(_) if upper.is_none() => return Err(not_dir()),
+                _ => {}
             }
         }
         if upper.is_none() && base.is_none() {

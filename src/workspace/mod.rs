@@ -20,6 +20,7 @@ mod quote;
 mod relpath;
 mod remove;
 mod render;
+mod run;
 mod session;
 
 pub use baseline::{BaselineWriter, import_dir};
@@ -34,6 +35,7 @@ pub use manifest::{Manifest, ManifestEntry, fingerprint};
 pub use quote::{display_name, git_quote};
 pub use relpath::{RelPath, WORKSPACE_DIR};
 pub use render::{DiffFormat, git_oid, render};
+pub use run::{AUDIT_CAPTURE_BYTES, RunRecord};
 pub use session::{
     CreateOptions, STATE_DIR_ENV, Session, SessionInfo, SessionLock, Source, StateDir, now_ms,
     valid_id,

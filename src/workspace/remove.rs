@@ -18,7 +18,13 @@ pub fn remove_tree(dir: BorrowedFd<'_>, name: &CStr) -> Result<()> {
         Err(e) => return Err(e.into()),
     };
     if meta.is_dir() {
-        let sub = sys::open_dir_beneath(dir, name)?;
+        let sub = match sys::open_dir_beneath(dir, name) {
+            Err(e) if e.errno == Errno::EACCES => {
+                sys::chmod_dir_beneath(dir, name, 0o700)?;
+                sys::open_dir_beneath(dir, name)?
+            }
+            other => other?,
+        };
         // Sealed baselines and overlay work dirs are read-only or mode 0.
         let _ = sys::fchmod(sub.as_fd(), 0o700);
         for child in sys::list_dir(sub.as_fd())? {

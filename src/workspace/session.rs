@@ -24,6 +24,10 @@ use super::relpath::RelPath;
 use super::remove::remove_tree;
 use super::render::{DiffFormat, render};
 
+/// Host uid (and gid) of the workload when root launches (the launcher's
+/// default `identity.host_uid`).
+pub const ROOT_LAUNCH_UID: u32 = 65534;
+
 /// Environment variable naming the state directory.
 pub const STATE_DIR_ENV: &str = "HUTCH_STATE_DIR";
 
@@ -183,6 +187,15 @@ impl StateDir {
         for sub in [c"baseline", c"upper", c"work"] {
             sys::mkdirat(dir.as_fd(), sub, 0o755)?;
         }
+        if sys::geteuid() == 0 {
+            // Root launches run the workload as host uid 65534 (the
+            // launcher's default); what hutch writes into the upper takes
+            // the upper's owner, so it stays writable by the workload.
+            for sub in [c"upper", c"work"] {
+                let fd = sys::open_dir_beneath(dir.as_fd(), sub)?;
+                sys::fchown(fd.as_fd(), ROOT_LAUNCH_UID, ROOT_LAUNCH_UID)?;
+            }
+        }
         let baseline = sys::open_dir_beneath(dir.as_fd(), c"baseline")?;
         sys::mkdirat(baseline.as_fd(), c"tree", 0o755)?;
         let tree = sys::open_dir_beneath(baseline.as_fd(), c"tree")?;
@@ -194,13 +207,13 @@ impl StateDir {
         let mut manifest = writer.finish()?;
         let text = manifest.render();
         let fp = fingerprint(&text);
-        if let Some(expected) = &opts.expect_fingerprint {
-            if !expected.eq_ignore_ascii_case(&fp) {
-                return Err(WorkspaceError::FingerprintMismatch {
-                    expected: expected.clone(),
-                    actual: fp,
-                });
-            }
+        if let Some(expected) = &opts.expect_fingerprint
+            && !expected.eq_ignore_ascii_case(&fp)
+        {
+            return Err(WorkspaceError::FingerprintMismatch {
+                expected: expected.clone(),
+                actual: fp,
+            });
         }
         write_new(baseline.as_fd(), c"manifest", &text, 0o444)?;
         sys::fchmod(baseline.as_fd(), 0o555)?;
@@ -554,10 +567,10 @@ impl Session {
             }
             None => 0o644,
         };
-        if let Some(m) = lstat_opt(up.as_fd(), name)? {
-            if m.is_whiteout() {
-                sys::unlink_at(up.as_fd(), name, false)?;
-            }
+        if let Some(m) = lstat_opt(up.as_fd(), name)?
+            && m.is_whiteout()
+        {
+            sys::unlink_at(up.as_fd(), name, false)?;
         }
         let fd = sys::open_beneath(
             up.as_fd(),
