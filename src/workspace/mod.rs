@@ -40,3 +40,4 @@ pub use session::{
     CreateOptions, STATE_DIR_ENV, Session, SessionInfo, SessionLock, Source, StateDir, now_ms,
     valid_id,
 };
+pub use export::export as export_to;
