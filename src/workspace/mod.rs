@@ -26,6 +26,7 @@ mod session;
 pub use baseline::{BaselineWriter, import_dir};
 pub use changes::{Blob, Change, Changes, DEFAULT_MAX_FILE_BYTES, Skipped, compute};
 pub use error::{Result, WorkspaceError};
+pub use export::export as export_to;
 pub use export::{
     ArchiveKind, ExportEntry, ExportManifest, ExportOptions, MANIFEST_NAME, PATCH_NAME,
 };
@@ -40,4 +41,3 @@ pub use session::{
     CreateOptions, STATE_DIR_ENV, Session, SessionInfo, SessionLock, Source, StateDir, now_ms,
     valid_id,
 };
-pub use export::export as export_to;
