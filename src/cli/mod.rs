@@ -3,6 +3,7 @@
 
 mod check;
 mod run;
+mod session;
 mod supervise;
 
 /// The library ↔ supervisor protocol (`hutch __supervise`).
@@ -32,6 +33,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     match cmd.as_ref().and_then(|c| c.to_str()) {
         Some("run") => run::main(rest),
         Some("check") => check::main(rest),
+        Some("session") => session::main(rest),
         Some(supervise::SUBCOMMAND) => supervise::main(rest),
         Some("version" | "--version" | "-V") => {
             println!("hutch {}", env!("CARGO_PKG_VERSION"));

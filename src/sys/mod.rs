@@ -11,6 +11,7 @@ mod process;
 mod rlimit;
 pub mod socket;
 pub use socket::peer_hung_up;
+mod walk;
 
 use std::ffi::CStr;
 use std::fmt;
@@ -21,6 +22,7 @@ pub use mount::*;
 pub use net::*;
 pub use process::*;
 pub use rlimit::*;
+pub use walk::*;
 
 pub use nix::errno::Errno;
 
