@@ -181,6 +181,8 @@ fn supervise(
         let _ = sys::waitpid(pid, 0);
         e
     };
+    // Read while pid 1 is still dumpable and ours (it becomes neither).
+    let namespaces = status_file.as_ref().map(|_| namespace_inodes(pid));
     write_id_maps(pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     let idmapped = idmapped_layers(pid, p).map_err(kill_and_reap)?;
     let raw: Vec<RawFd> = idmapped.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
@@ -277,7 +279,13 @@ fn supervise(
                     Ok(Some((msg, _fds))) => match msg {
                         Message::Started { workload_pid } => {
                             if let Some(f) = status_file.as_deref_mut() {
-                                write_start_event(f, &p.sandbox_id, pid, workload_pid);
+                                write_start_event(
+                                    f,
+                                    &p.sandbox_id,
+                                    pid,
+                                    workload_pid,
+                                    namespaces.clone().unwrap_or_default(),
+                                );
                             }
                         }
                         Message::SetupFailed {
@@ -570,13 +578,23 @@ fn enforcement(p: &Prepared, spec: &Spec) -> Enforcement {
     }
 }
 
-fn write_start_event(f: &mut std::fs::File, id: &str, pid: libc::pid_t, workload_pid: i32) {
+fn namespace_inodes(pid: libc::pid_t) -> serde_json::Map<String, serde_json::Value> {
     let mut namespaces = serde_json::Map::new();
     for ns in ["user", "mnt", "pid", "ipc", "uts", "net", "cgroup"] {
         if let Ok(m) = std::fs::metadata(format!("/proc/{pid}/ns/{ns}")) {
             namespaces.insert(ns.into(), std::os::unix::fs::MetadataExt::ino(&m).into());
         }
     }
+    namespaces
+}
+
+fn write_start_event(
+    f: &mut std::fs::File,
+    id: &str,
+    pid: libc::pid_t,
+    workload_pid: i32,
+    namespaces: serde_json::Map<String, serde_json::Value>,
+) {
     let event = serde_json::json!({
         "event": "start",
         "sandbox_id": id,
