@@ -3,18 +3,22 @@
 //! permitted`. Nothing here knows hutch concepts.
 
 mod caps;
+mod landlock;
 mod mount;
 mod net;
 mod process;
+mod seccomp;
 pub mod socket;
 
 use std::ffi::CStr;
 use std::fmt;
 
 pub use caps::*;
+pub use landlock::*;
 pub use mount::*;
 pub use net::*;
 pub use process::*;
+pub use seccomp::*;
 
 pub use nix::errno::Errno;
 
