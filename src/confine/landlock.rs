@@ -32,7 +32,9 @@ pub const IOCTL_DEV: u64 = 1 << 15;
 const ABI1_FS: u64 = (1 << 13) - 1;
 /// Rights that apply to a non-directory.
 const FILE_RIGHTS: u64 = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV;
-const READ_EXEC: u64 = EXECUTE | READ_FILE | READ_DIR;
+/// Read and execute: what a read-only mount needs.
+pub const READ_EXEC_RIGHTS: u64 = EXECUTE | READ_FILE | READ_DIR;
+const READ_EXEC: u64 = READ_EXEC_RIGHTS;
 
 // Network rights (ABI 4).
 pub const BIND_TCP: u64 = 1 << 0;

@@ -115,7 +115,10 @@ impl From<CmpOp> for SeccompCmpOp {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a filter object with mismatch_action, match_action and filter"
+)]
 struct JsonFilter {
     #[serde(alias = "default_action")]
     mismatch_action: Action,
@@ -125,7 +128,10 @@ struct JsonFilter {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a rule object with syscall and optional args and comment"
+)]
 struct JsonRule {
     syscall: String,
     args: Option<Vec<JsonCondition>>,
@@ -134,7 +140,10 @@ struct JsonRule {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a condition object with index, type, op, val and optional comment"
+)]
 struct JsonCondition {
     index: u8,
     #[serde(rename = "type")]
