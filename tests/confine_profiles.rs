@@ -161,8 +161,10 @@ fn profile_file_is_read_and_checked() {
     assert_eq!(key, "seccomp");
     contains_all(&msg, &["rule 1", "pttrace"]);
     // Through the Spec validator the key is security.seccomp.
-    let mut spec = Spec::default();
-    spec.security = sec(&bad);
+    let spec = Spec {
+        security: sec(&bad),
+        ..Spec::default()
+    };
     let e = hutch::spec::validate(&spec).unwrap_err();
     assert_eq!(e.path, "security.seccomp");
     // prepare() reports the file and the rule, one line.
