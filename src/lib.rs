@@ -24,5 +24,5 @@ pub mod workspace;
 
 mod api;
 
-pub use api::{Child, Command, ExitReport, Outcome};
+pub use api::{Child, Command, ExitReport, Outcome, SpawnError, find_binary};
 pub use spec::Spec;

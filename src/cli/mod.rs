@@ -1,9 +1,51 @@
-//! Command line front end: every subcommand only builds a Spec.
+//! Command line front end: every subcommand only builds a Spec (or calls
+//! the module that owns the job) and turns the result into an exit code.
+
+mod run;
+mod supervise;
+
+/// The library ↔ supervisor protocol (`hutch __supervise`).
+pub mod supervise_protocol {
+    pub use super::supervise::{REPORT_FD, REQUEST_FD, Request, Response, SUBCOMMAND};
+}
 
 use std::ffi::OsString;
 
+pub use run::{USAGE as RUN_USAGE, parse as parse_run, run_spec};
+
+const USAGE: &str = "\
+usage: hutch <command> [ARGS...]
+
+commands:
+  run [OPTIONS] -- CMD...   run a command in a sandbox (see `hutch run --help`)
+  check [--json]            which kernel features hutch needs work here, and fixes
+  proxy ...                 run the egress proxy alone
+  session ...               persistent workspaces over a sealed baseline
+  version                   print the version";
+
 /// Entry point of the `hutch` binary; returns the process exit code.
-pub fn main(_args: Vec<OsString>) -> i32 {
-    eprintln!("hutch: under construction");
-    125
+pub fn main(args: Vec<OsString>) -> i32 {
+    let mut it = args.into_iter();
+    let cmd = it.next();
+    let rest: Vec<OsString> = it.collect();
+    match cmd.as_ref().and_then(|c| c.to_str()) {
+        Some("run") => run::main(rest),
+        Some(supervise::SUBCOMMAND) => supervise::main(rest),
+        Some("version" | "--version" | "-V") => {
+            println!("hutch {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        Some("help" | "--help" | "-h") => {
+            println!("{USAGE}");
+            0
+        }
+        Some(other) => {
+            eprintln!("hutch: unknown command {other:?}\n{USAGE}");
+            125
+        }
+        None => {
+            eprintln!("{USAGE}");
+            125
+        }
+    }
 }

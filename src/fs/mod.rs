@@ -1,1 +1,13 @@
-//! New-root builder.
+//! The new-root builder: a pure [`plan`] made before clone, executed by
+//! [`build`] in the child through the mockable [`FsSys`] layer.
+
+pub mod build;
+pub mod count;
+pub mod plan;
+mod real;
+#[cfg(test)]
+mod tests;
+
+pub use build::{BuildError, Built, FsSys, Sources, build, op_names, open_sources};
+pub use plan::{Plan, Step, Upper, plan};
+pub use real::RealFs;

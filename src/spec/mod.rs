@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use defaults::{DEFAULT_PATH, default_profile, workspace_overlay};
+pub use defaults::{DEFAULT_PATH, TMP_INODES, TMP_SIZE, default_profile, workspace_overlay};
 pub use load::{load_profile, parse_json, parse_toml};
 pub use size::{ByteSize, Duration};
 pub use validate::{SpecError, validate};
@@ -337,7 +337,7 @@ pub struct Security {
 impl Default for Security {
     fn default() -> Self {
         Security {
-            seccomp: "default".into(),
+            seccomp: "unconfined".into(),
             landlock: LandlockPolicy::default(),
             cap_add: Vec::new(),
             no_new_privs: true,
@@ -345,21 +345,12 @@ impl Default for Security {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LandlockPolicy {
     pub enabled: bool,
     /// Refuse to run when the kernel's Landlock ABI is below this.
     pub min_abi: Option<u32>,
-}
-
-impl Default for LandlockPolicy {
-    fn default() -> Self {
-        LandlockPolicy {
-            enabled: true,
-            min_abi: None,
-        }
-    }
 }
 
 /// Network of the sandbox.

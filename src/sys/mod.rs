@@ -71,10 +71,10 @@ pub(crate) fn check(
 pub fn thread_count() -> usize {
     if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
         for line in status.lines() {
-            if let Some(n) = line.strip_prefix("Threads:") {
-                if let Ok(n) = n.trim().parse() {
-                    return n;
-                }
+            if let Some(n) = line.strip_prefix("Threads:")
+                && let Ok(n) = n.trim().parse()
+            {
+                return n;
             }
         }
     }

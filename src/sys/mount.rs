@@ -236,3 +236,31 @@ fn fd_name(fd: RawFd) -> String {
         format!("fd {fd}")
     }
 }
+
+/// chmod(2) (through a `/proc/self/fd/N` path for O_PATH fds).
+pub fn chmod(path: &CStr, mode: u32) -> Result<(), SysError> {
+    // SAFETY: path is a valid C string.
+    let r = unsafe { libc::chmod(path.as_ptr(), mode) };
+    check(r as libc::c_long, || {
+        format!("chmod({}, {mode:#o})", q(path))
+    })
+    .map(drop)
+}
+
+/// Whether an fd (O_PATH allowed) refers to a directory.
+pub fn is_dir(fd: BorrowedFd<'_>) -> Result<bool, SysError> {
+    // SAFETY: stat is plain data; zeroed is valid.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid out-pointer; "" with AT_EMPTY_PATH stats the fd itself.
+    let r = unsafe { libc::fstatat(fd.as_raw_fd(), c"".as_ptr(), &mut st, libc::AT_EMPTY_PATH) };
+    check(r as libc::c_long, || {
+        format!("fstatat(fd {}, \"\", AT_EMPTY_PATH)", fd.as_raw_fd())
+    })?;
+    Ok(st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+}
+
+/// close(2), ignoring errors (nothing useful can be done about them).
+pub fn close(fd: RawFd) {
+    // SAFETY: the caller owns fd and does not use it afterwards.
+    unsafe { libc::close(fd) };
+}

@@ -252,3 +252,169 @@ pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no process state we share.
     unsafe { libc::_exit(code) }
 }
+
+/// setrlimit(2) with soft = hard = `value`.
+pub fn setrlimit(resource: libc::c_int, value: u64) -> Result<(), SysError> {
+    let lim = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
+    // SAFETY: lim is a valid rlimit.
+    let r = unsafe { libc::setrlimit(resource as libc::__rlimit_resource_t, &lim) };
+    check(r as libc::c_long, || {
+        format!("setrlimit({resource}, {value})")
+    })
+    .map(drop)
+}
+
+/// Every signal back to its default disposition and an empty mask, as a
+/// freshly exec'd program expects (Rust ignores SIGPIPE, for one).
+pub fn reset_signals() {
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: SIG_DFL is always a valid disposition; errors (reserved
+        // signals) are harmless.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+    // SAFETY: an empty set, no old-set out-pointer.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
+/// dup2(2) (a no-op when `from == to`, after clearing close-on-exec).
+pub fn dup2(from: RawFd, to: RawFd) -> Result<(), SysError> {
+    if from == to {
+        // SAFETY: integer arguments only.
+        let r = unsafe { libc::fcntl(from, libc::F_SETFD, 0) };
+        return check(r as libc::c_long, || format!("fcntl({from}, F_SETFD, 0)")).map(drop);
+    }
+    // SAFETY: integer arguments only.
+    let r = unsafe { libc::dup2(from, to) };
+    check(r as libc::c_long, || format!("dup2({from}, {to})")).map(drop)
+}
+
+/// Close every fd except those listed.
+pub fn close_all_except(keep: &[RawFd]) {
+    let mut keep: Vec<RawFd> = keep.iter().copied().filter(|f| *f >= 0).collect();
+    keep.sort_unstable();
+    let mut first: libc::c_uint = 0;
+    for k in keep {
+        let k = k as libc::c_uint;
+        if k > first {
+            // SAFETY: closing a range of fds this process no longer needs.
+            unsafe { libc::syscall(libc::SYS_close_range, first, k - 1, 0) };
+        }
+        first = k + 1;
+    }
+    // SAFETY: as above, up to the highest fd.
+    unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, 0) };
+}
+
+/// Whether fd is a terminal.
+pub fn isatty(fd: RawFd) -> bool {
+    // SAFETY: integer argument only.
+    unsafe { libc::isatty(fd) == 1 }
+}
+
+/// A user namespace whose maps are `uid_map`/`gid_map`, held by an fd; the
+/// short-lived process that created it is gone when this returns. Used for
+/// idmapped mounts. Single-threaded callers only.
+pub fn userns_with_maps(uid_map: &str, gid_map: &str) -> Result<OwnedFd, SysError> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| SysError::new("pipe2(O_CLOEXEC)", e))?;
+    // SAFETY: documented single-threaded contract of this function.
+    match unsafe { clone3(CLONE_NEWUSER, None) }? {
+        Forked::Child => {
+            drop(w);
+            let mut b = [0u8; 1];
+            // Blocks until the parent is done with our namespace.
+            // SAFETY: b is a valid 1-byte buffer.
+            unsafe { libc::read(r.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+            exit_now(0)
+        }
+        Forked::Parent { pid, pidfd: _pidfd } => {
+            drop(r);
+            let result = (|| {
+                let proc = format!("/proc/{pid}");
+                std::fs::write(format!("{proc}/uid_map"), uid_map)
+                    .map_err(|e| io_err(format!("write({proc}/uid_map)"), e))?;
+                std::fs::write(format!("{proc}/setgroups"), "deny")
+                    .map_err(|e| io_err(format!("write({proc}/setgroups)"), e))?;
+                std::fs::write(format!("{proc}/gid_map"), gid_map)
+                    .map_err(|e| io_err(format!("write({proc}/gid_map)"), e))?;
+                std::fs::File::open(format!("{proc}/ns/user"))
+                    .map(OwnedFd::from)
+                    .map_err(|e| io_err(format!("open({proc}/ns/user)"), e))
+            })();
+            drop(w);
+            let _ = waitpid(pid, 0);
+            result
+        }
+    }
+}
+
+/// A SysError from a std::io::Error of the named call.
+pub fn io_err(call: String, e: std::io::Error) -> SysError {
+    SysError::new(
+        call,
+        nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+    )
+}
+
+/// Fill `buf` from the kernel's random pool.
+pub fn getrandom(buf: &mut [u8]) -> Result<(), SysError> {
+    // SAFETY: buf is valid for buf.len() bytes.
+    let r = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if r as usize != buf.len() {
+        return Err(SysError::last("getrandom()"));
+    }
+    Ok(())
+}
+
+/// Take ownership of an inherited fd number, if it is open.
+pub fn adopt_inherited_fd(fd: RawFd) -> Option<OwnedFd> {
+    // SAFETY: fcntl on an integer.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return None;
+    }
+    // SAFETY: the fd is open and, by the caller's protocol, owned by no one else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Make `cmd` start with each given fd at the given number (e.g. 3, 4).
+pub fn command_with_fds(
+    cmd: &mut std::process::Command,
+    fds: Vec<(OwnedFd, RawFd)>,
+) -> Result<(), SysError> {
+    // Move sources above the targets first so no dup2 clobbers another source.
+    let mut moved = Vec::with_capacity(fds.len());
+    for (fd, target) in fds {
+        // SAFETY: fcntl on an fd we own.
+        let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64) };
+        check(high as libc::c_long, || {
+            format!("fcntl({}, F_DUPFD_CLOEXEC, 64)", fd.as_raw_fd())
+        })?;
+        // SAFETY: F_DUPFD_CLOEXEC returned a new fd we own.
+        moved.push((unsafe { OwnedFd::from_raw_fd(high) }, target));
+    }
+    let raw: Vec<(RawFd, RawFd)> = moved.iter().map(|(f, t)| (f.as_raw_fd(), *t)).collect();
+    // SAFETY: the closure only calls dup2, which is async-signal-safe; the
+    // fds stay open in the parent until after spawn (moved into the closure).
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
+            let _keep = &moved;
+            for (from, to) in &raw {
+                if libc::dup2(*from, *to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}

@@ -49,9 +49,12 @@ pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[RawFd]) -> Result<(), Sys
     }
 }
 
+/// One received datagram and the fds it carried.
+pub type Datagram = (Vec<u8>, Vec<OwnedFd>);
+
 /// Receive one datagram and the fds it carried. `Ok(None)` means the peer
 /// closed its end.
-pub fn recv(sock: BorrowedFd<'_>) -> Result<Option<(Vec<u8>, Vec<OwnedFd>)>, SysError> {
+pub fn recv(sock: BorrowedFd<'_>) -> Result<Option<Datagram>, SysError> {
     let mut buf = vec![0u8; MAX_MESSAGE];
     let mut cmsg_space = nix::cmsg_space!([RawFd; MAX_FDS]);
     loop {

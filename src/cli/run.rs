@@ -1,0 +1,443 @@
+//! `hutch run [OPTIONS] [--] COMMAND [ARGS...]`: flags → [`Spec`] +
+//! [`RunOptions`], applied in the order given (filesystem operations keep
+//! their order, as in bubblewrap).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use crate::launch::{self, RunOptions};
+use crate::spec::{self, ByteSize, Duration, FsOp, Limit, Network, Spec};
+
+pub const USAGE: &str = "\
+usage: hutch run [OPTIONS] [--] COMMAND [ARGS...]
+
+Runs COMMAND in a sandbox: the host's system directories read-only, a fresh
+/proc, a minimal /dev, a private /tmp, the current directory writable through
+an overlay (the host directory is never modified), no network, a clean
+environment, no capabilities.
+
+Profile:
+  --profile FILE          start from a TOML or JSON profile instead of the default
+  --bare                  start from an empty root (no default profile, no workspace)
+  --workspace DIR         overlay DIR instead of the current directory
+  --changes DIR           keep the workspace overlay's upper in DIR/upper (work in DIR/work)
+  --changes-size SIZE     size cap of a discarded upper (default 4G)
+Filesystem (applied in order):
+  --ro-bind SRC DEST      --bind SRC DEST      --dev-bind SRC DEST   (+ -try variants)
+  --tmpfs DEST            (preceded by --size SIZE to cap it)
+  --proc DEST  --dev DEST  --mqueue DEST  --dir DEST  --symlink TARGET DEST
+  --overlay LOWER DEST    overlay with a discarded upper
+  --chmod OCTAL DEST  --remount-ro DEST
+Process:
+  --chdir DIR  --setenv KEY VALUE  --unsetenv KEY  --uid N  --gid N  --hostname NAME
+  --share-net             use the host's network (default: none)
+  --timeout DURATION      wall-clock limit (default 5m; `none` disables); exit 124
+  --output-limit SIZE     cap stdout+stderr of the workload (excess discarded)
+  --cap-add CAP  --cap-drop CAP   capabilities the workload keeps (default none)
+  --seccomp NAME|FILE  --landlock-min-abi N
+  --memory SIZE  --pids N  --cpus N  --rlimit NAME=VALUE  --cgroup-parent DIR
+Reporting:
+  --status-file PATH      JSON lines: a start event and the exit report
+  --quiet                 no changed-paths notice on stderr
+
+Exit status: the command's; 128+N when killed by signal N; 124 on timeout;
+125 when hutch failed; 126/127 when the command is not executable / not found.";
+
+/// A change to the Spec, applied after the base profile is chosen.
+type SpecEdit = Box<dyn FnOnce(&mut Spec) -> Result<()>>;
+
+/// Parse `hutch run` arguments into a Spec and options.
+pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let mut it = args.iter().map(|a| {
+        a.to_str()
+            .ok_or_else(|| anyhow!("argument {a:?} is not valid UTF-8"))
+    });
+    let mut base: Option<Spec> = None;
+    let mut bare = false;
+    let mut workspace: Option<PathBuf> = None;
+    let mut changes: Option<PathBuf> = None;
+    let mut pending_size: Option<ByteSize> = None;
+    let mut ops: Vec<FsOp> = Vec::new();
+    let mut edits: Vec<SpecEdit> = Vec::new();
+    let mut opts = RunOptions::default();
+    let mut command: Vec<String> = Vec::new();
+
+    while let Some(arg) = it.next() {
+        let arg = arg?;
+        let mut value = |name: &str| -> Result<String> {
+            it.next()
+                .ok_or_else(|| anyhow!("{name} needs a value (see `hutch run --help`)"))?
+                .map(str::to_string)
+        };
+        match arg {
+            "--" => {
+                for rest in it.by_ref() {
+                    command.push(rest?.to_string());
+                }
+                break;
+            }
+            "--profile" => {
+                let file = value(arg)?;
+                base = Some(spec::load_profile(Path::new(&file))?);
+            }
+            "--bare" => bare = true,
+            "--workspace" => workspace = Some(absolute(&cwd, &value(arg)?)),
+            "--changes" => changes = Some(absolute(&cwd, &value(arg)?)),
+            "--changes-size" => {
+                let s = size(arg, &value(arg)?)?;
+                edits.push(Box::new(move |s2| {
+                    s2.limits.upper_size = Some(s);
+                    Ok(())
+                }));
+            }
+            "--ro-bind" | "--bind" | "--dev-bind" | "--ro-bind-try" | "--bind-try"
+            | "--dev-bind-try" => {
+                let src = absolute(&cwd, &value(arg)?);
+                let dest = PathBuf::from(value(arg)?);
+                let optional = arg.ends_with("-try");
+                ops.push(match arg.trim_end_matches("-try") {
+                    "--ro-bind" => FsOp::RoBind {
+                        src,
+                        dest,
+                        optional,
+                    },
+                    "--bind" => FsOp::Bind {
+                        src,
+                        dest,
+                        optional,
+                    },
+                    _ => FsOp::DevBind {
+                        src,
+                        dest,
+                        optional,
+                    },
+                });
+            }
+            "--size" => pending_size = Some(size(arg, &value(arg)?)?),
+            "--tmpfs" => ops.push(FsOp::Tmpfs {
+                dest: value(arg)?.into(),
+                size: pending_size.take(),
+                nr_inodes: None,
+                mode: Some(0o755),
+            }),
+            "--proc" => ops.push(FsOp::Proc {
+                dest: value(arg)?.into(),
+            }),
+            "--dev" => ops.push(FsOp::Dev {
+                dest: value(arg)?.into(),
+            }),
+            "--mqueue" => ops.push(FsOp::Mqueue {
+                dest: value(arg)?.into(),
+            }),
+            "--dir" => ops.push(FsOp::Dir {
+                dest: value(arg)?.into(),
+                mode: None,
+            }),
+            "--symlink" => {
+                let target = PathBuf::from(value(arg)?);
+                ops.push(FsOp::Symlink {
+                    target,
+                    dest: value(arg)?.into(),
+                });
+            }
+            "--overlay" => {
+                let lower = absolute(&cwd, &value(arg)?);
+                ops.push(FsOp::TmpOverlay {
+                    lowers: vec![lower],
+                    dest: value(arg)?.into(),
+                    size: pending_size.take(),
+                });
+            }
+            "--chmod" => {
+                let mode = value(arg)?;
+                let mode = u32::from_str_radix(&mode, 8)
+                    .map_err(|_| anyhow!("--chmod: {mode:?} is not an octal mode"))?;
+                ops.push(FsOp::Chmod {
+                    mode,
+                    dest: value(arg)?.into(),
+                });
+            }
+            "--remount-ro" => ops.push(FsOp::RemountRo {
+                dest: value(arg)?.into(),
+            }),
+            "--chdir" => {
+                let dir = PathBuf::from(value(arg)?);
+                edits.push(Box::new(move |s| {
+                    s.cwd = Some(dir);
+                    Ok(())
+                }));
+            }
+            "--setenv" => {
+                let (k, v) = (value(arg)?, value(arg)?);
+                edits.push(Box::new(move |s| {
+                    s.env.insert(k, v);
+                    Ok(())
+                }));
+            }
+            "--unsetenv" => {
+                let k = value(arg)?;
+                edits.push(Box::new(move |s| {
+                    s.env.remove(&k);
+                    Ok(())
+                }));
+            }
+            "--uid" | "--gid" => {
+                let v = value(arg)?;
+                let id: u32 = v
+                    .parse()
+                    .map_err(|_| anyhow!("{arg}: {v:?} is not a numeric id"))?;
+                let is_uid = arg == "--uid";
+                edits.push(Box::new(move |s| {
+                    if is_uid {
+                        s.identity.uid = Some(id);
+                    } else {
+                        s.identity.gid = Some(id);
+                    }
+                    Ok(())
+                }));
+            }
+            "--hostname" => {
+                let h = value(arg)?;
+                edits.push(Box::new(move |s| {
+                    s.identity.hostname = Some(h);
+                    Ok(())
+                }));
+            }
+            "--share-net" => edits.push(Box::new(|s| {
+                s.network = Network::Host;
+                s.namespaces.net = false;
+                Ok(())
+            })),
+            "--timeout" => {
+                let v = value(arg)?;
+                let d = if v == "none" || v == "0" {
+                    None
+                } else {
+                    Some(Duration::parse(&v).map_err(|e| anyhow!("--timeout: {e}"))?)
+                };
+                edits.push(Box::new(move |s| {
+                    s.limits.wall_clock = d;
+                    Ok(())
+                }));
+            }
+            "--output-limit" => {
+                let b = size(arg, &value(arg)?)?;
+                edits.push(Box::new(move |s| {
+                    s.limits.output_bytes = Some(b);
+                    Ok(())
+                }));
+            }
+            "--memory" => {
+                let b = size(arg, &value(arg)?)?;
+                edits.push(Box::new(move |s| {
+                    s.limits.memory = Some(Limit::Required(b));
+                    Ok(())
+                }));
+            }
+            "--pids" => {
+                let v = value(arg)?;
+                let n: u64 = v
+                    .parse()
+                    .map_err(|_| anyhow!("--pids: {v:?} is not a number"))?;
+                edits.push(Box::new(move |s| {
+                    s.limits.pids = Some(Limit::Required(n));
+                    Ok(())
+                }));
+            }
+            "--cpus" => {
+                let v = value(arg)?;
+                let n: f64 = v
+                    .parse()
+                    .map_err(|_| anyhow!("--cpus: {v:?} is not a number"))?;
+                edits.push(Box::new(move |s| {
+                    s.limits.cpus = Some(Limit::Required(n));
+                    Ok(())
+                }));
+            }
+            "--rlimit" => {
+                let v = value(arg)?;
+                let (name, n) = v
+                    .split_once('=')
+                    .ok_or_else(|| anyhow!("--rlimit: expected NAME=VALUE, got {v:?}"))?;
+                let n: u64 = n
+                    .parse()
+                    .map_err(|_| anyhow!("--rlimit: {n:?} is not a number"))?;
+                let name = name.to_string();
+                edits.push(Box::new(move |s| {
+                    s.limits.rlimits.insert(name, n);
+                    Ok(())
+                }));
+            }
+            "--seccomp" => {
+                let v = value(arg)?;
+                edits.push(Box::new(move |s| {
+                    s.security.seccomp = v;
+                    Ok(())
+                }));
+            }
+            "--landlock-min-abi" => {
+                let v = value(arg)?;
+                let n: u32 = v
+                    .parse()
+                    .map_err(|_| anyhow!("--landlock-min-abi: {v:?} is not a number"))?;
+                edits.push(Box::new(move |s| {
+                    s.security.landlock.min_abi = Some(n);
+                    Ok(())
+                }));
+            }
+            "--cap-add" => {
+                let v = value(arg)?;
+                edits.push(Box::new(move |s| {
+                    s.security.cap_add.push(v);
+                    Ok(())
+                }));
+            }
+            "--cap-drop" => {
+                let v = value(arg)?;
+                edits.push(Box::new(move |s| {
+                    drop_cap(&mut s.security.cap_add, &v)?;
+                    Ok(())
+                }));
+            }
+            "--status-file" => opts.status_file = Some(absolute(&cwd, &value(arg)?)),
+            "--quiet" => opts.quiet = true,
+            flag if flag.starts_with('-') => {
+                bail!("unknown option {flag} (see `hutch run --help`)")
+            }
+            first => {
+                command.push(first.to_string());
+                for rest in it.by_ref() {
+                    command.push(rest?.to_string());
+                }
+                break;
+            }
+        }
+    }
+    if command.is_empty() {
+        bail!("no command given: hutch run [OPTIONS] -- COMMAND [ARGS...]");
+    }
+    if pending_size.is_some() {
+        bail!("--size must come right before the --tmpfs or --overlay it caps");
+    }
+
+    let mut spec = match (base, bare) {
+        (Some(_), true) => bail!("--bare and --profile exclude each other"),
+        (Some(profile), false) => profile,
+        (None, true) => {
+            if workspace.is_some() || changes.is_some() {
+                bail!(
+                    "--bare has no workspace; add --overlay LOWER DEST instead of --workspace/--changes"
+                );
+            }
+            Spec::default()
+        }
+        (None, false) => {
+            let dir = workspace.unwrap_or_else(|| cwd.clone());
+            if dir == Path::new("/") {
+                bail!(
+                    "the workspace would be / ; run hutch from a project directory, pass --workspace DIR, or use --bare"
+                );
+            }
+            let mut s = spec::default_profile();
+            s.fs.push(spec::workspace_overlay(&dir, changes.as_deref()));
+            s.cwd = Some(dir);
+            s
+        }
+    };
+    spec.fs.extend(ops);
+    for edit in edits {
+        edit(&mut spec)?;
+    }
+    spec.command = command;
+    spec::validate(&spec)?;
+    Ok((spec, opts))
+}
+
+fn drop_cap(list: &mut Vec<String>, cap: &str) -> Result<()> {
+    if cap.eq_ignore_ascii_case("all") {
+        list.clear();
+        return Ok(());
+    }
+    let target = crate::confine::caps::parse_cap_list(&[cap.to_string()])
+        .map_err(|e| anyhow!("--cap-drop: {e}"))?;
+    let mut kept =
+        crate::confine::caps::parse_cap_list(list).map_err(|e| anyhow!("--cap-add: {e}"))?;
+    kept.retain(|c| !target.contains(c));
+    let mut names: Vec<String> = kept.iter().map(|c| c.to_string()).collect();
+    names.sort();
+    *list = names;
+    Ok(())
+}
+
+fn size(flag: &str, v: &str) -> Result<ByteSize> {
+    ByteSize::parse(v).map_err(|e| anyhow!("{flag}: {e}"))
+}
+
+fn absolute(cwd: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        cwd.join(p)
+    }
+}
+
+/// `hutch run`: returns the exit code.
+pub fn main(args: Vec<OsString>) -> i32 {
+    if args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--help" || a == "-h")
+    {
+        println!("{USAGE}");
+        return 0;
+    }
+    let (spec, opts) = match parse(&args) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("hutch: {e:#}");
+            return 125;
+        }
+    };
+    run_spec(&spec, &opts)
+}
+
+/// Launch a parsed Spec from this single-threaded process and turn the
+/// result into an exit code (errors as one line on stderr).
+pub fn run_spec(spec: &Spec, opts: &RunOptions) -> i32 {
+    match launch::run(spec, opts) {
+        Ok(report) => {
+            if let Some(e) = &report.error {
+                eprintln!("hutch: {e}");
+            }
+            if report.reason == launch::Outcome::TimedOut {
+                let limit = spec
+                    .limits
+                    .wall_clock
+                    .map(|d| d.to_string())
+                    .unwrap_or_default();
+                eprintln!(
+                    "hutch: timed out after {limit}; every process of the sandbox was killed"
+                );
+            }
+            if report.output_truncated {
+                eprintln!(
+                    "hutch: output limit reached; {} bytes relayed, the rest discarded",
+                    report.output_bytes
+                );
+            }
+            report.status
+        }
+        Err(e) => {
+            eprintln!("hutch: {e}");
+            if let Some(path) = &opts.status_file {
+                let line = serde_json::json!({"event": "exit", "status": 125, "reason": "setup-failed", "error": e.to_string()});
+                let _ = std::fs::write(path, format!("{line}\n"));
+            }
+            125
+        }
+    }
+}

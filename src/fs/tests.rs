@@ -1,0 +1,264 @@
+//! The child's setup order, checked through a recording [`FsSys`].
+
+use std::ffi::CStr;
+use std::os::fd::RawFd;
+use std::path::Path;
+
+use super::*;
+use crate::sys::{Errno, SysError};
+
+#[derive(Default)]
+struct Recorder {
+    calls: Vec<String>,
+    next_fd: RawFd,
+    missing: Vec<&'static str>,
+}
+
+fn s(c: &CStr) -> String {
+    c.to_string_lossy().into_owned()
+}
+
+impl FsSys for Recorder {
+    fn mount(
+        &mut self,
+        src: Option<&CStr>,
+        target: &CStr,
+        fstype: Option<&CStr>,
+        flags: libc::c_ulong,
+        data: Option<&CStr>,
+    ) -> Result<(), SysError> {
+        self.calls.push(format!(
+            "mount {} {} {} {flags:#x} {}",
+            src.map(s).unwrap_or_default(),
+            s(target),
+            fstype.map(s).unwrap_or_default(),
+            data.map(s).unwrap_or_default()
+        ));
+        Ok(())
+    }
+    fn open(
+        &mut self,
+        dir: Option<RawFd>,
+        path: &CStr,
+        _flags: libc::c_int,
+        _mode: u32,
+        _resolve: u64,
+    ) -> Result<RawFd, SysError> {
+        if self.missing.iter().any(|m| m.as_bytes() == path.to_bytes()) {
+            return Err(SysError::new(
+                format!("openat2({:?})", s(path)),
+                Errno::ENOENT,
+            ));
+        }
+        self.next_fd += 1;
+        self.calls.push(format!(
+            "open {} {} = {}",
+            dir.unwrap_or(-100),
+            s(path),
+            self.next_fd + 100
+        ));
+        Ok(self.next_fd + 100)
+    }
+    fn close(&mut self, _fd: RawFd) {}
+    fn mkdirat(&mut self, dir: RawFd, name: &CStr, _mode: u32) -> Result<(), SysError> {
+        self.calls.push(format!("mkdir {dir} {}", s(name)));
+        Ok(())
+    }
+    fn symlinkat(&mut self, target: &CStr, dir: RawFd, name: &CStr) -> Result<(), SysError> {
+        self.calls
+            .push(format!("symlink {} {dir} {}", s(target), s(name)));
+        Ok(())
+    }
+    fn mount_setattr(&mut self, fd: RawFd, recursive: bool, set: u64) -> Result<(), SysError> {
+        self.calls
+            .push(format!("setattr {fd} {recursive} {set:#x}"));
+        Ok(())
+    }
+    fn move_mount(&mut self, from: RawFd, to: &CStr) -> Result<(), SysError> {
+        self.calls.push(format!("move_mount {from} {}", s(to)));
+        Ok(())
+    }
+    fn write_all(&mut self, fd: RawFd, data: &[u8]) -> Result<(), SysError> {
+        self.calls.push(format!("write {fd} {}", data.len()));
+        Ok(())
+    }
+    fn chmod(&mut self, path: &CStr, mode: u32) -> Result<(), SysError> {
+        self.calls.push(format!("chmod {} {mode:o}", s(path)));
+        Ok(())
+    }
+    fn is_dir(&mut self, _fd: RawFd) -> Result<bool, SysError> {
+        Ok(true)
+    }
+    fn fchdir(&mut self, fd: RawFd) -> Result<(), SysError> {
+        self.calls.push(format!("fchdir {fd}"));
+        Ok(())
+    }
+    fn pivot_root(&mut self, new_root: &CStr, put_old: &CStr) -> Result<(), SysError> {
+        self.calls
+            .push(format!("pivot_root {} {}", s(new_root), s(put_old)));
+        Ok(())
+    }
+    fn umount2(&mut self, target: &CStr, flags: libc::c_int) -> Result<(), SysError> {
+        self.calls.push(format!("umount2 {} {flags}", s(target)));
+        Ok(())
+    }
+    fn chdir(&mut self, path: &CStr) -> Result<(), SysError> {
+        self.calls.push(format!("chdir {}", s(path)));
+        Ok(())
+    }
+}
+
+fn run(
+    rec: &mut Recorder,
+    p: &Plan,
+    idmapped: &[(usize, RawFd)],
+    spec: &crate::spec::Spec,
+) -> Result<Built, BuildError> {
+    let sources = open_sources(rec, p)?;
+    build(rec, p, sources, idmapped, &op_names(spec))
+}
+
+fn pos(calls: &[String], needle: &str) -> usize {
+    calls
+        .iter()
+        .position(|c| c.contains(needle))
+        .unwrap_or_else(|| panic!("no call containing {needle:?} in {calls:#?}"))
+}
+
+fn spec_with(ops: Vec<crate::spec::FsOp>) -> crate::spec::Spec {
+    crate::spec::Spec {
+        fs: ops,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn setup_order_is_fixed() {
+    use crate::spec::FsOp;
+    let spec = spec_with(vec![
+        FsOp::RoBind {
+            src: "/usr".into(),
+            dest: "/usr".into(),
+            optional: false,
+        },
+        FsOp::Proc {
+            dest: "/proc".into(),
+        },
+        crate::spec::workspace_overlay(Path::new("/src/dir,with:odd\\chars"), None),
+    ]);
+    let p = plan(&spec, false);
+    let mut rec = Recorder::default();
+    let built = run(&mut rec, &p, &[], &spec).unwrap();
+    let c = &rec.calls;
+    assert!(c[0].starts_with("mount  / "), "propagation first: {}", c[0]);
+    let opened_usr = pos(c, "open -100 /usr =");
+    let staging = pos(c, "mount tmpfs /tmp tmpfs");
+    assert!(
+        opened_usr < staging,
+        "sources are opened before staging covers /tmp"
+    );
+    let bind = pos(c, "0x5000"); // MS_BIND|MS_REC
+    let ro = pos(c, &format!("true {:#x}", plan::RO_BIND));
+    assert!(
+        staging < bind && bind < ro,
+        "ro attributes follow the bind, recursively"
+    );
+    let proc = pos(c, "mount proc ");
+    let overlay = pos(c, "mount overlay ");
+    assert!(bind < proc && proc < overlay, "operations in spec order");
+    let pivot = pos(c, "pivot_root . .");
+    assert!(overlay < pivot);
+    assert_eq!(
+        c[pivot + 1],
+        "umount2 . 2",
+        "old root detached right after pivot"
+    );
+    assert!(c.last().unwrap().starts_with("chdir /"));
+    assert_eq!(built.tmp_upper_fds.len(), 1);
+    // The overlay's option string never holds a raw path.
+    let data = &c[overlay];
+    assert!(
+        !data.contains("odd"),
+        "raw path leaked into overlay options: {data}"
+    );
+    assert!(data.contains("lowerdir=/proc/self/fd/") && data.contains(",userxattr"));
+}
+
+#[test]
+fn missing_source_fails_naming_the_path_and_optional_is_skipped() {
+    use crate::spec::FsOp;
+    let spec = spec_with(vec![FsOp::Bind {
+        src: "/nonexistent/src".into(),
+        dest: "/x".into(),
+        optional: false,
+    }]);
+    let mut rec = Recorder {
+        missing: vec!["/nonexistent/src"],
+        ..Default::default()
+    };
+    let err = run(&mut rec, &plan(&spec, false), &[], &spec).unwrap_err();
+    let line = err.to_string();
+    assert!(
+        line.contains("/nonexistent/src") && line.contains("ENOENT"),
+        "{line}"
+    );
+    assert!(
+        !rec.calls.iter().any(|c| c.contains("pivot_root")),
+        "no half-built sandbox"
+    );
+
+    let spec = spec_with(vec![FsOp::Bind {
+        src: "/nonexistent/src".into(),
+        dest: "/x".into(),
+        optional: true,
+    }]);
+    let mut rec = Recorder {
+        missing: vec!["/nonexistent/src"],
+        ..Default::default()
+    };
+    run(&mut rec, &plan(&spec, false), &[], &spec).unwrap();
+    assert!(
+        !rec.calls.iter().any(|c| c.contains("0x5000")),
+        "optional missing bind is skipped"
+    );
+}
+
+#[test]
+fn idmapped_lowers_are_attached_outside_the_new_root() {
+    let spec = spec_with(vec![crate::spec::workspace_overlay(Path::new("/w"), None)]);
+    let p = plan(&spec, true);
+    let mut rec = Recorder::default();
+    run(&mut rec, &p, &[(0, 77)], &spec).unwrap();
+    let mv = pos(&rec.calls, "move_mount 77 /tmp/s");
+    assert!(mv < pos(&rec.calls, "mount overlay "));
+    assert!(
+        !rec.calls.iter().any(|c| c.contains("open -100 /w ")),
+        "idmapped lower is not reopened from the host path"
+    );
+}
+
+#[test]
+fn dev_gets_only_the_minimal_nodes() {
+    let spec = spec_with(vec![crate::spec::FsOp::Dev {
+        dest: "/dev".into(),
+    }]);
+    let mut rec = Recorder::default();
+    run(&mut rec, &plan(&spec, false), &[], &spec).unwrap();
+    let nodes: Vec<&String> = rec
+        .calls
+        .iter()
+        .filter(|c| c.starts_with("open") && !c.contains(" -100 ") && c.contains(" null ="))
+        .collect();
+    assert!(!nodes.is_empty());
+    assert!(
+        rec.calls
+            .iter()
+            .any(|c| c.contains("mount devpts") && c.contains("newinstance"))
+    );
+    for forbidden in ["sda", "kmsg", "mem "] {
+        assert!(
+            !rec.calls.iter().any(|c| c.contains(forbidden)),
+            "{forbidden} must not be exposed"
+        );
+    }
+}

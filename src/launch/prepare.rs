@@ -1,0 +1,305 @@
+//! Everything done before clone, in the supervisor: it may allocate and
+//! fail freely, so the child only has to perform syscalls.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use caps::CapsHashSet;
+
+use super::LaunchError;
+use crate::fs::{self, Plan};
+use crate::spec::{DEFAULT_PATH, FsOp, Network, Spec};
+use crate::sys::{
+    self, CLONE_NEWCGROUP, CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER,
+    CLONE_NEWUTS,
+};
+
+/// Host id the workload runs as when root launches.
+pub const DEFAULT_ROOT_HOST_ID: u32 = 65534;
+
+/// Who the sandbox is, inside and on the host.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ids {
+    pub inside_uid: u32,
+    pub inside_gid: u32,
+    pub host_uid: u32,
+    pub host_gid: u32,
+    /// Root launched: the map points at an unprivileged host id.
+    pub root_launch: bool,
+    /// Drop root's supplementary groups inside (allowed only for root).
+    pub clear_groups: bool,
+}
+
+/// argv/envp and the paths execve tries, as C strings and pointer arrays
+/// (valid in the child, which has a copy of this memory).
+pub struct Exec {
+    pub candidates: Vec<CString>,
+    pub argv: Vec<CString>,
+    pub envp: Vec<CString>,
+    pub argv_ptrs: Vec<*const libc::c_char>,
+    pub envp_ptrs: Vec<*const libc::c_char>,
+}
+
+/// How the workload's stdio is wired.
+#[derive(Default)]
+pub struct Stdio {
+    /// (fd in the child, target 0/1/2) pairs applied with dup2.
+    pub dup: Vec<(RawFd, RawFd)>,
+    /// Read ends the supervisor relays to its own stdout / stderr.
+    pub relay_out: Option<OwnedFd>,
+    pub relay_err: Option<OwnedFd>,
+    /// Write ends / /dev/null, kept open until clone, closed after.
+    pub child_ends: Vec<OwnedFd>,
+}
+
+/// The prepared launch.
+pub struct Prepared {
+    pub sandbox_id: String,
+    pub plan: Plan,
+    pub op_names: Vec<String>,
+    pub clone_flags: u64,
+    pub net_namespace: bool,
+    pub ids: Ids,
+    pub exec: Exec,
+    pub cwd: CString,
+    pub hostname: Option<String>,
+    pub keep_caps: CapsHashSet,
+    pub rlimits: Vec<(libc::c_int, u64)>,
+    pub stdio: Stdio,
+    /// Overlay mount points whose upper is discarded, in plan order.
+    pub tmp_overlay_dests: Vec<PathBuf>,
+    /// Overlays with a host upper: (mount point, upper dir).
+    pub kept_uppers: Vec<(PathBuf, PathBuf)>,
+    /// Sources to hand over as idmapped mounts: (source index, host path).
+    pub idmap_sources: Vec<(usize, PathBuf)>,
+}
+
+/// Validate and prepare. `relay` forces stdout/stderr through pipes.
+pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
+    crate::spec::validate(spec)?;
+    if spec.command.is_empty() {
+        return Err(LaunchError::Spec(crate::spec::SpecError::new(
+            "command",
+            "no command to run",
+        )));
+    }
+    let ids = ids(spec)?;
+    let plan = fs::plan(spec, ids.root_launch);
+    let idmap_sources = plan
+        .sources
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.idmapped)
+        .map(|(i, s)| {
+            (
+                i,
+                PathBuf::from(std::ffi::OsStr::from_bytes(s.path.as_bytes())),
+            )
+        })
+        .collect();
+
+    let mut tmp_overlay_dests = Vec::new();
+    let mut kept_uppers = Vec::new();
+    for op in &spec.fs {
+        match op {
+            FsOp::TmpOverlay { dest, .. } => tmp_overlay_dests.push(dest.clone()),
+            FsOp::Overlay {
+                upper, work, dest, ..
+            } => {
+                prepare_upper(upper, work, &ids)?;
+                kept_uppers.push((dest.clone(), upper.clone()));
+            }
+            _ => {}
+        }
+    }
+
+    let ns = &spec.namespaces;
+    let mut clone_flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID;
+    for (on, flag) in [
+        (ns.ipc, CLONE_NEWIPC),
+        (ns.uts, CLONE_NEWUTS),
+        (ns.net, CLONE_NEWNET),
+        (ns.cgroup, CLONE_NEWCGROUP),
+    ] {
+        if on {
+            clone_flags |= flag;
+        }
+    }
+    let keep_caps = crate::confine::caps::parse_cap_list(&spec.security.cap_add)
+        .map_err(|m| LaunchError::Spec(crate::spec::SpecError::new("security.cap_add", m)))?;
+
+    Ok(Prepared {
+        sandbox_id: sandbox_id(),
+        op_names: fs::op_names(spec),
+        plan,
+        clone_flags,
+        net_namespace: ns.net,
+        ids,
+        exec: exec(spec),
+        cwd: CString::new(
+            spec.cwd
+                .as_deref()
+                .unwrap_or(Path::new("/"))
+                .as_os_str()
+                .as_bytes(),
+        )
+        .expect("validated: no NUL"),
+        hostname: if ns.uts {
+            spec.identity.hostname.clone()
+        } else {
+            None
+        },
+        keep_caps,
+        rlimits: vec![(libc::RLIMIT_CORE as libc::c_int, 0)],
+        stdio: stdio(relay || spec.limits.output_bytes.is_some())?,
+        tmp_overlay_dests,
+        kept_uppers,
+        idmap_sources,
+    })
+}
+
+fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    let id = &spec.identity;
+    if uid == 0 {
+        return Ok(Ids {
+            inside_uid: id.uid.unwrap_or(0),
+            inside_gid: id.gid.unwrap_or(0),
+            host_uid: id.host_uid.unwrap_or(DEFAULT_ROOT_HOST_ID),
+            host_gid: id.host_gid.unwrap_or(DEFAULT_ROOT_HOST_ID),
+            root_launch: true,
+            clear_groups: true,
+        });
+    }
+    if id.host_uid.is_some_and(|h| h != uid) || id.host_gid.is_some_and(|h| h != gid) {
+        return Err(LaunchError::Spec(crate::spec::SpecError::new(
+            "identity.host_uid",
+            "only root can choose the host id the sandbox runs as",
+        )));
+    }
+    Ok(Ids {
+        inside_uid: id.uid.unwrap_or(uid),
+        inside_gid: id.gid.unwrap_or(gid),
+        host_uid: uid,
+        host_gid: gid,
+        root_launch: false,
+        clear_groups: false,
+    })
+}
+
+/// A kept upper and its work dir must exist, be directories we can use,
+/// and (root launches) belong to the workload's host id.
+fn prepare_upper(upper: &Path, work: &Path, ids: &Ids) -> Result<(), LaunchError> {
+    for dir in [upper, work] {
+        match std::fs::symlink_metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(LaunchError::Prepare(format!(
+                    "{} exists and is not a directory; point --changes at an empty or hutch-made directory",
+                    dir.display()
+                )));
+            }
+            Err(_) => std::fs::create_dir_all(dir).map_err(|e| {
+                LaunchError::Prepare(format!("cannot create {}: {e}", dir.display()))
+            })?,
+        }
+        if ids.root_launch {
+            std::os::unix::fs::lchown(dir, Some(ids.host_uid), Some(ids.host_gid)).map_err(
+                |e| {
+                    LaunchError::Prepare(format!(
+                        "cannot hand {} to host uid {}: {e}",
+                        dir.display(),
+                        ids.host_uid
+                    ))
+                },
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn exec(spec: &Spec) -> Exec {
+    let to_c = |s: &str| CString::new(s).expect("validated: no NUL");
+    let argv: Vec<CString> = spec.command.iter().map(|a| to_c(a)).collect();
+    let envp: Vec<CString> = spec
+        .env
+        .iter()
+        .map(|(k, v)| to_c(&format!("{k}={v}")))
+        .collect();
+    let program = &spec.command[0];
+    let candidates = if program.contains('/') {
+        vec![to_c(program)]
+    } else {
+        let path = spec.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
+        path.split(':')
+            .map(|dir| if dir.is_empty() { "." } else { dir })
+            .map(|dir| to_c(&format!("{}/{program}", dir.trim_end_matches('/'))))
+            .collect()
+    };
+    let ptrs = |v: &[CString]| {
+        v.iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    };
+    Exec {
+        argv_ptrs: ptrs(&argv),
+        envp_ptrs: ptrs(&envp),
+        candidates,
+        argv,
+        envp,
+    }
+}
+
+/// Relay stdout/stderr through pipes when asked (output cap, capture) or
+/// when they are terminals (the workload never gets the user's tty); a
+/// terminal stdin becomes /dev/null.
+fn stdio(relay: bool) -> Result<Stdio, LaunchError> {
+    let mut s = Stdio::default();
+    let err = |what: &str, e: nix::errno::Errno| LaunchError::Sys(sys::SysError::new(what, e));
+    if sys::isatty(0) {
+        let null = std::fs::File::open("/dev/null")
+            .map_err(|e| LaunchError::Prepare(format!("cannot open /dev/null: {e}")))?;
+        let fd = OwnedFd::from(null);
+        s.dup.push((fd.as_raw_fd(), 0));
+        s.child_ends.push(fd);
+    }
+    for target in [1, 2] {
+        if relay || sys::isatty(target) {
+            let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .map_err(|e| err("pipe2(O_CLOEXEC)", e))?;
+            s.dup.push((w.as_raw_fd(), target));
+            s.child_ends.push(w);
+            if target == 1 {
+                s.relay_out = Some(r);
+            } else {
+                s.relay_err = Some(r);
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// 16 hex digits from the kernel's random pool.
+fn sandbox_id() -> String {
+    let mut b = [0u8; 8];
+    if sys::getrandom(&mut b).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        b = (t.as_nanos() as u64 ^ u64::from(std::process::id())).to_le_bytes();
+    }
+    hex::encode(b)
+}
+
+/// The network mode's name for reports.
+pub fn network_name(n: &Network) -> &'static str {
+    match n {
+        Network::None => "none",
+        Network::Host => "host",
+        Network::Proxy(_) => "proxy",
+    }
+}

@@ -1,0 +1,92 @@
+//! The exit report: how the workload ended, and what was enforced.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Why the sandbox ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The workload exited on its own.
+    Exited,
+    /// The workload was killed by a signal.
+    Signaled,
+    /// The wall-clock limit expired; the whole tree was killed.
+    TimedOut,
+    /// The memory limit was hit and the sandbox OOM-killed.
+    OomKilled,
+    /// The pid limit was hit.
+    PidsLimitHit,
+    /// hutch could not build the sandbox (exit 125).
+    SetupFailed,
+    /// The command could not be executed (126/127).
+    ExecFailed,
+}
+
+/// Paths the workload changed in one overlay.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChangesReport {
+    /// The overlay's mount point inside the sandbox.
+    pub dest: PathBuf,
+    /// Files, links, deletions and empty directories written.
+    pub changed_paths: u64,
+    /// Where the upper directory was kept, or `None` when discarded.
+    pub kept_in: Option<PathBuf>,
+}
+
+/// What hutch enforced (and what it could not).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Enforcement {
+    /// Namespaces created.
+    pub namespaces: Vec<String>,
+    /// uid/gid inside the sandbox and the host ids they map to.
+    pub uid: u32,
+    pub gid: u32,
+    pub host_uid: u32,
+    pub host_gid: u32,
+    pub no_new_privs: bool,
+    /// Capabilities the workload keeps (empty by default).
+    pub capabilities: Vec<String>,
+    /// `none`, `host` or `proxy`.
+    pub network: String,
+    /// Wall-clock limit in milliseconds.
+    pub wall_clock_ms: Option<u64>,
+    /// Output cap in bytes.
+    pub output_bytes: Option<u64>,
+    /// Seccomp and Landlock, as reported by the confinement layer.
+    pub confinement: Option<serde_json::Value>,
+    /// Resource limits, as reported by the cgroup layer.
+    pub limits: Option<serde_json::Value>,
+}
+
+/// The final report of one sandbox (`--status-file`, library `wait`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExitReport {
+    /// Always `"exit"` (the status file also holds a `"start"` event).
+    pub event: String,
+    pub sandbox_id: String,
+    /// hutch's own exit code: the workload's code, 128+signal, 124, 125,
+    /// 126 or 127.
+    pub status: i32,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: Outcome,
+    /// The one-line error when hutch failed.
+    pub error: Option<String>,
+    pub duration_ms: u64,
+    /// Bytes the workload wrote to stdout and stderr (when relayed).
+    pub output_bytes: u64,
+    pub output_truncated: bool,
+    pub changes: Vec<ChangesReport>,
+    pub enforced: Enforcement,
+    /// Limits or features requested as *preferred* that were not enforced.
+    pub unenforced: Vec<String>,
+}
+
+impl ExitReport {
+    /// Whether the workload ran and exited 0.
+    pub fn success(&self) -> bool {
+        self.status == 0 && self.reason == Outcome::Exited
+    }
+}
