@@ -116,7 +116,7 @@ fn security_section_validation() {
     assert_eq!(key, "seccomp");
     contains_all(&msg, &["/nonexistent/profile.json", "No such file"]);
     let mut s = Security::default();
-    s.landlock.min_abi = Some(9);
+    s.landlock.min_abi = Some(65);
     assert_eq!(bad(s).0, "landlock.min_abi");
     let mut s = Security::default();
     s.landlock.min_abi = Some(0);

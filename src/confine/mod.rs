@@ -32,13 +32,12 @@ pub fn validate(sec: &Security) -> Result<(), (String, String)> {
                 "a minimum Landlock ABI needs landlock.enabled = true".into(),
             ));
         }
-        if min == 0 || min > landlock::HUTCH_MAX_ABI {
+        // Above hutch's own newest ABI is accepted here and refused by
+        // `prepare`, which can name the kernel's ABI.
+        if min == 0 || min > 64 {
             return Err((
                 "landlock.min_abi".into(),
-                format!(
-                    "{min} is out of range: hutch enforces Landlock ABIs 1 to {}",
-                    landlock::HUTCH_MAX_ABI
-                ),
+                format!("{min} is not a Landlock ABI version (1, 2, ...)"),
             ));
         }
     }
@@ -67,6 +66,14 @@ pub enum ConfineError {
         "Landlock ABI {required} is required (security.landlock.min_abi) but this kernel provides ABI {available}; run on a newer kernel or lower --landlock-min-abi"
     )]
     LandlockTooOld { required: u32, available: u32 },
+    #[error(
+        "Landlock ABI {required} is required (security.landlock.min_abi) and this kernel provides ABI {available}, but this hutch enforces Landlock ABIs up to {max}; lower --landlock-min-abi to {max} or less"
+    )]
+    LandlockBeyondHutch {
+        required: u32,
+        available: u32,
+        max: u32,
+    },
     #[error(
         "Landlock is requested but this kernel does not provide it (ABI 0: not built in, or missing from the lsm= boot parameter); enable it, or disable Landlock explicitly (security.landlock.enabled = false)"
     )]
@@ -124,6 +131,13 @@ pub fn prepare(spec: &Spec) -> Result<Confinement, ConfineError> {
             return Err(ConfineError::LandlockTooOld {
                 required,
                 available,
+            });
+        }
+        if required > landlock::HUTCH_MAX_ABI {
+            return Err(ConfineError::LandlockBeyondHutch {
+                required,
+                available,
+                max: landlock::HUTCH_MAX_ABI,
             });
         }
         Some(LandlockPlan::new(spec, available))

@@ -66,6 +66,8 @@ pub struct Prepared {
     pub cwd: CString,
     pub hostname: Option<String>,
     pub keep_caps: CapsHashSet,
+    /// seccomp BPF compiled, Landlock ABI probed and rules computed.
+    pub confinement: crate::confine::Confinement,
     pub rlimits: Vec<(libc::c_int, u64)>,
     pub stdio: Stdio,
     /// Overlay mount points whose upper is discarded, in plan order.
@@ -127,8 +129,9 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
             clone_flags |= flag;
         }
     }
-    let keep_caps = crate::confine::caps::parse_cap_list(&spec.security.cap_add)
-        .map_err(|m| LaunchError::Spec(crate::spec::SpecError::new("security.cap_add", m)))?;
+    let confinement =
+        crate::confine::prepare(spec).map_err(|e| LaunchError::Prepare(e.to_string()))?;
+    let keep_caps = confinement.keep_caps().clone();
 
     Ok(Prepared {
         sandbox_id: sandbox_id(),
@@ -152,6 +155,7 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
             None
         },
         keep_caps,
+        confinement,
         rlimits: vec![(libc::RLIMIT_CORE as libc::c_int, 0)],
         stdio: stdio(relay || spec.limits.output_bytes.is_some())?,
         tmp_overlay_dests,
