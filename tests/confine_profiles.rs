@@ -225,3 +225,38 @@ fn report_for_unconfined_and_caps() {
     assert_eq!(r.caps_kept, vec!["CAP_CHOWN", "CAP_NET_RAW"]);
     assert_eq!(c.keep_caps().len(), 2);
 }
+
+/// A cheap, deterministic stand-in for the fuzz target that runs in every
+/// test run: truncations and byte flips of the embedded profiles must load
+/// or fail with one line, never panic, and what loads must be well formed.
+#[test]
+fn mutated_profiles_never_panic() {
+    for (_, text) in seccomp::BUILTIN {
+        let bytes = text.as_bytes();
+        let mut inputs: Vec<Vec<u8>> = (0..bytes.len())
+            .step_by(61)
+            .map(|n| bytes[..n].to_vec())
+            .collect();
+        for (i, flip) in (0..bytes.len())
+            .step_by(29)
+            .zip([b'"', b'}', b'\n', b'0', b'x', 0xff].iter().cycle())
+        {
+            let mut m = bytes.to_vec();
+            m[i] = *flip;
+            inputs.push(m);
+        }
+        for input in inputs {
+            match seccomp::compile("mutant", &input) {
+                Ok(f) => {
+                    assert!(f.program.len() <= seccomp::MAX_INSTRUCTIONS);
+                    assert_eq!(f.program.last().map(|i| i.code), Some(0x06));
+                }
+                Err(e) => assert!(!e.to_string().contains('\n'), "{e}"),
+            }
+        }
+    }
+    let e = err(
+        "{\"a\nb\": {\"mismatch_action\": \"allow\", \"match_action\": \"log\", \"filter\": [], \"x\ny\": 1}}",
+    );
+    assert!(!e.contains('\n'), "{e}");
+}

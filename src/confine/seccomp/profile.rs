@@ -35,12 +35,21 @@ pub struct ProfileError {
 }
 
 impl fmt::Display for ProfileError {
+    /// One line: control characters echoed from the input are escaped.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.location.is_empty() {
-            f.write_str(&self.message)
+        let line = if self.location.is_empty() {
+            self.message.clone()
         } else {
-            write!(f, "{}: {}", self.location, self.message)
+            format!("{}: {}", self.location, self.message)
+        };
+        for c in line.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                write!(f, "{c}")?;
+            }
         }
+        Ok(())
     }
 }
 
