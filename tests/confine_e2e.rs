@@ -534,3 +534,29 @@ fn log_profile_reports_syscalls_in_the_kernel_log() {
 }
 
 use std::os::unix::fs::OpenOptionsExt;
+
+/// hutch init runs under its own filter after starting the workload; it
+/// must still reap, report and count the overlay's changes.
+#[test]
+fn init_filter_keeps_init_working() {
+    let ws = workspace("initf");
+    let out = hutch()
+        .current_dir(&ws)
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo x > f; mkdir d; echo y > d/g; sleep 0.1 & wait; exit 5",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("2 paths changed"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::remove_dir_all(&ws).unwrap();
+}
