@@ -14,8 +14,12 @@
 //!    stage". The first stage that returns anything else decides.
 //!
 //! One program instead of one filter per stage keeps the per-syscall cost to
-//! one filter run, and the kernel's seccomp action cache still bypasses the
-//! program for every syscall that no stage inspects (constant allow).
+//! one filter run. Between the prelude and the stages, a binary search over
+//! the syscall numbers any stage names answers every *other* syscall at
+//! once (with what the stages would answer: the first non-allow mismatch
+//! action, else allow). That keeps the kernel's attach-time action-cache
+//! emulation (one walk per syscall number) and the runtime path short; the
+//! cache then bypasses the program for every constant-allow syscall.
 
 use seccompiler::sock_filter;
 
@@ -26,6 +30,7 @@ use super::profile::Stage;
 const BPF_LD_W_ABS: u16 = 0x20;
 const BPF_JMP_JA: u16 = 0x05;
 const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
+const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
 const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
 const BPF_RET_K: u16 = 0x06;
 
@@ -73,10 +78,60 @@ fn seccompiler_arch_check() -> [sock_filter; 3] {
     ]
 }
 
+/// Leaves of the search tree hold at most this many numbers.
+const LEAF: usize = 4;
+
+/// Emit a search over the sorted numbers `set` (the syscall number is in
+/// A): a member jumps to the stages (a `JA` patched later, its index pushed
+/// to `to_stages`), anything else returns `other`.
+fn search(set: &[u32], other: u32, out: &mut Vec<sock_filter>, to_stages: &mut Vec<usize>) {
+    if set.len() <= LEAF {
+        let m = set.len();
+        for (i, nr) in set.iter().enumerate() {
+            // Hit: jump over the remaining tests and the RET to the JA.
+            out.push(jump(BPF_JMP_JEQ_K, *nr, (m - i) as u8, 0));
+        }
+        out.push(stmt(BPF_RET_K, other));
+        to_stages.push(out.len());
+        out.push(stmt(BPF_JMP_JA, 0));
+        return;
+    }
+    let mid = set.len() / 2;
+    let (left, right) = set.split_at(mid);
+    // nr >= right[0]: the JA to the right half; else the left half inline.
+    out.push(jump(BPF_JMP_JGE_K, right[0], 0, 1));
+    let ja = out.len();
+    out.push(stmt(BPF_JMP_JA, 0));
+    let start = out.len();
+    search(left, other, out, to_stages);
+    out[ja].k = (out.len() - start) as u32;
+    search(right, other, out, to_stages);
+}
+
 /// Link compiled stages into one program. Errors when a stage does not
 /// have the expected shape (a seccompiler change) or the result is too long.
 pub fn link(stages: &[Stage]) -> Result<Vec<sock_filter>, String> {
     let mut out = arch_prelude();
+    // What the stages answer for a syscall none of them names.
+    let other = stages
+        .iter()
+        .map(|s| s.mismatch)
+        .find(|m| *m != SECCOMP_RET_ALLOW)
+        .unwrap_or(SECCOMP_RET_ALLOW);
+    let mut named: Vec<u32> = stages
+        .iter()
+        .flat_map(|s| s.named.iter().copied())
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    if !named.is_empty() {
+        let mut to_stages = Vec::new();
+        search(&named, other, &mut out, &mut to_stages);
+        let stages_start = out.len();
+        for idx in to_stages {
+            out[idx].k = (stages_start - idx - 1) as u32;
+        }
+    }
     let check = seccompiler_arch_check();
     for (i, stage) in stages.iter().enumerate() {
         let body = stage

@@ -24,6 +24,10 @@ const MAX_ERRNO: u32 = 4095;
 pub struct Stage {
     pub name: String,
     pub program: BpfProgram,
+    /// Syscall numbers the filter names (sorted, unique).
+    pub named: Vec<u32>,
+    /// The filter's answer for a syscall it does not name.
+    pub mismatch: u32,
 }
 
 /// A profile error: where in the file, and what is wrong.
@@ -334,6 +338,8 @@ fn compile_filter(name: &str, filter: JsonFilter) -> Result<Stage, ProfileError>
             }
         }
     }
+    let named: Vec<u32> = rules.keys().map(|nr| *nr as u32).collect();
+    let mismatch: SeccompAction = filter.mismatch_action.clone().into();
     let rules = rules.into_iter().map(|(nr, (r, _, _))| (nr, r)).collect();
     let filter = SeccompFilter::new(
         rules,
@@ -347,5 +353,7 @@ fn compile_filter(name: &str, filter: JsonFilter) -> Result<Stage, ProfileError>
     Ok(Stage {
         name: name.to_string(),
         program,
+        named,
+        mismatch: mismatch.into(),
     })
 }
