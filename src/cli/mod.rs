@@ -1,6 +1,7 @@
 //! Command line front end: every subcommand only builds a Spec (or calls
 //! the module that owns the job) and turns the result into an exit code.
 
+mod check;
 mod run;
 mod supervise;
 
@@ -30,6 +31,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let rest: Vec<OsString> = it.collect();
     match cmd.as_ref().and_then(|c| c.to_str()) {
         Some("run") => run::main(rest),
+        Some("check") => check::main(rest),
         Some(supervise::SUBCOMMAND) => supervise::main(rest),
         Some("version" | "--version" | "-V") => {
             println!("hutch {}", env!("CARGO_PKG_VERSION"));

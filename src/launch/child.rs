@@ -7,7 +7,8 @@
 //!  2. Wait for `Go` (id maps written; idmapped layers attached as fds).
 //!  3. `/` made a slave mount; every host source opened (with the
 //!     launching user's filesystem identity).
-//!  4. Switch to the sandbox's uid/gid (root launches: clear groups too).
+//!  4. Switch to the sandbox's uid/gid (root launches: clear groups too);
+//!     PDEATHSIG again (a credential change clears it).
 //!  5. Lock nested user namespaces: `user.max_user_namespaces = 0` in the
 //!     sandbox's own user namespace.
 //!  6. Build the new root on a tmpfs (fs ops in order), `pivot_root`,
@@ -24,7 +25,7 @@
 //! last), `execve`.
 
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use nix::sys::signal::{SigSet, Signal};
 
@@ -83,6 +84,14 @@ pub fn sandbox_main(p: &Prepared, sock: OwnedFd, parent_end: RawFd) -> ! {
     };
     if let Err(e) = switch_identity(p) {
         fail("switching to the sandbox's user", e, None);
+    }
+    // Changing credentials cleared the parent-death signal: set it again,
+    // then make sure the supervisor did not die in between.
+    if let Err(e) = sys::set_pdeathsig(libc::SIGKILL) {
+        fail("setting the parent-death signal", e, None);
+    }
+    if sys::peer_hung_up(sock.as_fd()) {
+        sys::exit_now(125);
     }
     if let Err(e) = lock_nested_userns() {
         fail(

@@ -69,6 +69,9 @@ pub struct Prepared {
     /// seccomp BPF compiled, Landlock ABI probed and rules computed.
     pub confinement: crate::confine::Confinement,
     pub rlimits: Vec<(libc::c_int, u64)>,
+    /// The cgroup leaf (when one could be created) and the limits report;
+    /// taken by the supervisor at the end to remove the leaf.
+    pub cgroup: Option<crate::cgroup::Prepared>,
     pub stdio: Stdio,
     /// Overlay mount points whose upper is discarded, in plan order.
     pub tmp_overlay_dests: Vec<PathBuf>,
@@ -133,8 +136,12 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
         crate::confine::prepare(spec).map_err(|e| LaunchError::Prepare(e.to_string()))?;
     let keep_caps = confinement.keep_caps().clone();
 
+    let stdio = stdio(relay || spec.limits.output_bytes.is_some())?;
+    // Last: from here on the leaf exists (dropping it removes it again).
+    let sandbox_id = sandbox_id();
+    let cgroup = crate::cgroup::prepare(&spec.limits, &sandbox_id)?;
     Ok(Prepared {
-        sandbox_id: sandbox_id(),
+        sandbox_id,
         op_names: fs::op_names(spec),
         plan,
         clone_flags,
@@ -156,8 +163,9 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
         },
         keep_caps,
         confinement,
-        rlimits: vec![(libc::RLIMIT_CORE as libc::c_int, 0)],
-        stdio: stdio(relay || spec.limits.output_bytes.is_some())?,
+        rlimits: cgroup.rlimits().to_vec(),
+        cgroup: Some(cgroup),
+        stdio,
         tmp_overlay_dests,
         kept_uppers,
         idmap_sources,

@@ -319,6 +319,9 @@ pub struct Limits {
     /// Extra rlimits: name (e.g. `nofile`, `fsize`) → value.
     #[serde(deserialize_with = "load::unique_map")]
     pub rlimits: BTreeMap<String, u64>,
+    /// Delegated cgroup v2 directory under which the sandbox's leaf is
+    /// created (default: hutch's own cgroup when it is delegated).
+    pub cgroup_parent: Option<PathBuf>,
 }
 
 /// Confinement of the workload.
