@@ -80,6 +80,9 @@ macro_rules! sys {
     }};
 }
 
+/// A raw syscall made in the child, returning its errno.
+type Call = Box<dyn Fn() -> i32>;
+
 fn default_filter() -> CompiledFilter {
     seccomp::load("default").unwrap().unwrap()
 }
@@ -113,7 +116,7 @@ fn default_profile_syscall_matrix() {
     let f = default_filter();
     let bad = usize::MAX as libc::c_long; // an invalid pointer / fd
     let nopath = c"/nonexistent/hutch".as_ptr();
-    let cases: Vec<(&str, libc::c_long, Box<dyn Fn() -> i32>, i32)> = vec![
+    let cases: Vec<(&str, libc::c_long, Call, i32)> = vec![
         (
             "unshare(CLONE_NEWUSER)",
             libc::SYS_unshare,
@@ -676,7 +679,7 @@ fn default_profile_syscall_matrix() {
 #[test]
 fn default_profile_allows_ordinary_calls() {
     let f = default_filter();
-    let cases: Vec<(&str, Box<dyn Fn() -> i32>, i32)> = vec![
+    let cases: Vec<(&str, Call, i32)> = vec![
         ("getpid", Box::new(|| sys!(libc::SYS_getpid)), 0),
         (
             "socket(AF_UNIX)",
