@@ -162,6 +162,11 @@ pub fn sandbox_main(p: &Prepared, sock: OwnedFd, parent_end: RawFd) -> ! {
     let mut keep: Vec<RawFd> = built.tmp_upper_fds.clone();
     keep.push(sock.as_raw_fd());
     sys::close_all_except(&keep);
+    // From here on init only reaps, forwards signals, reports and counts
+    // changes: a minimal filter (seccomp/init.json) the workload never had.
+    if let Err(e) = p.confinement.apply_init() {
+        fail("confining hutch init (seccomp)", e, None);
+    }
     init_loop(workload, blocked, &sock, &built.tmp_upper_fds)
 }
 
@@ -256,6 +261,16 @@ fn workload_main(p: &Prepared, sock: &OwnedFd) -> ! {
     }
     if let Err(e) = crate::confine::caps::drop_all_except(&p.keep_caps) {
         fail("dropping capabilities", e);
+    }
+    // Landlock, then seccomp: the very last steps before execve.
+    match p.confinement.apply_workload() {
+        Ok(()) => {}
+        Err(crate::confine::ConfineError::Landlock(e)) => fail("enforcing Landlock", e),
+        Err(crate::confine::ConfineError::Seccomp(e)) => fail("installing the seccomp filter", e),
+        Err(other) => fail(
+            &other.to_string(),
+            SysError::new("confine::apply_workload", Errno::EINVAL),
+        ),
     }
     exec(p, sock)
 }

@@ -573,7 +573,7 @@ fn enforcement(p: &Prepared, spec: &Spec) -> Enforcement {
         network: network_name(&spec.network).into(),
         wall_clock_ms: spec.limits.wall_clock.map(|d| d.0.as_millis() as u64),
         output_bytes: spec.limits.output_bytes.map(|b| b.0),
-        confinement: None,
+        confinement: serde_json::to_value(p.confinement.report()).ok(),
         limits: None,
     }
 }

@@ -4,11 +4,13 @@
 
 mod caps;
 mod cgroup;
+mod landlock;
 mod mount;
 mod net;
 pub mod probe;
 mod process;
 mod rlimit;
+mod seccomp;
 pub mod socket;
 pub use socket::peer_hung_up;
 mod walk;
@@ -18,11 +20,13 @@ use std::fmt;
 
 pub use caps::*;
 pub use cgroup::*;
+pub use landlock::*;
 pub use mount::*;
 pub use net::*;
 pub use process::*;
 pub use rlimit::*;
 pub use walk::*;
+pub use seccomp::*;
 
 pub use nix::errno::Errno;
 
