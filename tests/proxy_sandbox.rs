@@ -2,55 +2,38 @@
 //! programs honouring the proxy variables and the Unix door reach allowed
 //! hosts; direct TCP and UDP fail; denials carry their reason.
 
+#[macro_use]
+mod common;
 mod proxy_support;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
+use common::{As, TempDir, can_launch_as, hutch_as};
 use proxy_support::*;
 
-/// Skip (printing why) unless `HUTCH_REQUIRE=all`, which turns skips into
-/// failures.
-fn require(cond: bool, reason: &str) -> bool {
-    if cond {
-        return true;
-    }
-    if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-        panic!("required feature missing: {reason}");
-    }
-    eprintln!("skipped: {reason}");
-    false
-}
-
-fn sandboxes_work() -> bool {
-    Command::new(env!("CARGO_BIN_EXE_hutch"))
-        .args(["run", "--quiet", "--", "true"])
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn run_in_sandbox(args: &[&str], script: &str) -> Output {
-    let dir = tmpdir();
-    Command::new(env!("CARGO_BIN_EXE_hutch"))
-        .current_dir(&dir)
-        .arg("run")
-        .arg("--quiet")
-        .args(args)
-        .args(["--", "sh", "-c", script])
-        .output()
-        .unwrap()
+fn run_in_sandbox(who: As, dir: &TempDir, args: &[&str], script: &str) -> Output {
+    let mut all = vec!["run", "--quiet"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--", "sh", "-c", script]);
+    hutch_as(who, dir.path(), &all)
 }
 
 #[test]
-fn allowed_hosts_work_through_env_and_unix_door_and_nothing_else_does() {
-    if !require(
-        sandboxes_work(),
-        "cannot create sandboxes here (user namespaces)",
-    ) {
-        return;
-    }
+fn egress_from_a_root_launched_sandbox() {
+    egress_through_the_proxy_only(As::Root);
+}
+
+#[test]
+fn egress_from_an_unprivileged_sandbox() {
+    egress_through_the_proxy_only(As::Nobody);
+}
+
+fn egress_through_the_proxy_only(who: As) {
+    let can = can_launch_as(who);
+    require!(can.is_ok(), can.unwrap_err());
     let up = upstream(0);
-    let dir = tmpdir();
-    let audit = dir.join("audit.jsonl");
+    let dir = TempDir::new("proxy", who);
+    let audit = dir.path().join("audit.jsonl");
     let allow = format!("good.test:{}", up.port);
     let audit_s = audit.display().to_string();
     let script = format!(
@@ -81,6 +64,8 @@ echo "H:$HTTPS_PROXY:$http_proxy"
         port = up.port
     );
     let out = run_in_sandbox(
+        who,
+        &dir,
         &[
             "--allow-host",
             &allow,
@@ -136,20 +121,23 @@ echo "H:$HTTPS_PROXY:$http_proxy"
             .iter()
             .all(|l| l["sandbox"].as_str().unwrap().len() == 16)
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    // The private directory of the Unix door is gone after the run.
+    for l in &lines {
+        let id = l["sandbox"].as_str().unwrap();
+        for base in [std::env::temp_dir(), "/run/user/0".into()] {
+            let d = base.join(format!("hutch-proxy-{id}"));
+            assert!(!d.exists(), "door directory left behind: {}", d.display());
+        }
+    }
 }
 
 #[test]
 fn egress_policy_file_profile_and_bad_rules() {
-    if !require(
-        sandboxes_work(),
-        "cannot create sandboxes here (user namespaces)",
-    ) {
-        return;
-    }
+    let can = can_launch_as(As::Root);
+    require!(can.is_ok(), can.unwrap_err());
     let up = upstream(0);
-    let dir = tmpdir();
-    let file = dir.join("egress.toml");
+    let dir = TempDir::new("proxy-policy", As::Root);
+    let file = dir.path().join("egress.toml");
     std::fs::write(
         &file,
         format!(
@@ -165,6 +153,8 @@ fn egress_policy_file_profile_and_bad_rules() {
         up.port
     );
     let out = run_in_sandbox(
+        As::Root,
+        &dir,
         &["--egress-policy", &f, "--egress-profile", "agent"],
         &script,
     );
@@ -176,9 +166,8 @@ fn egress_policy_file_profile_and_bad_rules() {
     );
     assert!(stdout.ends_with("403"), "{stdout}");
     // A bad rule fails before anything runs, naming the entry.
-    let out = run_in_sandbox(&["--allow-host", "*.127.0.0.1"], "true");
+    let out = run_in_sandbox(As::Root, &dir, &["--allow-host", "*.127.0.0.1"], "true");
     assert_eq!(out.status.code(), Some(125));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("network.allow[0]"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,29 +1,532 @@
-//! cgroup v2 leaf per sandbox (limits, events, kill, removal).
+//! cgroup v2 leaf per sandbox (limits, events, kill, removal), and the
+//! rlimits applied inside the sandbox.
+//!
+//! hutch writes cgroupfs directly (docs/decisions/0001-cgroupfs-direct.md).
+//! Flow: [`prepare`] in the supervisor before clone decides what can be
+//! enforced, creates the leaf and writes its limits; the launcher passes
+//! [`Prepared::cgroup_fd`] to clone3 (`CLONE_INTO_CGROUP`) and calls
+//! [`apply_rlimits`] in the sandbox; at the end [`Prepared::finish`] reads
+//! the counters, kills what is left and removes the leaf.
 
+mod error;
+pub mod host;
+pub mod plan;
 pub mod probe;
+mod report;
+pub mod rlimits;
+pub mod tree;
 
-use crate::spec::Limits;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+pub use error::CgroupError;
+pub use report::{CgroupStats, Enforced, LimitsReport, Unenforced};
+
+use crate::spec::{Limit, Limits};
+use error::errno_text;
+use host::Host;
+use plan::{Place, SUPERVISOR};
+use tree::Cgroup;
+
+/// Period written to `cpu.max` (the kernel's default, 100 ms).
+pub const CPU_PERIOD_US: u64 = 100_000;
+/// Smallest memory cap accepted (hutch's own init must fit).
+pub const MIN_MEMORY: u64 = 4 << 20;
+/// Largest `pids.max` the kernel accepts (PID_MAX_LIMIT).
+pub const MAX_PIDS: u64 = 4 << 20;
+/// How long teardown waits for killed processes and the leaf's removal.
+const TEARDOWN: Duration = Duration::from_secs(5);
 
 /// Check the cgroup-backed limits of a Spec. Errors are (key under
 /// `limits.`, message).
 pub fn validate_limits(l: &Limits) -> Result<(), (String, String)> {
-    let unsupported = |k: &str| {
-        Err((
-            k.to_string(),
-            format!("{k} limits are not supported yet; remove it"),
-        ))
-    };
-    if l.memory.is_some() {
-        return unsupported("memory");
+    let err = |k: &str, m: String| Err((k.to_string(), m));
+    if let Some(m) = &l.memory
+        && m.value().0 < MIN_MEMORY
+    {
+        return err(
+            "memory",
+            format!("{} bytes is below the minimum of 4M", m.value().0),
+        );
     }
-    if l.pids.is_some() {
-        return unsupported("pids");
+    if let Some(p) = &l.pids
+        && !(1..=MAX_PIDS).contains(&p.value())
+    {
+        return err("pids", format!("must be 1 to {MAX_PIDS}"));
     }
-    if l.cpus.is_some() {
-        return unsupported("cpus");
+    if let Some(c) = &l.cpus {
+        let v = c.value();
+        if !(v.is_finite() && (0.01..=4096.0).contains(&v)) {
+            return err("cpus", "must be a number of CPUs from 0.01 to 4096".into());
+        }
     }
-    if !l.rlimits.is_empty() {
-        return unsupported("rlimits");
+    for (name, value) in &l.rlimits {
+        rlimits::check(name, *value).map_err(|m| (format!("rlimits.{name}"), m))?;
+    }
+    if let Some(p) = &l.cgroup_parent
+        && (!p.is_absolute()
+            || p.components()
+                .any(|c| matches!(c, std::path::Component::ParentDir)))
+    {
+        return err(
+            "cgroup_parent",
+            "must be an absolute path without `..` (a directory under the cgroup2 mount)".into(),
+        );
     }
     Ok(())
 }
+
+/// A limit asked for in the Spec and the controller that would enforce it.
+struct Wanted {
+    key: &'static str,
+    controller: &'static str,
+    required: bool,
+    value: serde_json::Value,
+}
+
+fn wanted(limits: &Limits) -> Vec<Wanted> {
+    fn w<T: Copy>(
+        key: &'static str,
+        controller: &'static str,
+        l: &Option<Limit<T>>,
+        v: impl Fn(T) -> serde_json::Value,
+    ) -> Option<Wanted> {
+        l.as_ref().map(|l| Wanted {
+            key,
+            controller,
+            required: l.is_required(),
+            value: v(l.value()),
+        })
+    }
+    [
+        w("memory", "memory", &limits.memory, |b| json!(b.0)),
+        w("pids", "pids", &limits.pids, |n| json!(n)),
+        w("cpus", "cpu", &limits.cpus, |c| json!(c)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// The sandbox's cgroup leaf and rlimits, between [`prepare`] and
+/// [`Prepared::finish`].
+#[derive(Debug)]
+pub struct Prepared {
+    leaf: Option<Leaf>,
+    rlimits: Vec<(libc::c_int, u64)>,
+    enforced: Vec<Enforced>,
+    unenforced: Vec<Unenforced>,
+    /// Only the process that created the leaf removes it on drop (a forked
+    /// child holding a copy must not).
+    owner: u32,
+}
+
+#[derive(Debug)]
+struct Leaf {
+    cg: Cgroup,
+    fd: OwnedFd,
+}
+
+/// Decide what can be enforced, create the leaf and write its limits.
+/// Runs in the supervisor before clone. A required limit that cannot be
+/// enforced is an error; a preferred one is recorded as unenforced.
+pub fn prepare(limits: &Limits, sandbox_id: &str) -> Result<Prepared, CgroupError> {
+    prepare_on(&Host::detect(), limits, sandbox_id)
+}
+
+/// [`prepare`] against a given host description (tests use a fake tree).
+pub fn prepare_on(host: &Host, limits: &Limits, sandbox_id: &str) -> Result<Prepared, CgroupError> {
+    let leaf_name = format!("hutch-{sandbox_id}");
+    if !tree::valid_name(&leaf_name) {
+        return Err(CgroupError::Io {
+            action: "name leaf",
+            path: leaf_name.into(),
+            errno: "EINVAL: invalid sandbox id".into(),
+            hint: "sandbox ids hold only letters, digits, '-', '_' and '.'".into(),
+        });
+    }
+    let mut p = Prepared {
+        leaf: None,
+        rlimits: Vec::new(),
+        enforced: Vec::new(),
+        unenforced: Vec::new(),
+        owner: std::process::id(),
+    };
+    let wanted = wanted(limits);
+    // Controllers the leaf gets: the limited ones, plus memory and pids
+    // for the report's counters when they come for free.
+    let mut missing: Vec<(&Wanted, String, String)> = Vec::new();
+    match plan::find_place(host, limits.cgroup_parent.as_deref()) {
+        Err(np) if np.explicit => {
+            return Err(CgroupError::BadParent {
+                path: limits.cgroup_parent.clone().unwrap_or_default(),
+                problem: np.found,
+                fix: np.fix,
+            });
+        }
+        Err(np) => {
+            for w in &wanted {
+                missing.push((w, np.found.clone(), np.fix.clone()));
+            }
+        }
+        Ok(place) => {
+            let enabled = enable_controllers(host, &place, &wanted, &mut missing)?;
+            // Even with nothing to limit, a leaf gives cgroup.kill.
+            let leaf = place.parent.child(&leaf_name);
+            std::fs::create_dir(&leaf.dir).map_err(|e| {
+                CgroupError::io(
+                    "mkdir",
+                    &leaf.dir,
+                    &e,
+                    "a stale leaf of a crashed run may need `rmdir`",
+                )
+            })?;
+            let fd = match leaf.open_dir() {
+                Ok(fd) => fd,
+                Err(e) => {
+                    let _ = std::fs::remove_dir(&leaf.dir);
+                    return Err(CgroupError::io("open", &leaf.dir, &e, "check permissions"));
+                }
+            };
+            p.leaf = Some(Leaf { cg: leaf, fd });
+            for w in &wanted {
+                if !enabled.contains(&w.controller) {
+                    continue;
+                }
+                match write_limit(p.leaf.as_ref().map(|l| &l.cg).expect("leaf"), limits, w.key) {
+                    Ok(by) => p.enforced.push(Enforced {
+                        limit: w.key.into(),
+                        value: w.value.clone(),
+                        by,
+                    }),
+                    Err((file, e)) => missing.push((
+                        w,
+                        format!("writing {file} failed: {e}"),
+                        "report this as a bug with `hutch check` output".into(),
+                    )),
+                }
+            }
+        }
+    }
+    for (w, found, fix) in missing {
+        if w.key == "pids" {
+            // RLIMIT_NPROC in the sandbox's user namespace counts only the
+            // sandbox's processes (Linux >= 5.14 per-namespace ucounts).
+            let n = w.value.as_u64().unwrap_or(MAX_PIDS);
+            let (_, hard) =
+                crate::sys::getrlimit(libc::RLIMIT_NPROC as i32).unwrap_or((u64::MAX, u64::MAX));
+            rlimits::merge_min(&mut p.rlimits, libc::RLIMIT_NPROC as i32, n.min(hard));
+            p.enforced.push(Enforced {
+                limit: "pids".into(),
+                value: w.value.clone(),
+                by: format!(
+                    "RLIMIT_NPROC in the sandbox user namespace (pids controller: {found})"
+                ),
+            });
+            continue;
+        }
+        if w.required {
+            return Err(CgroupError::Unavailable {
+                limit: w.key,
+                controller: w.controller,
+                found,
+                fix,
+            });
+        }
+        p.unenforced.push(Unenforced {
+            limit: w.key.into(),
+            value: w.value.clone(),
+            reason: format!(
+                "cgroup v2 {} controller not available ({found})",
+                w.controller
+            ),
+        });
+    }
+    plan_rlimits(limits, &mut p)?;
+    Ok(p)
+}
+
+/// Make sure `place`'s children get the controllers hutch wants; returns
+/// those enabled. Wanted limits whose controller cannot be had go to
+/// `missing` with what hutch found and the fix.
+fn enable_controllers<'w>(
+    host: &Host,
+    place: &Place,
+    wanted: &'w [Wanted],
+    missing: &mut Vec<(&'w Wanted, String, String)>,
+) -> Result<Vec<&'static str>, CgroupError> {
+    let delegate_fix = |c: &str| {
+        format!(
+            "delegate the {c} controller to {} (systemd: Delegate=yes; or enable it in its parent's cgroup.subtree_control)",
+            place.parent.dir.display()
+        )
+    };
+    let mut try_enable: Vec<&'static str> = Vec::new();
+    for c in plan::CONTROLLERS {
+        let asked: Vec<&Wanted> = wanted.iter().filter(|w| w.controller == *c).collect();
+        let for_stats = matches!(*c, "memory" | "pids");
+        match plan::controller_status(host, place, c) {
+            Ok(()) if !asked.is_empty() || for_stats => try_enable.push(c),
+            Ok(()) => {}
+            Err(found) => {
+                for w in asked {
+                    missing.push((w, found.clone(), delegate_fix(c)));
+                }
+            }
+        }
+    }
+    let parent = &place.parent;
+    let already = parent.subtree_control();
+    let need: Vec<&'static str> = try_enable
+        .iter()
+        .copied()
+        .filter(|c| !already.iter().any(|a| a == c))
+        .collect();
+    if !need.is_empty() && place.evacuate {
+        evacuate(parent).map_err(|(path, e)| {
+            CgroupError::io(
+                "move hutch's processes into",
+                path,
+                &e,
+                "the no-internal-processes rule needs hutch's own cgroup emptied; start hutch in a fresh delegated scope",
+            )
+        })?;
+    }
+    let mut enabled = Vec::new();
+    for c in try_enable {
+        if !need.contains(&c) {
+            enabled.push(c);
+            continue;
+        }
+        match parent.write("cgroup.subtree_control", &format!("+{c}")) {
+            Ok(()) => enabled.push(c),
+            Err(e) => {
+                let why = if e.raw_os_error() == Some(libc::EBUSY) {
+                    "holds processes (no-internal-processes rule)".to_string()
+                } else {
+                    errno_text(&e)
+                };
+                for w in wanted.iter().filter(|w| w.controller == c) {
+                    missing.push((
+                        w,
+                        format!(
+                            "enabling it in {}/cgroup.subtree_control failed: {why}",
+                            parent.dir.display()
+                        ),
+                        delegate_fix(c),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(enabled)
+}
+
+/// Move every process of `cg` into `cg/hutch-supervisor` (including this
+/// one). Stops when a round makes no progress.
+fn evacuate(cg: &Cgroup) -> Result<(), (std::path::PathBuf, std::io::Error)> {
+    let sup = cg.child(SUPERVISOR);
+    match std::fs::create_dir(&sup.dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err((sup.dir, e)),
+    }
+    let mut last: Vec<i32> = Vec::new();
+    for _ in 0..16 {
+        let procs = cg.procs();
+        if procs.is_empty() || procs == last {
+            break;
+        }
+        for pid in &procs {
+            match sup.write("cgroup.procs", &pid.to_string()) {
+                Ok(()) => {}
+                // Exited meanwhile.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) => return Err((sup.file("cgroup.procs"), e)),
+            }
+        }
+        last = procs;
+    }
+    Ok(())
+}
+
+/// Write the interface file for one limit; Ok is the mechanism text.
+fn write_limit(leaf: &Cgroup, limits: &Limits, key: &str) -> Result<String, (String, String)> {
+    let w = |file: &str, v: String| {
+        leaf.write(file, &v)
+            .map_err(|e| (file.to_string(), errno_text(&e)))
+    };
+    match key {
+        "memory" => {
+            let bytes = limits.memory.map(|m| m.value().0).unwrap_or(u64::MAX);
+            w("memory.max", bytes.to_string())?;
+            w("memory.oom.group", "1".into())?;
+            // Without swap accounting the file is absent: no swap to cap.
+            match w("memory.swap.max", "0".into()) {
+                Err(_) if !leaf.file("memory.swap.max").exists() => {
+                    Ok("cgroup memory.max, memory.oom.group=1 (no swap accounting)".into())
+                }
+                Err(e) => Err(e),
+                Ok(()) => Ok("cgroup memory.max, memory.swap.max=0, memory.oom.group=1".into()),
+            }
+        }
+        "pids" => {
+            let n = limits.pids.map(|p| p.value()).unwrap_or(MAX_PIDS);
+            w("pids.max", n.to_string())?;
+            Ok("cgroup pids.max".into())
+        }
+        "cpus" => {
+            let c = limits.cpus.map(|c| c.value()).unwrap_or(1.0);
+            w("cpu.max", cpu_max(c))?;
+            Ok("cgroup cpu.max".into())
+        }
+        _ => Err((key.to_string(), "unknown limit".into())),
+    }
+}
+
+/// `cpu.max` text for a number of CPUs: quota and period in µs.
+pub fn cpu_max(cpus: f64) -> String {
+    let quota = ((cpus * CPU_PERIOD_US as f64).round() as u64).max(1000);
+    format!("{quota} {CPU_PERIOD_US}")
+}
+
+/// RLIMIT_CORE=0 unless asked otherwise, then the Spec's `rlimits`.
+fn plan_rlimits(limits: &Limits, p: &mut Prepared) -> Result<(), CgroupError> {
+    if !limits.rlimits.contains_key("core") {
+        p.rlimits.push((libc::RLIMIT_CORE as i32, 0));
+        p.enforced.push(Enforced {
+            limit: "rlimits.core".into(),
+            value: json!(0),
+            by: "setrlimit".into(),
+        });
+    }
+    for (name, value) in &limits.rlimits {
+        let Some(r) = rlimits::resource(name) else {
+            continue; // validate_limits refused it already
+        };
+        let (_, hard) = crate::sys::getrlimit(r).unwrap_or((u64::MAX, u64::MAX));
+        if *value > hard {
+            return Err(CgroupError::RlimitAboveHard {
+                name: name.clone(),
+                value: *value,
+                hard,
+            });
+        }
+        rlimits::merge_min(&mut p.rlimits, r, *value);
+        p.enforced.push(Enforced {
+            limit: format!("rlimits.{name}"),
+            value: json!(value),
+            by: "setrlimit".into(),
+        });
+    }
+    Ok(())
+}
+
+impl Prepared {
+    /// The leaf's directory fd, for clone3 `CLONE_INTO_CGROUP`; None when
+    /// no leaf was created.
+    pub fn cgroup_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.leaf.as_ref().map(|l| l.fd.as_fd())
+    }
+
+    /// The leaf's directory, when one was created.
+    pub fn cgroup_dir(&self) -> Option<&std::path::Path> {
+        self.leaf.as_ref().map(|l| l.cg.dir.as_path())
+    }
+
+    /// (resource, value) pairs to apply in the sandbox with
+    /// [`apply_rlimits`], after its user namespace exists.
+    pub fn rlimits(&self) -> &[(libc::c_int, u64)] {
+        &self.rlimits
+    }
+
+    /// Kill every process in the leaf (`cgroup.kill`; SIGKILL to each
+    /// member where that file is missing, before Linux 5.14).
+    pub fn kill(&self) {
+        if let Some(leaf) = &self.leaf {
+            kill_all(&leaf.cg);
+        }
+    }
+
+    /// Enforced and unenforced limits with the counters read now.
+    pub fn report(&self) -> LimitsReport {
+        let stats = self.leaf.as_ref().map(|l| CgroupStats::read(&l.cg));
+        LimitsReport {
+            cgroup: self.leaf.as_ref().map(|l| l.cg.dir.clone()),
+            enforced: self.enforced.clone(),
+            unenforced: self.unenforced.clone(),
+            ended_by: stats.as_ref().and_then(CgroupStats::ended_by),
+            stats,
+            cleanup_error: None,
+        }
+    }
+
+    /// `oom-killed` or `pids-limit-hit` when the leaf's events show one
+    /// (OOM wins). Use it to explain a workload that did not exit 0.
+    pub fn ended_by(&self) -> Option<&'static str> {
+        let leaf = self.leaf.as_ref()?;
+        CgroupStats::read(&leaf.cg).ended_by()
+    }
+
+    /// Read the final counters, kill what is left, remove the leaf.
+    pub fn finish(mut self) -> LimitsReport {
+        let mut report = self.report();
+        if let Some(leaf) = self.leaf.take()
+            && let Err(e) = teardown(&leaf.cg)
+        {
+            report.cleanup_error = Some(e);
+        }
+        report
+    }
+}
+
+fn kill_all(cg: &Cgroup) {
+    if cg.write("cgroup.kill", "1").is_ok() {
+        return;
+    }
+    for pid in cg.procs() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+fn teardown(cg: &Cgroup) -> Result<(), String> {
+    let deadline = Instant::now() + TEARDOWN;
+    if !cg.wait_empty(Instant::now()) {
+        kill_all(cg);
+        if !cg.wait_empty(deadline) {
+            return Err(format!(
+                "{}: processes survived cgroup.kill",
+                cg.dir.display()
+            ));
+        }
+    }
+    cg.remove(deadline)
+        .map_err(|e| format!("rmdir {} => {}", cg.dir.display(), errno_text(&e)))
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if std::process::id() != self.owner {
+            return;
+        }
+        if let Some(leaf) = self.leaf.take() {
+            let _ = teardown(&leaf.cg);
+        }
+    }
+}
+
+/// Apply rlimits (soft = hard = value). Called in the sandbox child.
+pub fn apply_rlimits(list: &[(libc::c_int, u64)]) -> Result<(), crate::sys::SysError> {
+    for (r, v) in list {
+        crate::sys::setrlimit(*r, *v)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,10 +1,15 @@
-//! What the host's cgroup layout allows (used by `hutch check`).
+//! What the host's cgroup layout allows (printed by `hutch check`).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-/// The cgroup layout as seen from this process.
+use super::host::Host;
+use super::plan::{self, Place};
+use super::tree::Cgroup;
+
+/// The cgroup layout as seen from this process, and which limits work.
 #[derive(Debug, Clone, Serialize)]
 pub struct CgroupProbe {
     /// `unified` (pure v2), `hybrid` (v1 with a v2 mount), `legacy` (v1 only) or `none`.
@@ -15,53 +20,161 @@ pub struct CgroupProbe {
     pub v2_controllers: Vec<String>,
     /// This process's v2 cgroup (from `/proc/self/cgroup`, `0::` line).
     pub own_cgroup: Option<String>,
+    /// That cgroup as a directory, its controllers and enabled subtree.
+    pub own_dir: Option<PathBuf>,
+    pub own_controllers: Vec<String>,
+    pub own_subtree_control: Vec<String>,
+    /// Whether hutch may create sandbox leaves under its own cgroup.
+    pub delegation: Placement,
+    /// The same for `--cgroup-parent`, when one was given.
+    pub cgroup_parent: Option<Placement>,
+    /// `memory`, `pids`, `cpus`: would `--memory/--pids/--cpus` work here.
+    pub limits: BTreeMap<&'static str, LimitSupport>,
+}
+
+/// Where sandbox leaves would be created.
+#[derive(Debug, Clone, Serialize)]
+pub struct Placement {
+    pub usable: bool,
+    /// Parent directory of the leaves.
+    pub parent: Option<PathBuf>,
+    /// hutch would first move its own processes into `hutch-supervisor`.
+    pub moves_own_processes: bool,
+    /// What hutch found, when unusable.
+    pub reason: Option<String>,
+    pub fix: Option<String>,
+}
+
+/// Whether one limit can be enforced, how, or why not.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitSupport {
+    pub works: bool,
+    pub by: Option<String>,
+    pub why_not: Option<String>,
+    pub fix: Option<String>,
 }
 
 /// Inspect the host. Reads files only; changes nothing.
 pub fn probe() -> CgroupProbe {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut v2_mount = None;
-    let mut has_v1 = false;
-    for line in mounts.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let fstype = right.split_whitespace().next().unwrap_or("");
-        let mount_point = left.split_whitespace().nth(4).unwrap_or("");
-        match fstype {
-            "cgroup2" if v2_mount.is_none() => v2_mount = Some(PathBuf::from(mount_point)),
-            "cgroup" => has_v1 = true,
-            _ => {}
-        }
-    }
-    let layout = match (&v2_mount, has_v1) {
-        (Some(_), false) => "unified",
-        (Some(_), true) => "hybrid",
-        (None, true) => "legacy",
-        (None, false) => "none",
-    };
-    let v2_controllers = v2_mount
-        .as_deref()
-        .map(|m| read_words(&m.join("cgroup.controllers")))
-        .unwrap_or_default();
+    probe_with(None)
+}
+
+/// [`probe`], also judging a `--cgroup-parent` directory.
+pub fn probe_with(cgroup_parent: Option<&Path>) -> CgroupProbe {
+    let host = Host::detect();
     let own_cgroup = std::fs::read_to_string("/proc/self/cgroup")
         .ok()
         .and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("0::").map(str::to_string))
         });
-    CgroupProbe {
-        layout: layout.into(),
-        v2_mount,
-        v2_controllers,
-        own_cgroup,
-    }
+    probe_host(&host, own_cgroup, cgroup_parent, nproc_per_userns())
 }
 
-fn read_words(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
+/// RLIMIT_NPROC is counted per user namespace since Linux 5.14.
+fn nproc_per_userns() -> bool {
+    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut it = rel
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    (major, minor) >= (5, 14)
+}
+
+/// [`probe_with`] against a given host description.
+pub fn probe_host(
+    host: &Host,
+    own_cgroup: Option<String>,
+    cgroup_parent: Option<&Path>,
+    nproc_fallback: bool,
+) -> CgroupProbe {
+    let own = host.own.as_deref().map(Cgroup::new);
+    let placement = |r: &Result<Place, plan::NoPlace>| match r {
+        Ok(p) => Placement {
+            usable: true,
+            parent: Some(p.parent.dir.clone()),
+            moves_own_processes: p.evacuate,
+            reason: None,
+            fix: None,
+        },
+        Err(np) => Placement {
+            usable: false,
+            parent: None,
+            moves_own_processes: false,
+            reason: Some(np.found.clone()),
+            fix: Some(np.fix.clone()),
+        },
+    };
+    let own_place = plan::find_place(host, None);
+    let parent_place = cgroup_parent.map(|p| plan::find_place(host, Some(p)));
+    // Limits are judged where hutch would put the leaf.
+    let effective = parent_place.as_ref().unwrap_or(&own_place);
+    let mut limits = BTreeMap::new();
+    for (key, controller, by) in [
+        ("memory", "memory", "cgroup memory.max"),
+        ("pids", "pids", "cgroup pids.max"),
+        ("cpus", "cpu", "cgroup cpu.max"),
+    ] {
+        let status = match effective {
+            Ok(place) => plan::controller_status(host, place, controller).map_err(|f| {
+                (
+                    f,
+                    format!(
+                        "delegate the {controller} controller to {}",
+                        place.parent.dir.display()
+                    ),
+                )
+            }),
+            Err(np) => Err((np.found.clone(), np.fix.clone())),
+        };
+        let support = match status {
+            Ok(()) => LimitSupport {
+                works: true,
+                by: Some(by.into()),
+                why_not: None,
+                fix: None,
+            },
+            Err(_) if key == "pids" && nproc_fallback => LimitSupport {
+                works: true,
+                by: Some("RLIMIT_NPROC in the sandbox user namespace (fallback)".into()),
+                why_not: None,
+                fix: None,
+            },
+            Err((found, fix)) => LimitSupport {
+                works: false,
+                by: None,
+                why_not: Some(format!(
+                    "cgroup v2 {controller} controller not available ({found})"
+                )),
+                fix: Some(fix),
+            },
+        };
+        limits.insert(key, support);
+    }
+    CgroupProbe {
+        layout: match host.layout {
+            super::host::Layout::Unified => "unified",
+            super::host::Layout::Hybrid => "hybrid",
+            super::host::Layout::Legacy => "legacy",
+            super::host::Layout::None => "none",
+        }
+        .into(),
+        v2_mount: host.v2_mount.clone(),
+        v2_controllers: host
+            .v2_mount
+            .as_deref()
+            .map(|m| Cgroup::new(m).controllers())
+            .unwrap_or_default(),
+        own_cgroup,
+        own_dir: host.own.clone(),
+        own_controllers: own.as_ref().map(Cgroup::controllers).unwrap_or_default(),
+        own_subtree_control: own
+            .as_ref()
+            .map(Cgroup::subtree_control)
+            .unwrap_or_default(),
+        delegation: placement(&own_place),
+        cgroup_parent: parent_place.as_ref().map(placement),
+        limits,
+    }
 }

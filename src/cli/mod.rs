@@ -1,8 +1,10 @@
 //! Command line front end: every subcommand only builds a Spec (or calls
 //! the module that owns the job) and turns the result into an exit code.
 
+mod check;
 mod proxy;
 mod run;
+mod session;
 mod supervise;
 
 /// The library ↔ supervisor protocol (`hutch __supervise`).
@@ -32,6 +34,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
     match cmd.as_ref().and_then(|c| c.to_str()) {
         Some("run") => run::main(rest),
         Some("proxy") => proxy::main(rest),
+        Some("check") => check::main(rest),
+        Some("session") => session::main(rest),
         Some(supervise::SUBCOMMAND) => supervise::main(rest),
         Some("version" | "--version" | "-V") => {
             println!("hutch {}", env!("CARGO_PKG_VERSION"));

@@ -1,26 +1,45 @@
-//! Confinement of the workload: capabilities, seccomp, Landlock, rlimits.
+//! Confinement of the workload: capabilities, seccomp, Landlock.
+//!
+//! [`prepare`] runs in the supervisor before clone and does everything that
+//! may allocate or fail on bad input: it compiles the seccomp profile to one
+//! BPF program, probes the Landlock ABI (failing closed below the floor) and
+//! computes the Landlock rules from the mount plan and network mode. The
+//! sandbox then calls [`Confinement::apply_init`] in pid 1 after it forked
+//! the workload, and [`Confinement::apply_workload`] in the workload as the
+//! last step before `execve`: Landlock first, seccomp last.
 
 pub mod caps;
+pub mod landlock;
+pub mod seccomp;
 
-use crate::spec::Security;
+use serde::Serialize;
+
+use crate::spec::{Security, Spec};
+use crate::sys::SysError;
+
+pub use landlock::{LandlockPlan, LandlockReport};
+pub use seccomp::{CompiledFilter, ProfileError, SeccompReport};
 
 /// Check the security section of a Spec. Errors are (key under `security.`,
-/// message).
+/// message). A profile file is read and compiled, so its errors name the
+/// failing filter and rule.
 pub fn validate(sec: &Security) -> Result<(), (String, String)> {
-    if sec.seccomp != "unconfined" {
-        return Err((
-            "seccomp".into(),
-            format!(
-                "seccomp profile {:?} is not supported yet; use \"unconfined\"",
-                sec.seccomp
-            ),
-        ));
-    }
-    if sec.landlock.enabled || sec.landlock.min_abi.is_some() {
-        return Err((
-            "landlock".into(),
-            "Landlock is not supported yet; set enabled = false".into(),
-        ));
+    seccomp::load(&sec.seccomp).map_err(|e| ("seccomp".to_string(), e.to_string()))?;
+    if let Some(min) = sec.landlock.min_abi {
+        if !sec.landlock.enabled {
+            return Err((
+                "landlock.min_abi".into(),
+                "a minimum Landlock ABI needs landlock.enabled = true".into(),
+            ));
+        }
+        // Above hutch's own newest ABI is accepted here and refused by
+        // `prepare`, which can name the kernel's ABI.
+        if min == 0 || min > 64 {
+            return Err((
+                "landlock.min_abi".into(),
+                format!("{min} is not a Landlock ABI version (1, 2, ...)"),
+            ));
+        }
     }
     if !sec.no_new_privs {
         return Err((
@@ -30,4 +49,174 @@ pub fn validate(sec: &Security) -> Result<(), (String, String)> {
     }
     caps::parse_cap_list(&sec.cap_add).map_err(|m| ("cap_add".to_string(), m))?;
     Ok(())
+}
+
+/// Why confinement cannot be prepared or applied. Display is one line:
+/// what failed, why, and the fix.
+#[derive(thiserror::Error, Debug)]
+pub enum ConfineError {
+    #[error(
+        "seccomp profile {profile:?} is invalid: {error}; fix the profile or use --seccomp default|strict|log|unconfined"
+    )]
+    Profile {
+        profile: String,
+        error: ProfileError,
+    },
+    #[error(
+        "Landlock ABI {required} is required (security.landlock.min_abi) but this kernel provides ABI {available}; run on a newer kernel or lower --landlock-min-abi"
+    )]
+    LandlockTooOld { required: u32, available: u32 },
+    #[error(
+        "Landlock ABI {required} is required (security.landlock.min_abi) and this kernel provides ABI {available}, but this hutch enforces Landlock ABIs up to {max}; lower --landlock-min-abi to {max} or less"
+    )]
+    LandlockBeyondHutch {
+        required: u32,
+        available: u32,
+        max: u32,
+    },
+    #[error(
+        "Landlock is requested but this kernel does not provide it (ABI 0: not built in, or missing from the lsm= boot parameter); enable it, or disable Landlock explicitly (security.landlock.enabled = false)"
+    )]
+    LandlockUnavailable,
+    #[error("security.cap_add: {0}")]
+    Caps(String),
+    #[error("enforcing Landlock failed: {0}; the sandbox was not started")]
+    Landlock(SysError),
+    #[error("installing the seccomp filter failed: {0}; the sandbox was not started")]
+    Seccomp(SysError),
+}
+
+/// Everything confinement needs, prepared before clone.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    seccomp_profile: String,
+    workload_filter: Option<CompiledFilter>,
+    init_filter: CompiledFilter,
+    landlock: Option<LandlockPlan>,
+    landlock_min_abi: Option<u32>,
+    landlock_available: u32,
+    keep_caps: ::caps::CapsHashSet,
+}
+
+/// What was enforced, for the exit report and `hutch check`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConfinementReport {
+    pub seccomp: SeccompReport,
+    pub landlock: LandlockReport,
+    /// Capabilities the workload keeps (sorted names), empty by default.
+    pub caps_kept: Vec<String>,
+}
+
+/// Prepare the confinement of `spec` (in the supervisor, before clone).
+pub fn prepare(spec: &Spec) -> Result<Confinement, ConfineError> {
+    let sec = &spec.security;
+    let workload_filter = seccomp::load(&sec.seccomp).map_err(|error| ConfineError::Profile {
+        profile: sec.seccomp.clone(),
+        error,
+    })?;
+    let init_filter =
+        seccomp::compile("init", seccomp::INIT_PROFILE.as_bytes()).map_err(|error| {
+            ConfineError::Profile {
+                profile: "init".into(),
+                error,
+            }
+        })?;
+    let available = crate::sys::landlock_abi_version();
+    let landlock = if sec.landlock.enabled {
+        let required = sec.landlock.min_abi.unwrap_or(1);
+        if available == 0 {
+            return Err(ConfineError::LandlockUnavailable);
+        }
+        if available < required {
+            return Err(ConfineError::LandlockTooOld {
+                required,
+                available,
+            });
+        }
+        if required > landlock::HUTCH_MAX_ABI {
+            return Err(ConfineError::LandlockBeyondHutch {
+                required,
+                available,
+                max: landlock::HUTCH_MAX_ABI,
+            });
+        }
+        Some(LandlockPlan::new(spec, available))
+    } else {
+        None
+    };
+    let keep_caps = caps::parse_cap_list(&sec.cap_add).map_err(ConfineError::Caps)?;
+    Ok(Confinement {
+        seccomp_profile: sec.seccomp.clone(),
+        workload_filter,
+        init_filter,
+        landlock,
+        landlock_min_abi: sec.landlock.min_abi,
+        landlock_available: available,
+        keep_caps,
+    })
+}
+
+impl Confinement {
+    /// Capabilities the workload keeps (`security.cap_add`).
+    pub fn keep_caps(&self) -> &::caps::CapsHashSet {
+        &self.keep_caps
+    }
+
+    /// The compiled workload filter (None for `unconfined`).
+    pub fn workload_filter(&self) -> Option<&CompiledFilter> {
+        self.workload_filter.as_ref()
+    }
+
+    /// The Landlock plan (None when Landlock is disabled).
+    pub fn landlock_plan(&self) -> Option<&LandlockPlan> {
+        self.landlock.as_ref()
+    }
+
+    /// In `hutch init` (pid 1), right after it forked the workload: install
+    /// the minimal filter of `seccomp/init.json` (reaping, signals, the
+    /// control socket, walking the overlay upper; everything else EPERM,
+    /// foreign architectures and x32 killed). Does not allocate.
+    pub fn apply_init(&self) -> Result<(), SysError> {
+        crate::sys::set_no_new_privs()?;
+        crate::sys::seccomp_set_mode_filter(&self.init_filter.program)
+    }
+
+    /// In the workload, after pivot_root, setsid, close_range, no-new-privs
+    /// and the capability drop, as the very last step before execve:
+    /// Landlock (the new root exists now), then seccomp.
+    pub fn apply_workload(&self) -> Result<(), ConfineError> {
+        if self.landlock.is_some() || self.workload_filter.is_some() {
+            crate::sys::set_no_new_privs().map_err(ConfineError::Seccomp)?;
+        }
+        if let Some(plan) = &self.landlock {
+            plan.enforce().map_err(ConfineError::Landlock)?;
+        }
+        if let Some(filter) = &self.workload_filter {
+            crate::sys::seccomp_set_mode_filter(&filter.program).map_err(ConfineError::Seccomp)?;
+        }
+        Ok(())
+    }
+
+    /// What is enforced.
+    pub fn report(&self) -> ConfinementReport {
+        let landlock = match &self.landlock {
+            Some(plan) => plan.report(self.landlock_min_abi, self.landlock_available),
+            None => LandlockReport {
+                requested: false,
+                min_abi: None,
+                available: self.landlock_available,
+                enforced_abi: None,
+                filesystem: false,
+                tcp: "unrestricted",
+                scoped: Vec::new(),
+            },
+        };
+        let mut caps_kept: Vec<String> = self.keep_caps.iter().map(|c| c.to_string()).collect();
+        caps_kept.sort();
+        ConfinementReport {
+            seccomp: SeccompReport::of(&self.seccomp_profile, self.workload_filter.as_ref()),
+            landlock,
+            caps_kept,
+        }
+    }
 }

@@ -482,7 +482,7 @@ impl<S: FsSys> Builder<'_, S> {
         }
         // Inside a user namespace overlay keeps its metadata in user.*
         // xattrs; redirect_dir and metacopy stay off.
-        data.extend_from_slice(b",userxattr");
+        data.extend_from_slice(b",userxattr,metacopy=off");
         let data = CString::new(data).expect("fd paths hold no NUL");
         let target = self.ensure(dest, true)?;
         let flags = BASE

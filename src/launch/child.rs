@@ -7,7 +7,8 @@
 //!  2. Wait for `Go` (id maps written; idmapped layers attached as fds).
 //!  3. `/` made a slave mount; every host source opened (with the
 //!     launching user's filesystem identity).
-//!  4. Switch to the sandbox's uid/gid (root launches: clear groups too).
+//!  4. Switch to the sandbox's uid/gid (root launches: clear groups too);
+//!     PDEATHSIG again (a credential change clears it).
 //!  5. Lock nested user namespaces: `user.max_user_namespaces = 0` in the
 //!     sandbox's own user namespace.
 //!  6. Build the new root on a tmpfs (fs ops in order), `pivot_root`,
@@ -24,7 +25,7 @@
 //! last), `execve`.
 
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use nix::sys::signal::{SigSet, Signal};
 
@@ -83,6 +84,14 @@ pub fn sandbox_main(p: &Prepared, sock: OwnedFd, parent_end: RawFd) -> ! {
     };
     if let Err(e) = switch_identity(p) {
         fail("switching to the sandbox's user", e, None);
+    }
+    // Changing credentials cleared the parent-death signal: set it again,
+    // then make sure the supervisor did not die in between.
+    if let Err(e) = sys::set_pdeathsig(libc::SIGKILL) {
+        fail("setting the parent-death signal", e, None);
+    }
+    if sys::peer_hung_up(sock.as_fd()) {
+        sys::exit_now(125);
     }
     if let Err(e) = lock_nested_userns() {
         fail(
@@ -165,6 +174,11 @@ pub fn sandbox_main(p: &Prepared, sock: OwnedFd, parent_end: RawFd) -> ! {
     let mut keep: Vec<RawFd> = built.tmp_upper_fds.clone();
     keep.push(sock.as_raw_fd());
     sys::close_all_except(&keep);
+    // From here on init only reaps, forwards signals, reports and counts
+    // changes: a minimal filter (seccomp/init.json) the workload never had.
+    if let Err(e) = p.confinement.apply_init() {
+        fail("confining hutch init (seccomp)", e, None);
+    }
     init_loop(workload, blocked, &sock, &built.tmp_upper_fds)
 }
 
@@ -259,6 +273,16 @@ fn workload_main(p: &Prepared, sock: &OwnedFd) -> ! {
     }
     if let Err(e) = crate::confine::caps::drop_all_except(&p.keep_caps) {
         fail("dropping capabilities", e);
+    }
+    // Landlock, then seccomp: the very last steps before execve.
+    match p.confinement.apply_workload() {
+        Ok(()) => {}
+        Err(crate::confine::ConfineError::Landlock(e)) => fail("enforcing Landlock", e),
+        Err(crate::confine::ConfineError::Seccomp(e)) => fail("installing the seccomp filter", e),
+        Err(other) => fail(
+            &other.to_string(),
+            SysError::new("confine::apply_workload", Errno::EINVAL),
+        ),
     }
     exec(p, sock)
 }

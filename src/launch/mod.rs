@@ -45,6 +45,8 @@ pub enum LaunchError {
     #[error("{0}")]
     Prepare(String),
     #[error("{0}")]
+    Cgroup(#[from] crate::cgroup::CgroupError),
+    #[error("{0}")]
     Sys(#[from] SysError),
     #[error(
         "creating the sandbox: {0} (user namespaces may be disabled or restricted here: run `hutch check`)"

@@ -66,7 +66,12 @@ pub struct Prepared {
     pub cwd: CString,
     pub hostname: Option<String>,
     pub keep_caps: CapsHashSet,
+    /// seccomp BPF compiled, Landlock ABI probed and rules computed.
+    pub confinement: crate::confine::Confinement,
     pub rlimits: Vec<(libc::c_int, u64)>,
+    /// The cgroup leaf (when one could be created) and the limits report;
+    /// taken by the supervisor at the end to remove the leaf.
+    pub cgroup: Option<crate::cgroup::Prepared>,
     pub stdio: Stdio,
     /// Overlay mount points whose upper is discarded, in plan order.
     pub tmp_overlay_dests: Vec<PathBuf>,
@@ -203,9 +208,13 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
             clone_flags |= flag;
         }
     }
-    let keep_caps = crate::confine::caps::parse_cap_list(&spec.security.cap_add)
-        .map_err(|m| LaunchError::Spec(crate::spec::SpecError::new("security.cap_add", m)))?;
+    let confinement =
+        crate::confine::prepare(spec).map_err(|e| LaunchError::Prepare(e.to_string()))?;
+    let keep_caps = confinement.keep_caps().clone();
 
+    let stdio = stdio(relay || spec.limits.output_bytes.is_some())?;
+    // Last: from here on the leaf exists (dropping it removes it again).
+    let cgroup = crate::cgroup::prepare(&spec.limits, &sandbox_id)?;
     Ok(Prepared {
         sandbox_id,
         op_names: fs::op_names(spec),
@@ -228,8 +237,10 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
             None
         },
         keep_caps,
-        rlimits: vec![(libc::RLIMIT_CORE as libc::c_int, 0)],
-        stdio: stdio(relay || spec.limits.output_bytes.is_some())?,
+        confinement,
+        rlimits: cgroup.rlimits().to_vec(),
+        cgroup: Some(cgroup),
+        stdio,
         tmp_overlay_dests,
         kept_uppers,
         idmap_sources,

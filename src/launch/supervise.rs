@@ -135,7 +135,12 @@ pub fn run(
         .map_err(|e| SysError::new("signalfd()", e));
     let result = signals.map_err(LaunchError::Sys).and_then(|signals| {
         // SAFETY: asserted single-threaded above.
-        match unsafe { sys::clone3(p.clone_flags, None) } {
+        let cgroup_fd = p
+            .cgroup
+            .as_ref()
+            .and_then(|c| c.cgroup_fd())
+            .map(|fd| fd.as_raw_fd());
+        match unsafe { sys::clone3(p.clone_flags, cgroup_fd) } {
             Ok(Forked::Child) => child::sandbox_main(&p, child_sock, sup_sock.as_raw_fd()),
             Ok(Forked::Parent { pid, pidfd }) => {
                 drop(child_sock);
@@ -176,6 +181,8 @@ fn supervise(
         let _ = sys::waitpid(pid, 0);
         e
     };
+    // Read while pid 1 is still dumpable and ours (it becomes neither).
+    let namespaces = status_file.as_ref().map(|_| namespace_inodes(pid));
     write_id_maps(pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     let idmapped = idmapped_layers(pid, p).map_err(kill_and_reap)?;
     let raw: Vec<RawFd> = idmapped.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
@@ -240,6 +247,9 @@ fn supervise(
                 if deadline.is_some_and(|d| Instant::now() >= d) && !timed_out {
                     timed_out = true;
                     let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+                    if let Some(c) = &p.cgroup {
+                        c.kill();
+                    }
                 }
                 continue;
             }
@@ -270,7 +280,13 @@ fn supervise(
                     Ok(Some((msg, fds))) => match msg {
                         Message::Started { workload_pid } => {
                             if let Some(f) = status_file.as_deref_mut() {
-                                write_start_event(f, &p.sandbox_id, pid, workload_pid);
+                                write_start_event(
+                                    f,
+                                    &p.sandbox_id,
+                                    pid,
+                                    workload_pid,
+                                    namespaces.clone().unwrap_or_default(),
+                                );
                             }
                         }
                         Message::SetupFailed {
@@ -318,6 +334,10 @@ fn supervise(
     drop(proxy);
     drop(p.proxy.take());
     let duration_ms = started.elapsed().as_millis() as u64;
+    // Every process is gone (the pid namespace died with its init): read
+    // the cgroup's counters, then remove the leaf.
+    let limits = p.cgroup.take().map(crate::cgroup::Prepared::finish);
+    let ended_by = limits.as_ref().and_then(|l| l.ended_by);
     let changes = changes_report(p, exited.as_ref().map(|(_, c)| c.as_slice()));
     let (status, exit_code, signal, reason, error) = if let Some(line) = setup_error {
         (125, None, None, Outcome::SetupFailed, Some(line))
@@ -328,32 +348,51 @@ fn supervise(
         } else {
             126
         };
-        let what = if code == 127 {
-            "command not found in the sandbox"
+        let program = spec.command[0].as_str();
+        let line = if code == 127 && !program.contains('/') {
+            let path = spec
+                .env
+                .get("PATH")
+                .map_or(crate::spec::DEFAULT_PATH, String::as_str);
+            format!("command {program:?} not found in the sandbox's PATH ({path})")
         } else {
-            "command not executable in the sandbox"
+            let what = if code == 127 {
+                "command not found in the sandbox"
+            } else {
+                "command not executable in the sandbox"
+            };
+            format!("{what}: {call} => {errno:?}: {}", errno.desc())
         };
-        (
-            code,
-            None,
-            None,
-            Outcome::ExecFailed,
-            Some(format!("{what}: {call} => {errno}: {}", errno.desc())),
-        )
+        (code, None, None, Outcome::ExecFailed, Some(line))
     } else if timed_out {
         (124, None, Some(libc::SIGKILL), Outcome::TimedOut, None)
+    } else if ended_by == Some("oom-killed") {
+        // memory.oom.group: the kernel killed every process, init included.
+        let sig = libc::SIGKILL;
+        (128 + sig, None, Some(sig), Outcome::OomKilled, None)
     } else if let Some((ws, _)) = exited {
+        // A refused fork explains a failure, not a success.
+        let pids_hit = ended_by == Some("pids-limit-hit") && ws != 0;
         if libc::WIFEXITED(ws) {
             (
                 libc::WEXITSTATUS(ws),
                 Some(libc::WEXITSTATUS(ws)),
                 None,
-                Outcome::Exited,
+                if pids_hit {
+                    Outcome::PidsLimitHit
+                } else {
+                    Outcome::Exited
+                },
                 None,
             )
         } else {
             let sig = libc::WTERMSIG(ws);
-            (128 + sig, None, Some(sig), Outcome::Signaled, None)
+            let reason = if pids_hit {
+                Outcome::PidsLimitHit
+            } else {
+                Outcome::Signaled
+            };
+            (128 + sig, None, Some(sig), reason, None)
         }
     } else {
         (
@@ -396,8 +435,17 @@ fn supervise(
         output_bytes: relay.written,
         output_truncated: relay.truncated,
         changes,
-        enforced: enforcement(p, spec),
-        unenforced: Vec::new(),
+        enforced: Enforcement {
+            limits: limits
+                .as_ref()
+                .map(|l| serde_json::to_value(l).expect("limits report serializes")),
+            ..enforcement(p, spec)
+        },
+        unenforced: limits
+            .iter()
+            .flat_map(|l| &l.unenforced)
+            .map(|u| format!("limits.{}: {}", u.limit, u.reason))
+            .collect(),
     };
     if let Some(f) = status_file {
         let _ = writeln!(
@@ -445,7 +493,7 @@ fn setup_line(what: &str, call: &str, errno: i32, hint: Option<&str>) -> String 
     let mut line = if errno != 0 {
         let e = Errno::from_raw(errno);
         let call = call.split(" => ").next().unwrap_or(call);
-        format!("{what}: {call} => {e}: {}", e.desc())
+        format!("{what}: {call} => {e:?}: {}", e.desc())
     } else {
         format!("{what}: {call}")
     };
@@ -566,18 +614,28 @@ fn enforcement(p: &Prepared, spec: &Spec) -> Enforcement {
         network: network_name(&spec.network).into(),
         wall_clock_ms: spec.limits.wall_clock.map(|d| d.0.as_millis() as u64),
         output_bytes: spec.limits.output_bytes.map(|b| b.0),
-        confinement: None,
+        confinement: serde_json::to_value(p.confinement.report()).ok(),
         limits: None,
     }
 }
 
-fn write_start_event(f: &mut std::fs::File, id: &str, pid: libc::pid_t, workload_pid: i32) {
+fn namespace_inodes(pid: libc::pid_t) -> serde_json::Map<String, serde_json::Value> {
     let mut namespaces = serde_json::Map::new();
     for ns in ["user", "mnt", "pid", "ipc", "uts", "net", "cgroup"] {
         if let Ok(m) = std::fs::metadata(format!("/proc/{pid}/ns/{ns}")) {
             namespaces.insert(ns.into(), std::os::unix::fs::MetadataExt::ino(&m).into());
         }
     }
+    namespaces
+}
+
+fn write_start_event(
+    f: &mut std::fs::File,
+    id: &str,
+    pid: libc::pid_t,
+    workload_pid: i32,
+    namespaces: serde_json::Map<String, serde_json::Value>,
+) {
     let event = serde_json::json!({
         "event": "start",
         "sandbox_id": id,

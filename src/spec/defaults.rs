@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{ByteSize, Duration, FsOp, Spec};
+use super::{ByteSize, Duration, FsOp, Limit, Spec};
 
 /// `PATH` given to workloads by the default profile.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -15,13 +15,16 @@ const SYSTEM_DIRS: &[&str] = &[
 
 /// Default size of the private `/tmp`.
 pub const TMP_SIZE: ByteSize = ByteSize(1 << 30);
+/// Default memory cap (preferred: the run goes ahead where it cannot be
+/// enforced).
+pub const DEFAULT_MEMORY: ByteSize = ByteSize(2 << 30);
 /// Default inode cap of tmpfs mounts.
 pub const TMP_INODES: u64 = 262_144;
 
 /// The embedded default profile, without the workspace: system directories
 /// read-only, fresh /proc, minimal /dev, private /tmp, a clean environment,
-/// no network and 5 minutes wall clock. (The preferred 2 GiB memory cap
-/// joins when cgroup limits are enforced.)
+/// no network, 5 minutes wall clock and a *preferred* 2 GiB memory cap
+/// (enforced where cgroup v2 allows, else reported unenforced).
 ///
 /// It inspects the host only to mirror `/bin → usr/bin`-style symlinks and
 /// skip absent directories.
@@ -62,6 +65,7 @@ pub fn default_profile() -> Spec {
     spec.env.insert("HOME".into(), "/tmp".into());
     spec.env.insert("LANG".into(), "C.UTF-8".into());
     spec.identity.hostname = Some("hutch".into());
+    spec.limits.memory = Some(Limit::preferred(DEFAULT_MEMORY));
     spec.limits.wall_clock = Some(Duration(std::time::Duration::from_secs(300)));
     spec
 }

@@ -319,6 +319,9 @@ pub struct Limits {
     /// Extra rlimits: name (e.g. `nofile`, `fsize`) → value.
     #[serde(deserialize_with = "load::unique_map")]
     pub rlimits: BTreeMap<String, u64>,
+    /// Delegated cgroup v2 directory under which the sandbox's leaf is
+    /// created (default: hutch's own cgroup when it is delegated).
+    pub cgroup_parent: Option<PathBuf>,
 }
 
 /// Confinement of the workload.
@@ -337,7 +340,7 @@ pub struct Security {
 impl Default for Security {
     fn default() -> Self {
         Security {
-            seccomp: "unconfined".into(),
+            seccomp: "default".into(),
             landlock: LandlockPolicy::default(),
             cap_add: Vec::new(),
             no_new_privs: true,
@@ -345,12 +348,21 @@ impl Default for Security {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LandlockPolicy {
     pub enabled: bool,
     /// Refuse to run when the kernel's Landlock ABI is below this.
     pub min_abi: Option<u32>,
+}
+
+impl Default for LandlockPolicy {
+    fn default() -> Self {
+        LandlockPolicy {
+            enabled: true,
+            min_abi: None,
+        }
+    }
 }
 
 /// Network of the sandbox.

@@ -3,18 +3,30 @@
 //! permitted`. Nothing here knows hutch concepts.
 
 mod caps;
+mod cgroup;
+mod landlock;
 mod mount;
 mod net;
+pub mod probe;
 mod process;
+mod rlimit;
+mod seccomp;
 pub mod socket;
+pub use socket::peer_hung_up;
+mod walk;
 
 use std::ffi::CStr;
 use std::fmt;
 
 pub use caps::*;
+pub use cgroup::*;
+pub use landlock::*;
 pub use mount::*;
 pub use net::*;
 pub use process::*;
+pub use rlimit::*;
+pub use seccomp::*;
+pub use walk::*;
 
 pub use nix::errno::Errno;
 
@@ -41,7 +53,13 @@ impl SysError {
 
 impl fmt::Display for SysError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} => {}: {}", self.call, self.errno, self.errno.desc())
+        write!(
+            f,
+            "{} => {:?}: {}",
+            self.call,
+            self.errno,
+            self.errno.desc()
+        )
     }
 }
 

@@ -98,3 +98,14 @@ pub fn recv(sock: BorrowedFd<'_>) -> Result<Option<Datagram>, SysError> {
         return Ok(Some((buf, fds)));
     }
 }
+
+/// Whether the peer of a connected socket has closed its end.
+pub fn peer_hung_up(sock: BorrowedFd<'_>) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let rdhup = PollFlags::from_bits_retain(libc::POLLRDHUP);
+    let mut fds = [PollFd::new(sock, rdhup)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(rdhup | PollFlags::POLLHUP))
+}

@@ -1,1 +1,43 @@
-//! workspace
+//! Sessions: a persistent workspace over a sealed baseline.
+//!
+//! A session is a directory owned by the host under the state directory:
+//! `baseline/tree` (the read-only lower, imported from a directory or a git
+//! commit) with `baseline/manifest` (sha256 per file; its digest is the
+//! fingerprint), `upper/` and `work/` (the overlay's), `audit.jsonl`,
+//! `session.json` and a `lock` file. Each command runs in a fresh sandbox
+//! whose `/workspace` is the overlay of baseline + upper. Diff and export
+//! read only the upper (plus the baseline entries it hides), through fds,
+//! as attacker-written data (SECURITY.md §8).
+
+mod baseline;
+mod changes;
+mod error;
+mod export;
+mod git;
+mod layers;
+mod manifest;
+mod quote;
+mod relpath;
+mod remove;
+mod render;
+mod run;
+mod session;
+
+pub use baseline::{BaselineWriter, import_dir};
+pub use changes::{Blob, Change, Changes, DEFAULT_MAX_FILE_BYTES, Skipped, compute};
+pub use error::{Result, WorkspaceError};
+pub use export::export as export_to;
+pub use export::{
+    ArchiveKind, ExportEntry, ExportManifest, ExportOptions, MANIFEST_NAME, PATCH_NAME,
+};
+pub use git::{GitPolicy, import_git, is_full_rev};
+pub use layers::{Layer, Layers};
+pub use manifest::{Manifest, ManifestEntry, fingerprint};
+pub use quote::{display_name, git_quote};
+pub use relpath::{RelPath, WORKSPACE_DIR};
+pub use render::{DiffFormat, git_oid, render};
+pub use run::{AUDIT_CAPTURE_BYTES, RunRecord};
+pub use session::{
+    CreateOptions, STATE_DIR_ENV, Session, SessionInfo, SessionLock, Source, StateDir, now_ms,
+    valid_id,
+};

@@ -1,0 +1,154 @@
+#!/bin/sh
+# Spawn latency: `hutch run -- true` against bubblewrap and unshare(1).
+#
+#   benches/spawn.sh [--runs N] [--rounds N] [--warmup N] [--hutch "ARGS"]...
+#                    [--row NAME=CMD]... [--user UID] [--check]
+#
+# Builds hutch in release mode, then runs every row in one hyperfine
+# invocation (no intermediate shell: --shell=none), repeated for --rounds
+# rounds of runs/rounds spawns each so that a change in machine load hits
+# all rows alike. It exports the raw results as JSON ($TMPDIR/hutch-spawn-
+# <date>.json, or $HUTCH_BENCH_JSON; one file per round with .N appended),
+# and prints, over all rounds, the median per-spawn time of each row and
+# the ratio of every hutch row to bwrap (overall, and the range of the
+# per-round ratios). The target is hutch <= 0.5 x bwrap. On a loaded
+# machine wall-clock times mostly measure the load; compare CPU time with
+# `perf stat -r 100 CMD` (task-clock counts every descendant).
+#
+# Rows always run: `hutch run -- true` (default profile, cwd = a fresh
+# temporary directory), bwrap and unshare. Extra rows:
+#   --hutch "--seccomp default"     adds `hutch run --seccomp default -- true`
+#   --row "name=cmd args"           adds an arbitrary command
+# --user UID (as root) runs every row through `setpriv --reuid=UID ...` to
+# time the unprivileged path (setpriv's own cost, ~1-2 ms, is in every row).
+# HUTCH_BIN=/path/to/hutch skips the build and times that binary.
+# --check exits 1 when a hutch row is slower than 0.5 x bwrap (default: 0,
+# it is a benchmark, not a test).
+set -eu
+
+runs=300
+rounds=5
+warmup=10
+check=0
+user=""
+extra_names=""   # newline-separated, parallel to extra_cmds
+extra_cmds=""
+nl='
+'
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --runs) runs=$2; shift 2 ;;
+        --warmup) warmup=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
+        --hutch) extra_names="$extra_names${nl}hutch $2"
+                 extra_cmds="$extra_cmds${nl}HUTCH run $2 -- true"; shift 2 ;;
+        --row) extra_names="$extra_names${nl}${2%%=*}"
+               extra_cmds="$extra_cmds${nl}${2#*=}"; shift 2 ;;
+        --check) check=1; shift ;;
+        --user) user=$2; shift 2 ;;
+        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "spawn.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+for tool in hyperfine bwrap unshare python3 cargo; do
+    command -v "$tool" >/dev/null || { echo "spawn.sh: $tool is not installed" >&2; exit 2; }
+done
+
+if [ -n "${HUTCH_BIN:-}" ]; then
+    hutch=$HUTCH_BIN   # an already built binary (e.g. to compare branches)
+else
+    echo "building hutch (release)..." >&2
+    (cd "$root" && cargo build --release --quiet --bin hutch)
+    target_dir=$(cd "$root" && cargo metadata --format-version 1 --no-deps \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+    hutch="$target_dir/release/hutch"
+fi
+
+# hutch overlays its cwd: give it a fresh, empty directory.
+work=$(mktemp -d "${TMPDIR:-/tmp}/hutch-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT INT TERM
+cd "$work"
+as=""
+if [ -n "$user" ]; then
+    # The binary must be reachable by UID: copy it next to the work dir.
+    chmod 0755 "$work"
+    mkdir "$work/bin" "$work/cwd"
+    cp "$hutch" "$work/bin/hutch"
+    chmod 0755 "$work/bin" "$work/bin/hutch"
+    chown "$user:$user" "$work/cwd"
+    hutch="$work/bin/hutch"
+    cd "$work/cwd"
+    as="setpriv --reuid=$user --regid=$user --clear-groups "
+fi
+
+# Every row must work before it is timed.
+$as"$hutch" run -- true || { echo "spawn.sh: \`hutch run -- true\` fails here (see above)" >&2; exit 1; }
+
+json=${HUTCH_BENCH_JSON:-${TMPDIR:-/tmp}/hutch-spawn-$(date +%Y%m%d-%H%M%S).json}
+mkdir -p "$(dirname "$json")"
+
+per_round=$(( (runs + rounds - 1) / rounds ))
+[ "$per_round" -ge 2 ] || per_round=2
+set -- --shell=none --warmup "$warmup" --runs "$per_round" --style basic \
+    -n "hutch" "$as$hutch run -- true" \
+    -n "bwrap" "${as}bwrap --unshare-all --die-with-parent --new-session --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp true" \
+    -n "unshare" "${as}unshare -Urmpiuf --mount-proc true"
+if [ -n "$extra_names" ]; then
+    i=1
+    while :; do
+        name=$(printf '%s\n' "$extra_names" | sed -n "$((i + 1))p")
+        cmd=$(printf '%s\n' "$extra_cmds" | sed -n "$((i + 1))p")
+        [ -n "$name" ] || break
+        cmd=$as$(printf '%s' "$cmd" | sed "s|^HUTCH |$hutch |")
+        set -- "$@" -n "$name" "$cmd"
+        i=$((i + 1))
+    done
+fi
+round=1
+while [ "$round" -le "$rounds" ]; do
+    echo "round $round/$rounds ($per_round spawns per row)" >&2
+    hyperfine --export-json "$json.$round" "$@" >/dev/null
+    round=$((round + 1))
+done
+
+python3 - "$json" "$rounds" "$check" <<'PY'
+import json, statistics, sys
+base, rounds, check = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+rows = {}   # name -> {"times": [...], "round_medians": [...]}
+order = []
+for i in range(1, rounds + 1):
+    for r in json.load(open(f"{base}.{i}"))["results"]:
+        row = rows.setdefault(r["command"], {"times": [], "round_medians": []})
+        if r["command"] not in order:
+            order.append(r["command"])
+        row["times"] += r["times"]
+        row["round_medians"].append(r["median"])
+summary = {
+    name: {
+        "median": statistics.median(rows[name]["times"]),
+        "mean": statistics.mean(rows[name]["times"]),
+        "round_medians": rows[name]["round_medians"],
+        "spawns": len(rows[name]["times"]),
+    }
+    for name in order
+}
+bwrap = summary["bwrap"]
+print(f"{'row':28} {'median':>9} {'mean':>9}  median vs bwrap (per-round range)")
+slow = []
+for name in order:
+    s = summary[name]
+    ratio = s["median"] / bwrap["median"]
+    per_round = [a / b for a, b in zip(s["round_medians"], bwrap["round_medians"])]
+    s["ratio_to_bwrap"] = ratio
+    print(f"{name:28} {s['median']*1e3:7.2f}ms {s['mean']*1e3:7.2f}ms  "
+          f"{ratio:5.2f}x ({min(per_round):.2f}-{max(per_round):.2f})")
+    if name.startswith("hutch") and ratio > 0.5:
+        slow.append(f"{name} ({ratio:.2f}x)")
+json.dump(summary, open(base, "w"), indent=2)
+print(f"target: hutch <= 0.50x bwrap; {'MISSED by ' + ', '.join(slow) if slow else 'met'}")
+print(f"summary: {base} (per round: {base}.1 .. {base}.{rounds})")
+sys.exit(1 if check and slow else 0)
+PY

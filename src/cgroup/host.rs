@@ -1,0 +1,190 @@
+//! Where cgroup v2 is mounted and which cgroup this process is in.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// The cgroup layout of the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// Only cgroup2 is mounted (systemd's unified hierarchy, containers).
+    Unified,
+    /// cgroup v1 controllers plus a cgroup2 mount that holds few or none.
+    Hybrid,
+    /// cgroup v1 only.
+    Legacy,
+    /// No cgroup filesystem at all.
+    None,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Unified => "unified",
+            Layout::Hybrid => "hybrid v1",
+            Layout::Legacy => "legacy v1",
+            Layout::None => "no cgroup",
+        }
+    }
+}
+
+/// What hutch knows about the host's cgroups before touching anything.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub layout: Layout,
+    /// Mount point of cgroup2, if any.
+    pub v2_mount: Option<PathBuf>,
+    /// This process's cgroup as a directory under `v2_mount`.
+    pub own: Option<PathBuf>,
+    /// Effective uid (root decides delegation differently).
+    pub uid: u32,
+}
+
+impl Host {
+    /// Read `/proc/self/mountinfo` and `/proc/self/cgroup`.
+    pub fn detect() -> Host {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let proc_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        Host::from_proc(
+            &mountinfo,
+            &proc_cgroup,
+            rustix::process::geteuid().as_raw(),
+        )
+    }
+
+    /// Build from the text of mountinfo and /proc/self/cgroup.
+    pub fn from_proc(mountinfo: &str, proc_cgroup: &str, uid: u32) -> Host {
+        let mut v2: Option<(PathBuf, String)> = None;
+        let mut has_v1 = false;
+        for line in mountinfo.lines() {
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            let fields: Vec<&str> = left.split_whitespace().collect();
+            let fstype = right.split_whitespace().next().unwrap_or("");
+            let (Some(root), Some(mount_point)) = (fields.get(3), fields.get(4)) else {
+                continue;
+            };
+            match fstype {
+                "cgroup2" if v2.is_none() => {
+                    v2 = Some((PathBuf::from(unescape(mount_point)), unescape(root)));
+                }
+                "cgroup" => has_v1 = true,
+                _ => {}
+            }
+        }
+        let layout = match (&v2, has_v1) {
+            (Some(_), false) => Layout::Unified,
+            (Some(_), true) => Layout::Hybrid,
+            (None, true) => Layout::Legacy,
+            (None, false) => Layout::None,
+        };
+        let own_rel = proc_cgroup
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .map(|s| s.trim_end_matches(" (deleted)").to_string());
+        let own = match (&v2, own_rel) {
+            (Some((mount, root)), Some(rel)) => {
+                // A mount of a subtree (root != "/") shows cgroups relative
+                // to the filesystem root; strip the mounted root.
+                let rel = Path::new(&rel);
+                let inside = rel.strip_prefix(root.as_str()).unwrap_or(rel);
+                let inside = inside.strip_prefix("/").unwrap_or(inside);
+                Some(mount.join(inside))
+            }
+            _ => None,
+        };
+        Host {
+            layout,
+            v2_mount: v2.map(|(m, _)| m),
+            own,
+            uid,
+        }
+    }
+
+    /// Whether `dir` is the root of the cgroup2 mount.
+    pub fn is_root(&self, dir: &Path) -> bool {
+        self.v2_mount.as_deref() == Some(dir)
+    }
+}
+
+/// Undo mountinfo's octal escapes (`\040` for space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') as u32 * 64
+                + (b[i + 2] - b'0') as u32 * 8
+                + (b[i + 3] - b'0') as u32;
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+25 30 0:23 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+26 25 0:24 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw
+27 25 0:25 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,memory
+";
+    const UNIFIED: &str = "\
+35 24 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate
+";
+
+    #[test]
+    fn hybrid_layout_and_own_cgroup() {
+        let h = Host::from_proc(HYBRID, "4:memory:/x\n0::/\n", 0);
+        assert_eq!(h.layout, Layout::Hybrid);
+        assert_eq!(
+            h.v2_mount.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/unified"))
+        );
+        assert_eq!(h.own.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
+        assert!(h.is_root(h.own.as_deref().unwrap()));
+    }
+
+    #[test]
+    fn unified_layout_nested_cgroup() {
+        let h = Host::from_proc(
+            UNIFIED,
+            "0::/user.slice/user-1000.slice/user@1000.service/app.slice/x.scope\n",
+            1000,
+        );
+        assert_eq!(h.layout, Layout::Unified);
+        assert_eq!(
+            h.own.as_deref(),
+            Some(Path::new(
+                "/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice/x.scope"
+            ))
+        );
+    }
+
+    #[test]
+    fn subtree_mount_strips_root() {
+        let mi = "35 24 0:30 /ci/job /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        let h = Host::from_proc(mi, "0::/ci/job/runner\n", 0);
+        assert_eq!(h.own.as_deref(), Some(Path::new("/sys/fs/cgroup/runner")));
+    }
+
+    #[test]
+    fn no_cgroups() {
+        let h = Host::from_proc("", "", 0);
+        assert_eq!(h.layout, Layout::None);
+        assert!(h.own.is_none());
+        assert_eq!(unescape("/a\\040b"), "/a b");
+    }
+}

@@ -1,0 +1,92 @@
+//! What was enforced, what was not and why, and what the sandbox used.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::tree::Cgroup;
+
+/// The limits part of the exit report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LimitsReport {
+    /// The sandbox's cgroup leaf, when one was created.
+    pub cgroup: Option<PathBuf>,
+    pub enforced: Vec<Enforced>,
+    pub unenforced: Vec<Unenforced>,
+    /// Usage and limit events read from the leaf.
+    pub stats: Option<CgroupStats>,
+    /// `oom-killed` or `pids-limit-hit` when a limit event happened.
+    pub ended_by: Option<&'static str>,
+    /// Set when the leaf could not be removed at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cleanup_error: Option<String>,
+}
+
+/// A limit in force, and the mechanism that enforces it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Enforced {
+    /// Key under `limits.` (`memory`, `pids`, `cpus`, `rlimits.nofile`).
+    pub limit: String,
+    pub value: serde_json::Value,
+    /// e.g. `cgroup memory.max`, `RLIMIT_NPROC in the sandbox user namespace`.
+    pub by: String,
+}
+
+/// A preferred limit this host could not enforce.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unenforced {
+    pub limit: String,
+    pub value: serde_json::Value,
+    pub reason: String,
+}
+
+/// Counters read from the leaf's interface files (absent files give None).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CgroupStats {
+    /// memory.peak in bytes (Linux >= 5.19).
+    pub memory_peak: Option<u64>,
+    /// memory.events `max`: times usage hit memory.max.
+    pub memory_max_events: Option<u64>,
+    /// memory.events `oom`.
+    pub oom: Option<u64>,
+    /// memory.events `oom_kill`.
+    pub oom_kill: Option<u64>,
+    /// pids.events `max`: forks refused by pids.max.
+    pub pids_max_events: Option<u64>,
+    /// cpu.stat `usage_usec`.
+    pub cpu_usage_usec: Option<u64>,
+    /// cpu.stat `throttled_usec` (cpu controller only).
+    pub cpu_throttled_usec: Option<u64>,
+}
+
+impl CgroupStats {
+    pub fn read(leaf: &Cgroup) -> CgroupStats {
+        let events = leaf.read("memory.events").ok();
+        let ev = |k: &str| events.as_deref().and_then(|t| super::tree::parse_key(t, k));
+        let cpu = leaf.read("cpu.stat").ok();
+        let cs = |k: &str| cpu.as_deref().and_then(|t| super::tree::parse_key(t, k));
+        CgroupStats {
+            memory_peak: leaf
+                .read("memory.peak")
+                .ok()
+                .and_then(|s| s.trim().parse().ok()),
+            memory_max_events: ev("max"),
+            oom: ev("oom"),
+            oom_kill: ev("oom_kill"),
+            pids_max_events: leaf.key("pids.events", "max"),
+            cpu_usage_usec: cs("usage_usec"),
+            cpu_throttled_usec: cs("throttled_usec"),
+        }
+    }
+
+    /// Which limit event most plausibly ended the run.
+    pub fn ended_by(&self) -> Option<&'static str> {
+        if self.oom_kill.unwrap_or(0) > 0 {
+            Some("oom-killed")
+        } else if self.pids_max_events.unwrap_or(0) > 0 {
+            Some("pids-limit-hit")
+        } else {
+            None
+        }
+    }
+}

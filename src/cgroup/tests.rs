@@ -1,0 +1,430 @@
+//! Unit tests against a fake cgroupfs: a temp directory holding the
+//! interface files the kernel would show.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::host::{Host, Layout};
+use super::*;
+use crate::spec::{ByteSize, Limit, Limits};
+
+struct Fake {
+    root: PathBuf,
+}
+
+impl Fake {
+    fn new(controllers: &str) -> Fake {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let root = std::env::temp_dir().join(format!(
+            "hutch-fakecg-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        let f = Fake { root };
+        f.cgroup("", controllers, "", "");
+        f
+    }
+
+    /// Create a cgroup directory `rel` with its files.
+    fn cgroup(&self, rel: &str, controllers: &str, subtree: &str, procs: &str) -> PathBuf {
+        let d = self.root.join(rel);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("cgroup.controllers"), controllers).unwrap();
+        std::fs::write(d.join("cgroup.subtree_control"), subtree).unwrap();
+        std::fs::write(d.join("cgroup.procs"), procs).unwrap();
+        d
+    }
+
+    fn host(&self, layout: Layout, own: &str, uid: u32) -> Host {
+        Host {
+            layout,
+            v2_mount: Some(self.root.clone()),
+            own: Some(self.root.join(own).components().collect()),
+            uid,
+        }
+    }
+
+    fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.root.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    fn dirs(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.root)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn limits(
+    memory: Option<Limit<ByteSize>>,
+    pids: Option<Limit<u64>>,
+    cpus: Option<Limit<f64>>,
+) -> Limits {
+    Limits {
+        memory,
+        pids,
+        cpus,
+        ..Limits::default()
+    }
+}
+
+const G2: ByteSize = ByteSize(2 << 30);
+
+#[test]
+fn delegated_own_cgroup_gets_leaf_with_all_limits() {
+    let f = Fake::new("cpuset cpu io memory pids");
+    f.cgroup("deleg", "cpu io memory pids", "", "4242\n");
+    let host = f.host(Layout::Unified, "deleg", 1000);
+    let l = limits(
+        Some(Limit::Required(G2)),
+        Some(Limit::Required(64)),
+        Some(Limit::Required(1.5)),
+    );
+    let p = prepare_on(&host, &l, "t1").expect("prepare");
+    let leaf = p.cgroup_dir().expect("leaf").to_path_buf();
+    assert_eq!(leaf, f.root.join("deleg/hutch-t1"));
+    assert!(p.cgroup_fd().is_some());
+    assert_eq!(f.read("deleg/hutch-t1/memory.max"), "2147483648");
+    assert_eq!(f.read("deleg/hutch-t1/memory.swap.max"), "0");
+    assert_eq!(f.read("deleg/hutch-t1/memory.oom.group"), "1");
+    assert_eq!(f.read("deleg/hutch-t1/pids.max"), "64");
+    assert_eq!(f.read("deleg/hutch-t1/cpu.max"), "150000 100000");
+    // No internal processes: hutch's cgroup was emptied into the supervisor
+    // child before controllers were enabled.
+    assert_eq!(f.read("deleg/hutch-supervisor/cgroup.procs"), "4242");
+    let r = p.report();
+    let by: Vec<(&str, &str)> = r
+        .enforced
+        .iter()
+        .map(|e| (e.limit.as_str(), e.by.as_str()))
+        .collect();
+    assert!(
+        by.contains(&(
+            "memory",
+            "cgroup memory.max, memory.swap.max=0, memory.oom.group=1"
+        )),
+        "{by:?}"
+    );
+    assert!(by.contains(&("pids", "cgroup pids.max")));
+    assert!(by.contains(&("cpus", "cgroup cpu.max")));
+    assert!(r.unenforced.is_empty());
+    // pids is enforced by the cgroup, so no RLIMIT_NPROC; core dumps off.
+    assert_eq!(p.rlimits(), &[(libc::RLIMIT_CORE as i32, 0)]);
+    drop(p);
+}
+
+#[test]
+fn rerun_from_supervisor_uses_the_delegated_parent() {
+    let f = Fake::new("memory pids");
+    f.cgroup("deleg", "memory pids", "memory pids", "");
+    f.cgroup("deleg/hutch-supervisor", "", "", "77\n");
+    let host = f.host(Layout::Unified, "deleg/hutch-supervisor", 1000);
+    let p = prepare_on(&host, &limits(Some(Limit::Required(G2)), None, None), "t2").unwrap();
+    assert_eq!(p.cgroup_dir().unwrap(), f.root.join("deleg/hutch-t2"));
+    // Controllers were already on: subtree_control untouched.
+    assert_eq!(f.read("deleg/cgroup.subtree_control"), "memory pids");
+}
+
+#[test]
+fn hybrid_layout_required_memory_fails_with_the_fix_and_writes_nothing() {
+    let f = Fake::new("hugetlb");
+    let host = f.host(Layout::Hybrid, "", 0);
+    let err = prepare_on(
+        &host,
+        &limits(Some(Limit::Required(ByteSize(256 << 20))), None, None),
+        "t3",
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "limits.memory: cgroup v2 memory controller not available (hybrid v1 layout, {} offers only hugetlb); run under a delegated cgroup v2 tree, e.g. `systemd-run --user --scope -p Delegate=yes hutch ...`, or boot with systemd.unified_cgroup_hierarchy=1",
+            f.root.display()
+        )
+    );
+    assert!(!err.contains('\n'));
+    assert!(f.dirs().is_empty(), "host tree touched: {:?}", f.dirs());
+    assert_eq!(f.read("cgroup.subtree_control"), "");
+}
+
+#[test]
+fn hybrid_layout_preferred_is_unenforced_and_pids_falls_back_to_nproc() {
+    let f = Fake::new("hugetlb");
+    let host = f.host(Layout::Hybrid, "", 0);
+    let l = limits(
+        Some(Limit::preferred(G2)),
+        Some(Limit::Required(64)),
+        Some(Limit::preferred(0.5)),
+    );
+    let p = prepare_on(&host, &l, "t4").unwrap();
+    assert!(p.cgroup_fd().is_none());
+    assert!(f.dirs().is_empty());
+    let r = p.report();
+    let un: Vec<&str> = r.unenforced.iter().map(|u| u.limit.as_str()).collect();
+    assert_eq!(un, ["memory", "cpus"]);
+    assert!(
+        r.unenforced[0]
+            .reason
+            .contains("memory controller not available (hybrid v1 layout")
+    );
+    let pids = r.enforced.iter().find(|e| e.limit == "pids").unwrap();
+    assert!(pids.by.starts_with("RLIMIT_NPROC"), "{}", pids.by);
+    assert!(p.rlimits().contains(&(libc::RLIMIT_NPROC as i32, 64)));
+    assert!(p.rlimits().contains(&(libc::RLIMIT_CORE as i32, 0)));
+    assert_eq!(p.ended_by(), None);
+    let fin = p.finish();
+    assert_eq!(fin.cgroup, None);
+    assert_eq!(fin.stats, None);
+}
+
+#[test]
+fn root_in_root_cgroup_creates_leaf_directly() {
+    let f = Fake::new("cpu memory pids");
+    let host = f.host(Layout::Unified, "", 0);
+    let p = prepare_on(&host, &limits(None, Some(Limit::Required(10)), None), "t5").unwrap();
+    assert_eq!(p.cgroup_dir().unwrap(), f.root.join("hutch-t5"));
+    assert!(!f.root.join(plan::SUPERVISOR).exists());
+    assert_eq!(f.read("hutch-t5/pids.max"), "10");
+    // The last controller hutch enabled (memory and pids are always on for
+    // the report's counters; cpu only when asked).
+    assert_eq!(f.read("cgroup.subtree_control"), "+pids");
+}
+
+#[test]
+fn root_in_undelegated_systemd_cgroup_does_not_touch_it() {
+    let f = Fake::new("cpu memory pids");
+    f.cgroup("system.slice/x.service", "cpu memory pids", "", "99\n");
+    let host = f.host(Layout::Unified, "system.slice/x.service", 0);
+    let err = prepare_on(&host, &limits(None, None, Some(Limit::Required(1.0))), "t6")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("limits.cpus: cgroup v2 cpu controller not available ("),
+        "{err}"
+    );
+    assert!(
+        err.contains("is managed by systemd and not delegated"),
+        "{err}"
+    );
+    assert!(err.contains("--cgroup-parent"), "{err}");
+    assert!(!f.root.join("system.slice/x.service/hutch-t6").exists());
+    // Preferred: runs, unenforced.
+    let p = prepare_on(
+        &host,
+        &limits(None, None, Some(Limit::preferred(1.0))),
+        "t6",
+    )
+    .unwrap();
+    assert!(p.cgroup_fd().is_none());
+    assert_eq!(p.report().unenforced[0].limit, "cpus");
+}
+
+#[test]
+fn explicit_parent_outside_the_mount_is_refused() {
+    let f = Fake::new("memory pids");
+    let host = f.host(Layout::Unified, "", 1000);
+    let mut l = limits(None, None, None);
+    l.cgroup_parent = Some("/tmp".into());
+    let err = prepare_on(&host, &l, "t7").unwrap_err().to_string();
+    assert!(
+        err.starts_with("limits.cgroup_parent: /tmp: not inside the cgroup2 mount"),
+        "{err}"
+    );
+}
+
+#[test]
+fn explicit_parent_is_used() {
+    let f = Fake::new("memory pids cpu");
+    let dir = f.cgroup("ci", "memory pids cpu", "memory pids cpu", "");
+    let host = f.host(Layout::Unified, "", 1000);
+    let mut l = limits(Some(Limit::Required(G2)), None, Some(Limit::Required(0.5)));
+    l.cgroup_parent = Some(dir.clone());
+    let p = prepare_on(&host, &l, "t8").unwrap();
+    assert_eq!(p.cgroup_dir().unwrap(), dir.join("hutch-t8"));
+    assert_eq!(f.read("ci/hutch-t8/cpu.max"), "50000 100000");
+    assert!(!dir.join(plan::SUPERVISOR).exists());
+}
+
+#[test]
+fn explicit_parent_holding_processes_hits_the_internal_process_rule() {
+    let f = Fake::new("memory pids");
+    let dir = f.cgroup("busy", "memory pids", "", "555\n");
+    let host = f.host(Layout::Unified, "", 1000);
+    let mut l = limits(Some(Limit::Required(G2)), None, None);
+    l.cgroup_parent = Some(dir);
+    let err = prepare_on(&host, &l, "t9").unwrap_err().to_string();
+    assert!(
+        err.contains("holds processes, and the no-internal-processes rule"),
+        "{err}"
+    );
+}
+
+#[test]
+fn controller_not_delegated() {
+    let f = Fake::new("memory pids cpu");
+    f.cgroup("deleg", "pids", "", "");
+    let host = f.host(Layout::Unified, "deleg", 1000);
+    let err = prepare_on(&host, &limits(None, None, Some(Limit::Required(2.0))), "ta")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!(
+            "{} offers only pids",
+            f.root.join("deleg").display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("delegate the cpu controller"), "{err}");
+}
+
+#[test]
+fn stats_events_kill_and_ended_by() {
+    let f = Fake::new("memory pids");
+    let host = f.host(Layout::Unified, "", 0);
+    let p = prepare_on(
+        &host,
+        &limits(Some(Limit::Required(G2)), Some(Limit::Required(64)), None),
+        "tb",
+    )
+    .unwrap();
+    let leaf = p.cgroup_dir().unwrap().to_path_buf();
+    assert_eq!(p.ended_by(), None);
+    std::fs::write(leaf.join("pids.events"), "max 3\n").unwrap();
+    assert_eq!(p.ended_by(), Some("pids-limit-hit"));
+    std::fs::write(
+        leaf.join("memory.events"),
+        "low 0\nhigh 0\nmax 40\noom 1\noom_kill 2\n",
+    )
+    .unwrap();
+    std::fs::write(leaf.join("memory.peak"), "2147479552\n").unwrap();
+    std::fs::write(
+        leaf.join("cpu.stat"),
+        "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n",
+    )
+    .unwrap();
+    assert_eq!(p.ended_by(), Some("oom-killed"));
+    let r = p.report();
+    let s = r.stats.clone().unwrap();
+    assert_eq!(s.memory_peak, Some(2147479552));
+    assert_eq!(s.oom_kill, Some(2));
+    assert_eq!(s.pids_max_events, Some(3));
+    assert_eq!(s.cpu_usage_usec, Some(1500));
+    assert_eq!(r.ended_by, Some("oom-killed"));
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["stats"]["memory_peak"], 2147479552u64);
+    assert_eq!(json["enforced"][0]["limit"], "memory");
+    p.kill();
+    assert_eq!(f.read("hutch-tb/cgroup.kill"), "1");
+}
+
+#[test]
+fn rlimits_planned_and_checked_against_the_hard_limit() {
+    let f = Fake::new("hugetlb");
+    let host = f.host(Layout::Hybrid, "", 0);
+    let mut l = limits(None, Some(Limit::Required(100)), None);
+    l.rlimits.insert("nofile".into(), 64);
+    l.rlimits.insert("nproc".into(), 50);
+    l.rlimits.insert("core".into(), 1 << 20);
+    let p = prepare_on(&host, &l, "tc").unwrap();
+    let rl = p.rlimits();
+    assert!(rl.contains(&(libc::RLIMIT_NOFILE as i32, 64)));
+    // The smaller of --pids (fallback) and --rlimit nproc wins.
+    assert!(rl.contains(&(libc::RLIMIT_NPROC as i32, 50)));
+    assert!(rl.contains(&(libc::RLIMIT_CORE as i32, 1 << 20)));
+    assert!(!rl.contains(&(libc::RLIMIT_CORE as i32, 0)));
+    let (_, hard) = crate::sys::getrlimit(libc::RLIMIT_NOFILE as i32).unwrap();
+    if hard != u64::MAX {
+        let mut l = limits(None, None, None);
+        l.rlimits.insert("nofile".into(), hard + 1);
+        let err = prepare_on(&host, &l, "td").unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "limits.rlimits.nofile: {} is above the hard limit {hard}",
+                hard + 1
+            )),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn bad_sandbox_id() {
+    let f = Fake::new("memory");
+    let host = f.host(Layout::Unified, "", 0);
+    assert!(prepare_on(&host, &Limits::default(), "../x").is_err());
+    assert!(f.dirs().is_empty());
+}
+
+#[test]
+fn validate_names_and_ranges() {
+    let ok = |l: &Limits| validate_limits(l);
+    let mut l = Limits::default();
+    assert!(ok(&l).is_ok());
+    l.rlimits.insert("nofile".into(), 1024);
+    assert!(ok(&l).is_ok());
+    l.rlimits.insert("bogus".into(), 1);
+    assert_eq!(ok(&l).unwrap_err().0, "rlimits.bogus");
+    let l = limits(Some(Limit::Required(ByteSize(4096))), None, None);
+    assert_eq!(ok(&l).unwrap_err().0, "memory");
+    let l = limits(None, Some(Limit::Required(0)), None);
+    assert_eq!(ok(&l).unwrap_err().0, "pids");
+    let l = limits(None, None, Some(Limit::Required(0.001)));
+    assert_eq!(ok(&l).unwrap_err().0, "cpus");
+    let l = Limits {
+        cgroup_parent: Some("rel/dir".into()),
+        ..Limits::default()
+    };
+    assert_eq!(ok(&l).unwrap_err().0, "cgroup_parent");
+    assert_eq!(cpu_max(1.5), "150000 100000");
+    assert_eq!(cpu_max(0.01), "1000 100000");
+}
+
+#[test]
+fn probe_reports_what_works() {
+    let f = Fake::new("hugetlb");
+    let host = f.host(Layout::Hybrid, "", 0);
+    let pr = probe::probe_host(&host, Some("/".into()), None, true);
+    assert_eq!(pr.layout, "hybrid");
+    assert!(!pr.delegation.usable);
+    assert!(!pr.limits["memory"].works);
+    assert!(
+        pr.limits["memory"]
+            .why_not
+            .as_deref()
+            .unwrap()
+            .contains("offers only hugetlb")
+    );
+    assert!(pr.limits["pids"].works);
+    assert!(
+        pr.limits["pids"]
+            .by
+            .as_deref()
+            .unwrap()
+            .starts_with("RLIMIT_NPROC")
+    );
+    assert!(!pr.limits["cpus"].works);
+
+    let f = Fake::new("memory pids cpu");
+    f.cgroup("deleg", "memory pids cpu", "", "1\n");
+    let host = f.host(Layout::Unified, "deleg", 1000);
+    let pr = probe::probe_host(&host, None, Some(Path::new("/nope")), true);
+    assert!(pr.delegation.usable);
+    assert!(pr.delegation.moves_own_processes);
+    assert!(!pr.cgroup_parent.as_ref().unwrap().usable);
+    let pr = probe::probe_host(&host, None, None, false);
+    assert!(pr.limits.values().all(|s| s.works));
+    assert!(f.dirs() == ["deleg"], "probe must not write");
+}

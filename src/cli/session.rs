@@ -1,0 +1,367 @@
+//! `hutch session ...`: persistent workspaces over a sealed baseline.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+
+use crate::spec::{ByteSize, Duration};
+use crate::workspace::{CreateOptions, DiffFormat, ExportOptions, GitPolicy, Source, StateDir};
+
+const USAGE: &str = "usage: hutch session [--state-dir DIR] [--wait] COMMAND ...
+  create --from DIR | --from-git REPO --rev COMMIT [--allow-submodules]
+         [--allow-symlinks] [--allow-export-attributes] [--expect-fingerprint HEX]
+         [--deadline DUR] [--max-commands N]          prints the session id
+  run ID [hutch run options] -- CMD...
+  read ID PATH [--max-bytes N]                        (default 1M)
+  write ID PATH [--max-bytes N] < DATA                (default 16M)
+  diff ID [--format unified|json|stat] [--max-bytes N]
+  export ID --out FILE.zip|FILE.tar [--patch] [--max-bytes N] [--max-file-bytes N] PATH...
+  close ID
+  list
+  gc --older-than DUR";
+
+/// Exit code when hutch itself fails.
+const EXIT_FAILURE: i32 = 125;
+
+/// Entry point of `hutch session`.
+pub fn main(args: Vec<OsString>) -> i32 {
+    match run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("hutch session: {e:#}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+/// A tiny argument cursor (options may come before or after positionals).
+struct Args {
+    items: Vec<OsString>,
+    pos: usize,
+}
+
+impl Args {
+    fn next(&mut self) -> Option<OsString> {
+        let a = self.items.get(self.pos).cloned();
+        self.pos += 1;
+        a
+    }
+    fn value(&mut self, flag: &str) -> Result<OsString> {
+        self.next().with_context(|| format!("{flag} needs a value"))
+    }
+    fn string(&mut self, flag: &str) -> Result<String> {
+        self.value(flag)?
+            .into_string()
+            .map_err(|_| anyhow::anyhow!("{flag}: value is not UTF-8"))
+    }
+    fn size(&mut self, flag: &str) -> Result<u64> {
+        let v = self.string(flag)?;
+        ByteSize::parse(&v)
+            .map(|b| b.0)
+            .map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+    }
+    fn duration(&mut self, flag: &str) -> Result<std::time::Duration> {
+        let v = self.string(flag)?;
+        Duration::parse(&v)
+            .map(|d| d.0)
+            .map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+    }
+    fn rest(&mut self) -> Vec<OsString> {
+        let r = self.items[self.pos.min(self.items.len())..].to_vec();
+        self.pos = self.items.len();
+        r
+    }
+}
+
+fn run(args: Vec<OsString>) -> Result<i32> {
+    let mut a = Args {
+        items: args,
+        pos: 0,
+    };
+    let mut state_dir: Option<PathBuf> = None;
+    let mut wait = false;
+    let command = loop {
+        let Some(arg) = a.next() else {
+            bail!("missing command\n{USAGE}");
+        };
+        match arg.to_str() {
+            Some("--state-dir") => state_dir = Some(a.value("--state-dir")?.into()),
+            Some("--wait") => wait = true,
+            Some("-h" | "--help") => {
+                println!("{USAGE}");
+                return Ok(0);
+            }
+            Some(c) => break c.to_string(),
+            None => bail!("unknown command {arg:?}\n{USAGE}"),
+        }
+    };
+    // Global options may also follow the command.
+    let mut rest = Vec::new();
+    while let Some(arg) = a.next() {
+        match arg.to_str() {
+            Some("--state-dir")
+                if command != "run" || !rest.iter().any(|r: &OsString| r == "--") =>
+            {
+                state_dir = Some(a.value("--state-dir")?.into())
+            }
+            Some("--wait") if !rest.iter().any(|r: &OsString| r == "--") => wait = true,
+            Some("--") => {
+                rest.push(arg);
+                rest.extend(a.rest());
+            }
+            _ => rest.push(arg),
+        }
+    }
+    let state_path = state_dir.unwrap_or_else(StateDir::default_path);
+    let state_path = if state_path.is_relative() {
+        std::env::current_dir()
+            .context("current directory")?
+            .join(state_path)
+    } else {
+        state_path
+    };
+    let state = StateDir::open(&state_path)?;
+    let mut a = Args {
+        items: rest,
+        pos: 0,
+    };
+    match command.as_str() {
+        "create" => create(&state, &mut a),
+        "read" => read(&state, &mut a, wait),
+        "write" => write(&state, &mut a, wait),
+        "diff" => diff(&state, &mut a, wait),
+        "export" => export(&state, &mut a, wait),
+        "close" => close(&state, &mut a, wait),
+        "list" => list(&state),
+        "gc" => gc(&state, &mut a),
+        "run" => run_command(&state, &mut a, wait),
+        other => bail!("unknown session command {other:?}\n{USAGE}"),
+    }
+}
+
+fn id_arg(a: &mut Args) -> Result<String> {
+    a.next()
+        .context("missing session ID")?
+        .into_string()
+        .map_err(|_| anyhow::anyhow!("session ID is not UTF-8"))
+}
+
+fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
+    let mut from: Option<PathBuf> = None;
+    let mut git: Option<PathBuf> = None;
+    let mut rev: Option<String> = None;
+    let mut policy = GitPolicy::default();
+    let mut expect = None;
+    let mut deadline = None;
+    let mut max_commands = None;
+    while let Some(arg) = a.next() {
+        match arg.to_str() {
+            Some("--from") => from = Some(a.value("--from")?.into()),
+            Some("--from-git") => git = Some(a.value("--from-git")?.into()),
+            Some("--rev") => rev = Some(a.string("--rev")?),
+            Some("--allow-submodules") => policy.allow_submodules = true,
+            Some("--allow-symlinks") => policy.allow_symlinks = true,
+            Some("--allow-export-attributes") => policy.allow_export_attributes = true,
+            Some("--expect-fingerprint") => expect = Some(a.string("--expect-fingerprint")?),
+            Some("--deadline") => deadline = Some(a.duration("--deadline")?),
+            Some("--max-commands") => {
+                let n = a.string("--max-commands")?;
+                max_commands = Some(
+                    n.parse::<u64>()
+                        .with_context(|| format!("--max-commands: {n:?} is not a count"))?,
+                );
+            }
+            _ => bail!("create: unexpected argument {arg:?}"),
+        }
+    }
+    let source = match (from, git, rev) {
+        (Some(dir), None, None) => Source::Dir {
+            path: std::path::absolute(&dir).context("--from")?,
+        },
+        (None, Some(repo), Some(rev)) => Source::Git {
+            repo: std::path::absolute(&repo).context("--from-git")?,
+            rev,
+        },
+        (None, Some(_), None) => bail!("--from-git needs --rev COMMIT (a full commit id)"),
+        _ => bail!("create needs exactly one of --from DIR or --from-git REPO --rev COMMIT"),
+    };
+    let opts = CreateOptions {
+        source,
+        git_policy: policy,
+        expect_fingerprint: expect,
+        deadline,
+        max_commands,
+    };
+    let session = state.create(&opts)?;
+    println!("{}", session.id());
+    Ok(0)
+}
+
+fn read(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
+    let id = id_arg(a)?;
+    let mut path: Option<PathBuf> = None;
+    let mut max = 1 << 20;
+    while let Some(arg) = a.next() {
+        match arg.to_str() {
+            Some("--max-bytes") => max = a.size("--max-bytes")?,
+            _ if path.is_none() => path = Some(arg.into()),
+            _ => bail!("read: unexpected argument {arg:?}"),
+        }
+    }
+    let path = path.context("read: missing PATH")?;
+    let data = state.open_session(&id)?.with_wait(wait).read(&path, max)?;
+    std::io::stdout()
+        .write_all(&data)
+        .context("write to stdout")?;
+    Ok(0)
+}
+
+fn write(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
+    let id = id_arg(a)?;
+    let mut path: Option<PathBuf> = None;
+    let mut max = 16 << 20;
+    while let Some(arg) = a.next() {
+        match arg.to_str() {
+            Some("--max-bytes") => max = a.size("--max-bytes")?,
+            _ if path.is_none() => path = Some(arg.into()),
+            _ => bail!("write: unexpected argument {arg:?}"),
+        }
+    }
+    let path = path.context("write: missing PATH")?;
+    let mut s = state.open_session(&id)?.with_wait(wait);
+    s.write(&path, &mut std::io::stdin().lock(), max)?;
+    Ok(0)
+}
+
+fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
+    let id = id_arg(a)?;
+    let mut format = DiffFormat::Unified;
+    let mut max = None;
+    while let Some(arg) = a.next() {
+        match arg.to_str() {
+            Some("--format") => {
+                format = a
+                    .string("--format")?
+                    .parse()
+                    .map_err(|e: String| anyhow::anyhow!(e))?
+            }
+            Some("--max-bytes") => max = Some(a.size("--max-bytes")?),
+            _ => bail!("diff: unexpected argument {arg:?}"),
+        }
+    }
+    let (out, skipped) = state.open_session(&id)?.with_wait(wait).diff(format, max)?;
+    std::io::stdout()
+        .write_all(&out)
+        .context("write to stdout")?;
+    for s in skipped {
+        eprintln!(
+            "hutch session: {} is a {} and is not part of the diff",
+            crate::workspace::display_name(&s.path),
+            s.kind
+        );
+    }
+    Ok(0)
+}
+
+fn export(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
+    let id = id_arg(a)?;
+    let mut out: Option<PathBuf> = None;
+    let mut patch = false;
+    let mut opts = ExportOptions::default();
+    let mut paths = Vec::new();
+    while let Some(arg) = a.next() {
+        match arg.to_str() {
+            Some("--out") => out = Some(a.value("--out")?.into()),
+            Some("--patch") => patch = true,
+            Some("--max-bytes") => opts.max_total_bytes = a.size("--max-bytes")?,
+            Some("--max-file-bytes") => opts.max_file_bytes = a.size("--max-file-bytes")?,
+            Some("--") => paths.extend(a.rest().into_iter().map(PathBuf::from)),
+            _ => paths.push(PathBuf::from(arg)),
+        }
+    }
+    let out = out.context("export needs --out FILE.zip|FILE.tar")?;
+    if paths.is_empty() && !patch {
+        bail!("export: name at least one PATH (or --patch)");
+    }
+    let manifest = state
+        .open_session(&id)?
+        .with_wait(wait)
+        .export(&out, &paths, patch, &opts)?;
+    println!("{}", serde_json::to_string_pretty(&manifest)?);
+    Ok(0)
+}
+
+fn close(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
+    let id = id_arg(a)?;
+    if let Some(extra) = a.next() {
+        bail!("close: unexpected argument {extra:?}");
+    }
+    if !state.close(&id, wait)? {
+        eprintln!("hutch session: {id} was already closed");
+    }
+    Ok(0)
+}
+
+fn list(state: &StateDir) -> Result<i32> {
+    for info in state.list()? {
+        println!("{}", serde_json::to_string(&info)?);
+    }
+    Ok(0)
+}
+
+fn gc(state: &StateDir, a: &mut Args) -> Result<i32> {
+    let mut older = None;
+    while let Some(arg) = a.next() {
+        match arg.to_str() {
+            Some("--older-than") => older = Some(a.duration("--older-than")?),
+            _ => bail!("gc: unexpected argument {arg:?}"),
+        }
+    }
+    let older = older.context("gc needs --older-than DUR (e.g. 1d)")?;
+    for id in state.gc(older)? {
+        println!("{id}");
+    }
+    Ok(0)
+}
+
+/// Options of `hutch run` that make no sense in a session (the session
+/// provides the workspace).
+const NOT_IN_SESSION: &[&str] = &["--workspace", "--changes", "--changes-size", "--bare"];
+
+/// Placeholder workspace given to the `hutch run` parser, replaced by the
+/// session overlay.
+const PLACEHOLDER: &str = "/nonexistent/hutch-session-workspace";
+
+fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
+    let id = id_arg(a)?;
+    let args = a.rest();
+    for arg in args.iter().take_while(|x| *x != "--") {
+        if let Some(bad) = NOT_IN_SESSION.iter().find(|b| arg == **b) {
+            bail!("session run: {bad} does not apply (the session provides /workspace)");
+        }
+    }
+    let mut full: Vec<OsString> = vec!["--workspace".into(), PLACEHOLDER.into()];
+    full.extend(args);
+    let (mut spec, _opts) = super::parse_run(&full)?;
+    spec.fs
+        .retain(|op| op.dest() != std::path::Path::new(PLACEHOLDER));
+    if spec.cwd.as_deref() == Some(std::path::Path::new(PLACEHOLDER)) {
+        spec.cwd = None;
+    }
+    let mut session = state.open_session(&id)?.with_wait(wait);
+    let record = session.run(spec)?;
+    let r = &record.report;
+    if let Some(e) = &r.error {
+        eprintln!("hutch: {e}");
+    }
+    if record.deadline_hit {
+        eprintln!(
+            "hutch session: the session deadline was reached; every process of the command was killed"
+        );
+    } else if r.reason == crate::launch::Outcome::TimedOut {
+        eprintln!("hutch session: the command timed out; every process of it was killed");
+    }
+    Ok(r.status)
+}

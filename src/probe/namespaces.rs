@@ -1,0 +1,145 @@
+//! pid (with a fresh /proc), net (with lo up), ipc, uts and cgroup
+//! namespaces, each created inside a fresh user namespace as the launcher
+//! does.
+
+use crate::sys::Errno;
+use crate::sys::probe::{self as raw};
+
+use super::userns::{self, Maps, NEXT};
+use super::{Feature, Host, Status, in_child};
+
+fn steps(extra: &[&'static str]) -> Vec<&'static str> {
+    let mut s = userns::STEPS.to_vec();
+    s.extend(extra);
+    s
+}
+
+/// pid_namespace, net_namespace, ipc_namespace, uts_namespace, cgroup_namespace.
+pub(super) fn probe(host: &Host) -> Vec<Feature> {
+    let maps = Maps::new(host);
+    let maps = &maps;
+    let none: userns::Explain<'_> = &|_, _| None;
+    let mut out = Vec::new();
+
+    // pid: the first child in the new namespace must be pid 1 and able to
+    // mount a procfs for it (container runtimes that mask parts of /proc
+    // make this fail with EPERM).
+    out.push(userns::verdict(
+        "pid_namespace",
+        true,
+        &steps(&[
+            "unshare(CLONE_NEWPID|CLONE_NEWNS)",
+            "mount(NULL, \"/\", MS_REC|MS_PRIVATE)",
+            "fork() into the namespace, getpid() == 1, mount(\"proc\", \"/proc\", \"proc\")",
+        ]),
+        in_child(|| {
+            userns::enter(maps)?;
+            raw::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWNS, NEXT)?;
+            raw::mount(
+                b"\0",
+                b"/\0",
+                b"\0",
+                libc::MS_REC | libc::MS_PRIVATE,
+                b"\0",
+                NEXT + 1,
+            )?;
+            raw::fork_wait(
+                || {
+                    if raw::getpid() != 1 {
+                        return Err((0, Errno::ESRCH));
+                    }
+                    raw::mount(
+                        b"proc\0",
+                        b"/proc\0",
+                        b"proc\0",
+                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        b"\0",
+                        0,
+                    )
+                },
+                NEXT + 2,
+            )
+        }),
+        host,
+        "new pid namespace (first child is pid 1) with a fresh procfs, inside a user namespace",
+        &|n, errno| {
+            (n == NEXT + 2 && errno == Errno::EPERM && !host.apparmor_restricts()).then(|| {
+                (
+                    Status::Restricted,
+                    "procfs cannot be mounted: this /proc has masked or read-only parts \
+                     (a container runtime's /proc masking)"
+                        .into(),
+                    "run the container with an unmasked /proc (Docker: --security-opt \
+                     systempaths=unconfined; Kubernetes: procMount: Unmasked)"
+                        .into(),
+                )
+            })
+        },
+    ));
+
+    out.push(userns::verdict(
+        "net_namespace",
+        true,
+        &steps(&[
+            "unshare(CLONE_NEWNET)",
+            "ioctl(\"lo\", SIOCSIFFLAGS, IFF_UP)",
+        ]),
+        in_child(|| {
+            userns::enter(maps)?;
+            raw::unshare(libc::CLONE_NEWNET, NEXT)?;
+            raw::interface_up(b"lo\0", NEXT + 1)
+        }),
+        host,
+        "new network namespace with lo up, inside a user namespace",
+        none,
+    ));
+
+    out.push(userns::verdict(
+        "ipc_namespace",
+        true,
+        &steps(&["unshare(CLONE_NEWIPC)"]),
+        in_child(|| {
+            userns::enter(maps)?;
+            raw::unshare(libc::CLONE_NEWIPC, NEXT)
+        }),
+        host,
+        "new IPC namespace inside a user namespace",
+        none,
+    ));
+
+    out.push(userns::verdict(
+        "uts_namespace",
+        true,
+        &steps(&["unshare(CLONE_NEWUTS)", "sethostname(\"hutch-probe\")"]),
+        in_child(|| {
+            userns::enter(maps)?;
+            raw::unshare(libc::CLONE_NEWUTS, NEXT)?;
+            raw::sethostname(b"hutch-probe", NEXT + 1)
+        }),
+        host,
+        "new UTS namespace with its own hostname, inside a user namespace",
+        none,
+    ));
+
+    out.push(userns::verdict(
+        "cgroup_namespace",
+        true,
+        &steps(&["unshare(CLONE_NEWCGROUP)"]),
+        in_child(|| {
+            userns::enter(maps)?;
+            raw::unshare(libc::CLONE_NEWCGROUP, NEXT)
+        }),
+        host,
+        "new cgroup namespace inside a user namespace",
+        &|n, errno| {
+            (n == NEXT && errno == Errno::EINVAL).then(|| {
+                (
+                    Status::Missing,
+                    "the kernel was built without cgroup namespaces".into(),
+                    "use a kernel with CONFIG_CGROUPS=y (cgroup namespaces are Linux 4.6+)".into(),
+                )
+            })
+        },
+    ));
+    out
+}

@@ -1,0 +1,51 @@
+//! The human-readable `hutch check` output.
+
+use std::fmt::Write;
+
+use super::Report;
+
+/// One aligned line per feature: name, status, detail, then the fix on an
+/// indented line when there is one; a summary line last.
+pub fn human(r: &Report) -> String {
+    let mut out = String::new();
+    let who = if r.root {
+        "root".to_string()
+    } else {
+        format!("uid {}", r.uid)
+    };
+    let _ = writeln!(
+        out,
+        "hutch {} on Linux {} as {who}",
+        r.hutch_version, r.kernel_release
+    );
+    let width = r.features.iter().map(|f| f.name.len()).max().unwrap_or(0);
+    for f in &r.features {
+        let need = if f.required { "" } else { " (optional)" };
+        let _ = writeln!(
+            out,
+            "{:width$}  {:10}  {}{need}",
+            f.name,
+            f.status.word(),
+            f.detail
+        );
+        if let Some(fix) = &f.fix {
+            let _ = writeln!(out, "{:width$}  {:10}  fix: {fix}", "", "");
+        }
+    }
+    let failing: Vec<&str> = r
+        .features
+        .iter()
+        .filter(|f| f.required && !f.ok)
+        .map(|f| f.name)
+        .collect();
+    if failing.is_empty() {
+        let _ = writeln!(out, "everything `hutch run` needs by default works here");
+    } else {
+        let _ = writeln!(
+            out,
+            "`hutch run` cannot work here by default: {} not usable",
+            failing.join(", ")
+        );
+    }
+    out
+}

@@ -1,0 +1,285 @@
+//! fd-relative filesystem calls for walking directories an adversary wrote:
+//! every lookup is one name below an open directory fd, with
+//! `RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS` and
+//! `O_NOFOLLOW`, so no path string is ever re-walked and no link followed.
+
+use std::ffi::{CStr, CString};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, XattrFlags};
+
+use super::{Errno, SysError, openat2, q};
+use super::{RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS};
+
+/// Resolution flags of every fd-relative open: stay below the directory,
+/// follow no symlink and no magic link.
+pub const RESOLVE_STRICT: u64 = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+
+/// The metadata of one inode (the subset callers need).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// `st_mode`: file type and permission bits.
+    pub mode: u32,
+    pub size: u64,
+    pub uid: u32,
+    pub gid: u32,
+    /// Device number of a device node (`st_rdev`).
+    pub rdev: u64,
+    pub dev: u64,
+    pub ino: u64,
+    /// Modification time, seconds since the epoch.
+    pub mtime: i64,
+}
+
+impl Meta {
+    fn from_stat(st: &rustix::fs::Stat) -> Meta {
+        Meta {
+            mode: st.st_mode,
+            size: st.st_size as u64,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            rdev: st.st_rdev,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            mtime: st.st_mtime,
+        }
+    }
+
+    /// The file type bits (`S_IFMT`).
+    pub fn kind(&self) -> u32 {
+        self.mode & libc::S_IFMT
+    }
+    pub fn is_dir(&self) -> bool {
+        self.kind() == libc::S_IFDIR
+    }
+    pub fn is_file(&self) -> bool {
+        self.kind() == libc::S_IFREG
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.kind() == libc::S_IFLNK
+    }
+    /// An overlayfs whiteout: a character device 0/0.
+    pub fn is_whiteout(&self) -> bool {
+        self.kind() == libc::S_IFCHR && self.rdev == 0
+    }
+}
+
+fn err(call: String, e: rustix::io::Errno) -> SysError {
+    SysError::new(call, Errno::from_raw(e.raw_os_error()))
+}
+
+fn fdn(fd: BorrowedFd<'_>) -> String {
+    use std::os::fd::AsRawFd;
+    format!("fd {}", fd.as_raw_fd())
+}
+
+/// Open a trusted host directory by path (no final-component symlink).
+pub fn open_dir_path(path: &Path) -> Result<OwnedFd, SysError> {
+    rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| err(format!("open({:?}, O_DIRECTORY|O_NOFOLLOW)", path), e))
+}
+
+/// Open the directory `name` directly below `dir` (readable, for listing and
+/// xattrs). Fails with ELOOP on a symlink, ENOTDIR on anything else.
+pub fn open_dir_beneath(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, SysError> {
+    openat2(
+        Some(dir),
+        name,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        0,
+        RESOLVE_STRICT,
+    )
+}
+
+/// Open `name` below `dir` with `flags` (O_NOFOLLOW is always added).
+pub fn open_beneath(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> Result<OwnedFd, SysError> {
+    // openat2 refuses O_NOCTTY next to O_PATH.
+    let extra = if flags & libc::O_PATH != 0 {
+        libc::O_NOFOLLOW
+    } else {
+        libc::O_NOFOLLOW | libc::O_NOCTTY
+    };
+    openat2(Some(dir), name, flags | extra, mode, RESOLVE_STRICT)
+}
+
+/// fstatat(dir, name, AT_SYMLINK_NOFOLLOW).
+pub fn lstat_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Meta, SysError> {
+    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .map(|st| Meta::from_stat(&st))
+        .map_err(|e| {
+            err(
+                format!("fstatat({}, {}, AT_SYMLINK_NOFOLLOW)", fdn(dir), q(name)),
+                e,
+            )
+        })
+}
+
+/// fstat(fd).
+pub fn fstat(fd: BorrowedFd<'_>) -> Result<Meta, SysError> {
+    rustix::fs::fstat(fd)
+        .map(|st| Meta::from_stat(&st))
+        .map_err(|e| err(format!("fstat({})", fdn(fd)), e))
+}
+
+/// readlinkat(dir, name): the link's target bytes, never followed.
+pub fn readlink_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Vec<u8>, SysError> {
+    rustix::fs::readlinkat(dir, name, Vec::new())
+        .map(|c| c.into_bytes())
+        .map_err(|e| err(format!("readlinkat({}, {})", fdn(dir), q(name)), e))
+}
+
+/// fgetxattr(fd, name): `None` when the attribute is absent or the
+/// filesystem has no xattrs.
+pub fn get_xattr(fd: BorrowedFd<'_>, name: &CStr) -> Result<Option<Vec<u8>>, SysError> {
+    let mut buf = vec![0u8; 256];
+    match rustix::fs::fgetxattr(fd, name, &mut buf[..]) {
+        Ok(n) => {
+            buf.truncate(n);
+            Ok(Some(buf))
+        }
+        Err(e)
+            if e == rustix::io::Errno::NODATA
+                || e == rustix::io::Errno::NOTSUP
+                || e == rustix::io::Errno::PERM =>
+        {
+            // EPERM: trusted.* is invisible without CAP_SYS_ADMIN.
+            Ok(None)
+        }
+        Err(e) => Err(err(format!("fgetxattr({}, {})", fdn(fd), q(name)), e)),
+    }
+}
+
+/// fsetxattr(fd, name, value, 0).
+pub fn set_xattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8]) -> Result<(), SysError> {
+    rustix::fs::fsetxattr(fd, name, value, XattrFlags::empty())
+        .map_err(|e| err(format!("fsetxattr({}, {})", fdn(fd), q(name)), e))
+}
+
+/// The names in directory `fd`, without `.` and `..`, in the order the
+/// filesystem returns them.
+pub fn list_dir(fd: BorrowedFd<'_>) -> Result<Vec<CString>, SysError> {
+    let mut dir =
+        rustix::fs::Dir::read_from(fd).map_err(|e| err(format!("opendir({})", fdn(fd)), e))?;
+    let mut names = Vec::new();
+    while let Some(entry) = dir.read() {
+        let entry = entry.map_err(|e| err(format!("getdents64({})", fdn(fd)), e))?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        names.push(name.to_owned());
+    }
+    Ok(names)
+}
+
+/// unlinkat(dir, name, [AT_REMOVEDIR]): removes a link itself, never its target.
+pub fn unlink_at(dir: BorrowedFd<'_>, name: &CStr, is_dir: bool) -> Result<(), SysError> {
+    let flags = if is_dir {
+        AtFlags::REMOVEDIR
+    } else {
+        AtFlags::empty()
+    };
+    rustix::fs::unlinkat(dir, name, flags)
+        .map_err(|e| err(format!("unlinkat({}, {}, {flags:?})", fdn(dir), q(name)), e))
+}
+
+/// mknodat(dir, name, S_IFCHR, 0/0): an overlayfs whiteout.
+pub fn mknod_whiteout(dir: BorrowedFd<'_>, name: &CStr) -> Result<(), SysError> {
+    rustix::fs::mknodat(dir, name, FileType::CharacterDevice, Mode::empty(), 0).map_err(|e| {
+        err(
+            format!("mknodat({}, {}, S_IFCHR, 0:0)", fdn(dir), q(name)),
+            e,
+        )
+    })
+}
+
+/// mknodat(dir, name, S_IFIFO, mode).
+pub fn mkfifo_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<(), SysError> {
+    rustix::fs::mknodat(dir, name, FileType::Fifo, Mode::from_raw_mode(mode), 0)
+        .map_err(|e| err(format!("mknodat({}, {}, S_IFIFO)", fdn(dir), q(name)), e))
+}
+
+/// fchmod(fd, mode).
+pub fn fchmod(fd: BorrowedFd<'_>, mode: u32) -> Result<(), SysError> {
+    rustix::fs::fchmod(fd, Mode::from_raw_mode(mode))
+        .map_err(|e| err(format!("fchmod({}, {mode:#o})", fdn(fd)), e))
+}
+
+/// fchown(fd, uid, gid).
+pub fn fchown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> Result<(), SysError> {
+    let (u, g) = (
+        rustix::fs::Uid::from_raw(uid),
+        rustix::fs::Gid::from_raw(gid),
+    );
+    rustix::fs::fchown(fd, Some(u), Some(g))
+        .map_err(|e| err(format!("fchown({}, {uid}, {gid})", fdn(fd)), e))
+}
+
+/// renameat(old_dir, old, new_dir, new).
+pub fn rename_at(
+    old_dir: BorrowedFd<'_>,
+    old: &CStr,
+    new_dir: BorrowedFd<'_>,
+    new: &CStr,
+) -> Result<(), SysError> {
+    rustix::fs::renameat(old_dir, old, new_dir, new).map_err(|e| {
+        err(
+            format!(
+                "renameat({}, {}, {}, {})",
+                fdn(old_dir),
+                q(old),
+                fdn(new_dir),
+                q(new)
+            ),
+            e,
+        )
+    })
+}
+
+/// flock(fd, LOCK_EX[|LOCK_NB]). Returns `false` when `wait` is false and
+/// another holder has the lock.
+pub fn flock_exclusive(fd: BorrowedFd<'_>, wait: bool) -> Result<bool, SysError> {
+    let op = if wait {
+        FlockOperation::LockExclusive
+    } else {
+        FlockOperation::NonBlockingLockExclusive
+    };
+    match rustix::fs::flock(fd, op) {
+        Ok(()) => Ok(true),
+        Err(e) if !wait && e == rustix::io::Errno::WOULDBLOCK => Ok(false),
+        Err(e) => Err(err(format!("flock({}, {op:?})", fdn(fd)), e)),
+    }
+}
+
+/// The effective uid of this process.
+pub fn geteuid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// chmod of the directory `name` below `dir` that cannot be opened for
+/// reading (e.g. an overlay work dir of mode 0): opened `O_PATH` without
+/// following links, then changed through its `/proc/self/fd` magic link,
+/// which names exactly that inode.
+pub fn chmod_dir_beneath(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<(), SysError> {
+    use std::os::fd::AsRawFd;
+    let fd = openat2(
+        Some(dir),
+        name,
+        libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY,
+        0,
+        RESOLVE_STRICT,
+    )?;
+    let path = super::fd_path(fd.as_raw_fd());
+    rustix::fs::chmod(path.as_c_str(), Mode::from_raw_mode(mode))
+        .map_err(|e| err(format!("chmod({}, {mode:#o})", q(&path)), e))
+}

@@ -1,0 +1,242 @@
+//! The merged view of a session's baseline and upper directory, resolved
+//! the way overlayfs does (whiteouts hide, opaque directories cut off the
+//! baseline), entirely through directory fds: the upper was written by the
+//! sandbox and is treated as hostile data (SECURITY.md §8).
+
+use std::ffi::{CStr, CString};
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use crate::sys::{self, Errno, Meta};
+
+use super::error::{Result, WorkspaceError};
+use super::quote::display_name;
+use super::relpath::RelPath;
+
+/// xattrs marking an opaque upper directory (privileged and `userxattr`
+/// overlay mounts). Only the value `y` means opaque.
+const OPAQUE_XATTRS: [&CStr; 2] = [c"trusted.overlay.opaque", c"user.overlay.opaque"];
+
+/// Whether the upper directory `fd` is opaque (hides the baseline below it).
+pub fn is_opaque(fd: BorrowedFd<'_>) -> Result<bool> {
+    for name in OPAQUE_XATTRS {
+        if let Some(v) = sys::get_xattr(fd, name)?
+            && v == b"y"
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// lstat of `name` in `dir`, `None` when it does not exist.
+pub fn lstat_opt(dir: BorrowedFd<'_>, name: &CStr) -> Result<Option<Meta>> {
+    match sys::lstat_at(dir, name) {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if e.errno == Errno::ENOENT || e.errno == Errno::ENOTDIR => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Read the regular file `name` in `dir`, at most `limit` bytes (more is an
+/// error). The file is opened only after an `O_PATH` look showed a regular
+/// file, and the opened inode must be that same file: FIFOs and devices are
+/// never opened.
+pub fn read_regular(dir: BorrowedFd<'_>, name: &CStr, limit: u64, what: &[u8]) -> Result<Vec<u8>> {
+    let probe = sys::open_beneath(dir, name, libc::O_PATH, 0)?;
+    let before = sys::fstat(probe.as_fd())?;
+    if !before.is_file() {
+        return Err(WorkspaceError::Unsupported {
+            path: display_name(what),
+            reason: "not a regular file".into(),
+        });
+    }
+    if before.size > limit {
+        return Err(WorkspaceError::TooLarge {
+            what: format!("{} ({} bytes)", display_name(what), before.size),
+            limit,
+        });
+    }
+    let fd = sys::open_beneath(dir, name, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
+    let after = sys::fstat(fd.as_fd())?;
+    if after.dev != before.dev || after.ino != before.ino || !after.is_file() {
+        return Err(WorkspaceError::Unsupported {
+            path: display_name(what),
+            reason: "changed while being read".into(),
+        });
+    }
+    let mut data = Vec::with_capacity(after.size.min(limit) as usize);
+    std::fs::File::from(fd)
+        .take(limit + 1)
+        .read_to_end(&mut data)
+        .map_err(|e| WorkspaceError::io(format!("read {}", display_name(what)), e))?;
+    if data.len() as u64 > limit {
+        return Err(WorkspaceError::TooLarge {
+            what: display_name(what),
+            limit,
+        });
+    }
+    Ok(data)
+}
+
+/// Which layer an entry of the merged view comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    Upper,
+    Baseline,
+}
+
+/// One entry of the merged view: its parent directory fd, its name there,
+/// its metadata and layer.
+#[derive(Debug)]
+pub struct Found {
+    pub dir: OwnedFd,
+    pub name: CString,
+    pub meta: Meta,
+    pub layer: Layer,
+}
+
+/// A directory of the merged view: its upper part (if any) and its
+/// baseline part (if visible: not under an opaque directory).
+#[derive(Debug)]
+pub struct MergedDir {
+    pub upper: Option<OwnedFd>,
+    pub base: Option<OwnedFd>,
+}
+
+/// The two roots of a session's workspace.
+#[derive(Debug)]
+pub struct Layers {
+    pub base: OwnedFd,
+    pub upper: OwnedFd,
+}
+
+fn dup(fd: &OwnedFd) -> Result<OwnedFd> {
+    fd.try_clone()
+        .map_err(|e| WorkspaceError::io("dup a directory fd", e))
+}
+
+impl Layers {
+    /// The merged root directory.
+    pub fn root(&self) -> Result<MergedDir> {
+        let opaque = is_opaque(self.upper.as_fd())?;
+        Ok(MergedDir {
+            upper: Some(dup(&self.upper)?),
+            base: if opaque { None } else { Some(dup(&self.base)?) },
+        })
+    }
+
+    /// Resolve `path` in the merged view; `None` when it does not exist
+    /// (or was deleted). Never follows a symlink: a link as an intermediate
+    /// component is an error.
+    pub fn lookup(&self, path: &RelPath) -> Result<Option<Found>> {
+        let comps = path.components();
+        let Some((last, parents)) = comps.split_last() else {
+            return Err(WorkspaceError::BadPath {
+                path: "/workspace".into(),
+                reason: "names the workspace itself".into(),
+            });
+        };
+        let mut dir = self.root()?;
+        for (i, c) in parents.iter().enumerate() {
+            match dir.child_dir(c, &comps[..=i])? {
+                Some(d) => dir = d,
+                None => return Ok(None),
+            }
+        }
+        dir.entry(last)
+    }
+}
+
+impl MergedDir {
+    /// The entry `name` of this directory in the merged view.
+    pub fn entry(&self, name: &CStr) -> Result<Option<Found>> {
+        if let Some(up) = &self.upper
+            && let Some(meta) = lstat_opt(up.as_fd(), name)?
+        {
+            if meta.is_whiteout() {
+                return Ok(None);
+            }
+            return Ok(Some(Found {
+                dir: dup(up)?,
+                name: name.to_owned(),
+                meta,
+                layer: Layer::Upper,
+            }));
+        }
+        if let Some(base) = &self.base
+            && let Some(meta) = lstat_opt(base.as_fd(), name)?
+        {
+            return Ok(Some(Found {
+                dir: dup(base)?,
+                name: name.to_owned(),
+                meta,
+                layer: Layer::Baseline,
+            }));
+        }
+        Ok(None)
+    }
+
+    /// The child directory `name`; `None` if absent; an error when it is
+    /// something other than a directory (a symlink is never followed).
+    pub fn child_dir(&self, name: &CStr, shown: &[CString]) -> Result<Option<MergedDir>> {
+        let not_dir = || WorkspaceError::BadPath {
+            path: display_name(&super::relpath::join(shown)),
+            reason: "is not a directory (links are not followed)".into(),
+        };
+        let mut upper = None;
+        let mut base_visible = true;
+        if let Some(up) = &self.upper
+            && let Some(meta) = lstat_opt(up.as_fd(), name)?
+        {
+            if meta.is_whiteout() {
+                return Ok(None);
+            }
+            if !meta.is_dir() {
+                return Err(not_dir());
+            }
+            let fd = sys::open_dir_beneath(up.as_fd(), name)?;
+            base_visible = !is_opaque(fd.as_fd())?;
+            upper = Some(fd);
+        }
+        let mut base = None;
+        if base_visible && let Some(b) = &self.base {
+            match lstat_opt(b.as_fd(), name)? {
+                Some(m) if m.is_dir() => base = Some(sys::open_dir_beneath(b.as_fd(), name)?),
+                Some(_) if upper.is_none() => return Err(not_dir()),
+                _ => {}
+            }
+        }
+        if upper.is_none() && base.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(MergedDir { upper, base }))
+    }
+
+    /// Names visible in this directory (sorted bytewise), whiteouts removed.
+    pub fn names(&self) -> Result<Vec<CString>> {
+        let mut names = std::collections::BTreeSet::new();
+        let mut hidden = std::collections::BTreeSet::new();
+        if let Some(up) = &self.upper {
+            for n in sys::list_dir(up.as_fd())? {
+                match lstat_opt(up.as_fd(), &n)? {
+                    Some(m) if m.is_whiteout() => {
+                        hidden.insert(n);
+                    }
+                    Some(_) => {
+                        names.insert(n);
+                    }
+                    None => {}
+                }
+            }
+        }
+        if let Some(b) = &self.base {
+            for n in sys::list_dir(b.as_fd())? {
+                if !hidden.contains(&n) {
+                    names.insert(n);
+                }
+            }
+        }
+        Ok(names.into_iter().collect())
+    }
+}

@@ -1,0 +1,171 @@
+#!/bin/sh
+# Kernel tests run inside the VM (busybox sh).
+#   suite.sh --list     every MODE/NAME the host runner expects
+#   suite.sh run MODE   run the tests of MODE (root or user); one line each:
+#                       RESULT MODE/NAME PASS|FAIL|SKIP seconds [why]
+
+ROOT_TESTS="cgroup2_controllers cgroup_module oom_4g_under_2g forkbomb_pids_64 cpus_half timeout_daemons_cleaned spawn_overhead"
+USER_TESTS="cgroup_delegated cgroup_module oom_small forkbomb_pids_64 cpus_half timeout_daemons_cleaned"
+
+# hutch run with explicit mounts: the default profile's workspace overlay
+# of a root launch needs idmapped tmpfs (Linux 6.3+), and the VM's
+# filesystems are all tmpfs on 6.1.
+SANDBOX="hutch run --bare --ro-bind /usr /usr --ro-bind /bin /bin --ro-bind /lib /lib"
+SANDBOX="$SANDBOX --ro-bind-try /lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp"
+sandbox() { $SANDBOX "$@"; }
+
+# Field of the exit event in a --status-file (first match: top level).
+exit_field() { # FILE KEY
+    grep '"event":"exit"' "$1" | grep -o "\"$2\":[^,}]*" | head -1 | cut -d: -f2- | tr -d '"'
+}
+
+# No sandbox cgroup may outlive its run.
+no_leaves() {
+    left=$(find /sys/fs/cgroup -type d -name 'hutch-*' ! -name hutch-supervisor)
+    [ -z "$left" ] || { echo "cgroups left behind: $left"; return 1; }
+}
+
+# --- tests (return non-zero to fail; write details to stdout) -----------
+
+t_cgroup2_controllers() {
+    c=$(cat /sys/fs/cgroup/cgroup.controllers)
+    echo "controllers: $c"
+    for want in memory pids cpu; do
+        echo " $c " | grep -q " $want " || { echo "missing $want"; return 1; }
+    done
+}
+
+t_cgroup_delegated() {
+    own=$(sed -n 's/^0:://p' /proc/self/cgroup)
+    echo "own cgroup: $own uid $(id -u)"
+    case "$own" in /deleg*) ;; *) return 1 ;; esac
+    [ -w "/sys/fs/cgroup/deleg/cgroup.procs" ]
+}
+
+# The cgroup module against the real kernel (tests/cgroup_kernel.rs).
+t_cgroup_module() {
+    HUTCH_IN_VM=1 HUTCH_REQUIRE=all /tests/cgroup_kernel --test-threads=2 --nocapture 2>&1
+}
+
+# 4 GiB touched under a 2 GiB cap: the sandbox is OOM-killed as a group,
+# the report says so, and the VM goes on.
+t_oom_4g_under_2g() {
+    sandbox --memory 2G --status-file $W/oom.json -- vmhelper memhog 4096
+    rc=$?
+    cat $W/oom.json
+    echo "rc=$rc"
+    [ $rc = 137 ] || return 1
+    [ "$(exit_field $W/oom.json reason)" = oom-killed ] || return 1
+    peak=$(exit_field $W/oom.json memory_peak)
+    echo "memory_peak=$peak"
+    [ "$peak" -le $((2 << 30)) ] && [ "$peak" -gt $((1 << 30)) ] || return 1
+    [ "$(exit_field $W/oom.json oom_kill)" -ge 1 ] || return 1
+    vmhelper memhog 256 || return 1
+    no_leaves
+}
+
+t_oom_small() {
+    sandbox --memory 128M --status-file $W/oom.json -- vmhelper memhog 1024
+    rc=$?
+    cat $W/oom.json
+    [ $rc = 137 ] && [ "$(exit_field $W/oom.json reason)" = oom-killed ] && no_leaves
+}
+
+# A fork bomb under --pids 64 is contained and reported; meanwhile the
+# host user can still fork.
+t_forkbomb_pids_64() {
+    sandbox --pids 64 --status-file $W/fb.json -- vmhelper forkbomb 1000 >$W/fb.out &
+    hp=$!
+    sleep 1
+    ok=0
+    for i in $(seq 20); do sh -c true && ok=$((ok + 1)); done
+    wait $hp
+    rc=$?
+    cat $W/fb.out $W/fb.json
+    echo "rc=$rc host forks ok: $ok/20"
+    [ $ok = 20 ] || return 1
+    [ $rc = 1 ] || return 1
+    [ "$(exit_field $W/fb.json reason)" = pids-limit-hit ] || return 1
+    forked=$(sed -n 's/forked \([0-9]*\) failed.*/\1/p' $W/fb.out)
+    [ -n "$forked" ] && [ "$forked" -lt 64 ] || return 1
+    no_leaves
+}
+
+# --cpus 0.5 holds a busy loop near half a CPU.
+t_cpus_half() {
+    out=$(sandbox --cpus 0.5 --status-file $W/cpu.json -- vmhelper spin 4) || return 1
+    echo "$out"
+    cpu=$(echo "$out" | cut -d' ' -f2)
+    wall=$(echo "$out" | cut -d' ' -f4)
+    pct=$((cpu * 100 / wall))
+    echo "BENCH cpus_half_${mode} cpu_percent=$pct"
+    throttled=$(exit_field $W/cpu.json cpu_throttled_usec)
+    echo "throttled_usec=$throttled"
+    [ "$pct" -ge 35 ] && [ "$pct" -le 60 ] && [ "$throttled" -gt 0 ]
+}
+
+# A timed-out sandbox whose workload daemonized leaves no process and no
+# cgroup behind.
+t_timeout_daemons_cleaned() {
+    sandbox --timeout 3s --status-file $W/to.json -- vmhelper daemonize hutch-daemon-marker
+    rc=$?
+    echo "rc=$rc"
+    cat $W/to.json
+    [ $rc = 124 ] && [ "$(exit_field $W/to.json reason)" = timed-out ] || return 1
+    for p in /proc/[0-9]*; do
+        if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q '^hutch-daemon-marker'; then
+            echo "left behind: $p $(cat "$p/status" | head -3)"
+            return 1
+        fi
+    done
+    no_leaves
+}
+
+# Spawn cost of the cgroup leaf (create, CLONE_INTO_CGROUP, remove):
+# `hutch run -- true` from a cgroup hutch may not use (no leaf) against the
+# same from the root cgroup with --pids/--cpus (leaf with limits).
+t_spawn_overhead() {
+    n=20
+    mkdir -p /sys/fs/cgroup/bench-plain
+    # Once with output, so a failure shows why.
+    sh -c "echo \$\$ > /sys/fs/cgroup/bench-plain/cgroup.procs && exec $SANDBOX -- true" || return 1
+    plain=$(sh -c "echo \$\$ > /sys/fs/cgroup/bench-plain/cgroup.procs && exec vmhelper timeit $n $SANDBOX -- true") || return 1
+    with=$(vmhelper timeit $n $SANDBOX --pids 1000 --cpus 2 -- true) || return 1
+    rmdir /sys/fs/cgroup/bench-plain
+    p=$(echo "$plain" | cut -d' ' -f2)
+    w=$(echo "$with" | cut -d' ' -f2)
+    echo "BENCH spawn_overhead runs=$n no_cgroup_mean_us=$p cgroup_mean_us=$w delta_us=$((w - p)) ratio_pct=$((w * 100 / p)) (TCG)"
+    no_leaves
+}
+
+# --- runner --------------------------------------------------------------
+
+if [ "$1" = --list ]; then
+    for t in $ROOT_TESTS; do echo "root/$t"; done
+    for t in $USER_TESTS; do echo "user/$t"; done
+    exit 0
+fi
+[ "$1" = run ] || { echo "usage: suite.sh --list | run MODE" >&2; exit 2; }
+mode=$2
+case "$mode" in root) tests=$ROOT_TESTS ;; user) tests=$USER_TESTS ;; *) exit 2 ;; esac
+only=$(cat /tests/only 2>/dev/null)
+W=/tmp/w.$mode
+mkdir -p $W
+for t in $tests; do
+    if [ -n "$only" ] && ! echo " $only " | grep -q " $t "; then continue; fi
+    out=/tmp/out.$mode.$t
+    start=$(date +%s)
+    (cd $W && "t_$t") >"$out" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    if [ $rc = 0 ]; then
+        echo "RESULT $mode/$t PASS ${secs}s"
+    elif [ $rc = 77 ]; then
+        echo "RESULT $mode/$t SKIP ${secs}s $(tail -1 "$out")"
+    else
+        echo "RESULT $mode/$t FAIL ${secs}s (exit $rc)"
+        tail -25 "$out" | sed 's/^/  | /'
+    fi
+    grep '^BENCH ' "$out"
+done
+exit 0

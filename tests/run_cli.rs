@@ -1,0 +1,590 @@
+//! `hutch run` through the binary, as root and as uid 65534.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+const BOTH: [As; 2] = [As::Root, As::Nobody];
+
+fn workspace(tag: &str, who: As) -> TempDir {
+    let dir = TempDir::new(tag, who);
+    write_as(&dir.path().join("existing.txt"), "original\n", who);
+    dir
+}
+
+#[test]
+fn writes_land_in_the_upper_and_never_on_the_host() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let ws = workspace("writes", who);
+        let keep = TempDir::new("keep", who);
+        let changes = keep.path().join("changes");
+        let out = hutch_as(
+            who,
+            ws.path(),
+            &[
+                "run",
+                "--changes",
+                changes.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                "echo new > new.txt && echo more >> existing.txt && rm -f gone.txt; cat existing.txt",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{who:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "original\nmore\n");
+        // The host directory is untouched...
+        assert_eq!(
+            std::fs::read_to_string(ws.path().join("existing.txt")).unwrap(),
+            "original\n"
+        );
+        assert!(
+            !ws.path().join("new.txt").exists(),
+            "{who:?}: write leaked to the host"
+        );
+        // ...and the upper holds exactly what was written.
+        let upper = changes.join("upper");
+        assert_eq!(
+            std::fs::read_to_string(upper.join("new.txt")).unwrap(),
+            "new\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(upper.join("existing.txt")).unwrap(),
+            "original\nmore\n"
+        );
+        assert!(stderr(&out).contains("kept in"), "{}", stderr(&out));
+
+        // Without --changes the user is told how many paths changed.
+        let out = hutch_as(who, ws.path(), &["run", "--", "sh", "-c", "touch a b c"]);
+        assert_eq!(out.status.code(), Some(0));
+        assert!(
+            stderr(&out).contains("3 paths changed") && stderr(&out).contains("discarded"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!ws.path().join("a").exists());
+    }
+}
+
+#[test]
+fn read_only_paths_stay_read_only() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let ws = workspace("ro", who);
+        let script = "for p in /usr/hutch-probe /etc/hutch-probe /hutch-probe; do if touch $p 2>/dev/null; then echo WROTE $p; fi; done; \
+                      grep -E ' /usr | /etc ' /proc/self/mountinfo | grep -v ' ro,' | head -1; echo done";
+        let out = sandbox_sh(who, ws.path(), script);
+        assert_eq!(out.status.code(), Some(0), "{who:?}: {}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            "done\n",
+            "{who:?}: read-only paths were writable or mounted rw"
+        );
+        assert!(!Path::new("/usr/hutch-probe").exists());
+    }
+}
+
+#[test]
+fn only_sandbox_pids_are_visible() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let ws = workspace("pids", who);
+        let out = sandbox_sh(
+            who,
+            ws.path(),
+            "echo $$; ls /proc | grep -E '^[0-9]+$' | sort -n | tr '\\n' ' '",
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let text = stdout(&out);
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next(),
+            Some("2"),
+            "the workload is pid 2 under hutch init"
+        );
+        let pids: Vec<u32> = lines
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
+        assert!(
+            // init, sh and the pipeline: a few small pids, none of the host's.
+            pids.contains(&1) && pids.len() <= 8 && pids.iter().all(|p| *p < 20),
+            "{who:?}: host pids visible: {pids:?}"
+        );
+    }
+}
+
+#[test]
+fn no_capabilities_and_no_new_privs() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let ws = workspace("caps", who);
+        let out = sandbox_sh(
+            who,
+            ws.path(),
+            "grep -E '^(Cap(Eff|Prm|Bnd|Amb|Inh)|NoNewPrivs):' /proc/self/status",
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let text = stdout(&out);
+        for cap in ["CapEff", "CapPrm", "CapBnd", "CapAmb", "CapInh"] {
+            assert!(
+                text.contains(&format!("{cap}:\t0000000000000000")),
+                "{who:?}: {cap} not empty:\n{text}"
+            );
+        }
+        assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+    }
+}
+
+#[test]
+fn network_namespace_holds_only_lo() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let ws = workspace("net", who);
+        let out = sandbox_sh(
+            who,
+            ws.path(),
+            "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '",
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(stdout(&out), "lo\n", "{who:?}");
+    }
+}
+
+#[test]
+fn host_environment_does_not_leak() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let ws = workspace("env", who);
+        let out = std::process::Command::new(match who {
+            As::Root => hutch_bin(),
+            As::Nobody => "setpriv".into(),
+        })
+        .args(if who == As::Nobody {
+            vec![
+                "--reuid=65534".to_string(),
+                "--regid=65534".into(),
+                "--clear-groups".into(),
+                hutch_bin().display().to_string(),
+            ]
+        } else {
+            vec![]
+        })
+        .args(["run", "--quiet", "--setenv", "CHOSEN", "yes", "--", "env"])
+        .current_dir(ws.path())
+        .env("GITHUB_TOKEN", "s3cret")
+        .env("LD_PRELOAD", "/evil.so")
+        .env("SSH_AUTH_SOCK", "/tmp/agent")
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let env = stdout(&out);
+        for leaked in ["s3cret", "LD_PRELOAD", "SSH_AUTH_SOCK"] {
+            assert!(!env.contains(leaked), "{who:?}: {leaked} leaked:\n{env}");
+        }
+        assert!(env.contains("CHOSEN=yes") && env.contains("PATH="), "{env}");
+    }
+}
+
+#[test]
+fn only_stdio_fds_are_open_in_the_workload() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let ws = workspace("fds", who);
+        // A shell glob lists the fds without opening one of its own.
+        let out = sandbox_sh(who, ws.path(), "cd /proc/self/fd && echo *");
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let fds = stdout(&out);
+        let mut fds: Vec<u32> = fds.split_whitespace().map(|f| f.parse().unwrap()).collect();
+        // sh itself may hold one fd open on the script's directory walk.
+        fds.retain(|f| *f > 2);
+        assert!(fds.len() <= 1, "{who:?}: extra fds open: {fds:?}");
+        let out = sandbox_sh(
+            who,
+            ws.path(),
+            "for f in /proc/self/fd/*; do readlink $f; done",
+        );
+        let targets = stdout(&out);
+        assert!(
+            !targets.contains("socket:") && !targets.contains("/proc/self/fd/"),
+            "{who:?}: {targets}"
+        );
+    }
+}
+
+#[test]
+fn exit_codes_follow_the_workload() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let ws = workspace("exit", who);
+        let code = |args: &[&str]| hutch_as(who, ws.path(), args).status.code();
+        assert_eq!(code(&["run", "--", "sh", "-c", "exit 42"]), Some(42));
+        assert_eq!(
+            code(&["run", "--", "sh", "-c", "kill -TERM $$"]),
+            Some(128 + 15)
+        );
+        assert_eq!(
+            code(&["run", "--", "sh", "-c", "kill -KILL $$"]),
+            Some(128 + 9)
+        );
+        assert_eq!(code(&["run", "--", "hutch-no-such-command"]), Some(127));
+        assert_eq!(code(&["run", "--", "/etc/hostname"]), Some(126));
+        assert_eq!(code(&["run", "--no-such-flag", "--", "true"]), Some(125));
+    }
+}
+
+#[test]
+fn timeout_kills_the_whole_tree() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let ws = workspace("timeout", who);
+        let marker = format!(
+            "{}",
+            900_000 + std::process::id() % 90_000 + if who == As::Root { 0 } else { 1 }
+        );
+        let script = format!("setsid sh -c 'sleep {marker}' & (sleep {marker} &) ; sleep {marker}");
+        let status_dir = TempDir::new("status", who);
+        let status = status_dir.path().join("status.jsonl");
+        let started = std::time::Instant::now();
+        let out = hutch_as(
+            who,
+            ws.path(),
+            &[
+                "run",
+                "--timeout",
+                "500ms",
+                "--status-file",
+                status.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        );
+        assert_eq!(out.status.code(), Some(124), "{who:?}: {}", stderr(&out));
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        let left = std::process::Command::new("pgrep")
+            .args(["-f", &format!("sleep {marker}")])
+            .output()
+            .unwrap();
+        assert!(
+            stdout(&left).trim().is_empty(),
+            "{who:?}: processes survived the timeout: {}",
+            stdout(&left)
+        );
+        let report = std::fs::read_to_string(&status).unwrap();
+        let last: serde_json::Value = serde_json::from_str(report.lines().last().unwrap()).unwrap();
+        assert_eq!(last["reason"], "timed-out");
+        assert_eq!(last["status"], 124);
+        let first: serde_json::Value =
+            serde_json::from_str(report.lines().next().unwrap()).unwrap();
+        assert_eq!(first["event"], "start");
+        assert!(first["namespaces"]["pid"].as_u64().is_some(), "{first}");
+    }
+}
+
+#[test]
+fn missing_bind_source_is_one_clear_line() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let ws = workspace("missing", who);
+        let out = hutch_as(
+            who,
+            ws.path(),
+            &[
+                "run",
+                "--ro-bind",
+                "/hutch/does/not/exist",
+                "/x",
+                "--",
+                "true",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(125));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("/hutch/does/not/exist") && err.contains("ENOENT"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn overlay_paths_with_option_characters_are_mounted_not_injected() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let base = TempDir::new("odd", who);
+        for name in ["a,upperdir=x", "b:c", "d\\e", "lowerdir=f,g"] {
+            let ws = base.path().join(name);
+            std::fs::create_dir(&ws).unwrap();
+            if who == As::Nobody {
+                std::os::unix::fs::chown(&ws, Some(NOBODY), Some(NOBODY)).unwrap();
+            }
+            write_as(&ws.join("in.txt"), "inside\n", who);
+            let out = sandbox_sh(who, &ws, "cat in.txt && echo w > w.txt && pwd");
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{who:?} {name}: {}",
+                stderr(&out)
+            );
+            assert_eq!(stdout(&out), format!("inside\n{}\n", ws.display()));
+            assert!(!ws.join("w.txt").exists());
+        }
+    }
+}
+
+#[test]
+fn root_launch_runs_as_an_unprivileged_host_id_with_a_usable_workspace() {
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    let ws = TempDir::new("root0700", As::Root);
+    std::fs::set_permissions(
+        ws.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    std::fs::write(ws.path().join("secret.txt"), "mine\n").unwrap();
+    std::fs::set_permissions(
+        ws.path().join("secret.txt"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let keep = TempDir::new("root-keep", As::Root);
+    let changes = keep.path().join("c");
+    let out = hutch_as(
+        As::Root,
+        ws.path(),
+        &[
+            "run",
+            "--quiet",
+            "--changes",
+            changes.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "cat secret.txt; echo x >> secret.txt; mkdir sub && echo y > sub/f; cat /etc/shadow >/dev/null 2>&1 && echo SHADOW; id -u",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "mine\n0\n",
+        "workspace usable, /etc/shadow unreadable"
+    );
+    let meta = std::fs::metadata(changes.join("upper/sub/f")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&meta),
+        65534,
+        "files written are not root's on the host"
+    );
+}
+
+#[test]
+fn many_runs_leave_nothing_behind() {
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    let ws = workspace("soak", As::Root);
+    let mounts_before = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let tmp_before: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .filter(|n| !n.to_string_lossy().starts_with("hutch-test-"))
+        .collect();
+    for i in 0..200 {
+        let out = hutch_as(
+            As::Root,
+            ws.path(),
+            &["run", "--", "sh", "-c", "echo x > f; sleep 0 &"],
+        );
+        assert_eq!(out.status.code(), Some(0), "run {i}: {}", stderr(&out));
+    }
+    assert_eq!(
+        std::fs::read_to_string("/proc/self/mountinfo").unwrap(),
+        mounts_before,
+        "host mount table changed"
+    );
+    let tmp_after: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .filter(|n| !n.to_string_lossy().starts_with("hutch-test-"))
+        .collect();
+    let new: Vec<_> = tmp_after
+        .iter()
+        .filter(|n| !tmp_before.contains(n))
+        .collect();
+    assert!(
+        new.iter().all(|n| !n.to_string_lossy().contains("hutch")),
+        "temp dirs left: {new:?}"
+    );
+    let ps = std::process::Command::new("pgrep")
+        .args(["-f", "hutch run"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&ps).trim().is_empty(),
+        "hutch processes left: {}",
+        stdout(&ps)
+    );
+}
+
+#[test]
+fn sigkill_of_hutch_takes_the_sandbox_with_it() {
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    let ws = workspace("sigkill", As::Root);
+    let marker = format!("{}", 800_000 + std::process::id() % 90_000);
+    let mut child = std::process::Command::new(hutch_bin())
+        .args([
+            "run",
+            "--quiet",
+            "--",
+            "sh",
+            "-c",
+            &format!("setsid sleep {marker} & sleep {marker}"),
+        ])
+        .current_dir(ws.path())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let left = std::process::Command::new("pgrep")
+            .args(["-f", &format!("sleep {marker}")])
+            .output()
+            .unwrap();
+        if stdout(&left).trim().is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sandbox survived SIGKILL of hutch: {}",
+            stdout(&left)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn signals_are_forwarded_to_the_workload() {
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    let ws = workspace("sig", As::Root);
+    let mut child = std::process::Command::new(hutch_bin())
+        .args([
+            "run",
+            "--quiet",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got-term; exit 3' TERM; echo ready; while :; do sleep 0.05; done",
+        ])
+        .current_dir(ws.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut buf = [0u8; 6];
+    std::io::Read::read_exact(&mut out, &mut buf).unwrap();
+    assert_eq!(&buf, b"ready\n");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert_eq!(rest, "got-term\n");
+    assert_eq!(status.code(), Some(3));
+}
+
+#[test]
+fn output_limit_caps_and_reports() {
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    let ws = workspace("outlim", As::Root);
+    let out = hutch_as(
+        As::Root,
+        ws.path(),
+        &[
+            "run",
+            "--quiet",
+            "--output-limit",
+            "1000",
+            "--",
+            "sh",
+            "-c",
+            "yes hutch | head -c 100000; echo done >&2",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        out.stdout.len() + out.stderr.len()
+            - stderr(&out)
+                .lines()
+                .filter(|l| l.starts_with("hutch:"))
+                .map(|l| l.len() + 1)
+                .sum::<usize>(),
+        1000
+    );
+    assert!(
+        stderr(&out).contains("output limit reached"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn bad_input_gets_one_line_and_125() {
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    let ws = workspace("badin", As::Root);
+    let profile = ws.path().join("p.toml");
+    std::fs::write(&profile, "[[fs]]\nop = \"tmpfs\"\ndest = \"relative\"\n").unwrap();
+    for args in [
+        vec!["run", "--profile", profile.to_str().unwrap(), "--", "true"],
+        vec!["run", "--timeout", "5 parsecs", "--", "true"],
+        vec!["run", "--tmpfs"],
+        vec!["run", "--bind", "/tmp", "relative/dest", "--", "true"],
+        vec!["run"],
+    ] {
+        let out = hutch_as(As::Root, ws.path(), &args);
+        assert_eq!(out.status.code(), Some(125), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("hutch: "), "{err}");
+    }
+    let out = hutch_as(
+        As::Root,
+        ws.path(),
+        &["run", "--profile", profile.to_str().unwrap(), "--", "true"],
+    );
+    assert!(
+        stderr(&out).contains("fs[0].dest"),
+        "key path named: {}",
+        stderr(&out)
+    );
+}
