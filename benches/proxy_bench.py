@@ -4,7 +4,6 @@
   serve-bulk PORTFILE SIZE   upstream: after a request head, send SIZE bytes
   serve-hold PORTFILE        upstream: accept and hold connections until EOF
   bulk PROXY|direct HOST PORT SIZE      print seconds for one SIZE transfer
-  setup PROXY|direct HOST PORT N        print mean microseconds per CONNECT
   idle PROXY HOST PORT N                open N idle tunnels, print "ready",
                                         hold them until stdin closes
 
@@ -135,16 +134,6 @@ def bulk(proxy, host, port, size):
     print("%.6f" % dt)
 
 
-def setup(proxy, host, port, n):
-    # Warm up, then time n sequential tunnel setups (connect + CONNECT + 200).
-    for _ in range(20):
-        open_conn(proxy, host, port).close()
-    t = time.perf_counter()
-    for _ in range(n):
-        open_conn(proxy, host, port).close()
-    print("%.1f" % ((time.perf_counter() - t) / n * 1e6))
-
-
 def idle(proxy, host, port, n):
     conns = []
     for i in range(n):
@@ -163,8 +152,6 @@ def main():
         serve_hold(args[0])
     elif cmd == "bulk":
         bulk(args[0], args[1], int(args[2]), int(args[3]))
-    elif cmd == "setup":
-        setup(args[0], args[1], int(args[2]), int(args[3]))
     elif cmd == "idle":
         idle(args[0], args[1], int(args[2]), int(args[3]))
     else:

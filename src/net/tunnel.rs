@@ -71,9 +71,25 @@ pub(crate) async fn pump<A: SpliceIo, B: SpliceIo>(
     let mut eof = false;
     loop {
         if pipe.is_none() {
-            // An idle tunnel holds no pipe: wait for the first data (or EOF).
+            // An idle tunnel holds no pipe: wait for the first data, and
+            // peek so that a close before any data costs no pipe either.
             src.ready_for(Interest::READABLE).await?;
-            pipe = Some(new_pipe()?);
+            let mut probe = [0u8; 1];
+            let peeked = src.try_io_with(Interest::READABLE, || {
+                let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+                rustix::net::recv(src.as_fd(), &mut probe, flags)
+                    .map(|(n, _)| n)
+                    .map_err(io::Error::from)
+            });
+            match peeked {
+                Ok(0) => {
+                    let _ = rustix::net::shutdown(dst.as_fd(), rustix::net::Shutdown::Write);
+                    return Ok(());
+                }
+                Ok(_) => pipe = Some(new_pipe()?),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
         }
         let Some((pr, pw)) = &pipe else {
             continue;
