@@ -65,7 +65,7 @@ MaxClients 1000
 LogLevel Critical
 DisableViaHeader Yes
 EOF
-tinyproxy -d -c "$work/tinyproxy.conf" >/dev/null 2>&1 & pids+=($!)
+tinyproxy -d -c "$work/tinyproxy.conf" >/dev/null 2>&1 & tpid=$!; pids+=($tpid)
 for _ in $(seq 100); do grep -q "listening" "$work/hutch.err" 2>/dev/null && break; sleep 0.05; done
 sleep 0.5
 
@@ -74,16 +74,27 @@ rate() { python3 -c "print('%.0f' % ($size / $1 / 1048576))"; }
 ratio() { python3 -c "print('%.2f' % ($1 / $2))"; }
 
 echo "== bulk transfer of $SIZE_MB MiB (best of $RUNS)"
+# CPU seconds (user+sys, all threads) a process has used so far.
+cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{print ($14+$15)/hz}' "/proc/$1/stat"; }
 declare -A mbps
 for who in direct hutch tinyproxy; do
+    pid=
     case $who in
         direct) via=direct ;;
-        hutch) via="127.0.0.1:$hport" ;;
-        tinyproxy) via="127.0.0.1:$tport" ;;
+        hutch) via="127.0.0.1:$hport"; pid=$hpid ;;
+        tinyproxy) via="127.0.0.1:$tport"; pid=$tpid ;;
     esac
+    c0=${pid:+$(cpu_s "$pid")}
     t=$(for _ in $(seq "$RUNS"); do $py bulk "$via" 127.0.0.1 "$bulk_port" "$size"; done | best)
     mbps[$who]=$(rate "$t")
-    printf "  %-10s %8s MiB/s\n" "$who" "${mbps[$who]}"
+    cpu=""
+    if [ -n "$pid" ]; then
+        # tinyproxy serves each connection in a child; count them too.
+        c1=$(cpu_s "$pid"); kids=0
+        for k in $(pgrep -P "$pid" || true); do kids=$(python3 -c "print($kids + $(cpu_s "$k"))"); done
+        cpu=$(python3 -c "print('   proxy CPU %.2f s/GiB' % (($c1 - $c0 + $kids) / ($RUNS * $SIZE_MB / 1024)))")
+    fi
+    printf "  %-10s %8s MiB/s%s\n" "$who" "${mbps[$who]}" "$cpu"
 done
 echo "  hutch/direct     = $(ratio "${mbps[hutch]}" "${mbps[direct]}")x   (target >= 0.80)"
 echo "  tinyproxy/direct = $(ratio "${mbps[tinyproxy]}" "${mbps[direct]}")x"
