@@ -25,8 +25,8 @@ pub use mount::*;
 pub use net::*;
 pub use process::*;
 pub use rlimit::*;
-pub use walk::*;
 pub use seccomp::*;
+pub use walk::*;
 
 pub use nix::errno::Errno;
 
