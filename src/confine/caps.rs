@@ -30,8 +30,9 @@ pub fn parse_cap_list(names: &[String]) -> Result<CapsHashSet, String> {
 /// kernel's `cap_last_cap`, not a fixed list), then the ambient, effective,
 /// permitted and inheritable sets. Kept capabilities stay in all of them
 /// (ambient too, so they survive execve).
-pub fn drop_all_except(keep: &CapsHashSet) -> Result<(), crate::sys::SysError> {
-    let last = crate::sys::cap_last_cap();
+/// `last` is the kernel's `cap_last_cap`, read before clone
+/// ([`crate::sys::cap_last_cap`]).
+pub fn drop_all_except(keep: &CapsHashSet, last: u32) -> Result<(), crate::sys::SysError> {
     for cap in 0..=last {
         if keep.iter().any(|c| c.index() as u32 == cap) {
             continue;

@@ -271,7 +271,7 @@ fn workload_main(p: &Prepared, sock: &OwnedFd) -> ! {
     if let Err(e) = sys::set_no_new_privs() {
         fail("setting no-new-privs", e);
     }
-    if let Err(e) = crate::confine::caps::drop_all_except(&p.keep_caps) {
+    if let Err(e) = crate::confine::caps::drop_all_except(&p.keep_caps, p.cap_last_cap) {
         fail("dropping capabilities", e);
     }
     // Landlock, then seccomp: the very last steps before execve.

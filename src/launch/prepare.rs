@@ -66,6 +66,8 @@ pub struct Prepared {
     pub cwd: CString,
     pub hostname: Option<String>,
     pub keep_caps: CapsHashSet,
+    /// The kernel's highest capability number, read before clone.
+    pub cap_last_cap: u32,
     /// seccomp BPF compiled, Landlock ABI probed and rules computed.
     pub confinement: crate::confine::Confinement,
     pub rlimits: Vec<(libc::c_int, u64)>,
@@ -237,6 +239,7 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
             None
         },
         keep_caps,
+        cap_last_cap: sys::cap_last_cap(),
         confinement,
         rlimits: cgroup.rlimits().to_vec(),
         cgroup: Some(cgroup),

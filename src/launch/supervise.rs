@@ -213,7 +213,8 @@ fn supervise(
     let mut setup_error: Option<String> = None;
     let mut exec_error: Option<(String, i32)> = None;
     let mut exited: Option<(i32, Vec<u64>)> = None;
-    let mut buf = vec![0u8; 64 * 1024];
+    // Allocated on first output only: most spawns relay nothing.
+    let mut buf: Vec<u8> = Vec::new();
     let mut proxy: Option<crate::net::ProxyHandle> = None;
 
     while !init_done || sock_open || pipes.iter().any(Option::is_some) {
@@ -319,6 +320,9 @@ fn supervise(
                 t => {
                     let i = (t - 3) as usize;
                     let fd = pipes[i].as_ref().expect("polled");
+                    if buf.is_empty() {
+                        buf.resize(64 * 1024, 0);
+                    }
                     match nix::unistd::read(fd, &mut buf) {
                         Ok(0) => pipes[i] = None,
                         Ok(n) => relay.forward(i, &buf[..n]),

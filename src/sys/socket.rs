@@ -10,7 +10,7 @@ use nix::sys::socket::{
 use super::SysError;
 
 /// Largest datagram either side sends.
-pub const MAX_MESSAGE: usize = 64 * 1024;
+pub const MAX_MESSAGE: usize = 16 * 1024;
 /// Most fds one message carries.
 pub const MAX_FDS: usize = 16;
 

@@ -4,8 +4,8 @@
 #   suite.sh run MODE   run the tests of MODE (root or user); one line each:
 #                       RESULT MODE/NAME PASS|FAIL|SKIP seconds [why]
 
-ROOT_TESTS="cgroup2_controllers cgroup_module oom_4g_under_2g forkbomb_pids_64 cpus_half timeout_daemons_cleaned spawn_overhead"
-USER_TESTS="cgroup_delegated cgroup_module oom_small forkbomb_pids_64 cpus_half timeout_daemons_cleaned"
+ROOT_TESTS="cgroup2_controllers cgroup_module oom_4g_under_2g forkbomb_pids_64 cpus_half timeout_daemons_cleaned landlock_floor spawn_overhead"
+USER_TESTS="cgroup_delegated cgroup_module oom_small forkbomb_pids_64 cpus_half timeout_daemons_cleaned landlock_floor"
 
 # hutch run with explicit mounts: the default profile's workspace overlay
 # of a root launch needs idmapped tmpfs (Linux 6.3+), and the VM's
@@ -119,6 +119,20 @@ t_timeout_daemons_cleaned() {
         fi
     done
     no_leaves
+}
+
+# The Landlock floor on an older kernel: without --landlock-min-abi the
+# exit report shows the lower ABI this kernel enforces; asking for more
+# than it offers fails closed (125) with a line naming the kernel's ABI.
+t_landlock_floor() {
+    sandbox --status-file $W/ll.json -- true || { cat $W/ll.json; return 1; }
+    abi=$(grep '"event":"exit"' $W/ll.json | grep -o '"enforced_abi":[0-9]*' | cut -d: -f2)
+    echo "enforced_abi=$abi"
+    [ -n "$abi" ] && [ "$abi" -ge 1 ] && [ "$abi" -lt 7 ] || { cat $W/ll.json; return 1; }
+    out=$(sandbox --landlock-min-abi $((abi + 1)) -- true 2>&1)
+    rc=$?
+    echo "rc=$rc: $out"
+    [ $rc = 125 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "ABI $abi" || return 1
 }
 
 # Spawn cost of the cgroup leaf (create, CLONE_INTO_CGROUP, remove):
