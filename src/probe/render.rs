@@ -32,6 +32,21 @@ pub fn human(r: &Report) -> String {
             let _ = writeln!(out, "{:width$}  {:10}  fix: {fix}", "", "");
         }
     }
+    // Which resource-limit flags would work here, and how or why not.
+    if let Some(limits) = r.cgroup.get("limits").and_then(|l| l.as_object()) {
+        for (name, l) in limits {
+            let flag = format!("--{name}");
+            let line = if l["works"].as_bool() == Some(true) {
+                format!("works ({})", l["by"].as_str().unwrap_or("cgroup v2"))
+            } else {
+                format!(
+                    "refused: {}",
+                    l["why_not"].as_str().unwrap_or("not enforceable here")
+                )
+            };
+            let _ = writeln!(out, "{flag:width$}  {:10}  {line}", "limit");
+        }
+    }
     let failing: Vec<&str> = r
         .features
         .iter()
