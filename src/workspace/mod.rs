@@ -30,7 +30,7 @@ pub use export::export as export_to;
 pub use export::{
     ArchiveKind, ExportEntry, ExportManifest, ExportOptions, MANIFEST_NAME, PATCH_NAME,
 };
-pub use git::{GitPolicy, import_git, is_full_rev};
+pub use git::{GitPolicy, GitStaging, import_git, is_full_rev};
 pub use layers::{Layer, Layers};
 pub use manifest::{Manifest, ManifestEntry, fingerprint};
 pub use quote::{display_name, git_quote};
