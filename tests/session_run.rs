@@ -288,3 +288,71 @@ fn concurrent_runs_do_not_interleave() -> Result<()> {
     assert_eq!(log, "A\nA\nA\nA\nA\nB\nB\nB\nB\nB\n");
     Ok(())
 }
+
+/// `session run --status-file` writes the launcher's start event and exit
+/// report, like `hutch run`; a command that never starts still ends the
+/// file with an exit event.
+#[test]
+fn session_run_writes_the_status_file() -> Result<()> {
+    if !require(can_sandbox(), "needs a working launcher") {
+        return Ok(());
+    }
+    let t = Tmp::new("status");
+    let (state, id) = setup(&t, false)?;
+    let status = t.0.join("status.jsonl");
+    let o = hutch(
+        &state,
+        &[
+            "run",
+            &id,
+            "--status-file",
+            status.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ],
+        false,
+    )
+    .output()?;
+    assert_eq!(o.status.code(), Some(3), "{o:?}");
+    let text = std::fs::read_to_string(&status)?;
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    assert_eq!(lines.first().map(|l| &l["event"]), Some(&"start".into()));
+    assert_eq!(
+        lines.last().map(|l| &l["status"]),
+        Some(&3.into()),
+        "{text}"
+    );
+    // Spend the budget (5 commands), then one more cannot start.
+    for _ in 0..4 {
+        ok(hutch(&state, &["run", &id, "--", "true"], false).output()?)?;
+    }
+    let refused = t.0.join("refused.jsonl");
+    let o = hutch(
+        &state,
+        &[
+            "run",
+            &id,
+            "--status-file",
+            refused.to_str().unwrap(),
+            "--",
+            "true",
+        ],
+        false,
+    )
+    .output()?;
+    assert_eq!(o.status.code(), Some(125));
+    let text = std::fs::read_to_string(&refused)?;
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or(""))?;
+    assert_eq!(last["status"], 125);
+    assert_eq!(last["reason"], "setup-failed");
+    assert!(
+        last["error"].as_str().unwrap_or("").contains("budget"),
+        "{text}"
+    );
+    Ok(())
+}

@@ -13,7 +13,7 @@ const USAGE: &str = "usage: hutch session [--state-dir DIR] [--wait] COMMAND ...
   create --from DIR | --from-git REPO --rev COMMIT [--allow-submodules]
          [--allow-symlinks] [--allow-export-attributes] [--expect-fingerprint HEX]
          [--deadline DUR] [--max-commands N]          prints the session id
-  run ID [hutch run options] -- CMD...
+  run ID [hutch run options, e.g. --timeout, --status-file, --allow-host] -- CMD...
   read ID PATH [--max-bytes N]                        (default 1M)
   write ID PATH [--max-bytes N] < DATA                (default 16M)
   diff ID [--format unified|json|stat] [--max-bytes N]
@@ -344,14 +344,32 @@ fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     }
     let mut full: Vec<OsString> = vec!["--workspace".into(), PLACEHOLDER.into()];
     full.extend(args);
-    let (mut spec, _opts) = super::parse_run(&full)?;
+    let (mut spec, opts) = super::parse_run(&full)?;
     spec.fs
         .retain(|op| op.dest() != std::path::Path::new(PLACEHOLDER));
     if spec.cwd.as_deref() == Some(std::path::Path::new(PLACEHOLDER)) {
         spec.cwd = None;
     }
-    let mut session = state.open_session(&id)?.with_wait(wait);
-    let record = session.run(spec)?;
+    let status_file = opts.status_file.clone();
+    let record = match state
+        .open_session(&id)
+        .and_then(|s| s.with_wait(wait).run_with_status(spec, opts.status_file))
+    {
+        Ok(r) => r,
+        Err(e) => {
+            // Like `hutch run`: a status file always ends with an exit
+            // event, also when the command never started.
+            if let Some(path) = &status_file {
+                let line = serde_json::json!({
+                    "event": "exit", "status": EXIT_FAILURE, "reason": "setup-failed",
+                    "error": e.to_string(),
+                });
+                std::fs::write(path, format!("{line}\n"))
+                    .with_context(|| format!("writing status file {}", path.display()))?;
+            }
+            return Err(e.into());
+        }
+    };
     let r = &record.report;
     if let Some(e) = &r.error {
         eprintln!("hutch: {e}");

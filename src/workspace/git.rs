@@ -1,15 +1,20 @@
 //! Baselines from a git commit, without running anything the repository
 //! controls.
 //!
-//! Choice: the host `git`, plumbing only (`cat-file -t`, `ls-tree -r -z
-//! --full-tree`, `cat-file --batch`), never a checkout, so no hook, filter,
-//! textconv or fsmonitor is ever involved. Its configuration is neutralised:
-//! empty environment, no system/global config, `HOME` pointing nowhere,
-//! hooks and fsmonitor off on the command line, replace refs and lazy
-//! fetches of partial clones disabled, and every transport protocol
-//! forbidden, so repository config cannot make git start a program or reach
-//! the network. The repository's git directory is named explicitly (no
-//! discovery walking up the tree).
+//! Choice: `git` itself, plumbing only (`cat-file -t`, `ls-tree -r -z
+//! --full-tree`, `cat-file --batch`), never a checkout, run inside a hutch
+//! sandbox. So no hook, filter, textconv or fsmonitor is ever involved,
+//! and were git ever talked into running something anyway it would run
+//! confined: default profile (system directories read-only, no network,
+//! default seccomp filter, a wall clock), the repository's git directory
+//! bound read-only at [`SANDBOX_GIT_DIR`], and one fresh, hutch-made
+//! staging directory bound writable at [`SANDBOX_OUT`] per step, where git
+//! writes its output (a file, not the capture pipe: `cat-file --batch`
+//! output is as large as the tree). Its configuration is neutralised: a
+//! fixed environment, no system/global config, `HOME` pointing nowhere,
+//! hooks and fsmonitor off (`GIT_CONFIG_COUNT`, the environment form of
+//! `-c`), replace refs and lazy fetches of partial clones disabled, and
+//! every transport protocol forbidden.
 //!
 //! Policy (like the platform that asked for sessions): commits with
 //! submodules (mode 160000), tracked symlinks (120000) or
@@ -17,14 +22,47 @@
 //! An allowed submodule becomes an empty directory (as `git archive` does).
 //! Git LFS pointer files stay pointers: no filter ever runs.
 
-use std::ffi::OsStr;
+use std::ffi::CStr;
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
+use crate::launch::{self, ExitReport, LaunchError, Outcome, RunOptions};
+use crate::spec::{Duration, FsOp, Network, Spec};
+use crate::sys;
 
 use super::baseline::{BaselineWriter, split_components};
 use super::error::{Result, WorkspaceError};
 use super::quote::display_name;
+
+/// Where the sandboxed git sees the repository's git directory.
+pub const SANDBOX_GIT_DIR: &str = "/repo.git";
+/// Where the sandboxed git writes its output.
+pub const SANDBOX_OUT: &str = "/out";
+/// Wall clock of one sandboxed git step.
+pub const GIT_STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+/// Host id the sandboxed git runs as on root launches when the repository
+/// belongs to root (else the repository's owner).
+const ROOT_LAUNCH_ID: u32 = 65534;
+
+/// Configuration given to every git command (as `-c key=value`).
+const GIT_CONFIG: &[(&str, &str)] = &[
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("core.useReplaceRefs", "false"),
+    ("protocol.allow", "never"),
+    ("safe.directory", "*"),
+];
+
+/// Step 1: the object's type, then (if a commit) the recursive listing.
+const LIST_SCRIPT: &str = "git cat-file -t \"$1\" >/out/type 2>/out/err || exit 3
+[ \"$(cat /out/type)\" = commit ] || exit 0
+exec git ls-tree -r -z --full-tree \"$1\" >/out/out 2>/out/err";
+/// Step 2: the blobs named in `/out/in`, one per line.
+const BLOB_SCRIPT: &str = "exec git cat-file --batch </out/in >/out/out 2>/out/err";
 
 /// What a commit may contain beyond plain files and directories.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -72,55 +110,238 @@ pub fn git_dir(repo: &Path) -> Result<PathBuf> {
     )))
 }
 
-/// A `git` command with neutralised configuration for `git_dir`.
-fn git(git_dir: &Path) -> Command {
-    let mut cmd = Command::new("git");
-    cmd.env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", "/nonexistent")
-        .env("XDG_CONFIG_HOME", "/nonexistent")
-        .env("LC_ALL", "C")
-        .env("GIT_DIR", git_dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_SYSTEM", "/dev/null")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_ATTR_NOSYSTEM", "1")
-        .env("GIT_NO_REPLACE_OBJECTS", "1")
-        .env("GIT_NO_LAZY_FETCH", "1")
-        .env("GIT_ALLOW_PROTOCOL", "")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .env("GIT_PAGER", "cat")
-        .args([
-            "-c",
-            "core.hooksPath=/dev/null",
-            "-c",
-            "core.fsmonitor=false",
-            "-c",
-            "core.useReplaceRefs=false",
-            "-c",
-            "protocol.allow=never",
-            "-c",
-            "safe.directory=*",
-        ])
-        .stdin(Stdio::null());
-    cmd
+/// The git directory the sandbox needs: for a linked worktree (a git dir
+/// with a `commondir` file) the common directory, which holds the objects.
+fn common_dir(gd: &Path) -> Result<PathBuf> {
+    let file = gd.join("commondir");
+    match std::fs::read_to_string(&file) {
+        Ok(text) => {
+            let p = Path::new(text.trim_end());
+            Ok(if p.is_absolute() {
+                p.into()
+            } else {
+                gd.join(p)
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(gd.to_path_buf()),
+        Err(e) => Err(WorkspaceError::io(format!("read {}", file.display()), e)),
+    }
 }
 
-fn run_git(git_dir: &Path, args: &[&OsStr]) -> Result<Vec<u8>> {
-    let out = git(git_dir)
-        .args(args)
-        .output()
-        .map_err(|e| WorkspaceError::io("run git", e))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
+/// A hutch-made directory the sandboxed git may write its output into:
+/// `dir` is an fd of the host directory `path`.
+#[derive(Debug, Clone, Copy)]
+pub struct GitStaging<'a> {
+    pub dir: BorrowedFd<'a>,
+    pub path: &'a Path,
+}
+
+/// `git` plumbing in a hutch sandbox, one step (one sandbox) at a time.
+struct SandboxGit<'a> {
+    git_dir: PathBuf,
+    staging: GitStaging<'a>,
+    /// Host uid/gid of the workload on root launches.
+    root_ids: Option<(u32, u32)>,
+    /// Root launch of a root-owned repository: shown through an idmapped
+    /// overlay lower (owned by the workload, writes discarded), since the
+    /// workload's unprivileged id may not be able to read it otherwise.
+    root_owned: bool,
+}
+
+impl<'a> SandboxGit<'a> {
+    fn new(git_dir: PathBuf, staging: GitStaging<'a>) -> Result<Self> {
+        let meta = std::fs::metadata(&git_dir)
+            .map_err(|e| WorkspaceError::io(format!("stat {}", git_dir.display()), e))?;
+        // Root launches run the workload as an unprivileged host id: the
+        // repository's owner (who can read it) unless that is root.
+        let root_ids = (sys::geteuid() == 0).then(|| match (meta.uid(), meta.gid()) {
+            (0, _) => (ROOT_LAUNCH_ID, ROOT_LAUNCH_ID),
+            (u, g) => (u, g),
+        });
+        Ok(SandboxGit {
+            git_dir,
+            staging,
+            root_ids,
+            root_owned: meta.uid() == 0 && sys::geteuid() == 0,
+        })
+    }
+
+    /// The Spec of one step: the default profile without a workspace, the
+    /// git dir read-only, the step's staging dir writable, no network.
+    fn spec(&self, out: &Path, script: &str, args: &[&str]) -> Spec {
+        let mut spec = crate::spec::default_profile();
+        spec.fs.push(if self.root_owned {
+            FsOp::TmpOverlay {
+                lowers: vec![self.git_dir.clone()],
+                dest: SANDBOX_GIT_DIR.into(),
+                size: None,
+            }
+        } else {
+            FsOp::RoBind {
+                src: self.git_dir.clone(),
+                dest: SANDBOX_GIT_DIR.into(),
+                optional: false,
+            }
+        });
+        spec.fs.push(FsOp::Bind {
+            src: out.to_path_buf(),
+            dest: SANDBOX_OUT.into(),
+            optional: false,
+        });
+        spec.cwd = Some(SANDBOX_OUT.into());
+        spec.network = Network::None;
+        spec.limits.wall_clock = Some(Duration(GIT_STEP_TIMEOUT));
+        if let Some((uid, gid)) = self.root_ids {
+            spec.identity.host_uid = Some(uid);
+            spec.identity.host_gid = Some(gid);
+        }
+        spec.env.clear();
+        let env: &[(&str, &str)] = &[
+            ("PATH", crate::spec::DEFAULT_PATH),
+            ("HOME", "/nonexistent"),
+            ("XDG_CONFIG_HOME", "/nonexistent"),
+            ("LC_ALL", "C"),
+            ("GIT_DIR", SANDBOX_GIT_DIR),
+            ("GIT_CONFIG_NOSYSTEM", "1"),
+            ("GIT_CONFIG_SYSTEM", "/dev/null"),
+            ("GIT_CONFIG_GLOBAL", "/dev/null"),
+            ("GIT_ATTR_NOSYSTEM", "1"),
+            ("GIT_NO_REPLACE_OBJECTS", "1"),
+            ("GIT_NO_LAZY_FETCH", "1"),
+            ("GIT_ALLOW_PROTOCOL", ""),
+            ("GIT_TERMINAL_PROMPT", "0"),
+            ("GIT_OPTIONAL_LOCKS", "0"),
+            ("GIT_PAGER", "cat"),
+        ];
+        for (k, v) in env {
+            spec.env.insert((*k).into(), (*v).into());
+        }
+        spec.env
+            .insert("GIT_CONFIG_COUNT".into(), GIT_CONFIG.len().to_string());
+        for (i, (k, v)) in GIT_CONFIG.iter().enumerate() {
+            spec.env.insert(format!("GIT_CONFIG_KEY_{i}"), (*k).into());
+            spec.env
+                .insert(format!("GIT_CONFIG_VALUE_{i}"), (*v).into());
+        }
+        spec.command = ["/bin/sh", "-c", script, "sh"]
+            .iter()
+            .chain(args)
+            .map(|s| s.to_string())
+            .collect();
+        spec
+    }
+
+    /// Run `script` in a sandbox whose `/out` is the fresh staging
+    /// subdirectory `name`, holding `input` as `/out/in`. Returns the
+    /// subdirectory and the exit report.
+    fn step(
+        &self,
+        name: &CStr,
+        script: &str,
+        args: &[&str],
+        input: &[u8],
+    ) -> Result<(OwnedFd, ExitReport)> {
+        sys::mkdirat(self.staging.dir, name, 0o700)?;
+        let dir = sys::open_dir_beneath(self.staging.dir, name)?;
+        let mut f = File::from(sys::open_beneath(
+            dir.as_fd(),
+            c"in",
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            0o644,
+        )?);
+        f.write_all(input)
+            .map_err(|e| WorkspaceError::io("write the git request", e))?;
+        drop(f);
+        if let Some((uid, gid)) = self.root_ids {
+            sys::fchown(dir.as_fd(), uid, gid)?;
+        }
+        let out = self
+            .staging
+            .path
+            .join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+        let spec = self.spec(&out, script, args);
+        let report = launch_quietly(&spec)?;
+        if report.reason == Outcome::TimedOut {
+            return Err(WorkspaceError::Git(format!(
+                "the sandboxed git timed out after {}",
+                Duration(GIT_STEP_TIMEOUT)
+            )));
+        }
+        if let Some(e) = &report.error {
+            return Err(WorkspaceError::Git(format!("the sandboxed git: {e}")));
+        }
+        Ok((dir, report))
+    }
+}
+
+/// Launch in-process when the caller is single-threaded (the CLI), else
+/// through the `hutch` binary ([`crate::Command`]). Output goes to files.
+fn launch_quietly(spec: &Spec) -> Result<ExitReport> {
+    let opts = RunOptions {
+        status_file: None,
+        capture_bytes: None,
+        quiet: true,
+    };
+    match launch::run(spec, &opts) {
+        Ok(r) => Ok(r),
+        Err(LaunchError::MultiThreaded(_)) => crate::Command::from_spec(spec.clone())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map_err(|e| WorkspaceError::Git(format!("running git in a sandbox: {e}"))),
+        Err(e) => Err(WorkspaceError::Git(format!(
+            "running git in a sandbox: {e}"
+        ))),
+    }
+}
+
+/// Open the file `name` the sandbox wrote in `dir`: never a link, FIFO or
+/// device (a regular file or an error).
+fn open_output(dir: BorrowedFd<'_>, name: &CStr) -> Result<File> {
+    let fd = sys::open_beneath(
+        dir,
+        name,
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        0,
+    )?;
+    let f = File::from(fd);
+    let meta = f
+        .metadata()
+        .map_err(|e| WorkspaceError::io("stat git output", e))?;
+    if !meta.is_file() {
         return Err(WorkspaceError::Git(format!(
-            "git {} failed: {}",
-            args.first().map_or("".into(), |a| a.to_string_lossy()),
-            err.lines().next().unwrap_or("(no message)")
+            "git output {} is not a regular file",
+            name.to_string_lossy()
         )));
     }
-    Ok(out.stdout)
+    Ok(f)
+}
+
+/// The first `limit` bytes of an output file (empty when absent).
+fn read_small(dir: BorrowedFd<'_>, name: &CStr, limit: u64) -> Result<Vec<u8>> {
+    match open_output(dir, name) {
+        Ok(f) => {
+            let mut data = Vec::new();
+            f.take(limit)
+                .read_to_end(&mut data)
+                .map_err(|e| WorkspaceError::io("read git output", e))?;
+            Ok(data)
+        }
+        Err(WorkspaceError::Sys(e)) if e.errno == sys::Errno::ENOENT => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The error of a failed step: git's first stderr line.
+fn step_failure(dir: BorrowedFd<'_>, what: &str, report: &ExitReport) -> WorkspaceError {
+    let err = read_small(dir, c"err", 4096).unwrap_or_default();
+    let text = String::from_utf8_lossy(&err);
+    WorkspaceError::Git(format!(
+        "git {what} failed (exit {}): {}",
+        report.status,
+        text.lines().next().unwrap_or("(no message)")
+    ))
 }
 
 struct TreeEntry {
@@ -129,11 +350,13 @@ struct TreeEntry {
     path: Vec<u8>,
 }
 
-/// Export commit `rev` of `repo` into `writer`.
+/// Export commit `rev` of `repo` into `writer`, running git in hutch
+/// sandboxes whose output lands in subdirectories of `staging`.
 pub fn import_git(
     repo: &Path,
     rev: &str,
     policy: GitPolicy,
+    staging: GitStaging<'_>,
     writer: &mut BaselineWriter,
 ) -> Result<()> {
     if !is_full_rev(rev) {
@@ -142,26 +365,37 @@ pub fn import_git(
         )));
     }
     let rev = rev.to_ascii_lowercase();
-    let gd = git_dir(repo)?;
-    let kind = run_git(&gd, &["cat-file".as_ref(), "-t".as_ref(), rev.as_ref()])?;
+    let gd = common_dir(&git_dir(repo)?)?;
+    let git = SandboxGit::new(gd, staging)?;
+    let (list_dir, report) = git.step(c"list", LIST_SCRIPT, &[&rev], b"")?;
+    let kind = read_small(list_dir.as_fd(), c"type", 64)?;
+    if report.status != 0 {
+        return Err(step_failure(list_dir.as_fd(), "cat-file/ls-tree", &report));
+    }
     if kind.trim_ascii() != b"commit" {
         return Err(WorkspaceError::Git(format!(
             "{rev} is a {}, not a commit",
             String::from_utf8_lossy(kind.trim_ascii())
         )));
     }
-    let listing = run_git(
-        &gd,
-        &[
-            "ls-tree".as_ref(),
-            "-r".as_ref(),
-            "-z".as_ref(),
-            "--full-tree".as_ref(),
-            rev.as_ref(),
-        ],
-    )?;
+    let mut listing = BufReader::with_capacity(256 * 1024, open_output(list_dir.as_fd(), c"out")?);
     let mut blobs = Vec::new();
-    for record in listing.split(|&b| b == 0).filter(|r| !r.is_empty()) {
+    let mut record = Vec::new();
+    loop {
+        record.clear();
+        let n = listing
+            .read_until(0, &mut record)
+            .map_err(|e| WorkspaceError::io("read git ls-tree output", e))?;
+        if n == 0 {
+            break;
+        }
+        if record.last() == Some(&0) {
+            record.pop();
+        }
+        if record.is_empty() {
+            continue;
+        }
+        let record = &record[..];
         let bad =
             || WorkspaceError::Git(format!("unexpected ls-tree line {}", display_name(record)));
         let tab = record.iter().position(|&b| b == b'\t').ok_or_else(bad)?;
@@ -210,118 +444,128 @@ pub fn import_git(
             path: path.to_vec(),
         });
     }
-    fetch_blobs(&gd, &blobs, policy, writer)
-}
-
-/// Stream the blobs through one `git cat-file --batch` into the writer.
-fn fetch_blobs(
-    gd: &Path,
-    blobs: &[TreeEntry],
-    policy: GitPolicy,
-    writer: &mut BaselineWriter,
-) -> Result<()> {
-    let mut child = git(gd)
-        .args(["cat-file", "--batch"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| WorkspaceError::io("run git cat-file --batch", e))?;
-    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err(WorkspaceError::Git("git cat-file: no pipes".into()));
-    };
-    // Feed the object ids from a thread: git writes while it reads, and
-    // both pipes must keep moving.
+    drop(listing);
     let request: Vec<u8> = blobs
         .iter()
         .flat_map(|b| format!("{}\n", b.oid).into_bytes())
         .collect();
-    let feeder = std::thread::spawn(move || {
-        let r = stdin.write_all(&request);
-        drop(stdin);
-        r
-    });
-    let mut reader = BufReader::with_capacity(256 * 1024, stdout);
-    let result = (|| -> Result<()> {
-        let mut header = Vec::new();
-        for blob in blobs {
-            header.clear();
-            reader
-                .read_until(b'\n', &mut header)
-                .map_err(|e| WorkspaceError::io("read git cat-file output", e))?;
-            let text = String::from_utf8_lossy(&header);
-            let mut f = text.split_ascii_whitespace();
-            let (oid, kind, size) = (
-                f.next(),
-                f.next(),
-                f.next().and_then(|s| s.parse::<u64>().ok()),
-            );
-            let (Some(oid), Some("blob"), Some(size)) = (oid, kind, size) else {
-                return Err(WorkspaceError::Git(format!(
-                    "object {} of {}: {}",
-                    blob.oid,
-                    display_name(&blob.path),
-                    text.trim_end()
-                )));
-            };
-            if oid != blob.oid {
-                return Err(WorkspaceError::Git(format!(
-                    "cat-file answered {oid} for {}",
-                    blob.oid
-                )));
-            }
-            let path = split_components(&blob.path)?;
-            let mut body = (&mut reader).take(size);
-            let is_attr = path
-                .last()
-                .is_some_and(|n| n.as_bytes() == b".gitattributes");
-            if blob.mode == 0o120000 || is_attr {
-                let mut data = Vec::with_capacity(size as usize);
-                body.read_to_end(&mut data)
-                    .map_err(|e| WorkspaceError::io("read git cat-file output", e))?;
-                if blob.mode == 0o120000 {
-                    writer.add_symlink(&path, &data)?;
-                } else {
-                    if !policy.allow_export_attributes
-                        && let Some(attr) = export_attribute(&data)
-                    {
-                        return Err(WorkspaceError::Refused(
-                            format!("{} sets {attr}", display_name(&blob.path)),
-                            "--allow-export-attributes",
-                        ));
-                    }
-                    writer.add_file(&path, blob.mode == 0o100755, &mut &data[..])?;
-                }
-            } else {
-                writer.add_file(&path, blob.mode == 0o100755, &mut body)?;
-            }
-            let mut nl = [0u8; 1];
-            reader
-                .read_exact(&mut nl)
-                .map_err(|e| WorkspaceError::io("read git cat-file output", e))?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = child.kill();
+    let (blob_dir, report) = git.step(c"blobs", BLOB_SCRIPT, &[], &request)?;
+    if report.status != 0 {
+        return Err(step_failure(blob_dir.as_fd(), "cat-file --batch", &report));
     }
-    drop(reader);
-    let _ = feeder.join();
-    let status = child
-        .wait()
-        .map_err(|e| WorkspaceError::io("wait for git", e))?;
-    result?;
-    if !status.success() {
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            let _ = e.read_to_string(&mut err);
+    let out = open_output(blob_dir.as_fd(), c"out")?;
+    read_blobs(
+        &mut BufReader::with_capacity(256 * 1024, out),
+        &blobs,
+        policy,
+        writer,
+    )
+}
+
+/// Parse `git cat-file --batch` output for `blobs` into the writer.
+fn read_blobs(
+    reader: &mut impl BufRead,
+    blobs: &[TreeEntry],
+    policy: GitPolicy,
+    writer: &mut BaselineWriter,
+) -> Result<()> {
+    let mut header = Vec::new();
+    for blob in blobs {
+        header.clear();
+        reader
+            .by_ref()
+            .take(4096)
+            .read_until(b'\n', &mut header)
+            .map_err(|e| WorkspaceError::io("read git cat-file output", e))?;
+        let text = String::from_utf8_lossy(&header);
+        let mut f = text.split_ascii_whitespace();
+        let (oid, kind, size) = (
+            f.next(),
+            f.next(),
+            f.next().and_then(|s| s.parse::<u64>().ok()),
+        );
+        let (Some(oid), Some("blob"), Some(size)) = (oid, kind, size) else {
+            return Err(WorkspaceError::Git(format!(
+                "object {} of {}: {}",
+                blob.oid,
+                display_name(&blob.path),
+                text.trim_end()
+            )));
+        };
+        if oid != blob.oid {
+            return Err(WorkspaceError::Git(format!(
+                "cat-file answered {oid} for {}",
+                blob.oid
+            )));
         }
-        return Err(WorkspaceError::Git(format!(
-            "git cat-file --batch failed: {}",
-            err.lines().next().unwrap_or("(no message)")
-        )));
+        let path = split_components(&blob.path)?;
+        let is_attr = path
+            .last()
+            .is_some_and(|n| n.as_bytes() == b".gitattributes");
+        if blob.mode == 0o120000 || is_attr {
+            let mut data = Vec::new();
+            reader
+                .by_ref()
+                .take(size)
+                .read_to_end(&mut data)
+                .map_err(|e| WorkspaceError::io("read git cat-file output", e))?;
+            if data.len() as u64 != size {
+                return Err(truncated(blob));
+            }
+            if blob.mode == 0o120000 {
+                writer.add_symlink(&path, &data)?;
+            } else {
+                if !policy.allow_export_attributes
+                    && let Some(attr) = export_attribute(&data)
+                {
+                    return Err(WorkspaceError::Refused(
+                        format!("{} sets {attr}", display_name(&blob.path)),
+                        "--allow-export-attributes",
+                    ));
+                }
+                writer.add_file(&path, blob.mode == 0o100755, &mut &data[..])?;
+            }
+        } else {
+            let mut body = CountingReader {
+                inner: reader.by_ref().take(size),
+                count: 0,
+            };
+            writer.add_file(&path, blob.mode == 0o100755, &mut body)?;
+            if body.count != size {
+                return Err(truncated(blob));
+            }
+        }
+        let mut nl = [0u8; 1];
+        reader
+            .read_exact(&mut nl)
+            .map_err(|e| WorkspaceError::io("read git cat-file output", e))?;
+        if nl != *b"\n" {
+            return Err(truncated(blob));
+        }
     }
     Ok(())
+}
+
+fn truncated(blob: &TreeEntry) -> WorkspaceError {
+    WorkspaceError::Git(format!(
+        "git cat-file output ended inside {} ({})",
+        display_name(&blob.path),
+        blob.oid
+    ))
+}
+
+/// A reader that counts what passed through it.
+struct CountingReader<R> {
+    inner: R,
+    count: u64,
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count += n as u64;
+        Ok(n)
+    }
 }
 
 /// The first `export-ignore`/`export-subst` attribute a `.gitattributes`

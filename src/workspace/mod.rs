@@ -30,13 +30,15 @@ pub use export::export as export_to;
 pub use export::{
     ArchiveKind, ExportEntry, ExportManifest, ExportOptions, MANIFEST_NAME, PATCH_NAME,
 };
-pub use git::{GitPolicy, import_git, is_full_rev};
+pub use git::{GitPolicy, GitStaging, import_git, is_full_rev};
 pub use layers::{Layer, Layers};
 pub use manifest::{Manifest, ManifestEntry, fingerprint};
 pub use quote::{display_name, git_quote};
 pub use relpath::{RelPath, WORKSPACE_DIR};
 pub use render::{DiffFormat, git_oid, render};
-pub use run::{AUDIT_CAPTURE_BYTES, RunRecord};
+pub use run::{
+    AUDIT_CAPTURE_BYTES, AUDIT_EGRESS_MAX_BYTES, AUDIT_EGRESS_MAX_LINES, EgressSummary, RunRecord,
+};
 pub use session::{
     CreateOptions, STATE_DIR_ENV, Session, SessionInfo, SessionLock, Source, StateDir, now_ms,
     valid_id,

@@ -3,14 +3,20 @@
 //! Commands of a session never overlap (the session lock is held for the
 //! whole run), and none outlives the session deadline or exceeds the
 //! command budget. Each command leaves an `audit.jsonl` line with its argv,
-//! start/end, exit report and the bounded head/tail of stdout/stderr.
+//! start/end, exit report and the bounded head/tail of stdout/stderr, and
+//! (when it uses the egress proxy) one line per proxy decision, bounded.
 
-use std::path::PathBuf;
+use std::ffi::CStr;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
 use crate::launch::{self, ExitReport, Outcome, RunOptions};
-use crate::spec::{Duration, FsOp, Spec};
+use crate::spec::{Duration, FsOp, Network, Spec};
+use crate::sys;
 
 use super::error::{Result, WorkspaceError};
 use super::relpath::WORKSPACE_DIR;
@@ -18,6 +24,17 @@ use super::session::{Session, now_ms};
 
 /// Bytes of the head and of the tail of stdout/stderr kept in the audit.
 pub const AUDIT_CAPTURE_BYTES: usize = 4096;
+/// Egress decisions of one command copied into `audit.jsonl`; later ones
+/// are only counted.
+pub const AUDIT_EGRESS_MAX_LINES: usize = 1000;
+/// Bytes of egress decisions of one command copied into `audit.jsonl`.
+pub const AUDIT_EGRESS_MAX_BYTES: usize = 1 << 20;
+/// A longer proxy audit line is counted, not copied.
+const EGRESS_LINE_MAX: usize = 16 * 1024;
+/// Where the proxy of the running command writes its decisions (in the
+/// session directory; moved into `audit.jsonl`, bounded, after the command).
+const EGRESS_FILE: &CStr = c"egress.jsonl";
+const EGRESS_NAME: &str = "egress.jsonl";
 
 /// What one session command did.
 #[derive(Debug)]
@@ -25,6 +42,8 @@ pub struct RunRecord {
     pub report: ExitReport,
     /// The session deadline (not the command's own timeout) ended it.
     pub deadline_hit: bool,
+    /// Egress decisions, when the command used the proxy.
+    pub egress: Option<EgressSummary>,
 }
 
 impl Session {
@@ -68,6 +87,16 @@ impl Session {
     /// Run `base.command` in the session (see [`Session::command_spec`]).
     /// The launcher relays the workload's stdout/stderr to ours.
     pub fn run(&mut self, base: Spec) -> Result<RunRecord> {
+        self.run_with_status(base, None)
+    }
+
+    /// [`Session::run`], also writing the launcher's start event and exit
+    /// report to `status_file` (JSON lines, like `hutch run --status-file`).
+    pub fn run_with_status(
+        &mut self,
+        base: Spec,
+        status_file: Option<PathBuf>,
+    ) -> Result<RunRecord> {
         let _lock = self.lock()?;
         self.update_info(|_| {})?;
         if let Some(max) = self.info.max_commands
@@ -78,29 +107,47 @@ impl Session {
                 reason: format!("the command budget ({max}) is spent"),
             });
         }
-        let (spec, bounded) = self.command_spec(base)?;
+        let (mut spec, bounded) = self.command_spec(base)?;
+        // The proxy's decisions go to a file of the session first; the
+        // caller's own `--audit` file, if any, gets them all afterwards.
+        let user_audit = match &mut spec.network {
+            Network::Proxy(policy) => {
+                remove_file_at(self.dir_fd(), EGRESS_FILE)?;
+                let user = policy.audit.take();
+                policy.audit = Some(self.path.join(EGRESS_NAME));
+                Some(user)
+            }
+            _ => None,
+        };
         let start = now_ms();
         self.update_info(|i| {
             i.commands_run += 1;
             i.used_unix_ms = start;
         })?;
+        let seq = self.info.commands_run;
         self.audit(&json!({
-            "event": "command-start", "time_unix_ms": start, "argv": spec.command,
+            "event": "command-start", "command_seq": seq, "time_unix_ms": start,
+            "argv": spec.command,
             "timeout_ms": spec.limits.wall_clock.map(|d| d.0.as_millis() as u64),
         }))?;
         let opts = RunOptions {
-            status_file: None,
+            status_file,
             capture_bytes: Some(AUDIT_CAPTURE_BYTES),
             quiet: true,
         };
         let result = launch::run_captured(&spec, &opts);
         let end = now_ms();
+        let egress = match user_audit {
+            Some(user) => Some(self.collect_egress(seq, user.as_deref())?),
+            None => None,
+        };
         let (report, captured) = match result {
             Ok(r) => r,
             Err(e) => {
                 self.audit(&json!({
-                    "event": "command", "argv": spec.command, "start_unix_ms": start,
-                    "end_unix_ms": end, "error": e.to_string(),
+                    "event": "command", "command_seq": seq, "argv": spec.command,
+                    "start_unix_ms": start, "end_unix_ms": end, "error": e.to_string(),
+                    "egress": egress,
                 }))?;
                 return Err(WorkspaceError::Launch(e.to_string()));
             }
@@ -115,8 +162,9 @@ impl Session {
             }),
         };
         self.audit(&json!({
-            "event": "command", "argv": spec.command, "start_unix_ms": start,
-            "end_unix_ms": end, "deadline_hit": deadline_hit,
+            "event": "command", "command_seq": seq, "argv": spec.command,
+            "start_unix_ms": start, "end_unix_ms": end, "deadline_hit": deadline_hit,
+            "egress": egress,
             "exit": serde_json::to_value(&report).unwrap_or(serde_json::Value::Null),
             "stdout": stream(&captured[0]), "stderr": stream(&captured[1]),
         }))?;
@@ -124,6 +172,152 @@ impl Session {
         Ok(RunRecord {
             report,
             deadline_hit,
+            egress,
         })
+    }
+}
+
+/// How many egress decisions a command made and how many reached
+/// `audit.jsonl`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EgressSummary {
+    pub decisions: u64,
+    pub recorded: u64,
+    pub dropped: u64,
+}
+
+/// Unlink `name` in `dir`; absent is fine.
+fn remove_file_at(dir: std::os::fd::BorrowedFd<'_>, name: &CStr) -> Result<()> {
+    match sys::unlink_at(dir, name, false) {
+        Ok(()) => Ok(()),
+        Err(e) if e.errno == sys::Errno::ENOENT => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl Session {
+    /// Move the proxy's decisions of command `seq` into `audit.jsonl`: one
+    /// `egress` line each (the proxy's event under `decision`), at most
+    /// [`AUDIT_EGRESS_MAX_LINES`] lines and [`AUDIT_EGRESS_MAX_BYTES`]
+    /// bytes, then an `egress-dropped` line counting the rest. All of them
+    /// are also appended to the caller's own audit file, if one was named.
+    fn collect_egress(&self, seq: u64, user_audit: Option<&Path>) -> Result<EgressSummary> {
+        let mut summary = EgressSummary::default();
+        let file = match sys::open_beneath(
+            self.dir_fd(),
+            EGRESS_FILE,
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            0,
+        ) {
+            Ok(fd) => File::from(fd),
+            Err(e) if e.errno == sys::Errno::ENOENT => return Ok(summary),
+            Err(e) => return Err(e.into()),
+        };
+        let result = self.copy_egress(seq, file, user_audit, &mut summary);
+        remove_file_at(self.dir_fd(), EGRESS_FILE)?;
+        result?;
+        if summary.dropped > 0 {
+            self.audit(&json!({
+                "event": "egress-dropped", "command_seq": seq,
+                "decisions": summary.decisions, "recorded": summary.recorded,
+                "dropped": summary.dropped,
+                "reason": format!(
+                    "at most {AUDIT_EGRESS_MAX_LINES} decisions ({AUDIT_EGRESS_MAX_BYTES} bytes, {EGRESS_LINE_MAX} per line) are kept per command"
+                ),
+            }))?;
+        }
+        Ok(summary)
+    }
+
+    fn copy_egress(
+        &self,
+        seq: u64,
+        file: File,
+        user_audit: Option<&Path>,
+        summary: &mut EgressSummary,
+    ) -> Result<()> {
+        if !file
+            .metadata()
+            .map_err(|e| WorkspaceError::io("stat the egress audit", e))?
+            .is_file()
+        {
+            return Err(WorkspaceError::Launch(
+                "the egress audit file is not a regular file".into(),
+            ));
+        }
+        if let Some(path) = user_audit {
+            let mut out = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+                .map_err(|e| WorkspaceError::io(format!("open {}", path.display()), e))?;
+            let mut src = file
+                .try_clone()
+                .map_err(|e| WorkspaceError::io("read the egress audit", e))?;
+            std::io::copy(&mut src, &mut out)
+                .map_err(|e| WorkspaceError::io(format!("append to {}", path.display()), e))?;
+            out.flush()
+                .map_err(|e| WorkspaceError::io(format!("append to {}", path.display()), e))?;
+            std::io::Seek::rewind(&mut src)
+                .map_err(|e| WorkspaceError::io("read the egress audit", e))?;
+        }
+        let mut reader = BufReader::new(file);
+        let mut line = Vec::new();
+        let mut bytes = 0usize;
+        let read_err = |e| WorkspaceError::io("read the egress audit", e);
+        loop {
+            line.clear();
+            let n = (&mut reader)
+                .take(EGRESS_LINE_MAX as u64 + 1)
+                .read_until(b'\n', &mut line)
+                .map_err(read_err)?;
+            if n == 0 {
+                break;
+            }
+            if line.last() != Some(&b'\n') && line.len() > EGRESS_LINE_MAX {
+                // Too long: skip to the end of the line.
+                loop {
+                    let buf = reader.fill_buf().map_err(read_err)?;
+                    if buf.is_empty() {
+                        break;
+                    }
+                    match buf.iter().position(|&b| b == b'\n') {
+                        Some(i) => {
+                            reader.consume(i + 1);
+                            break;
+                        }
+                        None => {
+                            let len = buf.len();
+                            reader.consume(len);
+                        }
+                    }
+                }
+                summary.decisions += 1;
+                summary.dropped += 1;
+                continue;
+            }
+            let text = line.trim_ascii();
+            if text.is_empty() {
+                continue;
+            }
+            summary.decisions += 1;
+            let decision = serde_json::from_slice::<serde_json::Value>(text);
+            match decision {
+                Ok(decision)
+                    if (summary.recorded as usize) < AUDIT_EGRESS_MAX_LINES
+                        && bytes + text.len() <= AUDIT_EGRESS_MAX_BYTES =>
+                {
+                    bytes += text.len();
+                    summary.recorded += 1;
+                    self.audit(&json!({
+                        "event": "egress", "command_seq": seq, "decision": decision,
+                    }))?;
+                }
+                _ => summary.dropped += 1,
+            }
+        }
+        Ok(())
     }
 }

@@ -16,7 +16,7 @@ use super::baseline::{BaselineWriter, import_dir};
 use super::changes::{DEFAULT_MAX_FILE_BYTES, Skipped, compute};
 use super::error::{Result, WorkspaceError};
 use super::export::{ExportManifest, ExportOptions, export};
-use super::git::{GitPolicy, import_git};
+use super::git::{GitPolicy, GitStaging, import_git};
 use super::layers::{Layers, lstat_opt, read_regular};
 use super::manifest::fingerprint;
 use super::quote::display_name;
@@ -202,7 +202,28 @@ impl StateDir {
         let mut writer = BaselineWriter::new(tree);
         match &opts.source {
             Source::Dir { path } => import_dir(path, &mut writer)?,
-            Source::Git { repo, rev } => import_git(repo, rev, opts.git_policy, &mut writer)?,
+            Source::Git { repo, rev } => {
+                // The sandboxed git writes its output here (hutch-made,
+                // inside the session being built, removed once imported).
+                sys::mkdirat(dir.as_fd(), c"git", 0o700)?;
+                let staging = sys::open_dir_beneath(dir.as_fd(), c"git")?;
+                let staging_path = self
+                    .path
+                    .join(
+                        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(
+                            name.to_bytes(),
+                        ),
+                    )
+                    .join("git");
+                let staging_ref = GitStaging {
+                    dir: staging.as_fd(),
+                    path: &staging_path,
+                };
+                let result = import_git(repo, rev, opts.git_policy, staging_ref, &mut writer);
+                drop(staging);
+                remove_tree(dir.as_fd(), c"git")?;
+                result?
+            }
         }
         let mut manifest = writer.finish()?;
         let text = manifest.render();
