@@ -162,7 +162,7 @@ impl Rev {
     }
 
     /// Place `code k` jumping to `t` when true, `f` when false.
-    fn jump(&mut self, code: u16, k: u32, t: Target, f: Target, acc: Option<u32>) -> Target {
+    fn jump(&mut self, code: u16, k: u32, t: Target, f: Target, acc: Option<u32>) -> Pos {
         let mut tt = self.resolve(t, acc);
         let mut ff = self.resolve(f, acc);
         loop {
@@ -173,21 +173,17 @@ impl Rev {
                 ff = self.push(ins(JA, of as u32, 0, 0));
             } else {
                 let at = self.push(ins(code, k, ot as u8, of as u8));
-                return Target::Pos(Pos { at, ld: None });
+                return Pos { at, ld: None };
             }
         }
     }
 
     /// `LD w` in front of the code just placed (`next`).
-    fn load(&mut self, w: u32, next: Target) -> Target {
-        let after = match next {
-            Target::Pos(p) => p.at,
-            Target::Ret(_) => unreachable_ret(),
-        };
+    fn load(&mut self, w: u32, next: Pos) -> Target {
         let at = self.push(ins(LD_W_ABS, w, 0, 0));
         Target::Pos(Pos {
             at,
-            ld: Some((w, after)),
+            ld: Some((w, next.at)),
         })
     }
 
@@ -204,7 +200,7 @@ impl Rev {
         } else {
             self.jump(JEQ, val, t, f, None);
             let at = self.push(ins(ALU_AND_K, mask, 0, 0));
-            Target::Pos(Pos { at, ld: None })
+            Pos { at, ld: None }
         };
         self.load(w, test)
     }
@@ -214,23 +210,22 @@ impl Rev {
         let lo_w = ARGS + 8 * u32::from(c.index);
         let hi_w = lo_w + 4;
         let (hi, lo) = ((c.val >> 32) as u32, c.val as u32);
-        if let Op::MaskedEq(m) = c.op {
-            let low = self.masked_word(lo_w, m as u32, lo, t, f);
-            return if c.qword {
-                self.masked_word(hi_w, (m >> 32) as u32, hi, low, f)
-            } else {
-                low
-            };
-        }
         // (opcode, swap targets) comparing the low word.
         let (code, swap) = match c.op {
+            Op::MaskedEq(m) => {
+                let low = self.masked_word(lo_w, m as u32, lo, t, f);
+                return if c.qword {
+                    self.masked_word(hi_w, (m >> 32) as u32, hi, low, f)
+                } else {
+                    low
+                };
+            }
             Op::Eq => (JEQ, false),
             Op::Ne => (JEQ, true),
             Op::Ge => (JGE, false),
             Op::Gt => (JGT, false),
             Op::Le => (JGT, true),
             Op::Lt => (JGE, true),
-            Op::MaskedEq(_) => unreachable_ret(),
         };
         let (lt, lf) = if swap { (f, t) } else { (t, f) };
         let cmp = self.jump(code, lo, lt, lf, Some(lo_w));
@@ -244,11 +239,11 @@ impl Rev {
             Op::Ne => self.jump(JEQ, hi, low, t, Some(hi_w)),
             Op::Ge | Op::Gt => {
                 let eq = self.jump(JEQ, hi, low, f, Some(hi_w));
-                self.jump(JGT, hi, t, eq, Some(hi_w))
+                self.jump(JGT, hi, t, Target::Pos(eq), Some(hi_w))
             }
             _ => {
                 let eq = self.jump(JEQ, hi, low, t, Some(hi_w));
-                self.jump(JGT, hi, f, eq, Some(hi_w))
+                self.jump(JGT, hi, f, Target::Pos(eq), Some(hi_w))
             }
         };
         self.load(hi_w, cmp)
@@ -295,13 +290,13 @@ impl Rev {
             [(_, t)] => *t,
             // A single number inside one answer: one JEQ.
             [(_, a), (n, b), (m, c)] if *m == n.wrapping_add(1) && same(a, c) => {
-                self.jump(JEQ, *n, *b, *a, Some(NR))
+                Target::Pos(self.jump(JEQ, *n, *b, *a, Some(NR)))
             }
             _ => {
                 let mid = ranges.len() / 2;
                 let right = self.search(&ranges[mid..]);
                 let left = self.search(&ranges[..mid]);
-                self.jump(JGE, ranges[mid].0, right, left, Some(NR))
+                Target::Pos(self.jump(JGE, ranges[mid].0, right, left, Some(NR)))
             }
         }
     }
@@ -313,12 +308,6 @@ fn same(a: &Target, b: &Target) -> bool {
         (Target::Pos(x), Target::Pos(y)) => x.at == y.at,
         _ => false,
     }
-}
-
-/// Only reached through a bug in this module: a `LD` is always placed in
-/// front of a comparison, never of a bare `RET` target.
-fn unreachable_ret() -> ! {
-    unreachable!("seccomp codegen: a load must precede placed code")
 }
 
 /// The code for decision `d`, shared by every syscall with an equal one.
