@@ -891,3 +891,56 @@ fn default_profile_socketpair_families() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// AF_NETLINK is allowed for NETLINK_ROUTE (what glibc, Python, Go and `ip`
+/// use) only; other netlink protocols get EAFNOSUPPORT, also with the
+/// route protocol in the high bits.
+#[test]
+fn default_profile_netlink_route_only() {
+    let f = default_filter();
+    let nl = |proto: u64| -> Call {
+        Box::new(move || {
+            sys!(
+                libc::SYS_socket,
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                proto
+            )
+        })
+    };
+    let route = libc::NETLINK_ROUTE as u64;
+    let cases: Vec<(&str, Call, i32)> = vec![
+        ("NETLINK_ROUTE", nl(route), 0),
+        ("NETLINK_ROUTE | 1<<32", nl(route | HIGH), 0),
+        (
+            "NETLINK_AUDIT",
+            nl(libc::NETLINK_AUDIT as u64),
+            libc::EAFNOSUPPORT,
+        ),
+        (
+            "NETLINK_NETFILTER",
+            nl(libc::NETLINK_NETFILTER as u64),
+            libc::EAFNOSUPPORT,
+        ),
+        (
+            "NETLINK_GENERIC",
+            nl(libc::NETLINK_GENERIC as u64),
+            libc::EAFNOSUPPORT,
+        ),
+        (
+            "NETLINK_SOCK_DIAG | 1<<32",
+            nl(libc::NETLINK_SOCK_DIAG as u64 | HIGH),
+            libc::EAFNOSUPPORT,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, call, want) in cases {
+        let got = in_child(&f, call);
+        if got != End::Exit(want) {
+            failures.push(format!(
+                "socket(AF_NETLINK, {what}): want errno {want}, got {got:?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
