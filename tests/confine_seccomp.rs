@@ -848,3 +848,99 @@ fn unconfined_user_profile_and_log_profile_stack_as_documented() {
         End::Exit(libc::ENOSYS)
     );
 }
+
+/// socketpair() has the same family allow-list as socket(). The result
+/// pointer is NULL, so an allowed call reaches the kernel and faults
+/// (EFAULT); a refused one gets the filter's EAFNOSUPPORT.
+#[test]
+fn default_profile_socketpair_families() {
+    let f = default_filter();
+    let pair = |family: u64| -> Call {
+        Box::new(move || sys!(libc::SYS_socketpair, family, libc::SOCK_STREAM, 0, 0))
+    };
+    let unix = libc::AF_UNIX as u64;
+    let cases: Vec<(&str, Call, i32)> = vec![
+        ("AF_UNIX", pair(unix), libc::EFAULT),
+        ("AF_UNIX | 1<<32", pair(unix | HIGH), libc::EFAULT),
+        ("AF_INET", pair(libc::AF_INET as u64), libc::EFAULT),
+        (
+            "AF_PACKET",
+            pair(libc::AF_PACKET as u64),
+            libc::EAFNOSUPPORT,
+        ),
+        ("AF_ALG", pair(libc::AF_ALG as u64), libc::EAFNOSUPPORT),
+        (
+            "AF_PACKET | 1<<63",
+            pair(libc::AF_PACKET as u64 | (1 << 63)),
+            libc::EAFNOSUPPORT,
+        ),
+        (
+            "AF_VSOCK | AF_UNIX<<32",
+            pair(libc::AF_VSOCK as u64 | (unix << 32)),
+            libc::EAFNOSUPPORT,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, call, want) in cases {
+        let got = in_child(&f, call);
+        if got != End::Exit(want) {
+            failures.push(format!(
+                "socketpair({what}): want errno {want}, got {got:?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// AF_NETLINK is allowed for NETLINK_ROUTE (what glibc, Python, Go and `ip`
+/// use) only; other netlink protocols get EAFNOSUPPORT, also with the
+/// route protocol in the high bits.
+#[test]
+fn default_profile_netlink_route_only() {
+    let f = default_filter();
+    let nl = |proto: u64| -> Call {
+        Box::new(move || {
+            sys!(
+                libc::SYS_socket,
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                proto
+            )
+        })
+    };
+    let route = libc::NETLINK_ROUTE as u64;
+    let cases: Vec<(&str, Call, i32)> = vec![
+        ("NETLINK_ROUTE", nl(route), 0),
+        ("NETLINK_ROUTE | 1<<32", nl(route | HIGH), 0),
+        (
+            "NETLINK_AUDIT",
+            nl(libc::NETLINK_AUDIT as u64),
+            libc::EAFNOSUPPORT,
+        ),
+        (
+            "NETLINK_NETFILTER",
+            nl(libc::NETLINK_NETFILTER as u64),
+            libc::EAFNOSUPPORT,
+        ),
+        (
+            "NETLINK_GENERIC",
+            nl(libc::NETLINK_GENERIC as u64),
+            libc::EAFNOSUPPORT,
+        ),
+        (
+            "NETLINK_SOCK_DIAG | 1<<32",
+            nl(libc::NETLINK_SOCK_DIAG as u64 | HIGH),
+            libc::EAFNOSUPPORT,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, call, want) in cases {
+        let got = in_child(&f, call);
+        if got != End::Exit(want) {
+            failures.push(format!(
+                "socket(AF_NETLINK, {what}): want errno {want}, got {got:?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -22,9 +22,10 @@ pub use seccomp::{CompiledFilter, ProfileError, SeccompReport};
 
 /// Check the security section of a Spec. Errors are (key under `security.`,
 /// message). A profile file is read and compiled, so its errors name the
-/// failing filter and rule.
+/// failing filter and rule; a built-in profile is only named here (it is
+/// compiled once, by [`prepare`]).
 pub fn validate(sec: &Security) -> Result<(), (String, String)> {
-    seccomp::load(&sec.seccomp).map_err(|e| ("seccomp".to_string(), e.to_string()))?;
+    seccomp::validate(&sec.seccomp).map_err(|e| ("seccomp".to_string(), e.to_string()))?;
     if let Some(min) = sec.landlock.min_abi {
         if !sec.landlock.enabled {
             return Err((

@@ -2,7 +2,7 @@
 
 use super::{SysError, check};
 
-/// One classic BPF instruction (`struct sock_filter`), as seccompiler builds it.
+/// One classic BPF instruction (`struct sock_filter`).
 pub use seccompiler::sock_filter;
 
 #[repr(C)]

@@ -1,8 +1,9 @@
 //! seccomp profiles: embedded JSON (seccompiler's format) compiled into one
 //! linked BPF program per sandbox. See `seccomp/README.md` for the profiles.
 
-mod link;
+mod codegen;
 mod profile;
+mod reference;
 mod syscalls_x86_64;
 
 use std::path::Path;
@@ -10,7 +11,7 @@ use std::path::Path;
 use seccompiler::sock_filter;
 use serde::Serialize;
 
-pub use link::{MAX_INSTRUCTIONS, X32_SYSCALL_BIT};
+pub use codegen::{MAX_INSTRUCTIONS, X32_SYSCALL_BIT};
 pub use profile::{ProfileError, syscall_nr};
 
 /// The profiles built into hutch, by name.
@@ -95,7 +96,7 @@ pub fn compile(profile: &str, json: &[u8]) -> Result<CompiledFilter, ProfileErro
         });
     }
     let stages = profile::compile_stages(json)?;
-    let program = link::link(&stages).map_err(|message| ProfileError {
+    let program = codegen::compile(&stages).map_err(|message| ProfileError {
         location: String::new(),
         message,
     })?;
@@ -103,6 +104,19 @@ pub fn compile(profile: &str, json: &[u8]) -> Result<CompiledFilter, ProfileErro
         profile: profile.to_string(),
         stages: stages.into_iter().map(|s| s.name).collect(),
         program,
+    })
+}
+
+/// Compile profile text with the seccompiler-based compiler hutch used
+/// before its own generator: a test oracle only (the new compiler must
+/// decide every syscall as this one does). Refuses `unlisted_action`,
+/// which seccompiler's format cannot express.
+#[doc(hidden)]
+pub fn compile_with_seccompiler(json: &[u8]) -> Result<Vec<sock_filter>, ProfileError> {
+    let stages = profile::compile_stages(json)?;
+    reference::link(&stages).map_err(|message| ProfileError {
+        location: String::new(),
+        message,
     })
 }
 
@@ -127,6 +141,17 @@ pub fn load(name: &str) -> Result<Option<CompiledFilter>, ProfileError> {
     }
     let text = read_profile_file(Path::new(name))?;
     compile(name, &text).map(Some)
+}
+
+/// Check a `security.seccomp` value: a built-in name or `unconfined` is
+/// accepted as is (the built-in profiles are compiled by the tests; a
+/// `hutch run` validates its spec twice and should not pay for compiling
+/// them three times), a file is read and compiled.
+pub fn validate(name: &str) -> Result<(), ProfileError> {
+    if name == "unconfined" || BUILTIN.iter().any(|(n, _)| *n == name) {
+        return Ok(());
+    }
+    load(name).map(drop)
 }
 
 /// Whether a `security.seccomp` value names a file rather than a built-in.

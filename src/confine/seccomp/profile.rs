@@ -1,16 +1,14 @@
 //! Strict loading of a profile in seccompiler's JSON format.
 //!
-//! A profile is a JSON object of named filters (seccompiler's format,
-//! unchanged). hutch runs every filter of the file as one *stage*, in file
-//! order; see [`super::link`] for how stages combine.
+//! A profile is a JSON object of named filters (seccompiler's format).
+//! hutch runs every filter of the file as one *stage*, in file
+//! order; see [`super::codegen`] for how stages combine. One key is
+//! hutch's own: `unlisted_action`, what a filter answers for syscalls it
+//! does not list (seccompiler always gives them `mismatch_action`).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
-};
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 
@@ -19,15 +17,49 @@ use super::syscalls_x86_64::SYSCALLS;
 /// Largest errno a profile may return (the kernel's MAX_ERRNO).
 const MAX_ERRNO: u32 = 4095;
 
-/// One named filter of a profile, compiled by seccompiler (its leading
-/// architecture check included).
+/// One named filter of a profile, checked and resolved to syscall numbers:
+/// what [`super::codegen`] compiles (and [`super::reference`] hands to
+/// seccompiler).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stage {
     pub name: String,
-    pub program: BpfProgram,
-    /// Syscall numbers the filter names (sorted, unique).
-    pub named: Vec<u32>,
-    /// The filter's answer for a syscall it does not name.
-    pub mismatch: u32,
+    /// `SECCOMP_RET_*` value when a rule matches (or the syscall is listed
+    /// unconditionally).
+    pub match_action: u32,
+    /// Value when the syscall is listed with conditions and no rule matches.
+    pub mismatch_action: u32,
+    /// Value for a syscall the filter does not list: `mismatch_action` in
+    /// seccompiler's format, or hutch's `unlisted_action`.
+    pub unlisted_action: u32,
+    /// Syscall number -> rules, any of which matching means `match_action`
+    /// (empty: the syscall is listed unconditionally).
+    pub rules: BTreeMap<u32, Vec<Rule>>,
+}
+
+/// Conditions that must all hold.
+pub type Rule = Vec<Condition>;
+
+/// One argument comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Condition {
+    /// Argument index, 0..=5.
+    pub index: u8,
+    /// Compare all 64 bits (`qword`) or the low 32 bits (`dword`).
+    pub qword: bool,
+    pub op: Op,
+    pub val: u64,
+}
+
+/// A comparison, unsigned. `MaskedEq(m)`: `arg & m == val & m`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    Eq,
+    Ne,
+    Ge,
+    Gt,
+    Le,
+    Lt,
+    MaskedEq(u64),
 }
 
 /// A profile error: where in the file, and what is wrong.
@@ -80,19 +112,23 @@ enum Action {
     Trap,
 }
 
-impl From<Action> for SeccompAction {
-    fn from(a: Action) -> Self {
-        match a {
-            Action::Allow => SeccompAction::Allow,
-            Action::Errno(e) => SeccompAction::Errno(e),
-            Action::KillThread => SeccompAction::KillThread,
-            Action::KillProcess => SeccompAction::KillProcess,
-            Action::Log => SeccompAction::Log,
-            Action::Trace(t) => SeccompAction::Trace(t),
-            Action::Trap => SeccompAction::Trap,
+impl Action {
+    /// The `SECCOMP_RET_*` value (linux/seccomp.h).
+    fn value(&self) -> u32 {
+        match self {
+            Action::Allow => SECCOMP_RET_ALLOW,
+            Action::Errno(e) => 0x0005_0000 | (e & 0xffff),
+            Action::KillThread => 0,
+            Action::KillProcess => 0x8000_0000,
+            Action::Log => 0x7ffc_0000,
+            Action::Trace(t) => 0x7ff0_0000 | (t & 0xffff),
+            Action::Trap => 0x0003_0000,
         }
     }
 }
+
+/// `SECCOMP_RET_ALLOW`.
+pub const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
 
 #[derive(Deserialize, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
@@ -113,16 +149,16 @@ enum CmpOp {
     Ne,
 }
 
-impl From<CmpOp> for SeccompCmpOp {
+impl From<CmpOp> for Op {
     fn from(op: CmpOp) -> Self {
         match op {
-            CmpOp::Eq => SeccompCmpOp::Eq,
-            CmpOp::Ge => SeccompCmpOp::Ge,
-            CmpOp::Gt => SeccompCmpOp::Gt,
-            CmpOp::Le => SeccompCmpOp::Le,
-            CmpOp::Lt => SeccompCmpOp::Lt,
-            CmpOp::MaskedEq(m) => SeccompCmpOp::MaskedEq(m),
-            CmpOp::Ne => SeccompCmpOp::Ne,
+            CmpOp::Eq => Op::Eq,
+            CmpOp::Ge => Op::Ge,
+            CmpOp::Gt => Op::Gt,
+            CmpOp::Le => Op::Le,
+            CmpOp::Lt => Op::Lt,
+            CmpOp::MaskedEq(m) => Op::MaskedEq(m),
+            CmpOp::Ne => Op::Ne,
         }
     }
 }
@@ -130,13 +166,17 @@ impl From<CmpOp> for SeccompCmpOp {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a filter object with mismatch_action, match_action and filter"
+    expecting = "a filter object with mismatch_action, match_action, filter and optional unlisted_action"
 )]
 struct JsonFilter {
     #[serde(alias = "default_action")]
     mismatch_action: Action,
     #[serde(alias = "filter_action")]
     match_action: Action,
+    /// hutch's extension: the answer for syscalls the filter does not list
+    /// (seccompiler gives them `mismatch_action`).
+    #[serde(default)]
+    unlisted_action: Option<Action>,
     filter: Vec<JsonRule>,
 }
 
@@ -263,19 +303,22 @@ fn compile_filter(name: &str, filter: JsonFilter) -> Result<Stage, ProfileError>
     let here = format!("filter {name:?}");
     check_action(&filter.mismatch_action, &format!("{here}, mismatch_action"))?;
     check_action(&filter.match_action, &format!("{here}, match_action"))?;
+    if let Some(u) = &filter.unlisted_action {
+        check_action(u, &format!("{here}, unlisted_action"))?;
+    }
     if filter.mismatch_action == filter.match_action {
         return Err(ProfileError::at(
             here,
             "match_action and mismatch_action are the same, so the rules have no effect",
         ));
     }
-    // syscall number -> (rules, index of an unconditional rule)
-    let mut rules: BTreeMap<i64, (Vec<SeccompRule>, Option<usize>, usize)> = BTreeMap::new();
+    // syscall number -> (rules, index of an unconditional rule, first rule index)
+    let mut rules: BTreeMap<u32, (Vec<Rule>, Option<usize>, usize)> = BTreeMap::new();
     for (i, rule) in filter.filter.into_iter().enumerate() {
         let rule_here = format!("{here}, rule {i} (syscall {:?})", rule.syscall);
         let nr = syscall_nr(&rule.syscall)
             .ok_or_else(|| ProfileError::at(&rule_here, "unknown syscall name on x86_64"))?;
-        let entry = rules.entry(i64::from(nr)).or_insert((Vec::new(), None, i));
+        let entry = rules.entry(nr).or_insert((Vec::new(), None, i));
         match rule.args {
             None => {
                 if !entry.0.is_empty() || entry.1.is_some() {
@@ -307,7 +350,17 @@ fn compile_filter(name: &str, filter: JsonFilter) -> Result<Stage, ProfileError>
                 let mut built = Vec::with_capacity(conds.len());
                 for (j, c) in conds.into_iter().enumerate() {
                     let cond_here = format!("{rule_here}, condition {j}");
-                    if matches!(c.arg_len, ArgLen::Dword) {
+                    if c.index > 5 {
+                        return Err(ProfileError::at(
+                            cond_here,
+                            format!(
+                                "argument index {} is out of range (a syscall has arguments 0..=5)",
+                                c.index
+                            ),
+                        ));
+                    }
+                    let qword = matches!(c.arg_len, ArgLen::Qword);
+                    if !qword {
                         let mask_too_big =
                             matches!(c.op, CmpOp::MaskedEq(m) if m > u64::from(u32::MAX));
                         if c.val > u64::from(u32::MAX) || mask_too_big {
@@ -320,40 +373,25 @@ fn compile_filter(name: &str, filter: JsonFilter) -> Result<Stage, ProfileError>
                             ));
                         }
                     }
-                    let cond = SeccompCondition::new(
-                        c.index,
-                        match c.arg_len {
-                            ArgLen::Dword => SeccompCmpArgLen::Dword,
-                            ArgLen::Qword => SeccompCmpArgLen::Qword,
-                        },
-                        c.op.into(),
-                        c.val,
-                    )
-                    .map_err(|e| ProfileError::at(&cond_here, e.to_string()))?;
-                    built.push(cond);
+                    built.push(Condition {
+                        index: c.index,
+                        qword,
+                        op: c.op.into(),
+                        val: c.val,
+                    });
                 }
-                let rule = SeccompRule::new(built)
-                    .map_err(|e| ProfileError::at(&rule_here, e.to_string()))?;
-                entry.0.push(rule);
+                entry.0.push(built);
             }
         }
     }
-    let named: Vec<u32> = rules.keys().map(|nr| *nr as u32).collect();
-    let mismatch: SeccompAction = filter.mismatch_action.clone().into();
-    let rules = rules.into_iter().map(|(nr, (r, _, _))| (nr, r)).collect();
-    let filter = SeccompFilter::new(
-        rules,
-        filter.mismatch_action.into(),
-        filter.match_action.into(),
-        TargetArch::x86_64,
-    )
-    .map_err(|e| ProfileError::at(&here, e.to_string()))?;
-    let program =
-        BpfProgram::try_from(filter).map_err(|e| ProfileError::at(&here, e.to_string()))?;
+    let mismatch_action = filter.mismatch_action.value();
     Ok(Stage {
         name: name.to_string(),
-        program,
-        named,
-        mismatch: mismatch.into(),
+        match_action: filter.match_action.value(),
+        mismatch_action,
+        unlisted_action: filter
+            .unlisted_action
+            .map_or(mismatch_action, |a| a.value()),
+        rules: rules.into_iter().map(|(nr, (r, _, _))| (nr, r)).collect(),
     })
 }

@@ -1,29 +1,95 @@
-//! Link the stages of a profile into ONE classic-BPF program behind hutch's
-//! own architecture check.
+//! The seccompiler-based compiler hutch used before [`super::codegen`]:
+//! each stage compiled by seccompiler (three instructions per syscall and
+//! linear rule chains), linked into one program behind hutch's architecture
+//! check. Kept only as a test oracle: `tests/confine_codegen.rs` checks that
+//! the new compiler decides every syscall exactly as this one does.
 //!
-//! seccompiler builds one program per filter, each starting with an
-//! architecture check and ending in its mismatch action. hutch:
-//!
-//! 1. prepends its own check: any arch other than x86_64 (i386 through
-//!    `int 0x80`, ...) and any syscall number with the x32 bit
-//!    (`nr & 0x40000000`) kill the process — seccompiler checks neither x32
-//!    nor the i386 entry point of a 64-bit process separately;
-//! 2. strips each stage's own (redundant) architecture check;
-//! 3. rewrites every `RET ALLOW` of a stage that is not the last into a jump
-//!    to the next stage, so that "allow" means "no objection, ask the next
-//!    stage". The first stage that returns anything else decides.
-//!
-//! One program instead of one filter per stage keeps the per-syscall cost to
-//! one filter run. Between the prelude and the stages, a binary search over
-//! the syscall numbers any stage names answers every *other* syscall at
-//! once (with what the stages would answer: the first non-allow mismatch
-//! action, else allow). That keeps the kernel's attach-time action-cache
-//! emulation (one walk per syscall number) and the runtime path short; the
-//! cache then bypasses the program for every constant-allow syscall.
+//! Linking: hutch's own prelude kills foreign architectures and x32; each
+//! stage's own architecture check is stripped; every `RET ALLOW` of a stage
+//! that is not the last jumps to the next stage. A binary search over the
+//! named syscall numbers answers every other syscall at once.
 
-use seccompiler::sock_filter;
+use std::collections::BTreeMap;
 
-use super::profile::Stage;
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch, sock_filter,
+};
+
+use super::profile::{Op, SECCOMP_RET_ALLOW, Stage};
+
+/// One stage as seccompiler compiles it.
+struct Compiled {
+    name: String,
+    program: BpfProgram,
+    named: Vec<u32>,
+    mismatch: u32,
+}
+
+fn action(v: u32) -> Result<SeccompAction, String> {
+    Ok(match v {
+        SECCOMP_RET_ALLOW => SeccompAction::Allow,
+        0 => SeccompAction::KillThread,
+        0x8000_0000 => SeccompAction::KillProcess,
+        0x7ffc_0000 => SeccompAction::Log,
+        0x0003_0000 => SeccompAction::Trap,
+        v if v & 0xffff_0000 == 0x0005_0000 => SeccompAction::Errno(v & 0xffff),
+        v if v & 0xffff_0000 == 0x7ff0_0000 => SeccompAction::Trace(v & 0xffff),
+        v => return Err(format!("action {v:#x} has no seccompiler equivalent")),
+    })
+}
+
+fn compile_stage(stage: &Stage) -> Result<Compiled, String> {
+    let here = format!("filter {:?}", stage.name);
+    if stage.unlisted_action != stage.mismatch_action {
+        return Err(format!(
+            "{here}: unlisted_action cannot be expressed in seccompiler's format"
+        ));
+    }
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for (nr, rs) in &stage.rules {
+        let mut built = Vec::new();
+        for r in rs {
+            let mut conds = Vec::new();
+            for c in r {
+                let len = if c.qword {
+                    SeccompCmpArgLen::Qword
+                } else {
+                    SeccompCmpArgLen::Dword
+                };
+                let op = match c.op {
+                    Op::Eq => SeccompCmpOp::Eq,
+                    Op::Ne => SeccompCmpOp::Ne,
+                    Op::Ge => SeccompCmpOp::Ge,
+                    Op::Gt => SeccompCmpOp::Gt,
+                    Op::Le => SeccompCmpOp::Le,
+                    Op::Lt => SeccompCmpOp::Lt,
+                    Op::MaskedEq(m) => SeccompCmpOp::MaskedEq(m),
+                };
+                conds.push(
+                    SeccompCondition::new(c.index, len, op, c.val)
+                        .map_err(|e| format!("{here}: {e}"))?,
+                );
+            }
+            built.push(SeccompRule::new(conds).map_err(|e| format!("{here}: {e}"))?);
+        }
+        rules.insert(i64::from(*nr), built);
+    }
+    let filter = SeccompFilter::new(
+        rules,
+        action(stage.mismatch_action)?,
+        action(stage.match_action)?,
+        TargetArch::x86_64,
+    )
+    .map_err(|e| format!("{here}: {e}"))?;
+    let program = BpfProgram::try_from(filter).map_err(|e| format!("{here}: {e}"))?;
+    Ok(Compiled {
+        name: stage.name.clone(),
+        program,
+        named: stage.rules.keys().copied().collect(),
+        mismatch: stage.mismatch_action,
+    })
+}
 
 // Classic BPF opcodes (linux/bpf_common.h).
 // BPF_LD | BPF_W | BPF_ABS
@@ -37,12 +103,9 @@ const BPF_RET_K: u16 = 0x06;
 const SECCOMP_DATA_NR: u32 = 0;
 const SECCOMP_DATA_ARCH: u32 = 4;
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-/// The x32 ABI marker bit in x86_64 syscall numbers.
-pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
-/// The kernel's BPF_MAXINSNS.
-pub const MAX_INSTRUCTIONS: usize = 4096;
+const MAX_INSTRUCTIONS: usize = 4096;
 
 fn stmt(code: u16, k: u32) -> sock_filter {
     sock_filter {
@@ -58,7 +121,7 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
 }
 
 /// hutch's prelude: kill foreign architectures and the x32 ABI.
-pub fn arch_prelude() -> Vec<sock_filter> {
+fn arch_prelude() -> Vec<sock_filter> {
     vec![
         stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
         jump(BPF_JMP_JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
@@ -111,6 +174,10 @@ fn search(set: &[u32], other: u32, out: &mut Vec<sock_filter>, to_stages: &mut V
 /// Link compiled stages into one program. Errors when a stage does not
 /// have the expected shape (a seccompiler change) or the result is too long.
 pub fn link(stages: &[Stage]) -> Result<Vec<sock_filter>, String> {
+    let stages = stages
+        .iter()
+        .map(compile_stage)
+        .collect::<Result<Vec<_>, _>>()?;
     let mut out = arch_prelude();
     // What the stages answer for a syscall none of them names.
     let other = stages
