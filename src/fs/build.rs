@@ -46,7 +46,8 @@ pub trait FsSys {
     fn mount_setattr(&mut self, fd: RawFd, recursive: bool, set: u64) -> Result<(), SysError>;
     fn move_mount(&mut self, from: RawFd, to: &CStr) -> Result<(), SysError>;
     /// A detached copy (`open_tree(OPEN_TREE_CLONE)`) of the mount at
-    /// `name` under `dir`; a symlink as `name` is not followed.
+    /// `name` under `dir` (a symlink as `name` is not followed; an empty
+    /// `name` means `dir` itself).
     fn clone_tree(&mut self, dir: RawFd, name: &CStr, recursive: bool) -> Result<RawFd, SysError>;
     /// Attach the detached mount `from` at `name` under `dir` (not
     /// following a symlink there).
@@ -537,8 +538,7 @@ impl<S: FsSys> Builder<'_, S> {
         // nosuid, nodev and noexec before it is attached over the first
         // masked file; every later mask is a bind of that mount, and a bind
         // copies the mount flags of its source.
-        let host_dev = self.host_dev()?;
-        let null = plain(self.sys.clone_tree(host_dev, c"null", false))?;
+        let null = self.host_dev_node(c"null")?;
         plain(
             self.sys
                 .mount_setattr(null, false, RO_BIND | MOUNT_ATTR_NOEXEC),
@@ -614,11 +614,10 @@ impl<S: FsSys> Builder<'_, S> {
             self.sys
                 .open(Some(self.root), dest, O_PATH_DIR, 0, RESOLVE_IN_ROOT),
         )?;
-        let host_dev = self.host_dev()?;
         for name in DEV_NODES {
             // A detached copy of the host node, flagged before it is
             // attached over an empty file of the new /dev.
-            let node = plain(self.sys.clone_tree(host_dev, name, false))?;
+            let node = self.host_dev_node(name)?;
             plain(
                 self.sys
                     .mount_setattr(node, false, DEV_BIND | MOUNT_ATTR_NOEXEC),
@@ -672,15 +671,24 @@ impl<S: FsSys> Builder<'_, S> {
         Ok(())
     }
 
-    /// An O_PATH fd of the host's /dev (the old root is still reachable),
-    /// opened once.
-    fn host_dev(&mut self) -> StepResult<RawFd> {
-        if let Some(fd) = self.host_dev {
-            return Ok(fd);
-        }
-        let fd = plain(self.sys.open(None, c"/dev", O_PATH_DIR, 0, 0))?;
-        self.host_dev = Some(fd);
-        Ok(fd)
+    /// A detached copy of a host device node's mount (the old root is
+    /// still reachable); the node itself must not be a symlink.
+    fn host_dev_node(&mut self, name: &CStr) -> StepResult<RawFd> {
+        let dev = match self.host_dev {
+            Some(fd) => fd,
+            None => {
+                let fd = plain(self.sys.open(None, c"/dev", O_PATH_DIR, 0, 0))?;
+                self.host_dev = Some(fd);
+                fd
+            }
+        };
+        let node = plain(
+            self.sys
+                .open(Some(dev), name, libc::O_PATH, 0, RESOLVE_NO_SYMLINKS),
+        )?;
+        let tree = self.sys.clone_tree(node, c"", false);
+        self.sys.close(node);
+        plain(tree)
     }
 
     fn open_optional(

@@ -313,14 +313,11 @@ fn proc_masks_and_dev_nodes_are_flagged_before_they_are_attached() {
     }
     // /dev/null for the proc masks, 4 read-only proc dirs, 6 device nodes.
     assert_eq!(attached, 1 + 4 + 6, "{c:#?}");
-    let null_mask = c
-        .iter()
-        .find_map(|x| {
-            x.strip_prefix("clone_tree ")
-                .filter(|r| r.contains(" null false"))
-                .map(|r| r.rsplit(" = ").next().unwrap().to_string())
-        })
-        .unwrap();
+    // The first clone is the /dev/null mask, cloned from the host node
+    // opened without following symlinks.
+    let first = c.iter().position(|x| x.starts_with("clone_tree ")).unwrap();
+    assert!(c[first - 1].contains(" null = "), "{c:#?}");
+    let null_mask = c[first].rsplit(" = ").next().unwrap().to_string();
     let expected_attrs = format!("{:#x}", plan::RO_BIND | crate::sys::MOUNT_ATTR_NOEXEC);
     assert!(c.contains(&format!("setattr {null_mask} false {expected_attrs}")));
     // The other masked files are binds of the flagged mask (a bind copies

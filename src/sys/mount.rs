@@ -153,8 +153,8 @@ pub fn move_mount(from: BorrowedFd<'_>, to: &CStr) -> Result<(), SysError> {
 }
 
 /// open_tree(dir, name, OPEN_TREE_CLONE|AT_SYMLINK_NOFOLLOW[|AT_RECURSIVE]):
-/// a detached copy of the mount at `name` under `dir`, whose last
-/// component must not be a symlink.
+/// a detached copy of the mount at `name` under `dir` (a symlink there is
+/// not followed); an empty `name` means `dir` itself (AT_EMPTY_PATH).
 pub fn open_tree_clone_at(
     dir: BorrowedFd<'_>,
     name: &CStr,
@@ -163,6 +163,9 @@ pub fn open_tree_clone_at(
     let mut flags = OPEN_TREE_CLONE
         | libc::O_CLOEXEC as libc::c_uint
         | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint;
+    if name.is_empty() {
+        flags |= libc::AT_EMPTY_PATH as libc::c_uint;
+    }
     if recursive {
         flags |= libc::AT_RECURSIVE as libc::c_uint;
     }
