@@ -2,7 +2,7 @@
 # Spawn latency: `hutch run -- true` against bubblewrap and unshare(1).
 #
 #   benches/spawn.sh [--runs N] [--rounds N] [--warmup N] [--hutch "ARGS"]...
-#                    [--row NAME=CMD]... [--user UID] [--check]
+#                    [--row NAME=CMD]... [--user UID] [--check] [--cpu]
 #
 # Builds hutch in release mode, then runs every row in one hyperfine
 # invocation (no intermediate shell: --shell=none), repeated for --rounds
@@ -24,12 +24,16 @@
 # HUTCH_BIN=/path/to/hutch skips the build and times that binary.
 # --check exits 1 when a hutch row is slower than 0.5 x bwrap (default: 0,
 # it is a benchmark, not a test).
+# --cpu also measures CPU time (perf stat task-clock, every descendant
+# counted), row after row in each round, and prints its mean per spawn
+# and the ratio to bwrap: on a shared machine the steadier comparison.
 set -eu
 
 runs=300
 rounds=5
 warmup=10
 check=0
+cpu=0
 user=""
 extra_names=""   # newline-separated, parallel to extra_cmds
 extra_cmds=""
@@ -47,8 +51,9 @@ while [ $# -gt 0 ]; do
         --row) extra_names="$extra_names${nl}${2%%=*}"
                extra_cmds="$extra_cmds${nl}${2#*=}"; shift 2 ;;
         --check) check=1; shift ;;
+        --cpu) cpu=1; shift ;;
         --user) user=$2; shift 2 ;;
-        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "spawn.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -114,9 +119,39 @@ while [ "$round" -le "$rounds" ]; do
     round=$((round + 1))
 done
 
-python3 - "$json" "$rounds" "$check" <<'PY'
-import json, statistics, sys
+if [ "$cpu" = 1 ]; then
+    command -v perf >/dev/null || { echo "spawn.sh: --cpu needs perf" >&2; exit 2; }
+    # The same rows as hyperfine's (-n NAME CMD triples after the options).
+    rows=""
+    skip=7   # --shell=none --warmup N --runs N --style basic
+    i=0
+    for arg in "$@"; do
+        i=$((i + 1))
+        [ "$i" -gt "$skip" ] || continue
+        rows="$rows$arg$nl"
+    done
+    cpu_out="$json.cpu"
+    : > "$cpu_out"
+    round=1
+    while [ "$round" -le "$rounds" ]; do
+        echo "cpu round $round/$rounds" >&2
+        printf '%s' "$rows" | while IFS= read -r flag && IFS= read -r name && IFS= read -r cmd; do
+            [ "$flag" = "-n" ] || continue
+            set -f
+            # shellcheck disable=SC2086  # the row's command, split into words
+            ms=$(perf stat -r "$per_round" -x, -e task-clock -- $cmd 2>&1 >/dev/null \
+                | awk -F, '$3 == "task-clock" { print $1 }')
+            set +f
+            printf '%s\t%s\n' "$name" "$ms" >> "$cpu_out"
+        done
+        round=$((round + 1))
+    done
+fi
+
+python3 - "$json" "$rounds" "$check" "$cpu" <<'PY'
+import json, os, statistics, sys
 base, rounds, check = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+cpu = sys.argv[4] == "1"
 rows = {}   # name -> {"times": [...], "round_medians": [...]}
 order = []
 for i in range(1, rounds + 1):
@@ -147,6 +182,22 @@ for name in order:
           f"{ratio:5.2f}x ({min(per_round):.2f}-{max(per_round):.2f})")
     if name.startswith("hutch") and ratio > 0.5:
         slow.append(f"{name} ({ratio:.2f}x)")
+if cpu:
+    per = {}
+    for line in open(f"{base}.cpu"):
+        name, _, ms = line.rstrip("\n").partition("\t")
+        if ms:
+            per.setdefault(name, []).append(float(ms))
+    if "bwrap" in per:
+        ref = statistics.mean(per["bwrap"])
+        print(f"{'row':28} {'cpu/spawn':>9}  vs bwrap (per-round)")
+        for name in order:
+            if name not in per:
+                continue
+            m = statistics.mean(per[name])
+            summary[name]["cpu_ms"] = m
+            rounds_txt = " ".join(f"{v:.2f}" for v in per[name])
+            print(f"{name:28} {m:7.2f}ms  {m / ref:5.2f}x ({rounds_txt})")
 json.dump(summary, open(base, "w"), indent=2)
 print(f"target: hutch <= 0.50x bwrap; {'MISSED by ' + ', '.join(slow) if slow else 'met'}")
 print(f"summary: {base} (per round: {base}.1 .. {base}.{rounds})")

@@ -45,6 +45,13 @@ pub trait FsSys {
     fn symlinkat(&mut self, target: &CStr, dir: RawFd, name: &CStr) -> Result<(), SysError>;
     fn mount_setattr(&mut self, fd: RawFd, recursive: bool, set: u64) -> Result<(), SysError>;
     fn move_mount(&mut self, from: RawFd, to: &CStr) -> Result<(), SysError>;
+    /// A detached copy (`open_tree(OPEN_TREE_CLONE)`) of the mount at
+    /// `name` under `dir` (a symlink as `name` is not followed; an empty
+    /// `name` means `dir` itself).
+    fn clone_tree(&mut self, dir: RawFd, name: &CStr, recursive: bool) -> Result<RawFd, SysError>;
+    /// Attach the detached mount `from` at `name` under `dir` (not
+    /// following a symlink there).
+    fn move_mount_at(&mut self, from: RawFd, dir: RawFd, name: &CStr) -> Result<(), SysError>;
     fn write_all(&mut self, fd: RawFd, data: &[u8]) -> Result<(), SysError>;
     fn chmod(&mut self, path: &CStr, mode: u32) -> Result<(), SysError>;
     fn is_dir(&mut self, fd: RawFd) -> Result<bool, SysError>;
@@ -93,6 +100,8 @@ const PROC_MASKED_FILES: &[&CStr] = &[
     c"config.gz",
     c"sysrq-trigger",
 ];
+#[cfg(test)]
+pub(crate) const PROC_MASKED_FILE_COUNT: usize = PROC_MASKED_FILES.len();
 /// Directories of /proc that leak host state: covered with an empty tmpfs.
 const PROC_MASKED_DIRS: &[&CStr] = &[c"acpi", c"asound", c"scsi", c"firmware", c"driver"];
 /// Directories of /proc kept but read-only.
@@ -410,13 +419,14 @@ impl<S: FsSys> Builder<'_, S> {
                     plain(self.sys.write_all(fd, content))?;
                     plain(self.sys.chmod(&fd_path(fd), *mode))?;
                     self.sys.close(fd);
-                    self.sys.close(parent);
+                    self.release(parent);
                 }
             }
             Step::Symlink { target, dest } => {
                 let (parent, name) = self.parent_of(dest)?;
-                plain(self.sys.symlinkat(target, parent, &name))?;
-                self.sys.close(parent);
+                let made = self.sys.symlinkat(target, parent, &name);
+                self.release(parent);
+                plain(made)?;
             }
             Step::Chmod { dest, mode } => {
                 let fd =
@@ -524,8 +534,25 @@ impl<S: FsSys> Builder<'_, S> {
             self.sys
                 .open(Some(self.root), dest, O_PATH_DIR, 0, RESOLVE_IN_ROOT),
         )?;
+        // One detached copy of the host's /dev/null, made read-only,
+        // nosuid, nodev and noexec before it is attached over the first
+        // masked file; every later mask is a bind of that mount, and a bind
+        // copies the mount flags of its source.
         let null = self.host_dev_node(c"null")?;
+        plain(
+            self.sys
+                .mount_setattr(null, false, RO_BIND | MOUNT_ATTR_NOEXEC),
+        )?;
+        let mut null_attached = false;
         for name in PROC_MASKED_FILES {
+            if !null_attached {
+                match self.sys.move_mount_at(null, proc, name) {
+                    Ok(()) => null_attached = true,
+                    Err(e) if e.errno == Errno::ENOENT => {}
+                    Err(e) => return Err((e, None)),
+                }
+                continue;
+            }
             let Some(fd) = self.open_optional(proc, name, libc::O_PATH | libc::O_NOFOLLOW)? else {
                 continue;
             };
@@ -537,19 +564,8 @@ impl<S: FsSys> Builder<'_, S> {
                 None,
             ))?;
             self.sys.close(fd);
-            let fd = plain(self.sys.open(
-                Some(proc),
-                name,
-                libc::O_PATH | libc::O_NOFOLLOW,
-                0,
-                RESOLVE_NO_SYMLINKS,
-            ))?;
-            plain(
-                self.sys
-                    .mount_setattr(fd, false, RO_BIND | MOUNT_ATTR_NOEXEC),
-            )?;
-            self.sys.close(fd);
         }
+        self.sys.close(null);
         for name in PROC_MASKED_DIRS {
             let Some(fd) = self.open_optional(proc, name, O_PATH_DIR | libc::O_NOFOLLOW)? else {
                 continue;
@@ -564,32 +580,21 @@ impl<S: FsSys> Builder<'_, S> {
             ))?;
             self.sys.close(fd);
         }
+        // Read-only copies of these directories (and anything below them),
+        // flagged while still detached, then attached over the originals.
         for name in PROC_READONLY {
-            let Some(fd) = self.open_optional(proc, name, O_PATH_DIR | libc::O_NOFOLLOW)? else {
-                continue;
+            let tree = match self.sys.clone_tree(proc, name, true) {
+                Ok(fd) => fd,
+                Err(e) if e.errno == Errno::ENOENT => continue,
+                Err(e) => return Err((e, None)),
             };
-            plain(self.sys.mount(
-                Some(&fd_path(fd)),
-                &fd_path(fd),
-                None,
-                libc::MS_BIND | libc::MS_REC,
-                None,
-            ))?;
-            self.sys.close(fd);
-            let fd = plain(self.sys.open(
-                Some(proc),
-                name,
-                O_PATH_DIR | libc::O_NOFOLLOW,
-                0,
-                RESOLVE_NO_SYMLINKS,
-            ))?;
             plain(
                 self.sys
-                    .mount_setattr(fd, true, MOUNT_ATTR_RDONLY | PROC_ATTRS),
+                    .mount_setattr(tree, true, MOUNT_ATTR_RDONLY | PROC_ATTRS),
             )?;
-            self.sys.close(fd);
+            plain(self.sys.move_mount_at(tree, proc, name))?;
+            self.sys.close(tree);
         }
-        self.sys.close(null);
         self.sys.close(proc);
         Ok(())
     }
@@ -610,7 +615,13 @@ impl<S: FsSys> Builder<'_, S> {
                 .open(Some(self.root), dest, O_PATH_DIR, 0, RESOLVE_IN_ROOT),
         )?;
         for name in DEV_NODES {
-            let host = self.host_dev_node(name)?;
+            // A detached copy of the host node, flagged before it is
+            // attached over an empty file of the new /dev.
+            let node = self.host_dev_node(name)?;
+            plain(
+                self.sys
+                    .mount_setattr(node, false, DEV_BIND | MOUNT_ATTR_NOEXEC),
+            )?;
             let fd = plain(self.sys.open(
                 Some(dev),
                 name,
@@ -619,27 +630,7 @@ impl<S: FsSys> Builder<'_, S> {
                 RESOLVE_NO_SYMLINKS,
             ))?;
             self.sys.close(fd);
-            let node = plain(
-                self.sys
-                    .open(Some(dev), name, libc::O_PATH, 0, RESOLVE_NO_SYMLINKS),
-            )?;
-            plain(self.sys.mount(
-                Some(&fd_path(host)),
-                &fd_path(node),
-                None,
-                libc::MS_BIND,
-                None,
-            ))?;
-            self.sys.close(node);
-            self.sys.close(host);
-            let node = plain(
-                self.sys
-                    .open(Some(dev), name, libc::O_PATH, 0, RESOLVE_NO_SYMLINKS),
-            )?;
-            plain(
-                self.sys
-                    .mount_setattr(node, false, DEV_BIND | MOUNT_ATTR_NOEXEC),
-            )?;
+            plain(self.sys.move_mount_at(node, dev, name))?;
             self.sys.close(node);
         }
         for (target, name) in DEV_LINKS {
@@ -680,7 +671,8 @@ impl<S: FsSys> Builder<'_, S> {
         Ok(())
     }
 
-    /// An O_PATH fd of a host device node (the old root is still reachable).
+    /// A detached copy of a host device node's mount (the old root is
+    /// still reachable); the node itself must not be a symlink.
     fn host_dev_node(&mut self, name: &CStr) -> StepResult<RawFd> {
         let dev = match self.host_dev {
             Some(fd) => fd,
@@ -690,10 +682,13 @@ impl<S: FsSys> Builder<'_, S> {
                 fd
             }
         };
-        plain(
+        let node = plain(
             self.sys
                 .open(Some(dev), name, libc::O_PATH, 0, RESOLVE_NO_SYMLINKS),
-        )
+        )?;
+        let tree = self.sys.clone_tree(node, c"", false);
+        self.sys.close(node);
+        plain(tree)
     }
 
     fn open_optional(
@@ -738,18 +733,17 @@ impl<S: FsSys> Builder<'_, S> {
             Err(e) => return Err((e, None)),
         }
         let (parent, name) = self.parent_of(dest)?;
-        if dir {
+        let made = if dir {
             match self.sys.mkdirat(parent, &name, 0o755) {
-                Ok(()) => {}
-                Err(e) if e.errno == Errno::EEXIST => {}
+                Ok(()) => Ok(()),
+                Err(e) if e.errno == Errno::EEXIST => Ok(()),
                 Err(e) => {
                     let hint = hint_for_create(e.errno);
-                    return Err((e, hint));
+                    Err((e, hint))
                 }
             }
         } else {
-            let fd = self
-                .sys
+            self.sys
                 .open(
                     Some(parent),
                     &name,
@@ -757,76 +751,78 @@ impl<S: FsSys> Builder<'_, S> {
                     0o644,
                     RESOLVE_NO_SYMLINKS,
                 )
-                .map_err(|e| (e.clone(), hint_for_create(e.errno)))?;
-            self.sys.close(fd);
-        }
-        self.sys.close(parent);
+                .map(|fd| self.sys.close(fd))
+                .map_err(|e| (e.clone(), hint_for_create(e.errno)))
+        };
+        self.release(parent);
+        made?;
         plain(
             self.sys
                 .open(Some(self.root), dest, libc::O_PATH, 0, RESOLVE_IN_ROOT),
         )
     }
 
+    /// Close a directory fd from [`Self::parent_of`] unless it is the new
+    /// root itself.
+    fn release(&mut self, fd: RawFd) {
+        if fd != self.root {
+            self.sys.close(fd);
+        }
+    }
+
     /// The parent directory of `dest` (created as needed) and the last name.
+    /// Each prefix is resolved once, inside the new root; a missing one is
+    /// created in the directory resolved just before it. The parent of a
+    /// top-level name is the new root's own fd: give it back with
+    /// [`Self::release`].
     fn parent_of(&mut self, dest: &CStr) -> StepResult<(RawFd, CString)> {
         let bytes = dest.to_bytes();
         let (parent, name) = match bytes.iter().rposition(|b| *b == b'/') {
             Some(i) => (&bytes[..i], &bytes[i + 1..]),
             None => (&b""[..], bytes),
         };
+        let mut cur = self.root;
         let mut prefix = Vec::new();
         for comp in parent
             .split(|b| *b == b'/')
             .filter(|c| !c.is_empty() && *c != b".")
         {
-            let parent_path = if prefix.is_empty() {
-                c".".to_owned()
-            } else {
-                CString::new(prefix.clone()).expect("no NUL")
-            };
             if !prefix.is_empty() {
                 prefix.push(b'/');
             }
             prefix.extend_from_slice(comp);
             let here = CString::new(prefix.clone()).expect("no NUL");
-            match self
+            let next = match self
                 .sys
                 .open(Some(self.root), &here, O_PATH_DIR, 0, RESOLVE_IN_ROOT)
             {
-                Ok(fd) => self.sys.close(fd),
+                Ok(fd) => Ok(fd),
                 Err(e) if e.errno == Errno::ENOENT => {
-                    let pfd = plain(self.sys.open(
-                        Some(self.root),
-                        &parent_path,
-                        O_PATH_DIR,
-                        0,
-                        RESOLVE_IN_ROOT,
-                    ))?;
                     let comp = CString::new(comp).expect("no NUL");
-                    let made = self.sys.mkdirat(pfd, &comp, 0o755);
-                    self.sys.close(pfd);
-                    match made {
-                        Ok(()) => {}
-                        Err(e) if e.errno == Errno::EEXIST => {}
-                        Err(e) => return Err((e.clone(), hint_for_create(e.errno))),
+                    match self.sys.mkdirat(cur, &comp, 0o755) {
+                        Ok(()) => plain(self.sys.open(
+                            Some(self.root),
+                            &here,
+                            O_PATH_DIR,
+                            0,
+                            RESOLVE_IN_ROOT,
+                        )),
+                        Err(e) if e.errno == Errno::EEXIST => plain(self.sys.open(
+                            Some(self.root),
+                            &here,
+                            O_PATH_DIR,
+                            0,
+                            RESOLVE_IN_ROOT,
+                        )),
+                        Err(e) => Err((e.clone(), hint_for_create(e.errno))),
                     }
                 }
-                Err(e) => return Err((e, None)),
-            }
+                Err(e) => Err((e, None)),
+            };
+            self.release(cur);
+            cur = next?;
         }
-        let parent_path = if prefix.is_empty() {
-            c".".to_owned()
-        } else {
-            CString::new(prefix).expect("no NUL")
-        };
-        let fd = plain(self.sys.open(
-            Some(self.root),
-            &parent_path,
-            O_PATH_DIR,
-            0,
-            RESOLVE_IN_ROOT,
-        ))?;
-        Ok((fd, CString::new(name).expect("no NUL")))
+        Ok((cur, CString::new(name).expect("no NUL")))
     }
 
     fn scratch_name(&mut self) -> CString {

@@ -57,6 +57,14 @@ impl FsSys for RealFs {
         sys::move_mount(borrow(from), to)
     }
 
+    fn clone_tree(&mut self, dir: RawFd, name: &CStr, recursive: bool) -> Result<RawFd, SysError> {
+        sys::open_tree_clone_at(borrow(dir), name, recursive).map(IntoRawFd::into_raw_fd)
+    }
+
+    fn move_mount_at(&mut self, from: RawFd, dir: RawFd, name: &CStr) -> Result<(), SysError> {
+        sys::move_mount_at(borrow(from), borrow(dir), name)
+    }
+
     fn write_all(&mut self, fd: RawFd, data: &[u8]) -> Result<(), SysError> {
         sys::write_all(fd, data)
     }

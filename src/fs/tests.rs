@@ -78,6 +78,20 @@ impl FsSys for Recorder {
         self.calls.push(format!("move_mount {from} {}", s(to)));
         Ok(())
     }
+    fn clone_tree(&mut self, dir: RawFd, name: &CStr, recursive: bool) -> Result<RawFd, SysError> {
+        self.next_fd += 1;
+        self.calls.push(format!(
+            "clone_tree {dir} {} {recursive} = {}",
+            s(name),
+            self.next_fd + 100
+        ));
+        Ok(self.next_fd + 100)
+    }
+    fn move_mount_at(&mut self, from: RawFd, dir: RawFd, name: &CStr) -> Result<(), SysError> {
+        self.calls
+            .push(format!("move_mount_at {from} {dir} {}", s(name)));
+        Ok(())
+    }
     fn write_all(&mut self, fd: RawFd, data: &[u8]) -> Result<(), SysError> {
         self.calls.push(format!("write {fd} {}", data.len()));
         Ok(())
@@ -261,4 +275,56 @@ fn dev_gets_only_the_minimal_nodes() {
             "{forbidden} must not be exposed"
         );
     }
+}
+
+#[test]
+fn proc_masks_and_dev_nodes_are_flagged_before_they_are_attached() {
+    let spec = spec_with(vec![
+        crate::spec::FsOp::Proc {
+            dest: "/proc".into(),
+        },
+        crate::spec::FsOp::Dev {
+            dest: "/dev".into(),
+        },
+    ]);
+    let mut rec = Recorder::default();
+    run(&mut rec, &plan(&spec, false), &[], &spec).unwrap();
+    let c = &rec.calls;
+    // Every detached copy gets its flags before it is attached.
+    let mut attached = 0;
+    for (i, call) in c.iter().enumerate() {
+        let Some(rest) = call.strip_prefix("clone_tree ") else {
+            continue;
+        };
+        let fd = rest.rsplit(" = ").next().unwrap();
+        let flags = c[i..]
+            .iter()
+            .position(|x| x.starts_with(&format!("setattr {fd} ")))
+            .unwrap_or_else(|| panic!("no flags for tree {fd}: {c:#?}"));
+        let attach = c[i..]
+            .iter()
+            .position(|x| {
+                x.starts_with(&format!("move_mount_at {fd} "))
+                    || x.starts_with(&format!("move_mount {fd} "))
+            })
+            .unwrap_or_else(|| panic!("tree {fd} never attached: {c:#?}"));
+        assert!(flags < attach, "flags after attaching tree {fd}: {c:#?}");
+        attached += 1;
+    }
+    // /dev/null for the proc masks, 4 read-only proc dirs, 6 device nodes.
+    assert_eq!(attached, 1 + 4 + 6, "{c:#?}");
+    // The first clone is the /dev/null mask, cloned from the host node
+    // opened without following symlinks.
+    let first = c.iter().position(|x| x.starts_with("clone_tree ")).unwrap();
+    assert!(c[first - 1].contains(" null = "), "{c:#?}");
+    let null_mask = c[first].rsplit(" = ").next().unwrap().to_string();
+    let expected_attrs = format!("{:#x}", plan::RO_BIND | crate::sys::MOUNT_ATTR_NOEXEC);
+    assert!(c.contains(&format!("setattr {null_mask} false {expected_attrs}")));
+    // The other masked files are binds of the flagged mask (a bind copies
+    // the flags of its source).
+    let binds = c
+        .iter()
+        .filter(|x| x.starts_with(&format!("mount /proc/self/fd/{null_mask} ")))
+        .count();
+    assert_eq!(binds, super::build::PROC_MASKED_FILE_COUNT - 1, "{c:#?}");
 }

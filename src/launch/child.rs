@@ -252,7 +252,7 @@ fn workload_main(p: &Prepared, sock: &OwnedFd) -> ! {
         );
         sys::exit_now(125)
     };
-    sys::reset_signals();
+    sys::reset_signals(p.non_default_signals);
     if let Err(e) = sys::setsid() {
         fail("starting the workload's session", e);
     }

@@ -83,6 +83,10 @@ pub struct Prepared {
     pub idmap_sources: Vec<(usize, PathBuf)>,
     /// Network mode `proxy`: the compiled policy and the Unix door.
     pub proxy: Option<ProxyPrep>,
+    /// Signals whose disposition in the supervisor is not SIG_DFL (bit N-1
+    /// for signal N): those the workload resets. Every signal unless the
+    /// caller knows better.
+    pub non_default_signals: u64,
 }
 
 /// The egress proxy of a `proxy`-mode sandbox, prepared before clone; the
@@ -248,6 +252,7 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
         kept_uppers,
         idmap_sources,
         proxy,
+        non_default_signals: u64::MAX,
     })
 }
 

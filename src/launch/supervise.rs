@@ -109,11 +109,13 @@ pub fn run(
     opts: &RunOptions,
 ) -> Result<(ExitReport, [Option<Captured>; 2]), LaunchError> {
     let started = Instant::now();
-    let threads = sys::thread_count();
-    if threads != 1 {
-        return Err(LaunchError::MultiThreaded(threads));
+    let status = sys::self_status();
+    if status.threads != 1 {
+        return Err(LaunchError::MultiThreaded(status.threads));
     }
     let mut p = prepare(spec, opts.capture_bytes.is_some())?;
+    // Read before prepare, which installs no signal handler.
+    p.non_default_signals = status.non_default_signals;
     let mut status_file = match &opts.status_file {
         Some(path) => Some(std::fs::File::create(path).map_err(|e| {
             LaunchError::Prepare(format!("cannot write status file {}: {e}", path.display()))

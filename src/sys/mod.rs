@@ -80,6 +80,57 @@ pub(crate) fn check(
     }
 }
 
+/// What the launcher needs from /proc/self/status, read once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SelfStatus {
+    /// Threads of this process (0 when unknown).
+    pub threads: usize,
+    /// Signals whose disposition is not SIG_DFL (ignored or caught), bit
+    /// N-1 for signal N; every signal when unknown.
+    pub non_default_signals: u64,
+}
+
+/// Read [`SelfStatus`] from /proc/self/status (the thread count falls back
+/// to counting /proc/self/task; the signal set to "every signal").
+pub fn self_status() -> SelfStatus {
+    let mut status = SelfStatus {
+        threads: 0,
+        non_default_signals: u64::MAX,
+    };
+    // One open and one or two reads: the file is about 1.5 KiB.
+    let mut buf = [0u8; 8192];
+    let mut len = 0;
+    if let Ok(mut f) = std::fs::File::open("/proc/self/status") {
+        use std::io::Read;
+        while len < buf.len() {
+            match f.read(&mut buf[len..]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => len += n,
+            }
+        }
+    }
+    let (mut ign, mut cgt) = (None, None);
+    for line in buf[..len].split(|b| *b == b'\n') {
+        let Ok(line) = std::str::from_utf8(line) else {
+            continue;
+        };
+        if let Some(n) = line.strip_prefix("Threads:") {
+            status.threads = n.trim().parse().unwrap_or(0);
+        } else if let Some(m) = line.strip_prefix("SigIgn:") {
+            ign = u64::from_str_radix(m.trim(), 16).ok();
+        } else if let Some(m) = line.strip_prefix("SigCgt:") {
+            cgt = u64::from_str_radix(m.trim(), 16).ok();
+        }
+    }
+    if let (Some(ign), Some(cgt)) = (ign, cgt) {
+        status.non_default_signals = ign | cgt;
+    }
+    if status.threads == 0 {
+        status.threads = thread_count();
+    }
+    status
+}
+
 /// Number of threads of this process, from /proc/self/status (or the task
 /// directory count when that is unreadable).
 pub fn thread_count() -> usize {
@@ -95,4 +146,24 @@ pub fn thread_count() -> usize {
     std::fs::read_dir("/proc/self/task")
         .map(|d| d.count())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_status_reports_ignored_and_default_signals() {
+        // SAFETY: SIG_IGN is a valid disposition; this test owns its process
+        // (one process per test under nextest).
+        unsafe { libc::signal(libc::SIGURG, libc::SIG_IGN) };
+        let status = self_status();
+        assert!(status.threads >= 1);
+        let bit = |sig: libc::c_int| 1u64 << (sig - 1);
+        assert_ne!(status.non_default_signals & bit(libc::SIGURG), 0);
+        assert_eq!(status.non_default_signals & bit(libc::SIGWINCH), 0);
+        // SAFETY: as above.
+        unsafe { libc::signal(libc::SIGURG, libc::SIG_DFL) };
+        assert_eq!(self_status().non_default_signals & bit(libc::SIGURG), 0);
+    }
 }

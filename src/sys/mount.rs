@@ -152,6 +152,65 @@ pub fn move_mount(from: BorrowedFd<'_>, to: &CStr) -> Result<(), SysError> {
     .map(drop)
 }
 
+/// open_tree(dir, name, OPEN_TREE_CLONE|AT_SYMLINK_NOFOLLOW[|AT_RECURSIVE]):
+/// a detached copy of the mount at `name` under `dir` (a symlink there is
+/// not followed); an empty `name` means `dir` itself (AT_EMPTY_PATH).
+pub fn open_tree_clone_at(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    recursive: bool,
+) -> Result<OwnedFd, SysError> {
+    let mut flags = OPEN_TREE_CLONE
+        | libc::O_CLOEXEC as libc::c_uint
+        | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint;
+    if name.is_empty() {
+        flags |= libc::AT_EMPTY_PATH as libc::c_uint;
+    }
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
+    // SAFETY: name is a valid C string; flags are plain integers.
+    let r = unsafe { libc::syscall(libc::SYS_open_tree, dir.as_raw_fd(), name.as_ptr(), flags) };
+    let r = check(r, || {
+        format!(
+            "open_tree(fd {}, {}, OPEN_TREE_CLONE)",
+            dir.as_raw_fd(),
+            q(name)
+        )
+    })?;
+    // SAFETY: open_tree returned a new fd that we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+}
+
+/// move_mount(from_fd, "", to_dir, to_name, MOVE_MOUNT_F_EMPTY_PATH): a
+/// symlink as the target's last component is not followed.
+pub fn move_mount_at(
+    from: BorrowedFd<'_>,
+    to_dir: BorrowedFd<'_>,
+    to_name: &CStr,
+) -> Result<(), SysError> {
+    // SAFETY: both paths are valid C strings.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from.as_raw_fd(),
+            c"".as_ptr(),
+            to_dir.as_raw_fd(),
+            to_name.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    check(r, || {
+        format!(
+            "move_mount(fd {}, fd {}, {})",
+            from.as_raw_fd(),
+            to_dir.as_raw_fd(),
+            q(to_name)
+        )
+    })
+    .map(drop)
+}
+
 #[repr(C)]
 struct OpenHow {
     flags: u64,

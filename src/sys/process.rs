@@ -269,9 +269,12 @@ pub fn setrlimit(resource: libc::c_int, value: u64) -> Result<(), SysError> {
 
 /// Every signal back to its default disposition and an empty mask, as a
 /// freshly exec'd program expects (Rust ignores SIGPIPE, for one).
-pub fn reset_signals() {
+/// `non_default` holds the signals (bit N-1 for signal N) whose disposition
+/// may not be SIG_DFL ([`super::SelfStatus::non_default_signals`]); the
+/// others already are, and are left alone.
+pub fn reset_signals(non_default: u64) {
     for sig in 1..=64 {
-        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP || non_default & (1u64 << (sig - 1)) == 0 {
             continue;
         }
         // SAFETY: SIG_DFL is always a valid disposition; errors (reserved
