@@ -54,7 +54,8 @@ Exit status: the command's; 128+N when killed by signal N; 124 on timeout;
 /// A change to the Spec, applied after the base profile is chosen.
 type SpecEdit = Box<dyn FnOnce(&mut Spec) -> Result<()>>;
 
-/// Parse `hutch run` arguments into a Spec and options.
+/// Parse `hutch run` arguments into a Spec and options. The Spec is not
+/// validated here: `launch::run` validates it before anything happens.
 pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let mut it = args.iter().map(|a| {
@@ -372,7 +373,7 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
     }
     egress.apply(&mut spec)?;
     spec.command = command;
-    spec::validate(&spec)?;
+    // Validation happens once, in the launcher's prepare step.
     Ok((spec, opts))
 }
 
