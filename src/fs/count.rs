@@ -4,7 +4,7 @@
 //! `O_NOFOLLOW`, never follows a link, never opens anything but
 //! directories, and stops at a depth and an entry bound.
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 
 use nix::dir::{Dir, Type};
 use nix::fcntl::OFlag;
@@ -32,7 +32,6 @@ pub fn changed_paths(upper: BorrowedFd<'_>) -> u64 {
 }
 
 fn walk(mut dir: Dir, depth: usize, count: &mut u64) -> bool {
-    let fd = dir.as_raw_fd();
     let mut entries = 0u64;
     let names: Vec<(std::ffi::CString, Option<Type>)> = dir
         .iter()
@@ -49,8 +48,7 @@ fn walk(mut dir: Dir, depth: usize, count: &mut u64) -> bool {
             Some(Type::Directory) => true,
             Some(_) => false,
             None => nix::sys::stat::fstatat(
-                // SAFETY: fd belongs to `dir`, alive for this whole loop.
-                unsafe { BorrowedFd::borrow_raw(fd) },
+                dir.as_fd(),
                 name.as_c_str(),
                 nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
             )
@@ -65,10 +63,8 @@ fn walk(mut dir: Dir, depth: usize, count: &mut u64) -> bool {
             *count += 1;
             continue;
         }
-        // SAFETY: fd belongs to `dir`, alive for this whole loop.
-        let parent = unsafe { BorrowedFd::borrow_raw(fd) };
         match Dir::openat(
-            parent,
+            dir.as_fd(),
             name.as_c_str(),
             OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::empty(),

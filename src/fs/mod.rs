@@ -4,10 +4,9 @@
 pub mod build;
 pub mod count;
 pub mod plan;
-mod real;
+
 #[cfg(test)]
 mod tests;
 
 pub use build::{BuildError, Built, FsSys, Sources, build, op_names, open_sources};
 pub use plan::{Plan, Step, Upper, plan};
-pub use real::RealFs;

@@ -31,7 +31,8 @@ use nix::sys::signal::{SigSet, Signal};
 
 use super::message::{self, Message};
 use super::prepare::Prepared;
-use crate::fs::{self, RealFs};
+use super::real_fs::RealFs;
+use crate::fs;
 use crate::sys::{self, Errno, SysError};
 
 /// Signals pid 1 forwards to the workload.

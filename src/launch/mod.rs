@@ -9,6 +9,7 @@
 mod child;
 pub mod message;
 pub mod prepare;
+mod real_fs;
 pub mod report;
 mod supervise;
 

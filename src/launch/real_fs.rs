@@ -3,7 +3,7 @@
 use std::ffi::CStr;
 use std::os::fd::{BorrowedFd, IntoRawFd, RawFd};
 
-use super::FsSys;
+use crate::fs::FsSys;
 use crate::sys::{self, SysError};
 
 /// The real syscall layer (used in the child).
