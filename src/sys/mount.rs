@@ -69,12 +69,13 @@ pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> Result<(), SysError> {
     check(r, || format!("pivot_root({}, {})", q(new_root), q(put_old))).map(drop)
 }
 
+/// The kernel's `struct mount_attr` (mount_setattr).
 #[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
+pub(crate) struct MountAttr {
+    pub(crate) attr_set: u64,
+    pub(crate) attr_clr: u64,
+    pub(crate) propagation: u64,
+    pub(crate) userns_fd: u64,
 }
 
 /// mount_setattr(2) on the mount at `fd` (AT_EMPTY_PATH), optionally

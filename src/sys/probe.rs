@@ -6,6 +6,8 @@
 //! bare syscall returning the raw [`Errno`]; none allocates or formats.
 //! The parent turns the result into words.
 
+use super::mount::MountAttr;
+use super::process::CloneArgs;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
@@ -486,14 +488,6 @@ pub fn open_tree_clone(path: &[u8], n: u32) -> StepResult {
     )
 }
 
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
 /// mount_setattr(fd, "", AT_EMPTY_PATH, {set, userns_fd}).
 pub fn mount_setattr(fd: i64, set: u64, userns_fd: i64, n: u32) -> StepResult {
     let attr = MountAttr {
@@ -625,22 +619,6 @@ pub fn landlock_restrict(handled_fs: u64, n: u32) -> StepResult {
     );
     close(fd);
     r
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
 }
 
 /// clone3 with CLONE_PIDFD and no stack; the new child _exit(0)s at once.

@@ -18,20 +18,21 @@ pub const CLONE_PIDFD: u64 = 0x0000_1000;
 pub const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
 pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
+/// The kernel's `struct clone_args` (clone3).
 #[repr(C)]
 #[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
+pub(crate) struct CloneArgs {
+    pub(crate) flags: u64,
+    pub(crate) pidfd: u64,
+    pub(crate) child_tid: u64,
+    pub(crate) parent_tid: u64,
+    pub(crate) exit_signal: u64,
+    pub(crate) stack: u64,
+    pub(crate) stack_size: u64,
+    pub(crate) tls: u64,
+    pub(crate) set_tid: u64,
+    pub(crate) set_tid_size: u64,
+    pub(crate) cgroup: u64,
 }
 
 /// What clone3 returned.
