@@ -2,97 +2,21 @@
 //! `audit.jsonl`, tagged with their command and bounded in number.
 
 mod proxy_support;
+mod session_support;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use serde_json::Value;
-
-fn require(cond: bool, reason: &str) -> bool {
-    if !cond {
-        if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-            panic!("required feature missing: {reason}");
-        }
-        eprintln!("skipped: {reason}");
-    }
-    cond
-}
-
-fn can_sandbox() -> bool {
-    Command::new(env!("CARGO_BIN_EXE_hutch"))
-        .args(["run", "--", "/bin/true"])
-        .stdin(Stdio::null())
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        let mut b = [0u8; 8];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-            .unwrap();
-        let p = std::env::temp_dir().join(format!("hutch-test-{tag}-{}", hex::encode(b)));
-        std::fs::create_dir(&p).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Tmp(p)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `hutch session --state-dir STATE ARGS`, optionally as uid 65534.
-fn hutch(state: &Path, args: &[&str], unprivileged: bool) -> Output {
-    let mut c = if unprivileged {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(env!("CARGO_BIN_EXE_hutch"))
-            .env("HOME", "/nonexistent");
-        c
-    } else {
-        Command::new(env!("CARGO_BIN_EXE_hutch"))
-    };
-    c.arg("session")
-        .arg("--state-dir")
-        .arg(state)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn ok(o: &Output) -> Result<String> {
-    if !o.status.success() {
-        bail!(
-            "hutch failed ({:?}): {}",
-            o.status.code(),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-}
+use session_support::*;
 
 /// A session over a one-file directory; returns (state dir, id).
 fn session(t: &Tmp, unprivileged: bool) -> Result<(PathBuf, String)> {
     let src = t.0.join("src");
     std::fs::create_dir(&src)?;
     std::fs::write(src.join("a.txt"), "a\n")?;
-    let state = t.0.join("state");
-    std::fs::create_dir(&state)?;
-    if unprivileged {
-        Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(&t.0)
-            .status()?;
-    }
+    let state = state_dir(t, unprivileged)?;
     let id = ok(&hutch(
         &state,
         &["create", "--from", src.to_str().unwrap()],

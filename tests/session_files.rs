@@ -2,105 +2,14 @@
 //! bounded read/write, close and gc, driven through `hutch session` the way
 //! an agent platform does, on upper directories built directly.
 
-use std::io::Write;
+mod session_support;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use anyhow::{Context, Result, bail};
-
-/// Skip (or fail under HUTCH_REQUIRE=all) when `cond` is false.
-fn require(cond: bool, reason: &str) -> bool {
-    if !cond {
-        if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-            panic!("required feature missing: {reason}");
-        }
-        eprintln!("skipped: {reason}");
-    }
-    cond
-}
-
-fn is_root() -> bool {
-    hutch::sys::geteuid() == 0
-}
-
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        let mut b = [0u8; 8];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-            .unwrap();
-        let p = std::env::temp_dir().join(format!("hutch-test-{tag}-{}", hex::encode(b)));
-        std::fs::create_dir(&p).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Tmp(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = Command::new("chmod")
-            .arg("-R")
-            .arg("u+rwx")
-            .arg(&self.0)
-            .status();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn hutch(state: &Path, args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hutch"))
-        .arg("session")
-        .arg("--state-dir")
-        .arg(state)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut i = child.stdin.take().unwrap();
-    let _ = i.write_all(stdin);
-    drop(i);
-    child.wait_with_output().unwrap()
-}
-
-fn ok(o: &Output) -> Result<String> {
-    if !o.status.success() {
-        bail!(
-            "hutch failed ({:?}): {}",
-            o.status.code(),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
-fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    let o = Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .output()?;
-    if !o.status.success() {
-        bail!("git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    }
-    Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
-}
+use session_support::*;
 
 /// A repository with text, binary, executable and nested files; returns
 /// (repo, commit).
@@ -125,7 +34,7 @@ fn repo(t: &Tmp) -> Result<(PathBuf, String)> {
 fn create_git(state: &Path, repo: &Path, rev: &str, extra: &[&str]) -> Output {
     let mut args = vec!["create", "--from-git", repo.to_str().unwrap(), "--rev", rev];
     args.extend_from_slice(extra);
-    hutch(state, &args, b"")
+    hutch(state, &args, false)
 }
 
 fn upper(state: &Path, id: &str) -> PathBuf {
@@ -170,31 +79,37 @@ fn full_flow_from_git_ends_in_git_apply_check() -> Result<()> {
     assert_eq!(mode(&base.join("run.sh"))?, 0o755);
     assert_eq!(mode(&state.join(&id).join("baseline/manifest"))?, 0o444);
 
-    ok(&hutch(
+    ok(&hutch_with_stdin(
         &state,
         &["write", &id, "a.txt"],
+        false,
         b"one\nTWO\nthree\n",
     ))?;
-    ok(&hutch(&state, &["write", &id, "new/dir/n.txt"], b"fresh\n"))?;
+    ok(&hutch_with_stdin(
+        &state,
+        &["write", &id, "new/dir/n.txt"],
+        false,
+        b"fresh\n",
+    ))?;
     assert_eq!(
         ok(&hutch(
             &state,
             &["read", &id, "a.txt", "--max-bytes", "1K"],
-            b""
+            false
         ))?,
         "one\nTWO\nthree\n"
     );
     assert_eq!(
-        ok(&hutch(&state, &["read", &id, "/workspace/d/x"], b""))?,
+        ok(&hutch(&state, &["read", &id, "/workspace/d/x"], false))?,
         "x\n"
     );
 
-    let stat = ok(&hutch(&state, &["diff", &id, "--format", "stat"], b""))?;
+    let stat = ok(&hutch(&state, &["diff", &id, "--format", "stat"], false))?;
     assert!(
         stat.contains(" a.txt ") && stat.contains("2 files changed"),
         "{stat}"
     );
-    let patch = hutch(&state, &["diff", &id, "--format", "unified"], b"");
+    let patch = hutch(&state, &["diff", &id, "--format", "unified"], false);
     let fresh = apply_on_fresh(
         &t,
         &r,
@@ -222,7 +137,7 @@ fn full_flow_from_git_ends_in_git_apply_check() -> Result<()> {
             "--patch",
             "new",
         ],
-        b"",
+        false,
     ))?;
     let m: serde_json::Value = serde_json::from_str(&m)?;
     let file = m["entries"]
@@ -241,9 +156,9 @@ fn full_flow_from_git_ends_in_git_apply_check() -> Result<()> {
     std::io::Read::read_to_string(&mut z.by_name(".hutch/changes.patch")?, &mut p)?;
     assert_eq!(p.as_bytes(), &patch.stdout[..]);
 
-    ok(&hutch(&state, &["close", &id], b""))?;
+    ok(&hutch(&state, &["close", &id], false))?;
     assert!(!state.join(&id).exists());
-    ok(&hutch(&state, &["close", &id], b"")).context("second close")?;
+    ok(&hutch(&state, &["close", &id], false)).context("second close")?;
     Ok(())
 }
 
@@ -302,13 +217,13 @@ fn risky_commits_are_refused_unless_allowed() -> Result<()> {
         setup(&r)?;
         git(&r, &["commit", "-qm", what])?;
         let rev = git(&r, &["rev-parse", "HEAD"])?;
-        let before = ok(&hutch(&state, &["list"], b""))?;
+        let before = ok(&hutch(&state, &["list"], false))?;
         let o = create_git(&state, &r, &rev, &[]);
         assert_eq!(o.status.code(), Some(125), "{what} accepted");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(flag), "{what}: {err}");
         assert_eq!(
-            ok(&hutch(&state, &["list"], b""))?,
+            ok(&hutch(&state, &["list"], false))?,
             before,
             "{what} left a session behind"
         );
@@ -395,7 +310,7 @@ fn fingerprints_are_stable_and_checked() -> Result<()> {
     let b = ok(&hutch(
         &state,
         &["create", "--from", r.to_str().unwrap()],
-        b"",
+        false,
     ))?
     .trim()
     .to_string();
@@ -427,7 +342,7 @@ fn fingerprints_are_stable_and_checked() -> Result<()> {
     assert_eq!(o.status.code(), Some(125));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("does not match") && err.contains(&fp), "{err}");
-    assert_eq!(ok(&hutch(&state, &["list"], b""))?.lines().count(), 3);
+    assert_eq!(ok(&hutch(&state, &["list"], false))?.lines().count(), 3);
     Ok(())
 }
 
@@ -468,7 +383,7 @@ fn diff_covers_deletions_modes_links_binaries_and_type_changes() -> Result<()> {
     std::fs::write(u.join("d/z"), "z\n")?;
     std::fs::write(u.join("same.txt"), "")?; // new empty file
 
-    let o = hutch(&state, &["diff", &id], b"");
+    let o = hutch(&state, &["diff", &id], false);
     ok(&o)?;
     let p = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -504,7 +419,7 @@ fn diff_covers_deletions_modes_links_binaries_and_type_changes() -> Result<()> {
     assert!(fresh.join("same.txt").is_file());
 
     let j: serde_json::Value =
-        serde_json::from_slice(&hutch(&state, &["diff", &id, "--format", "json"], b"").stdout)?;
+        serde_json::from_slice(&hutch(&state, &["diff", &id, "--format", "json"], false).stdout)?;
     let status = |p: &str| {
         j["files"]
             .as_array()
@@ -519,14 +434,14 @@ fn diff_covers_deletions_modes_links_binaries_and_type_changes() -> Result<()> {
     assert_eq!(status("run.sh"), Some("modified".into()));
 
     // --max-bytes: fails whole, prints nothing.
-    let o = hutch(&state, &["diff", &id, "--max-bytes", "100"], b"");
+    let o = hutch(&state, &["diff", &id, "--max-bytes", "100"], false);
     assert_eq!(o.status.code(), Some(125));
     assert!(o.stdout.is_empty());
     assert!(String::from_utf8_lossy(&o.stderr).contains("limit of 100 bytes"));
     let o = hutch(
         &state,
         &["diff", &id, "--format", "stat", "--max-bytes", "20"],
-        b"",
+        false,
     );
     assert!(o.stdout.is_empty() && o.status.code() == Some(125));
     Ok(())
@@ -551,7 +466,7 @@ fn hostile_names_are_quoted_and_still_apply() -> Result<()> {
     for n in names {
         std::fs::write(u.join(n), format!("{n:?}\n"))?;
     }
-    let o = hutch(&state, &["diff", &id], b"");
+    let o = hutch(&state, &["diff", &id], false);
     let p = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(
         p.contains("diff --git \"a/new\\nline\" \"b/new\\nline\""),
@@ -564,7 +479,7 @@ fn hostile_names_are_quoted_and_still_apply() -> Result<()> {
     for n in names {
         assert_eq!(std::fs::read_to_string(fresh.join(n))?, format!("{n:?}\n"));
     }
-    let stat = ok(&hutch(&state, &["diff", &id, "--format", "stat"], b""))?;
+    let stat = ok(&hutch(&state, &["diff", &id, "--format", "stat"], false))?;
     assert!(
         stat.contains("\"new\\nline\"") && !stat.contains('\x1b'),
         "{stat}"
@@ -684,7 +599,7 @@ fn export_records_links_strips_modes_and_skips_fifos() -> Result<()> {
             "8",
             "out",
         ],
-        b"",
+        false,
     );
     assert_eq!(o.status.code(), Some(125));
     assert!(!capped.exists());
@@ -692,7 +607,7 @@ fn export_records_links_strips_modes_and_skips_fifos() -> Result<()> {
     let o = hutch(
         &state,
         &["export", &id, "--out", capped.to_str().unwrap(), "../x"],
-        b"",
+        false,
     );
     assert_eq!(o.status.code(), Some(125));
     let o = hutch(
@@ -704,7 +619,7 @@ fn export_records_links_strips_modes_and_skips_fifos() -> Result<()> {
             capped.to_str().unwrap(),
             "out/shadow/x",
         ],
-        b"",
+        false,
     );
     assert_eq!(o.status.code(), Some(125));
     Ok(())
@@ -712,15 +627,7 @@ fn export_records_links_strips_modes_and_skips_fifos() -> Result<()> {
 
 /// Run hutch, failing the test if it hangs (e.g. on a FIFO).
 fn run_with_timeout(state: &Path, args: &[&str]) -> Result<Output> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hutch"))
-        .arg("session")
-        .arg("--state-dir")
-        .arg(state)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
+    let mut child = hutch_command(state, args, false).spawn()?;
     let start = std::time::Instant::now();
     while child.try_wait()?.is_none() {
         if start.elapsed() > std::time::Duration::from_secs(20) {
@@ -739,24 +646,27 @@ fn read_and_write_are_bounded_and_confined() -> Result<()> {
     let state = t.path().join("state");
     let id = ok(&create_git(&state, &r, &rev, &[]))?.trim().to_string();
     let u = upper(&state, &id);
-    let o = hutch(&state, &["read", &id, "a.txt", "--max-bytes", "4"], b"");
+    let o = hutch(&state, &["read", &id, "a.txt", "--max-bytes", "4"], false);
     assert_eq!(o.status.code(), Some(125));
     assert!(o.stdout.is_empty());
-    let o = hutch(
+    let o = hutch_with_stdin(
         &state,
         &["write", &id, "big.txt", "--max-bytes", "4"],
+        false,
         b"12345",
     );
     assert_eq!(o.status.code(), Some(125));
     assert!(!u.join("big.txt").exists());
     for bad in ["../../etc/passwd", "/etc/passwd"] {
         assert_eq!(
-            hutch(&state, &["read", &id, bad], b"").status.code(),
+            hutch(&state, &["read", &id, bad], false).status.code(),
             Some(125),
             "{bad}"
         );
         assert_eq!(
-            hutch(&state, &["write", &id, bad], b"x").status.code(),
+            hutch_with_stdin(&state, &["write", &id, bad], false, b"x")
+                .status
+                .code(),
             Some(125),
             "{bad}"
         );
@@ -765,37 +675,40 @@ fn read_and_write_are_bounded_and_confined() -> Result<()> {
     std::os::unix::fs::symlink("/etc", u.join("etc"))?;
     std::os::unix::fs::symlink("/etc/passwd", u.join("pw"))?;
     assert_eq!(
-        hutch(&state, &["read", &id, "etc/passwd"], b"")
+        hutch(&state, &["read", &id, "etc/passwd"], false)
             .status
             .code(),
         Some(125)
     );
     assert_eq!(
-        hutch(&state, &["read", &id, "pw"], b"").status.code(),
+        hutch(&state, &["read", &id, "pw"], false).status.code(),
         Some(125)
     );
     assert_eq!(
-        hutch(&state, &["write", &id, "etc/evil"], b"x")
+        hutch_with_stdin(&state, &["write", &id, "etc/evil"], false, b"x")
             .status
             .code(),
         Some(125)
     );
     assert_eq!(
-        hutch(&state, &["write", &id, "pw"], b"x").status.code(),
+        hutch_with_stdin(&state, &["write", &id, "pw"], false, b"x")
+            .status
+            .code(),
         Some(125)
     );
     assert!(!Path::new("/etc/evil").exists());
     // Writing over a baseline executable keeps its mode (like copy-up).
-    ok(&hutch(
+    ok(&hutch_with_stdin(
         &state,
         &["write", &id, "run.sh"],
+        false,
         b"#!/bin/sh\necho new\n",
     ))?;
     assert_eq!(
         std::fs::metadata(u.join("run.sh"))?.permissions().mode() & 0o777,
         0o755
     );
-    let diff = ok(&hutch(&state, &["diff", &id], b""))?;
+    let diff = ok(&hutch(&state, &["diff", &id], false))?;
     assert!(
         diff.contains("+echo new") && !diff.contains("old mode"),
         "{diff}"
@@ -826,25 +739,25 @@ fn close_and_gc_never_follow_links_out() -> Result<()> {
     let mut info: serde_json::Value = serde_json::from_slice(&std::fs::read(&info_path)?)?;
     info["used_unix_ms"] = (hutch::workspace::now_ms() - 2 * 86_400_000).into();
     std::fs::write(&info_path, serde_json::to_vec(&info)?)?;
-    let removed = ok(&hutch(&state, &["gc", "--older-than", "1d"], b""))?;
+    let removed = ok(&hutch(&state, &["gc", "--older-than", "1d"], false))?;
     assert_eq!(removed.trim(), a);
     assert!(!state.join(&a).exists());
     assert!(state.join(&b).exists());
     assert_eq!(std::fs::read_to_string(outside.join("precious"))?, "keep");
     // close is idempotent; ids that could name paths are refused.
-    ok(&hutch(&state, &["close", &b], b""))?;
-    ok(&hutch(&state, &["close", &b], b""))?;
+    ok(&hutch(&state, &["close", &b], false))?;
+    ok(&hutch(&state, &["close", &b], false))?;
     assert_eq!(
-        hutch(&state, &["close", "../outside"], b"").status.code(),
+        hutch(&state, &["close", "../outside"], false).status.code(),
         Some(125)
     );
     assert!(outside.join("precious").exists());
-    assert_eq!(ok(&hutch(&state, &["list"], b""))?, "");
+    assert_eq!(ok(&hutch(&state, &["list"], false))?, "");
     // A state directory others can write to is refused.
     let shared = t.path().join("shared");
     std::fs::create_dir(&shared)?;
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777))?;
-    let o = hutch(&shared, &["list"], b"");
+    let o = hutch(&shared, &["list"], false);
     assert_eq!(o.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&o.stderr).contains("writable by others"));
     Ok(())
@@ -867,25 +780,11 @@ fn unprivileged_user_runs_the_file_operations() -> Result<()> {
         .args(["-R", "65534:65534"])
         .arg(&state)
         .status()?;
-    let run = |args: &[&str], stdin: &[u8]| -> Result<Output> {
-        let mut child = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(env!("CARGO_BIN_EXE_hutch"))
-            .args(["session", "--state-dir"])
-            .arg(&state)
-            .args(args)
-            .env("HOME", "/nonexistent")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        child.stdin.take().unwrap().write_all(stdin)?;
-        Ok(child.wait_with_output()?)
-    };
-    let id = ok(&run(&["create", "--from", r.to_str().unwrap()], b"")?)?
+    let run = |args: &[&str], stdin: &[u8]| hutch_with_stdin(&state, args, true, stdin);
+    let id = ok(&run(&["create", "--from", r.to_str().unwrap()], b""))?
         .trim()
         .to_string();
-    ok(&run(&["write", &id, "a.txt"], b"changed\n")?)?;
+    ok(&run(&["write", &id, "a.txt"], b"changed\n"))?;
     let u = upper(&state, &id);
     // An unprivileged overlay (userxattr) marks opaque directories with user.*.
     std::fs::create_dir(u.join("d"))?;
@@ -899,7 +798,7 @@ fn unprivileged_user_runs_the_file_operations() -> Result<()> {
         .arg(&u)
         .status()?;
     let j: serde_json::Value =
-        serde_json::from_slice(&run(&["diff", &id, "--format", "json"], b"")?.stdout)?;
+        serde_json::from_slice(&run(&["diff", &id, "--format", "json"], b"").stdout)?;
     let paths: Vec<_> = j["files"]
         .as_array()
         .unwrap()
@@ -911,8 +810,8 @@ fn unprivileged_user_runs_the_file_operations() -> Result<()> {
     ok(&run(
         &["export", &id, "--out", out.to_str().unwrap(), "a.txt"],
         b"",
-    )?)?;
-    ok(&run(&["close", &id], b"")?)?;
+    ))?;
+    ok(&run(&["close", &id], b""))?;
     assert!(!state.join(&id).exists());
     Ok(())
 }

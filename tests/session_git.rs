@@ -3,109 +3,14 @@
 //! root and as an unprivileged user, from the CLI and from a threaded
 //! library caller.
 
+mod session_support;
+
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::Command;
 
-use anyhow::{Result, bail};
-
-/// Skip (or fail under HUTCH_REQUIRE=all) when `cond` is false.
-fn require(cond: bool, reason: &str) -> bool {
-    if !cond {
-        if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-            panic!("required feature missing: {reason}");
-        }
-        eprintln!("skipped: {reason}");
-    }
-    cond
-}
-
-fn is_root() -> bool {
-    hutch::sys::geteuid() == 0
-}
-
-fn can_sandbox() -> bool {
-    Command::new(env!("CARGO_BIN_EXE_hutch"))
-        .args(["run", "--", "/bin/true"])
-        .stdin(Stdio::null())
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        let mut b = [0u8; 8];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-            .unwrap();
-        let p = std::env::temp_dir().join(format!("hutch-test-{tag}-{}", hex::encode(b)));
-        std::fs::create_dir(&p).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Tmp(p)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `hutch session --state-dir STATE ARGS`, optionally as uid 65534.
-fn hutch(state: &Path, args: &[&str], unprivileged: bool) -> Output {
-    let mut c = if unprivileged {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(env!("CARGO_BIN_EXE_hutch"))
-            .env("HOME", "/nonexistent");
-        c
-    } else {
-        Command::new(env!("CARGO_BIN_EXE_hutch"))
-    };
-    c.arg("session")
-        .arg("--state-dir")
-        .arg(state)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn ok(o: &Output) -> Result<String> {
-    if !o.status.success() {
-        bail!(
-            "hutch failed ({:?}): {}",
-            o.status.code(),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
-}
-
-fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    let o = Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "init.defaultBranch=main",
-            "-c",
-            "safe.directory=*",
-        ])
-        .args(args)
-        .output()?;
-    if !o.status.success() {
-        bail!("git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    }
-    Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
-}
+use anyhow::Result;
+use session_support::*;
 
 /// A repository with one commit at `dir`; returns the commit id.
 fn repo(dir: &Path) -> Result<String> {
@@ -117,18 +22,6 @@ fn repo(dir: &Path) -> Result<String> {
     git(dir, &["add", "-A"])?;
     git(dir, &["commit", "-qm", "init"])?;
     git(dir, &["rev-parse", "HEAD"])
-}
-
-fn state_dir(t: &Tmp, owner_65534: bool) -> Result<PathBuf> {
-    let state = t.0.join("state");
-    std::fs::create_dir(&state)?;
-    if owner_65534 {
-        Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(&t.0)
-            .status()?;
-    }
-    Ok(state)
 }
 
 /// An object reachable only through `objects/info/alternates` (a path
@@ -181,7 +74,9 @@ fn sandboxed_git_sees_only_the_repository() -> Result<()> {
             &rev,
         ],
         false,
-    ))?;
+    ))?
+    .trim()
+    .to_string();
     let big = std::fs::read(state.join(&id).join("baseline/tree/big.bin"))?;
     assert_eq!(big, vec![7u8; 3 << 20]);
     // The staging directory of the sandboxed git is gone.
@@ -210,8 +105,8 @@ fn git_import_as_root_and_as_an_unprivileged_user() -> Result<()> {
     let root_state = t.0.join("root-state");
     std::fs::create_dir(&root_state)?;
     let args = ["create", "--from-git", r.to_str().unwrap(), "--rev", &rev];
-    let as_root = ok(&hutch(&root_state, &args, false))?;
-    let as_user = ok(&hutch(&state, &args, true))?;
+    let as_root = ok(&hutch(&root_state, &args, false))?.trim().to_string();
+    let as_user = ok(&hutch(&state, &args, true))?.trim().to_string();
     let info = |state: &Path, id: &str| -> Result<serde_json::Value> {
         Ok(serde_json::from_slice(&std::fs::read(
             state.join(id).join("session.json"),
@@ -242,7 +137,9 @@ fn git_import_as_root_and_as_an_unprivileged_user() -> Result<()> {
             &rev2,
         ],
         false,
-    ))?;
+    ))?
+    .trim()
+    .to_string();
     assert_eq!(
         std::fs::read_to_string(root_state.join(&id).join("baseline/tree/README"))?,
         "hello\n"

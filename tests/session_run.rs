@@ -1,109 +1,19 @@
 //! Commands in sessions (needs the launcher: user namespaces, overlayfs).
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod session_support;
 
-use anyhow::{Result, bail};
+use std::path::PathBuf;
 
-fn require(cond: bool, reason: &str) -> bool {
-    if !cond {
-        if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-            panic!("required feature missing: {reason}");
-        }
-        eprintln!("skipped: {reason}");
-    }
-    cond
-}
-
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        let mut b = [0u8; 8];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-            .unwrap();
-        let p = std::env::temp_dir().join(format!("hutch-test-{tag}-{}", hex::encode(b)));
-        std::fs::create_dir(&p).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Tmp(p)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `hutch session --state-dir STATE ARGS`, optionally as uid 65534.
-fn hutch(state: &Path, args: &[&str], unprivileged: bool) -> Command {
-    let mut c = if unprivileged {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(env!("CARGO_BIN_EXE_hutch"))
-            .env("HOME", "/nonexistent");
-        c
-    } else {
-        Command::new(env!("CARGO_BIN_EXE_hutch"))
-    };
-    c.arg("session").arg("--state-dir").arg(state).args(args);
-    c.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-fn ok(o: Output) -> Result<String> {
-    if !o.status.success() {
-        bail!(
-            "hutch failed ({:?}): {}",
-            o.status.code(),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
-fn can_sandbox() -> bool {
-    Command::new(env!("CARGO_BIN_EXE_hutch"))
-        .args([
-            "run",
-            "--bare",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-            "--symlink",
-            "usr/bin",
-            "/bin",
-            "--symlink",
-            "usr/lib",
-            "/lib",
-            "--symlink",
-            "usr/lib64",
-            "/lib64",
-            "--",
-            "/bin/true",
-        ])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+use anyhow::Result;
+use session_support::*;
 
 fn setup(t: &Tmp, unprivileged: bool) -> Result<(PathBuf, String)> {
     let src = t.0.join("src");
     std::fs::create_dir_all(src.join("d"))?;
     std::fs::write(src.join("a.txt"), "base\n")?;
     std::fs::write(src.join("d/x"), "x\n")?;
-    let state = t.0.join("state");
-    std::fs::create_dir(&state)?;
-    if unprivileged {
-        Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(&t.0)
-            .status()?;
-    }
-    let id = ok(hutch(
+    let state = state_dir(t, unprivileged)?;
+    let id = ok(&hutch(
         &state,
         &[
             "create",
@@ -115,15 +25,14 @@ fn setup(t: &Tmp, unprivileged: bool) -> Result<(PathBuf, String)> {
             "5",
         ],
         unprivileged,
-    )
-    .output()?)?;
+    ))?;
     Ok((state, id.trim().to_string()))
 }
 
 fn flow(unprivileged: bool) -> Result<()> {
     let t = Tmp::new("run");
     let (state, id) = setup(&t, unprivileged)?;
-    let out = ok(hutch(
+    let out = ok(&hutch(
         &state,
         &[
             "run",
@@ -134,19 +43,17 @@ fn flow(unprivileged: bool) -> Result<()> {
             "pwd; cat a.txt; echo new > n.txt; echo more >> a.txt; rm d/x",
         ],
         unprivileged,
-    )
-    .output()?)?;
+    ))?;
     assert_eq!(out, "/workspace\nbase\n");
     // Files persist across commands; processes do not.
-    let out = ok(hutch(
+    let out = ok(&hutch(
         &state,
         &["run", &id, "--", "cat", "n.txt", "a.txt"],
         unprivileged,
-    )
-    .output()?)?;
+    ))?;
     assert_eq!(out, "new\nbase\nmore\n");
-    ok(hutch(&state, &["write", &id, "host.txt"], unprivileged).output()?)?;
-    let out = ok(hutch(
+    ok(&hutch(&state, &["write", &id, "host.txt"], unprivileged))?;
+    let out = ok(&hutch(
         &state,
         &[
             "run",
@@ -157,10 +64,13 @@ fn flow(unprivileged: bool) -> Result<()> {
             "echo w >> host.txt && cat host.txt",
         ],
         unprivileged,
-    )
-    .output()?)?;
+    ))?;
     assert_eq!(out, "w\n");
-    let stat = ok(hutch(&state, &["diff", &id, "--format", "json"], unprivileged).output()?)?;
+    let stat = ok(&hutch(
+        &state,
+        &["diff", &id, "--format", "json"],
+        unprivileged,
+    ))?;
     let j: serde_json::Value = serde_json::from_str(&stat)?;
     let paths: Vec<_> = j["files"]
         .as_array()
@@ -183,12 +93,12 @@ fn flow(unprivileged: bool) -> Result<()> {
     assert_eq!(cmds[1]["stdout"]["head"], "new\nbase\nmore\n");
     assert_eq!(cmds[1]["exit"]["status"], 0);
     // Budget: 5 commands in all.
-    ok(hutch(&state, &["run", &id, "--", "true"], unprivileged).output()?)?;
-    ok(hutch(&state, &["run", &id, "--", "true"], unprivileged).output()?)?;
-    let o = hutch(&state, &["run", &id, "--", "true"], unprivileged).output()?;
+    ok(&hutch(&state, &["run", &id, "--", "true"], unprivileged))?;
+    ok(&hutch(&state, &["run", &id, "--", "true"], unprivileged))?;
+    let o = hutch(&state, &["run", &id, "--", "true"], unprivileged);
     assert_eq!(o.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&o.stderr).contains("budget"));
-    ok(hutch(&state, &["close", &id], unprivileged).output()?)?;
+    ok(&hutch(&state, &["close", &id], unprivileged))?;
     assert!(!state.join(&id).exists());
     Ok(())
 }
@@ -196,7 +106,7 @@ fn flow(unprivileged: bool) -> Result<()> {
 #[test]
 fn session_commands_share_files_as_root() -> Result<()> {
     if !require(
-        hutch::sys::geteuid() == 0 && can_sandbox(),
+        hutch::sys::geteuid() == 0 && can_sandbox_bare(),
         "needs root and a working launcher",
     ) {
         return Ok(());
@@ -207,7 +117,7 @@ fn session_commands_share_files_as_root() -> Result<()> {
 #[test]
 fn session_commands_share_files_unprivileged() -> Result<()> {
     if !require(
-        hutch::sys::geteuid() == 0 && can_sandbox(),
+        hutch::sys::geteuid() == 0 && can_sandbox_bare(),
         "needs root (to switch to uid 65534) and a working launcher",
     ) {
         return Ok(());
@@ -217,14 +127,14 @@ fn session_commands_share_files_unprivileged() -> Result<()> {
 
 #[test]
 fn session_deadline_kills_a_running_command() -> Result<()> {
-    if !require(can_sandbox(), "needs a working launcher") {
+    if !require(can_sandbox_bare(), "needs a working launcher") {
         return Ok(());
     }
     let t = Tmp::new("deadline");
     let src = t.0.join("src");
     std::fs::create_dir(&src)?;
     let state = t.0.join("state");
-    let id = ok(hutch(
+    let id = ok(&hutch(
         &state,
         &[
             "create",
@@ -234,20 +144,18 @@ fn session_deadline_kills_a_running_command() -> Result<()> {
             "3s",
         ],
         false,
-    )
-    .output()?)?;
+    ))?;
     let id = id.trim();
     let start = std::time::Instant::now();
     let o = hutch(
         &state,
         &["run", id, "--timeout", "1h", "--", "sleep", "60"],
         false,
-    )
-    .output()?;
+    );
     assert!(start.elapsed() < std::time::Duration::from_secs(20));
     assert_eq!(o.status.code(), Some(124));
     assert!(String::from_utf8_lossy(&o.stderr).contains("session deadline"));
-    let o = hutch(&state, &["run", id, "--", "true"], false).output()?;
+    let o = hutch(&state, &["run", id, "--", "true"], false);
     assert_eq!(o.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&o.stderr).contains("deadline has passed"));
     Ok(())
@@ -255,17 +163,21 @@ fn session_deadline_kills_a_running_command() -> Result<()> {
 
 #[test]
 fn concurrent_runs_do_not_interleave() -> Result<()> {
-    if !require(can_sandbox(), "needs a working launcher") {
+    if !require(can_sandbox_bare(), "needs a working launcher") {
         return Ok(());
     }
     let t = Tmp::new("lock");
     let src = t.0.join("src");
     std::fs::create_dir(&src)?;
     let state = t.0.join("state");
-    let id = ok(hutch(&state, &["create", "--from", src.to_str().unwrap()], false).output()?)?;
+    let id = ok(&hutch(
+        &state,
+        &["create", "--from", src.to_str().unwrap()],
+        false,
+    ))?;
     let id = id.trim();
     let script = "for i in 1 2 3 4 5; do echo $1 >> log; sleep 0.2; done";
-    let a = hutch(
+    let a = hutch_command(
         &state,
         &["--wait", "run", id, "--", "sh", "-c", script, "sh", "A"],
         false,
@@ -273,18 +185,18 @@ fn concurrent_runs_do_not_interleave() -> Result<()> {
     .spawn()?;
     std::thread::sleep(std::time::Duration::from_millis(300));
     // Without --wait a second command is refused while the first runs.
-    let busy = hutch(&state, &["run", id, "--", "true"], false).output()?;
+    let busy = hutch(&state, &["run", id, "--", "true"], false);
     assert_eq!(busy.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&busy.stderr).contains("busy"));
-    let b = hutch(
+    let b = hutch_command(
         &state,
         &["--wait", "run", id, "--", "sh", "-c", script, "sh", "B"],
         false,
     )
     .spawn()?;
-    ok(a.wait_with_output()?)?;
-    ok(b.wait_with_output()?)?;
-    let log = ok(hutch(&state, &["read", id, "log"], false).output()?)?;
+    ok(&a.wait_with_output()?)?;
+    ok(&b.wait_with_output()?)?;
+    let log = ok(&hutch(&state, &["read", id, "log"], false))?;
     assert_eq!(log, "A\nA\nA\nA\nA\nB\nB\nB\nB\nB\n");
     Ok(())
 }
@@ -294,7 +206,7 @@ fn concurrent_runs_do_not_interleave() -> Result<()> {
 /// file with an exit event.
 #[test]
 fn session_run_writes_the_status_file() -> Result<()> {
-    if !require(can_sandbox(), "needs a working launcher") {
+    if !require(can_sandbox_bare(), "needs a working launcher") {
         return Ok(());
     }
     let t = Tmp::new("status");
@@ -313,8 +225,7 @@ fn session_run_writes_the_status_file() -> Result<()> {
             "exit 3",
         ],
         false,
-    )
-    .output()?;
+    );
     assert_eq!(o.status.code(), Some(3), "{o:?}");
     let text = std::fs::read_to_string(&status)?;
     let lines: Vec<serde_json::Value> = text
@@ -329,7 +240,7 @@ fn session_run_writes_the_status_file() -> Result<()> {
     );
     // Spend the budget (5 commands), then one more cannot start.
     for _ in 0..4 {
-        ok(hutch(&state, &["run", &id, "--", "true"], false).output()?)?;
+        ok(&hutch(&state, &["run", &id, "--", "true"], false))?;
     }
     let refused = t.0.join("refused.jsonl");
     let o = hutch(
@@ -343,8 +254,7 @@ fn session_run_writes_the_status_file() -> Result<()> {
             "true",
         ],
         false,
-    )
-    .output()?;
+    );
     assert_eq!(o.status.code(), Some(125));
     let text = std::fs::read_to_string(&refused)?;
     let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or(""))?;
