@@ -492,6 +492,10 @@ fn start_proxy(
     )
     .map_err(|e| format!("starting the egress proxy: {e}"))?;
     *slot = Some(handle);
+    // The sandbox reports its TCP door after its root is built, so the Unix
+    // door is bind-mounted by now: the host path can go, and nothing is left
+    // behind even if the supervisor is SIGKILLed later.
+    let _ = std::fs::remove_dir_all(&prep.dir.0);
     Ok(())
 }
 
