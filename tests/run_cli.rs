@@ -578,3 +578,96 @@ fn bad_input_gets_one_line_and_125() {
         stderr(&out)
     );
 }
+
+#[test]
+fn every_fs_operation_of_a_profile_applies_in_order() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let dir = TempDir::new("fsops", who);
+        for (layer, file) in [("l1", "a"), ("l2", "b")] {
+            let d = dir.path().join(layer);
+            std::fs::create_dir(&d).unwrap();
+            write_as(&d.join(file), file, who);
+            if who == As::Nobody {
+                std::os::unix::fs::chown(&d, Some(NOBODY), Some(NOBODY)).unwrap();
+            }
+        }
+        let profile = format!(
+            r#"
+command = ["sh", "-c", "cat /f /bd; stat -c %a /d; ls /ro | tr '\n' ' '; echo; for p in /ro/x /t/x /bd; do touch $p 2>/dev/null && echo wrote $p; done; echo ro-held; grep -c ' /dev/mqueue ' /proc/self/mountinfo; echo w > /f && cat /f"]
+[env]
+PATH = "/usr/bin:/bin"
+[[fs]]
+op = "ro-bind"
+src = "/usr"
+dest = "/usr"
+[[fs]]
+op = "symlink"
+target = "usr/bin"
+dest = "/bin"
+[[fs]]
+op = "symlink"
+target = "usr/lib"
+dest = "/lib"
+[[fs]]
+op = "symlink"
+target = "usr/lib64"
+dest = "/lib64"
+[[fs]]
+op = "proc"
+dest = "/proc"
+[[fs]]
+op = "mqueue"
+dest = "/dev/mqueue"
+[[fs]]
+op = "tmpfs"
+dest = "/rw"
+[[fs]]
+op = "file"
+dest = "/rw/f"
+content = "file-content\n"
+[[fs]]
+op = "symlink"
+target = "/rw/f"
+dest = "/f"
+[[fs]]
+op = "bind-data"
+dest = "/bd"
+content = "bind-data\n"
+[[fs]]
+op = "dir"
+dest = "/d"
+mode = 0o700
+[[fs]]
+op = "chmod"
+dest = "/d"
+mode = 0o750
+[[fs]]
+op = "ro-overlay"
+lowers = ["{l1}", "{l2}"]
+dest = "/ro"
+[[fs]]
+op = "tmpfs"
+dest = "/t"
+[[fs]]
+op = "remount-ro"
+dest = "/t"
+"#,
+            l1 = dir.path().join("l1").display(),
+            l2 = dir.path().join("l2").display()
+        );
+        let path = dir.path().join("ops.toml");
+        write_as(&path, &profile, who);
+        let out = hutch_as(
+            who,
+            dir.path(),
+            &["run", "--profile", path.to_str().unwrap()],
+        );
+        assert_eq!(out.status.code(), Some(0), "{who:?}: {}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            "file-content\nbind-data\n750\na b \nro-held\n1\nw\n",
+            "{who:?}"
+        );
+    }
+}

@@ -336,9 +336,6 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
             }
         }
     }
-    if command.is_empty() {
-        bail!("no command given: hutch run [OPTIONS] -- COMMAND [ARGS...]");
-    }
     if pending_size.is_some() {
         bail!("--size must come right before the --tmpfs or --overlay it caps");
     }
@@ -372,7 +369,13 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
         edit(&mut spec)?;
     }
     egress.apply(&mut spec)?;
-    spec.command = command;
+    // A command on the line wins; a profile may bring its own.
+    if !command.is_empty() {
+        spec.command = command;
+    }
+    if spec.command.is_empty() {
+        bail!("no command given: hutch run [OPTIONS] -- COMMAND [ARGS...]");
+    }
     // Validation happens once, in the launcher's prepare step.
     Ok((spec, opts))
 }
