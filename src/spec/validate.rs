@@ -28,13 +28,6 @@ impl SpecError {
         self.file = Some(file.to_path_buf());
         self
     }
-
-    pub fn not_supported(path: impl Into<String>, what: &str) -> Self {
-        SpecError::new(
-            path,
-            format!("{what} is not supported yet; remove it from the profile or command line"),
-        )
-    }
 }
 
 impl fmt::Display for SpecError {
