@@ -671,3 +671,32 @@ dest = "/t"
         );
     }
 }
+
+#[test]
+fn a_missing_interpreter_is_not_executable_rather_than_not_found() {
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    let dir = TempDir::new("interp", As::Root);
+    // /usr without /lib64: the dynamic loader of /usr/bin/true is missing.
+    let out = hutch_as(
+        As::Root,
+        dir.path(),
+        &[
+            "run",
+            "--bare",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--",
+            "/usr/bin/true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("interpreter is missing"),
+        "{}",
+        stderr(&out)
+    );
+}

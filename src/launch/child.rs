@@ -290,15 +290,24 @@ fn workload_main(p: &Prepared, sock: &OwnedFd) -> ! {
 
 fn exec(p: &Prepared, sock: &OwnedFd) -> ! {
     let mut reported: Option<SysError> = None;
+    let mut interpreter_missing = false;
     for candidate in &p.exec.candidates {
         let err = sys::execve(candidate, &p.exec.argv_ptrs, &p.exec.envp_ptrs);
+        // ENOENT for a file that exists: its ELF or #! interpreter is what
+        // is missing, a "cannot execute" rather than a "not found".
+        let missing_interpreter = err.errno == Errno::ENOENT && sys::exists(candidate);
         // Like execvp: a missing candidate moves on; any other error is
         // the one worth reporting.
-        let keep = match (&reported, err.errno) {
-            (None, _) => true,
-            (Some(r), e) => r.errno == Errno::ENOENT && e != Errno::ENOENT && e != Errno::ENOTDIR,
+        let keep = match &reported {
+            None => true,
+            Some(r) => {
+                r.errno == Errno::ENOENT
+                    && !interpreter_missing
+                    && (missing_interpreter || !matches!(err.errno, Errno::ENOENT | Errno::ENOTDIR))
+            }
         };
         if keep {
+            interpreter_missing = missing_interpreter;
             reported = Some(err);
         }
     }
@@ -309,14 +318,17 @@ fn exec(p: &Prepared, sock: &OwnedFd) -> ! {
         &Message::ExecFailed {
             call: err.call.clone(),
             errno: err.errno as i32,
+            interpreter_missing,
         },
         &[],
     );
-    sys::exit_now(if matches!(err.errno, Errno::ENOENT | Errno::ENOTDIR) {
-        127
-    } else {
-        126
-    })
+    sys::exit_now(
+        if !interpreter_missing && matches!(err.errno, Errno::ENOENT | Errno::ENOTDIR) {
+            127
+        } else {
+            126
+        },
+    )
 }
 
 fn cmd_name(p: &Prepared) -> &CStr {

@@ -25,7 +25,14 @@ pub enum Message {
     /// Sandbox → supervisor: the workload was forked (pid inside the sandbox).
     Started { workload_pid: i32 },
     /// Workload → supervisor: execve failed for every candidate.
-    ExecFailed { call: String, errno: i32 },
+    /// `interpreter_missing`: the file exists but its ELF or `#!`
+    /// interpreter does not (execve says ENOENT).
+    ExecFailed {
+        call: String,
+        errno: i32,
+        #[serde(default)]
+        interpreter_missing: bool,
+    },
     /// Sandbox → supervisor: the workload ended with this wait status;
     /// paths changed in each private overlay upper.
     Exited {

@@ -213,7 +213,7 @@ fn supervise(
     let mut init_done = false;
     let mut timed_out = false;
     let mut setup_error: Option<String> = None;
-    let mut exec_error: Option<(String, i32)> = None;
+    let mut exec_error: Option<(String, i32, bool)> = None;
     let mut exited: Option<(i32, Vec<u64>)> = None;
     // Allocated on first output only: most spawns relay nothing.
     let mut buf: Vec<u8> = Vec::new();
@@ -300,7 +300,11 @@ fn supervise(
                         } => {
                             setup_error = Some(setup_line(&what, &call, errno, hint.as_deref()));
                         }
-                        Message::ExecFailed { call, errno } => exec_error = Some((call, errno)),
+                        Message::ExecFailed {
+                            call,
+                            errno,
+                            interpreter_missing,
+                        } => exec_error = Some((call, errno, interpreter_missing)),
                         Message::Exited {
                             wait_status,
                             changed_paths,
@@ -347,9 +351,9 @@ fn supervise(
     let changes = changes_report(p, exited.as_ref().map(|(_, c)| c.as_slice()));
     let (status, exit_code, signal, reason, error) = if let Some(line) = setup_error {
         (125, None, None, Outcome::SetupFailed, Some(line))
-    } else if let Some((call, errno)) = exec_error {
+    } else if let Some((call, errno, interpreter_missing)) = exec_error {
         let errno = Errno::from_raw(errno);
-        let code = if matches!(errno, Errno::ENOENT | Errno::ENOTDIR) {
+        let code = if !interpreter_missing && matches!(errno, Errno::ENOENT | Errno::ENOTDIR) {
             127
         } else {
             126
@@ -367,7 +371,12 @@ fn supervise(
             } else {
                 "command not executable in the sandbox"
             };
-            format!("{what}: {call} => {errno:?}: {}", errno.desc())
+            let why = if interpreter_missing {
+                " (the file exists; its ELF or #! interpreter is missing in the sandbox)"
+            } else {
+                ""
+            };
+            format!("{what}: {call} => {errno:?}: {}{why}", errno.desc())
         };
         (code, None, None, Outcome::ExecFailed, Some(line))
     } else if timed_out {

@@ -422,3 +422,9 @@ pub fn command_with_fds(
     }
     Ok(())
 }
+
+/// Whether a path exists (access(F_OK), following symlinks).
+pub fn exists(path: &std::ffi::CStr) -> bool {
+    // SAFETY: path is a valid C string.
+    unsafe { libc::access(path.as_ptr(), libc::F_OK) == 0 }
+}
