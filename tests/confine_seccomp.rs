@@ -116,7 +116,7 @@ fn default_profile_syscall_matrix() {
     let f = default_filter();
     let bad = usize::MAX as libc::c_long; // an invalid pointer / fd
     let nopath = c"/nonexistent/hutch".as_ptr();
-    let cases: Vec<(&str, libc::c_long, Call, i32)> = vec![
+    let mut cases: Vec<(&str, libc::c_long, Call, i32)> = vec![
         (
             "unshare(CLONE_NEWUSER)",
             libc::SYS_unshare,
@@ -390,113 +390,6 @@ fn default_profile_syscall_matrix() {
             Box::new(|| sys!(libc::SYS_ioctl, -1, libc::TIOCLINUX)),
             libc::EPERM,
         ),
-        // clone with a CLONE_NEW* flag; CLONE_THREAD without CLONE_SIGHAND
-        // makes the unfiltered call fail with EINVAL.
-        (
-            "clone(CLONE_NEWUSER)",
-            libc::SYS_clone,
-            Box::new(|| {
-                sys!(
-                    libc::SYS_clone,
-                    libc::CLONE_NEWUSER | libc::CLONE_THREAD,
-                    0,
-                    0,
-                    0,
-                    0
-                )
-            }),
-            libc::EPERM,
-        ),
-        (
-            "clone(CLONE_NEWNS)",
-            libc::SYS_clone,
-            Box::new(|| {
-                sys!(
-                    libc::SYS_clone,
-                    libc::CLONE_NEWNS | libc::CLONE_THREAD,
-                    0,
-                    0,
-                    0,
-                    0
-                )
-            }),
-            libc::EPERM,
-        ),
-        (
-            "clone(CLONE_NEWPID)",
-            libc::SYS_clone,
-            Box::new(|| {
-                sys!(
-                    libc::SYS_clone,
-                    libc::CLONE_NEWPID | libc::CLONE_THREAD,
-                    0,
-                    0,
-                    0,
-                    0
-                )
-            }),
-            libc::EPERM,
-        ),
-        (
-            "clone(CLONE_NEWNET)",
-            libc::SYS_clone,
-            Box::new(|| {
-                sys!(
-                    libc::SYS_clone,
-                    libc::CLONE_NEWNET | libc::CLONE_THREAD,
-                    0,
-                    0,
-                    0,
-                    0
-                )
-            }),
-            libc::EPERM,
-        ),
-        (
-            "clone(CLONE_NEWIPC)",
-            libc::SYS_clone,
-            Box::new(|| {
-                sys!(
-                    libc::SYS_clone,
-                    libc::CLONE_NEWIPC | libc::CLONE_THREAD,
-                    0,
-                    0,
-                    0,
-                    0
-                )
-            }),
-            libc::EPERM,
-        ),
-        (
-            "clone(CLONE_NEWUTS)",
-            libc::SYS_clone,
-            Box::new(|| {
-                sys!(
-                    libc::SYS_clone,
-                    libc::CLONE_NEWUTS | libc::CLONE_THREAD,
-                    0,
-                    0,
-                    0,
-                    0
-                )
-            }),
-            libc::EPERM,
-        ),
-        (
-            "clone(CLONE_NEWCGROUP)",
-            libc::SYS_clone,
-            Box::new(|| {
-                sys!(
-                    libc::SYS_clone,
-                    libc::CLONE_NEWCGROUP | libc::CLONE_THREAD,
-                    0,
-                    0,
-                    0,
-                    0
-                )
-            }),
-            libc::EPERM,
-        ),
         // ENOSYS so that libraries fall back.
         (
             "clone3",
@@ -662,6 +555,24 @@ fn default_profile_syscall_matrix() {
             libc::EPERM,
         ),
     ];
+    // clone with a CLONE_NEW* flag; CLONE_THREAD without CLONE_SIGHAND
+    // makes the unfiltered call fail with EINVAL.
+    for (name, flag) in [
+        ("clone(CLONE_NEWUSER)", libc::CLONE_NEWUSER),
+        ("clone(CLONE_NEWNS)", libc::CLONE_NEWNS),
+        ("clone(CLONE_NEWPID)", libc::CLONE_NEWPID),
+        ("clone(CLONE_NEWNET)", libc::CLONE_NEWNET),
+        ("clone(CLONE_NEWIPC)", libc::CLONE_NEWIPC),
+        ("clone(CLONE_NEWUTS)", libc::CLONE_NEWUTS),
+        ("clone(CLONE_NEWCGROUP)", libc::CLONE_NEWCGROUP),
+    ] {
+        cases.push((
+            name,
+            libc::SYS_clone,
+            Box::new(move || sys!(libc::SYS_clone, flag | libc::CLONE_THREAD, 0, 0, 0, 0)),
+            libc::EPERM,
+        ));
+    }
     let mut failures = Vec::new();
     for (what, nr, call, want) in cases {
         let got = in_child(&f, call);
