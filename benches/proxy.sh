@@ -20,8 +20,7 @@ size=$((SIZE_MB * 1024 * 1024))
 py="python3 $here/proxy_bench.py"
 
 command -v tinyproxy >/dev/null || { echo "tinyproxy is not installed (apt-get install tinyproxy)" >&2; exit 1; }
-(cd "$root" && cargo build --release --quiet --bin hutch)
-hutch="$root/target/release/hutch"
+hutch=$("$here/hutch-path.sh" --release)
 
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 # The proxy holds two sockets per tunnel; stay under this host's fd cap.

@@ -8,8 +8,7 @@
 # checkout), the ratio (target: hutch <= 1/20 of git), and the creation
 # rate in files/s against `cp -a` of the same tree.
 set -eu
-HUTCH=${HUTCH:-$(cd "$(dirname "$0")/.." && pwd)/target/release/hutch}
-[ -x "$HUTCH" ] || { echo "build first: cargo build --release" >&2; exit 1; }
+HUTCH=${HUTCH:-$("$(dirname "$0")/hutch-path.sh" --release)}
 DIRS=${DIRS:-1000}; PER=${PER:-100}; RUNS=${RUNS:-20}
 W=$(mktemp -d /tmp/hutch-bench.XXXXXX)
 trap 'chmod -R u+rwx "$W" 2>/dev/null; rm -rf "$W"' EXIT

@@ -9,7 +9,9 @@
 //!
 //! In order: [`Command::hutch_binary`]; the `HUTCH_BIN` environment
 //! variable; a `hutch` file next to the current executable or in its parent
-//! directory (how `cargo test` lays out `target/debug/`); `hutch` on `PATH`.
+//! directory (how `cargo test` lays out a profile directory such as
+//! `target/x86_64-unknown-linux-gnu/debug/`: test binaries in `deps/`,
+//! `hutch` beside it); `hutch` on `PATH`.
 //!
 //! # Example
 //!
