@@ -15,7 +15,9 @@
 //!     detach the old root.
 //!  7. Hostname; `lo` up.
 //!  8. rlimits (RLIMIT_CORE = 0).
-//!  9. Non-dumpable; signals blocked; fork the workload; report `Started`.
+//!  9. Non-dumpable; signals blocked; start the workload (vfork-style: it
+//!     shares init's memory until its execve, so init waits until then);
+//!     report `Started`.
 //! 10. Close every fd it does not need; reap and forward signals until the
 //!     workload ends; kill what is left; count changes; report `Exited`.
 //!
@@ -24,6 +26,7 @@
 //! no-new-privs, drop capabilities, confinement (Landlock, then seccomp
 //! last), `execve`.
 
+use std::convert::Infallible;
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
@@ -156,12 +159,13 @@ pub fn sandbox_main(p: &Prepared, sock: OwnedFd, parent_end: RawFd) -> ! {
     }
 
     // SAFETY: this process is single-threaded (a copy of the single-threaded
-    // supervisor's calling thread).
-    let workload = match unsafe { sys::fork() } {
-        Ok(Some(pid)) => pid,
-        Ok(None) => workload_main(p, &sock),
-        Err(e) => fail("forking the workload", e, None),
-    };
+    // supervisor's calling thread); workload_main only reads `p`, ends in
+    // execve or _exit, and allocates nothing init uses afterwards.
+    let workload =
+        match unsafe { sys::spawn_vfork(&mut || -> Infallible { workload_main(p, &sock) }) } {
+            Ok(pid) => pid,
+            Err(e) => fail("starting the workload", e, None),
+        };
     let _ = message::send(
         &sock,
         &Message::Started {
@@ -238,7 +242,8 @@ fn init_loop(workload: libc::pid_t, set: SigSet, sock: &OwnedFd, uppers: &[RawFd
     sys::exit_now(0)
 }
 
-/// The workload side of the fork. Never returns.
+/// The workload, between clone and execve, on its own stack over init's
+/// memory ([`sys::spawn_vfork`]). Never returns.
 fn workload_main(p: &Prepared, sock: &OwnedFd) -> ! {
     let fail = |what: &str, err: SysError| -> ! {
         let _ = message::send(

@@ -22,7 +22,8 @@ pub enum Message {
         errno: i32,
         hint: Option<String>,
     },
-    /// Sandbox → supervisor: the workload was forked (pid inside the sandbox).
+    /// Sandbox → supervisor: the workload started (pid inside the sandbox);
+    /// sent once it has exec'd, or failed to (then `ExecFailed` came first).
     Started { workload_pid: i32 },
     /// Workload → supervisor: execve failed for every candidate.
     /// `interpreter_missing`: the file exists but its ELF or `#!`
