@@ -44,8 +44,8 @@ pub struct Host {
 impl Host {
     /// Read `/proc/self/mountinfo` and `/proc/self/cgroup`.
     pub fn detect() -> Host {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let proc_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let mountinfo = crate::sys::read_proc("/proc/self/mountinfo").unwrap_or_default();
+        let proc_cgroup = crate::sys::read_proc("/proc/self/cgroup").unwrap_or_default();
         Host::from_proc(
             &mountinfo,
             &proc_cgroup,

@@ -38,7 +38,7 @@ impl Cgroup {
     }
 
     pub fn read(&self, name: &str) -> std::io::Result<String> {
-        std::fs::read_to_string(self.file(name))
+        crate::sys::read_proc(self.file(name))
     }
 
     /// Whitespace-separated words of a file (controller lists); a leading

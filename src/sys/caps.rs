@@ -4,7 +4,7 @@ use super::{SysError, check};
 
 /// Highest capability number the kernel knows.
 pub fn cap_last_cap() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+    super::read_proc("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(63)

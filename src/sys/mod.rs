@@ -131,10 +131,21 @@ pub fn self_status() -> SelfStatus {
     status
 }
 
+/// Read a procfs or sysfs text file. These report size 0, so
+/// `fs::read_to_string` starts with 32-byte reads and each read makes the
+/// kernel regenerate the text up to that offset; one buffer sized for the
+/// usual case reads them in one or two calls (they are on the spawn path).
+pub fn read_proc(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::with_capacity(16 * 1024);
+    std::fs::File::open(path)?.read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// Number of threads of this process, from /proc/self/status (or the task
 /// directory count when that is unreadable).
 pub fn thread_count() -> usize {
-    if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
+    if let Ok(status) = read_proc("/proc/self/status") {
         for line in status.lines() {
             if let Some(n) = line.strip_prefix("Threads:")
                 && let Ok(n) = n.trim().parse()
