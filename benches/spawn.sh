@@ -16,7 +16,11 @@
 # `perf stat -r 100 CMD` (task-clock counts every descendant).
 #
 # Rows always run: `hutch run -- true` (default profile, cwd = a fresh
-# temporary directory), bwrap and unshare. Extra rows:
+# temporary directory), bwrap, unshare (the reference), and
+# unshare+net: `unshare -Urmpiufn --mount-proc true`, the namespace set
+# every hutch run must create (with the network namespace) and nothing
+# else, one process and no sandboxing: a floor no launcher that creates
+# these namespaces per run goes below. Extra rows:
 #   --hutch "--seccomp default"     adds `hutch run --seccomp default -- true`
 #   --row "name=cmd args"           adds an arbitrary command
 # --user UID (as root) runs every row through `setpriv --reuid=UID ...` to
@@ -66,10 +70,7 @@ if [ -n "${HUTCH_BIN:-}" ]; then
     hutch=$HUTCH_BIN   # an already built binary (e.g. to compare branches)
 else
     echo "building hutch (release)..." >&2
-    (cd "$root" && cargo build --release --quiet --bin hutch)
-    target_dir=$(cd "$root" && cargo metadata --format-version 1 --no-deps \
-        | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-    hutch="$target_dir/release/hutch"
+    hutch=$("$root/benches/hutch-path.sh" --release)
 fi
 
 # hutch overlays its cwd: give it a fresh, empty directory.
@@ -100,7 +101,8 @@ per_round=$(( (runs + rounds - 1) / rounds ))
 set -- --shell=none --warmup "$warmup" --runs "$per_round" --style basic \
     -n "hutch" "$as$hutch run -- true" \
     -n "bwrap" "${as}bwrap --unshare-all --die-with-parent --new-session --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp true" \
-    -n "unshare" "${as}unshare -Urmpiuf --mount-proc true"
+    -n "unshare" "${as}unshare -Urmpiuf --mount-proc true" \
+    -n "unshare+net" "${as}unshare -Urmpiufn --mount-proc true"
 if [ -n "$extra_names" ]; then
     i=1
     while :; do
@@ -200,6 +202,12 @@ if cpu:
             print(f"{name:28} {m:7.2f}ms  {m / ref:5.2f}x ({rounds_txt})")
 json.dump(summary, open(base, "w"), indent=2)
 print(f"target: hutch <= 0.50x bwrap; {'MISSED by ' + ', '.join(slow) if slow else 'met'}")
+if "unshare+net" in summary:
+    floor = summary["unshare+net"]["median"]
+    hutch = summary["hutch"]["median"]
+    print(f"floor: unshare+net (the namespaces alone, no sandbox) is "
+          f"{floor / bwrap['median']:.2f}x bwrap; hutch spends {(hutch - floor) * 1e3:.2f} ms "
+          f"over it, bwrap {(bwrap['median'] - floor) * 1e3:.2f} ms")
 print(f"summary: {base} (per round: {base}.1 .. {base}.{rounds})")
 sys.exit(1 if check and slow else 0)
 PY
