@@ -15,8 +15,10 @@
 #   nproc / (client + server + proxy CPU s/GiB)   GiB/s,
 # printed with its ratio to the direct throughput measured, and the proxy
 # CPU per GiB that would still allow 0.8x. The bound assumes perfect overlap
-# and idle cores (the machine may be shared). For setup, it prints each
-# proxy's CPU per CONNECT (tinyproxy with its threads and children).
+# and idle cores (the machine may be shared); "busy" shows how many cores a
+# case kept busy on average, and the ratio of the CPU sums is the ceiling on
+# hutch/direct when both are CPU-bound. For setup, it prints each proxy's
+# CPU per CONNECT (tinyproxy with its threads and children).
 # Needs: python3, gcc, tinyproxy (apt), a release build (made here).
 set -euo pipefail
 
@@ -94,7 +96,7 @@ cpu_s() {
 }
 calc() { python3 -c "print($1)"; }
 gib=$(calc "$RUNS * $size / 2**30")
-declare -A mbps client_cpu server_cpu proxy_cpu
+declare -A mbps client_cpu server_cpu proxy_cpu secs
 for who in direct hutch tinyproxy; do
     pid=
     case $who in
@@ -109,6 +111,7 @@ for who in direct hutch tinyproxy; do
     s1=$(cpu_s "$bulk_pid")
     t=$(awk '{print $1}' <<<"$out" | best)
     mbps[$who]=$(rate "$t")
+    secs[$who]=$(awk '{s += $1} END {print s}' <<<"$out")
     client_cpu[$who]=$(awk -v g="$gib" '{c += $2} END {printf "%.3f", c / g}' <<<"$out")
     server_cpu[$who]=$(calc "'%.3f' % (($s1 - $s0) / $gib)")
     proxy_cpu[$who]=0
@@ -123,13 +126,18 @@ done
 echo "  hutch/direct     = $(ratio "${mbps[hutch]}" "${mbps[direct]}")x   (target >= 0.80)"
 echo "  tinyproxy/direct = $(ratio "${mbps[tinyproxy]}" "${mbps[direct]}")x"
 ncpu=$(nproc)
-echo "  CPU s/GiB moved (user+sys): client  server   proxy    sum -> best on $ncpu cores"
+# busy: cores in use on average during the transfers (below nproc: the
+# case is not CPU-bound here, and its bound is loose).
+echo "  CPU s/GiB moved (user+sys): client  server   proxy    sum  busy -> best on $ncpu cores"
+declare -A sum
 for who in direct hutch tinyproxy; do
-    sum=$(calc "${client_cpu[$who]} + ${server_cpu[$who]} + ${proxy_cpu[$who]}")
-    printf "  %-10s %22.2f %7.2f %7.2f %6.2f -> %5.0f MiB/s = %.2fx direct measured\n" \
-        "$who" "${client_cpu[$who]}" "${server_cpu[$who]}" "${proxy_cpu[$who]}" "$sum" \
-        "$(calc "$ncpu / $sum * 1024")" "$(calc "$ncpu / $sum * 1024 / ${mbps[direct]}")"
+    sum[$who]=$(calc "${client_cpu[$who]} + ${server_cpu[$who]} + ${proxy_cpu[$who]}")
+    printf "  %-10s %22.2f %7.2f %7.2f %6.2f %5.1f -> %5.0f MiB/s = %.2fx direct measured\n" \
+        "$who" "${client_cpu[$who]}" "${server_cpu[$who]}" "${proxy_cpu[$who]}" "${sum[$who]}" \
+        "$(calc "${sum[$who]} * $gib / ${secs[$who]}")" \
+        "$(calc "$ncpu / ${sum[$who]} * 1024")" "$(calc "$ncpu / ${sum[$who]} * 1024 / ${mbps[direct]}")"
 done
+echo "  if both are CPU-bound, hutch/direct <= direct sum / hutch sum = $(ratio "${sum[direct]}" "${sum[hutch]}")x"
 # Proxy CPU per GiB at which the bound is exactly 0.8x the direct rate,
 # with the client and server costs measured through hutch.
 room=$(calc "'%.2f' % ($ncpu / (0.8 * ${mbps[direct]} / 1024) - ${client_cpu[hutch]} - ${server_cpu[hutch]})")
