@@ -9,8 +9,8 @@
 #   throughput >= 0.8x direct, setup < 0.5x tinyproxy's, 10k idle < 200 MiB.
 #
 # It also states the bound the machine puts on the first target. Loopback
-# bulk transfer is CPU-bound: the client, the upstream server and the proxy
-# each spend CPU (user+sys, from /proc/PID/stat; the client reports its own)
+# bulk transfer is (nearly) CPU-bound: the client, the upstream server and
+# the proxy each spend CPU (user+sys, from /proc/PID/stat; the client reports its own)
 # per GiB moved, so with nproc cores the proxied path can at best move
 #   nproc / (client + server + proxy CPU s/GiB)   GiB/s,
 # printed with its ratio to the direct throughput measured, and the proxy
