@@ -4,6 +4,7 @@
   serve-bulk PORTFILE SIZE   upstream: after a request head, send SIZE bytes
   serve-hold PORTFILE        upstream: accept and hold connections until EOF
   bulk PROXY|direct HOST PORT SIZE      print seconds for one SIZE transfer
+                                        and the client's CPU seconds for it
   idle PROXY HOST PORT N                open N idle tunnels, print "ready",
                                         hold them until stdin closes
 
@@ -121,6 +122,7 @@ def bulk(proxy, host, port, size):
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     t = time.perf_counter()
+    cpu = time.process_time()
     s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     got = 0
     while True:
@@ -129,9 +131,10 @@ def bulk(proxy, host, port, size):
             break
         got += n
     dt = time.perf_counter() - t
+    cpu = time.process_time() - cpu
     if got < size:
         raise SystemExit("short transfer: %d of %d" % (got, size))
-    print("%.6f" % dt)
+    print("%.6f %.6f" % (dt, cpu))
 
 
 def idle(proxy, host, port, n):

@@ -430,7 +430,7 @@ fn tunnel_carries_bulk_data_intact_both_ways_with_half_close() {
 }
 
 #[test]
-fn resolution_failure_is_502_and_connect_timeout_is_504() {
+fn resolve_failure_and_refused_connect_are_502_connect_timeout_is_504() {
     // `.invalid` never resolves (RFC 6761).
     let p = proxy(&["--allow-host", "nothing.invalid", "--connect-timeout", "2s"]);
     let resp = raw(p.port, b"CONNECT nothing.invalid:443 HTTP/1.1\r\n\r\n");
@@ -476,4 +476,29 @@ fn resolution_failure_is_502_and_connect_timeout_is_504() {
     assert!(resp.contains("x-hutch-error: timeout"), "{resp}");
     assert!(t.elapsed() < Duration::from_secs(4));
     drop(full);
+
+    // A closed port answers the SYN with a reset: 502 naming the refusal.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let rule = format!("closed.test:{port}");
+    let p = proxy(&[
+        "--allow-host",
+        &rule,
+        "--resolve",
+        "closed.test=127.0.0.1",
+        "--allow-address",
+        "127.0.0.1",
+    ]);
+    let resp = raw(
+        p.port,
+        format!("CONNECT closed.test:{port} HTTP/1.1\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(status_of(&resp), 502, "{resp}");
+    assert!(
+        resp.contains(&format!(
+            "x-hutch-error: connect: cannot connect to closed.test:{port}: Connection refused"
+        )),
+        "{resp}"
+    );
 }
