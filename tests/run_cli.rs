@@ -388,6 +388,60 @@ fn root_launch_runs_as_an_unprivileged_host_id_with_a_usable_workspace() {
     );
 }
 
+/// A root launch whose workspace lives on a filesystem without idmapped
+/// mounts (ramfs here; tmpfs before Linux 6.3, some FUSE and network
+/// filesystems) still runs: the layer is attached as it is, stderr and the
+/// report say so, and the workload sees the host owners, so what only root
+/// may read stays unreadable while the rest of the workspace works.
+#[test]
+fn root_launch_on_a_filesystem_without_idmapped_mounts_falls_back_and_says_so() {
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    require!(have("unshare"), "unshare(1) (util-linux) is not installed");
+    let dir = TempDir::new("ramfs-ws", As::Root);
+    let ws = dir.path().join("ws");
+    let status = dir.path().join("status.jsonl");
+    // In a private mount namespace: the ramfs never shows on the host.
+    let script = format!(
+        "set -e; mount --make-rprivate /; mkdir '{ws}'; mount -t ramfs ramfs '{ws}'; \
+         chmod 755 '{ws}'; echo shared > '{ws}/open.txt'; echo mine > '{ws}/secret.txt'; \
+         chmod 600 '{ws}/secret.txt'; cd '{ws}'; \
+         '{hutch}' run --status-file '{status}' -- sh -c \
+           'cat open.txt; cat secret.txt 2>/dev/null || echo DENIED; echo new > made.txt; cat made.txt'; \
+         cat '{ws}/open.txt'; test ! -e '{ws}/made.txt' && echo HOST-UNCHANGED",
+        ws = ws.display(),
+        hutch = hutch_bin().display(),
+        status = status.display(),
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "shared\nDENIED\nnew\nshared\nHOST-UNCHANGED\n",
+        "world-readable files work, root-only ones stay closed, writes go to the upper"
+    );
+    assert!(
+        stderr(&out).contains(&format!(
+            "{} is on a filesystem without idmapped mounts",
+            ws.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let report = std::fs::read_to_string(&status).unwrap();
+    let last: serde_json::Value = serde_json::from_str(report.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        last["enforced"]["layers_without_idmap"],
+        serde_json::json!([ws.display().to_string()]),
+        "{last}"
+    );
+}
+
 #[test]
 fn many_runs_leave_nothing_behind() {
     require!(

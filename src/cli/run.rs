@@ -46,7 +46,8 @@ Egress (network through the allow-list proxy; see docs/egress.md):
   --memory SIZE  --pids N  --cpus N  --rlimit NAME=VALUE  --cgroup-parent DIR
 Reporting:
   --status-file PATH      JSON lines: a start event and the exit report
-  --quiet                 no changed-paths notice on stderr
+  --quiet                 no notices on stderr (changed paths, layers
+                          without idmapping); errors still print
 
 Exit status: the command's; 128+N when killed by signal N; 124 on timeout;
 125 when hutch failed; 126/127 when the command is not executable / not found.";

@@ -58,6 +58,13 @@ pub struct Enforcement {
     pub confinement: Option<serde_json::Value>,
     /// Resource limits, as reported by the cgroup layer.
     pub limits: Option<serde_json::Value>,
+    /// Root launches: workspace layers on a filesystem without idmapped
+    /// mounts (tmpfs before Linux 6.3, ramfs, some FUSE and network
+    /// filesystems). They are attached without an idmapping, so the
+    /// workload sees them with their host owners, as its unprivileged host
+    /// id: what only their owner may read stays unreadable to it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers_without_idmap: Vec<PathBuf>,
 }
 
 /// The final report of one sandbox (`--status-file`, library `wait`).

@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -186,7 +187,7 @@ fn supervise(
     // Read while pid 1 is still dumpable and ours (it becomes neither).
     let namespaces = status_file.as_ref().map(|_| namespace_inodes(pid));
     write_id_maps(pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
-    let idmapped = idmapped_layers(pid, p).map_err(kill_and_reap)?;
+    let (idmapped, layers_without_idmap) = idmapped_layers(pid, p).map_err(kill_and_reap)?;
     let raw: Vec<RawFd> = idmapped.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
     message::send(
         &sock,
@@ -419,6 +420,14 @@ fn supervise(
         )
     };
     if !opts.quiet {
+        for layer in &layers_without_idmap {
+            eprintln!(
+                "hutch: note: {} is on a filesystem without idmapped mounts; the sandbox \
+                 saw it with its host owners, as host uid {}",
+                layer.display(),
+                p.ids.host_uid
+            );
+        }
         for c in &changes {
             if c.changed_paths == 0 {
                 continue;
@@ -454,6 +463,7 @@ fn supervise(
             limits: limits
                 .as_ref()
                 .map(|l| serde_json::to_value(l).expect("limits report serializes")),
+            layers_without_idmap,
             ..enforcement(p, spec)
         },
         unenforced: limits
@@ -539,8 +549,19 @@ fn write_id_maps(pid: libc::pid_t, p: &Prepared) -> Result<(), SysError> {
 /// Root launches: each overlay lower becomes an idmapped mount whose
 /// on-disk owner is the workload's host id, so the workspace is fully the
 /// workload's even when the host directory is root's and mode 0700.
-fn idmapped_layers(pid: libc::pid_t, p: &Prepared) -> Result<Vec<(usize, OwnedFd)>, LaunchError> {
+///
+/// A filesystem without idmapped mounts (the kernel answers EINVAL; ENOSYS
+/// before Linux 5.12) gets the plain detached copy instead, and its path
+/// is returned as the second list: the run works wherever the workload's
+/// host id may read the workspace (a usual 0755 checkout), and the report
+/// says that this layer was not idmapped.
+#[allow(clippy::type_complexity)]
+fn idmapped_layers(
+    pid: libc::pid_t,
+    p: &Prepared,
+) -> Result<(Vec<(usize, OwnedFd)>, Vec<PathBuf>), LaunchError> {
     let mut out = Vec::new();
+    let mut without_idmap = Vec::new();
     for (index, path) in &p.idmap_sources {
         let fail = |e: SysError| LaunchError::Idmap {
             path: path.clone(),
@@ -567,17 +588,22 @@ fn idmapped_layers(pid: libc::pid_t, p: &Prepared) -> Result<Vec<(usize, OwnedFd
             .expect("validated: no NUL");
         let dir = sys::openat2(None, &c, libc::O_PATH | libc::O_DIRECTORY, 0, 0).map_err(fail)?;
         let tree = sys::open_tree_clone(dir.as_fd(), false).map_err(fail)?;
-        sys::mount_setattr(
+        match sys::mount_setattr(
             tree.as_fd(),
             false,
             sys::MOUNT_ATTR_IDMAP,
             0,
             Some(userns.as_raw_fd()),
-        )
-        .map_err(fail)?;
+        ) {
+            Ok(()) => {}
+            Err(e) if matches!(e.errno, Errno::EINVAL | Errno::ENOSYS) => {
+                without_idmap.push(path.clone());
+            }
+            Err(e) => return Err(fail(e)),
+        }
         out.push((*index, tree));
     }
-    Ok(out)
+    Ok((out, without_idmap))
 }
 
 fn changes_report(p: &Prepared, counted: Option<&[u64]>) -> Vec<ChangesReport> {
@@ -635,6 +661,7 @@ fn enforcement(p: &Prepared, spec: &Spec) -> Enforcement {
         output_bytes: spec.limits.output_bytes.map(|b| b.0),
         confinement: serde_json::to_value(p.confinement.report()).ok(),
         limits: None,
+        layers_without_idmap: Vec::new(),
     }
 }
 

@@ -23,7 +23,10 @@ const STEPS: [&str; 6] = [
     "mount_setattr(MOUNT_ATTR_IDMAP)",
 ];
 
-/// `idmapped_mount`: required (and probed) only when running as root.
+/// `idmapped_mount`: probed only when running as root, and optional: without
+/// it a root launch attaches the workspace as it is (seen with host owners
+/// by the workload's unprivileged host id), which is less convenient, not
+/// less safe.
 pub(super) fn probe(host: &Host) -> Feature {
     if host.uid != 0 {
         return Feature::bad(
@@ -69,7 +72,7 @@ pub(super) fn probe(host: &Host) -> Feature {
     });
     userns::verdict(
         NAME,
-        true,
+        false,
         &STEPS,
         res,
         host,
@@ -82,14 +85,20 @@ pub(super) fn probe(host: &Host) -> Feature {
             (n == 5).then(|| match errno {
                 Errno::EINVAL | Errno::EOPNOTSUPP => (
                     Status::Missing,
-                    format!("the filesystem of {shown} does not support idmapped mounts"),
+                    format!(
+                        "the filesystem of {shown} does not support idmapped mounts: a root \
+                         launch attaches it as it is, so files only root may read there stay \
+                         unreadable to the sandbox"
+                    ),
                     "keep the workspace on a filesystem with idmapped mount support \
                      (ext4, xfs, btrfs, tmpfs on 6.3+, ...), or run hutch as a non-root user"
                         .into(),
                 ),
                 Errno::ENOSYS => (
                     Status::Missing,
-                    "mount_setattr is not available".into(),
+                    "mount_setattr is not available: a root launch attaches workspaces \
+                     without idmapping"
+                        .into(),
                     "use Linux 5.12 or newer".into(),
                 ),
                 other => userns::generic(other, host),
