@@ -186,3 +186,81 @@ fn idle_tunnel_is_closed() {
     let t = time_to_close(&mut s, Duration::from_secs(5)).expect("idle tunnel kept open");
     assert!(t >= Duration::from_millis(800), "closed too early: {t:?}");
 }
+
+/// Heads hyper refuses before any request is handled (malformed, oversized,
+/// endless, cut short) are decisions too: each leaves one audit line, so a
+/// probing client leaves a trace. A connection that sends nothing does not.
+#[test]
+fn refused_request_heads_are_audited() {
+    let up = upstream(0);
+    let dir = tmpdir();
+    let audit = dir.join("audit.jsonl");
+    let mut args = base_args(&up);
+    args.extend([
+        "--max-header-bytes".into(),
+        "4KiB".into(),
+        "--handshake-timeout".into(),
+        "1s".into(),
+        "--audit".into(),
+        audit.display().to_string(),
+    ]);
+    let p = proxy(&strs(&args));
+    // Connect and leave: not a decision.
+    drop(TcpStream::connect(("127.0.0.1", p.port)).unwrap());
+    // A TLS ClientHello sent to the proxy instead of CONNECT.
+    let resp = raw(
+        p.port,
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n",
+    );
+    assert_eq!(status_of(&resp), 400, "{resp}");
+    // An oversized head.
+    let big = format!(
+        "GET http://good.test/ HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+        "a".repeat(8192)
+    );
+    assert_eq!(status_of(&raw(p.port, big.as_bytes())), 431);
+    // A head that never ends (cut by the handshake timeout).
+    let mut slow = TcpStream::connect(("127.0.0.1", p.port)).unwrap();
+    slow.write_all(b"CONNECT good.test:443 HTTP/1.1\r\nX-Slow: a")
+        .unwrap();
+    assert!(time_to_close(&mut slow, Duration::from_secs(5)).is_some());
+    // A head cut short by the client.
+    let mut cut = TcpStream::connect(("127.0.0.1", p.port)).unwrap();
+    cut.write_all(b"CONNECT good.test:443 HTTP/1.1\r\nHost: go")
+        .unwrap();
+    drop(cut);
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let lines = loop {
+        let text = std::fs::read_to_string(&audit).unwrap_or_default();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if lines.len() >= 4 || Instant::now() > deadline {
+            break lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let settled = std::fs::read_to_string(&audit).unwrap().lines().count();
+    assert_eq!(
+        settled, 4,
+        "one line per refused head, none for the silent one: {lines:?}"
+    );
+    let with = |verdict: &str, status: u64| {
+        lines
+            .iter()
+            .filter(|l| l["verdict"] == verdict && l["status"] == status)
+            .count()
+    };
+    assert_eq!(with("invalid", 400), 1, "the ClientHello: {lines:?}");
+    assert_eq!(with("limit", 431), 1, "the oversized head: {lines:?}");
+    assert_eq!(with("limit", 0), 1, "the endless head: {lines:?}");
+    assert_eq!(with("invalid", 0), 1, "the head cut short: {lines:?}");
+    for l in &lines {
+        assert_eq!(l["door"], "tcp");
+        assert!(!l["error"].as_str().unwrap_or("").is_empty(), "{l}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

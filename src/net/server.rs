@@ -7,7 +7,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -167,7 +167,10 @@ where
 {
     let limits = state.policy.limits().clone();
     let st = state.clone();
+    let reached = Arc::new(AtomicBool::new(false));
+    let seen = reached.clone();
     let service = service_fn(move |req: Request<Incoming>| {
+        seen.store(true, Ordering::Relaxed);
         let st = st.clone();
         async move { Ok::<_, Infallible>(handle::<S>(st, door, req).await) }
     });
@@ -183,7 +186,56 @@ where
     let conn = builder
         .serve_connection(TokioIo::new(s), service)
         .with_upgrades();
-    let _ = tokio::time::timeout(limits.total_timeout, conn).await;
+    let ended = tokio::time::timeout(limits.total_timeout, conn).await;
+    // A request head hyper refused never reached `handle`: it is a decision
+    // too, so a client probing with malformed, oversized or endless heads
+    // leaves its audit lines like any other.
+    if !reached.load(Ordering::Relaxed)
+        && let Ok(Err(e)) = &ended
+        && let Some((outcome, status, why)) = refused_head(e, &limits)
+    {
+        Decision::new(state, door, "-".into()).finish_with(outcome, status, why);
+    }
+}
+
+/// What a connection-level error before any request means for the audit
+/// log; `None` for what is not a decision (an I/O error, or a client that
+/// connected and left without sending anything). Status 0: the connection
+/// was closed without an answer.
+fn refused_head(
+    e: &hyper::Error,
+    limits: &crate::net::policy::Limits,
+) -> Option<(Outcome, u16, String)> {
+    if e.is_parse_too_large() {
+        Some((
+            Outcome::Limit,
+            431,
+            format!("request head over {} bytes", limits.max_header_bytes),
+        ))
+    } else if e.is_parse() || e.is_parse_status() {
+        Some((
+            Outcome::Invalid,
+            400,
+            format!("malformed request head: {e}"),
+        ))
+    } else if e.is_timeout() {
+        Some((
+            Outcome::Limit,
+            0,
+            format!(
+                "request head not complete within the handshake timeout ({} s); closed",
+                limits.handshake_timeout.as_secs_f64()
+            ),
+        ))
+    } else if e.is_incomplete_message() {
+        Some((
+            Outcome::Invalid,
+            0,
+            "connection closed in the middle of a request head".into(),
+        ))
+    } else {
+        None
+    }
 }
 
 /// How a decision ended.
