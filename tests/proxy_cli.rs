@@ -280,18 +280,7 @@ fn audit_log_has_one_line_per_decision() {
     assert_eq!(curl(&["-x", &proxy_url, &url]).0, 200);
     assert_eq!(curl(&["-x", &proxy_url, "http://nope.test/"]).0, 403);
     // The tunnel's line is written when it closes; give it a moment.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let lines = loop {
-        let text = std::fs::read_to_string(&audit).unwrap_or_default();
-        let lines: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        if lines.len() >= 3 || Instant::now() > deadline {
-            break lines;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let lines = audit_lines(&audit, 3);
     assert_eq!(lines.len(), 3, "{lines:?}");
     let connect = lines.iter().find(|l| l["method"] == "CONNECT").unwrap();
     assert_eq!(connect["sandbox"], "sbx-42");

@@ -230,18 +230,7 @@ fn refused_request_heads_are_audited() {
         .unwrap();
     drop(cut);
 
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let lines = loop {
-        let text = std::fs::read_to_string(&audit).unwrap_or_default();
-        let lines: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        if lines.len() >= 4 || Instant::now() > deadline {
-            break lines;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let lines = audit_lines(&audit, 4);
     std::thread::sleep(Duration::from_millis(300));
     let settled = std::fs::read_to_string(&audit).unwrap().lines().count();
     assert_eq!(

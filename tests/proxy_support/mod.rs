@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -196,4 +196,21 @@ pub fn base_args(up: &Upstream) -> Vec<String> {
 
 pub fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
+}
+
+/// The audit log's lines, once there are at least `want` of them (lines are
+/// written when a decision ends) or after 5 s.
+pub fn audit_lines(path: &Path, want: usize) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if lines.len() >= want || std::time::Instant::now() > deadline {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
