@@ -253,3 +253,55 @@ fn refused_request_heads_are_audited() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A sandbox cannot fill the host's disk through the audit log: past
+/// `--max-audit-bytes` one `audit-limit` line is written, later decisions
+/// are counted, and the count is written when the proxy stops.
+#[test]
+fn audit_log_is_capped_and_counts_what_it_dropped() {
+    let up = upstream(0);
+    let dir = tmpdir();
+    let audit = dir.join("audit.jsonl");
+    let mut args = base_args(&up);
+    args.extend([
+        "--max-audit-bytes".into(),
+        "4KiB".into(),
+        "--audit".into(),
+        audit.display().to_string(),
+    ]);
+    let mut p = proxy(&strs(&args));
+    let decisions = 60;
+    for i in 0..decisions {
+        let req = format!("GET http://denied-{i}.test/ HTTP/1.1\r\nHost: denied-{i}.test\r\n\r\n");
+        assert_eq!(status_of(&raw(p.port, req.as_bytes())), 403);
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(p.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(p.child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let egress = lines.iter().filter(|l| l["kind"] == "egress").count();
+    let (limit, last) = (&lines[lines.len() - 2], &lines[lines.len() - 1]);
+    assert_eq!(limit["kind"], "audit-limit", "{text}");
+    assert_eq!(last["kind"], "audit-dropped", "{text}");
+    assert_eq!(last["limit_bytes"], 4096);
+    assert!(egress > 0 && egress < decisions, "{egress} lines written");
+    // Every decision is either a line or counted (the limit line stands in
+    // for the first one it replaced).
+    assert_eq!(
+        egress as u64 + last["dropped"].as_u64().unwrap(),
+        decisions as u64
+    );
+    let before_last = text.len() - text.lines().last().unwrap().len() - 1;
+    assert!(
+        before_last <= 4096 + 512,
+        "{before_last} bytes before the count"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,6 +3,11 @@
 //! The file is opened `O_APPEND` (never truncated) and each event is written
 //! with a single `write` under a lock, so lines from the proxy, sessions and
 //! several sandboxes sharing a file never interleave.
+//!
+//! A sink may be capped ([`AuditSink::open_capped`]): what a sandbox makes
+//! its proxy log must not fill the host's disk. Past the cap one
+//! `audit-limit` line is written, later events are only counted, and an
+//! `audit-dropped` line with the count is written when the sink closes.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -39,12 +44,66 @@ pub struct AuditSink {
 #[derive(Debug)]
 struct Inner {
     path: PathBuf,
-    file: Mutex<File>,
+    file: Mutex<Log>,
+}
+
+#[derive(Debug)]
+struct Log {
+    file: File,
+    /// Bytes this sink wrote.
+    written: u64,
+    /// At most this many bytes of events (`None`: unbounded).
+    cap: Option<u64>,
+    /// Events not written because of the cap.
+    dropped: u64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let log = self.file.get_mut().unwrap_or_else(|p| p.into_inner());
+        if log.dropped > 0 {
+            let line = stamped(
+                "audit-dropped",
+                serde_json::json!({
+                    "dropped": log.dropped,
+                    "limit_bytes": log.cap,
+                }),
+            );
+            let _ = log.file.write_all(&line);
+        }
+    }
+}
+
+/// One JSON line: `ts` and `kind`, then the event's own fields.
+fn stamped(kind: &str, mut value: serde_json::Value) -> Vec<u8> {
+    let ts = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| (d.as_millis() as f64) / 1000.0)
+        .unwrap_or(0.0);
+    let mut line = serde_json::Map::new();
+    line.insert("ts".into(), serde_json::json!(ts));
+    line.insert("kind".into(), serde_json::json!(kind));
+    match value.take() {
+        serde_json::Value::Object(fields) => line.extend(fields),
+        other => {
+            line.insert("event".into(), other);
+        }
+    }
+    let mut bytes = serde_json::to_vec(&serde_json::Value::Object(line)).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes
 }
 
 impl AuditSink {
-    /// Open (creating with mode 0600) `path` for appending.
+    /// Open (creating with mode 0600) `path` for appending, unbounded.
     pub fn open(path: &Path) -> Result<AuditSink, AuditError> {
+        Self::open_capped(path, None)
+    }
+
+    /// Open `path` for appending; this sink writes at most `cap` bytes of
+    /// events (then one `audit-limit` line; the rest are counted and the
+    /// count is written as `audit-dropped` when the last handle is gone).
+    pub fn open_capped(path: &Path, cap: Option<u64>) -> Result<AuditSink, AuditError> {
         let file = OpenOptions::new()
             .append(true)
             .create(true)
@@ -58,7 +117,12 @@ impl AuditSink {
         Ok(AuditSink {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
-                file: Mutex::new(file),
+                file: Mutex::new(Log {
+                    file,
+                    written: 0,
+                    cap,
+                    dropped: 0,
+                }),
             }),
         })
     }
@@ -72,33 +136,39 @@ impl AuditSink {
     /// fields follow `ts` (Unix time in seconds, millisecond precision) and
     /// `kind`. The event must serialize to a JSON object.
     pub fn record<E: Serialize>(&self, kind: &str, event: &E) -> Result<(), AuditError> {
-        let mut value = serde_json::to_value(event)?;
-        let ts = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| (d.as_millis() as f64) / 1000.0)
-            .unwrap_or(0.0);
-        let mut line = serde_json::Map::new();
-        line.insert("ts".into(), serde_json::json!(ts));
-        line.insert("kind".into(), serde_json::json!(kind));
-        match value.take() {
-            serde_json::Value::Object(fields) => line.extend(fields),
-            other => {
-                line.insert("event".into(), other);
-            }
-        }
-        let mut bytes = serde_json::to_vec(&serde_json::Value::Object(line))?;
-        bytes.push(b'\n');
+        let bytes = stamped(kind, serde_json::to_value(event)?);
         // A poisoned lock only means another writer panicked mid-call; the
         // file itself is still fine to append to.
-        let mut file = self
+        let mut log = self
             .inner
             .file
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
-        file.write_all(&bytes).map_err(|source| AuditError::Write {
-            path: self.inner.path.clone(),
-            source,
-        })
+        let over = log
+            .cap
+            .is_some_and(|cap| log.written + bytes.len() as u64 > cap);
+        let bytes = if !over {
+            bytes
+        } else if log.dropped == 0 {
+            log.dropped = 1;
+            stamped(
+                "audit-limit",
+                serde_json::json!({
+                    "limit_bytes": log.cap,
+                    "note": "audit log limit reached; later events are counted, not written",
+                }),
+            )
+        } else {
+            log.dropped += 1;
+            return Ok(());
+        };
+        log.written += bytes.len() as u64;
+        log.file
+            .write_all(&bytes)
+            .map_err(|source| AuditError::Write {
+                path: self.inner.path.clone(),
+                source,
+            })
     }
 }
 

@@ -4,7 +4,7 @@
 //! ```text
 //! hutch proxy [--policy FILE [--profile NAME]] [--allow-host H]... [--deny-host H]...
 //!             [--allow-address A|CIDR]... [--resolve NAME=ADDR]... [--plain-http]
-//!             [--max-tunnels N] [--max-connections N] [--max-bytes SIZE]
+//!             [--max-tunnels N] [--max-connections N] [--max-bytes SIZE] [--max-audit-bytes SIZE]
 //!             [--idle-timeout DUR] [--total-timeout DUR] [--handshake-timeout DUR]
 //!             [--connect-timeout DUR] [--max-header-bytes SIZE]
 //!             [--audit FILE] [--sandbox-id ID] --listen unix:PATH|tcp:ADDR ...
@@ -25,7 +25,7 @@ use crate::spec::{ByteSize, Duration, ProxyPolicy};
 
 const USAGE: &str = "usage: hutch proxy [--policy FILE [--profile NAME]] [--allow-host H]... \
 [--deny-host H]... [--allow-address A]... [--resolve NAME=ADDR]... [--plain-http] \
-[--max-tunnels N] [--max-connections N] [--max-bytes SIZE] [--idle-timeout DUR] \
+[--max-tunnels N] [--max-connections N] [--max-bytes SIZE] [--max-audit-bytes SIZE] [--idle-timeout DUR] \
 [--total-timeout DUR] [--handshake-timeout DUR] [--connect-timeout DUR] \
 [--max-header-bytes SIZE] [--audit FILE] [--sandbox-id ID] --listen unix:PATH|tcp:ADDR ...";
 
@@ -101,6 +101,7 @@ fn parse(args: Vec<OsString>) -> anyhow::Result<Options> {
             "--max-tunnels" => l.max_tunnels = Some(number(&flag, &value()?)?),
             "--max-connections" => l.max_connections = Some(number(&flag, &value()?)?),
             "--max-bytes" => l.max_bytes = Some(size(&flag, &value()?)?),
+            "--max-audit-bytes" => l.max_audit_bytes = Some(size(&flag, &value()?)?),
             "--max-header-bytes" => l.max_header_bytes = Some(size(&flag, &value()?)?),
             "--idle-timeout" => l.idle_timeout = Some(duration(&flag, &value()?)?),
             "--total-timeout" => l.total_timeout = Some(duration(&flag, &value()?)?),
@@ -144,6 +145,7 @@ fn policy_of(o: &Options) -> anyhow::Result<ProxyPolicy> {
     l.max_tunnels = x.max_tunnels.or(l.max_tunnels);
     l.max_connections = x.max_connections.or(l.max_connections);
     l.max_bytes = x.max_bytes.or(l.max_bytes);
+    l.max_audit_bytes = x.max_audit_bytes.or(l.max_audit_bytes);
     l.max_header_bytes = x.max_header_bytes.or(l.max_header_bytes);
     l.idle_timeout = x.idle_timeout.or(l.idle_timeout);
     l.total_timeout = x.total_timeout.or(l.total_timeout);
@@ -163,7 +165,10 @@ fn run(args: Vec<OsString>) -> anyhow::Result<()> {
         eprintln!("hutch proxy: warning: no allow rules, every request will be denied");
     }
     let audit = match &spec_policy.audit {
-        Some(path) => Some(AuditSink::open(path)?),
+        Some(path) => Some(AuditSink::open_capped(
+            path,
+            Some(policy.limits().max_audit_bytes),
+        )?),
         None => None,
     };
     let mut doors: Vec<(Door, OwnedFd)> = Vec::new();

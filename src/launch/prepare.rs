@@ -123,7 +123,8 @@ fn prepare_proxy(
         .map_err(|e| LaunchError::Prepare(format!("egress policy: {e}")))?;
     let audit = match &pp.audit {
         Some(path) => Some(
-            crate::audit::AuditSink::open(path).map_err(|e| LaunchError::Prepare(e.to_string()))?,
+            crate::audit::AuditSink::open_capped(path, Some(policy.limits().max_audit_bytes))
+                .map_err(|e| LaunchError::Prepare(e.to_string()))?,
         ),
         None => None,
     };

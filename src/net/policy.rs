@@ -102,6 +102,7 @@ pub struct Limits {
     pub max_tunnels: usize,
     pub max_connections: usize,
     pub max_bytes: Option<u64>,
+    pub max_audit_bytes: u64,
 }
 
 impl Default for Limits {
@@ -115,6 +116,7 @@ impl Default for Limits {
             max_tunnels: 512,
             max_connections: 1024,
             max_bytes: None,
+            max_audit_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -212,6 +214,16 @@ impl Policy {
             max_tunnels: positive("max_tunnels", l.max_tunnels, d.max_tunnels)?,
             max_connections: positive("max_connections", l.max_connections, d.max_connections)?,
             max_bytes: l.max_bytes.map(|b| b.0),
+            max_audit_bytes: match l.max_audit_bytes {
+                None => d.max_audit_bytes,
+                Some(b) if b.0 < 4096 => {
+                    return Err(NetError::Policy {
+                        key: "limits.max_audit_bytes".into(),
+                        message: "must be at least 4 KiB".into(),
+                    });
+                }
+                Some(b) => b.0,
+            },
         };
         for (key, t) in [
             ("handshake_timeout", limits.handshake_timeout),

@@ -421,4 +421,8 @@ pub struct ProxyLimits {
     pub max_connections: Option<u64>,
     /// Bytes transferred in both directions over the sandbox's life.
     pub max_bytes: Option<ByteSize>,
+    /// Bytes of audit log the sandbox's proxy may write (one sandbox can
+    /// otherwise fill the host's disk with decisions); past it decisions
+    /// are counted, not written.
+    pub max_audit_bytes: Option<ByteSize>,
 }
