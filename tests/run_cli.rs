@@ -21,6 +21,7 @@ fn writes_land_in_the_upper_and_never_on_the_host() {
         let ws = workspace("writes", who);
         let keep = TempDir::new("keep", who);
         let changes = keep.path().join("changes");
+        let status = keep.path().join("status.jsonl");
         let out = hutch_as(
             who,
             ws.path(),
@@ -28,6 +29,8 @@ fn writes_land_in_the_upper_and_never_on_the_host() {
                 "run",
                 "--changes",
                 changes.to_str().unwrap(),
+                "--status-file",
+                status.to_str().unwrap(),
                 "--",
                 "sh",
                 "-c",
@@ -56,6 +59,16 @@ fn writes_land_in_the_upper_and_never_on_the_host() {
             "original\nmore\n"
         );
         assert!(stderr(&out).contains("kept in"), "{}", stderr(&out));
+        // A disk-backed upper has no size cap, and the report says so.
+        let report = std::fs::read_to_string(&status).unwrap();
+        let exit: serde_json::Value = serde_json::from_str(report.lines().last().unwrap()).unwrap();
+        assert!(
+            exit["unenforced"].as_array().unwrap().iter().any(|u| u
+                .as_str()
+                .unwrap()
+                .starts_with("limits.upper_size: the upper of")),
+            "{exit}"
+        );
 
         // Without --changes the user is told how many paths changed.
         let out = hutch_as(who, ws.path(), &["run", "--", "sh", "-c", "touch a b c"]);

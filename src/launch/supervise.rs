@@ -470,6 +470,14 @@ fn supervise(
             .iter()
             .flat_map(|l| &l.unenforced)
             .map(|u| format!("limits.{}: {}", u.limit, u.reason))
+            .chain(p.kept_uppers.iter().map(|(dest, upper)| {
+                format!(
+                    "limits.upper_size: the upper of {} is on the host's disk ({}); \
+                     only that filesystem's quota bounds it",
+                    dest.display(),
+                    upper.display()
+                )
+            }))
             .collect(),
     };
     if let Some(f) = status_file {
