@@ -17,7 +17,7 @@
 //!  8. rlimits (RLIMIT_CORE = 0).
 //!  9. Non-dumpable; signals blocked; start the workload (vfork-style: it
 //!     shares init's memory until its execve, so init waits until then);
-//!     report `Started`.
+//!     report `Started` (when a status file wants the start event).
 //! 10. Close every fd it does not need; reap and forward signals until the
 //!     workload ends; kill what is left; count changes; report `Exited`.
 //!
@@ -166,13 +166,15 @@ pub fn sandbox_main(p: &Prepared, sock: OwnedFd, parent_end: RawFd) -> ! {
             Ok(pid) => pid,
             Err(e) => fail("starting the workload", e, None),
         };
-    let _ = message::send(
-        &sock,
-        &Message::Started {
-            workload_pid: workload,
-        },
-        &[],
-    );
+    if p.report_started {
+        let _ = message::send(
+            &sock,
+            &Message::Started {
+                workload_pid: workload,
+            },
+            &[],
+        );
+    }
 
     // Keep only the socket and the uppers to count; stdio relays and any
     // host fd are the workload's business, not init's.

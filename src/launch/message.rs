@@ -23,7 +23,8 @@ pub enum Message {
         hint: Option<String>,
     },
     /// Sandbox → supervisor: the workload started (pid inside the sandbox);
-    /// sent once it has exec'd, or failed to (then `ExecFailed` came first).
+    /// sent once it has exec'd, or failed to (then `ExecFailed` came first),
+    /// and only when the supervisor writes a status file.
     Started { workload_pid: i32 },
     /// Workload → supervisor: execve failed for every candidate.
     /// `interpreter_missing`: the file exists but its ELF or `#!`

@@ -87,6 +87,9 @@ pub struct Prepared {
     /// for signal N): those the workload resets. Every signal unless the
     /// caller knows better.
     pub non_default_signals: u64,
+    /// Whether pid 1 reports `Started` (only a status file's start event
+    /// needs it; otherwise it would be one more wake-up per spawn).
+    pub report_started: bool,
 }
 
 /// The egress proxy of a `proxy`-mode sandbox, prepared before clone; the
@@ -254,6 +257,7 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
         idmap_sources,
         proxy,
         non_default_signals: u64::MAX,
+        report_started: true,
     })
 }
 

@@ -117,6 +117,7 @@ pub fn run(
     let mut p = prepare(spec, opts.capture_bytes.is_some())?;
     // Read before prepare, which installs no signal handler.
     p.non_default_signals = status.non_default_signals;
+    p.report_started = opts.status_file.is_some();
     let mut status_file = match &opts.status_file {
         Some(path) => Some(std::fs::File::create(path).map_err(|e| {
             LaunchError::Prepare(format!("cannot write status file {}: {e}", path.display()))
