@@ -200,6 +200,37 @@ fn names_resolving_to_special_addresses_are_denied() {
     assert_eq!(up.hits.load(Ordering::SeqCst), 0, "an upstream was dialled");
 }
 
+/// Names without a `--resolve` override go through the host's resolver
+/// (getaddrinfo, `/etc/hosts` here; hutch is a static binary, whose glibc
+/// resolves through its built-in `files` and `dns` sources): `localhost`
+/// resolves, is refused as loopback, and works once both of its loopback
+/// addresses are allowed.
+#[test]
+fn names_go_through_the_host_resolver() {
+    let up = upstream(0);
+    let host = format!("localhost:{}", up.port);
+    let req = format!("CONNECT {host} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    let p = proxy(&["--allow-host", &host]);
+    let resp = raw(p.port, req.as_bytes());
+    assert_eq!(status_of(&resp), 403, "{resp}");
+    assert!(
+        resp.contains("resolves to 127.0.0.1") || resp.contains("resolves to ::1"),
+        "{resp}"
+    );
+    let p = proxy(&[
+        "--allow-host",
+        &host,
+        "--allow-address",
+        "127.0.0.1",
+        "--allow-address",
+        "::1",
+    ]);
+    let proxy_url = format!("http://127.0.0.1:{}", p.port);
+    let (code, text) = curl(&["-p", "-x", &proxy_url, &format!("http://{host}/r")]);
+    assert_eq!(code, 200, "{text}");
+    assert!(text.ends_with("upstream-ok /r"), "{text}");
+}
+
 #[test]
 fn ip_literals_are_canonicalised_before_matching() {
     let up = upstream(0);
