@@ -2,7 +2,8 @@
 //!
 //! Order (fixed): propagation → open sources → (the caller switches
 //! identity) → staging tmpfs → root tmpfs →
-//! attach idmapped lowers → steps in order → root read-only → pivot_root →
+//! attach the supervisor's detached mounts (idmapped lowers, root-only
+//! sources) → steps in order → root read-only → pivot_root →
 //! detach the old root.
 //!
 //! Destinations are always resolved inside the new root (`RESOLVE_IN_ROOT`)
@@ -125,11 +126,9 @@ struct Builder<'a, S: FsSys> {
     scratch: usize,
 }
 
-/// Build the new root and pivot into it. `idmapped` pairs a source index
-/// with a detached idmapped mount received from the supervisor. `op_names`
-/// describe each step for errors (e.g. `fs[3] (ro-bind /usr)`).
 /// Host sources opened by [`open_sources`] (None: optional and missing, or
-/// idmapped and handed over later).
+/// handed over by the supervisor as detached mounts, attached by
+/// [`build`]).
 #[derive(Debug, Default)]
 pub struct Sources(pub Vec<Option<RawFd>>);
 
@@ -146,7 +145,7 @@ pub fn open_sources<S: FsSys>(sys: &mut S, plan: &Plan) -> Result<Sources, Build
         })?;
     let mut source_fds = Vec::with_capacity(plan.sources.len());
     for src in &plan.sources {
-        if src.idmapped {
+        if src.idmapped || src.handed_over {
             source_fds.push(None);
             continue;
         }
@@ -189,15 +188,15 @@ pub fn open_sources<S: FsSys>(sys: &mut S, plan: &Plan) -> Result<Sources, Build
     Ok(Sources(source_fds))
 }
 
-/// Second part: build the new root and pivot into it. `idmapped` pairs a
-/// source index with a detached idmapped mount received from the
-/// supervisor. `op_names` describe each step for errors (e.g. `fs[3]
-/// (ro-bind /usr)`).
+/// Second part: build the new root and pivot into it. `handed` pairs a
+/// source index with a detached mount received from the supervisor (an
+/// idmapped workspace layer, or a path only host root may reach). `op_names`
+/// describe each step for errors (e.g. `fs[3] (ro-bind /usr)`).
 pub fn build<S: FsSys>(
     sys: &mut S,
     plan: &Plan,
     sources: Sources,
-    idmapped: &[(usize, RawFd)],
+    handed: &[(usize, RawFd)],
     op_names: &[String],
 ) -> Result<Built, BuildError> {
     let err = |what: &str| {
@@ -252,19 +251,29 @@ pub fn build<S: FsSys>(
         host_dev: None,
         scratch: 0,
     };
-    for (index, fd) in idmapped {
-        let at = b
-            .scratch_dir(staging)
-            .map_err(err("creating a mount point for an idmapped layer"))?;
+    for (index, fd) in handed {
+        let dir = b
+            .sys
+            .is_dir(*fd)
+            .map_err(err("inspecting a mount handed over by the supervisor"))?;
+        let at = if dir {
+            b.scratch_dir(staging)
+        } else {
+            b.scratch_file(staging)
+        }
+        .map_err(err(
+            "creating a mount point for a mount handed over by the supervisor",
+        ))?;
         b.sys.move_mount(*fd, &at).map_err(|e| BuildError {
-            what: "attaching an idmapped workspace layer".into(),
+            what: "attaching a mount handed over by the supervisor".into(),
             err: e,
-            hint: Some("the kernel must support idmapped mounts (Linux 5.12+) on this filesystem"),
+            hint: None,
         })?;
+        let flags = if dir { O_PATH_DIR } else { libc::O_PATH };
         let opened = b
             .sys
-            .open(None, &at, O_PATH_DIR, 0, 0)
-            .map_err(err("opening an idmapped layer"))?;
+            .open(None, &at, flags, 0, 0)
+            .map_err(err("opening a mount handed over by the supervisor"))?;
         b.source_fds[*index] = Some(opened);
     }
 
@@ -831,6 +840,23 @@ impl<S: FsSys> Builder<'_, S> {
     }
 
     /// A fresh directory on the staging tmpfs (outside the new root).
+    /// An empty file under the staging directory, to attach a file mount on.
+    fn scratch_file(&mut self, staging: RawFd) -> Result<CString, SysError> {
+        let name = self.scratch_name();
+        let fd = self.sys.open(
+            Some(staging),
+            &name,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            0o600,
+            0,
+        )?;
+        self.sys.close(fd);
+        let mut path = STAGING.to_bytes().to_vec();
+        path.push(b'/');
+        path.extend_from_slice(name.as_bytes());
+        Ok(CString::new(path).expect("no NUL"))
+    }
+
     fn scratch_dir(&mut self, staging: RawFd) -> Result<CString, SysError> {
         let name = self.scratch_name();
         self.sys.mkdirat(staging, &name, 0o700)?;

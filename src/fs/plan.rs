@@ -29,6 +29,9 @@ pub struct Source {
     /// The supervisor hands the child an idmapped mount of this path
     /// (root launches: the workload's host id owns the workspace).
     pub idmapped: bool,
+    /// The supervisor opens this path and hands the child the fd (root
+    /// launches: a path only host root may reach, like the proxy's door).
+    pub handed_over: bool,
 }
 
 /// Where an overlay's upper and work directories live.
@@ -224,6 +227,7 @@ impl Plan {
             directory,
             no_follow: false,
             idmapped,
+            handed_over: false,
         });
         self.sources.len() - 1
     }
@@ -235,6 +239,7 @@ impl Plan {
             directory: true,
             no_follow: true,
             idmapped: false,
+            handed_over: false,
         });
         self.sources.len() - 1
     }

@@ -12,6 +12,8 @@ struct Recorder {
     calls: Vec<String>,
     next_fd: RawFd,
     missing: Vec<&'static str>,
+    /// fds that are not directories (everything else is one).
+    files: Vec<RawFd>,
 }
 
 fn s(c: &CStr) -> String {
@@ -100,8 +102,8 @@ impl FsSys for Recorder {
         self.calls.push(format!("chmod {} {mode:o}", s(path)));
         Ok(())
     }
-    fn is_dir(&mut self, _fd: RawFd) -> Result<bool, SysError> {
-        Ok(true)
+    fn is_dir(&mut self, fd: RawFd) -> Result<bool, SysError> {
+        Ok(!self.files.contains(&fd))
     }
     fn fchdir(&mut self, fd: RawFd) -> Result<(), SysError> {
         self.calls.push(format!("fchdir {fd}"));
@@ -249,6 +251,64 @@ fn idmapped_lowers_are_attached_outside_the_new_root() {
         !rec.calls.iter().any(|c| c.contains("open -100 /w ")),
         "idmapped lower is not reopened from the host path"
     );
+}
+
+/// A root launch's proxy door: the supervisor hands over a detached mount
+/// of the socket (its directory is host root's only); the child attaches it
+/// on a scratch file, never opens the host path itself, and binds from it.
+#[test]
+fn a_handed_over_file_mount_is_attached_on_a_file_and_bound() {
+    let spec = spec_with(vec![crate::spec::FsOp::Bind {
+        src: "/run/door/proxy.sock".into(),
+        dest: "/run/hutch/proxy.sock".into(),
+        optional: false,
+    }]);
+    let mut p = plan(&spec, true);
+    p.sources[0].handed_over = true;
+    let mut rec = Recorder {
+        files: vec![55],
+        ..Default::default()
+    };
+    run(&mut rec, &p, &[(0, 55)], &spec).unwrap();
+    assert!(
+        !rec.calls.iter().any(|c| c.contains("/run/door/proxy.sock")),
+        "the host path is not opened by the child: {:?}",
+        rec.calls
+    );
+    let scratch = rec
+        .calls
+        .iter()
+        .find_map(|c| c.strip_prefix("move_mount 55 /tmp/"))
+        .expect("attached under the staging directory")
+        .to_string();
+    let staging = rec
+        .calls
+        .iter()
+        .find_map(|c| c.strip_prefix("open -100 /tmp = "))
+        .expect("staging opened")
+        .to_string();
+    // An empty file is created to attach on (not a directory)...
+    let created = pos(&rec.calls, &format!("open {staging} {scratch} ="));
+    assert!(
+        created < pos(&rec.calls, "move_mount 55 "),
+        "{:?}",
+        rec.calls
+    );
+    assert!(
+        !rec.calls
+            .iter()
+            .any(|c| c == &format!("mkdir {staging} {scratch}")),
+        "{:?}",
+        rec.calls
+    );
+    // ...and the bind's source is the attached mount, reopened.
+    let reopened = rec
+        .calls
+        .iter()
+        .find_map(|c| c.strip_prefix(&format!("open -100 /tmp/{scratch} = ")))
+        .expect("reopened")
+        .to_string();
+    pos(&rec.calls, &format!("mount /proc/self/fd/{reopened} "));
 }
 
 #[test]

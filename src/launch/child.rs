@@ -4,7 +4,9 @@
 //!
 //! Fixed order in the sandbox's pid 1 ("hutch init"):
 //!  1. PDEATHSIG(SIGKILL), close the supervisor's socket end, new session.
-//!  2. Wait for `Go` (id maps written; idmapped layers attached as fds).
+//!  2. Wait for `Go` (id maps written; detached mounts of what the
+//!     supervisor prepared itself attached as fds: idmapped layers, and
+//!     sources only host root may reach).
 //!  3. `/` made a slave mount; every host source opened (with the
 //!     launching user's filesystem identity).
 //!  4. Switch to the sandbox's uid/gid (root launches: clear groups too);
@@ -72,11 +74,13 @@ pub fn sandbox_main(p: &Prepared, sock: OwnedFd, parent_end: RawFd) -> ! {
         fail("starting a new session", e, None);
     }
 
-    let idmapped = match message::recv(&sock) {
-        Ok(Some((Message::Go { idmapped_sources }, fds))) => idmapped_sources
-            .into_iter()
-            .zip(fds)
-            .collect::<Vec<(usize, OwnedFd)>>(),
+    let handed = match message::recv(&sock) {
+        Ok(Some((Message::Go { handed_sources }, fds))) if fds.len() == handed_sources.len() => {
+            handed_sources
+                .into_iter()
+                .zip(fds)
+                .collect::<Vec<(usize, OwnedFd)>>()
+        }
         // The supervisor went away or spoke nonsense: nothing to report to.
         _ => sys::exit_now(125),
     };
@@ -104,15 +108,13 @@ pub fn sandbox_main(p: &Prepared, sock: OwnedFd, parent_end: RawFd) -> ! {
             Some("the sandbox's /proc/sys/user must be writable by its own root"),
         );
     }
-    let idmapped_raw: Vec<(usize, RawFd)> = idmapped
-        .iter()
-        .map(|(i, fd)| (*i, fd.as_raw_fd()))
-        .collect();
-    let built = match fs::build(&mut real, &p.plan, sources, &idmapped_raw, &p.op_names) {
+    let handed_raw: Vec<(usize, RawFd)> =
+        handed.iter().map(|(i, fd)| (*i, fd.as_raw_fd())).collect();
+    let built = match fs::build(&mut real, &p.plan, sources, &handed_raw, &p.op_names) {
         Ok(b) => b,
         Err(e) => fail(&e.what, e.err, e.hint),
     };
-    drop(idmapped);
+    drop(handed);
 
     if let Some(name) = &p.hostname
         && let Err(e) = sys::sethostname(name)

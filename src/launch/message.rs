@@ -8,13 +8,14 @@ use serde::{Deserialize, Serialize};
 use crate::sys::{self, SysError};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Message {
     /// Supervisor → sandbox: id maps are written, go on. Carries one
-    /// idmapped mount fd per listed source index.
-    Go { idmapped_sources: Vec<usize> },
+    /// detached mount fd (`open_tree(OPEN_TREE_CLONE)`, idmapped or not)
+    /// per listed source index: sources the supervisor prepares itself.
+    Go { handed_sources: Vec<usize> },
     /// Sandbox → supervisor: setup failed; the sandbox exits 125.
     SetupFailed {
         what: String,
@@ -95,7 +96,7 @@ mod tests {
         let (a, b) = sys::socket::seqpacket_pair().unwrap();
         let devnull = std::fs::File::open("/dev/null").unwrap();
         let msg = Message::Go {
-            idmapped_sources: vec![3],
+            handed_sources: vec![3],
         };
         send(&a, &msg, &[std::os::fd::AsRawFd::as_raw_fd(&devnull)]).unwrap();
         let (got, fds) = recv(&b).unwrap().unwrap();

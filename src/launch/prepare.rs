@@ -81,6 +81,10 @@ pub struct Prepared {
     pub kept_uppers: Vec<(PathBuf, PathBuf)>,
     /// Sources to hand over as idmapped mounts: (source index, host path).
     pub idmap_sources: Vec<(usize, PathBuf)>,
+    /// Sources the supervisor opens and hands over: (source index, host
+    /// path). Root launches: the proxy's Unix door, in a directory only
+    /// host root may enter.
+    pub handed_sources: Vec<(usize, PathBuf)>,
     /// Network mode `proxy`: the compiled policy and the Unix door.
     pub proxy: Option<ProxyPrep>,
     /// Signals whose disposition in the supervisor is not SIG_DFL (bit N-1
@@ -100,6 +104,8 @@ pub struct ProxyPrep {
     pub audit: Option<crate::audit::AuditSink>,
     /// The private directory holding the Unix door; removed on drop.
     pub dir: PrivateDir,
+    /// The Unix door's path on the host (inside `dir`).
+    pub socket: PathBuf,
 }
 
 /// A directory removed (with its contents) when dropped.
@@ -114,11 +120,7 @@ impl Drop for PrivateDir {
 /// Network mode `proxy`: compile the policy, open the audit log, create the
 /// Unix door in a private directory, and add its bind mount and the proxy
 /// environment to the Spec.
-fn prepare_proxy(
-    spec: &mut Spec,
-    sandbox_id: &str,
-    ids: &Ids,
-) -> Result<Option<ProxyPrep>, LaunchError> {
+fn prepare_proxy(spec: &mut Spec, sandbox_id: &str) -> Result<Option<ProxyPrep>, LaunchError> {
     let Network::Proxy(pp) = &spec.network else {
         return Ok(None);
     };
@@ -139,18 +141,8 @@ fn prepare_proxy(
     let (sock, unix_door) = crate::net::unix_door(&dir)
         .map_err(|e| LaunchError::Prepare(format!("egress proxy door: {e}")))?;
     let dir = PrivateDir(dir);
-    if ids.root_launch {
-        // The sandbox opens the socket as its unprivileged host id.
-        std::os::unix::fs::chown(&dir.0, Some(ids.host_uid), Some(ids.host_gid)).map_err(|e| {
-            LaunchError::Prepare(format!(
-                "cannot hand {} to host uid {}: {e}",
-                dir.0.display(),
-                ids.host_uid
-            ))
-        })?;
-    }
     spec.fs.push(FsOp::Bind {
-        src: sock,
+        src: sock.clone(),
         dest: PathBuf::from(crate::net::PROXY_SOCKET_PATH),
         optional: false,
     });
@@ -160,6 +152,7 @@ fn prepare_proxy(
         unix_door,
         audit,
         dir,
+        socket: sock,
     }))
 }
 
@@ -175,9 +168,23 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
     let ids = ids(spec)?;
     let sandbox_id = sandbox_id();
     let mut with_proxy = spec.clone();
-    let proxy = prepare_proxy(&mut with_proxy, &sandbox_id, &ids)?;
+    let proxy = prepare_proxy(&mut with_proxy, &sandbox_id)?;
     let spec = if proxy.is_some() { &with_proxy } else { spec };
-    let plan = fs::plan(spec, ids.root_launch);
+    let mut plan = fs::plan(spec, ids.root_launch);
+    let mut handed_sources = Vec::new();
+    if ids.root_launch
+        && let Some(door) = &proxy
+    {
+        // The door's directory stays root's (0700): no other host process
+        // may reach the socket, not even one running as the sandbox's
+        // unprivileged host id. The supervisor opens it for the sandbox.
+        for (i, s) in plan.sources.iter_mut().enumerate() {
+            if s.path.as_bytes() == door.socket.as_os_str().as_bytes() {
+                s.handed_over = true;
+                handed_sources.push((i, door.socket.clone()));
+            }
+        }
+    }
     let idmap_sources = plan
         .sources
         .iter()
@@ -255,6 +262,7 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
         tmp_overlay_dests,
         kept_uppers,
         idmap_sources,
+        handed_sources,
         proxy,
         non_default_signals: u64::MAX,
         report_started: true,
@@ -402,5 +410,42 @@ pub fn network_name(n: &Network) -> &'static str {
         Network::None => "none",
         Network::Host => "host",
         Network::Proxy(_) => "proxy",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A root launch keeps the proxy door's directory host root's (0700):
+    /// no other host process, not even one running as the sandbox's
+    /// unprivileged host id, can reach the socket while it exists on the
+    /// host. The supervisor hands the socket over instead.
+    #[test]
+    fn root_launch_keeps_the_door_directory_root_only() {
+        if !nix::unistd::geteuid().is_root() {
+            assert_ne!(
+                std::env::var("HUTCH_REQUIRE").as_deref(),
+                Ok("all"),
+                "this test needs root"
+            );
+            eprintln!("SKIP: needs root (a root launch)");
+            return;
+        }
+        let mut spec = crate::spec::default_profile();
+        spec.command = vec!["true".into()];
+        spec.network = Network::Proxy(crate::spec::ProxyPolicy {
+            allow: vec!["example.test".into()],
+            ..Default::default()
+        });
+        let p = prepare(&spec, false).unwrap();
+        let door = p.proxy.as_ref().unwrap();
+        let meta = std::fs::metadata(&door.dir.0).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o700));
+        assert_eq!(p.handed_sources.len(), 1);
+        let (index, path) = &p.handed_sources[0];
+        assert_eq!(path, &door.socket);
+        assert!(p.plan.sources[*index].handed_over);
     }
 }

@@ -188,17 +188,18 @@ fn supervise(
     // Read while pid 1 is still dumpable and ours (it becomes neither).
     let namespaces = status_file.as_ref().map(|_| namespace_inodes(pid));
     write_id_maps(pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
-    let (idmapped, layers_without_idmap) = idmapped_layers(pid, p).map_err(kill_and_reap)?;
-    let raw: Vec<RawFd> = idmapped.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
+    let (mut handed, layers_without_idmap) = idmapped_layers(pid, p).map_err(kill_and_reap)?;
+    handed.extend(root_only_sources(p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?);
+    let raw: Vec<RawFd> = handed.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
     message::send(
         &sock,
         &Message::Go {
-            idmapped_sources: idmapped.iter().map(|(i, _)| *i).collect(),
+            handed_sources: handed.iter().map(|(i, _)| *i).collect(),
         },
         &raw,
     )
     .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
-    drop(idmapped);
+    drop(handed);
 
     let deadline = spec.limits.wall_clock.map(|d| started + d.0);
     let mut relay = Relay {
@@ -613,6 +614,21 @@ fn idmapped_layers(
         out.push((*index, tree));
     }
     Ok((out, without_idmap))
+}
+
+/// Root launches: detached copies (made as host root) of the sources only
+/// host root may reach, for the sandbox to attach.
+fn root_only_sources(p: &Prepared) -> Result<Vec<(usize, OwnedFd)>, SysError> {
+    p.handed_sources
+        .iter()
+        .map(|(index, path)| {
+            let c =
+                std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+                    .expect("made by hutch: no NUL");
+            let fd = sys::openat2(None, &c, libc::O_PATH | libc::O_NOFOLLOW, 0, 0)?;
+            Ok((*index, sys::open_tree_clone(fd.as_fd(), false)?))
+        })
+        .collect()
 }
 
 fn changes_report(p: &Prepared, counted: Option<&[u64]>) -> Vec<ChangesReport> {
