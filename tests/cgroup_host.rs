@@ -211,3 +211,113 @@ fn rlimit_applies_in_the_sandbox() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "123\n0\n");
 }
+
+fn io_unavailable() -> bool {
+    let p = hutch::cgroup::probe::probe();
+    require(
+        !p.limits["io"].works,
+        "this host can enforce --io-max (these tests are about hosts that cannot)",
+    )
+}
+
+/// A whole-disk block device of this host, from /sys/block.
+fn some_disk() -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::read_dir("/sys/block")
+        .ok()?
+        .flatten()
+        .find_map(|e| {
+            let dev = format!("/dev/{}", e.file_name().to_string_lossy());
+            std::fs::metadata(&dev)
+                .ok()?
+                .file_type()
+                .is_block_device()
+                .then_some(dev)
+        })
+}
+
+fn one_line_125(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err.trim_end().to_string()
+}
+
+#[test]
+fn io_max_on_a_character_device_is_refused() {
+    let out = hutch(&["run", "--io-max", "/dev/null:wbps=1M", "--", "true"]);
+    let line = one_line_125(&out);
+    assert!(
+        line.starts_with("hutch: limits.io[0].device: /dev/null: not a block device"),
+        "{line}"
+    );
+}
+
+#[test]
+fn io_max_bad_flag_values_are_one_line_errors() {
+    for (value, says) in [
+        (
+            "/dev/vda",
+            "--io-max: \"/dev/vda\": expected DEVICE:KEY=VALUE",
+        ),
+        (
+            "/dev/vda:wbps=lots",
+            "--io-max: wbps: \"lots\" is not a size",
+        ),
+        ("/dev/vda:bps=1M", "--io-max: unknown key \"bps\""),
+        (
+            "/dev/vda:wiops=1",
+            "at `limits.io[0].wiops`: 1 is below the minimum of 2",
+        ),
+        (
+            "vda:wbps=1M",
+            "at `limits.io[0].device`: \"vda\" must be an absolute path",
+        ),
+    ] {
+        let out = hutch(&["run", "--io-max", value, "--", "true"]);
+        let line = one_line_125(&out);
+        assert!(line.contains(says), "{value}: {line}");
+    }
+    let out = hutch(&[
+        "run",
+        "--io-max",
+        "/dev/vda:wbps=1M",
+        "--io-max",
+        "/dev/vda:rbps=1M",
+        "--",
+        "true",
+    ]);
+    let line = one_line_125(&out);
+    assert!(
+        line.contains("at `limits.io[1].device`: /dev/vda is already limited by io[0]"),
+        "{line}"
+    );
+}
+
+#[test]
+fn required_io_max_fails_closed_with_the_reason() {
+    if !io_unavailable() {
+        return;
+    }
+    let Some(disk) = some_disk() else {
+        require(false, "no block device under /sys/block");
+        return;
+    };
+    let out = hutch(&["run", "--io-max", &format!("{disk}:wbps=1M"), "--", "true"]);
+    let line = one_line_125(&out);
+    assert!(
+        line.starts_with("hutch: limits.io: cgroup v2 io controller not available ("),
+        "{line}"
+    );
+    assert!(
+        line.contains("systemd-run --user --scope -p Delegate=yes hutch"),
+        "{line}"
+    );
+}
+
+#[test]
+fn help_lists_io_max() {
+    let out = hutch(&["run", "--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--io-max DEVICE:KEY=VALUE"), "{text}");
+}

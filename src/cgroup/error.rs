@@ -29,6 +29,13 @@ pub enum CgroupError {
         errno: String,
         hint: String,
     },
+    /// A device of `limits.io` that `io.max` cannot limit.
+    #[error("limits.io[{index}].device: {}: {problem}", device.display())]
+    IoDevice {
+        index: usize,
+        device: PathBuf,
+        problem: String,
+    },
     /// A requested rlimit is above the hard limit hutch itself runs with.
     #[error(
         "limits.rlimits.{name}: {value} is above the hard limit {hard} hutch runs with, and the sandbox cannot raise it (needs CAP_SYS_RESOURCE on the host); ask for at most {hard} or raise the hard limit before starting hutch (ulimit -H)"

@@ -10,6 +10,7 @@
 
 mod error;
 pub mod host;
+pub mod io;
 pub mod plan;
 pub mod probe;
 mod report;
@@ -62,6 +63,9 @@ pub fn validate_limits(l: &Limits) -> Result<(), (String, String)> {
             return err("cpus", "must be a number of CPUs from 0.01 to 4096".into());
         }
     }
+    if let Some(io) = &l.io {
+        io::validate(io.get())?;
+    }
     for (name, value) in &l.rlimits {
         rlimits::check(name, *value).map_err(|m| (format!("rlimits.{name}"), m))?;
     }
@@ -100,10 +104,17 @@ fn wanted(limits: &Limits) -> Vec<Wanted> {
             value: v(l.value()),
         })
     }
+    let io = limits.io.as_ref().map(|l| Wanted {
+        key: "io",
+        controller: "io",
+        required: l.is_required(),
+        value: json!(l.get()),
+    });
     [
         w("memory", "memory", &limits.memory, |b| json!(b.0)),
         w("pids", "pids", &limits.pids, |n| json!(n)),
         w("cpus", "cpu", &limits.cpus, |c| json!(c)),
+        io,
     ]
     .into_iter()
     .flatten()
@@ -154,7 +165,34 @@ pub fn prepare_on(host: &Host, limits: &Limits, sandbox_id: &str) -> Result<Prep
         unenforced: Vec::new(),
         owner: std::process::id(),
     };
-    let wanted = wanted(limits);
+    let mut wanted = wanted(limits);
+    // Devices first: a path that is no disk is a mistake in the Spec,
+    // whatever the host's controllers.
+    let io_devices = match &limits.io {
+        None => Vec::new(),
+        Some(l) => match io::resolve(l.get()) {
+            Ok(d) => d,
+            Err((index, problem)) if l.is_required() => {
+                return Err(CgroupError::IoDevice {
+                    index,
+                    device: l.get()[index].device.clone(),
+                    problem,
+                });
+            }
+            Err((index, problem)) => {
+                p.unenforced.push(Unenforced {
+                    limit: "io".into(),
+                    value: json!(l.get()),
+                    reason: format!(
+                        "limits.io[{index}].device: {}: {problem}",
+                        l.get()[index].device.display()
+                    ),
+                });
+                wanted.retain(|w| w.key != "io");
+                Vec::new()
+            }
+        },
+    };
     // Controllers the leaf gets: the limited ones, plus memory and pids
     // for the report's counters when they come for free.
     let mut missing: Vec<(&Wanted, String, String)> = Vec::new();
@@ -195,7 +233,8 @@ pub fn prepare_on(host: &Host, limits: &Limits, sandbox_id: &str) -> Result<Prep
                 if !enabled.contains(&w.controller) {
                     continue;
                 }
-                match write_limit(p.leaf.as_ref().map(|l| &l.cg).expect("leaf"), limits, w.key) {
+                let leaf = p.leaf.as_ref().map(|l| &l.cg).expect("leaf");
+                match write_limit(leaf, limits, &io_devices, w.key) {
                     Ok(by) => p.enforced.push(Enforced {
                         limit: w.key.into(),
                         value: w.value.clone(),
@@ -353,7 +392,12 @@ fn evacuate(cg: &Cgroup) -> Result<(), (std::path::PathBuf, std::io::Error)> {
 }
 
 /// Write the interface file for one limit; Ok is the mechanism text.
-fn write_limit(leaf: &Cgroup, limits: &Limits, key: &str) -> Result<String, (String, String)> {
+fn write_limit(
+    leaf: &Cgroup,
+    limits: &Limits,
+    io_devices: &[io::IoDevice],
+    key: &str,
+) -> Result<String, (String, String)> {
     let w = |file: &str, v: String| {
         leaf.write(file, &v)
             .map_err(|e| (file.to_string(), errno_text(&e)))
@@ -381,6 +425,14 @@ fn write_limit(leaf: &Cgroup, limits: &Limits, key: &str) -> Result<String, (Str
             let c = limits.cpus.map(|c| c.value()).unwrap_or(1.0);
             w("cpu.max", cpu_max(c))?;
             Ok("cgroup cpu.max".into())
+        }
+        "io" => {
+            // One line per write: the kernel parses a single device each.
+            for d in io_devices {
+                w("io.max", d.line.clone())?;
+            }
+            let lines: Vec<&str> = io_devices.iter().map(|d| d.line.as_str()).collect();
+            Ok(format!("cgroup io.max ({})", lines.join("; ")))
         }
         _ => Err((key.to_string(), "unknown limit".into())),
     }

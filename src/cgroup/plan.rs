@@ -12,7 +12,7 @@ use super::tree::{Cgroup, common_ancestor};
 pub const SUPERVISOR: &str = "hutch-supervisor";
 
 /// The controllers hutch uses.
-pub const CONTROLLERS: &[&str] = &["memory", "pids", "cpu"];
+pub const CONTROLLERS: &[&str] = &["memory", "pids", "cpu", "io"];
 
 /// A usable parent for sandbox leaves.
 #[derive(Debug, Clone)]

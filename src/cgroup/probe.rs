@@ -28,7 +28,8 @@ pub struct CgroupProbe {
     pub delegation: Placement,
     /// The same for `--cgroup-parent`, when one was given.
     pub cgroup_parent: Option<Placement>,
-    /// `memory`, `pids`, `cpus`: would `--memory/--pids/--cpus` work here.
+    /// `memory`, `pids`, `cpus`, `io`: would `--memory/--pids/--cpus/--io-max`
+    /// work here.
     pub limits: BTreeMap<&'static str, LimitSupport>,
 }
 
@@ -48,6 +49,8 @@ pub struct Placement {
 /// Whether one limit can be enforced, how, or why not.
 #[derive(Debug, Clone, Serialize)]
 pub struct LimitSupport {
+    /// The `hutch run` flag that asks for it.
+    pub flag: &'static str,
     pub works: bool,
     pub by: Option<String>,
     pub why_not: Option<String>,
@@ -111,10 +114,11 @@ pub fn probe_host(
     // Limits are judged where hutch would put the leaf.
     let effective = parent_place.as_ref().unwrap_or(&own_place);
     let mut limits = BTreeMap::new();
-    for (key, controller, by) in [
-        ("memory", "memory", "cgroup memory.max"),
-        ("pids", "pids", "cgroup pids.max"),
-        ("cpus", "cpu", "cgroup cpu.max"),
+    for (key, flag, controller, by) in [
+        ("memory", "--memory", "memory", "cgroup memory.max"),
+        ("pids", "--pids", "pids", "cgroup pids.max"),
+        ("cpus", "--cpus", "cpu", "cgroup cpu.max"),
+        ("io", "--io-max", "io", "cgroup io.max"),
     ] {
         let status = match effective {
             Ok(place) => plan::controller_status(host, place, controller).map_err(|f| {
@@ -130,18 +134,21 @@ pub fn probe_host(
         };
         let support = match status {
             Ok(()) => LimitSupport {
+                flag,
                 works: true,
                 by: Some(by.into()),
                 why_not: None,
                 fix: None,
             },
             Err(_) if key == "pids" && nproc_fallback => LimitSupport {
+                flag,
                 works: true,
                 by: Some("RLIMIT_NPROC in the sandbox user namespace (fallback)".into()),
                 why_not: None,
                 fix: None,
             },
             Err((found, fix)) => LimitSupport {
+                flag,
                 works: false,
                 by: None,
                 why_not: Some(format!(

@@ -57,6 +57,10 @@ pub struct CgroupStats {
     pub cpu_usage_usec: Option<u64>,
     /// cpu.stat `throttled_usec` (cpu controller only).
     pub cpu_throttled_usec: Option<u64>,
+    /// io.stat `rbytes`, summed over devices (io controller only).
+    pub io_rbytes: Option<u64>,
+    /// io.stat `wbytes`, summed over devices (io controller only).
+    pub io_wbytes: Option<u64>,
 }
 
 impl CgroupStats {
@@ -65,6 +69,7 @@ impl CgroupStats {
         let ev = |k: &str| events.as_deref().and_then(|t| super::tree::parse_key(t, k));
         let cpu = leaf.read("cpu.stat").ok();
         let cs = |k: &str| cpu.as_deref().and_then(|t| super::tree::parse_key(t, k));
+        let io = leaf.read("io.stat").ok().map(|t| super::io::parse_stat(&t));
         CgroupStats {
             memory_peak: leaf
                 .read("memory.peak")
@@ -76,6 +81,8 @@ impl CgroupStats {
             pids_max_events: leaf.key("pids.events", "max"),
             cpu_usage_usec: cs("usage_usec"),
             cpu_throttled_usec: cs("throttled_usec"),
+            io_rbytes: io.map(|(r, _)| r),
+            io_wbytes: io.map(|(_, w)| w),
         }
     }
 

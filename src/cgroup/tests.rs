@@ -417,8 +417,8 @@ fn probe_reports_what_works() {
     );
     assert!(!pr.limits["cpus"].works);
 
-    let f = Fake::new("memory pids cpu");
-    f.cgroup("deleg", "memory pids cpu", "", "1\n");
+    let f = Fake::new("memory pids cpu io");
+    f.cgroup("deleg", "memory pids cpu io", "", "1\n");
     let host = f.host(Layout::Unified, "deleg", 1000);
     let pr = probe::probe_host(&host, None, Some(Path::new("/nope")), true);
     assert!(pr.delegation.usable);
@@ -427,4 +427,247 @@ fn probe_reports_what_works() {
     let pr = probe::probe_host(&host, None, None, false);
     assert!(pr.limits.values().all(|s| s.works));
     assert!(f.dirs() == ["deleg"], "probe must not write");
+}
+
+fn io_entry(device: &str) -> crate::spec::IoMax {
+    crate::spec::IoMax {
+        device: device.into(),
+        rbps: None,
+        wbps: None,
+        riops: None,
+        wiops: None,
+    }
+}
+
+fn io_limits(l: Limit<Vec<crate::spec::IoMax>>) -> Limits {
+    Limits {
+        io: Some(l),
+        ..Limits::default()
+    }
+}
+
+/// A whole-disk block device of this host (from /sys/block), if any.
+fn some_disk() -> Option<(String, u32, u32)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    std::fs::read_dir("/sys/block")
+        .ok()?
+        .flatten()
+        .find_map(|e| {
+            let dev = format!("/dev/{}", e.file_name().to_string_lossy());
+            let md = std::fs::metadata(&dev).ok()?;
+            md.file_type()
+                .is_block_device()
+                .then(|| (dev, libc::major(md.rdev()), libc::minor(md.rdev())))
+        })
+}
+
+#[test]
+fn io_max_flag_parses() {
+    let e = io::parse_flag("/dev/vda:wbps=1M,riops=200").unwrap();
+    assert_eq!(e.device, Path::new("/dev/vda"));
+    assert_eq!(e.wbps, Some(ByteSize(1 << 20)));
+    assert_eq!(e.riops, Some(200));
+    assert_eq!((e.rbps, e.wiops), (None, None));
+    let e = io::parse_flag("/dev/disk/by-path/pci-0000:00:04.0:rbps=10M,wiops=5").unwrap();
+    assert_eq!(e.device, Path::new("/dev/disk/by-path/pci-0000:00:04.0"));
+    assert_eq!(e.rbps, Some(ByteSize(10 << 20)));
+    assert_eq!(e.wiops, Some(5));
+    for (bad, says) in [
+        ("/dev/vda", "expected DEVICE:KEY=VALUE"),
+        ("/dev/vda:", "expected DEVICE:KEY=VALUE"),
+        (":wbps=1M", "expected DEVICE:KEY=VALUE"),
+        ("/dev/vda:wbps", "expected DEVICE:KEY=VALUE"),
+        ("/dev/vda:speed=1M", "unknown key \"speed\""),
+        ("/dev/vda:wbps=fast", "wbps: \"fast\" is not a size"),
+        ("/dev/vda:riops=1.5", "riops=\"1.5\": not a whole number"),
+        ("/dev/vda:wbps=1M,wbps=2M", "wbps given twice"),
+    ] {
+        let err = io::parse_flag(bad).unwrap_err();
+        assert!(err.contains(says), "{bad}: {err}");
+        assert!(!err.contains('\n'));
+    }
+}
+
+#[test]
+fn io_max_line_leaves_out_unset_keys() {
+    let mut e = io_entry("/dev/vda");
+    e.wbps = Some(ByteSize(1 << 20));
+    assert_eq!(io::io_max_line(254, 0, &e), "254:0 wbps=1048576");
+    e.rbps = Some(ByteSize(2048));
+    e.riops = Some(100);
+    e.wiops = Some(50);
+    assert_eq!(
+        io::io_max_line(8, 16, &e),
+        "8:16 rbps=2048 wbps=1048576 riops=100 wiops=50"
+    );
+    assert_eq!(
+        io::parse_stat(
+            "254:0 rbytes=4096 wbytes=100 rios=1 wios=1 dbytes=0 dios=0\n7:0 rbytes=1 wbytes=2\n"
+        ),
+        (4097, 102)
+    );
+    assert_eq!(io::parse_stat(""), (0, 0));
+}
+
+#[test]
+fn io_validation_names_the_key() {
+    let check = |entries: Vec<crate::spec::IoMax>| {
+        validate_limits(&io_limits(Limit::Required(entries))).map_err(|(k, m)| format!("{k}: {m}"))
+    };
+    let mut good = io_entry("/dev/vda");
+    good.wbps = Some(ByteSize(1 << 20));
+    assert!(check(vec![good.clone()]).is_ok());
+    assert_eq!(
+        check(vec![]).unwrap_err(),
+        "io: empty list; name at least one device or omit limits.io"
+    );
+    let mut rel = good.clone();
+    rel.device = "dev/vda".into();
+    assert!(
+        check(vec![rel])
+            .unwrap_err()
+            .starts_with("io[0].device: \"dev/vda\" must be an absolute path")
+    );
+    assert_eq!(
+        check(vec![io_entry("/dev/vda")]).unwrap_err(),
+        "io[0]: set at least one of rbps, wbps, riops, wiops"
+    );
+    let mut zero = good.clone();
+    zero.riops = Some(0);
+    assert_eq!(
+        check(vec![zero]).unwrap_err(),
+        "io[0].riops: 0 is below the minimum of 2"
+    );
+    let mut huge = good.clone();
+    huge.wiops = Some(1 << 40);
+    assert!(
+        check(vec![huge])
+            .unwrap_err()
+            .starts_with("io[0].wiops: 1099511627776 is above the maximum")
+    );
+    let mut other = good.clone();
+    other.device = "/dev/vdb".into();
+    assert_eq!(
+        check(vec![good.clone(), other, good.clone()]).unwrap_err(),
+        "io[2].device: /dev/vda is already limited by io[0]"
+    );
+}
+
+#[test]
+fn io_device_must_be_a_block_device() {
+    let f = Fake::new("cpu io memory pids");
+    let host = f.host(Layout::Unified, "", 0);
+    let mut e = io_entry("/dev/null");
+    e.wbps = Some(ByteSize(1 << 20));
+    let err = prepare_on(&host, &io_limits(Limit::Required(vec![e.clone()])), "io1")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("limits.io[0].device: /dev/null: not a block device (a character device)"),
+        "{err}"
+    );
+    assert!(f.dirs().is_empty(), "nothing created: {:?}", f.dirs());
+    e.device = "/nonexistent-disk".into();
+    let err = prepare_on(&host, &io_limits(Limit::Required(vec![e.clone()])), "io2")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cannot stat it: ENOENT"), "{err}");
+    // Preferred: reported unenforced with the reason; the run goes on.
+    let p = prepare_on(&host, &io_limits(Limit::preferred(vec![e])), "io3").unwrap();
+    let r = p.report();
+    assert_eq!(r.unenforced.len(), 1);
+    assert_eq!(r.unenforced[0].limit, "io");
+    assert!(r.unenforced[0].reason.contains("/nonexistent-disk"));
+}
+
+#[test]
+fn io_max_written_and_controller_enabled_only_when_asked() {
+    let Some((disk, major, minor)) = some_disk() else {
+        eprintln!("SKIP: no block device under /sys/block");
+        return;
+    };
+    let f = Fake::new("cpu io memory pids");
+    let host = f.host(Layout::Unified, "", 0);
+    // Without io limits the io controller is left alone.
+    let p = prepare_on(&host, &Limits::default(), "io4").unwrap();
+    assert!(!f.read("cgroup.subtree_control").contains("io"));
+    drop(p);
+    let mut e = io_entry(&disk);
+    e.wbps = Some(ByteSize(1 << 20));
+    e.riops = Some(200);
+    let p = prepare_on(&host, &io_limits(Limit::Required(vec![e])), "io5").unwrap();
+    assert_eq!(f.read("cgroup.subtree_control"), "+io");
+    let line = format!("{major}:{minor} wbps=1048576 riops=200");
+    assert_eq!(f.read("hutch-io5/io.max"), line);
+    let r = p.report();
+    let io = r
+        .enforced
+        .iter()
+        .find(|e| e.limit == "io")
+        .expect("io enforced");
+    assert_eq!(io.by, format!("cgroup io.max ({line})"));
+    assert_eq!(io.value[0]["device"], disk.as_str());
+    assert_eq!(io.value[0]["wbps"], 1 << 20);
+}
+
+#[test]
+fn io_required_without_controller_fails_closed() {
+    let f = Fake::new("hugetlb");
+    let host = f.host(Layout::Hybrid, "", 0);
+    let Some((disk, _, _)) = some_disk() else {
+        eprintln!("SKIP: no block device under /sys/block");
+        return;
+    };
+    let mut e = io_entry(&disk);
+    e.wbps = Some(ByteSize(1 << 20));
+    let err = prepare_on(&host, &io_limits(Limit::Required(vec![e.clone()])), "io6")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("limits.io: cgroup v2 io controller not available (hybrid v1 layout"),
+        "{err}"
+    );
+    let p = prepare_on(&host, &io_limits(Limit::preferred(vec![e])), "io7").unwrap();
+    let r = p.report();
+    assert_eq!(r.unenforced[0].limit, "io");
+    assert!(
+        r.unenforced[0]
+            .reason
+            .contains("io controller not available")
+    );
+}
+
+#[test]
+fn io_in_a_profile_required_and_preferred() {
+    let s = crate::spec::parse_toml(
+        "[limits]\nio = [{ device = \"/dev/vda\", wbps = \"1M\", riops = 200 }]\n",
+    )
+    .unwrap();
+    let io = s.limits.io.as_ref().unwrap();
+    assert!(io.is_required());
+    assert_eq!(io.get()[0].wbps, Some(ByteSize(1 << 20)));
+    assert_eq!(io.get()[0].riops, Some(200));
+    let s = crate::spec::parse_toml(
+        "[limits.io]\npreferred = true\nvalue = [{ device = \"/dev/vda\", rbps = 4096 }]\n",
+    )
+    .unwrap();
+    let io = s.limits.io.as_ref().unwrap();
+    assert!(!io.is_required());
+    assert_eq!(io.get()[0].rbps, Some(ByteSize(4096)));
+    // Unknown keys are refused at limits.io.
+    let err = crate::spec::parse_toml("[limits]\nio = [{ device = \"/dev/vda\", wbs = 1 }]\n")
+        .unwrap_err();
+    assert_eq!(err.path, "limits.io", "{err}");
+    // Semantic errors name the entry's key.
+    let mut s = crate::spec::default_profile();
+    s.command = vec!["true".into()];
+    let mut first = io_entry("/dev/vda");
+    first.wbps = Some(ByteSize(1 << 20));
+    s.limits.io = Some(Limit::Required(vec![first.clone(), io_entry("vdb")]));
+    let err = crate::spec::validate(&s).unwrap_err();
+    assert_eq!(err.path, "limits.io[1].device", "{err}");
+    // A Spec round-trips through JSON (the form the library sends).
+    s.limits.io = Some(Limit::preferred(vec![first]));
+    let back = crate::spec::parse_json(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert_eq!(back.limits.io, s.limits.io);
 }

@@ -44,6 +44,9 @@ Egress (network through the allow-list proxy; see docs/egress.md):
   --cap-add CAP  --cap-drop CAP   capabilities the workload keeps (default none)
   --seccomp NAME|FILE  --landlock-min-abi N
   --memory SIZE  --pids N  --cpus N  --rlimit NAME=VALUE  --cgroup-parent DIR
+  --io-max DEVICE:KEY=VALUE[,KEY=VALUE...]   cap a disk (cgroup io.max); keys
+                          rbps wbps (sizes, e.g. 10M) riops wiops; repeatable;
+                          replaces the profile's limits.io
 Reporting:
   --status-file PATH      JSON lines: a start event and the exit report
   --quiet                 no notices on stderr (changed paths, layers
@@ -73,6 +76,7 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
     let mut opts = RunOptions::default();
     let mut command: Vec<String> = Vec::new();
     let mut egress = Egress::default();
+    let mut io_max: Vec<spec::IoMax> = Vec::new();
 
     while let Some(arg) = it.next() {
         let arg = arg?;
@@ -266,6 +270,11 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
                     Ok(())
                 }));
             }
+            "--io-max" => {
+                let v = value(arg)?;
+                io_max
+                    .push(crate::cgroup::io::parse_flag(&v).map_err(|e| anyhow!("--io-max: {e}"))?);
+            }
             "--rlimit" => {
                 let v = value(arg)?;
                 let (name, n) = v
@@ -368,6 +377,9 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
     spec.fs.extend(ops);
     for edit in edits {
         edit(&mut spec)?;
+    }
+    if !io_max.is_empty() {
+        spec.limits.io = Some(Limit::Required(io_max));
     }
     egress.apply(&mut spec)?;
     // A command on the line wins; a profile may bring its own.

@@ -171,7 +171,7 @@ pub fn run_all() -> Report {
 }
 
 /// cgroup v2 as hutch's limits need it: a v2 hierarchy with the memory,
-/// pids and cpu controllers. Limits are opt-in, so not required.
+/// pids, cpu and io controllers. Limits are opt-in, so not required.
 fn cgroup_feature(cg: &serde_json::Value) -> Feature {
     const NAME: &str = "cgroup_v2";
     let layout = cg.get("layout").and_then(|v| v.as_str()).unwrap_or("none");
@@ -181,14 +181,14 @@ fn cgroup_feature(cg: &serde_json::Value) -> Feature {
         .and_then(|v| v.as_array())
         .map(|a| a.iter().filter_map(|c| c.as_str()).collect())
         .unwrap_or_default();
-    let wanted = ["memory", "pids", "cpu"];
+    let wanted = ["memory", "pids", "cpu", "io"];
     let lacking: Vec<&str> = wanted
         .iter()
         .copied()
         .filter(|w| !controllers.contains(w))
         .collect();
     let boot_fix = "boot with systemd.unified_cgroup_hierarchy=1 (and without cgroup_no_v1=) so all controllers are on cgroup v2; \
-                    only needed for --memory/--pids/--cpus limits";
+                    only needed for --memory/--pids/--cpus/--io-max limits";
     match mount {
         None => Feature::bad(
             NAME,

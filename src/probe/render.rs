@@ -35,7 +35,10 @@ pub fn human(r: &Report) -> String {
     // Which resource-limit flags would work here, and how or why not.
     if let Some(limits) = r.cgroup.get("limits").and_then(|l| l.as_object()) {
         for (name, l) in limits {
-            let flag = format!("--{name}");
+            let flag = l["flag"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("--{name}"));
             let line = if l["works"].as_bool() == Some(true) {
                 format!("works ({})", l["by"].as_str().unwrap_or("cgroup v2"))
             } else {

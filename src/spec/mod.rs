@@ -281,9 +281,16 @@ pub struct DetailedLimit<T> {
 
 impl<T: Copy> Limit<T> {
     pub fn value(&self) -> T {
+        *self.get()
+    }
+}
+
+impl<T> Limit<T> {
+    /// The value, borrowed (for limits that are not `Copy`, such as `io`).
+    pub fn get(&self) -> &T {
         match self {
-            Limit::Required(v) => *v,
-            Limit::Detailed(d) => d.value,
+            Limit::Required(v) => v,
+            Limit::Detailed(d) => &d.value,
         }
     }
     pub fn is_required(&self) -> bool {
@@ -310,6 +317,8 @@ pub struct Limits {
     pub pids: Option<Limit<u64>>,
     /// CPU quota in CPUs (cgroup `cpu.max`).
     pub cpus: Option<Limit<f64>>,
+    /// Block I/O caps per disk (cgroup `io.max`).
+    pub io: Option<Limit<Vec<IoMax>>>,
     /// Wall-clock limit; the whole tree is killed and hutch exits 124.
     pub wall_clock: Option<Duration>,
     /// Bytes the workload may write to hutch's stdout and stderr together.
@@ -322,6 +331,27 @@ pub struct Limits {
     /// Delegated cgroup v2 directory under which the sandbox's leaf is
     /// created (default: hutch's own cgroup when it is delegated).
     pub cgroup_parent: Option<PathBuf>,
+}
+
+/// Bandwidth and IOPS caps on one block device (one `io.max` line). At
+/// least one of the four is set; unset ones stay unlimited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IoMax {
+    /// A whole-disk block device on the host, e.g. `/dev/vda`.
+    pub device: PathBuf,
+    /// Read bytes per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rbps: Option<ByteSize>,
+    /// Write bytes per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wbps: Option<ByteSize>,
+    /// Read operations per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub riops: Option<u64>,
+    /// Write operations per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wiops: Option<u64>,
 }
 
 /// Confinement of the workload.

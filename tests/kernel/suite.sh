@@ -4,8 +4,8 @@
 #   suite.sh run MODE   run the tests of MODE (root or user); one line each:
 #                       RESULT MODE/NAME PASS|FAIL|SKIP seconds [why]
 
-ROOT_TESTS="cgroup2_controllers cgroup_module oom_4g_under_2g forkbomb_pids_64 cpus_half timeout_daemons_cleaned landlock_floor spawn_overhead default_profile_on_tmpfs"
-USER_TESTS="cgroup_delegated cgroup_module oom_small forkbomb_pids_64 cpus_half timeout_daemons_cleaned landlock_floor"
+ROOT_TESTS="cgroup2_controllers cgroup_module oom_4g_under_2g forkbomb_pids_64 cpus_half timeout_daemons_cleaned landlock_floor spawn_overhead default_profile_on_tmpfs io_max_wbps"
+USER_TESTS="cgroup_delegated cgroup_module oom_small forkbomb_pids_64 cpus_half timeout_daemons_cleaned landlock_floor io_max_wbps"
 
 # hutch run with explicit mounts, so that the limit tests do not depend on
 # the workspace overlay (the VM's filesystems are all tmpfs, which has no
@@ -102,6 +102,32 @@ t_cpus_half() {
     throttled=$(exit_field $W/cpu.json cpu_throttled_usec)
     echo "throttled_usec=$throttled"
     [ "$pct" -ge 35 ] && [ "$pct" -le 60 ] && [ "$throttled" -gt 0 ]
+}
+
+# --io-max DEV:wbps=1M holds O_DIRECT writes to a disk (the brd RAM disk
+# /dev/ram0, see init) near 1 MiB/s: 4 MiB take clearly longer than
+# without the limit, and the exit report names io.max and counts the bytes.
+t_io_max_wbps() {
+    dev=/dev/ram0
+    [ -b $dev ] || { echo "no $dev (brd did not load)"; return 1; }
+    free=$(sandbox --dev-bind $dev $dev -- vmhelper odirect-write $dev 4) || return 1
+    slow=$(sandbox --dev-bind $dev $dev --io-max $dev:wbps=1M --status-file $W/io.json \
+        -- vmhelper odirect-write $dev 4) || { cat $W/io.json; return 1; }
+    cat $W/io.json
+    f=$(echo "$free" | cut -d' ' -f2)
+    s=$(echo "$slow" | cut -d' ' -f2)
+    echo "BENCH io_max_wbps_${mode} unlimited_ms=$f wbps_1M_ms=$s (4 MiB O_DIRECT)"
+    grep -q '"by":"cgroup io.max (1:0 wbps=1048576)"' $W/io.json || { echo "io.max not in the report"; return 1; }
+    wbytes=$(exit_field $W/io.json io_wbytes)
+    echo "io_wbytes=$wbytes"
+    [ "$wbytes" -ge $((4 << 20)) ] || return 1
+    [ "$f" -lt 1500 ] && [ "$s" -ge 2500 ] || return 1
+    # A character device is refused before anything runs.
+    out=$(sandbox --io-max /dev/null:wbps=1M -- true 2>&1)
+    rc=$?
+    echo "rc=$rc: $out"
+    [ $rc = 125 ] && echo "$out" | grep -q "not a block device" || return 1
+    no_leaves
 }
 
 # A timed-out sandbox whose workload daemonized leaves no process and no

@@ -11,9 +11,11 @@
  *   vmhelper timeit N CMD...    run CMD N times (stdout/stderr to /dev/null);
  *                               prints "mean_us U min_us M"; exit 1 if a
  *                               run failed
+ *   vmhelper odirect-write DEV MB  write MB MiB to DEV with O_DIRECT, 1 MiB
+ *                               per write, then fsync; prints "wall_ms M"
  */
+#define _GNU_SOURCE /* O_DIRECT */
 #include <fcntl.h>
-#define _GNU_SOURCE
 #include <errno.h>
 #include <grp.h>
 #include <stdio.h>
@@ -113,6 +115,21 @@ int main(int argc, char **argv) {
             if (dt < best) best = dt;
         }
         printf("mean_us %.0f min_us %.0f\n", total / n, best);
+        return 0;
+    }
+    if (!strcmp(cmd, "odirect-write") && argc == 4) {
+        long mb = atol(argv[3]);
+        void *buf;
+        if (posix_memalign(&buf, 1 << 20, 1 << 20)) { perror("posix_memalign"); return 1; }
+        memset(buf, 0x5a, 1 << 20);
+        int fd = open(argv[2], O_WRONLY | O_DIRECT);
+        if (fd < 0) { perror(argv[2]); return 1; }
+        double t0 = now(CLOCK_MONOTONIC);
+        for (long i = 0; i < mb; i++) {
+            if (write(fd, buf, 1 << 20) != 1 << 20) { perror("write"); return 1; }
+        }
+        if (fsync(fd)) { perror("fsync"); return 1; }
+        printf("wall_ms %.0f\n", (now(CLOCK_MONOTONIC) - t0) * 1e3);
         return 0;
     }
     fprintf(stderr, "vmhelper: bad arguments\n");
