@@ -60,8 +60,7 @@ fn writes_land_in_the_upper_and_never_on_the_host() {
         );
         assert!(stderr(&out).contains("kept in"), "{}", stderr(&out));
         // A disk-backed upper has no size cap, and the report says so.
-        let report = std::fs::read_to_string(&status).unwrap();
-        let exit: serde_json::Value = serde_json::from_str(report.lines().last().unwrap()).unwrap();
+        let exit = exit_report(&status);
         assert!(
             exit["unenforced"].as_array().unwrap().iter().any(|u| u
                 .as_str()
@@ -291,7 +290,7 @@ fn timeout_kills_the_whole_tree() {
             stdout(&left)
         );
         let report = std::fs::read_to_string(&status).unwrap();
-        let last: serde_json::Value = serde_json::from_str(report.lines().last().unwrap()).unwrap();
+        let last = exit_report(&status);
         assert_eq!(last["reason"], "timed-out");
         assert_eq!(last["status"], 124);
         let first: serde_json::Value =
@@ -446,8 +445,7 @@ fn root_launch_on_a_filesystem_without_idmapped_mounts_falls_back_and_says_so() 
         "{}",
         stderr(&out)
     );
-    let report = std::fs::read_to_string(&status).unwrap();
-    let last: serde_json::Value = serde_json::from_str(report.lines().last().unwrap()).unwrap();
+    let last = exit_report(&status);
     assert_eq!(
         last["enforced"]["layers_without_idmap"],
         serde_json::json!([ws.display().to_string()]),

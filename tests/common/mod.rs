@@ -144,3 +144,9 @@ pub fn nobody_wrapper(dir: &Path) -> PathBuf {
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     path
 }
+
+/// The exit report: the last line of a `--status-file`.
+pub fn exit_report(status_file: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(status_file).unwrap();
+    serde_json::from_str(text.lines().last().expect("a status file with lines")).unwrap()
+}
