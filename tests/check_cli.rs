@@ -2,11 +2,14 @@
 //! the exit code, both as root and as uid 65534, and agreement with
 //! independent tools on what this host supports.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use common::is_root;
 use serde_json::Value;
 
 /// Every feature `hutch check` reports, in order.
@@ -30,22 +33,6 @@ const FEATURES: [&str; 18] = [
     "close_range",
     "openat2",
 ];
-
-/// Skip (with the reason printed) unless HUTCH_REQUIRE=all, where a skip fails.
-fn require(cond: bool, reason: &str) -> bool {
-    if cond {
-        return true;
-    }
-    if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-        panic!("required but unavailable: {reason}");
-    }
-    eprintln!("SKIP: {reason}");
-    false
-}
-
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
 
 /// The hutch binary copied into a fresh 0755 directory, so that uid 65534
 /// can run it (target/ may not be traversable for it). Removed on drop.
@@ -254,9 +241,9 @@ fn assert_matches_host(v: &Value, nobody: bool) {
     }
     // What the CI host must support (COMMON.md: this machine has them).
     for name in ["user_namespace", "overlay_userns", "seccomp", "landlock"] {
-        require(
+        require!(
             ok(v, name),
-            &format!("{name} does not work here: {}", feature(v, name)),
+            format!("{name} does not work here: {}", feature(v, name))
         );
     }
 }
@@ -284,9 +271,10 @@ fn json_report_as_current_user() -> Result<()> {
 
 #[test]
 fn json_report_as_uid_65534() -> Result<()> {
-    if !require(is_root(), "dropping to uid 65534 needs root") {
-        return Ok(());
-    }
+    require!(
+        is_root(),
+        "dropping to uid 65534 needs root (the current-user test covers a non-root run)"
+    );
     let bin = Reachable::new("nobody")?;
     let out = run_check(&bin.bin(), &bin.dir, true, &["--json"])?;
     let v = parse_report(&out)?;

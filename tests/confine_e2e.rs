@@ -3,30 +3,17 @@
 //! the host network, the ABI floor, real workloads, and the strict and log
 //! profiles.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use common::is_root;
+
 fn hutch() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hutch"))
-}
-
-/// Skip (or fail under HUTCH_REQUIRE=all) when a feature is missing.
-fn require(cond: bool, why: &str) -> bool {
-    if cond {
-        return true;
-    }
-    if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-        panic!("required feature missing: {why}");
-    }
-    eprintln!("SKIP: {why}");
-    false
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 /// A fresh workspace directory (the sandbox sees it as its cwd).
@@ -270,12 +257,10 @@ fn nested_user_namespaces_fail_also_unconfined() {
 
 #[test]
 fn landlock_with_host_network() {
-    if !require(
+    require!(
         hutch::sys::landlock_abi_version() >= 6,
-        "Landlock ABI 6 not available",
-    ) {
-        return;
-    }
+        "Landlock ABI 6 not available"
+    );
     use std::os::linux::net::SocketAddrExt;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -486,9 +471,7 @@ fn exit_report_says_what_is_enforced() {
 /// SECCOMP_RET_LOG records reach the kernel log (audit type 1326).
 #[test]
 fn log_profile_reports_syscalls_in_the_kernel_log() {
-    if !require(is_root(), "reading /dev/kmsg needs root (dmesg_restrict)") {
-        return;
-    }
+    require!(is_root(), "reading /dev/kmsg needs root (dmesg_restrict)");
     let ws = workspace("log");
     // A uniquely named program, so its records are ours.
     let probe = format!("hutchlogprobe{}", std::process::id() % 100000);

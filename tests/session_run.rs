@@ -1,5 +1,6 @@
 //! Commands in sessions (needs the launcher: user namespaces, overlayfs).
 
+mod common;
 mod session_support;
 
 use std::path::PathBuf;
@@ -105,31 +106,27 @@ fn flow(unprivileged: bool) -> Result<()> {
 
 #[test]
 fn session_commands_share_files_as_root() -> Result<()> {
-    if !require(
-        hutch::sys::geteuid() == 0 && can_sandbox_bare(),
-        "needs root and a working launcher",
-    ) {
-        return Ok(());
-    }
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    require!(can_sandbox_bare(), "needs a working launcher");
     flow(false)
 }
 
 #[test]
 fn session_commands_share_files_unprivileged() -> Result<()> {
-    if !require(
-        hutch::sys::geteuid() == 0 && can_sandbox_bare(),
-        "needs root (to switch to uid 65534) and a working launcher",
-    ) {
-        return Ok(());
-    }
+    require!(
+        can_launch_as(As::Nobody).is_ok(),
+        can_launch_as(As::Nobody).unwrap_err()
+    );
+    require!(can_sandbox_bare(), "needs a working launcher");
     flow(true)
 }
 
 #[test]
 fn session_deadline_kills_a_running_command() -> Result<()> {
-    if !require(can_sandbox_bare(), "needs a working launcher") {
-        return Ok(());
-    }
+    require!(can_sandbox_bare(), "needs a working launcher");
     let t = Tmp::new("deadline");
     let src = t.0.join("src");
     std::fs::create_dir(&src)?;
@@ -163,9 +160,7 @@ fn session_deadline_kills_a_running_command() -> Result<()> {
 
 #[test]
 fn concurrent_runs_do_not_interleave() -> Result<()> {
-    if !require(can_sandbox_bare(), "needs a working launcher") {
-        return Ok(());
-    }
+    require!(can_sandbox_bare(), "needs a working launcher");
     let t = Tmp::new("lock");
     let src = t.0.join("src");
     std::fs::create_dir(&src)?;
@@ -206,9 +201,7 @@ fn concurrent_runs_do_not_interleave() -> Result<()> {
 /// file with an exit event.
 #[test]
 fn session_run_writes_the_status_file() -> Result<()> {
-    if !require(can_sandbox_bare(), "needs a working launcher") {
-        return Ok(());
-    }
+    require!(can_sandbox_bare(), "needs a working launcher");
     let t = Tmp::new("status");
     let (state, id) = setup(&t, false)?;
     let status = t.0.join("status.jsonl");
