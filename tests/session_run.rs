@@ -171,24 +171,50 @@ fn concurrent_runs_do_not_interleave() -> Result<()> {
         false,
     ))?;
     let id = id.trim();
-    let script = "for i in 1 2 3 4 5; do echo $1 >> log; sleep 0.2; done";
-    let a = hutch_command(
+    // A holds the session until the test writes a line to its stdin.
+    let script = "read go; for i in 1 2 3 4 5; do echo $1 >> log; sleep 0.2; done";
+    let a_status = t.0.join("a-status.jsonl");
+    let mut a = hutch_command(
         &state,
-        &["--wait", "run", id, "--", "sh", "-c", script, "sh", "A"],
+        &[
+            "--wait",
+            "run",
+            id,
+            "--status-file",
+            a_status.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            "A",
+        ],
         false,
     )
+    .stdin(std::process::Stdio::piped())
     .spawn()?;
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // A's sandbox has started, so A holds the session's lock.
+    common::wait_for_event(&a_status, "start", std::time::Duration::from_secs(20));
     // Without --wait a second command is refused while the first runs.
     let busy = hutch(&state, &["run", id, "--", "true"], false);
     assert_eq!(busy.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&busy.stderr).contains("busy"));
-    let b = hutch_command(
+    let mut b = hutch_command(
         &state,
         &["--wait", "run", id, "--", "sh", "-c", script, "sh", "B"],
         false,
     )
+    .stdin(std::process::Stdio::piped())
     .spawn()?;
+    let release = |child: &mut std::process::Child| -> Result<()> {
+        let mut stdin = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut stdin, b"go\n")?;
+        Ok(())
+    };
+    // B waits for the lock with its stdin already released: were it to run
+    // before A ends, its lines would interleave with A's.
+    release(&mut b)?;
+    release(&mut a)?;
     ok(&a.wait_with_output()?)?;
     ok(&b.wait_with_output()?)?;
     let log = ok(&hutch(&state, &["read", id, "log"], false))?;
