@@ -209,7 +209,12 @@ fn assert_matches_host(v: &Value, nobody: bool) {
         feature(v, "overlay_userns")
     );
     // The kernel lists its seccomp actions in sysctl form too.
-    if let Ok(avail) = std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail") {
+    let avail = std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail");
+    require!(
+        avail.is_ok(),
+        "/proc/sys/kernel/seccomp/actions_avail is unreadable: no independent seccomp check"
+    );
+    if let Ok(avail) = avail {
         let mut from_kernel: Vec<&str> = avail.split_whitespace().collect();
         from_kernel.sort();
         let mut reported: Vec<&str> = v["seccomp_actions"]
@@ -229,7 +234,12 @@ fn assert_matches_host(v: &Value, nobody: bool) {
             feature(v, "seccomp")
         );
     }
-    if let Some(abi) = landlock_abi_python() {
+    let abi = landlock_abi_python();
+    require!(
+        abi.is_some(),
+        "python3 with ctypes is needed for the independent Landlock check"
+    );
+    if let Some(abi) = abi {
         let reported = v["landlock_abi"].as_i64();
         if abi > 0 {
             assert_eq!(reported, Some(abi), "landlock ABI");

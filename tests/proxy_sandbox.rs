@@ -124,7 +124,8 @@ echo "H:$HTTPS_PROXY:$http_proxy"
     // The private directory of the Unix door is gone after the run.
     for l in &lines {
         let id = l["sandbox"].as_str().unwrap();
-        for base in [std::env::temp_dir(), "/run/user/0".into()] {
+        let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(std::path::PathBuf::from);
+        for base in [std::env::temp_dir()].into_iter().chain(runtime) {
             let d = base.join(format!("hutch-proxy-{id}"));
             assert!(!d.exists(), "door directory left behind: {}", d.display());
         }
