@@ -23,6 +23,8 @@ pub mod sys;
 pub mod workspace;
 
 mod api;
+#[cfg(test)]
+mod test_support;
 
 pub use api::{Child, Command, ExitReport, Outcome, SpawnError, find_binary};
 pub use spec::Spec;

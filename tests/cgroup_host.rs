@@ -5,37 +5,24 @@
 //! sandbox's user namespace. On hosts where the controller works these
 //! tests skip (the kernel-VM harness covers them), unless HUTCH_REQUIRE=all.
 
+mod common;
+
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Output};
 
-fn require(ok: bool, reason: &str) -> bool {
-    if ok {
-        return true;
-    }
-    if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-        panic!("required but unavailable: {reason}");
-    }
-    eprintln!("SKIP: {reason}");
-    false
-}
+const MEMORY_WORKS: &str =
+    "this host can enforce --memory (these tests are about hosts that cannot)";
+const NO_LAUNCH: &str = "`hutch run -- true` does not work here (user namespaces?)";
 
 fn memory_unavailable() -> bool {
-    let p = hutch::cgroup::probe::probe();
-    require(
-        !p.limits["memory"].works,
-        "this host can enforce --memory (these tests are about hosts that cannot)",
-    )
+    !hutch::cgroup::probe::probe().limits["memory"].works
 }
 
 fn userns_works() -> bool {
-    let ok = Command::new(env!("CARGO_BIN_EXE_hutch"))
+    Command::new(env!("CARGO_BIN_EXE_hutch"))
         .args(["run", "--", "true"])
         .output()
-        .is_ok_and(|o| o.status.success());
-    require(
-        ok,
-        "`hutch run -- true` does not work here (user namespaces?)",
-    )
+        .is_ok_and(|o| o.status.success())
 }
 
 fn hutch(args: &[&str]) -> Output {
@@ -59,9 +46,7 @@ fn tmp(name: &str) -> std::path::PathBuf {
 
 #[test]
 fn required_memory_fails_closed_with_the_reason() {
-    if !memory_unavailable() {
-        return;
-    }
+    require!(memory_unavailable(), MEMORY_WORKS);
     let out = hutch(&["run", "--memory", "256M", "--", "true"]);
     assert_eq!(out.status.code(), Some(125));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -82,9 +67,8 @@ fn required_memory_fails_closed_with_the_reason() {
 
 #[test]
 fn preferred_default_memory_is_reported_unenforced() {
-    if !memory_unavailable() || !userns_works() {
-        return;
-    }
+    require!(memory_unavailable(), MEMORY_WORKS);
+    require!(userns_works(), NO_LAUNCH);
     let status = tmp("preferred");
     let out = hutch(&[
         "run",
@@ -120,9 +104,8 @@ fn preferred_default_memory_is_reported_unenforced() {
 /// then refuses forks: the limit counts only the sandbox's user namespace.
 #[test]
 fn pids_enforced_by_rlimit_nproc_in_the_user_namespace() {
-    if !memory_unavailable() || !userns_works() {
-        return;
-    }
+    require!(memory_unavailable(), MEMORY_WORKS);
+    require!(userns_works(), NO_LAUNCH);
     let root = nix::unistd::getuid().is_root();
     let mut outside: Vec<Child> = (0..20)
         .map(|_| {
@@ -196,9 +179,7 @@ fn bad_rlimit_name_is_a_spec_error() {
 
 #[test]
 fn rlimit_applies_in_the_sandbox() {
-    if !userns_works() {
-        return;
-    }
+    require!(userns_works(), NO_LAUNCH);
     let out = hutch(&[
         "run",
         "--rlimit",
@@ -213,11 +194,7 @@ fn rlimit_applies_in_the_sandbox() {
 }
 
 fn io_unavailable() -> bool {
-    let p = hutch::cgroup::probe::probe();
-    require(
-        !p.limits["io"].works,
-        "this host can enforce --io-max (these tests are about hosts that cannot)",
-    )
+    !hutch::cgroup::probe::probe().limits["io"].works
 }
 
 /// A whole-disk block device of this host, from /sys/block.
@@ -296,13 +273,13 @@ fn io_max_bad_flag_values_are_one_line_errors() {
 
 #[test]
 fn required_io_max_fails_closed_with_the_reason() {
-    if !io_unavailable() {
-        return;
-    }
-    let Some(disk) = some_disk() else {
-        require(false, "no block device under /sys/block");
-        return;
-    };
+    require!(
+        io_unavailable(),
+        "this host can enforce --io-max (these tests are about hosts that cannot)"
+    );
+    let disk = some_disk();
+    require!(disk.is_some(), "no block device under /sys/block");
+    let disk = disk.unwrap();
     let out = hutch(&["run", "--io-max", &format!("{disk}:wbps=1M"), "--", "true"]);
     let line = one_line_125(&out);
     assert!(

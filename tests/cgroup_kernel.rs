@@ -4,10 +4,13 @@
 //!
 //! Needs a delegated cgroup v2 tree (or root in the root cgroup): the
 //! kernel-VM harness (tests/kernel/run) runs it as root and as an
-//! unprivileged user, with HUTCH_IN_VM=1 and HUTCH_REQUIRE=all, where a
-//! skip is a failure. On a host without such a tree (hybrid v1 like our CI
-//! machine) the tests skip with the reason even under HUTCH_REQUIRE=all:
-//! this file exists for the VM, which proves them.
+//! unprivileged user, with HUTCH_REQUIRE=all, where a skip is a failure.
+//! It is not part of `cargo nextest run` (`test = false` in Cargo.toml:
+//! a host without such a tree, hybrid v1 like our CI machine, could only
+//! skip it); `cargo test --test cgroup_kernel` builds and runs it on
+//! purpose.
+
+mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -16,32 +19,28 @@ use std::process::{Child, Command, Stdio};
 use hutch::cgroup::{self, host::Host, plan};
 use hutch::spec::{ByteSize, Limit, Limits};
 
-/// Skip (or fail under HUTCH_REQUIRE=all) when `ok` is false.
-fn require(ok: bool, reason: &str) -> bool {
-    if ok {
-        return true;
-    }
-    let in_vm = std::env::var_os("HUTCH_IN_VM").is_some();
-    if in_vm && std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-        panic!("required but unavailable: {reason}");
-    }
-    eprintln!("SKIP: {reason} (tests/kernel/run covers this)");
-    false
-}
-
-/// A delegated cgroup v2 tree where memory, pids and cpu can be had.
-fn delegated() -> bool {
+/// Why there is no delegated cgroup v2 tree where memory, pids and cpu
+/// can be had, or None when there is one.
+fn undelegated() -> Option<String> {
     let host = Host::detect();
-    let why = match plan::find_place(&host, None) {
+    match plan::find_place(&host, None) {
         Ok(place) => ["memory", "pids", "cpu"]
             .iter()
-            .find_map(|c| plan::controller_status(&host, &place, c).err()),
-        Err(np) => Some(np.found),
+            .find_map(|c| plan::controller_status(&host, &place, c).err())
+            .map(|e| format!("{e:?}")),
+        Err(np) => Some(format!("{:?}", np.found)),
+    }
+}
+
+/// Skip (fail under HUTCH_REQUIRE=all) without a delegated tree.
+macro_rules! require_delegated {
+    () => {
+        let why = undelegated();
+        require!(
+            why.is_none(),
+            format!("no delegated cgroup v2 tree: {why:?} (tests/kernel/run has one)")
+        );
     };
-    require(
-        why.is_none(),
-        &format!("no delegated cgroup v2 tree: {why:?}"),
-    )
 }
 
 fn id(name: &str) -> String {
@@ -90,9 +89,7 @@ fn output_line(child: &mut Child, prefix: &str) -> String {
 
 #[test]
 fn leaf_gets_limits_and_is_removed() {
-    if !delegated() {
-        return;
-    }
+    require_delegated!();
     let limits = Limits {
         memory: Some(Limit::Required(ByteSize(64 << 20))),
         pids: Some(Limit::Required(16)),
@@ -127,9 +124,7 @@ fn leaf_gets_limits_and_is_removed() {
 
 #[test]
 fn memory_cap_oom_kills_and_is_reported() {
-    if !delegated() {
-        return;
-    }
+    require_delegated!();
     let limits = Limits {
         memory: Some(Limit::Required(ByteSize(64 << 20))),
         ..Limits::default()
@@ -151,9 +146,7 @@ fn memory_cap_oom_kills_and_is_reported() {
 
 #[test]
 fn pids_cap_refuses_forks_and_is_reported() {
-    if !delegated() {
-        return;
-    }
+    require_delegated!();
     let limits = Limits {
         pids: Some(Limit::Required(8)),
         ..Limits::default()
@@ -172,9 +165,7 @@ fn pids_cap_refuses_forks_and_is_reported() {
 
 #[test]
 fn finish_kills_escaped_daemons_and_removes_the_leaf() {
-    if !delegated() {
-        return;
-    }
+    require_delegated!();
     let p = cgroup::prepare(&Limits::default(), &id("kill")).unwrap();
     let leaf = p.cgroup_dir().unwrap().to_path_buf();
     let mut child = helper("detach", "");
@@ -209,9 +200,7 @@ fn nproc_counts_only_the_user_namespace() {
     let (plain, in_ns) = line.split_once("; userns: ").expect(&line);
     let nums = |s: &str| -> Vec<u32> { s.split(' ').filter_map(|w| w.parse().ok()).collect() };
     let (plain, in_ns) = (nums(plain), nums(in_ns));
-    if !require(in_ns.len() == 2, &format!("unshare -U did not run: {line}")) {
-        return;
-    }
+    require!(in_ns.len() == 2, format!("unshare -U did not run: {line}"));
     assert_eq!(plain.len(), 2, "{line}");
     assert_eq!(
         plain[0], 5,
@@ -227,7 +216,9 @@ fn nproc_counts_only_the_user_namespace() {
     );
 }
 
-/// Not a test: the entry point of the helper processes above.
+/// Not a test: the entry point of the helper processes above (libtest can
+/// only start a process in a test function). The kernel-VM suite runs this
+/// binary with `--skip role_entry`, so it is not counted as a passing test.
 #[test]
 fn role_entry() {
     let Ok(role) = std::env::var("HUTCH_CGTEST_ROLE") else {
@@ -333,9 +324,7 @@ fn nproc_role() {
 /// only when a round leaves its leaf behind.
 #[test]
 fn leaf_lifecycle_cost() {
-    if !delegated() {
-        return;
-    }
+    require_delegated!();
     let limits = Limits {
         pids: Some(Limit::Required(1000)),
         cpus: Some(Limit::Required(2.0)),

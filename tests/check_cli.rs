@@ -2,11 +2,14 @@
 //! the exit code, both as root and as uid 65534, and agreement with
 //! independent tools on what this host supports.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use common::is_root;
 use serde_json::Value;
 
 /// Every feature `hutch check` reports, in order.
@@ -30,22 +33,6 @@ const FEATURES: [&str; 18] = [
     "close_range",
     "openat2",
 ];
-
-/// Skip (with the reason printed) unless HUTCH_REQUIRE=all, where a skip fails.
-fn require(cond: bool, reason: &str) -> bool {
-    if cond {
-        return true;
-    }
-    if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-        panic!("required but unavailable: {reason}");
-    }
-    eprintln!("SKIP: {reason}");
-    false
-}
-
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
 
 /// The hutch binary copied into a fresh 0755 directory, so that uid 65534
 /// can run it (target/ may not be traversable for it). Removed on drop.
@@ -222,7 +209,12 @@ fn assert_matches_host(v: &Value, nobody: bool) {
         feature(v, "overlay_userns")
     );
     // The kernel lists its seccomp actions in sysctl form too.
-    if let Ok(avail) = std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail") {
+    let avail = std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail");
+    require!(
+        avail.is_ok(),
+        "/proc/sys/kernel/seccomp/actions_avail is unreadable: no independent seccomp check"
+    );
+    if let Ok(avail) = avail {
         let mut from_kernel: Vec<&str> = avail.split_whitespace().collect();
         from_kernel.sort();
         let mut reported: Vec<&str> = v["seccomp_actions"]
@@ -242,7 +234,12 @@ fn assert_matches_host(v: &Value, nobody: bool) {
             feature(v, "seccomp")
         );
     }
-    if let Some(abi) = landlock_abi_python() {
+    let abi = landlock_abi_python();
+    require!(
+        abi.is_some(),
+        "python3 with ctypes is needed for the independent Landlock check"
+    );
+    if let Some(abi) = abi {
         let reported = v["landlock_abi"].as_i64();
         if abi > 0 {
             assert_eq!(reported, Some(abi), "landlock ABI");
@@ -254,9 +251,9 @@ fn assert_matches_host(v: &Value, nobody: bool) {
     }
     // What the CI host must support (COMMON.md: this machine has them).
     for name in ["user_namespace", "overlay_userns", "seccomp", "landlock"] {
-        require(
+        require!(
             ok(v, name),
-            &format!("{name} does not work here: {}", feature(v, name)),
+            format!("{name} does not work here: {}", feature(v, name))
         );
     }
 }
@@ -284,9 +281,10 @@ fn json_report_as_current_user() -> Result<()> {
 
 #[test]
 fn json_report_as_uid_65534() -> Result<()> {
-    if !require(is_root(), "dropping to uid 65534 needs root") {
-        return Ok(());
-    }
+    require!(
+        is_root(),
+        "dropping to uid 65534 needs root (the current-user test covers a non-root run)"
+    );
     let bin = Reachable::new("nobody")?;
     let out = run_check(&bin.bin(), &bin.dir, true, &["--json"])?;
     let v = parse_report(&out)?;

@@ -2,22 +2,13 @@
 //! restrict what it needs (built with bubblewrap, as container runtimes
 //! do) and check the verdict, the cause and the fix it prints.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result};
 use serde_json::Value;
-
-fn require(cond: bool, reason: &str) -> bool {
-    if cond {
-        return true;
-    }
-    if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-        panic!("required but unavailable: {reason}");
-    }
-    eprintln!("SKIP: {reason}");
-    false
-}
 
 fn have_bwrap() -> bool {
     Command::new("bwrap")
@@ -82,12 +73,10 @@ fn feature<'a>(v: &'a Value, name: &str) -> &'a Value {
 
 #[test]
 fn nested_user_namespace_limit_is_explained() -> Result<()> {
-    if !require(
+    require!(
         have_bwrap(),
-        "bubblewrap with user namespaces is not available",
-    ) {
-        return Ok(());
-    }
+        "bubblewrap with user namespaces is not available"
+    );
     // bwrap --disable-userns sets user.max_user_namespaces=1 in its own
     // user namespace: like a container that forbids nesting.
     let (v, code) = check_in_bwrap("nested", &["--unshare-user", "--disable-userns"], None)?;
@@ -150,12 +139,10 @@ fn container_like_filter(path: &Path) -> Result<()> {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn container_seccomp_profile_is_explained() -> Result<()> {
-    if !require(
+    require!(
         have_bwrap(),
-        "bubblewrap with user namespaces is not available",
-    ) {
-        return Ok(());
-    }
+        "bubblewrap with user namespaces is not available"
+    );
     let bpf = std::env::temp_dir().join(format!("hutch-diag-{}.bpf", std::process::id()));
     container_like_filter(&bpf)?;
     let res = check_in_bwrap("seccomp", &["--unshare-user"], Some(&bpf));

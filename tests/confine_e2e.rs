@@ -3,30 +3,17 @@
 //! the host network, the ABI floor, real workloads, and the strict and log
 //! profiles.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use common::is_root;
+
 fn hutch() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hutch"))
-}
-
-/// Skip (or fail under HUTCH_REQUIRE=all) when a feature is missing.
-fn require(cond: bool, why: &str) -> bool {
-    if cond {
-        return true;
-    }
-    if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-        panic!("required feature missing: {why}");
-    }
-    eprintln!("SKIP: {why}");
-    false
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 /// A fresh workspace directory (the sandbox sees it as its cwd).
@@ -80,8 +67,12 @@ fn assert_ok(out: &Output, what: &str) {
 }
 
 fn matrix(out: &Output) -> BTreeMap<String, i32> {
-    text(&out.stdout)
-        .lines()
+    matrix_of(&text(&out.stdout))
+}
+
+/// The `NAME ERRNO` lines of the syscall matrix in `text`.
+fn matrix_of(text: &str) -> BTreeMap<String, i32> {
+    text.lines()
         .filter_map(|l| {
             let (k, v) = l.split_once(' ')?;
             Some((k.to_string(), v.parse().ok()?))
@@ -89,13 +80,9 @@ fn matrix(out: &Output) -> BTreeMap<String, i32> {
         .collect()
 }
 
-#[test]
-fn syscall_matrix_under_default() {
-    let ws = workspace("matrix");
-    compile("syscall_matrix", &ws);
-    let out = run_in(&ws, &[], &["./syscall_matrix"]);
-    assert_ok(&out, "matrix under default");
-    let got = matrix(&out);
+/// What `tests/programs/syscall_matrix` prints under the default seccomp
+/// profile: each call's errno (0: allowed).
+fn default_matrix() -> BTreeMap<String, i32> {
     let eperm = [
         "unshare",
         "setns",
@@ -172,6 +159,17 @@ fn syscall_matrix_under_default() {
     );
     want.insert("socket_unix".into(), 0);
     want.insert("socket_inet".into(), 0);
+    want
+}
+
+#[test]
+fn syscall_matrix_under_default() {
+    let ws = workspace("matrix");
+    compile("syscall_matrix", &ws);
+    let out = run_in(&ws, &[], &["./syscall_matrix"]);
+    assert_ok(&out, "matrix under default");
+    let got = matrix(&out);
+    let want = default_matrix();
     assert_eq!(got, want);
 
     // Unconfined, the same calls reach the kernel (different errnos or
@@ -199,6 +197,110 @@ fn syscall_matrix_under_default() {
         );
     }
     std::fs::remove_dir_all(&ws).unwrap();
+}
+
+/// The unprivileged path (uid 65534 when the tests run as root, else the
+/// current user): what the workload itself observes of its confinement.
+/// Capabilities and no-new-privs from /proc/self/status; seccomp from the
+/// status line and the syscall matrix; Landlock from a TCP bind and a
+/// signal to pid 1 (outside the workload's domain), both of which work in
+/// the same sandbox with Landlock disabled; and the exit report agrees.
+#[test]
+fn confinement_observed_from_inside_on_the_unprivileged_path() {
+    let who = common::As::Nobody;
+    require!(
+        common::can_launch_as(who).is_ok(),
+        common::can_launch_as(who).unwrap_err()
+    );
+    require!(
+        hutch::sys::landlock_abi_version() >= 6,
+        "Landlock ABI 6 (TCP rules, signal scoping) not available"
+    );
+    let ws = common::TempDir::new("confine-unpriv", who);
+    compile("syscall_matrix", ws.path());
+    let status = ws.path().join("status.jsonl");
+    let no_landlock = ws.path().join("no-landlock.json");
+    let mut spec = hutch::spec::default_profile();
+    spec.security.landlock.enabled = false;
+    common::write_as(&no_landlock, &serde_json::to_string(&spec).unwrap(), who);
+    let probe = r#"
+id -u
+grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status
+python3 -c '
+import errno, socket
+try:
+    socket.socket().bind(("127.0.0.1", 0)); print("tcp-bind: ok")
+except OSError as e:
+    print("tcp-bind:", errno.errorcode[e.errno])
+'
+if kill -0 1 2>/dev/null; then echo "signal-pid1: ok"; else echo "signal-pid1: denied"; fi
+"#;
+    let run = |args: &[&str], script: &str| {
+        let out = common::hutch_command(who)
+            .current_dir(ws.path())
+            .arg("run")
+            .arg("--quiet")
+            .args(args)
+            .args(["--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .output()
+            .expect("hutch runs");
+        assert_ok(&out, &format!("{who:?} {args:?}"));
+        text(&out.stdout)
+    };
+    let seen = run(
+        &["--status-file", status.to_str().unwrap()],
+        &format!("{probe}./syscall_matrix"),
+    );
+    let mut lines = seen.lines();
+    let uid = lines.next().unwrap_or("").to_string();
+    let expected_uid = if who.drops_to_nobody() {
+        common::NOBODY
+    } else {
+        nix::unistd::geteuid().as_raw()
+    };
+    assert_eq!(uid, expected_uid.to_string(), "{seen}");
+    let rest: Vec<&str> = lines.collect();
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(
+            rest.contains(&format!("{cap}:\t0000000000000000").as_str()),
+            "{cap} not empty:\n{seen}"
+        );
+    }
+    for line in [
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "tcp-bind: EACCES",
+        "signal-pid1: denied",
+    ] {
+        assert!(rest.contains(&line), "no {line:?} in:\n{seen}");
+    }
+    assert_eq!(
+        matrix_of(&seen),
+        default_matrix(),
+        "the syscall matrix as {who:?}"
+    );
+    let report = common::exit_report(&status);
+    let c = &report["enforced"]["confinement"];
+    assert_eq!(c["seccomp"]["profile"], "default", "{report}");
+    assert_eq!(c["seccomp"]["enforced"], true, "{report}");
+    assert_eq!(c["landlock"]["tcp"], "denied", "{report}");
+    assert!(
+        c["landlock"]["enforced_abi"].as_u64() >= Some(6),
+        "{report}"
+    );
+    assert_eq!(
+        report["enforced"]["capabilities"],
+        serde_json::json!([]),
+        "{report}"
+    );
+
+    // The same sandbox without Landlock: both observations were Landlock's.
+    let seen = run(&["--profile", no_landlock.to_str().unwrap()], probe);
+    assert!(
+        seen.contains("tcp-bind: ok") && seen.contains("signal-pid1: ok"),
+        "without Landlock:\n{seen}"
+    );
 }
 
 #[test]
@@ -270,12 +372,10 @@ fn nested_user_namespaces_fail_also_unconfined() {
 
 #[test]
 fn landlock_with_host_network() {
-    if !require(
+    require!(
         hutch::sys::landlock_abi_version() >= 6,
-        "Landlock ABI 6 not available",
-    ) {
-        return;
-    }
+        "Landlock ABI 6 not available"
+    );
     use std::os::linux::net::SocketAddrExt;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -486,9 +586,7 @@ fn exit_report_says_what_is_enforced() {
 /// SECCOMP_RET_LOG records reach the kernel log (audit type 1326).
 #[test]
 fn log_profile_reports_syscalls_in_the_kernel_log() {
-    if !require(is_root(), "reading /dev/kmsg needs root (dmesg_restrict)") {
-        return;
-    }
+    require!(is_root(), "reading /dev/kmsg needs root (dmesg_restrict)");
     let ws = workspace("log");
     // A uniquely named program, so its records are ours.
     let probe = format!("hutchlogprobe{}", std::process::id() % 100000);

@@ -1,6 +1,8 @@
 //! Landlock plans and the full `apply_workload` / `apply_init` sequence,
 //! enforced in a forked child (never in the test harness itself).
 
+mod common;
+
 use std::io::Write;
 use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
@@ -37,18 +39,6 @@ fn fork_run(body: impl FnOnce() -> i32) -> End {
 
 fn landlock_abi() -> u32 {
     hutch::sys::landlock_abi_version()
-}
-
-/// Skip (or fail under HUTCH_REQUIRE=all) when the kernel lacks a feature.
-fn require(cond: bool, why: &str) -> bool {
-    if cond {
-        return true;
-    }
-    if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-        panic!("required feature missing: {why}");
-    }
-    eprintln!("SKIP: {why}");
-    false
 }
 
 fn errno() -> i32 {
@@ -152,9 +142,7 @@ fn plan_follows_the_mount_plan() {
 
 #[test]
 fn filesystem_rights_follow_the_plan() {
-    if !require(landlock_abi() >= 1, "Landlock not available") {
-        return;
-    }
+    require!(landlock_abi() >= 1, "Landlock not available");
     let dir = scratch("fs");
     let spec = spec_for(&dir, Network::None);
     let c = confine::prepare(&spec).unwrap();
@@ -222,12 +210,10 @@ fn abstract_connect(name: &[u8]) -> i32 {
 
 #[test]
 fn network_and_scopes() {
-    if !require(
+    require!(
         landlock_abi() >= 6,
-        "Landlock ABI 6 (TCP rules, scoping) not available",
-    ) {
-        return;
-    }
+        "Landlock ABI 6 (TCP rules, scoping) not available"
+    );
     use std::os::linux::net::SocketAddrExt;
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();

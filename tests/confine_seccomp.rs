@@ -1,8 +1,6 @@
 //! seccomp profiles compiled by hutch, installed in a forked child (never in
 //! the test harness itself), checked with raw syscalls.
 
-use std::time::Instant;
-
 use hutch::confine::seccomp::{self, CompiledFilter};
 
 const HIGH: u64 = 1 << 32;
@@ -91,20 +89,17 @@ fn name(nr: libc::c_long) -> String {
     format!("syscall {nr}")
 }
 
+/// What compiling costs a spawn is measured by `benches/seccomp.sh`.
 #[test]
-fn builtin_profiles_compile_quickly() {
+fn builtin_profiles_compile_within_the_instruction_limit() {
     for (name, _) in seccomp::BUILTIN {
-        let start = Instant::now();
         let f = seccomp::load(name).unwrap().unwrap();
-        let took = start.elapsed();
         println!(
-            "profile {name}: {} instructions, stages {:?}, load+compile+link {took:?}",
+            "profile {name}: {} instructions, stages {:?}",
             f.program.len(),
             f.stages
         );
         assert!(f.program.len() < seccomp::MAX_INSTRUCTIONS);
-        // Generous bound for a debug build; release is ~100x faster.
-        assert!(took.as_millis() < 200, "compiling {name} took {took:?}");
     }
     assert!(seccomp::load("unconfined").unwrap().is_none());
 }

@@ -71,11 +71,15 @@ fn many_idle_connections_are_capped_and_timed_out() {
         "1s".into(),
     ]);
     let p = proxy(&strs(&args));
-    // 8 connections that never send anything take every slot...
+    let listening = proxy_sockets(&p);
+    // 8 connections that never send anything take every slot (once the
+    // proxy has accepted them: it holds their sockets)...
     let mut idle: Vec<TcpStream> = (0..8)
         .map(|_| TcpStream::connect(("127.0.0.1", p.port)).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(200));
+    wait_until(Duration::from_secs(5), "the proxy to accept 8", || {
+        proxy_sockets(&p) >= listening + 8
+    });
     // ...so the next ones are turned away at once with 429.
     let mut turned_away = 0;
     for _ in 0..40 {
@@ -204,7 +208,8 @@ fn refused_request_heads_are_audited() {
         "--audit".into(),
         audit.display().to_string(),
     ]);
-    let p = proxy(&strs(&args));
+    let mut p = proxy(&strs(&args));
+    let listening = proxy_sockets(&p);
     // Connect and leave: not a decision.
     drop(TcpStream::connect(("127.0.0.1", p.port)).unwrap());
     // A TLS ClientHello sent to the proxy instead of CONNECT.
@@ -230,8 +235,15 @@ fn refused_request_heads_are_audited() {
         .unwrap();
     drop(cut);
 
+    // The four lines, so the proxy has accepted every connection (it
+    // accepts in order: the silent one came first); then every connection
+    // handled (the proxy closed its side of all five) and the proxy
+    // stopped: whatever else it decided is in the log too.
     let lines = audit_lines(&audit, 4);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until(Duration::from_secs(10), "the proxy to close them", || {
+        proxy_sockets(&p) == listening
+    });
+    stop(&mut p);
     let settled = std::fs::read_to_string(&audit).unwrap().lines().count();
     assert_eq!(
         settled, 4,

@@ -6,7 +6,9 @@ use std::path::Path;
 
 use common::*;
 
-const BOTH: [As; 2] = [As::Root, As::Nobody];
+// The unprivileged path first: when the tests do not run as root it runs,
+// and the root launch after it skips.
+const BOTH: [As; 2] = [As::Nobody, As::Root];
 
 fn workspace(tag: &str, who: As) -> TempDir {
     let dir = TempDir::new(tag, who);
@@ -86,7 +88,9 @@ fn read_only_paths_stay_read_only() {
     for who in BOTH {
         require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
         let ws = workspace("ro", who);
+        // The mount check needs both mounts listed, or it would check nothing.
         let script = "for p in /usr/hutch-probe /etc/hutch-probe /hutch-probe; do if touch $p 2>/dev/null; then echo WROTE $p; fi; done; \
+                      for m in /usr /etc; do grep -q \" $m \" /proc/self/mountinfo || echo NO-MOUNT $m; done; \
                       grep -E ' /usr | /etc ' /proc/self/mountinfo | grep -v ' ro,' | head -1; echo done";
         let out = sandbox_sh(who, ws.path(), script);
         assert_eq!(out.status.code(), Some(0), "{who:?}: {}", stderr(&out));
@@ -173,27 +177,14 @@ fn host_environment_does_not_leak() {
     for who in BOTH {
         require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
         let ws = workspace("env", who);
-        let out = std::process::Command::new(match who {
-            As::Root => hutch_bin(),
-            As::Nobody => "setpriv".into(),
-        })
-        .args(if who == As::Nobody {
-            vec![
-                "--reuid=65534".to_string(),
-                "--regid=65534".into(),
-                "--clear-groups".into(),
-                hutch_bin().display().to_string(),
-            ]
-        } else {
-            vec![]
-        })
-        .args(["run", "--quiet", "--setenv", "CHOSEN", "yes", "--", "env"])
-        .current_dir(ws.path())
-        .env("GITHUB_TOKEN", "s3cret")
-        .env("LD_PRELOAD", "/evil.so")
-        .env("SSH_AUTH_SOCK", "/tmp/agent")
-        .output()
-        .unwrap();
+        let out = hutch_command(who)
+            .args(["run", "--quiet", "--setenv", "CHOSEN", "yes", "--", "env"])
+            .current_dir(ws.path())
+            .env("GITHUB_TOKEN", "s3cret")
+            .env("LD_PRELOAD", "/evil.so")
+            .env("SSH_AUTH_SOCK", "/tmp/agent")
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let env = stdout(&out);
         for leaked in ["s3cret", "LD_PRELOAD", "SSH_AUTH_SOCK"] {
@@ -219,9 +210,13 @@ fn only_stdio_fds_are_open_in_the_workload() {
         let out = sandbox_sh(
             who,
             ws.path(),
-            "for f in /proc/self/fd/*; do readlink $f; done",
+            // readlink sees its own fds: the glob's fd (sh's) is gone.
+            "for f in /proc/self/fd/*; do readlink $f || echo gone; done",
         );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let targets = stdout(&out);
+        // stdin, stdout and stderr at least: the listing really ran.
+        assert!(targets.lines().count() >= 3, "{who:?}: {targets}");
         assert!(
             !targets.contains("socket:") && !targets.contains("/proc/self/fd/"),
             "{who:?}: {targets}"
@@ -335,9 +330,7 @@ fn overlay_paths_with_option_characters_are_mounted_not_injected() {
         for name in ["a,upperdir=x", "b:c", "d\\e", "lowerdir=f,g"] {
             let ws = base.path().join(name);
             std::fs::create_dir(&ws).unwrap();
-            if who == As::Nobody {
-                std::os::unix::fs::chown(&ws, Some(NOBODY), Some(NOBODY)).unwrap();
-            }
+            own_as(&ws, who);
             write_as(&ws.join("in.txt"), "inside\n", who);
             let out = sandbox_sh(who, &ws, "cat in.txt && echo w > w.txt && pwd");
             assert_eq!(
@@ -455,14 +448,12 @@ fn root_launch_on_a_filesystem_without_idmapped_mounts_falls_back_and_says_so() 
 
 #[test]
 fn many_runs_leave_nothing_behind() {
-    require!(
-        can_launch_as(As::Root).is_ok(),
-        can_launch_as(As::Root).unwrap_err()
-    );
-    let ws = workspace("soak", As::Root);
+    // Needs no particular identity: root in CI, else the unprivileged path.
+    let who = caller();
+    let ws = workspace("soak", who);
     // hutch's own temp dir (TMPDIR) is private to this test, so parallel
     // tests cannot muddy it; the marker names this test's processes.
-    let tmp = TempDir::new("soak-tmpdir", As::Root);
+    let tmp = TempDir::new("soak-tmpdir", who);
     let marker = format!("hutch-soak-{}", std::process::id());
     let script = format!("echo x > f; sleep 0 & : {marker}");
     let mounts_before = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -497,52 +488,57 @@ fn many_runs_leave_nothing_behind() {
 
 #[test]
 fn sigkill_of_hutch_takes_the_sandbox_with_it() {
-    require!(
-        can_launch_as(As::Root).is_ok(),
-        can_launch_as(As::Root).unwrap_err()
-    );
-    let ws = workspace("sigkill", As::Root);
+    // Needs no particular identity: root in CI, else the unprivileged path.
+    let who = caller();
+    let ws = workspace("sigkill", who);
+    let keep = TempDir::new("sigkill-status", who);
+    let status = keep.path().join("status.jsonl");
     let marker = format!("{}", 800_000 + std::process::id() % 90_000);
-    let mut child = std::process::Command::new(hutch_bin())
+    let sleepers = || {
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", &format!("sleep {marker}")])
+            .output()
+            .unwrap();
+        stdout(&out).lines().count()
+    };
+    let mut child = hutch_command(who)
         .args([
             "run",
             "--quiet",
+            "--status-file",
+            status.to_str().unwrap(),
             "--",
             "sh",
             "-c",
             &format!("setsid sleep {marker} & sleep {marker}"),
         ])
         .current_dir(ws.path())
+        .stdin(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The sandbox has started (its start event) and both sleeps run in it
+    // (the detached one included) before hutch is killed.
+    let start = wait_for_event(&status, "start", std::time::Duration::from_secs(10));
+    assert!(start["namespaces"]["pid"].as_u64().is_some(), "{start}");
+    wait_until(
+        std::time::Duration::from_secs(10),
+        "both sleeps running",
+        || sleepers() >= 2,
+    );
     child.kill().unwrap();
     child.wait().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let left = std::process::Command::new("pgrep")
-            .args(["-f", &format!("sleep {marker}")])
-            .output()
-            .unwrap();
-        if stdout(&left).trim().is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "sandbox survived SIGKILL of hutch: {}",
-            stdout(&left)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_until(
+        std::time::Duration::from_secs(5),
+        "the sandbox to end with hutch (it survived SIGKILL)",
+        || sleepers() == 0,
+    );
 }
 
 #[test]
 fn signals_are_forwarded_to_the_workload() {
-    require!(
-        can_launch_as(As::Root).is_ok(),
-        can_launch_as(As::Root).unwrap_err()
-    );
-    let ws = workspace("sig", As::Root);
+    // Needs no particular identity: root in CI, else the unprivileged path.
+    let who = caller();
+    let ws = workspace("sig", who);
     let mut child = std::process::Command::new(hutch_bin())
         .args([
             "run",
@@ -574,13 +570,11 @@ fn signals_are_forwarded_to_the_workload() {
 
 #[test]
 fn output_limit_caps_and_reports() {
-    require!(
-        can_launch_as(As::Root).is_ok(),
-        can_launch_as(As::Root).unwrap_err()
-    );
-    let ws = workspace("outlim", As::Root);
+    // Needs no particular identity: root in CI, else the unprivileged path.
+    let who = caller();
+    let ws = workspace("outlim", who);
     let out = hutch_as(
-        As::Root,
+        who,
         ws.path(),
         &[
             "run",
@@ -612,11 +606,9 @@ fn output_limit_caps_and_reports() {
 
 #[test]
 fn bad_input_gets_one_line_and_125() {
-    require!(
-        can_launch_as(As::Root).is_ok(),
-        can_launch_as(As::Root).unwrap_err()
-    );
-    let ws = workspace("badin", As::Root);
+    // Needs no particular identity: root in CI, else the unprivileged path.
+    let who = caller();
+    let ws = workspace("badin", who);
     let profile = ws.path().join("p.toml");
     std::fs::write(&profile, "[[fs]]\nop = \"tmpfs\"\ndest = \"relative\"\n").unwrap();
     for args in [
@@ -626,14 +618,14 @@ fn bad_input_gets_one_line_and_125() {
         vec!["run", "--bind", "/tmp", "relative/dest", "--", "true"],
         vec!["run"],
     ] {
-        let out = hutch_as(As::Root, ws.path(), &args);
+        let out = hutch_as(who, ws.path(), &args);
         assert_eq!(out.status.code(), Some(125), "{args:?}");
         let err = stderr(&out);
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
         assert!(err.starts_with("hutch: "), "{err}");
     }
     let out = hutch_as(
-        As::Root,
+        who,
         ws.path(),
         &["run", "--profile", profile.to_str().unwrap(), "--", "true"],
     );
@@ -653,9 +645,7 @@ fn every_fs_operation_of_a_profile_applies_in_order() {
             let d = dir.path().join(layer);
             std::fs::create_dir(&d).unwrap();
             write_as(&d.join(file), file, who);
-            if who == As::Nobody {
-                std::os::unix::fs::chown(&d, Some(NOBODY), Some(NOBODY)).unwrap();
-            }
+            own_as(&d, who);
         }
         let profile = format!(
             r#"
@@ -739,14 +729,12 @@ dest = "/t"
 
 #[test]
 fn a_missing_interpreter_is_not_executable_rather_than_not_found() {
-    require!(
-        can_launch_as(As::Root).is_ok(),
-        can_launch_as(As::Root).unwrap_err()
-    );
-    let dir = TempDir::new("interp", As::Root);
+    // Needs no particular identity: root in CI, else the unprivileged path.
+    let who = caller();
+    let dir = TempDir::new("interp", who);
     // /usr without /lib64: the dynamic loader of /usr/bin/true is missing.
     let out = hutch_as(
-        As::Root,
+        who,
         dir.path(),
         &[
             "run",

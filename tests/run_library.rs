@@ -9,7 +9,9 @@ use std::time::Duration;
 use common::*;
 use hutch::{Command, Outcome};
 
-const BOTH: [As; 2] = [As::Root, As::Nobody];
+// The unprivileged path first: when the tests do not run as root it runs,
+// and the root launch after it skips.
+const BOTH: [As; 2] = [As::Nobody, As::Root];
 
 fn command(who: As, tools: &TempDir, script: &str) -> Command {
     let mut c = Command::new("sh");
@@ -124,10 +126,7 @@ fn library_rejects_bad_specs_before_spawning() {
 
 #[test]
 fn spawning_from_many_threads_at_once_is_safe() {
-    require!(
-        can_launch_as(As::Root).is_ok(),
-        can_launch_as(As::Root).unwrap_err()
-    );
+    // Needs no particular identity: root in CI, else the unprivileged path.
     let handles: Vec<_> = (0..8)
         .map(|i| {
             std::thread::spawn(move || {

@@ -1,6 +1,7 @@
 //! Egress decisions of session commands land in the session's
 //! `audit.jsonl`, tagged with their command and bounded in number.
 
+mod common;
 mod proxy_support;
 mod session_support;
 
@@ -113,24 +114,21 @@ fn decisions_are_audited(unprivileged: bool) -> Result<()> {
 
 #[test]
 fn egress_decisions_land_in_the_session_audit_as_root() -> Result<()> {
-    if !require(
-        hutch::sys::geteuid() == 0 && can_sandbox(),
-        "needs root and a working launcher",
-    ) {
-        return Ok(());
-    }
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    require!(can_sandbox(), "needs a working launcher");
     decisions_are_audited(false)
 }
 
 #[test]
 fn egress_decisions_land_in_the_session_audit_unprivileged() -> Result<()> {
-    let have_setpriv = Command::new("setpriv").arg("--version").output().is_ok();
-    if !require(
-        hutch::sys::geteuid() == 0 && have_setpriv && can_sandbox(),
-        "needs root (to switch to uid 65534), setpriv and a working launcher",
-    ) {
-        return Ok(());
-    }
+    require!(
+        can_launch_as(As::Nobody).is_ok(),
+        can_launch_as(As::Nobody).unwrap_err()
+    );
+    require!(can_sandbox(), "needs a working launcher");
     decisions_are_audited(true)
 }
 
@@ -139,12 +137,10 @@ fn egress_decisions_land_in_the_session_audit_unprivileged() -> Result<()> {
 #[test]
 fn egress_audit_is_bounded_per_command() -> Result<()> {
     let have_python = Command::new("python3").arg("-V").output().is_ok();
-    if !require(
+    require!(
         can_sandbox() && have_python,
-        "needs a working launcher and python3",
-    ) {
-        return Ok(());
-    }
+        "needs a working launcher and python3"
+    );
     let t = Tmp::new("sess-egress-bound");
     let (state, id) = session(&t, false)?;
     let script = "import socket

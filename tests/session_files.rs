@@ -2,6 +2,7 @@
 //! bounded read/write, close and gc, driven through `hutch session` the way
 //! an agent platform does, on upper directories built directly.
 
+mod common;
 mod session_support;
 
 use std::os::unix::fs::PermissionsExt;
@@ -348,12 +349,10 @@ fn fingerprints_are_stable_and_checked() -> Result<()> {
 
 #[test]
 fn diff_covers_deletions_modes_links_binaries_and_type_changes() -> Result<()> {
-    if !require(
+    require!(
         is_root(),
-        "whiteouts (mknod 0/0) and trusted.overlay.opaque need root",
-    ) {
-        return Ok(());
-    }
+        "whiteouts (mknod 0/0) and trusted.overlay.opaque need root"
+    );
     let t = Tmp::new("diff");
     let (r, rev) = repo(&t)?;
     let state = t.path().join("state");
@@ -765,13 +764,10 @@ fn close_and_gc_never_follow_links_out() -> Result<()> {
 
 #[test]
 fn unprivileged_user_runs_the_file_operations() -> Result<()> {
-    let have_setpriv = Command::new("setpriv").arg("--version").output().is_ok();
-    if !require(
-        is_root() && have_setpriv,
-        "needs root and setpriv to switch to uid 65534",
-    ) {
-        return Ok(());
-    }
+    require!(
+        can_launch_as(As::Nobody).is_ok(),
+        can_launch_as(As::Nobody).unwrap_err()
+    );
     let t = Tmp::new("unpriv");
     let (r, _) = repo(&t)?;
     let state = t.path().join("state");

@@ -3,6 +3,7 @@
 //! root and as an unprivileged user, from the CLI and from a threaded
 //! library caller.
 
+mod common;
 mod session_support;
 
 use std::os::unix::fs::PermissionsExt;
@@ -29,9 +30,7 @@ fn repo(dir: &Path) -> Result<String> {
 /// repository's git directory and nothing else. Host git would follow it.
 #[test]
 fn sandboxed_git_sees_only_the_repository() -> Result<()> {
-    if !require(can_sandbox(), "needs a working launcher") {
-        return Ok(());
-    }
+    require!(can_sandbox(), "needs a working launcher");
     let t = Tmp::new("git-alt");
     let rev = repo(&t.0.join("origin"))?;
     let borrower = t.0.join("borrower");
@@ -89,13 +88,15 @@ fn sandboxed_git_sees_only_the_repository() -> Result<()> {
 /// as uid 65534 itself.
 #[test]
 fn git_import_as_root_and_as_an_unprivileged_user() -> Result<()> {
-    let have_setpriv = Command::new("setpriv").arg("--version").output().is_ok();
-    if !require(
-        is_root() && have_setpriv && can_sandbox(),
-        "needs root, setpriv and a working launcher",
-    ) {
-        return Ok(());
-    }
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    require!(
+        can_launch_as(As::Nobody).is_ok(),
+        can_launch_as(As::Nobody).unwrap_err()
+    );
+    require!(can_sandbox(), "needs a working launcher");
     let t = Tmp::new("git-users");
     let r = t.0.join("repo");
     let rev = repo(&r)?;
@@ -153,9 +154,7 @@ fn git_import_as_root_and_as_an_unprivileged_user() -> Result<()> {
 /// `hutch` binary instead of launching in-process.
 #[test]
 fn library_git_import_from_a_threaded_process() -> Result<()> {
-    if !require(can_sandbox(), "needs a working launcher") {
-        return Ok(());
-    }
+    require!(can_sandbox(), "needs a working launcher");
     let t = Tmp::new("git-lib");
     let r = t.0.join("repo");
     let rev = repo(&r)?;

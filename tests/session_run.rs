@@ -1,5 +1,6 @@
 //! Commands in sessions (needs the launcher: user namespaces, overlayfs).
 
+mod common;
 mod session_support;
 
 use std::path::PathBuf;
@@ -105,31 +106,27 @@ fn flow(unprivileged: bool) -> Result<()> {
 
 #[test]
 fn session_commands_share_files_as_root() -> Result<()> {
-    if !require(
-        hutch::sys::geteuid() == 0 && can_sandbox_bare(),
-        "needs root and a working launcher",
-    ) {
-        return Ok(());
-    }
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    require!(can_sandbox_bare(), "needs a working launcher");
     flow(false)
 }
 
 #[test]
 fn session_commands_share_files_unprivileged() -> Result<()> {
-    if !require(
-        hutch::sys::geteuid() == 0 && can_sandbox_bare(),
-        "needs root (to switch to uid 65534) and a working launcher",
-    ) {
-        return Ok(());
-    }
+    require!(
+        can_launch_as(As::Nobody).is_ok(),
+        can_launch_as(As::Nobody).unwrap_err()
+    );
+    require!(can_sandbox_bare(), "needs a working launcher");
     flow(true)
 }
 
 #[test]
 fn session_deadline_kills_a_running_command() -> Result<()> {
-    if !require(can_sandbox_bare(), "needs a working launcher") {
-        return Ok(());
-    }
+    require!(can_sandbox_bare(), "needs a working launcher");
     let t = Tmp::new("deadline");
     let src = t.0.join("src");
     std::fs::create_dir(&src)?;
@@ -163,9 +160,7 @@ fn session_deadline_kills_a_running_command() -> Result<()> {
 
 #[test]
 fn concurrent_runs_do_not_interleave() -> Result<()> {
-    if !require(can_sandbox_bare(), "needs a working launcher") {
-        return Ok(());
-    }
+    require!(can_sandbox_bare(), "needs a working launcher");
     let t = Tmp::new("lock");
     let src = t.0.join("src");
     std::fs::create_dir(&src)?;
@@ -176,24 +171,50 @@ fn concurrent_runs_do_not_interleave() -> Result<()> {
         false,
     ))?;
     let id = id.trim();
-    let script = "for i in 1 2 3 4 5; do echo $1 >> log; sleep 0.2; done";
-    let a = hutch_command(
+    // A holds the session until the test writes a line to its stdin.
+    let script = "read go; for i in 1 2 3 4 5; do echo $1 >> log; sleep 0.2; done";
+    let a_status = t.0.join("a-status.jsonl");
+    let mut a = hutch_command(
         &state,
-        &["--wait", "run", id, "--", "sh", "-c", script, "sh", "A"],
+        &[
+            "--wait",
+            "run",
+            id,
+            "--status-file",
+            a_status.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            "A",
+        ],
         false,
     )
+    .stdin(std::process::Stdio::piped())
     .spawn()?;
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // A's sandbox has started, so A holds the session's lock.
+    common::wait_for_event(&a_status, "start", std::time::Duration::from_secs(20));
     // Without --wait a second command is refused while the first runs.
     let busy = hutch(&state, &["run", id, "--", "true"], false);
     assert_eq!(busy.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&busy.stderr).contains("busy"));
-    let b = hutch_command(
+    let mut b = hutch_command(
         &state,
         &["--wait", "run", id, "--", "sh", "-c", script, "sh", "B"],
         false,
     )
+    .stdin(std::process::Stdio::piped())
     .spawn()?;
+    let release = |child: &mut std::process::Child| -> Result<()> {
+        let mut stdin = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut stdin, b"go\n")?;
+        Ok(())
+    };
+    // B waits for the lock with its stdin already released: were it to run
+    // before A ends, its lines would interleave with A's.
+    release(&mut b)?;
+    release(&mut a)?;
     ok(&a.wait_with_output()?)?;
     ok(&b.wait_with_output()?)?;
     let log = ok(&hutch(&state, &["read", id, "log"], false))?;
@@ -206,9 +227,7 @@ fn concurrent_runs_do_not_interleave() -> Result<()> {
 /// file with an exit event.
 #[test]
 fn session_run_writes_the_status_file() -> Result<()> {
-    if !require(can_sandbox_bare(), "needs a working launcher") {
-        return Ok(());
-    }
+    require!(can_sandbox_bare(), "needs a working launcher");
     let t = Tmp::new("status");
     let (state, id) = setup(&t, false)?;
     let status = t.0.join("status.jsonl");

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::host::{Host, Layout};
 use super::*;
 use crate::spec::{ByteSize, Limit, Limits};
+use crate::test_support::require;
 
 struct Fake {
     root: PathBuf,
@@ -582,10 +583,9 @@ fn io_device_must_be_a_block_device() {
 
 #[test]
 fn io_max_written_and_controller_enabled_only_when_asked() {
-    let Some((disk, major, minor)) = some_disk() else {
-        eprintln!("SKIP: no block device under /sys/block");
-        return;
-    };
+    let disk = some_disk();
+    require!(disk.is_some(), "no block device under /sys/block");
+    let (disk, major, minor) = disk.unwrap();
     let f = Fake::new("cpu io memory pids");
     let host = f.host(Layout::Unified, "", 0);
     // Without io limits the io controller is left alone.
@@ -614,10 +614,9 @@ fn io_max_written_and_controller_enabled_only_when_asked() {
 fn io_required_without_controller_fails_closed() {
     let f = Fake::new("hugetlb");
     let host = f.host(Layout::Hybrid, "", 0);
-    let Some((disk, _, _)) = some_disk() else {
-        eprintln!("SKIP: no block device under /sys/block");
-        return;
-    };
+    let disk = some_disk();
+    require!(disk.is_some(), "no block device under /sys/block");
+    let (disk, _, _) = disk.unwrap();
     let mut e = io_entry(&disk);
     e.wbps = Some(ByteSize(1 << 20));
     let err = prepare_on(&host, &io_limits(Limit::Required(vec![e.clone()])), "io6")

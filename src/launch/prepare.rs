@@ -424,15 +424,10 @@ mod tests {
     /// host. The supervisor hands the socket over instead.
     #[test]
     fn root_launch_keeps_the_door_directory_root_only() {
-        if !nix::unistd::geteuid().is_root() {
-            assert_ne!(
-                std::env::var("HUTCH_REQUIRE").as_deref(),
-                Ok("all"),
-                "this test needs root"
-            );
-            eprintln!("SKIP: needs root (a root launch)");
-            return;
-        }
+        crate::test_support::require!(
+            nix::unistd::geteuid().is_root(),
+            "needs root (a root launch)"
+        );
         let mut spec = crate::spec::default_profile();
         spec.command = vec!["true".into()];
         spec.network = Network::Proxy(crate::spec::ProxyPolicy {

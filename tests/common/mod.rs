@@ -6,28 +6,68 @@ use std::process::{Command, Output};
 
 /// Skip a test (with the reason printed) when a kernel feature or
 /// privilege is missing; with `HUTCH_REQUIRE=all` (CI) a skip is a failure.
+/// Works in tests returning `()` and `Result<(), E>`; the reason is only
+/// evaluated when the test skips.
+///
+/// The one skip of the integration tests: every test binary declares
+/// `mod common;`, and helper modules (`tests/session_support`,
+/// `tests/proxy_support`) use `crate::require!`.
 #[macro_export]
 macro_rules! require {
     ($cond:expr, $why:expr) => {
         if !$cond {
-            if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-                panic!(
-                    "required for this test but missing (HUTCH_REQUIRE=all): {}",
-                    $why
-                );
-            }
-            eprintln!("SKIP {}: {}", module_path!(), $why);
-            return;
+            $crate::common::skip(module_path!(), &$why);
+            return $crate::common::Skipped::skipped();
         }
     };
+}
+
+/// Report a skip, or fail under `HUTCH_REQUIRE=all`. Use [`require!`].
+pub fn skip(module: &str, why: &dyn std::fmt::Display) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or(module);
+    if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
+        panic!("{test}: required for this test but missing (HUTCH_REQUIRE=all): {why}");
+    }
+    eprintln!("SKIP {test}: {why}");
+}
+
+/// What a skipped test returns.
+pub trait Skipped {
+    fn skipped() -> Self;
+}
+
+impl Skipped for () {
+    fn skipped() {}
+}
+
+impl<E> Skipped for Result<(), E> {
+    fn skipped() -> Self {
+        Ok(())
+    }
 }
 
 /// Who launches hutch.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum As {
+    /// Root: the root launch. Skipped when the tests do not run as root.
     Root,
-    /// uid/gid 65534 through `setpriv`, the unprivileged path.
+    /// The unprivileged path: uid/gid 65534 through `setpriv` when the
+    /// tests run as root, else the (non-root) user running the tests.
     Nobody,
+}
+
+/// The identity running the tests, for tests that need no particular one:
+/// a root launch when the tests run as root (CI), else the unprivileged path.
+pub fn caller() -> As {
+    if is_root() { As::Root } else { As::Nobody }
+}
+
+impl As {
+    /// Whether launching as `self` means dropping from root to uid 65534.
+    pub fn drops_to_nobody(self) -> bool {
+        self == As::Nobody && is_root()
+    }
 }
 
 pub const NOBODY: u32 = 65534;
@@ -47,16 +87,20 @@ pub fn have(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Whether `who` can launch hutch here (root for As::Root; setpriv and a
-/// traversable binary path for As::Nobody).
+/// Whether `who` can launch hutch here: As::Root needs the tests to run as
+/// root; As::Nobody needs setpriv when they do (to drop to uid 65534) and
+/// nothing otherwise (the current user is the unprivileged path).
 pub fn can_launch_as(who: As) -> Result<(), String> {
-    if !is_root() {
-        return Err("these tests launch as root and as uid 65534; run them as root".into());
+    match who {
+        As::Root if !is_root() => Err(
+            "a root launch needs the tests to run as root (a non-root run covers the unprivileged path)"
+                .into(),
+        ),
+        As::Nobody if is_root() && !have("setpriv") => {
+            Err("setpriv (util-linux) is needed to drop to uid 65534".into())
+        }
+        _ => Ok(()),
     }
-    if who == As::Nobody && !have("setpriv") {
-        return Err("setpriv (util-linux) is needed to drop to uid 65534".into());
-    }
-    Ok(())
 }
 
 /// A fresh directory owned by the launching identity, removed on drop.
@@ -70,9 +114,7 @@ impl TempDir {
             .unwrap();
         let dir = std::env::temp_dir().join(format!("hutch-test-{tag}-{}", hex(&rnd)));
         std::fs::create_dir_all(&dir).unwrap();
-        if who == As::Nobody {
-            std::os::unix::fs::chown(&dir, Some(NOBODY), Some(NOBODY)).unwrap();
-        }
+        own_as(&dir, who);
         TempDir(dir)
     }
 
@@ -91,25 +133,35 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// Make `path` owned by `who` (chown to 65534 when root drops to it;
+/// otherwise the creator already owns it).
+pub fn own_as(path: &Path, who: As) {
+    if who.drops_to_nobody() {
+        std::os::unix::fs::lchown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+}
+
 /// Write a file owned by `who`.
 pub fn write_as(path: &Path, content: &str, who: As) {
     std::fs::write(path, content).unwrap();
-    if who == As::Nobody {
-        std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+    own_as(path, who);
+}
+
+/// The `hutch` binary as `who` (through setpriv when root drops to 65534).
+pub fn hutch_command(who: As) -> Command {
+    if who.drops_to_nobody() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(hutch_bin());
+        c
+    } else {
+        Command::new(hutch_bin())
     }
 }
 
 /// `hutch ARGS` as `who`, in `cwd`.
 pub fn hutch_as(who: As, cwd: &Path, args: &[&str]) -> Output {
-    let mut cmd = match who {
-        As::Root => Command::new(hutch_bin()),
-        As::Nobody => {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(hutch_bin());
-            c
-        }
-    };
+    let mut cmd = hutch_command(who);
     cmd.args(args)
         .current_dir(cwd)
         .stdin(std::process::Stdio::null());
@@ -129,16 +181,19 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// A wrapper script that runs the hutch binary as uid 65534, for the
-/// library's `hutch_binary` (fds 3 and 4 pass through exec).
+/// A wrapper script that runs the hutch binary on the unprivileged path
+/// (as uid 65534 when the tests run as root), for the library's
+/// `hutch_binary` (fds 3 and 4 pass through exec).
 pub fn nobody_wrapper(dir: &Path) -> PathBuf {
     let path = dir.join("hutch-as-nobody");
+    let drop = if As::Nobody.drops_to_nobody() {
+        "setpriv --reuid=65534 --regid=65534 --clear-groups "
+    } else {
+        ""
+    };
     std::fs::write(
         &path,
-        format!(
-            "#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups {} \"$@\"\n",
-            hutch_bin().display()
-        ),
+        format!("#!/bin/sh\nexec {drop}{} \"$@\"\n", hutch_bin().display()),
     )
     .unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -149,4 +204,42 @@ pub fn nobody_wrapper(dir: &Path) -> PathBuf {
 pub fn exit_report(status_file: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(status_file).unwrap();
     serde_json::from_str(text.lines().last().expect("a status file with lines")).unwrap()
+}
+
+/// Poll `ready` (every 20 ms) until it holds; fail naming `what` after
+/// `timeout`. Waiting on readiness, never on a fixed sleep.
+pub fn wait_until(timeout: std::time::Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The first `event` line of a `--status-file` (e.g. `start`, written once
+/// the sandbox runs), waiting up to `timeout` for it to appear.
+pub fn wait_for_event(
+    status_file: &Path,
+    event: &str,
+    timeout: std::time::Duration,
+) -> serde_json::Value {
+    let mut found = None;
+    wait_until(
+        timeout,
+        &format!("a {event:?} event in {}", status_file.display()),
+        || {
+            let text = std::fs::read_to_string(status_file).unwrap_or_default();
+            // Only complete lines: the writer may be mid-line.
+            found = text
+                .split_inclusive('\n')
+                .filter(|l| l.ends_with('\n'))
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .find(|v| v["event"] == event);
+            found.is_some()
+        },
+    );
+    found.unwrap()
 }

@@ -176,6 +176,48 @@ pub fn raw(port: u16, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&out).to_string()
 }
 
+/// How many sockets the proxy process holds open (its listeners plus the
+/// connections it has accepted and not yet closed), from /proc/PID/fd.
+pub fn proxy_sockets(p: &Proxy) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", p.child.id()))
+        .map(|dir| {
+            dir.flatten()
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Poll `ready` (every 20 ms) until it holds; fail naming `what` after
+/// `timeout`.
+pub fn wait_until(timeout: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Stop the proxy with SIGTERM and wait for it: every decision it made is
+/// then in its audit log.
+pub fn stop(p: &mut Proxy) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(p.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(
+        p.child.wait().unwrap().success(),
+        "the proxy failed to stop"
+    );
+}
+
 pub fn status_of(resp: &str) -> u16 {
     resp.split(' ')
         .nth(1)

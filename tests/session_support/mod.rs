@@ -1,6 +1,7 @@
-//! Shared helpers for the `hutch session` integration tests: skipping,
-//! temporary directories, running `hutch session` (optionally as uid 65534)
-//! and host git.
+//! Shared helpers for the `hutch session` integration tests: temporary
+//! directories, running `hutch session` (optionally on the unprivileged
+//! path) and host git. Skips use `crate::require!` (tests/common), so a
+//! test binary using this module declares `mod common;` too.
 
 #![allow(dead_code)]
 
@@ -11,20 +12,7 @@ use std::process::{Command, Output, Stdio};
 
 use anyhow::{Result, bail};
 
-/// Skip (or fail under HUTCH_REQUIRE=all) when `cond` is false.
-pub fn require(cond: bool, reason: &str) -> bool {
-    if !cond {
-        if std::env::var("HUTCH_REQUIRE").as_deref() == Ok("all") {
-            panic!("required feature missing: {reason}");
-        }
-        eprintln!("skipped: {reason}");
-    }
-    cond
-}
-
-pub fn is_root() -> bool {
-    hutch::sys::geteuid() == 0
-}
+pub use crate::common::{As, can_launch_as, is_root};
 
 /// `hutch run -- /bin/true` works (default sandbox).
 pub fn can_sandbox() -> bool {
@@ -91,10 +79,12 @@ impl Drop for Tmp {
     }
 }
 
-/// `hutch session --state-dir STATE ARGS`, optionally as uid 65534 (via
-/// setpriv, HOME=/nonexistent); stdin is null, stdout and stderr piped.
+/// `hutch session --state-dir STATE ARGS`, optionally on the unprivileged
+/// path: as uid 65534 (via setpriv, HOME=/nonexistent) when the tests run
+/// as root, else as the current user; stdin is null, stdout and stderr
+/// piped.
 pub fn hutch_command(state: &Path, args: &[&str], unprivileged: bool) -> Command {
-    let mut c = if unprivileged {
+    let mut c = if unprivileged && is_root() {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
             .arg(env!("CARGO_BIN_EXE_hutch"))
@@ -140,11 +130,12 @@ pub fn ok(o: &Output) -> Result<String> {
 }
 
 /// A state directory `t/state`; with `owner_65534` all of `t` is chowned
-/// to uid/gid 65534.
+/// to uid/gid 65534 (when the tests run as root: else the current user,
+/// the unprivileged path, owns it already).
 pub fn state_dir(t: &Tmp, owner_65534: bool) -> Result<PathBuf> {
     let state = t.0.join("state");
     std::fs::create_dir(&state)?;
-    if owner_65534 {
+    if owner_65534 && is_root() {
         Command::new("chown")
             .args(["-R", "65534:65534"])
             .arg(&t.0)
