@@ -25,7 +25,7 @@ use serde_json::json;
 pub use error::CgroupError;
 pub use report::{CgroupStats, Enforced, LimitsReport, Unenforced};
 
-use crate::spec::{Limit, Limits};
+use crate::spec::{Limit, Limits, SpecError};
 use error::errno_text;
 use host::Host;
 use plan::{Place, SUPERVISOR};
@@ -40,10 +40,10 @@ pub const MAX_PIDS: u64 = 4 << 20;
 /// How long teardown waits for killed processes and the leaf's removal.
 const TEARDOWN: Duration = Duration::from_secs(5);
 
-/// Check the cgroup-backed limits of a Spec. Errors are (key under
-/// `limits.`, message).
-pub fn validate_limits(l: &Limits) -> Result<(), (String, String)> {
-    let err = |k: &str, m: String| Err((k.to_string(), m));
+/// Check the cgroup-backed limits and rlimits of a Spec; errors name the
+/// key under `limits.`.
+pub fn validate_limits(l: &Limits) -> Result<(), SpecError> {
+    let err = |k: &str, m: String| Err(SpecError::new(format!("limits.{k}"), m));
     if let Some(m) = &l.memory
         && m.value().0 < MIN_MEMORY
     {
@@ -67,7 +67,9 @@ pub fn validate_limits(l: &Limits) -> Result<(), (String, String)> {
         io::validate(io.get())?;
     }
     for (name, value) in &l.rlimits {
-        rlimits::check(name, *value).map_err(|m| (format!("rlimits.{name}"), m))?;
+        if let Err(m) = rlimits::check(name, *value) {
+            return err(&format!("rlimits.{name}"), m);
+        }
     }
     if let Some(p) = &l.cgroup_parent
         && (!p.is_absolute()

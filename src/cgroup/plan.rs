@@ -43,7 +43,7 @@ fn fix_text(layout: Layout) -> String {
     if matches!(layout, Layout::Hybrid | Layout::Legacy) {
         s.push_str(", or boot with systemd.unified_cgroup_hierarchy=1");
     } else {
-        s.push_str(", or pass --cgroup-parent DIR naming a cgroup v2 directory you may write");
+        s.push_str(", or set limits.cgroup_parent to a cgroup v2 directory you may write");
     }
     s
 }

@@ -158,7 +158,7 @@ fn prepare_proxy(spec: &mut Spec, sandbox_id: &str) -> Result<Option<ProxyPrep>,
 
 /// Validate and prepare. `relay` forces stdout/stderr through pipes.
 pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
-    crate::spec::validate(spec)?;
+    super::validate(spec)?;
     if spec.command.is_empty() {
         return Err(LaunchError::Spec(crate::spec::SpecError::new(
             "command",

@@ -36,6 +36,10 @@ pub enum NetError {
     Policy { key: String, message: String },
     #[error("policy file {}: {message}", path.display())]
     PolicyFile { path: PathBuf, message: String },
+    /// A policy file with several profiles and no `default`, and no
+    /// profile named by the caller (front ends add how to name one).
+    #[error("policy file {}: several profiles and no `default`; choose one (profiles: {profiles})", path.display())]
+    NoProfileChosen { path: PathBuf, profiles: String },
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -54,7 +58,8 @@ impl NetError {
     }
 }
 
-/// Check a proxy-mode Spec: every rule, address and override must compile.
+/// Check the `network` section of a Spec: in proxy mode every rule,
+/// address and override must compile. Errors name the key (`network.allow[2]`).
 pub fn validate_spec(spec: &Spec) -> Result<(), SpecError> {
     if let Network::Proxy(p) = &spec.network {
         if !spec.namespaces.net {

@@ -1,11 +1,18 @@
-//! Semantic validation of a [`Spec`]: every error names the key path.
+//! The Spec's own shape: what serde's types cannot express (versions,
+//! absolute paths, modes, namespaces, NUL bytes). Every error names the key
+//! path. What only the enforcing module knows (seccomp profiles, Landlock
+//! ABIs, capabilities, cgroup ranges, rlimits, egress rules) is checked by
+//! that module, all of them together through `launch::validate`.
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 use super::{FsOp, Network, SPEC_VERSION, Spec};
 
-/// A profile or Spec that hutch refuses, with the offending key path.
+/// A profile or Spec that hutch refuses, with the offending key path: the
+/// one error type of every validation (`spec`, `confine`, `cgroup`, `net`).
+/// Messages use key paths, never a front end's vocabulary (CLI flags): a
+/// front end maps [`SpecError::path`] to its own names when it prints.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub struct SpecError {
     /// Key path such as `fs[3].dest` (empty for whole-document errors).
@@ -43,7 +50,9 @@ impl fmt::Display for SpecError {
     }
 }
 
-/// Check everything that serde's types cannot express.
+/// Check the Spec's shape (everything serde's types cannot express). This
+/// is not the whole check: launch a Spec through `launch::validate`, which
+/// adds confinement, limits and egress.
 pub fn validate(spec: &Spec) -> Result<(), SpecError> {
     if spec.version != SPEC_VERSION {
         return Err(SpecError::new(
@@ -102,11 +111,6 @@ pub fn validate(spec: &Spec) -> Result<(), SpecError> {
         absolute("cwd", cwd)?;
     }
     validate_limits(spec)?;
-    crate::confine::validate(&spec.security)
-        .map_err(|(key, msg)| SpecError::new(format!("security.{key}"), msg))?;
-    if let Network::Proxy(_) = spec.network {
-        crate::net::validate_spec(spec)?;
-    }
     Ok(())
 }
 
@@ -138,8 +142,6 @@ fn validate_limits(spec: &Spec) -> Result<(), SpecError> {
     if let Some(s) = &l.upper_size {
         positive("limits.upper_size", s.0 as f64)?;
     }
-    crate::cgroup::validate_limits(l)
-        .map_err(|(key, msg)| SpecError::new(format!("limits.{key}"), msg))?;
     Ok(())
 }
 
