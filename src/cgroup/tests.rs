@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::host::{Host, Layout};
+use super::host::{HostCgroups, Layout};
 use super::*;
 use crate::spec::{ByteSize, Limit, Limits};
 
@@ -36,8 +36,8 @@ impl Fake {
         d
     }
 
-    fn host(&self, layout: Layout, own: &str, uid: u32) -> Host {
-        Host {
+    fn host(&self, layout: Layout, own: &str, uid: u32) -> HostCgroups {
+        HostCgroups {
             layout,
             v2_mount: Some(self.root.clone()),
             own: Some(self.root.join(own).components().collect()),
@@ -219,7 +219,9 @@ fn root_in_undelegated_systemd_cgroup_does_not_touch_it() {
         err.contains("is managed by systemd and not delegated"),
         "{err}"
     );
-    assert!(err.contains("--cgroup-parent"), "{err}");
+    // The fix names the key, not a front end's flag.
+    assert!(err.contains("limits.cgroup_parent"), "{err}");
+    assert!(!err.contains("--cgroup-parent"), "{err}");
     assert!(!f.root.join("system.slice/x.service/hutch-t6").exists());
     // Preferred: runs, unenforced.
     let p = prepare_on(
