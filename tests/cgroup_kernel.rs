@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use hutch::cgroup::{self, host::Host, plan};
+use hutch::cgroup::{self, host::HostCgroups, plan};
 use hutch::spec::{ByteSize, Limit, Limits};
 
 /// Skip (or fail under HUTCH_REQUIRE=all) when `ok` is false.
@@ -31,7 +31,7 @@ fn require(ok: bool, reason: &str) -> bool {
 
 /// A delegated cgroup v2 tree where memory, pids and cpu can be had.
 fn delegated() -> bool {
-    let host = Host::detect();
+    let host = HostCgroups::detect();
     let why = match plan::find_place(&host, None) {
         Ok(place) => ["memory", "pids", "cpu"]
             .iter()
@@ -93,12 +93,10 @@ fn leaf_gets_limits_and_is_removed() {
     if !delegated() {
         return;
     }
-    let limits = Limits {
-        memory: Some(Limit::Required(ByteSize(64 << 20))),
-        pids: Some(Limit::Required(16)),
-        cpus: Some(Limit::Required(0.5)),
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.memory = Some(Limit::Required(ByteSize(64 << 20)));
+    limits.pids = Some(Limit::Required(16));
+    limits.cpus = Some(Limit::Required(0.5));
     let p = cgroup::prepare(&limits, &id("limits")).unwrap();
     let leaf = p.cgroup_dir().unwrap().to_path_buf();
     let read = |f: &str| std::fs::read_to_string(leaf.join(f)).unwrap();
@@ -130,10 +128,8 @@ fn memory_cap_oom_kills_and_is_reported() {
     if !delegated() {
         return;
     }
-    let limits = Limits {
-        memory: Some(Limit::Required(ByteSize(64 << 20))),
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.memory = Some(Limit::Required(ByteSize(64 << 20)));
     let p = cgroup::prepare(&limits, &id("oom")).unwrap();
     let mut child = helper("memhog", "256");
     join_and_go(&mut child, p.cgroup_dir().unwrap());
@@ -154,10 +150,8 @@ fn pids_cap_refuses_forks_and_is_reported() {
     if !delegated() {
         return;
     }
-    let limits = Limits {
-        pids: Some(Limit::Required(8)),
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.pids = Some(Limit::Required(8));
     let p = cgroup::prepare(&limits, &id("pids")).unwrap();
     let mut child = helper("spawn", "30");
     join_and_go(&mut child, p.cgroup_dir().unwrap());
@@ -336,11 +330,9 @@ fn leaf_lifecycle_cost() {
     if !delegated() {
         return;
     }
-    let limits = Limits {
-        pids: Some(Limit::Required(1000)),
-        cpus: Some(Limit::Required(2.0)),
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.pids = Some(Limit::Required(1000));
+    limits.cpus = Some(Limit::Required(2.0));
     let n = 20;
     let (mut prep, mut fin) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
     for i in 0..n {

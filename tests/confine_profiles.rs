@@ -165,7 +165,10 @@ fn profile_file_is_read_and_checked() {
     let line = e.to_string();
     assert!(matches!(e, ConfineError::Profile { .. }));
     assert!(!line.contains('\n'));
-    contains_all(&line, &["security.seccomp", "bad.json", "rule 1", "pttrace"]);
+    contains_all(
+        &line,
+        &["security.seccomp", "bad.json", "rule 1", "pttrace"],
+    );
     assert!(!line.contains("--"), "{line}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -55,7 +55,10 @@ pub fn validate(entries: &[IoMax]) -> Result<(), SpecError> {
         for (k, v) in set {
             // The kernel refuses 0 and 1 (`io.max` reads them as invalid).
             if v < 2 {
-                return err(format!("{at}.{k}"), format!("{v} is below the minimum of 2"));
+                return err(
+                    format!("{at}.{k}"),
+                    format!("{v} is below the minimum of 2"),
+                );
             }
             if k.ends_with("iops") && v > MAX_IOPS {
                 return err(

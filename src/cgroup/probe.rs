@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::host::Host;
+use super::host::HostCgroups;
 use super::plan::{self, Place};
 use super::tree::Cgroup;
 
@@ -64,7 +64,7 @@ pub fn probe() -> CgroupProbe {
 
 /// [`probe`], also judging a `--cgroup-parent` directory.
 pub fn probe_with(cgroup_parent: Option<&Path>) -> CgroupProbe {
-    let host = Host::detect();
+    let host = HostCgroups::detect();
     let own_cgroup = std::fs::read_to_string("/proc/self/cgroup")
         .ok()
         .and_then(|s| {
@@ -87,7 +87,7 @@ fn nproc_per_userns() -> bool {
 
 /// [`probe_with`] against a given host description.
 pub fn probe_host(
-    host: &Host,
+    host: &HostCgroups,
     own_cgroup: Option<String>,
     cgroup_parent: Option<&Path>,
     nproc_fallback: bool,

@@ -419,14 +419,14 @@ impl Egress {
             return Ok(());
         }
         let mut p = match (&self.file, &spec.network) {
-            (Some(f), _) => crate::net::load_policy_file(f, self.profile.as_deref()).map_err(
-                |e| match e {
+            (Some(f), _) => {
+                crate::net::load_policy_file(f, self.profile.as_deref()).map_err(|e| match e {
                     crate::net::NetError::NoProfileChosen { .. } => {
                         anyhow!("{e}, with --egress-profile NAME")
                     }
                     e => e.into(),
-                },
-            )?,
+                })?
+            }
             (None, _) if self.profile.is_some() => {
                 bail!("--egress-profile needs --egress-policy FILE")
             }
@@ -615,7 +615,10 @@ mod tests {
     fn key_paths_get_their_flag() {
         assert_eq!(flag_for("limits.io[0].wbps"), Some("--io-max"));
         assert_eq!(flag_for("limits.rlimits.as"), Some("--rlimit"));
-        assert_eq!(flag_for("network.allow_address[1]"), Some("--allow-address"));
+        assert_eq!(
+            flag_for("network.allow_address[1]"),
+            Some("--allow-address")
+        );
         assert_eq!(flag_for("network.allow[1]"), Some("--allow-host"));
         assert_eq!(flag_for("limits.pidsx"), None);
         assert_eq!(flag_for("fs[2].dest"), None);

@@ -46,7 +46,10 @@ pub fn validate(sec: &Security) -> Result<(), SpecError> {
         }
     }
     if !sec.no_new_privs {
-        return err("no_new_privs", "no_new_privs = false is not supported".into());
+        return err(
+            "no_new_privs",
+            "no_new_privs = false is not supported".into(),
+        );
     }
     if let Err(m) = caps::parse_cap_list(&sec.cap_add) {
         return err("cap_add", m);

@@ -59,9 +59,10 @@ mod tests {
         );
         assert_eq!(
             path(&|s| {
-                let mut p = ProxyPolicy::default();
-                p.allow = vec!["ok.example".into(), "*.10.0.0.1".into()];
-                s.network = Network::Proxy(p);
+                s.network = Network::Proxy(ProxyPolicy {
+                    allow: vec!["ok.example".into(), "*.10.0.0.1".into()],
+                    ..ProxyPolicy::default()
+                });
             }),
             Err("network.allow[1]".into())
         );

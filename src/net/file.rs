@@ -120,6 +120,9 @@ idle_timeout = "30s"
         let e = load_policy_file(&two, None).unwrap_err();
         assert!(matches!(e, NetError::NoProfileChosen { .. }), "{e}");
         let e = e.to_string();
-        assert!(e.contains("choose one (profiles: a, b)") && !e.contains("--"), "{e}");
+        assert!(
+            e.contains("choose one (profiles: a, b)") && !e.contains("--"),
+            "{e}"
+        );
     }
 }

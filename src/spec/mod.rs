@@ -4,6 +4,11 @@
 //! only builds a `Spec`; the launcher never looks at argv. Profiles load from
 //! TOML or JSON strictly: unknown keys, duplicate keys, NUL bytes and
 //! out-of-range values are errors that name the offending key path.
+//!
+//! The structs are `#[non_exhaustive]` so that new fields are not breaking
+//! changes: outside this crate, start from `Default` (or
+//! [`default_profile`], [`IoMax::new`], [`Limit::required`] /
+//! [`Limit::preferred`]) and set the public fields.
 
 mod defaults;
 mod load;
@@ -24,6 +29,7 @@ pub use validate::{SpecError, validate};
 pub const SPEC_VERSION: u32 = 1;
 
 /// A complete description of one sandbox.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Spec {
@@ -218,6 +224,7 @@ impl FsOp {
 }
 
 /// Which namespaces to create. user, mount and pid are always created.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Namespaces {
@@ -245,6 +252,7 @@ impl Default for Namespaces {
 }
 
 /// Who the workload is.
+#[non_exhaustive]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Identity {
@@ -271,6 +279,7 @@ pub enum Limit<T> {
     Detailed(DetailedLimit<T>),
 }
 
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DetailedLimit<T> {
@@ -299,6 +308,11 @@ impl<T> Limit<T> {
             Limit::Detailed(d) => !d.preferred,
         }
     }
+    /// A required limit: fail closed where it cannot be enforced.
+    pub fn required(value: T) -> Self {
+        Limit::Required(value)
+    }
+    /// A preferred limit: reported unenforced where it cannot be enforced.
     pub fn preferred(value: T) -> Self {
         Limit::Detailed(DetailedLimit {
             value,
@@ -308,6 +322,7 @@ impl<T> Limit<T> {
 }
 
 /// Resource limits.
+#[non_exhaustive]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
@@ -334,7 +349,9 @@ pub struct Limits {
 }
 
 /// Bandwidth and IOPS caps on one block device (one `io.max` line). At
-/// least one of the four is set; unset ones stay unlimited.
+/// least one of the four is set; unset ones stay unlimited. Build one with
+/// [`IoMax::new`] and set the caps.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IoMax {
@@ -354,7 +371,21 @@ pub struct IoMax {
     pub wiops: Option<u64>,
 }
 
+impl IoMax {
+    /// No cap yet on `device` (set at least one before validating).
+    pub fn new(device: impl Into<PathBuf>) -> Self {
+        IoMax {
+            device: device.into(),
+            rbps: None,
+            wbps: None,
+            riops: None,
+            wiops: None,
+        }
+    }
+}
+
 /// Confinement of the workload.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Security {
@@ -378,6 +409,7 @@ impl Default for Security {
     }
 }
 
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LandlockPolicy {
@@ -410,6 +442,7 @@ pub enum Network {
 }
 
 /// Egress policy of the proxy mode.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxyPolicy {
@@ -432,6 +465,7 @@ pub struct ProxyPolicy {
 
 /// Limits of the egress proxy for one sandbox. `None` means the built-in
 /// default (see `docs/egress.md`).
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxyLimits {
