@@ -657,10 +657,10 @@ fn io_in_a_profile_required_and_preferred() {
     let io = s.limits.io.as_ref().unwrap();
     assert!(!io.is_required());
     assert_eq!(io.get()[0].rbps, Some(ByteSize(4096)));
-    // Unknown keys are refused at limits.io.
+    // Unknown keys are refused at their own path.
     let err = crate::spec::parse_toml("[limits]\nio = [{ device = \"/dev/vda\", wbs = 1 }]\n")
         .unwrap_err();
-    assert_eq!(err.path, "limits.io", "{err}");
+    assert_eq!(err.path, "limits.io[0].wbs", "{err}");
     // Semantic errors name the entry's key.
     let mut s = crate::spec::default_profile();
     s.command = vec!["true".into()];

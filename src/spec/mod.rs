@@ -10,9 +10,11 @@
 //! [`default_profile`], [`IoMax::new`], [`Limit::required`] /
 //! [`Limit::preferred`]) and set the public fields.
 
+mod de;
 mod defaults;
 mod load;
 mod size;
+mod toml_path;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -74,30 +76,28 @@ impl Default for Spec {
 
 /// One filesystem operation. Destinations are absolute paths inside the new
 /// root and are resolved inside it (symlinks made by earlier operations are
-/// followed as if the new root were `/`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
+/// followed as if the new root were `/`). Written as a table tagged by `op`
+/// (read by `de.rs`, which keeps the key path of every field).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
 pub enum FsOp {
     /// Read-write bind of a host path (`nosuid,nodev` on every submount).
     Bind {
         src: PathBuf,
         dest: PathBuf,
         /// Skip silently when `src` does not exist (bwrap's `--bind-try`).
-        #[serde(default)]
         optional: bool,
     },
     /// Read-only bind (`ro,nosuid,nodev` on every submount).
     RoBind {
         src: PathBuf,
         dest: PathBuf,
-        #[serde(default)]
         optional: bool,
     },
     /// Bind that keeps device nodes usable (`nosuid` only).
     DevBind {
         src: PathBuf,
         dest: PathBuf,
-        #[serde(default)]
         optional: bool,
     },
     /// Overlay with a persistent upper directory on the host.
@@ -112,7 +112,6 @@ pub enum FsOp {
         lowers: Vec<PathBuf>,
         dest: PathBuf,
         /// Size cap of the tmpfs holding the upper directory.
-        #[serde(default)]
         size: Option<ByteSize>,
     },
     /// Read-only overlay of several lowers.
@@ -123,11 +122,8 @@ pub enum FsOp {
     /// A fresh tmpfs.
     Tmpfs {
         dest: PathBuf,
-        #[serde(default)]
         size: Option<ByteSize>,
-        #[serde(default)]
         nr_inodes: Option<u64>,
-        #[serde(default)]
         mode: Option<u32>,
     },
     /// A fresh procfs for the sandbox's pid namespace, with host-leaking
@@ -146,21 +142,18 @@ pub enum FsOp {
     /// An empty directory.
     Dir {
         dest: PathBuf,
-        #[serde(default)]
         mode: Option<u32>,
     },
     /// A writable file with the given content.
     File {
         dest: PathBuf,
         content: String,
-        #[serde(default)]
         mode: Option<u32>,
     },
     /// A read-only file with the given content.
     BindData {
         dest: PathBuf,
         content: String,
-        #[serde(default)]
         mode: Option<u32>,
     },
     Symlink {
@@ -268,8 +261,8 @@ pub struct Identity {
     pub host_gid: Option<u32>,
 }
 
-/// A limit value and whether the host must enforce it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// A limit value and whether the host must enforce it (read by `de.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Limit<T> {
     /// A bare value is *required*: fail closed when it cannot be enforced.
@@ -427,9 +420,9 @@ impl Default for LandlockPolicy {
     }
 }
 
-/// Network of the sandbox.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(tag = "mode", rename_all = "kebab-case", deny_unknown_fields)]
+/// Network of the sandbox, tagged by `mode` (read by `de.rs`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
 #[allow(clippy::large_enum_variant)] // one per sandbox; boxing buys nothing
 pub enum Network {
     /// Empty network namespace with `lo` up.
@@ -490,3 +483,6 @@ pub struct ProxyLimits {
     /// are counted, not written.
     pub max_audit_bytes: Option<ByteSize>,
 }
+
+#[cfg(test)]
+mod tests;

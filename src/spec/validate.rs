@@ -7,6 +7,7 @@
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
+use super::load::key_segment;
 use super::{FsOp, Network, SPEC_VERSION, Spec};
 
 /// A profile or Spec that hutch refuses, with the offending key path: the
@@ -102,7 +103,7 @@ pub fn validate(spec: &Spec) -> Result<(), SpecError> {
     for key in spec.env.keys() {
         if key.is_empty() || key.contains('=') {
             return Err(SpecError::new(
-                format!("env.{key}"),
+                format!("env.{}", key_segment(key)),
                 "variable names must be non-empty and hold no '='",
             ));
         }
@@ -269,9 +270,9 @@ fn reject_nul(v: &serde_json::Value, at: String) -> Result<(), SpecError> {
         serde_json::Value::Object(map) => {
             for (k, item) in map {
                 let key_path = if at.is_empty() {
-                    k.clone()
+                    key_segment(k)
                 } else {
-                    format!("{at}.{k}")
+                    format!("{at}.{}", key_segment(k))
                 };
                 if k.contains('\0') {
                     return Err(SpecError::new(key_path, "key contains a NUL byte"));
