@@ -43,7 +43,9 @@ Egress (network through the allow-list proxy; see docs/egress.md):
   --output-limit SIZE     cap stdout+stderr of the workload (excess discarded)
   --cap-add CAP  --cap-drop CAP   capabilities the workload keeps (default none)
   --seccomp NAME|FILE  --landlock-min-abi N
-  --memory SIZE  --pids N  --cpus N  --rlimit NAME=VALUE  --cgroup-parent DIR
+  --memory SIZE  --pids N  --cpus N  --cgroup-parent DIR
+  --rlimit NAME=VALUE     e.g. nofile=1024, as=4G (sizes for as data fsize
+                          memlock msgqueue rss stack; numbers for the rest)
   --io-max DEVICE:KEY=VALUE[,KEY=VALUE...]   cap a disk (cgroup io.max); keys
                           rbps wbps (sizes, e.g. 10M) riops wiops; repeatable;
                           replaces the profile's limits.io
@@ -285,9 +287,8 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
                 let (name, n) = v
                     .split_once('=')
                     .ok_or_else(|| anyhow!("--rlimit: expected NAME=VALUE, got {v:?}"))?;
-                let n: u64 = n
-                    .parse()
-                    .map_err(|_| anyhow!("--rlimit: {n:?} is not a number"))?;
+                // Sizes (as, fsize, ...) take suffixes; counts stay numbers.
+                let n = spec::parse_rlimit(name, n).map_err(|e| anyhow!("--rlimit {name}: {e}"))?;
                 let name = name.to_string();
                 edits.push(Box::new(move |s| {
                     s.limits.rlimits.insert(name, n);

@@ -200,3 +200,56 @@ where
     }
     d.deserialize_map(UniqueMap(std::marker::PhantomData))
 }
+
+/// `limits.rlimits`: a [`unique_map`] whose values are numbers, or, for the
+/// rlimits counted in bytes, sizes such as `"1G"` ([`super::parse_rlimit`]).
+pub fn rlimit_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, u64>, D::Error> {
+    struct Value<'k>(&'k str);
+    impl<'de> serde::de::DeserializeSeed<'de> for Value<'_> {
+        type Value = u64;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl Visitor<'_> for Value<'_> {
+        type Value = u64;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            if super::SIZE_RLIMITS.contains(&self.0) {
+                f.write_str("a number of bytes or a size such as \"512M\"")
+            } else {
+                f.write_str("a non-negative integer")
+            }
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::custom(format!("{v} is negative")))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+            super::parse_rlimit(self.0, v).map_err(E::custom)
+        }
+    }
+    struct RlimitMap;
+    impl<'de> Visitor<'de> for RlimitMap {
+        type Value = BTreeMap<String, u64>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a table of rlimit names")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if out.contains_key(&key) {
+                    return Err(de::Error::custom(format!(
+                        "duplicate key `{}`",
+                        key_segment(&key)
+                    )));
+                }
+                let value = map.next_value_seed(Value(&key))?;
+                out.insert(key, value);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(RlimitMap)
+}

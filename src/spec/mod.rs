@@ -27,6 +27,21 @@ pub use load::{load_profile, parse_json, parse_toml};
 pub use size::{ByteSize, Duration};
 pub use validate::{SpecError, validate};
 
+/// The rlimits whose value is a number of bytes: they take size suffixes
+/// (`as = "1G"`, `--rlimit fsize=10M`); the others are counts or seconds.
+pub const SIZE_RLIMITS: &[&str] = &["as", "data", "fsize", "memlock", "msgqueue", "rss", "stack"];
+
+/// The value of rlimit `name` written as text: a size with a suffix for
+/// the [`SIZE_RLIMITS`], a plain number for the others.
+pub fn parse_rlimit(name: &str, text: &str) -> Result<u64, String> {
+    if SIZE_RLIMITS.contains(&name) {
+        return ByteSize::parse(text).map(|b| b.0);
+    }
+    text.trim().parse().map_err(|_| {
+        format!("{text:?} is not a number ({name} is a count or a number of seconds, not a size)")
+    })
+}
+
 /// Current schema version. Files may omit `version`; if present it must match.
 pub const SPEC_VERSION: u32 = 1;
 
@@ -333,8 +348,10 @@ pub struct Limits {
     pub output_bytes: Option<ByteSize>,
     /// Size cap of ephemeral overlay uppers (tmp-overlay without a size).
     pub upper_size: Option<ByteSize>,
-    /// Extra rlimits: name (e.g. `nofile`, `fsize`) → value.
-    #[serde(deserialize_with = "load::unique_map")]
+    /// Extra rlimits: name (e.g. `nofile`, `fsize`) → value. Bytes for the
+    /// names in [`SIZE_RLIMITS`] (a profile may write `"1G"`), counts or
+    /// seconds for the others.
+    #[serde(deserialize_with = "load::rlimit_map")]
     pub rlimits: BTreeMap<String, u64>,
     /// Delegated cgroup v2 directory under which the sandbox's leaf is
     /// created (default: hutch's own cgroup when it is delegated).

@@ -272,6 +272,13 @@ const TABLE: &[(&str, &str, &str, &str, &str)] = &[
         "above the maximum 40",
     ),
     (
+        "size suffix on a count rlimit",
+        "[limits.rlimits]\nnofile = \"1K\"\n",
+        r#"{"limits": {"rlimits": {"nofile": "1K"}}}"#,
+        "limits.rlimits.nofile",
+        "not a size",
+    ),
+    (
         "io value below the kernel's minimum",
         "[limits]\nio = [{ device = \"/dev/vda\", riops = 1 }]\n",
         r#"{"limits": {"io": [{"device": "/dev/vda", "riops": 1}]}}"#,
@@ -350,4 +357,18 @@ fn what_serializes_reads_back() {
     s.namespaces.net = false;
     let json = serde_json::to_string(&s).unwrap();
     assert_eq!(parse_json(&json).unwrap(), s, "{json}");
+}
+
+#[test]
+fn size_rlimits_take_suffixes() {
+    let s = parse_toml("[limits.rlimits]\nas = \"1G\"\nfsize = 4096\nstack = \"8M\"\n").unwrap();
+    assert_eq!(s.limits.rlimits["as"], 1 << 30);
+    assert_eq!(s.limits.rlimits["fsize"], 4096);
+    assert_eq!(s.limits.rlimits["stack"], 8 << 20);
+    let s = parse_json(r#"{"limits": {"rlimits": {"memlock": "64K", "nofile": 10}}}"#).unwrap();
+    assert_eq!(s.limits.rlimits["memlock"], 64 << 10);
+    assert_eq!(s.limits.rlimits["nofile"], 10);
+    assert_eq!(parse_rlimit("msgqueue", "1M"), Ok(1 << 20));
+    assert_eq!(parse_rlimit("nproc", "100"), Ok(100));
+    assert!(parse_rlimit("cpu", "10s").is_err());
 }
