@@ -43,7 +43,8 @@ Egress (network through the allow-list proxy; see docs/egress.md):
   --output-limit SIZE     cap stdout+stderr of the workload (excess discarded)
   --cap-add CAP  --cap-drop CAP   capabilities the workload keeps (default none)
   --seccomp NAME|FILE  --landlock-min-abi N
-  --memory SIZE  --pids N  --cpus N  --cgroup-parent DIR
+  --memory SIZE  --cpus N  --cgroup-parent DIR
+  --pids N|unlimited      process cap (default: 4096, preferred)
   --rlimit NAME=VALUE     e.g. nofile=1024, as=4G (sizes for as data fsize
                           memlock msgqueue rss stack; numbers for the rest)
   --io-max DEVICE:KEY=VALUE[,KEY=VALUE...]   cap a disk (cgroup io.max); keys
@@ -259,11 +260,16 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
             }
             "--pids" => {
                 let v = value(arg)?;
-                let n: u64 = v
-                    .parse()
-                    .map_err(|_| anyhow!("--pids: {v:?} is not a number"))?;
+                // `unlimited` lifts the default profile's cap.
+                let n: Option<u64> =
+                    match v.as_str() {
+                        "unlimited" | "none" => None,
+                        _ => Some(v.parse().map_err(|_| {
+                            anyhow!("--pids: {v:?} is not a number (or `unlimited`)")
+                        })?),
+                    };
                 edits.push(Box::new(move |s| {
-                    s.limits.pids = Some(Limit::Required(n));
+                    s.limits.pids = n.map(Limit::Required);
                     Ok(())
                 }));
             }

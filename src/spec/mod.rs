@@ -22,7 +22,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use defaults::{DEFAULT_PATH, TMP_INODES, TMP_SIZE, default_profile, workspace_overlay};
+pub use defaults::{
+    DEFAULT_MEMORY, DEFAULT_PATH, DEFAULT_PIDS, TMP_INODES, TMP_SIZE, default_profile,
+    workspace_overlay,
+};
 pub use load::{load_profile, parse_json, parse_toml};
 pub use size::{ByteSize, Duration};
 pub use validate::{SpecError, validate};
