@@ -249,7 +249,7 @@ impl Command {
 
     /// Validate and start the sandbox.
     pub fn spawn(&mut self) -> Result<Child, SpawnError> {
-        spec::validate(&self.spec)?;
+        crate::launch::validate(&self.spec)?;
         if self.spec.command.is_empty() {
             return Err(spec::SpecError::new("command", "no command to run").into());
         }

@@ -193,6 +193,53 @@ fn rlimit_applies_in_the_sandbox() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "123\n0\n");
 }
 
+/// Issue 10 §11: `--rlimit as=1G` was refused ("not a number"). Sizes take
+/// suffixes where the rlimit counts bytes; counts stay numbers.
+#[test]
+fn rlimit_sizes_take_suffixes() {
+    if !userns_works() {
+        return;
+    }
+    let out = hutch(&[
+        "run",
+        "--rlimit",
+        "as=1G",
+        "--rlimit",
+        "fsize=10M",
+        "--rlimit",
+        "nofile=100",
+        "--",
+        "cat",
+        "/proc/self/limits",
+    ]);
+    let limits = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{limits}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = |name: &str| -> Vec<String> {
+        limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {limits}"))[name.len()..]
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(row("Max address space")[..2], ["1073741824", "1073741824"]);
+    assert_eq!(row("Max file size")[..2], ["10485760", "10485760"]);
+    assert_eq!(row("Max open files")[..2], ["100", "100"]);
+    // A count takes no suffix: one line naming the flag and why.
+    let out = hutch(&["run", "--rlimit", "nofile=1K", "--", "true"]);
+    let line = one_line_125(&out);
+    assert!(
+        line.contains("--rlimit nofile") && line.contains("not a size"),
+        "{line}"
+    );
+}
+
 fn io_unavailable() -> bool {
     !hutch::cgroup::probe::probe().limits["io"].works
 }

@@ -16,13 +16,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use hutch::cgroup::{self, host::Host, plan};
+use hutch::cgroup::{self, host::HostCgroups, plan};
 use hutch::spec::{ByteSize, Limit, Limits};
 
 /// Why there is no delegated cgroup v2 tree where memory, pids and cpu
 /// can be had, or None when there is one.
 fn undelegated() -> Option<String> {
-    let host = Host::detect();
+    let host = HostCgroups::detect();
     match plan::find_place(&host, None) {
         Ok(place) => ["memory", "pids", "cpu"]
             .iter()
@@ -90,12 +90,10 @@ fn output_line(child: &mut Child, prefix: &str) -> String {
 #[test]
 fn leaf_gets_limits_and_is_removed() {
     require_delegated!();
-    let limits = Limits {
-        memory: Some(Limit::Required(ByteSize(64 << 20))),
-        pids: Some(Limit::Required(16)),
-        cpus: Some(Limit::Required(0.5)),
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.memory = Some(Limit::Required(ByteSize(64 << 20)));
+    limits.pids = Some(Limit::Required(16));
+    limits.cpus = Some(Limit::Required(0.5));
     let p = cgroup::prepare(&limits, &id("limits")).unwrap();
     let leaf = p.cgroup_dir().unwrap().to_path_buf();
     let read = |f: &str| std::fs::read_to_string(leaf.join(f)).unwrap();
@@ -125,10 +123,8 @@ fn leaf_gets_limits_and_is_removed() {
 #[test]
 fn memory_cap_oom_kills_and_is_reported() {
     require_delegated!();
-    let limits = Limits {
-        memory: Some(Limit::Required(ByteSize(64 << 20))),
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.memory = Some(Limit::Required(ByteSize(64 << 20)));
     let p = cgroup::prepare(&limits, &id("oom")).unwrap();
     let mut child = helper("memhog", "256");
     join_and_go(&mut child, p.cgroup_dir().unwrap());
@@ -147,10 +143,8 @@ fn memory_cap_oom_kills_and_is_reported() {
 #[test]
 fn pids_cap_refuses_forks_and_is_reported() {
     require_delegated!();
-    let limits = Limits {
-        pids: Some(Limit::Required(8)),
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.pids = Some(Limit::Required(8));
     let p = cgroup::prepare(&limits, &id("pids")).unwrap();
     let mut child = helper("spawn", "30");
     join_and_go(&mut child, p.cgroup_dir().unwrap());
@@ -325,11 +319,9 @@ fn nproc_role() {
 #[test]
 fn leaf_lifecycle_cost() {
     require_delegated!();
-    let limits = Limits {
-        pids: Some(Limit::Required(1000)),
-        cpus: Some(Limit::Required(2.0)),
-        ..Limits::default()
-    };
+    let mut limits = Limits::default();
+    limits.pids = Some(Limit::Required(1000));
+    limits.cpus = Some(Limit::Required(2.0));
     let n = 20;
     let (mut prep, mut fin) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
     for i in 0..n {

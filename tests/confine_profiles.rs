@@ -84,54 +84,49 @@ fn ambiguous_and_degenerate_profiles_are_refused() {
     contains_all(&err("{\"a\": "), &["EOF"]);
 }
 
+/// A Security section with `seccomp` set to `name`.
+fn with_seccomp(name: &str) -> Security {
+    let mut s = Security::default();
+    s.seccomp = name.into();
+    s
+}
+
 #[test]
 fn security_section_validation() {
     let ok = Security::default();
     assert_eq!(confine::validate(&ok), Ok(()));
     for name in ["default", "strict", "log", "unconfined"] {
-        let s = Security {
-            seccomp: name.into(),
-            ..Security::default()
-        };
-        assert_eq!(confine::validate(&s), Ok(()), "{name}");
+        assert_eq!(confine::validate(&with_seccomp(name)), Ok(()), "{name}");
     }
     let bad = |s: Security| confine::validate(&s).unwrap_err();
-    let (key, msg) = bad(Security {
-        seccomp: "defualt".into(),
-        ..Security::default()
-    });
-    assert_eq!(key, "seccomp");
+    let e = bad(with_seccomp("defualt"));
+    assert_eq!(e.path, "security.seccomp");
     contains_all(
-        &msg,
+        &e.message,
         &[
             "unknown seccomp profile \"defualt\"",
             "default",
             "unconfined",
         ],
     );
-    let (key, msg) = bad(Security {
-        seccomp: "/nonexistent/profile.json".into(),
-        ..Security::default()
-    });
-    assert_eq!(key, "seccomp");
-    contains_all(&msg, &["/nonexistent/profile.json", "No such file"]);
+    let e = bad(with_seccomp("/nonexistent/profile.json"));
+    assert_eq!(e.path, "security.seccomp");
+    contains_all(&e.message, &["/nonexistent/profile.json", "No such file"]);
     let mut s = Security::default();
     s.landlock.min_abi = Some(65);
-    assert_eq!(bad(s).0, "landlock.min_abi");
+    assert_eq!(bad(s).path, "security.landlock.min_abi");
     let mut s = Security::default();
     s.landlock.min_abi = Some(0);
-    assert_eq!(bad(s).0, "landlock.min_abi");
+    assert_eq!(bad(s).path, "security.landlock.min_abi");
     let mut s = Security::default();
     s.landlock.enabled = false;
     s.landlock.min_abi = Some(2);
-    assert_eq!(bad(s).0, "landlock.min_abi");
-    let s = Security {
-        cap_add: vec!["CAP_NOPE".into()],
-        ..Security::default()
-    };
-    let (key, msg) = bad(s);
-    assert_eq!(key, "cap_add");
-    contains_all(&msg, &["CAP_NOPE"]);
+    assert_eq!(bad(s).path, "security.landlock.min_abi");
+    let mut s = Security::default();
+    s.cap_add = vec!["CAP_NOPE".into()];
+    let e = bad(s);
+    assert_eq!(e.path, "security.cap_add");
+    contains_all(&e.message, &["CAP_NOPE"]);
 }
 
 #[test]
@@ -152,27 +147,29 @@ fn profile_file_is_read_and_checked() {
             "filter": [{"syscall": "ptrace"}, {"syscall": "pttrace"}]}}"#,
     )
     .unwrap();
-    let sec = |p: &std::path::Path| Security {
-        seccomp: p.display().to_string(),
-        ..Security::default()
-    };
+    let sec = |p: &std::path::Path| with_seccomp(&p.display().to_string());
     assert_eq!(confine::validate(&sec(&good)), Ok(()));
-    let (key, msg) = confine::validate(&sec(&bad)).unwrap_err();
-    assert_eq!(key, "seccomp");
-    contains_all(&msg, &["rule 1", "pttrace"]);
-    // Through the Spec validator the key is security.seccomp.
-    let spec = Spec {
-        security: sec(&bad),
-        ..Spec::default()
-    };
-    let e = hutch::spec::validate(&spec).unwrap_err();
+    let e = confine::validate(&sec(&bad)).unwrap_err();
     assert_eq!(e.path, "security.seccomp");
-    // prepare() reports the file and the rule, one line.
+    contains_all(&e.message, &["rule 1", "pttrace"]);
+    // Through the launcher's validation the key is the same; the Spec's
+    // own shape check does not look at confinement.
+    let mut spec = Spec::default();
+    spec.security = sec(&bad);
+    assert_eq!(hutch::spec::validate(&spec), Ok(()));
+    let e = hutch::launch::validate(&spec).unwrap_err();
+    assert_eq!(e.path, "security.seccomp");
+    // prepare() reports the key, the file and the rule, one line, and names
+    // no command-line flag (the CLI adds those).
     let e = confine::prepare(&spec).unwrap_err();
     let line = e.to_string();
     assert!(matches!(e, ConfineError::Profile { .. }));
     assert!(!line.contains('\n'));
-    contains_all(&line, &["bad.json", "rule 1", "pttrace", "--seccomp"]);
+    contains_all(
+        &line,
+        &["security.seccomp", "bad.json", "rule 1", "pttrace"],
+    );
+    assert!(!line.contains("--"), "{line}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -193,9 +190,10 @@ fn prepare_fails_closed_below_the_landlock_floor() {
         &[
             &format!("Landlock ABI {} is required", available + 1),
             &format!("this kernel provides ABI {available}"),
-            "--landlock-min-abi",
+            "security.landlock.min_abi",
         ],
     );
+    assert!(!line.contains("--"), "{line}");
     // At the kernel's own ABI it prepares, and the report says so.
     spec.security.landlock.min_abi = Some(available.min(7));
     let c = confine::prepare(&spec).unwrap();

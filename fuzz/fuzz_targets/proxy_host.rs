@@ -4,7 +4,7 @@
 //! matches an IP literal.
 #![no_main]
 
-use hutch::net::host::{Host, canonicalize};
+use hutch::net::host::{CanonicalHost, canonicalize};
 use hutch::net::policy::{HostPattern, Rule};
 use libfuzzer_sys::fuzz_target;
 
@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(host) = canonicalize(text) {
         let shown = host.to_string();
         assert_eq!(canonicalize(&shown).as_ref(), Ok(&host), "{text:?} -> {shown:?}");
-        if let Host::Name(n) = &host {
+        if let CanonicalHost::Name(n) = &host {
             assert!(n.len() <= 253, "{n:?}");
             assert!(
                 n.bytes()
@@ -27,11 +27,9 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(rule) = Rule::parse(text) {
         if !matches!(rule.host, HostPattern::Exact(_)) {
-            let p = hutch::net::Policy::from_spec(&hutch::spec::ProxyPolicy {
-                allow: vec![text.to_string()],
-                ..Default::default()
-            })
-            .expect("a parsed rule compiles");
+            let mut spec = hutch::spec::ProxyPolicy::default();
+            spec.allow = vec![text.to_string()];
+            let p = hutch::net::Policy::from_spec(&spec).expect("a parsed rule compiles");
             for ip in ["127.0.0.1", "[::1]", "10.0.0.1"] {
                 let h = canonicalize(ip).expect("literal");
                 for port in [443, 80] {

@@ -31,7 +31,7 @@ impl Layout {
 
 /// What hutch knows about the host's cgroups before touching anything.
 #[derive(Debug, Clone)]
-pub struct Host {
+pub struct HostCgroups {
     pub layout: Layout,
     /// Mount point of cgroup2, if any.
     pub v2_mount: Option<PathBuf>,
@@ -41,12 +41,12 @@ pub struct Host {
     pub uid: u32,
 }
 
-impl Host {
+impl HostCgroups {
     /// Read `/proc/self/mountinfo` and `/proc/self/cgroup`.
-    pub fn detect() -> Host {
+    pub fn detect() -> HostCgroups {
         let mountinfo = crate::sys::read_proc("/proc/self/mountinfo").unwrap_or_default();
         let proc_cgroup = crate::sys::read_proc("/proc/self/cgroup").unwrap_or_default();
-        Host::from_proc(
+        HostCgroups::from_proc(
             &mountinfo,
             &proc_cgroup,
             rustix::process::geteuid().as_raw(),
@@ -54,7 +54,7 @@ impl Host {
     }
 
     /// Build from the text of mountinfo and /proc/self/cgroup.
-    pub fn from_proc(mountinfo: &str, proc_cgroup: &str, uid: u32) -> Host {
+    pub fn from_proc(mountinfo: &str, proc_cgroup: &str, uid: u32) -> HostCgroups {
         let mut v2: Option<(PathBuf, String)> = None;
         let mut has_v1 = false;
         for line in mountinfo.lines() {
@@ -95,7 +95,7 @@ impl Host {
             }
             _ => None,
         };
-        Host {
+        HostCgroups {
             layout,
             v2_mount: v2.map(|(m, _)| m),
             own,
@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn hybrid_layout_and_own_cgroup() {
-        let h = Host::from_proc(HYBRID, "4:memory:/x\n0::/\n", 0);
+        let h = HostCgroups::from_proc(HYBRID, "4:memory:/x\n0::/\n", 0);
         assert_eq!(h.layout, Layout::Hybrid);
         assert_eq!(
             h.v2_mount.as_deref(),
@@ -159,7 +159,7 @@ mod tests {
 
     #[test]
     fn unified_layout_nested_cgroup() {
-        let h = Host::from_proc(
+        let h = HostCgroups::from_proc(
             UNIFIED,
             "0::/user.slice/user-1000.slice/user@1000.service/app.slice/x.scope\n",
             1000,
@@ -176,13 +176,13 @@ mod tests {
     #[test]
     fn subtree_mount_strips_root() {
         let mi = "35 24 0:30 /ci/job /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
-        let h = Host::from_proc(mi, "0::/ci/job/runner\n", 0);
+        let h = HostCgroups::from_proc(mi, "0::/ci/job/runner\n", 0);
         assert_eq!(h.own.as_deref(), Some(Path::new("/sys/fs/cgroup/runner")));
     }
 
     #[test]
     fn no_cgroups() {
-        let h = Host::from_proc("", "", 0);
+        let h = HostCgroups::from_proc("", "", 0);
         assert_eq!(h.layout, Layout::None);
         assert!(h.own.is_none());
         assert_eq!(unescape("/a\\040b"), "/a b");

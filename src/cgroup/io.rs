@@ -4,7 +4,7 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use crate::spec::{ByteSize, IoMax};
+use crate::spec::{ByteSize, IoMax, SpecError};
 
 /// Largest iops value the kernel keeps (it clamps to UINT_MAX silently).
 pub const MAX_IOPS: u64 = u32::MAX as u64;
@@ -25,45 +25,46 @@ pub fn values(e: &IoMax) -> Vec<(&'static str, u64)> {
     .collect()
 }
 
-/// Check `limits.io`. Errors are (key under `limits.`, message).
-pub fn validate(entries: &[IoMax]) -> Result<(), (String, String)> {
+/// Check `limits.io`; errors name the key (`limits.io[1].wbps`).
+pub fn validate(entries: &[IoMax]) -> Result<(), SpecError> {
+    let err = |k: String, m: String| Err(SpecError::new(format!("limits.{k}"), m));
     if entries.is_empty() {
-        return Err((
+        return err(
             "io".into(),
             "empty list; name at least one device or omit limits.io".into(),
-        ));
+        );
     }
     for (i, e) in entries.iter().enumerate() {
         let at = format!("io[{i}]");
         if !e.device.is_absolute() {
-            return Err((
+            return err(
                 format!("{at}.device"),
                 format!("{:?} must be an absolute path such as /dev/vda", e.device),
-            ));
+            );
         }
         if let Some(j) = entries[..i].iter().position(|o| o.device == e.device) {
-            return Err((
+            return err(
                 format!("{at}.device"),
                 format!("{} is already limited by io[{j}]", e.device.display()),
-            ));
+            );
         }
         let set = values(e);
         if set.is_empty() {
-            return Err((at, "set at least one of rbps, wbps, riops, wiops".into()));
+            return err(at, "set at least one of rbps, wbps, riops, wiops".into());
         }
         for (k, v) in set {
             // The kernel refuses 0 and 1 (`io.max` reads them as invalid).
             if v < 2 {
-                return Err((
+                return err(
                     format!("{at}.{k}"),
                     format!("{v} is below the minimum of 2"),
-                ));
+                );
             }
             if k.ends_with("iops") && v > MAX_IOPS {
-                return Err((
+                return err(
                     format!("{at}.{k}"),
                     format!("{v} is above the maximum of {MAX_IOPS}"),
-                ));
+                );
             }
         }
     }

@@ -4,8 +4,8 @@
 //! hutch writes cgroupfs directly (docs/decisions/0001-cgroupfs-direct.md).
 //! Flow: [`prepare`] in the supervisor before clone decides what can be
 //! enforced, creates the leaf and writes its limits; the launcher passes
-//! [`Prepared::cgroup_fd`] to clone3 (`CLONE_INTO_CGROUP`) and calls
-//! [`apply_rlimits`] in the sandbox; at the end [`Prepared::finish`] reads
+//! [`Leaf::cgroup_fd`] to clone3 (`CLONE_INTO_CGROUP`) and calls
+//! [`apply_rlimits`] in the sandbox; at the end [`Leaf::finish`] reads
 //! the counters, kills what is left and removes the leaf.
 
 mod error;
@@ -25,9 +25,9 @@ use serde_json::json;
 pub use error::CgroupError;
 pub use report::{CgroupStats, Enforced, LimitsReport, Unenforced};
 
-use crate::spec::{Limit, Limits};
+use crate::spec::{Limit, Limits, SpecError};
 use error::errno_text;
-use host::Host;
+use host::HostCgroups;
 use plan::{Place, SUPERVISOR};
 use tree::Cgroup;
 
@@ -40,10 +40,10 @@ pub const MAX_PIDS: u64 = 4 << 20;
 /// How long teardown waits for killed processes and the leaf's removal.
 const TEARDOWN: Duration = Duration::from_secs(5);
 
-/// Check the cgroup-backed limits of a Spec. Errors are (key under
-/// `limits.`, message).
-pub fn validate_limits(l: &Limits) -> Result<(), (String, String)> {
-    let err = |k: &str, m: String| Err((k.to_string(), m));
+/// Check the cgroup-backed limits and rlimits of a Spec; errors name the
+/// key under `limits.`.
+pub fn validate_limits(l: &Limits) -> Result<(), SpecError> {
+    let err = |k: &str, m: String| Err(SpecError::new(format!("limits.{k}"), m));
     if let Some(m) = &l.memory
         && m.value().0 < MIN_MEMORY
     {
@@ -67,7 +67,9 @@ pub fn validate_limits(l: &Limits) -> Result<(), (String, String)> {
         io::validate(io.get())?;
     }
     for (name, value) in &l.rlimits {
-        rlimits::check(name, *value).map_err(|m| (format!("rlimits.{name}"), m))?;
+        if let Err(m) = rlimits::check(name, *value) {
+            return err(&format!("rlimits.{name}"), m);
+        }
     }
     if let Some(p) = &l.cgroup_parent
         && (!p.is_absolute()
@@ -121,11 +123,14 @@ fn wanted(limits: &Limits) -> Vec<Wanted> {
     .collect()
 }
 
-/// The sandbox's cgroup leaf and rlimits, between [`prepare`] and
-/// [`Prepared::finish`].
+/// The sandbox's cgroup leaf (when this host gives hutch one) with the
+/// limits written into it, and the rlimits applied inside the sandbox;
+/// between [`prepare`] and [`Leaf::finish`].
 #[derive(Debug)]
-pub struct Prepared {
-    leaf: Option<Leaf>,
+pub struct Leaf {
+    /// The leaf's directory; None where no cgroup could be created (the
+    /// rlimits and the report still apply).
+    leaf: Option<LeafDir>,
     rlimits: Vec<(libc::c_int, u64)>,
     enforced: Vec<Enforced>,
     unenforced: Vec<Unenforced>,
@@ -134,8 +139,9 @@ pub struct Prepared {
     owner: u32,
 }
 
+/// The created leaf: its directory and an fd for `CLONE_INTO_CGROUP`.
 #[derive(Debug)]
-struct Leaf {
+struct LeafDir {
     cg: Cgroup,
     fd: OwnedFd,
 }
@@ -143,12 +149,16 @@ struct Leaf {
 /// Decide what can be enforced, create the leaf and write its limits.
 /// Runs in the supervisor before clone. A required limit that cannot be
 /// enforced is an error; a preferred one is recorded as unenforced.
-pub fn prepare(limits: &Limits, sandbox_id: &str) -> Result<Prepared, CgroupError> {
-    prepare_on(&Host::detect(), limits, sandbox_id)
+pub fn prepare(limits: &Limits, sandbox_id: &str) -> Result<Leaf, CgroupError> {
+    prepare_on(&HostCgroups::detect(), limits, sandbox_id)
 }
 
 /// [`prepare`] against a given host description (tests use a fake tree).
-pub fn prepare_on(host: &Host, limits: &Limits, sandbox_id: &str) -> Result<Prepared, CgroupError> {
+pub fn prepare_on(
+    host: &HostCgroups,
+    limits: &Limits,
+    sandbox_id: &str,
+) -> Result<Leaf, CgroupError> {
     let leaf_name = format!("hutch-{sandbox_id}");
     if !tree::valid_name(&leaf_name) {
         return Err(CgroupError::Io {
@@ -158,7 +168,7 @@ pub fn prepare_on(host: &Host, limits: &Limits, sandbox_id: &str) -> Result<Prep
             hint: "sandbox ids hold only letters, digits, '-', '_' and '.'".into(),
         });
     }
-    let mut p = Prepared {
+    let mut p = Leaf {
         leaf: None,
         rlimits: Vec::new(),
         enforced: Vec::new(),
@@ -228,7 +238,7 @@ pub fn prepare_on(host: &Host, limits: &Limits, sandbox_id: &str) -> Result<Prep
                     return Err(CgroupError::io("open", &leaf.dir, &e, "check permissions"));
                 }
             };
-            p.leaf = Some(Leaf { cg: leaf, fd });
+            p.leaf = Some(LeafDir { cg: leaf, fd });
             for w in &wanted {
                 if !enabled.contains(&w.controller) {
                     continue;
@@ -291,7 +301,7 @@ pub fn prepare_on(host: &Host, limits: &Limits, sandbox_id: &str) -> Result<Prep
 /// those enabled. Wanted limits whose controller cannot be had go to
 /// `missing` with what hutch found and the fix.
 fn enable_controllers<'w>(
-    host: &Host,
+    host: &HostCgroups,
     place: &Place,
     wanted: &'w [Wanted],
     missing: &mut Vec<(&'w Wanted, String, String)>,
@@ -445,7 +455,7 @@ pub fn cpu_max(cpus: f64) -> String {
 }
 
 /// RLIMIT_CORE=0 unless asked otherwise, then the Spec's `rlimits`.
-fn plan_rlimits(limits: &Limits, p: &mut Prepared) -> Result<(), CgroupError> {
+fn plan_rlimits(limits: &Limits, p: &mut Leaf) -> Result<(), CgroupError> {
     if !limits.rlimits.contains_key("core") {
         p.rlimits.push((libc::RLIMIT_CORE as i32, 0));
         p.enforced.push(Enforced {
@@ -476,7 +486,7 @@ fn plan_rlimits(limits: &Limits, p: &mut Prepared) -> Result<(), CgroupError> {
     Ok(())
 }
 
-impl Prepared {
+impl Leaf {
     /// The leaf's directory fd, for clone3 `CLONE_INTO_CGROUP`; None when
     /// no leaf was created.
     pub fn cgroup_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -561,7 +571,7 @@ fn teardown(cg: &Cgroup) -> Result<(), String> {
         .map_err(|e| format!("rmdir {} => {}", cg.dir.display(), errno_text(&e)))
 }
 
-impl Drop for Prepared {
+impl Drop for Leaf {
     fn drop(&mut self) {
         if std::process::id() != self.owner {
             return;

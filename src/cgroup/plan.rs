@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::host::{Host, Layout};
+use super::host::{HostCgroups, Layout};
 use super::tree::{Cgroup, common_ancestor};
 
 /// Child cgroup that takes hutch's own processes out of a delegated cgroup
@@ -43,7 +43,7 @@ fn fix_text(layout: Layout) -> String {
     if matches!(layout, Layout::Hybrid | Layout::Legacy) {
         s.push_str(", or boot with systemd.unified_cgroup_hierarchy=1");
     } else {
-        s.push_str(", or pass --cgroup-parent DIR naming a cgroup v2 directory you may write");
+        s.push_str(", or set limits.cgroup_parent to a cgroup v2 directory you may write");
     }
     s
 }
@@ -60,7 +60,7 @@ pub fn offers(cg: &Cgroup) -> String {
 
 /// Find where leaves go: `explicit` (`--cgroup-parent`), else this
 /// process's own cgroup when it is delegated to us.
-pub fn find_place(host: &Host, explicit: Option<&Path>) -> Result<Place, NoPlace> {
+pub fn find_place(host: &HostCgroups, explicit: Option<&Path>) -> Result<Place, NoPlace> {
     let Some(mount) = host.v2_mount.as_deref() else {
         return Err(NoPlace {
             found: format!(
@@ -116,7 +116,7 @@ pub fn find_place(host: &Host, explicit: Option<&Path>) -> Result<Place, NoPlace
     })
 }
 
-fn explicit_place(host: &Host, mount: &Path, dir: &Path) -> Result<Place, NoPlace> {
+fn explicit_place(host: &HostCgroups, mount: &Path, dir: &Path) -> Result<Place, NoPlace> {
     let fix = "pass a directory inside the cgroup2 mount that you may write (a delegated subtree)";
     let bad = |found: String| NoPlace {
         found,
@@ -173,7 +173,7 @@ fn explicit_place(host: &Host, mount: &Path, dir: &Path) -> Result<Place, NoPlac
 /// Is `cg` ours to manage? For an unprivileged user: writable. For root
 /// (who can write anything): the root of the mount (a container's or VM's
 /// own tree) or marked delegated by systemd.
-fn delegated(host: &Host, cg: &Cgroup, root: bool) -> Result<(), String> {
+fn delegated(host: &HostCgroups, cg: &Cgroup, root: bool) -> Result<(), String> {
     if host.uid != 0 {
         let ok = cg.dir_writable()
             && cg.writable("cgroup.procs")
@@ -203,7 +203,11 @@ fn delegated(host: &Host, cg: &Cgroup, root: bool) -> Result<(), String> {
 }
 
 /// Can a leaf under `place` get `controller`? Err says what hutch found.
-pub fn controller_status(host: &Host, place: &Place, controller: &str) -> Result<(), String> {
+pub fn controller_status(
+    host: &HostCgroups,
+    place: &Place,
+    controller: &str,
+) -> Result<(), String> {
     let p = &place.parent;
     if !p.controllers().iter().any(|c| c == controller) {
         return Err(format!("{} layout, {}", host.layout.name(), offers(p)));

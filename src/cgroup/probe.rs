@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::host::Host;
+use super::host::HostCgroups;
 use super::plan::{self, Place};
 use super::tree::Cgroup;
 
@@ -28,8 +28,7 @@ pub struct CgroupProbe {
     pub delegation: Placement,
     /// The same for `--cgroup-parent`, when one was given.
     pub cgroup_parent: Option<Placement>,
-    /// `memory`, `pids`, `cpus`, `io`: would `--memory/--pids/--cpus/--io-max`
-    /// work here.
+    /// `memory`, `pids`, `cpus`, `io`: would a limit on it work here.
     pub limits: BTreeMap<&'static str, LimitSupport>,
 }
 
@@ -49,8 +48,9 @@ pub struct Placement {
 /// Whether one limit can be enforced, how, or why not.
 #[derive(Debug, Clone, Serialize)]
 pub struct LimitSupport {
-    /// The `hutch run` flag that asks for it.
-    pub flag: &'static str,
+    /// The Spec key that asks for it (`limits.memory`); front ends name
+    /// their own way of setting it (the CLI adds its flag).
+    pub key: &'static str,
     pub works: bool,
     pub by: Option<String>,
     pub why_not: Option<String>,
@@ -64,7 +64,7 @@ pub fn probe() -> CgroupProbe {
 
 /// [`probe`], also judging a `--cgroup-parent` directory.
 pub fn probe_with(cgroup_parent: Option<&Path>) -> CgroupProbe {
-    let host = Host::detect();
+    let host = HostCgroups::detect();
     let own_cgroup = std::fs::read_to_string("/proc/self/cgroup")
         .ok()
         .and_then(|s| {
@@ -87,7 +87,7 @@ fn nproc_per_userns() -> bool {
 
 /// [`probe_with`] against a given host description.
 pub fn probe_host(
-    host: &Host,
+    host: &HostCgroups,
     own_cgroup: Option<String>,
     cgroup_parent: Option<&Path>,
     nproc_fallback: bool,
@@ -114,11 +114,11 @@ pub fn probe_host(
     // Limits are judged where hutch would put the leaf.
     let effective = parent_place.as_ref().unwrap_or(&own_place);
     let mut limits = BTreeMap::new();
-    for (key, flag, controller, by) in [
-        ("memory", "--memory", "memory", "cgroup memory.max"),
-        ("pids", "--pids", "pids", "cgroup pids.max"),
-        ("cpus", "--cpus", "cpu", "cgroup cpu.max"),
-        ("io", "--io-max", "io", "cgroup io.max"),
+    for (name, key, controller, by) in [
+        ("memory", "limits.memory", "memory", "cgroup memory.max"),
+        ("pids", "limits.pids", "pids", "cgroup pids.max"),
+        ("cpus", "limits.cpus", "cpu", "cgroup cpu.max"),
+        ("io", "limits.io", "io", "cgroup io.max"),
     ] {
         let status = match effective {
             Ok(place) => plan::controller_status(host, place, controller).map_err(|f| {
@@ -134,21 +134,21 @@ pub fn probe_host(
         };
         let support = match status {
             Ok(()) => LimitSupport {
-                flag,
+                key,
                 works: true,
                 by: Some(by.into()),
                 why_not: None,
                 fix: None,
             },
-            Err(_) if key == "pids" && nproc_fallback => LimitSupport {
-                flag,
+            Err(_) if name == "pids" && nproc_fallback => LimitSupport {
+                key,
                 works: true,
                 by: Some("RLIMIT_NPROC in the sandbox user namespace (fallback)".into()),
                 why_not: None,
                 fix: None,
             },
             Err((found, fix)) => LimitSupport {
-                flag,
+                key,
                 works: false,
                 by: None,
                 why_not: Some(format!(
@@ -157,7 +157,7 @@ pub fn probe_host(
                 fix: Some(fix),
             },
         };
-        limits.insert(key, support);
+        limits.insert(name, support);
     }
     CgroupProbe {
         layout: match host.layout {

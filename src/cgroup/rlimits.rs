@@ -75,4 +75,30 @@ mod tests {
         merge_min(&mut l, 2, 7);
         assert_eq!(l, vec![(1, 5), (2, 7)]);
     }
+
+    /// The Spec's list of byte-valued rlimits names real rlimits, and the
+    /// kernel counts exactly those in bytes.
+    #[test]
+    fn size_rlimits_are_rlimits() {
+        for name in crate::spec::SIZE_RLIMITS {
+            assert!(resource(name).is_some(), "{name}");
+        }
+        let bytes: Vec<&str> = NAMES
+            .iter()
+            .filter(|(_, r)| {
+                matches!(
+                    *r,
+                    libc::RLIMIT_AS
+                        | libc::RLIMIT_DATA
+                        | libc::RLIMIT_FSIZE
+                        | libc::RLIMIT_MEMLOCK
+                        | libc::RLIMIT_MSGQUEUE
+                        | libc::RLIMIT_RSS
+                        | libc::RLIMIT_STACK
+                )
+            })
+            .map(|(n, _)| *n)
+            .collect();
+        assert_eq!(bytes, crate::spec::SIZE_RLIMITS);
+    }
 }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::host::{Host, Layout};
+use super::host::{HostCgroups, Layout};
 use super::*;
 use crate::spec::{ByteSize, Limit, Limits};
 use crate::test_support::require;
@@ -37,8 +37,8 @@ impl Fake {
         d
     }
 
-    fn host(&self, layout: Layout, own: &str, uid: u32) -> Host {
-        Host {
+    fn host(&self, layout: Layout, own: &str, uid: u32) -> HostCgroups {
+        HostCgroups {
             layout,
             v2_mount: Some(self.root.clone()),
             own: Some(self.root.join(own).components().collect()),
@@ -220,7 +220,9 @@ fn root_in_undelegated_systemd_cgroup_does_not_touch_it() {
         err.contains("is managed by systemd and not delegated"),
         "{err}"
     );
-    assert!(err.contains("--cgroup-parent"), "{err}");
+    // The fix names the key, not a front end's flag.
+    assert!(err.contains("limits.cgroup_parent"), "{err}");
+    assert!(!err.contains("--cgroup-parent"), "{err}");
     assert!(!f.root.join("system.slice/x.service/hutch-t6").exists());
     // Preferred: runs, unenforced.
     let p = prepare_on(
@@ -377,18 +379,18 @@ fn validate_names_and_ranges() {
     l.rlimits.insert("nofile".into(), 1024);
     assert!(ok(&l).is_ok());
     l.rlimits.insert("bogus".into(), 1);
-    assert_eq!(ok(&l).unwrap_err().0, "rlimits.bogus");
+    assert_eq!(ok(&l).unwrap_err().path, "limits.rlimits.bogus");
     let l = limits(Some(Limit::Required(ByteSize(4096))), None, None);
-    assert_eq!(ok(&l).unwrap_err().0, "memory");
+    assert_eq!(ok(&l).unwrap_err().path, "limits.memory");
     let l = limits(None, Some(Limit::Required(0)), None);
-    assert_eq!(ok(&l).unwrap_err().0, "pids");
+    assert_eq!(ok(&l).unwrap_err().path, "limits.pids");
     let l = limits(None, None, Some(Limit::Required(0.001)));
-    assert_eq!(ok(&l).unwrap_err().0, "cpus");
+    assert_eq!(ok(&l).unwrap_err().path, "limits.cpus");
     let l = Limits {
         cgroup_parent: Some("rel/dir".into()),
         ..Limits::default()
     };
-    assert_eq!(ok(&l).unwrap_err().0, "cgroup_parent");
+    assert_eq!(ok(&l).unwrap_err().path, "limits.cgroup_parent");
     assert_eq!(cpu_max(1.5), "150000 100000");
     assert_eq!(cpu_max(0.01), "1000 100000");
 }
@@ -513,44 +515,45 @@ fn io_max_line_leaves_out_unset_keys() {
 #[test]
 fn io_validation_names_the_key() {
     let check = |entries: Vec<crate::spec::IoMax>| {
-        validate_limits(&io_limits(Limit::Required(entries))).map_err(|(k, m)| format!("{k}: {m}"))
+        validate_limits(&io_limits(Limit::Required(entries)))
+            .map_err(|e| format!("{}: {}", e.path, e.message))
     };
     let mut good = io_entry("/dev/vda");
     good.wbps = Some(ByteSize(1 << 20));
     assert!(check(vec![good.clone()]).is_ok());
     assert_eq!(
         check(vec![]).unwrap_err(),
-        "io: empty list; name at least one device or omit limits.io"
+        "limits.io: empty list; name at least one device or omit limits.io"
     );
     let mut rel = good.clone();
     rel.device = "dev/vda".into();
     assert!(
         check(vec![rel])
             .unwrap_err()
-            .starts_with("io[0].device: \"dev/vda\" must be an absolute path")
+            .starts_with("limits.io[0].device: \"dev/vda\" must be an absolute path")
     );
     assert_eq!(
         check(vec![io_entry("/dev/vda")]).unwrap_err(),
-        "io[0]: set at least one of rbps, wbps, riops, wiops"
+        "limits.io[0]: set at least one of rbps, wbps, riops, wiops"
     );
     let mut zero = good.clone();
     zero.riops = Some(0);
     assert_eq!(
         check(vec![zero]).unwrap_err(),
-        "io[0].riops: 0 is below the minimum of 2"
+        "limits.io[0].riops: 0 is below the minimum of 2"
     );
     let mut huge = good.clone();
     huge.wiops = Some(1 << 40);
     assert!(
         check(vec![huge])
             .unwrap_err()
-            .starts_with("io[0].wiops: 1099511627776 is above the maximum")
+            .starts_with("limits.io[0].wiops: 1099511627776 is above the maximum")
     );
     let mut other = good.clone();
     other.device = "/dev/vdb".into();
     assert_eq!(
         check(vec![good.clone(), other, good.clone()]).unwrap_err(),
-        "io[2].device: /dev/vda is already limited by io[0]"
+        "limits.io[2].device: /dev/vda is already limited by io[0]"
     );
 }
 
@@ -653,17 +656,17 @@ fn io_in_a_profile_required_and_preferred() {
     let io = s.limits.io.as_ref().unwrap();
     assert!(!io.is_required());
     assert_eq!(io.get()[0].rbps, Some(ByteSize(4096)));
-    // Unknown keys are refused at limits.io.
+    // Unknown keys are refused at their own path.
     let err = crate::spec::parse_toml("[limits]\nio = [{ device = \"/dev/vda\", wbs = 1 }]\n")
         .unwrap_err();
-    assert_eq!(err.path, "limits.io", "{err}");
+    assert_eq!(err.path, "limits.io[0].wbs", "{err}");
     // Semantic errors name the entry's key.
     let mut s = crate::spec::default_profile();
     s.command = vec!["true".into()];
     let mut first = io_entry("/dev/vda");
     first.wbps = Some(ByteSize(1 << 20));
     s.limits.io = Some(Limit::Required(vec![first.clone(), io_entry("vdb")]));
-    let err = crate::spec::validate(&s).unwrap_err();
+    let err = crate::launch::validate(&s).unwrap_err();
     assert_eq!(err.path, "limits.io[1].device", "{err}");
     // A Spec round-trips through JSON (the form the library sends).
     s.limits.io = Some(Limit::preferred(vec![first]));

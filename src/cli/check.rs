@@ -28,7 +28,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
             }
         }
     }
-    let report = crate::probe::run_all();
+    let mut report = crate::probe::run_all();
+    name_limit_flags(&mut report.cgroup);
     let text = if json {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => s + "\n",
@@ -44,4 +45,21 @@ pub fn main(args: Vec<OsString>) -> i32 {
     // still says whether hutch can run here.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     if report.ok { 0 } else { 1 }
+}
+
+/// The cgroup probe names each limit by its Spec key; `hutch check` speaks
+/// to `hutch run` users, so each entry also gets the flag that sets it.
+fn name_limit_flags(cgroup: &mut serde_json::Value) {
+    let Some(limits) = cgroup.get_mut("limits").and_then(|l| l.as_object_mut()) else {
+        return;
+    };
+    for entry in limits.values_mut() {
+        let flag = entry
+            .get("key")
+            .and_then(|k| k.as_str())
+            .and_then(super::run::flag_for);
+        if let (Some(flag), Some(obj)) = (flag, entry.as_object_mut()) {
+            obj.insert("flag".into(), flag.into());
+        }
+    }
 }

@@ -129,7 +129,10 @@ fn duration(flag: &str, v: &str) -> anyhow::Result<Duration> {
 /// Merge the command-line additions into the file's profile (if any).
 fn policy_of(o: &Options) -> anyhow::Result<ProxyPolicy> {
     let mut p = match &o.policy_file {
-        Some(f) => net::load_policy_file(f, o.profile.as_deref())?,
+        Some(f) => net::load_policy_file(f, o.profile.as_deref()).map_err(|e| match e {
+            net::NetError::NoProfileChosen { .. } => anyhow!("{e}, with --profile NAME"),
+            e => e.into(),
+        })?,
         None if o.profile.is_some() => bail!("--profile needs --policy FILE"),
         None => ProxyPolicy::default(),
     };

@@ -43,7 +43,10 @@ Egress (network through the allow-list proxy; see docs/egress.md):
   --output-limit SIZE     cap stdout+stderr of the workload (excess discarded)
   --cap-add CAP  --cap-drop CAP   capabilities the workload keeps (default none)
   --seccomp NAME|FILE  --landlock-min-abi N
-  --memory SIZE  --pids N  --cpus N  --rlimit NAME=VALUE  --cgroup-parent DIR
+  --memory SIZE  --cpus N  --cgroup-parent DIR
+  --pids N|unlimited      process cap (default: 4096, preferred)
+  --rlimit NAME=VALUE     e.g. nofile=1024, as=4G (sizes for as data fsize
+                          memlock msgqueue rss stack; numbers for the rest)
   --io-max DEVICE:KEY=VALUE[,KEY=VALUE...]   cap a disk (cgroup io.max); keys
                           rbps wbps (sizes, e.g. 10M) riops wiops; repeatable;
                           replaces the profile's limits.io
@@ -94,7 +97,12 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
             }
             "--profile" => {
                 let file = value(arg)?;
-                base = Some(spec::load_profile(Path::new(&file))?);
+                let path = Path::new(&file);
+                let profile = spec::load_profile(path)?;
+                // The whole check now, so that a profile's mistake is
+                // reported against the file, not against the flags.
+                launch::validate(&profile).map_err(|e| e.in_file(path))?;
+                base = Some(profile);
             }
             "--bare" => bare = true,
             "--workspace" => workspace = Some(absolute(&cwd, &value(arg)?)),
@@ -252,11 +260,16 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
             }
             "--pids" => {
                 let v = value(arg)?;
-                let n: u64 = v
-                    .parse()
-                    .map_err(|_| anyhow!("--pids: {v:?} is not a number"))?;
+                // `unlimited` lifts the default profile's cap.
+                let n: Option<u64> =
+                    match v.as_str() {
+                        "unlimited" | "none" => None,
+                        _ => Some(v.parse().map_err(|_| {
+                            anyhow!("--pids: {v:?} is not a number (or `unlimited`)")
+                        })?),
+                    };
                 edits.push(Box::new(move |s| {
-                    s.limits.pids = Some(Limit::Required(n));
+                    s.limits.pids = n.map(Limit::Required);
                     Ok(())
                 }));
             }
@@ -280,9 +293,8 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
                 let (name, n) = v
                     .split_once('=')
                     .ok_or_else(|| anyhow!("--rlimit: expected NAME=VALUE, got {v:?}"))?;
-                let n: u64 = n
-                    .parse()
-                    .map_err(|_| anyhow!("--rlimit: {n:?} is not a number"))?;
+                // Sizes (as, fsize, ...) take suffixes; counts stay numbers.
+                let n = spec::parse_rlimit(name, n).map_err(|e| anyhow!("--rlimit {name}: {e}"))?;
                 let name = name.to_string();
                 edits.push(Box::new(move |s| {
                     s.limits.rlimits.insert(name, n);
@@ -414,7 +426,14 @@ impl Egress {
             return Ok(());
         }
         let mut p = match (&self.file, &spec.network) {
-            (Some(f), _) => crate::net::load_policy_file(f, self.profile.as_deref())?,
+            (Some(f), _) => {
+                crate::net::load_policy_file(f, self.profile.as_deref()).map_err(|e| match e {
+                    crate::net::NetError::NoProfileChosen { .. } => {
+                        anyhow!("{e}, with --egress-profile NAME")
+                    }
+                    e => e.into(),
+                })?
+            }
             (None, _) if self.profile.is_some() => {
                 bail!("--egress-profile needs --egress-policy FILE")
             }
@@ -513,12 +532,120 @@ pub fn run_spec(spec: &Spec, opts: &RunOptions) -> i32 {
             report.status
         }
         Err(e) => {
-            eprintln!("hutch: {e}");
+            eprintln!("hutch: {}", with_flags(&e.to_string()));
             if let Some(path) = &opts.status_file {
                 let line = serde_json::json!({"event": "exit", "status": 125, "reason": "setup-failed", "error": e.to_string()});
                 let _ = std::fs::write(path, format!("{line}\n"));
             }
             125
         }
+    }
+}
+
+/// The `hutch run` flags that set a Spec key. Lower layers name keys in
+/// their errors (`limits.pids: must be 1 to 4194304`), never flags; the
+/// CLI adds the flag when it prints ([`with_flags`]).
+const FLAGS: &[(&str, &str)] = &[
+    ("cwd", "--chdir"),
+    ("identity.uid", "--uid"),
+    ("identity.gid", "--gid"),
+    ("identity.hostname", "--hostname"),
+    ("limits.memory", "--memory"),
+    ("limits.pids", "--pids"),
+    ("limits.cpus", "--cpus"),
+    ("limits.io", "--io-max"),
+    ("limits.wall_clock", "--timeout"),
+    ("limits.output_bytes", "--output-limit"),
+    ("limits.upper_size", "--changes-size"),
+    ("limits.rlimits", "--rlimit"),
+    ("limits.cgroup_parent", "--cgroup-parent"),
+    ("security.seccomp", "--seccomp"),
+    ("security.landlock.min_abi", "--landlock-min-abi"),
+    ("security.cap_add", "--cap-add"),
+    ("network.allow", "--allow-host"),
+    ("network.allow_address", "--allow-address"),
+    ("network.resolve", "--resolve"),
+    ("network.audit", "--audit"),
+];
+
+/// The `hutch run` flag that sets the key path `key` (`limits.io[0].wbps`
+/// is set by `--io-max`), if one does.
+pub fn flag_for(key: &str) -> Option<&'static str> {
+    FLAGS
+        .iter()
+        .find(|(k, _)| {
+            key.strip_prefix(k)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+        })
+        .map(|(_, flag)| *flag)
+}
+
+/// `text` followed by the flags that set the key paths it names, so a
+/// user of `hutch run` learns which option to change:
+/// `limits.pids: must be 1 to 4194304 (flags: --pids)`.
+pub fn with_flags(text: &str) -> String {
+    let in_key = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '[' | ']');
+    let mut flags: Vec<&str> = Vec::new();
+    let mut prev: Option<char> = None;
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        let len = if in_key(c) {
+            rest.find(|c| !in_key(c)).unwrap_or(rest.len())
+        } else {
+            c.len_utf8()
+        };
+        // A key is a whole word that starts with a lowercase letter; a
+        // sentence's full stop is not part of it.
+        if c.is_ascii_lowercase() && !prev.is_some_and(|p| in_key(p) || p.is_alphanumeric()) {
+            let key = rest[..len].trim_end_matches('.');
+            if let Some(flag) = flag_for(key)
+                && !flags.contains(&flag)
+            {
+                flags.push(flag);
+            }
+        }
+        prev = rest[..len].chars().next_back();
+        rest = &rest[len..];
+    }
+    if flags.is_empty() {
+        text.to_string()
+    } else {
+        format!("{text} (flags: {})", flags.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_paths_get_their_flag() {
+        assert_eq!(flag_for("limits.io[0].wbps"), Some("--io-max"));
+        assert_eq!(flag_for("limits.rlimits.as"), Some("--rlimit"));
+        assert_eq!(
+            flag_for("network.allow_address[1]"),
+            Some("--allow-address")
+        );
+        assert_eq!(flag_for("network.allow[1]"), Some("--allow-host"));
+        assert_eq!(flag_for("limits.pidsx"), None);
+        assert_eq!(flag_for("fs[2].dest"), None);
+        assert_eq!(
+            with_flags("limits.pids: must be 1 to 4194304"),
+            "limits.pids: must be 1 to 4194304 (flags: --pids)"
+        );
+        assert_eq!(
+            with_flags("invalid sandbox spec at `cwd`: x is not an absolute path"),
+            "invalid sandbox spec at `cwd`: x is not an absolute path (flags: --chdir)"
+        );
+        assert_eq!(
+            with_flags(
+                "limits.memory: not available; fix, or set limits.cgroup_parent. See limits.memory."
+            ),
+            "limits.memory: not available; fix, or set limits.cgroup_parent. See limits.memory. (flags: --memory, --cgroup-parent)"
+        );
+        // Words that merely contain a key, and unknown keys, stay as they are.
+        assert_eq!(with_flags("xlimits.pids nolimits"), "xlimits.pids nolimits");
+        assert_eq!(with_flags("ABI 9: Ölimits.pids"), "ABI 9: Ölimits.pids");
+        assert_eq!(with_flags("fs[3].dest: bad"), "fs[3].dest: bad");
     }
 }

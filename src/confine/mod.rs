@@ -14,41 +14,46 @@ pub mod seccomp;
 
 use serde::Serialize;
 
-use crate::spec::{Security, Spec};
+use crate::spec::{Security, Spec, SpecError};
 use crate::sys::SysError;
 
 pub use landlock::{LandlockPlan, LandlockReport};
 pub use seccomp::{CompiledFilter, ProfileError, SeccompReport};
 
-/// Check the security section of a Spec. Errors are (key under `security.`,
-/// message). A profile file is read and compiled, so its errors name the
+/// Check the security section of a Spec; errors name the key under
+/// `security.`. A profile file is read and compiled, so its errors name the
 /// failing filter and rule; a built-in profile is only named here (it is
 /// compiled once, by [`prepare`]).
-pub fn validate(sec: &Security) -> Result<(), (String, String)> {
-    seccomp::validate(&sec.seccomp).map_err(|e| ("seccomp".to_string(), e.to_string()))?;
+pub fn validate(sec: &Security) -> Result<(), SpecError> {
+    let err = |key: &str, msg: String| Err(SpecError::new(format!("security.{key}"), msg));
+    if let Err(e) = seccomp::validate(&sec.seccomp) {
+        return err("seccomp", e.to_string());
+    }
     if let Some(min) = sec.landlock.min_abi {
         if !sec.landlock.enabled {
-            return Err((
-                "landlock.min_abi".into(),
-                "a minimum Landlock ABI needs landlock.enabled = true".into(),
-            ));
+            return err(
+                "landlock.min_abi",
+                "a minimum Landlock ABI needs security.landlock.enabled = true".into(),
+            );
         }
         // Above hutch's own newest ABI is accepted here and refused by
         // `prepare`, which can name the kernel's ABI.
         if min == 0 || min > 64 {
-            return Err((
-                "landlock.min_abi".into(),
+            return err(
+                "landlock.min_abi",
                 format!("{min} is not a Landlock ABI version (1, 2, ...)"),
-            ));
+            );
         }
     }
     if !sec.no_new_privs {
-        return Err((
-            "no_new_privs".into(),
+        return err(
+            "no_new_privs",
             "no_new_privs = false is not supported".into(),
-        ));
+        );
     }
-    caps::parse_cap_list(&sec.cap_add).map_err(|m| ("cap_add".to_string(), m))?;
+    if let Err(m) = caps::parse_cap_list(&sec.cap_add) {
+        return err("cap_add", m);
+    }
     Ok(())
 }
 
@@ -57,18 +62,18 @@ pub fn validate(sec: &Security) -> Result<(), (String, String)> {
 #[derive(thiserror::Error, Debug)]
 pub enum ConfineError {
     #[error(
-        "seccomp profile {profile:?} is invalid: {error}; fix the profile or use --seccomp default|strict|log|unconfined"
+        "security.seccomp: profile {profile:?} is invalid: {error}; fix the profile or choose default, strict, log or unconfined"
     )]
     Profile {
         profile: String,
         error: ProfileError,
     },
     #[error(
-        "Landlock ABI {required} is required (security.landlock.min_abi) but this kernel provides ABI {available}; run on a newer kernel or lower --landlock-min-abi"
+        "security.landlock.min_abi: Landlock ABI {required} is required but this kernel provides ABI {available}; run on a newer kernel or lower the minimum"
     )]
     LandlockTooOld { required: u32, available: u32 },
     #[error(
-        "Landlock ABI {required} is required (security.landlock.min_abi) and this kernel provides ABI {available}, but this hutch enforces Landlock ABIs up to {max}; lower --landlock-min-abi to {max} or less"
+        "security.landlock.min_abi: Landlock ABI {required} is required and this kernel provides ABI {available}, but this hutch enforces Landlock ABIs up to {max}; lower the minimum to {max} or less"
     )]
     LandlockBeyondHutch {
         required: u32,
@@ -76,7 +81,7 @@ pub enum ConfineError {
         max: u32,
     },
     #[error(
-        "Landlock is requested but this kernel does not provide it (ABI 0: not built in, or missing from the lsm= boot parameter); enable it, or disable Landlock explicitly (security.landlock.enabled = false)"
+        "security.landlock.enabled: Landlock is requested but this kernel does not provide it (ABI 0: not built in, or missing from the lsm= boot parameter); enable it, or disable Landlock explicitly (security.landlock.enabled = false)"
     )]
     LandlockUnavailable,
     #[error("security.cap_add: {0}")]

@@ -12,11 +12,13 @@ pub mod prepare;
 mod real_fs;
 pub mod report;
 mod supervise;
+mod validate;
 
 use std::path::PathBuf;
 
 pub use report::{ChangesReport, Enforcement, ExitReport, Outcome};
 pub use supervise::Captured;
+pub use validate::validate;
 
 use crate::spec::{Spec, SpecError};
 use crate::sys::SysError;

@@ -73,7 +73,7 @@ pub struct Prepared {
     pub rlimits: Vec<(libc::c_int, u64)>,
     /// The cgroup leaf (when one could be created) and the limits report;
     /// taken by the supervisor at the end to remove the leaf.
-    pub cgroup: Option<crate::cgroup::Prepared>,
+    pub cgroup: Option<crate::cgroup::Leaf>,
     pub stdio: Stdio,
     /// Overlay mount points whose upper is discarded, in plan order.
     pub tmp_overlay_dests: Vec<PathBuf>,
@@ -158,7 +158,7 @@ fn prepare_proxy(spec: &mut Spec, sandbox_id: &str) -> Result<Option<ProxyPrep>,
 
 /// Validate and prepare. `relay` forces stdout/stderr through pipes.
 pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
-    crate::spec::validate(spec)?;
+    super::validate(spec)?;
     if spec.command.is_empty() {
         return Err(LaunchError::Spec(crate::spec::SpecError::new(
             "command",

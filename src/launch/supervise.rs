@@ -349,7 +349,7 @@ fn supervise(
     let duration_ms = started.elapsed().as_millis() as u64;
     // Every process is gone (the pid namespace died with its init): read
     // the cgroup's counters, then remove the leaf.
-    let limits = p.cgroup.take().map(crate::cgroup::Prepared::finish);
+    let limits = p.cgroup.take().map(crate::cgroup::Leaf::finish);
     let ended_by = limits.as_ref().and_then(|l| l.ended_by);
     let changes = changes_report(p, exited.as_ref().map(|(_, c)| c.as_slice()));
     let (status, exit_code, signal, reason, error) = if let Some(line) = setup_error {

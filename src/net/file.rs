@@ -51,10 +51,10 @@ pub fn load_policy_file(path: &Path, profile: Option<&str>) -> Result<ProxyPolic
             file.profiles.keys().next().cloned().unwrap_or_default()
         }
         (None, None) => {
-            return Err(err(format!(
-                "choose a profile with --profile (profiles: {})",
-                names()
-            )));
+            return Err(NetError::NoProfileChosen {
+                path: path.to_path_buf(),
+                profiles: names(),
+            });
         }
     };
     let chosen = file
@@ -117,6 +117,12 @@ idle_timeout = "30s"
         assert!(e.contains("alow"), "{e}");
 
         let two = write("nodefault.toml", "[profiles.a]\n[profiles.b]\n");
-        assert!(load_policy_file(&two, None).is_err());
+        let e = load_policy_file(&two, None).unwrap_err();
+        assert!(matches!(e, NetError::NoProfileChosen { .. }), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("choose one (profiles: a, b)") && !e.contains("--"),
+            "{e}"
+        );
     }
 }

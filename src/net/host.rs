@@ -15,17 +15,17 @@ const MAX_RAW_BYTES: usize = 1024;
 
 /// A canonical host: a lowercase ASCII (punycode) name, or an IP address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Host {
+pub enum CanonicalHost {
     Name(String),
     Ip(IpAddr),
 }
 
-impl fmt::Display for Host {
+impl fmt::Display for CanonicalHost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Host::Name(n) => f.write_str(n),
-            Host::Ip(IpAddr::V4(a)) => write!(f, "{a}"),
-            Host::Ip(IpAddr::V6(a)) => write!(f, "[{a}]"),
+            CanonicalHost::Name(n) => f.write_str(n),
+            CanonicalHost::Ip(IpAddr::V4(a)) => write!(f, "{a}"),
+            CanonicalHost::Ip(IpAddr::V6(a)) => write!(f, "[{a}]"),
         }
     }
 }
@@ -58,7 +58,7 @@ pub enum HostError {
 /// Canonicalise a host string (no port): reject control characters, `%`,
 /// over-long names; IDNA to punycode; lowercase; strip one trailing dot;
 /// expand every `inet_aton` IPv4 spelling to an address.
-pub fn canonicalize(raw: &str) -> Result<Host, HostError> {
+pub fn canonicalize(raw: &str) -> Result<CanonicalHost, HostError> {
     if raw.is_empty() {
         return Err(HostError::Empty);
     }
@@ -75,14 +75,14 @@ pub fn canonicalize(raw: &str) -> Result<Host, HostError> {
         let inner = inner.strip_suffix(']').ok_or(HostError::BadIpv6)?;
         return inner
             .parse::<Ipv6Addr>()
-            .map(|a| Host::Ip(IpAddr::V6(a)))
+            .map(|a| CanonicalHost::Ip(IpAddr::V6(a)))
             .map_err(|_| HostError::BadIpv6);
     }
     if raw.contains(':') {
         // A bare IPv6 literal (policy files, `--resolve`); never a name.
         return raw
             .parse::<Ipv6Addr>()
-            .map(|a| Host::Ip(IpAddr::V6(a)))
+            .map(|a| CanonicalHost::Ip(IpAddr::V6(a)))
             .map_err(|_| HostError::BadIpv6);
     }
     let ascii = idna::domain_to_ascii(raw).map_err(|_| HostError::Idna)?;
@@ -108,7 +108,7 @@ pub fn canonicalize(raw: &str) -> Result<Host, HostError> {
     let last = labels[labels.len() - 1];
     if is_numeric_part(last) {
         return parse_inet_aton(&name)
-            .map(|a| Host::Ip(IpAddr::V4(a)))
+            .map(|a| CanonicalHost::Ip(IpAddr::V4(a)))
             .ok_or(HostError::BadIpv4);
     }
     if name.len() > MAX_NAME_BYTES {
@@ -117,7 +117,7 @@ pub fn canonicalize(raw: &str) -> Result<Host, HostError> {
     if labels.iter().any(|l| l.len() > 63) {
         return Err(HostError::LabelTooLong);
     }
-    Ok(Host::Name(name))
+    Ok(CanonicalHost::Name(name))
 }
 
 /// A label that `inet_aton` would read as a number: decimal digits, or

@@ -5,14 +5,22 @@
 //! socket bind-mounted at [`PROXY_SOCKET_PATH`] and a TCP listener on
 //! `127.0.0.1:3128` created inside the sandbox's namespace and served by the
 //! supervisor. See `docs/egress.md`.
+//!
+//! The proxy server is four steps, one module each: [`accept`] (doors,
+//! connection caps, request heads), [`decision`] (target, policy, audit
+//! record), [`dial`] (resolve, vet, connect) and [`forward`] (tunnel or
+//! forward, metered); [`tunnel`] holds the byte pumps.
 
+mod accept;
 pub mod addr;
+mod decision;
+mod dial;
 mod doors;
 mod file;
+mod forward;
 pub mod host;
 pub mod loopback;
 pub mod policy;
-mod server;
 mod tunnel;
 
 use std::os::fd::OwnedFd;
@@ -23,7 +31,7 @@ pub use doors::{
     PROXY_SOCKET_PATH, PROXY_TCP_PORT, proxy_env, tcp_door_in_current_netns, unix_door,
 };
 pub use file::load_policy_file;
-pub use policy::{Limits, Policy, Verdict};
+pub use policy::{EgressLimits, Policy, Verdict};
 
 use crate::audit::AuditSink;
 use crate::spec::{Network, Spec, SpecError};
@@ -36,6 +44,10 @@ pub enum NetError {
     Policy { key: String, message: String },
     #[error("policy file {}: {message}", path.display())]
     PolicyFile { path: PathBuf, message: String },
+    /// A policy file with several profiles and no `default`, and no
+    /// profile named by the caller (front ends add how to name one).
+    #[error("policy file {}: several profiles and no `default`; choose one (profiles: {profiles})", path.display())]
+    NoProfileChosen { path: PathBuf, profiles: String },
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -54,7 +66,8 @@ impl NetError {
     }
 }
 
-/// Check a proxy-mode Spec: every rule, address and override must compile.
+/// Check the `network` section of a Spec: in proxy mode every rule,
+/// address and override must compile. Errors name the key (`network.allow[2]`).
 pub fn validate_spec(spec: &Spec) -> Result<(), SpecError> {
     if let Network::Proxy(p) = &spec.network {
         if !spec.namespaces.net {
@@ -101,7 +114,7 @@ pub mod fuzzing {
     /// on the Unix door (which also routes origin-form requests); returns
     /// the answer's status code, if any.
     pub fn answer_status(bytes: &[u8]) -> Option<u16> {
-        let out = super::server::answer_raw(offline_policy(), Door::Unix, bytes).ok()?;
+        let out = super::accept::answer_raw(offline_policy(), Door::Unix, bytes).ok()?;
         let text = std::str::from_utf8(out.get(..12)?).ok()?;
         text.strip_prefix("HTTP/1.1 ")?.parse().ok()
     }
@@ -168,7 +181,7 @@ pub fn spawn(
 ) -> Result<ProxyHandle, NetError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .max_blocking_threads(server::MAX_RESOLVERS + 2)
+        .max_blocking_threads(accept::MAX_RESOLVERS + 2)
         .thread_name("hutch-proxy-resolver")
         .build()
         .map_err(|e| NetError::io("cannot start the proxy runtime", e))?;
@@ -176,15 +189,15 @@ pub fn spawn(
         let _ctx = runtime.enter();
         doors
             .into_iter()
-            .map(|(door, fd)| server::Listener::from_fd(door, fd))
+            .map(|(door, fd)| accept::Listener::from_fd(door, fd))
             .collect::<Result<Vec<_>, _>>()?
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-    let state = server::State::new(policy, sandbox_id, audit);
+    let state = accept::State::new(policy, sandbox_id, audit);
     let thread = std::thread::Builder::new()
         .name("hutch-proxy".into())
         .spawn(move || {
-            runtime.block_on(server::serve(state, listeners, stop_rx));
+            runtime.block_on(accept::serve(state, listeners, stop_rx));
             // Dropping the runtime cancels the remaining tunnels; their
             // audit records are written as they drop.
             runtime.shutdown_timeout(std::time::Duration::from_secs(2));

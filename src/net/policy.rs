@@ -9,14 +9,14 @@ use ipnet::IpNet;
 
 use super::NetError;
 use super::addr::{parse_allowed, special_range};
-use super::host::{Host, canonicalize, split_host_port};
+use super::host::{CanonicalHost, canonicalize, split_host_port};
 use crate::spec::ProxyPolicy;
 
 /// The host part of a rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostPattern {
     /// Exactly this name or address.
-    Exact(Host),
+    Exact(CanonicalHost),
     /// `*.x`: strict subdomains of `x`, never `x` itself.
     Subdomains(String),
     /// `**.x`: `x` and its subdomains.
@@ -62,13 +62,13 @@ impl Rule {
         })
     }
 
-    fn host_matches(&self, host: &Host) -> bool {
+    fn host_matches(&self, host: &CanonicalHost) -> bool {
         match (&self.host, host) {
             (HostPattern::Exact(h), _) => h == host,
             // A wildcard never matches an IP literal.
-            (_, Host::Ip(_)) => false,
-            (HostPattern::Subdomains(base), Host::Name(n)) => is_strict_subdomain(n, base),
-            (HostPattern::ApexAndSubdomains(base), Host::Name(n)) => {
+            (_, CanonicalHost::Ip(_)) => false,
+            (HostPattern::Subdomains(base), CanonicalHost::Name(n)) => is_strict_subdomain(n, base),
+            (HostPattern::ApexAndSubdomains(base), CanonicalHost::Name(n)) => {
                 n == base || is_strict_subdomain(n, base)
             }
         }
@@ -86,14 +86,14 @@ fn wildcard_base(rest: &str) -> Result<String, String> {
         return Err("'*' is only allowed as a leading '*.' or '**.' label".into());
     }
     match canonicalize(rest).map_err(|e| e.to_string())? {
-        Host::Name(n) => Ok(n),
-        Host::Ip(_) => Err("a wildcard cannot be applied to an IP address".into()),
+        CanonicalHost::Name(n) => Ok(n),
+        CanonicalHost::Ip(_) => Err("a wildcard cannot be applied to an IP address".into()),
     }
 }
 
 /// Effective limits (defaults filled in).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Limits {
+pub struct EgressLimits {
     pub max_header_bytes: usize,
     pub handshake_timeout: Duration,
     pub connect_timeout: Duration,
@@ -105,9 +105,9 @@ pub struct Limits {
     pub max_audit_bytes: u64,
 }
 
-impl Default for Limits {
+impl Default for EgressLimits {
     fn default() -> Self {
-        Limits {
+        EgressLimits {
             max_header_bytes: 16 * 1024,
             handshake_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
@@ -136,9 +136,9 @@ pub struct Policy {
     pub(crate) allow: Vec<Rule>,
     pub(crate) deny: Vec<Rule>,
     pub(crate) allowed_addresses: Vec<IpNet>,
-    pub(crate) resolve: HashMap<Host, IpAddr>,
+    pub(crate) resolve: HashMap<CanonicalHost, IpAddr>,
     pub(crate) plain_http: bool,
-    pub(crate) limits: Limits,
+    pub(crate) limits: EgressLimits,
 }
 
 impl Policy {
@@ -184,7 +184,7 @@ impl Policy {
                 .map_err(|_| err(format!("{addr:?} is not an IP address")))?;
             resolve.insert(host, ip);
         }
-        let d = Limits::default();
+        let d = EgressLimits::default();
         let l = &p.limits;
         let positive = |key: &str, v: Option<u64>, dflt: usize| -> Result<usize, NetError> {
             match v {
@@ -196,7 +196,7 @@ impl Policy {
                 Some(n) => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
             }
         };
-        let limits = Limits {
+        let limits = EgressLimits {
             max_header_bytes: match l.max_header_bytes {
                 None => d.max_header_bytes,
                 Some(b) if b.0 < 1024 || b.0 > 1024 * 1024 => {
@@ -249,13 +249,13 @@ impl Policy {
     }
 
     /// The limits in force.
-    pub fn limits(&self) -> &Limits {
+    pub fn limits(&self) -> &EgressLimits {
         &self.limits
     }
 
     /// Check a canonical host and port: deny rules win, then the first
     /// matching allow rule.
-    pub fn check(&self, host: &Host, port: u16) -> Verdict {
+    pub fn check(&self, host: &CanonicalHost, port: u16) -> Verdict {
         for r in &self.deny {
             let port_ok = match r.ports {
                 Ports::Default => true,
@@ -305,7 +305,7 @@ impl Policy {
     }
 
     /// A resolution override for this host, if any.
-    pub fn resolve_override(&self, host: &Host) -> Option<IpAddr> {
+    pub fn resolve_override(&self, host: &CanonicalHost) -> Option<IpAddr> {
         self.resolve.get(host).copied()
     }
 }

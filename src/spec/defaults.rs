@@ -18,13 +18,23 @@ pub const TMP_SIZE: ByteSize = ByteSize(1 << 30);
 /// Default memory cap (preferred: the run goes ahead where it cannot be
 /// enforced).
 pub const DEFAULT_MEMORY: ByteSize = ByteSize(2 << 30);
+/// Default process cap (preferred): cgroup `pids.max` where the pids
+/// controller is delegated, else RLIMIT_NPROC in the sandbox's user
+/// namespace. Well above what builds use (`make -j` with a compiler per
+/// job, test runners, language servers: hundreds), far below what takes a
+/// host down (the kernel's default pid_max is 32768 for the whole
+/// machine). See docs/limits.md.
+pub const DEFAULT_PIDS: u64 = 4096;
 /// Default inode cap of tmpfs mounts.
 pub const TMP_INODES: u64 = 262_144;
 
 /// The embedded default profile, without the workspace: system directories
 /// read-only, fresh /proc, minimal /dev, private /tmp, a clean environment,
-/// no network, 5 minutes wall clock and a *preferred* 2 GiB memory cap
-/// (enforced where cgroup v2 allows, else reported unenforced).
+/// no network, 5 minutes wall clock, a *preferred* 2 GiB memory cap
+/// (enforced where cgroup v2 allows, else reported unenforced) and a
+/// *preferred* cap of [`DEFAULT_PIDS`] processes (cgroup `pids.max`, else
+/// RLIMIT_NPROC in the sandbox's user namespace: enforced on every host
+/// hutch runs on).
 ///
 /// It inspects the host only to mirror `/bin → usr/bin`-style symlinks and
 /// skip absent directories.
@@ -66,6 +76,7 @@ pub fn default_profile() -> Spec {
     spec.env.insert("LANG".into(), "C.UTF-8".into());
     spec.identity.hostname = Some("hutch".into());
     spec.limits.memory = Some(Limit::preferred(DEFAULT_MEMORY));
+    spec.limits.pids = Some(Limit::preferred(DEFAULT_PIDS));
     spec.limits.wall_clock = Some(Duration(std::time::Duration::from_secs(300)));
     spec
 }

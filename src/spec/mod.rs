@@ -4,10 +4,17 @@
 //! only builds a `Spec`; the launcher never looks at argv. Profiles load from
 //! TOML or JSON strictly: unknown keys, duplicate keys, NUL bytes and
 //! out-of-range values are errors that name the offending key path.
+//!
+//! The structs are `#[non_exhaustive]` so that new fields are not breaking
+//! changes: outside this crate, start from `Default` (or
+//! [`default_profile`], [`IoMax::new`], [`Limit::required`] /
+//! [`Limit::preferred`]) and set the public fields.
 
+mod de;
 mod defaults;
 mod load;
 mod size;
+mod toml_path;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -15,15 +22,34 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use defaults::{DEFAULT_PATH, TMP_INODES, TMP_SIZE, default_profile, workspace_overlay};
+pub use defaults::{
+    DEFAULT_MEMORY, DEFAULT_PATH, DEFAULT_PIDS, TMP_INODES, TMP_SIZE, default_profile,
+    workspace_overlay,
+};
 pub use load::{load_profile, parse_json, parse_toml};
 pub use size::{ByteSize, Duration};
 pub use validate::{SpecError, validate};
+
+/// The rlimits whose value is a number of bytes: they take size suffixes
+/// (`as = "1G"`, `--rlimit fsize=10M`); the others are counts or seconds.
+pub const SIZE_RLIMITS: &[&str] = &["as", "data", "fsize", "memlock", "msgqueue", "rss", "stack"];
+
+/// The value of rlimit `name` written as text: a size with a suffix for
+/// the [`SIZE_RLIMITS`], a plain number for the others.
+pub fn parse_rlimit(name: &str, text: &str) -> Result<u64, String> {
+    if SIZE_RLIMITS.contains(&name) {
+        return ByteSize::parse(text).map(|b| b.0);
+    }
+    text.trim().parse().map_err(|_| {
+        format!("{text:?} is not a number ({name} is a count or a number of seconds, not a size)")
+    })
+}
 
 /// Current schema version. Files may omit `version`; if present it must match.
 pub const SPEC_VERSION: u32 = 1;
 
 /// A complete description of one sandbox.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Spec {
@@ -68,30 +94,28 @@ impl Default for Spec {
 
 /// One filesystem operation. Destinations are absolute paths inside the new
 /// root and are resolved inside it (symlinks made by earlier operations are
-/// followed as if the new root were `/`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
+/// followed as if the new root were `/`). Written as a table tagged by `op`
+/// (read by `de.rs`, which keeps the key path of every field).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
 pub enum FsOp {
     /// Read-write bind of a host path (`nosuid,nodev` on every submount).
     Bind {
         src: PathBuf,
         dest: PathBuf,
         /// Skip silently when `src` does not exist (bwrap's `--bind-try`).
-        #[serde(default)]
         optional: bool,
     },
     /// Read-only bind (`ro,nosuid,nodev` on every submount).
     RoBind {
         src: PathBuf,
         dest: PathBuf,
-        #[serde(default)]
         optional: bool,
     },
     /// Bind that keeps device nodes usable (`nosuid` only).
     DevBind {
         src: PathBuf,
         dest: PathBuf,
-        #[serde(default)]
         optional: bool,
     },
     /// Overlay with a persistent upper directory on the host.
@@ -106,7 +130,6 @@ pub enum FsOp {
         lowers: Vec<PathBuf>,
         dest: PathBuf,
         /// Size cap of the tmpfs holding the upper directory.
-        #[serde(default)]
         size: Option<ByteSize>,
     },
     /// Read-only overlay of several lowers.
@@ -117,11 +140,8 @@ pub enum FsOp {
     /// A fresh tmpfs.
     Tmpfs {
         dest: PathBuf,
-        #[serde(default)]
         size: Option<ByteSize>,
-        #[serde(default)]
         nr_inodes: Option<u64>,
-        #[serde(default)]
         mode: Option<u32>,
     },
     /// A fresh procfs for the sandbox's pid namespace, with host-leaking
@@ -140,21 +160,18 @@ pub enum FsOp {
     /// An empty directory.
     Dir {
         dest: PathBuf,
-        #[serde(default)]
         mode: Option<u32>,
     },
     /// A writable file with the given content.
     File {
         dest: PathBuf,
         content: String,
-        #[serde(default)]
         mode: Option<u32>,
     },
     /// A read-only file with the given content.
     BindData {
         dest: PathBuf,
         content: String,
-        #[serde(default)]
         mode: Option<u32>,
     },
     Symlink {
@@ -218,6 +235,7 @@ impl FsOp {
 }
 
 /// Which namespaces to create. user, mount and pid are always created.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Namespaces {
@@ -245,6 +263,7 @@ impl Default for Namespaces {
 }
 
 /// Who the workload is.
+#[non_exhaustive]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Identity {
@@ -260,8 +279,8 @@ pub struct Identity {
     pub host_gid: Option<u32>,
 }
 
-/// A limit value and whether the host must enforce it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// A limit value and whether the host must enforce it (read by `de.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Limit<T> {
     /// A bare value is *required*: fail closed when it cannot be enforced.
@@ -271,6 +290,7 @@ pub enum Limit<T> {
     Detailed(DetailedLimit<T>),
 }
 
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DetailedLimit<T> {
@@ -299,6 +319,11 @@ impl<T> Limit<T> {
             Limit::Detailed(d) => !d.preferred,
         }
     }
+    /// A required limit: fail closed where it cannot be enforced.
+    pub fn required(value: T) -> Self {
+        Limit::Required(value)
+    }
+    /// A preferred limit: reported unenforced where it cannot be enforced.
     pub fn preferred(value: T) -> Self {
         Limit::Detailed(DetailedLimit {
             value,
@@ -308,6 +333,7 @@ impl<T> Limit<T> {
 }
 
 /// Resource limits.
+#[non_exhaustive]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
@@ -325,8 +351,10 @@ pub struct Limits {
     pub output_bytes: Option<ByteSize>,
     /// Size cap of ephemeral overlay uppers (tmp-overlay without a size).
     pub upper_size: Option<ByteSize>,
-    /// Extra rlimits: name (e.g. `nofile`, `fsize`) → value.
-    #[serde(deserialize_with = "load::unique_map")]
+    /// Extra rlimits: name (e.g. `nofile`, `fsize`) → value. Bytes for the
+    /// names in [`SIZE_RLIMITS`] (a profile may write `"1G"`), counts or
+    /// seconds for the others.
+    #[serde(deserialize_with = "load::rlimit_map")]
     pub rlimits: BTreeMap<String, u64>,
     /// Delegated cgroup v2 directory under which the sandbox's leaf is
     /// created (default: hutch's own cgroup when it is delegated).
@@ -334,7 +362,9 @@ pub struct Limits {
 }
 
 /// Bandwidth and IOPS caps on one block device (one `io.max` line). At
-/// least one of the four is set; unset ones stay unlimited.
+/// least one of the four is set; unset ones stay unlimited. Build one with
+/// [`IoMax::new`] and set the caps.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IoMax {
@@ -354,7 +384,21 @@ pub struct IoMax {
     pub wiops: Option<u64>,
 }
 
+impl IoMax {
+    /// No cap yet on `device` (set at least one before validating).
+    pub fn new(device: impl Into<PathBuf>) -> Self {
+        IoMax {
+            device: device.into(),
+            rbps: None,
+            wbps: None,
+            riops: None,
+            wiops: None,
+        }
+    }
+}
+
 /// Confinement of the workload.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Security {
@@ -378,6 +422,7 @@ impl Default for Security {
     }
 }
 
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LandlockPolicy {
@@ -395,9 +440,9 @@ impl Default for LandlockPolicy {
     }
 }
 
-/// Network of the sandbox.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(tag = "mode", rename_all = "kebab-case", deny_unknown_fields)]
+/// Network of the sandbox, tagged by `mode` (read by `de.rs`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
 #[allow(clippy::large_enum_variant)] // one per sandbox; boxing buys nothing
 pub enum Network {
     /// Empty network namespace with `lo` up.
@@ -410,6 +455,7 @@ pub enum Network {
 }
 
 /// Egress policy of the proxy mode.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxyPolicy {
@@ -432,6 +478,7 @@ pub struct ProxyPolicy {
 
 /// Limits of the egress proxy for one sandbox. `None` means the built-in
 /// default (see `docs/egress.md`).
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxyLimits {
@@ -456,3 +503,6 @@ pub struct ProxyLimits {
     /// are counted, not written.
     pub max_audit_bytes: Option<ByteSize>,
 }
+
+#[cfg(test)]
+mod tests;

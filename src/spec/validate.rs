@@ -1,11 +1,19 @@
-//! Semantic validation of a [`Spec`]: every error names the key path.
+//! The Spec's own shape: what serde's types cannot express (versions,
+//! absolute paths, modes, namespaces, NUL bytes). Every error names the key
+//! path. What only the enforcing module knows (seccomp profiles, Landlock
+//! ABIs, capabilities, cgroup ranges, rlimits, egress rules) is checked by
+//! that module, all of them together through `launch::validate`.
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
+use super::load::key_segment;
 use super::{FsOp, Network, SPEC_VERSION, Spec};
 
-/// A profile or Spec that hutch refuses, with the offending key path.
+/// A profile or Spec that hutch refuses, with the offending key path: the
+/// one error type of every validation (`spec`, `confine`, `cgroup`, `net`).
+/// Messages use key paths, never a front end's vocabulary (CLI flags): a
+/// front end maps [`SpecError::path`] to its own names when it prints.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub struct SpecError {
     /// Key path such as `fs[3].dest` (empty for whole-document errors).
@@ -43,7 +51,9 @@ impl fmt::Display for SpecError {
     }
 }
 
-/// Check everything that serde's types cannot express.
+/// Check the Spec's shape (everything serde's types cannot express). This
+/// is not the whole check: launch a Spec through `launch::validate`, which
+/// adds confinement, limits and egress.
 pub fn validate(spec: &Spec) -> Result<(), SpecError> {
     if spec.version != SPEC_VERSION {
         return Err(SpecError::new(
@@ -93,7 +103,7 @@ pub fn validate(spec: &Spec) -> Result<(), SpecError> {
     for key in spec.env.keys() {
         if key.is_empty() || key.contains('=') {
             return Err(SpecError::new(
-                format!("env.{key}"),
+                format!("env.{}", key_segment(key)),
                 "variable names must be non-empty and hold no '='",
             ));
         }
@@ -102,11 +112,6 @@ pub fn validate(spec: &Spec) -> Result<(), SpecError> {
         absolute("cwd", cwd)?;
     }
     validate_limits(spec)?;
-    crate::confine::validate(&spec.security)
-        .map_err(|(key, msg)| SpecError::new(format!("security.{key}"), msg))?;
-    if let Network::Proxy(_) = spec.network {
-        crate::net::validate_spec(spec)?;
-    }
     Ok(())
 }
 
@@ -138,8 +143,6 @@ fn validate_limits(spec: &Spec) -> Result<(), SpecError> {
     if let Some(s) = &l.upper_size {
         positive("limits.upper_size", s.0 as f64)?;
     }
-    crate::cgroup::validate_limits(l)
-        .map_err(|(key, msg)| SpecError::new(format!("limits.{key}"), msg))?;
     Ok(())
 }
 
@@ -267,9 +270,9 @@ fn reject_nul(v: &serde_json::Value, at: String) -> Result<(), SpecError> {
         serde_json::Value::Object(map) => {
             for (k, item) in map {
                 let key_path = if at.is_empty() {
-                    k.clone()
+                    key_segment(k)
                 } else {
-                    format!("{at}.{k}")
+                    format!("{at}.{}", key_segment(k))
                 };
                 if k.contains('\0') {
                     return Err(SpecError::new(key_path, "key contains a NUL byte"));

@@ -3,7 +3,7 @@
 use super::{SysError, check};
 
 /// One classic BPF instruction (`struct sock_filter`).
-pub use seccompiler::sock_filter;
+pub use libc::sock_filter;
 
 #[repr(C)]
 struct SockFprog {

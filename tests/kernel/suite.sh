@@ -4,8 +4,8 @@
 #   suite.sh run MODE   run the tests of MODE (root or user); one line each:
 #                       RESULT MODE/NAME PASS|FAIL|SKIP seconds [why]
 
-ROOT_TESTS="cgroup2_controllers cgroup_module oom_4g_under_2g forkbomb_pids_64 cpus_half timeout_daemons_cleaned landlock_floor spawn_overhead default_profile_on_tmpfs io_max_wbps"
-USER_TESTS="cgroup_delegated cgroup_module oom_small forkbomb_pids_64 cpus_half timeout_daemons_cleaned landlock_floor io_max_wbps"
+ROOT_TESTS="cgroup2_controllers cgroup_module oom_4g_under_2g forkbomb_pids_64 default_pids_cap cpus_half timeout_daemons_cleaned landlock_floor spawn_overhead default_profile_on_tmpfs io_max_wbps"
+USER_TESTS="cgroup_delegated cgroup_module oom_small forkbomb_pids_64 default_pids_cap cpus_half timeout_daemons_cleaned landlock_floor io_max_wbps"
 
 # hutch run with explicit mounts, so that the limit tests do not depend on
 # the workspace overlay (the VM's filesystems are all tmpfs, which has no
@@ -89,6 +89,23 @@ t_forkbomb_pids_64() {
     [ "$(exit_field $W/fb.json reason)" = pids-limit-hit ] || return 1
     forked=$(sed -n 's/forked \([0-9]*\) failed.*/\1/p' $W/fb.out)
     [ -n "$forked" ] && [ "$forked" -lt 64 ] || return 1
+    no_leaves
+}
+
+# The default profile's preferred process cap (4096) is enforced by the
+# leaf's pids.max where the controller is delegated: the fork bomb is
+# refused and the run is reported as pids-limit-hit.
+t_default_pids_cap() {
+    rm -rf $W/pws && mkdir -p $W/pws && chmod 755 $W/pws
+    (cd $W/pws && hutch run --quiet --status-file $W/dpc.json -- vmhelper forkbomb 6000) >$W/dpc.out 2>&1
+    rc=$?
+    cat $W/dpc.out $W/dpc.json
+    echo "rc=$rc"
+    [ $rc = 1 ] || return 1
+    [ "$(exit_field $W/dpc.json reason)" = pids-limit-hit ] || return 1
+    grep -q '"by":"cgroup pids.max","limit":"pids","value":4096' $W/dpc.json || return 1
+    failed=$(sed -n 's/forked [0-9]* failed \([0-9]*\)/\1/p' $W/dpc.out)
+    [ -n "$failed" ] && [ "$failed" -gt 0 ] || return 1
     no_leaves
 }
 

@@ -15,7 +15,7 @@
 //!    decide, anything else decides.
 //!
 //! The semantics are those of the seccompiler-based compiler hutch used
-//! before (see [`super::reference`], the test oracle), plus a stage's
+//! before (see `tests/confine_support/seccomp_reference.rs`, the test oracle), plus a stage's
 //! `unlisted_action`. A syscall costs the prelude, about log2(ranges)
 //! comparisons and, for argument checks, a few instructions; the kernel's
 //! action cache skips the program entirely for syscalls always allowed.
@@ -28,7 +28,7 @@
 
 use std::collections::HashMap;
 
-use seccompiler::sock_filter;
+use crate::sys::sock_filter;
 
 use super::profile::{Condition, Op, Rule, SECCOMP_RET_ALLOW, Stage};
 

@@ -2,13 +2,13 @@
 //! linked BPF program per sandbox. See `seccomp/README.md` for the profiles.
 
 mod codegen;
-mod profile;
-mod reference;
+#[doc(hidden)]
+pub mod profile;
 mod syscalls_x86_64;
 
 use std::path::Path;
 
-use seccompiler::sock_filter;
+use crate::sys::sock_filter;
 use serde::Serialize;
 
 pub use codegen::{MAX_INSTRUCTIONS, X32_SYSCALL_BIT};
@@ -104,19 +104,6 @@ pub fn compile(profile: &str, json: &[u8]) -> Result<CompiledFilter, ProfileErro
         profile: profile.to_string(),
         stages: stages.into_iter().map(|s| s.name).collect(),
         program,
-    })
-}
-
-/// Compile profile text with the seccompiler-based compiler hutch used
-/// before its own generator: a test oracle only (the new compiler must
-/// decide every syscall as this one does). Refuses `unlisted_action`,
-/// which seccompiler's format cannot express.
-#[doc(hidden)]
-pub fn compile_with_seccompiler(json: &[u8]) -> Result<Vec<sock_filter>, ProfileError> {
-    let stages = profile::compile_stages(json)?;
-    reference::link(&stages).map_err(|message| ProfileError {
-        location: String::new(),
-        message,
     })
 }
 

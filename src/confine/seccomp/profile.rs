@@ -1,5 +1,8 @@
 //! Strict loading of a profile in seccompiler's JSON format.
 //!
+//! Public (hidden) only for the test oracle in `tests/confine_support/`,
+//! which compiles the same stages with seccompiler; not a stable API.
+//!
 //! A profile is a JSON object of named filters (seccompiler's format).
 //! hutch runs every filter of the file as one *stage*, in file
 //! order; see [`super::codegen`] for how stages combine. One key is
@@ -18,8 +21,7 @@ use super::syscalls_x86_64::SYSCALLS;
 const MAX_ERRNO: u32 = 4095;
 
 /// One named filter of a profile, checked and resolved to syscall numbers:
-/// what [`super::codegen`] compiles (and [`super::reference`] hands to
-/// seccompiler).
+/// what `codegen` compiles (and the test oracle hands to seccompiler).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stage {
     pub name: String,

@@ -1,8 +1,10 @@
-//! The seccompiler-based compiler hutch used before [`super::codegen`]:
-//! each stage compiled by seccompiler (three instructions per syscall and
-//! linear rule chains), linked into one program behind hutch's architecture
-//! check. Kept only as a test oracle: `tests/confine_codegen.rs` checks that
-//! the new compiler decides every syscall exactly as this one does.
+//! The seccompiler-based compiler hutch used before its own generator
+//! (`src/confine/seccomp/codegen.rs`): each stage compiled by seccompiler
+//! (three instructions per syscall and linear rule chains), linked into one
+//! program behind hutch's architecture check. A test oracle only, outside
+//! the shipped library (seccompiler is a dev-dependency):
+//! `tests/confine_codegen.rs` checks that the new compiler decides every
+//! syscall exactly as this one does.
 //!
 //! Linking: hutch's own prelude kills foreign architectures and x32; each
 //! stage's own architecture check is stripped; every `RET ALLOW` of a stage
@@ -11,17 +13,19 @@
 
 use std::collections::BTreeMap;
 
+use hutch::confine::seccomp::profile::{
+    Op, ProfileError, SECCOMP_RET_ALLOW, Stage, compile_stages,
+};
+use hutch::sys::sock_filter;
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch, sock_filter,
+    SeccompRule, TargetArch,
 };
-
-use super::profile::{Op, SECCOMP_RET_ALLOW, Stage};
 
 /// One stage as seccompiler compiles it.
 struct Compiled {
     name: String,
-    program: BpfProgram,
+    program: Vec<sock_filter>,
     named: Vec<u32>,
     mismatch: u32,
 }
@@ -85,7 +89,11 @@ fn compile_stage(stage: &Stage) -> Result<Compiled, String> {
     let program = BpfProgram::try_from(filter).map_err(|e| format!("{here}: {e}"))?;
     Ok(Compiled {
         name: stage.name.clone(),
-        program,
+        // seccompiler's instruction type, as the one hutch installs.
+        program: program
+            .iter()
+            .map(|i| jump(i.code, i.k, i.jt, i.jf))
+            .collect(),
         named: stage.rules.keys().copied().collect(),
         mismatch: stage.mismatch_action,
     })
@@ -201,10 +209,13 @@ pub fn link(stages: &[Stage]) -> Result<Vec<sock_filter>, String> {
     }
     let check = seccompiler_arch_check();
     for (i, stage) in stages.iter().enumerate() {
-        let body = stage
-            .program
-            .strip_prefix(&check[..])
-            .ok_or_else(|| format!("filter {:?}: unexpected BPF prologue", stage.name))?;
+        let same = |a: &sock_filter, b: &sock_filter| {
+            (a.code, a.jt, a.jf, a.k) == (b.code, b.jt, b.jf, b.k)
+        };
+        let body = match stage.program.split_at_checked(check.len()) {
+            Some((head, body)) if head.iter().zip(&check).all(|(a, b)| same(a, b)) => body,
+            _ => return Err(format!("filter {:?}: unexpected BPF prologue", stage.name)),
+        };
         let last = i + 1 == stages.len();
         for (j, ins) in body.iter().enumerate() {
             let is_allow = ins.code == BPF_RET_K && ins.k == SECCOMP_RET_ALLOW;
@@ -213,7 +224,7 @@ pub fn link(stages: &[Stage]) -> Result<Vec<sock_filter>, String> {
                 let skip = (body.len() - 1 - j) as u32;
                 out.push(stmt(BPF_JMP_JA, skip));
             } else {
-                out.push(ins.clone());
+                out.push(jump(ins.code, ins.k, ins.jt, ins.jf));
             }
         }
         if body.is_empty() && last {
@@ -230,4 +241,15 @@ pub fn link(stages: &[Stage]) -> Result<Vec<sock_filter>, String> {
         ));
     }
     Ok(out)
+}
+
+/// Compile profile text with the seccompiler-based compiler: what
+/// `hutch::confine::seccomp::compile` must agree with. Refuses
+/// `unlisted_action`, which seccompiler's format cannot express.
+pub fn compile_with_seccompiler(json: &[u8]) -> Result<Vec<sock_filter>, ProfileError> {
+    let stages = compile_stages(json)?;
+    link(&stages).map_err(|message| ProfileError {
+        location: String::new(),
+        message,
+    })
 }

@@ -1,0 +1,4 @@
+//! Support for the confinement tests that is not part of the library.
+#![allow(dead_code)]
+
+pub mod seccomp_reference;
