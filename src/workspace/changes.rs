@@ -106,8 +106,9 @@ impl Item {
 
 /// A directory on the walk's stack.
 struct Frame {
-    /// Its path (empty at the root).
-    prefix: Vec<u8>,
+    /// Length of the walk's path buffer at this directory's parent (the
+    /// buffer holds one path, so memory is linear in the depth).
+    parent_len: usize,
     /// Whether it has a part in the upper / in the baseline (each on its
     /// chain); `opaque`: the upper hides the baseline, whose entries not in
     /// the upper are deletions.
@@ -185,18 +186,21 @@ pub fn walk(
     let opaque = is_opaque(upper.current())?;
     let mut skipped = Vec::new();
     let mut stack = vec![Frame {
-        prefix: Vec::new(),
+        parent_len: 0,
         upper: true,
         base: true,
         opaque,
         items: items(Some(upper.current()), Some(base.current()), opaque)?,
     }];
+    // The path of the directory on top of the stack.
+    let mut dir_path: Vec<u8> = Vec::new();
     while let Some(frame) = stack.last_mut() {
         let Some(item) = frame.items.pop() else {
             let done = stack.pop().expect("a frame");
             if stack.is_empty() {
                 break;
             }
+            dir_path.truncate(done.parent_len);
             if done.upper {
                 upper.pop()?;
             }
@@ -212,7 +216,7 @@ pub fn walk(
                 new,
                 special,
             } => {
-                let path = child_path(&frame.prefix, name.as_bytes());
+                let path = child_path(&dir_path, name.as_bytes());
                 if let Some(m) = special {
                     skipped.push(Skipped {
                         path: path.clone(),
@@ -242,7 +246,7 @@ pub fn walk(
                 upper: in_upper,
                 base: in_base,
             } => {
-                let prefix = child_path(&frame.prefix, name.as_bytes());
+                let parent_len = dir_path.len();
                 let parent_opaque = frame.opaque;
                 let mut opaque = parent_opaque;
                 if in_upper {
@@ -257,8 +261,12 @@ pub fn walk(
                     in_base.then(|| base.current()),
                     opaque,
                 )?;
+                if !dir_path.is_empty() {
+                    dir_path.push(b'/');
+                }
+                dir_path.extend_from_slice(name.as_bytes());
                 stack.push(Frame {
-                    prefix,
+                    parent_len,
                     upper: in_upper,
                     base: in_base,
                     opaque,

@@ -263,7 +263,8 @@ impl Read for ExactReader<'_> {
 
 /// A directory of the merged view being walked.
 struct Frame {
-    prefix: Vec<u8>,
+    /// Length of the walk's path buffer at this directory's parent.
+    parent_len: usize,
     /// Whether it has a part on the upper / baseline chain.
     upper: bool,
     base: bool,
@@ -496,12 +497,14 @@ impl Exporter<'_> {
 
     /// Export the tree below the merged directory the chains are at.
     fn tree(&mut self, prefix: Vec<u8>, upper: bool, base: bool) -> Result<()> {
+        // One path buffer for the walk: memory linear in the depth.
+        let mut dir_path = prefix;
         let items = merged_items(
             upper.then(|| self.upper.current()),
             base.then(|| self.base.current()),
         )?;
         let mut stack = vec![Frame {
-            prefix,
+            parent_len: 0,
             upper,
             base,
             items,
@@ -512,6 +515,7 @@ impl Exporter<'_> {
                 if stack.is_empty() {
                     break;
                 }
+                dir_path.truncate(done.parent_len);
                 if done.upper {
                     self.upper.pop()?;
                 }
@@ -520,7 +524,7 @@ impl Exporter<'_> {
                 }
                 continue;
             };
-            let path = child_path(&frame.prefix, name.as_bytes());
+            let path = child_path(&dir_path, name.as_bytes());
             let base_visible = frame.base;
             if !meta.is_dir() {
                 self.add_leaf(&path, &name, &meta, in_upper)?;
@@ -537,8 +541,10 @@ impl Exporter<'_> {
                 up.then(|| self.upper.current()),
                 down.then(|| self.base.current()),
             )?;
+            let parent_len = dir_path.len();
+            dir_path = path;
             stack.push(Frame {
-                prefix: path,
+                parent_len,
                 upper: up,
                 base: down,
                 items,

@@ -178,42 +178,88 @@ fn changed(path: &[u8]) -> WorkspaceError {
     }
 }
 
-/// What one pass over a side tells.
+/// What a pass over a side tells (only what the format needs is
+/// computed: hashing is not free on gigabytes of hardlinks).
+#[derive(Default)]
 struct Summary {
+    /// git's blob id (unified diffs).
     oid: String,
+    /// sha256 (JSON).
     sha256: [u8; 32],
     binary: bool,
     /// Lines as a unified diff counts them (a last line without newline
-    /// counts).
+    /// counts); only for text too large to diff in memory.
     lines: u64,
 }
 
-fn summarize(side: Option<&Side>, path: &[u8]) -> Result<Option<Summary>> {
+/// A unified diff needs git blob ids.
+const PATCH_WANT: Want = Want {
+    oid: true,
+    sha256: false,
+};
+
+/// What to compute in [`summarize`].
+#[derive(Clone, Copy)]
+struct Want {
+    oid: bool,
+    sha256: bool,
+}
+
+fn summarize(side: Option<&Side>, path: &[u8], want: Want) -> Result<Option<Summary>> {
     let Some(side) = side else { return Ok(None) };
+    // The binary probe first: it decides whether lines are counted.
+    let binary = match side {
+        Side::Link { target } => target[..target.len().min(BINARY_PROBE as usize)].contains(&0),
+        Side::File { file, size, .. } => {
+            let mut probe = vec![0u8; (*size).min(BINARY_PROBE) as usize];
+            let mut done = 0;
+            while done < probe.len() {
+                let n = file
+                    .read_at(&mut probe[done..], done as u64)
+                    .map_err(|e| WorkspaceError::io(format!("read {}", display_name(path)), e))?;
+                if n == 0 {
+                    return Err(changed(path));
+                }
+                done += n;
+            }
+            probe.contains(&0)
+        }
+    };
+    let count_lines = !binary && side.size() > TEXT_DIFF_MAX_BYTES;
+    let mut summary = Summary {
+        binary,
+        ..Summary::default()
+    };
+    if !(want.oid || want.sha256 || count_lines) {
+        return Ok(Some(summary));
+    }
     let mut sha1 = Sha1::new();
     sha1.update(format!("blob {}\0", side.size()).as_bytes());
     let mut sha256 = Sha256::new();
-    let (mut seen, mut binary, mut newlines, mut last) = (0u64, false, 0u64, b'\n');
+    let (mut newlines, mut last) = (0u64, b'\n');
     side.chunks(path, &mut |c| {
-        sha1.update(c);
-        sha256.update(c);
-        if seen < BINARY_PROBE {
-            let probe = &c[..c.len().min((BINARY_PROBE - seen) as usize)];
-            binary |= probe.contains(&0);
+        if want.oid {
+            sha1.update(c);
         }
-        seen += c.len() as u64;
-        newlines += c.iter().filter(|&&b| b == b'\n').count() as u64;
-        if let Some(&b) = c.last() {
-            last = b;
+        if want.sha256 {
+            sha256.update(c);
+        }
+        if count_lines {
+            newlines += c.iter().filter(|&&b| b == b'\n').count() as u64;
+            if let Some(&b) = c.last() {
+                last = b;
+            }
         }
         Ok(())
     })?;
-    Ok(Some(Summary {
-        oid: hex::encode(sha1.finalize()),
-        sha256: sha256.finalize().into(),
-        binary,
-        lines: newlines + u64::from(last != b'\n'),
-    }))
+    if want.oid {
+        summary.oid = hex::encode(sha1.finalize());
+    }
+    if want.sha256 {
+        summary.sha256 = sha256.finalize().into();
+    }
+    summary.lines = newlines + u64::from(count_lines && last != b'\n');
+    Ok(Some(summary))
 }
 
 /// Whether two sides of equal size hold the same bytes (compared, not
@@ -519,8 +565,22 @@ impl Renderer {
             },
             DiffFormat::Stat => {
                 let (so, sn) = (
-                    summarize(old.as_ref(), c.path)?,
-                    summarize(new.as_ref(), c.path)?,
+                    summarize(
+                        old.as_ref(),
+                        c.path,
+                        Want {
+                            oid: false,
+                            sha256: false,
+                        },
+                    )?,
+                    summarize(
+                        new.as_ref(),
+                        c.path,
+                        Want {
+                            oid: false,
+                            sha256: false,
+                        },
+                    )?,
                 );
                 let stat = self.stat(c.path, old.as_ref(), new.as_ref(), &so, &sn)?;
                 // Its line is at least the name and the bar.
@@ -584,7 +644,10 @@ impl Renderer {
         old: Option<&Side>,
         new: Option<&Side>,
     ) -> Result<()> {
-        let (so, sn) = (summarize(old, path)?, summarize(new, path)?);
+        let (so, sn) = (
+            summarize(old, path, PATCH_WANT)?,
+            summarize(new, path, PATCH_WANT)?,
+        );
         let limit = self.limit;
         let spool = match part {
             Part::Deletions => &mut self.deletions,
@@ -606,7 +669,11 @@ impl Renderer {
     }
 
     fn json_entry(&mut self, path: &[u8], old: Option<&Side>, new: Option<&Side>) -> Result<()> {
-        let (so, sn) = (summarize(old, path)?, summarize(new, path)?);
+        let want = Want {
+            oid: false,
+            sha256: true,
+        };
+        let (so, sn) = (summarize(old, path, want)?, summarize(new, path, want)?);
         let stat = self.stat(path, old, new, &so, &sn)?;
         let status = match (old, new) {
             (None, _) => "added",
