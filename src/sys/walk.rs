@@ -182,7 +182,7 @@ pub fn list_dir(fd: BorrowedFd<'_>) -> Result<Vec<CString>, SysError> {
     Ok(names)
 }
 
-/// unlinkat(dir, name, [AT_REMOVEDIR]): removes a link itself, never its target.
+/// `unlinkat(dir, name, [AT_REMOVEDIR])`: removes a link itself, never its target.
 pub fn unlink_at(dir: BorrowedFd<'_>, name: &CStr, is_dir: bool) -> Result<(), SysError> {
     let flags = if is_dir {
         AtFlags::REMOVEDIR

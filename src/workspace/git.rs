@@ -16,6 +16,13 @@
 //! `-c`), replace refs and lazy fetches of partial clones disabled, and
 //! every transport protocol forbidden.
 //!
+//! What hutch itself reads of the repository (finding the git directory)
+//! is in `repo.rs`: beneath the repository, no symlink, non-blocking,
+//! regular files only, capped, never echoed. The listing carries sizes
+//! (`ls-tree -l`), so the import caps ([`ImportLimits`](crate::workspace::ImportLimits)) are checked before
+//! any blob is fetched, and each step's output is cut (`head`) to what the
+//! caps allow, so a tree bomb cannot fill the state directory.
+//!
 //! Policy (like the platform that asked for sessions): commits with
 //! submodules (mode 160000), tracked symlinks (120000) or
 //! `export-ignore`/`export-subst` attributes are refused unless allowed.

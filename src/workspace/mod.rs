@@ -41,6 +41,9 @@ pub use manifest::{Manifest, ManifestEntry, fingerprint};
 pub use quote::{display_name, git_quote};
 pub use relpath::{RelPath, WORKSPACE_DIR};
 pub use render::{DiffFormat, TEXT_DIFF_MAX_BYTES, diff, git_oid};
+/// The repository metadata reader (public for the fuzzers).
+#[doc(hidden)]
+pub use repo::{GitDir, METADATA_MAX_BYTES, RepoDir};
 pub use run::{
     AUDIT_CAPTURE_BYTES, AUDIT_EGRESS_MAX_BYTES, AUDIT_EGRESS_MAX_LINES, EgressSummary, RunRecord,
 };

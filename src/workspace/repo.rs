@@ -201,6 +201,9 @@ impl RepoDir {
     /// `REPO` itself when bare; then, for a linked worktree's git dir (it
     /// has a `commondir`), its common directory.
     pub fn git_dir(&self) -> Result<GitDir> {
+        // Paths read from a metadata file are its content: errors about
+        // them name the file they came from, never the path itself.
+        let mut named_by: Option<&'static [u8]> = None;
         let gitdir: Vec<u8> = match self.lstat(b".git")? {
             Some(m) if m.is_dir() => b".git".to_vec(),
             Some(m) if m.is_file() => {
@@ -211,6 +214,7 @@ impl RepoDir {
                     .ok_or_else(|| {
                         git_err(format!("{} is not a gitdir file", self.shown(b".git")))
                     })?;
+                named_by = Some(b".git");
                 self.relative_target(b"", target, b".git")?
             }
             Some(m) if m.is_symlink() => {
@@ -237,21 +241,43 @@ impl RepoDir {
                 Vec::new()
             }
         };
+        let opaque = |named_by: Option<&[u8]>, e: WorkspaceError| match named_by {
+            Some(file) => git_err(format!(
+                "{} names no usable git directory beneath {} (missing, outside it, through a symlink, or not a directory)",
+                self.shown(file),
+                self.path.display()
+            )),
+            None => e,
+        };
         let mut commondir_file = gitdir.clone();
         if !commondir_file.is_empty() {
             commondir_file.push(b'/');
         }
         commondir_file.extend_from_slice(b"commondir");
-        let common = match self.read_small(&commondir_file)? {
+        let common = match self
+            .read_small(&commondir_file)
+            .map_err(|e| opaque(named_by, e))?
+        {
             Some(text) => {
                 let target = text.strip_suffix(b"\n").unwrap_or(&text);
-                self.relative_target(&gitdir, target, &commondir_file)?
+                if named_by.is_none() {
+                    named_by = Some(if gitdir.is_empty() {
+                        b"commondir"
+                    } else {
+                        b".git/commondir"
+                    });
+                }
+                self.relative_target(&gitdir, target, &commondir_file)
+                    .map_err(|e| opaque(named_by, e))?
             }
             None => gitdir,
         };
         let fd = self
-            .open_rel(&common, libc::O_PATH | libc::O_DIRECTORY)?
-            .ok_or_else(|| git_err(format!("{} does not exist", self.shown(&common))))?;
+            .open_rel(&common, libc::O_PATH | libc::O_DIRECTORY)
+            .and_then(|fd| {
+                fd.ok_or_else(|| git_err(format!("{} does not exist", self.shown(&common))))
+            })
+            .map_err(|e| opaque(named_by, e))?;
         let meta = sys::fstat(fd.as_fd())?;
         // The host path of exactly the directory opened (no `..`, no link).
         let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
