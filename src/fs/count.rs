@@ -1,9 +1,10 @@
 //! Counting what a workload wrote into an overlay upper directory.
 //!
-//! The upper is attacker-written: the walk goes through directory fds with
-//! `RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS` and `O_NOFOLLOW`, never follows a
-//! link, never opens anything but directories, and stops at an entry
-//! bound. It is iterative over a [`DirChain`], so stack and open fds stay
+//! The upper is attacker-written: the walk goes through directory fds, one
+//! name at a time with `O_NOFOLLOW|O_DIRECTORY` (plain `openat`: it runs in
+//! the sandbox's init, whose seccomp filter has no `openat2`), never
+//! follows a link, never opens anything but directories, and stops at an
+//! entry bound. It is iterative over a [`DirChain`], so stack and open fds stay
 //! bounded whatever the depth.
 
 use std::ffi::CString;
@@ -18,7 +19,7 @@ pub const MAX_COUNT: u64 = 10_000_000;
 /// (files, links, whiteouts, special files) and every empty directory.
 /// A directory that cannot be read counts as one path.
 pub fn changed_paths(upper: BorrowedFd<'_>) -> u64 {
-    let Ok(root) = sys::open_dir_beneath(upper, c".") else {
+    let Ok(root) = upper.try_clone_to_owned() else {
         return 0;
     };
     let Ok(mut chain) = DirChain::new(root) else {
@@ -56,8 +57,8 @@ pub fn changed_paths(upper: BorrowedFd<'_>) -> u64 {
             count += 1;
             continue;
         }
-        let entered = chain
-            .push(&name)
+        let entered = sys::open_dir_child(chain.current(), &name)
+            .and_then(|fd| chain.push_fd(fd))
             .and_then(|()| sys::list_dir(chain.current()));
         match entered {
             Ok(names) => pending.push((names, false)),
@@ -107,10 +108,12 @@ mod tests {
             fd = sys::open_dir_beneath(fd.as_fd(), c"d").unwrap();
         }
         sys::mkdirat(fd.as_fd(), c"leaf", 0o755).unwrap();
+        sys::mkfifo_at(fd.as_fd(), c"fifo", 0o644).unwrap();
         drop(fd);
         let dir = std::fs::File::open(&tmp).unwrap();
-        // The only change is the empty directory at the bottom.
-        assert_eq!(changed_paths(dir.as_fd()), 1);
+        // The changes are the empty directory and the FIFO at the bottom
+        // (a depth bound would count the chain as one).
+        assert_eq!(changed_paths(dir.as_fd()), 2);
         std::process::Command::new("rm")
             .arg("-rf")
             .arg(&tmp)

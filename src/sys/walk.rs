@@ -96,6 +96,32 @@ pub fn open_dir_beneath(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Sys
     )
 }
 
+/// Open the directory `name` directly below `dir` with plain `openat`
+/// (`O_NOFOLLOW|O_DIRECTORY`), for code under a seccomp filter without
+/// `openat2` (the sandbox's init). Safe for one component only: `name`
+/// must not contain `/` (refused with EINVAL), so nothing is traversed and
+/// a symlink fails with ELOOP/ENOTDIR.
+pub fn open_dir_child(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, SysError> {
+    if name.to_bytes().contains(&b'/') || name.to_bytes() == b".." {
+        return Err(SysError::new(
+            format!("openat({}, {}): not a single name", fdn(dir), q(name)),
+            Errno::EINVAL,
+        ));
+    }
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        err(
+            format!("openat({}, {}, O_DIRECTORY|O_NOFOLLOW)", fdn(dir), q(name)),
+            e,
+        )
+    })
+}
+
 /// Open `name` below `dir` with `flags` (O_NOFOLLOW is always added).
 pub fn open_beneath(
     dir: BorrowedFd<'_>,
