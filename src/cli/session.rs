@@ -7,28 +7,155 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 
 use crate::spec::{ByteSize, Duration};
-use crate::workspace::{CreateOptions, DiffFormat, ExportOptions, GitPolicy, Source, StateDir};
+use crate::workspace::{
+    CreateOptions, DiffFormat, ExportOptions, GitPolicy, ImportLimits, Source, StateDir,
+};
 
 const USAGE: &str = "usage: hutch session [--state-dir DIR] [--wait] COMMAND ...
-  create --from DIR | --from-git REPO --rev COMMIT [--allow-submodules]
-         [--allow-symlinks] [--allow-export-attributes] [--expect-fingerprint HEX]
-         [--deadline DUR] [--max-commands N]          prints the session id
-  run ID [hutch run options, e.g. --timeout, --status-file, --allow-host] -- CMD...
-  read ID PATH [--max-bytes N]                        (default 1M)
-  write ID PATH [--max-bytes N] < DATA                (default 16M)
+  create --from DIR | --from-git REPO --rev COMMIT [options]   prints the session id
+  run ID [hutch run options] -- CMD...
+  read ID PATH [--max-bytes N]
+  write ID PATH [--max-bytes N] < DATA
   diff ID [--format unified|json|stat] [--max-bytes N]
-  export ID --out FILE.zip|FILE.tar [--patch] [--max-bytes N] [--max-file-bytes N] PATH...
+  export ID --out FILE.zip|FILE.tar [--patch] [caps] PATH...
   close ID
   list
-  gc --older-than DUR";
+  gc --older-than DUR
+`hutch session COMMAND --help` describes one command.";
+
+/// The help of each subcommand (`hutch session COMMAND --help`).
+const HELP: &[(&str, &str)] = &[
+    (
+        "create",
+        "usage: hutch session create (--from DIR | --from-git REPO --rev COMMIT) [options]
+Import a baseline and print the new session's id.
+  --from DIR                  copy a host directory (a top-level .git is skipped)
+  --from-git REPO --rev ID    export a full commit id of a git repository
+  --allow-submodules          keep submodules (as empty directories)
+  --allow-symlinks            keep tracked symlinks (as links)
+  --allow-export-attributes   accept export-ignore/export-subst attributes
+  --expect-fingerprint HEX    refuse any other baseline
+  --deadline DUR              no command runs past this (e.g. 2h)
+  --max-commands N            number of commands the session may run
+Import caps (exceeding one refuses the import whole, nothing is kept):
+  --max-files N               entries: files, links, directories (default 1000000)
+  --max-bytes SIZE            all file contents (default 16G)
+  --max-file-bytes SIZE       the largest file (default 4G)
+  --max-depth N               path components (default 512)
+  --max-path-bytes N          bytes of the longest path (default 4096)",
+    ),
+    (
+        "run",
+        "usage: hutch session run ID [hutch run options] -- CMD...
+Run CMD in a fresh sandbox whose /workspace (and cwd) is the session's
+workspace. Takes the options of `hutch run` (e.g. --timeout, --status-file,
+--allow-host), except --workspace, --changes and --bare. Exits with CMD's status.",
+    ),
+    (
+        "read",
+        "usage: hutch session read ID PATH [--max-bytes N]
+Print the regular file PATH of the workspace (links are not followed).
+  --max-bytes N   fail when the file is larger (default 1M)",
+    ),
+    (
+        "write",
+        "usage: hutch session write ID PATH [--max-bytes N] < DATA
+Replace (or create) the file PATH of the workspace with stdin, creating its
+parent directories.
+  --max-bytes N   fail, writing nothing, when stdin is longer (default 16M)",
+    ),
+    (
+        "diff",
+        "usage: hutch session diff ID [--format unified|json|stat] [--max-bytes N]
+Print the changes of the workspace against its baseline.
+  --format F      unified (default, applies with git apply), json or stat
+  --max-bytes N   fail, printing nothing, when the output would be longer",
+    ),
+    (
+        "export",
+        "usage: hutch session export ID --out FILE.zip|FILE.tar [options] PATH...
+Write the named workspace paths (directories recursively) and a manifest
+into an archive; print the manifest.
+  --patch                also add the unified diff as .hutch/changes.patch
+  --max-bytes SIZE       all contents and names (default 1G)
+  --max-file-bytes SIZE  one file (default 256M)
+  --max-entries N        entries (default 100000)",
+    ),
+    (
+        "close",
+        "usage: hutch session close ID
+Remove the session and everything in it (closing a closed session succeeds).",
+    ),
+    (
+        "list",
+        "usage: hutch session list
+Print one JSON line per session.",
+    ),
+    (
+        "gc",
+        "usage: hutch session gc --older-than DUR
+Remove sessions unused for DUR (e.g. 1d) and leftovers of interrupted
+creates and closes; print the removed ids. An entry that cannot be removed
+is reported on stderr (exit 125) after all others were tried.",
+    ),
+];
 
 /// Exit code when hutch itself fails.
 const EXIT_FAILURE: i32 = 125;
+
+/// Exit status when the reader of stdout went away: what a shell reports
+/// for a writer ended by SIGPIPE (128 + 13).
+const EXIT_STDOUT_CLOSED: i32 = 141;
+
+/// Stdout was closed by its reader (e.g. `hutch session diff | head`):
+/// not a failure to report, the end of the output.
+#[derive(Debug, thiserror::Error)]
+#[error("stdout was closed")]
+struct StdoutClosed;
+
+/// Write all of `data` to stdout.
+fn out(data: &[u8]) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(data).and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        Err(e) => Err(anyhow::Error::new(e).context("write to stdout")),
+    }
+}
+
+/// Write `line` and a newline to stdout.
+fn out_line(line: &str) -> Result<()> {
+    out(format!("{line}\n").as_bytes())
+}
+
+/// Stdout for streaming writers: a closed pipe becomes [`StdoutClosed`]
+/// in the error chain (see [`is_stdout_closed`]).
+struct Stdout;
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        std::io::stdout().lock().write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stdout().lock().flush()
+    }
+}
+
+fn is_stdout_closed(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.is::<StdoutClosed>()
+            || c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<crate::workspace::WorkspaceError>()
+                .is_some_and(|w| w.is_broken_pipe())
+    })
+}
 
 /// Entry point of `hutch session`.
 pub fn main(args: Vec<OsString>) -> i32 {
     match run(args) {
         Ok(code) => code,
+        Err(e) if is_stdout_closed(&e) => EXIT_STDOUT_CLOSED,
         Err(e) => {
             eprintln!("hutch session: {e:#}");
             EXIT_FAILURE
@@ -62,6 +189,11 @@ impl Args {
             .map(|b| b.0)
             .map_err(|e| anyhow::anyhow!("{flag}: {e}"))
     }
+    fn count(&mut self, flag: &str) -> Result<u64> {
+        let n = self.string(flag)?;
+        n.parse::<u64>()
+            .with_context(|| format!("{flag}: {n:?} is not a count"))
+    }
     fn duration(&mut self, flag: &str) -> Result<std::time::Duration> {
         let v = self.string(flag)?;
         Duration::parse(&v)
@@ -90,7 +222,7 @@ fn run(args: Vec<OsString>) -> Result<i32> {
             Some("--state-dir") => state_dir = Some(a.value("--state-dir")?.into()),
             Some("--wait") => wait = true,
             Some("-h" | "--help") => {
-                println!("{USAGE}");
+                out_line(USAGE)?;
                 return Ok(0);
             }
             Some(c) => break c.to_string(),
@@ -113,6 +245,18 @@ fn run(args: Vec<OsString>) -> Result<i32> {
             }
             _ => rest.push(arg),
         }
+    }
+    // `COMMAND --help` (before any `--`) answers without a state directory.
+    let before_dashes = rest.iter().take_while(|r| *r != "--");
+    if before_dashes
+        .into_iter()
+        .any(|r| r == "--help" || r == "-h")
+    {
+        let Some((_, help)) = HELP.iter().find(|(c, _)| *c == command) else {
+            bail!("unknown session command {command:?}\n{USAGE}");
+        };
+        out_line(help)?;
+        return Ok(0);
     }
     let state_path = state_dir.unwrap_or_else(StateDir::default_path);
     let state_path = if state_path.is_relative() {
@@ -156,6 +300,7 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
     let mut expect = None;
     let mut deadline = None;
     let mut max_commands = None;
+    let mut limits = ImportLimits::default();
     while let Some(arg) = a.next() {
         match arg.to_str() {
             Some("--from") => from = Some(a.value("--from")?.into()),
@@ -166,12 +311,13 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
             Some("--allow-export-attributes") => policy.allow_export_attributes = true,
             Some("--expect-fingerprint") => expect = Some(a.string("--expect-fingerprint")?),
             Some("--deadline") => deadline = Some(a.duration("--deadline")?),
-            Some("--max-commands") => {
-                let n = a.string("--max-commands")?;
-                max_commands = Some(
-                    n.parse::<u64>()
-                        .with_context(|| format!("--max-commands: {n:?} is not a count"))?,
-                );
+            Some("--max-commands") => max_commands = Some(a.count("--max-commands")?),
+            Some("--max-files") => limits.max_files = a.count("--max-files")?,
+            Some("--max-bytes") => limits.max_bytes = a.size("--max-bytes")?,
+            Some("--max-file-bytes") => limits.max_file_bytes = a.size("--max-file-bytes")?,
+            Some("--max-depth") => limits.max_depth = a.count("--max-depth")? as usize,
+            Some("--max-path-bytes") => {
+                limits.max_path_bytes = a.count("--max-path-bytes")? as usize
             }
             _ => bail!("create: unexpected argument {arg:?}"),
         }
@@ -193,9 +339,10 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
         expect_fingerprint: expect,
         deadline,
         max_commands,
+        limits,
     };
     let session = state.create(&opts)?;
-    println!("{}", session.id());
+    out_line(session.id())?;
     Ok(0)
 }
 
@@ -212,9 +359,7 @@ fn read(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     }
     let path = path.context("read: missing PATH")?;
     let data = state.open_session(&id)?.with_wait(wait).read(&path, max)?;
-    std::io::stdout()
-        .write_all(&data)
-        .context("write to stdout")?;
+    out(&data)?;
     Ok(0)
 }
 
@@ -251,10 +396,10 @@ fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
             _ => bail!("diff: unexpected argument {arg:?}"),
         }
     }
-    let (out, skipped) = state.open_session(&id)?.with_wait(wait).diff(format, max)?;
-    std::io::stdout()
-        .write_all(&out)
-        .context("write to stdout")?;
+    let skipped = state
+        .open_session(&id)?
+        .with_wait(wait)
+        .diff_to(format, max, &mut Stdout)?;
     for s in skipped {
         eprintln!(
             "hutch session: {} is a {} and is not part of the diff",
@@ -277,6 +422,7 @@ fn export(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
             Some("--patch") => patch = true,
             Some("--max-bytes") => opts.max_total_bytes = a.size("--max-bytes")?,
             Some("--max-file-bytes") => opts.max_file_bytes = a.size("--max-file-bytes")?,
+            Some("--max-entries") => opts.max_entries = a.count("--max-entries")? as usize,
             Some("--") => paths.extend(a.rest().into_iter().map(PathBuf::from)),
             _ => paths.push(PathBuf::from(arg)),
         }
@@ -285,11 +431,10 @@ fn export(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     if paths.is_empty() && !patch {
         bail!("export: name at least one PATH (or --patch)");
     }
-    let manifest = state
+    state
         .open_session(&id)?
         .with_wait(wait)
-        .export(&out, &paths, patch, &opts)?;
-    println!("{}", serde_json::to_string_pretty(&manifest)?);
+        .export_with_manifest(&out, &paths, patch, &opts, &mut Stdout)?;
     Ok(0)
 }
 
@@ -306,7 +451,7 @@ fn close(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
 
 fn list(state: &StateDir) -> Result<i32> {
     for info in state.list()? {
-        println!("{}", serde_json::to_string(&info)?);
+        out(&crate::workspace::json_line(&info)?)?;
     }
     Ok(0)
 }
@@ -320,10 +465,18 @@ fn gc(state: &StateDir, a: &mut Args) -> Result<i32> {
         }
     }
     let older = older.context("gc needs --older-than DUR (e.g. 1d)")?;
-    for id in state.gc(older)? {
-        println!("{id}");
+    let report = state.gc(older)?;
+    for id in &report.removed {
+        out_line(id)?;
     }
-    Ok(0)
+    for (name, e) in &report.failed {
+        eprintln!("hutch session: gc: could not remove {name}: {e}");
+    }
+    Ok(if report.failed.is_empty() {
+        0
+    } else {
+        EXIT_FAILURE
+    })
 }
 
 /// Options of `hutch run` that make no sense in a session (the session

@@ -1,84 +1,78 @@
 //! Counting what a workload wrote into an overlay upper directory.
 //!
-//! The upper is attacker-written: the walk goes through directory fds with
-//! `O_NOFOLLOW`, never follows a link, never opens anything but
-//! directories, and stops at a depth and an entry bound.
+//! The upper is attacker-written: the walk goes through directory fds, one
+//! name at a time with `O_NOFOLLOW|O_DIRECTORY` (plain `openat`: it runs in
+//! the sandbox's init, whose seccomp filter has no `openat2`), never
+//! follows a link, never opens anything but directories, and stops at an
+//! entry bound. It is iterative over a [`DirChain`], so stack and open fds stay
+//! bounded whatever the depth.
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::ffi::CString;
+use std::os::fd::BorrowedFd;
 
-use nix::dir::{Dir, Type};
-use nix::fcntl::OFlag;
-use nix::sys::stat::Mode;
+use crate::sys::{self, DirChain};
 
-/// Deepest directory level visited.
-const MAX_DEPTH: usize = 256;
 /// Counting stops here (the result is then a lower bound).
 pub const MAX_COUNT: u64 = 10_000_000;
 
 /// Paths changed under an upper directory: every non-directory entry
 /// (files, links, whiteouts, special files) and every empty directory.
+/// A directory that cannot be read counts as one path.
 pub fn changed_paths(upper: BorrowedFd<'_>) -> u64 {
-    let Ok(dir) = Dir::openat(
-        upper,
-        ".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    ) else {
+    let Ok(root) = upper.try_clone_to_owned() else {
         return 0;
     };
-    let mut count = 0;
-    walk(dir, 0, &mut count);
-    count
-}
-
-fn walk(mut dir: Dir, depth: usize, count: &mut u64) -> bool {
-    let mut entries = 0u64;
-    let names: Vec<(std::ffi::CString, Option<Type>)> = dir
-        .iter()
-        .filter_map(Result::ok)
-        .filter(|e| !matches!(e.file_name().to_bytes(), b"." | b".."))
-        .map(|e| (e.file_name().to_owned(), e.file_type()))
-        .collect();
-    for (name, kind) in names {
-        entries += 1;
-        if *count >= MAX_COUNT {
-            return true;
+    let Ok(mut chain) = DirChain::new(root) else {
+        return 0;
+    };
+    let Ok(names) = sys::list_dir(chain.current()) else {
+        return 0;
+    };
+    let mut count = 0u64;
+    // Names left per level, and whether the level's directory had entries.
+    let mut pending: Vec<(Vec<CString>, bool)> = vec![(names, false)];
+    while let Some((names, _)) = pending.last_mut() {
+        if count >= MAX_COUNT {
+            break;
         }
-        let is_dir = match kind {
-            Some(Type::Directory) => true,
-            Some(_) => false,
-            None => nix::sys::stat::fstatat(
-                dir.as_fd(),
-                name.as_c_str(),
-                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-            )
-            .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
-            .unwrap_or(false),
-        };
-        if !is_dir {
-            *count += 1;
-            continue;
-        }
-        if depth >= MAX_DEPTH {
-            *count += 1;
-            continue;
-        }
-        match Dir::openat(
-            dir.as_fd(),
-            name.as_c_str(),
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(child) => {
-                if !walk(child, depth + 1, count) {
-                    // An empty directory is a change of its own.
-                    *count += 1;
-                }
+        let Some(name) = names.pop() else {
+            let (_, had_entries) = pending.pop().expect("a level");
+            if pending.is_empty() {
+                break;
             }
-            Err(_) => *count += 1,
+            if !had_entries {
+                // An empty directory is a change of its own.
+                count += 1;
+            }
+            if chain.pop().is_err() {
+                break;
+            }
+            continue;
+        };
+        if let Some(level) = pending.last_mut() {
+            level.1 = true;
+        }
+        let is_dir = sys::lstat_at(chain.current(), &name).is_ok_and(|m| m.is_dir());
+        if !is_dir {
+            count += 1;
+            continue;
+        }
+        let entered = sys::open_dir_child(chain.current(), &name)
+            .and_then(|fd| chain.push_fd(fd))
+            .and_then(|()| sys::list_dir(chain.current()));
+        match entered {
+            Ok(names) => pending.push((names, false)),
+            Err(_) => {
+                // Entered but unreadable: leave it again.
+                let entered_anyway = chain.depth() == pending.len();
+                if entered_anyway && chain.pop().is_err() {
+                    break;
+                }
+                count += 1;
+            }
         }
     }
-    entries > 0
+    count
 }
 
 #[cfg(test)]
@@ -98,5 +92,32 @@ mod tests {
         let dir = std::fs::File::open(&tmp).unwrap();
         assert_eq!(changed_paths(dir.as_fd()), 4);
         std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn deep_trees_are_counted_with_few_fds() {
+        let tmp = std::env::temp_dir().join(format!("hutch-count-deep-{}", std::process::id()));
+        let _ = std::process::Command::new("rm")
+            .arg("-rf")
+            .arg(&tmp)
+            .status();
+        std::fs::create_dir_all(&tmp).unwrap();
+        let mut fd = sys::open_dir_path(&tmp).unwrap();
+        for _ in 0..3000 {
+            sys::mkdirat(fd.as_fd(), c"d", 0o755).unwrap();
+            fd = sys::open_dir_beneath(fd.as_fd(), c"d").unwrap();
+        }
+        sys::mkdirat(fd.as_fd(), c"leaf", 0o755).unwrap();
+        sys::mkfifo_at(fd.as_fd(), c"fifo", 0o644).unwrap();
+        drop(fd);
+        let dir = std::fs::File::open(&tmp).unwrap();
+        // The changes are the empty directory and the FIFO at the bottom
+        // (a depth bound would count the chain as one).
+        assert_eq!(changed_paths(dir.as_fd()), 2);
+        std::process::Command::new("rm")
+            .arg("-rf")
+            .arg(&tmp)
+            .status()
+            .unwrap();
     }
 }

@@ -4,7 +4,7 @@
 //! `O_NOFOLLOW`, so no path string is ever re-walked and no link followed.
 
 use std::ffi::{CStr, CString};
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, XattrFlags};
@@ -96,6 +96,32 @@ pub fn open_dir_beneath(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Sys
     )
 }
 
+/// Open the directory `name` directly below `dir` with plain `openat`
+/// (`O_NOFOLLOW|O_DIRECTORY`), for code under a seccomp filter without
+/// `openat2` (the sandbox's init). Safe for one component only: `name`
+/// must not contain `/` (refused with EINVAL), so nothing is traversed and
+/// a symlink fails with ELOOP/ENOTDIR.
+pub fn open_dir_child(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, SysError> {
+    if name.to_bytes().contains(&b'/') || name.to_bytes() == b".." {
+        return Err(SysError::new(
+            format!("openat({}, {}): not a single name", fdn(dir), q(name)),
+            Errno::EINVAL,
+        ));
+    }
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        err(
+            format!("openat({}, {}, O_DIRECTORY|O_NOFOLLOW)", fdn(dir), q(name)),
+            e,
+        )
+    })
+}
+
 /// Open `name` below `dir` with `flags` (O_NOFOLLOW is always added).
 pub fn open_beneath(
     dir: BorrowedFd<'_>,
@@ -182,7 +208,7 @@ pub fn list_dir(fd: BorrowedFd<'_>) -> Result<Vec<CString>, SysError> {
     Ok(names)
 }
 
-/// unlinkat(dir, name, [AT_REMOVEDIR]): removes a link itself, never its target.
+/// `unlinkat(dir, name, [AT_REMOVEDIR])`: removes a link itself, never its target.
 pub fn unlink_at(dir: BorrowedFd<'_>, name: &CStr, is_dir: bool) -> Result<(), SysError> {
     let flags = if is_dir {
         AtFlags::REMOVEDIR
@@ -282,4 +308,150 @@ pub fn chmod_dir_beneath(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<
     let path = super::fd_path(fd.as_raw_fd());
     rustix::fs::chmod(path.as_c_str(), Mode::from_raw_mode(mode))
         .map_err(|e| err(format!("chmod({}, {mode:#o})", q(&path)), e))
+}
+
+/// openat(dir, "..", O_DIRECTORY|O_NOFOLLOW): the parent of an open
+/// directory. Only [`DirChain`] uses it, and it checks that the parent is
+/// the directory it came from (`..` is never a symlink, but a directory
+/// can be moved).
+fn open_parent(dir: BorrowedFd<'_>) -> Result<OwnedFd, SysError> {
+    rustix::fs::openat(
+        dir,
+        c"..",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        err(
+            format!("openat({}, \"..\", O_DIRECTORY|O_NOFOLLOW)", fdn(dir)),
+            e,
+        )
+    })
+}
+
+/// One directory of a [`DirChain`]: its identity and, while held, its fd.
+#[derive(Debug)]
+struct ChainLevel {
+    fd: Option<OwnedFd>,
+    dev: u64,
+    ino: u64,
+}
+
+/// The chain of open directories from a walk's root down to where it is,
+/// for iterative tree walks whose depth the adversary chooses: at most
+/// `window` fds are held (the deepest ones), whatever the depth. Going
+/// back up past the held ones reopens the parent through `..` of the
+/// directory being left and checks it is the directory first entered
+/// (same device and inode), so a walk never continues somewhere else.
+/// Memory is 24 bytes per level.
+#[derive(Debug)]
+pub struct DirChain {
+    levels: Vec<ChainLevel>,
+    /// Index of the shallowest level whose fd is held.
+    first_held: usize,
+    window: usize,
+}
+
+impl DirChain {
+    /// Fds a chain holds by default.
+    pub const WINDOW: usize = 16;
+
+    /// A chain whose root (depth 0) is `root`.
+    pub fn new(root: OwnedFd) -> Result<DirChain, SysError> {
+        Self::with_window(root, Self::WINDOW)
+    }
+
+    /// A chain holding at most `window` (at least 1) fds.
+    pub fn with_window(root: OwnedFd, window: usize) -> Result<DirChain, SysError> {
+        let m = fstat(root.as_fd())?;
+        Ok(DirChain {
+            levels: vec![ChainLevel {
+                fd: Some(root),
+                dev: m.dev,
+                ino: m.ino,
+            }],
+            first_held: 0,
+            window: window.max(1),
+        })
+    }
+
+    /// Levels below the root (0 at the root).
+    pub fn depth(&self) -> usize {
+        self.levels.len() - 1
+    }
+
+    /// The directory the chain is at (always held).
+    pub fn current(&self) -> BorrowedFd<'_> {
+        self.levels
+            .last()
+            .and_then(|l| l.fd.as_ref())
+            .expect("the deepest level of a DirChain is always held")
+            .as_fd()
+    }
+
+    /// Enter the directory `name` below the current one (opened beneath
+    /// it, no symlink followed).
+    pub fn push(&mut self, name: &CStr) -> Result<(), SysError> {
+        let fd = open_dir_beneath(self.current(), name)?;
+        self.push_fd(fd)
+    }
+
+    /// Enter a directory the caller opened below the current one.
+    pub fn push_fd(&mut self, fd: OwnedFd) -> Result<(), SysError> {
+        let m = fstat(fd.as_fd())?;
+        self.levels.push(ChainLevel {
+            fd: Some(fd),
+            dev: m.dev,
+            ino: m.ino,
+        });
+        if self.levels.len() - self.first_held > self.window {
+            self.levels[self.first_held].fd = None;
+            self.first_held += 1;
+        }
+        Ok(())
+    }
+
+    /// Leave the current directory for its parent. Leaving the root is a
+    /// no-op.
+    pub fn pop(&mut self) -> Result<(), SysError> {
+        if self.levels.len() == 1 {
+            return Ok(());
+        }
+        let left = self.levels.pop().expect("more than one level");
+        let parent = self.levels.last_mut().expect("a parent level");
+        if parent.fd.is_none() {
+            let child = left.fd.as_ref().expect("the deepest level is held");
+            let fd = open_parent(child.as_fd())?;
+            let m = fstat(fd.as_fd())?;
+            if (m.dev, m.ino) != (parent.dev, parent.ino) {
+                return Err(SysError::new(
+                    format!(
+                        "openat({}, \"..\"): the directory moved during the walk",
+                        fdn(child.as_fd())
+                    ),
+                    Errno::ESTALE,
+                ));
+            }
+            parent.fd = Some(fd);
+            self.first_held -= 1;
+        }
+        Ok(())
+    }
+
+    /// The number of fds held now (for tests).
+    pub fn held(&self) -> usize {
+        self.levels.iter().filter(|l| l.fd.is_some()).count()
+    }
+}
+
+/// An unnamed temporary file (`O_TMPFILE`) in the directory `dir`, for
+/// output spooled before it is shown; it vanishes with its last fd.
+pub fn tmpfile_in(dir: BorrowedFd<'_>) -> Result<OwnedFd, SysError> {
+    rustix::fs::openat(
+        dir,
+        c".",
+        OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| err(format!("openat({}, \".\", O_TMPFILE|O_RDWR)", fdn(dir)), e))
 }

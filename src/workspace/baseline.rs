@@ -4,7 +4,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -18,52 +18,169 @@ use super::manifest::{MODE_LINK, Manifest, ManifestEntry, git_file_mode};
 use super::quote::display_name;
 use super::relpath::join;
 
-/// Writes a baseline tree and collects its manifest.
+/// Caps of a baseline import (`session create --max-files ...`). Exceeding
+/// one fails the import whole: nothing of it is left in the state
+/// directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportLimits {
+    /// Entries: files, symlinks and directories.
+    pub max_files: u64,
+    /// Bytes of all file contents and symlink targets.
+    pub max_bytes: u64,
+    /// Bytes of the largest file.
+    pub max_file_bytes: u64,
+    /// Components of the deepest path.
+    pub max_depth: usize,
+    /// Bytes of the longest path (relative to the tree, `/`-separated).
+    pub max_path_bytes: usize,
+}
+
+impl Default for ImportLimits {
+    /// 1 M entries, 16 GiB, 4 GiB per file, 512 levels, 4096-byte paths.
+    fn default() -> Self {
+        ImportLimits {
+            max_files: 1_000_000,
+            max_bytes: 16 << 30,
+            max_file_bytes: 4 << 30,
+            max_depth: 512,
+            max_path_bytes: 4096,
+        }
+    }
+}
+
+impl ImportLimits {
+    /// Refuse a path deeper or longer than the caps (`path` is
+    /// `/`-separated, `depth` its number of components).
+    pub fn check_path(&self, path: &[u8], depth: usize) -> Result<()> {
+        if depth > self.max_depth {
+            return Err(WorkspaceError::Refused(
+                format!(
+                    "the baseline has a path deeper than {} levels ({}...)",
+                    self.max_depth,
+                    display_name(&path[..path.len().min(64)])
+                ),
+                "--max-depth N",
+            ));
+        }
+        if path.len() > self.max_path_bytes {
+            return Err(WorkspaceError::Refused(
+                format!(
+                    "the baseline has a path longer than {} bytes ({}...)",
+                    self.max_path_bytes,
+                    display_name(&path[..64.min(path.len())])
+                ),
+                "--max-path-bytes N",
+            ));
+        }
+        Ok(())
+    }
+
+    fn too_many(&self) -> WorkspaceError {
+        WorkspaceError::Refused(
+            format!(
+                "the baseline has more than {} entries (files, links and directories)",
+                self.max_files
+            ),
+            "--max-files N",
+        )
+    }
+
+    fn too_big(&self, path: &[u8]) -> WorkspaceError {
+        WorkspaceError::Refused(
+            format!(
+                "{} is larger than {} bytes",
+                display_name(path),
+                self.max_file_bytes
+            ),
+            "--max-file-bytes N",
+        )
+    }
+
+    fn too_much(&self) -> WorkspaceError {
+        WorkspaceError::Refused(
+            format!("the baseline is larger than {} bytes", self.max_bytes),
+            "--max-bytes N",
+        )
+    }
+}
+
+/// Writes a baseline tree and collects its manifest, within
+/// [`ImportLimits`].
 pub struct BaselineWriter {
-    root: OwnedFd,
-    /// The directory chain currently open: (components, fd) from the root.
-    stack: Vec<(CString, OwnedFd)>,
-    /// Every directory created, to seal once the tree is complete.
-    dirs: Vec<Vec<CString>>,
+    /// The directory chain currently open, from the tree's root.
+    chain: sys::DirChain,
+    /// The names of the chain's levels below the root.
+    names: Vec<CString>,
+    limits: ImportLimits,
+    entries: u64,
+    bytes: u64,
     pub manifest: Manifest,
 }
 
 impl BaselineWriter {
+    /// Start writing into the empty directory `root` with the default caps.
+    pub fn new(root: OwnedFd) -> Result<BaselineWriter> {
+        Self::with_limits(root, ImportLimits::default())
+    }
+
     /// Start writing into the empty directory `root`.
-    pub fn new(root: OwnedFd) -> BaselineWriter {
-        BaselineWriter {
-            root,
-            stack: Vec::new(),
-            dirs: Vec::new(),
+    pub fn with_limits(root: OwnedFd, limits: ImportLimits) -> Result<BaselineWriter> {
+        Ok(BaselineWriter {
+            chain: sys::DirChain::new(root)?,
+            names: Vec::new(),
+            limits,
+            entries: 0,
+            bytes: 0,
             manifest: Manifest::default(),
+        })
+    }
+
+    /// The caps this writer enforces.
+    pub fn limits(&self) -> &ImportLimits {
+        &self.limits
+    }
+
+    fn count_entry(&mut self) -> Result<()> {
+        self.entries += 1;
+        if self.entries > self.limits.max_files {
+            return Err(self.limits.too_many());
         }
+        Ok(())
     }
 
-    fn current(&self) -> BorrowedFd<'_> {
-        self.stack
-            .last()
-            .map_or(self.root.as_fd(), |(_, fd)| fd.as_fd())
+    fn count_bytes(&mut self, n: u64) -> Result<()> {
+        self.bytes = self.bytes.saturating_add(n);
+        if self.bytes > self.limits.max_bytes {
+            return Err(self.limits.too_much());
+        }
+        Ok(())
     }
 
-    /// Make `parents` the open directory chain, creating what is missing.
+    /// Make `parents` the open directory chain, creating what is missing
+    /// (directories 0755: plain git-like modes, so the workload can change
+    /// them through the overlay's copy-up).
     fn enter(&mut self, parents: &[CString]) -> Result<()> {
         let common = self
-            .stack
+            .names
             .iter()
             .zip(parents)
-            .take_while(|((a, _), b)| a == *b)
+            .take_while(|(a, b)| a == b)
             .count();
-        self.stack.truncate(common);
+        while self.names.len() > common {
+            self.chain.pop()?;
+            self.names.pop();
+        }
         for c in &parents[common..] {
-            let cur = self.current();
-            match lstat_opt(cur, c)? {
+            match lstat_opt(self.chain.current(), c)? {
                 None => {
+                    self.count_entry()?;
+                    let cur = self.chain.current();
                     sys::mkdirat(cur, c, 0o755)?;
-                    let mut p: Vec<CString> = self.stack.iter().map(|(n, _)| n.clone()).collect();
-                    p.push(c.clone());
-                    self.dirs.push(p);
+                    let fd = sys::open_dir_beneath(cur, c)?;
+                    sys::fchmod(fd.as_fd(), 0o755)?;
+                    self.chain.push_fd(fd)?;
                 }
-                Some(m) if m.is_dir() => {}
+                Some(m) if m.is_dir() => self.chain.push(c)?,
                 Some(_) => {
                     return Err(WorkspaceError::Unsupported {
                         path: display_name(&join(parents)),
@@ -71,28 +188,36 @@ impl BaselineWriter {
                     });
                 }
             }
-            let fd = sys::open_dir_beneath(self.current(), c)?;
-            self.stack.push((c.clone(), fd));
+            self.names.push(c.clone());
         }
         Ok(())
     }
 
+    /// Check the path caps, count the entry and enter its parents.
+    fn start_entry<'p>(&mut self, path: &'p [CString]) -> Result<(&'p CStr, Vec<u8>)> {
+        let (name, parents) = split(path)?;
+        let shown = join(path);
+        self.limits.check_path(&shown, path.len())?;
+        self.enter(parents)?;
+        self.count_entry()?;
+        Ok((name, shown))
+    }
+
     /// An (empty) directory.
     pub fn add_dir(&mut self, path: &[CString]) -> Result<()> {
+        self.limits.check_path(&join(path), path.len())?;
         self.enter(path)
     }
 
     /// A regular file with the content read from `src`, executable or not.
     pub fn add_file(&mut self, path: &[CString], exec: bool, src: &mut dyn Read) -> Result<()> {
-        let (name, parents) = split(path)?;
-        self.enter(parents)?;
+        let (name, shown) = self.start_entry(path)?;
         let fd = sys::open_beneath(
-            self.current(),
+            self.chain.current(),
             name,
             libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
             0o600,
         )?;
-        let shown = join(path);
         let mut file = std::fs::File::from(fd);
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; 64 * 1024];
@@ -104,10 +229,14 @@ impl BaselineWriter {
             if n == 0 {
                 break;
             }
+            size += n as u64;
+            if size > self.limits.max_file_bytes {
+                return Err(self.limits.too_big(&shown));
+            }
+            self.count_bytes(n as u64)?;
             hasher.update(&buf[..n]);
             file.write_all(&buf[..n])
                 .map_err(|e| WorkspaceError::io(format!("write {}", display_name(&shown)), e))?;
-            size += n as u64;
         }
         let mode = if exec { 0o755 } else { 0o644 };
         sys::fchmod(file.as_fd(), mode)?;
@@ -122,14 +251,13 @@ impl BaselineWriter {
 
     /// A symlink with `target` (stored, never resolved).
     pub fn add_symlink(&mut self, path: &[CString], target: &[u8]) -> Result<()> {
-        let (name, parents) = split(path)?;
-        self.enter(parents)?;
-        let shown = join(path);
+        let (name, shown) = self.start_entry(path)?;
+        self.count_bytes(target.len() as u64)?;
         let t = CString::new(target).map_err(|_| WorkspaceError::Unsupported {
             path: display_name(&shown),
             reason: "symlink target contains NUL".into(),
         })?;
-        sys::symlinkat(&t, self.current(), name)?;
+        sys::symlinkat(&t, self.chain.current(), name)?;
         self.manifest.entries.push(ManifestEntry {
             path: shown,
             mode: MODE_LINK,
@@ -139,21 +267,15 @@ impl BaselineWriter {
         Ok(())
     }
 
-    /// Finish the tree (plain git-like modes: directories 0755, files
-    /// 0644/0755, so the workload can change them through the overlay's
-    /// copy-up) and return the manifest. The tree is sealed by never being
-    /// written again: it is only ever an overlay lower, and the manifest's
-    /// digest fingerprints it.
+    /// Finish the tree and return the manifest. The tree is sealed by
+    /// never being written again: it is only ever an overlay lower, and
+    /// the manifest's digest fingerprints it.
     pub fn finish(mut self) -> Result<Manifest> {
-        self.stack.clear();
-        for dir in &self.dirs {
-            let mut fd = sys::open_dir_beneath(self.root.as_fd(), c".")?;
-            for c in dir {
-                fd = sys::open_dir_beneath(fd.as_fd(), c)?;
-            }
-            sys::fchmod(fd.as_fd(), 0o755)?;
+        while !self.names.is_empty() {
+            self.chain.pop()?;
+            self.names.pop();
         }
-        sys::fchmod(self.root.as_fd(), 0o755)?;
+        sys::fchmod(self.chain.current(), 0o755)?;
         Ok(self.manifest)
     }
 }
@@ -171,25 +293,26 @@ fn split(path: &[CString]) -> Result<(&CStr, &[CString])> {
 /// Copy the host directory `src` into the writer: regular files,
 /// directories and symlinks (as links). A top-level `.git` is skipped (the
 /// workspace carries no repository metadata); FIFOs, sockets and devices
-/// are refused.
+/// are refused (never opened). The walk is iterative with a bounded number
+/// of open fds, whatever the depth; the writer's caps bound the rest.
 pub fn import_dir(src: &Path, writer: &mut BaselineWriter) -> Result<()> {
     let root = sys::open_dir_path(src)?;
-    let mut path = Vec::new();
-    copy_dir(root.as_fd(), &mut path, writer, src)
-}
-
-fn copy_dir(
-    dir: BorrowedFd<'_>,
-    path: &mut Vec<CString>,
-    writer: &mut BaselineWriter,
-    src: &Path,
-) -> Result<()> {
-    let mut names = sys::list_dir(dir)?;
-    names.sort();
-    for name in names {
-        if path.is_empty() && name.as_bytes() == b".git" {
+    let mut chain = sys::DirChain::new(root)?;
+    let mut path: Vec<CString> = Vec::new();
+    let mut top = sys::list_dir(chain.current())?;
+    top.retain(|n| n.as_bytes() != b".git");
+    // Names left per level (reverse-sorted: `pop` gives the next).
+    let mut pending = vec![sorted_rev(top)];
+    while let Some(names) = pending.last_mut() {
+        let Some(name) = names.pop() else {
+            pending.pop();
+            if !pending.is_empty() {
+                chain.pop()?;
+                path.pop();
+            }
             continue;
-        }
+        };
+        let dir = chain.current();
         let Some(meta) = lstat_opt(dir, &name)? else {
             continue;
         };
@@ -197,13 +320,14 @@ fn copy_dir(
         let shown = || {
             let mut p = src.as_os_str().as_bytes().to_vec();
             p.push(b'/');
-            p.extend_from_slice(&join(path));
+            p.extend_from_slice(&join(&path));
             display_name(&p)
         };
         if meta.is_dir() {
-            writer.add_dir(path)?;
-            let sub = sys::open_dir_beneath(dir, &name)?;
-            copy_dir(sub.as_fd(), path, writer, src)?;
+            writer.add_dir(&path)?;
+            chain.push(&name)?;
+            pending.push(sorted_rev(sys::list_dir(chain.current())?));
+            continue;
         } else if meta.is_file() {
             let fd = sys::open_beneath(dir, &name, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
             let now = sys::fstat(fd.as_fd())?;
@@ -214,10 +338,10 @@ fn copy_dir(
                 });
             }
             let mut file = std::fs::File::from(fd);
-            writer.add_file(path, meta.mode & 0o100 != 0, &mut file)?;
+            writer.add_file(&path, meta.mode & 0o100 != 0, &mut file)?;
         } else if meta.is_symlink() {
             let target = sys::readlink_at(dir, &name)?;
-            writer.add_symlink(path, &target)?;
+            writer.add_symlink(&path, &target)?;
         } else {
             return Err(WorkspaceError::Unsupported {
                 path: shown(),
@@ -227,6 +351,11 @@ fn copy_dir(
         path.pop();
     }
     Ok(())
+}
+
+fn sorted_rev(mut names: Vec<CString>) -> Vec<CString> {
+    names.sort_unstable_by(|a, b| b.cmp(a));
+    names
 }
 
 /// Split a slash-separated path from an untrusted listing into components,

@@ -44,6 +44,15 @@ pub enum WorkspaceError {
 }
 
 impl WorkspaceError {
+    /// Whether this is a write to a pipe whose reader went away.
+    pub fn is_broken_pipe(&self) -> bool {
+        match self {
+            WorkspaceError::Io { source, .. } => source.kind() == std::io::ErrorKind::BrokenPipe,
+            WorkspaceError::Sys(e) => e.errno == crate::sys::Errno::EPIPE,
+            _ => false,
+        }
+    }
+
     pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
         WorkspaceError::Io {
             what: what.into(),

@@ -5,28 +5,42 @@
 //! are recorded, never followed; FIFOs, sockets and devices are listed in
 //! the manifest as skipped and never opened. Every entry leaves with plain
 //! modes (0644/0755 files, 0755 dirs), uid/gid 0, no setuid/setgid/sticky
-//! bits, no xattrs or capabilities. Names are relative, without `..`, and
-//! no entry lies below a symlink entry. Size caps fail the export whole:
-//! the archive is written to a temporary file renamed into place only on
-//! success.
+//! bits, no xattrs or capabilities. Names are relative, without `..`
+//! components or backslashes (a Windows extractor takes `\` for a
+//! separator), and no entry lies below a symlink entry (links are never
+//! walked into).
+//!
+//! Bounded whatever the tree: the merged view is walked iteratively over
+//! two [`sys::DirChain`]s, file contents stream from their fd into the
+//! archive (hashed on the way), manifest entries are spooled, and the caps
+//! are checked before each entry is written, counting what it will emit
+//! (a hardlinked or sparse file by its full size), so an export stops as
+//! soon as a cap is certain to be exceeded. Exceeding one fails the export
+//! whole: the archive is written to a temporary file renamed into place
+//! only on success.
 
-use std::collections::BTreeMap;
-use std::ffi::CString;
-use std::io::Write;
-use std::os::fd::AsFd;
+use std::collections::BTreeSet;
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::sys;
+use crate::sys::{self, DirChain, Meta};
 
 use super::changes::special_kind;
 use super::error::{Result, WorkspaceError};
-use super::layers::{Layers, MergedDir, read_regular};
+use super::json;
+use super::layers::Layers;
+use super::layers::{is_opaque, lstat_opt};
 use super::quote::{display_name, git_quote};
-use super::relpath::{RelPath, join};
+use super::relpath::{RelPath, child_path, join};
+use super::spool::Spool;
 
 /// Prefix of the entries hutch adds to an archive.
 pub const RESERVED_DIR: &str = ".hutch";
@@ -34,6 +48,9 @@ pub const RESERVED_DIR: &str = ".hutch";
 pub const MANIFEST_NAME: &str = ".hutch/manifest.json";
 /// The patch entry's name (with `--patch`).
 pub const PATCH_NAME: &str = ".hutch/changes.patch";
+/// Longest entry name exported (PATH_MAX: deeper paths could not be
+/// extracted by most tools anyway).
+pub const MAX_ENTRY_NAME: usize = 4096;
 
 /// Archive format, chosen from the output file's extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +76,7 @@ impl ArchiveKind {
 /// Caps of an export.
 #[derive(Debug, Clone)]
 pub struct ExportOptions {
-    /// Total bytes of file content.
+    /// Total bytes of file content and entry names.
     pub max_total_bytes: u64,
     /// Bytes of one file.
     pub max_file_bytes: u64,
@@ -97,224 +114,709 @@ pub struct ExportEntry {
     pub skipped: bool,
 }
 
-/// The manifest written into the archive and returned to the caller.
-#[derive(Debug, Clone, Serialize)]
-pub struct ExportManifest {
+/// What an export wrote. The manifest itself (the same JSON as the
+/// archive's `.hutch/manifest.json`) goes to the caller's writer, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportSummary {
     pub archive: PathBuf,
-    pub entries: Vec<ExportEntry>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub patch_sha256: Option<String>,
+    /// Manifest entries (skipped ones included).
+    pub entries: u64,
+    pub skipped: u64,
+    /// Bytes of file content and link targets.
     pub total_bytes: u64,
+    pub patch_sha256: Option<String>,
 }
 
-enum Content {
-    File { data: Vec<u8>, exec: bool },
-    Dir,
-    Link(Vec<u8>),
-    Special(&'static str),
+/// The archive being written.
+enum Archive {
+    Tar(tar::Builder<File>),
+    Zip(Box<zip::ZipWriter<File>>),
 }
 
-struct Collect<'a> {
-    opts: &'a ExportOptions,
-    total: u64,
-    items: BTreeMap<Vec<u8>, Content>,
+fn zip_opts(mode: u32, size: u64) -> zip::write::SimpleFileOptions {
+    zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .unix_permissions(mode)
+        .large_file(size >= u32::MAX as u64)
 }
 
-impl Collect<'_> {
-    fn add(&mut self, path: Vec<u8>, c: Content) -> Result<()> {
-        if let Content::File { data, .. } = &c {
-            self.total += data.len() as u64;
-            if self.total > self.opts.max_total_bytes {
-                return Err(WorkspaceError::TooLarge {
-                    what: "the export".into(),
-                    limit: self.opts.max_total_bytes,
-                });
+fn tar_header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(mode);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.set_size(size);
+    h
+}
+
+fn utf8_name(path: &[u8]) -> Result<String> {
+    std::str::from_utf8(path)
+        .map(str::to_string)
+        .map_err(|_| WorkspaceError::Unsupported {
+            path: display_name(path),
+            reason: "zip entries need UTF-8 names; export to .tar instead".into(),
+        })
+}
+
+impl Archive {
+    fn io(e: std::io::Error) -> WorkspaceError {
+        WorkspaceError::io("write the archive", e)
+    }
+    fn zerr(e: zip::result::ZipError) -> WorkspaceError {
+        WorkspaceError::io("write the archive", std::io::Error::other(e))
+    }
+
+    fn dir(&mut self, name: &[u8]) -> Result<()> {
+        match self {
+            Archive::Tar(b) => {
+                let mut h = tar_header(tar::EntryType::Directory, 0o755, 0);
+                b.append_data(
+                    &mut h,
+                    Path::new(std::ffi::OsStr::from_bytes(name)),
+                    std::io::empty(),
+                )
+                .map_err(Self::io)
+            }
+            Archive::Zip(z) => z
+                .add_directory(utf8_name(name)?, zip_opts(0o755, 0))
+                .map_err(Self::zerr),
+        }
+    }
+
+    fn link(&mut self, name: &[u8], target: &[u8]) -> Result<()> {
+        match self {
+            Archive::Tar(b) => {
+                let mut h = tar_header(tar::EntryType::Symlink, 0o777, 0);
+                b.append_link(
+                    &mut h,
+                    Path::new(std::ffi::OsStr::from_bytes(name)),
+                    Path::new(std::ffi::OsStr::from_bytes(target)),
+                )
+                .map_err(Self::io)
+            }
+            Archive::Zip(z) => z
+                .add_symlink(utf8_name(name)?, utf8_name(target)?, zip_opts(0o777, 0))
+                .map_err(Self::zerr),
+        }
+    }
+
+    fn file(&mut self, name: &[u8], mode: u32, size: u64, data: &mut dyn Read) -> Result<()> {
+        match self {
+            Archive::Tar(b) => {
+                let mut h = tar_header(tar::EntryType::Regular, mode, size);
+                b.append_data(&mut h, Path::new(std::ffi::OsStr::from_bytes(name)), data)
+                    .map_err(Self::io)
+            }
+            Archive::Zip(z) => {
+                z.start_file(utf8_name(name)?, zip_opts(mode, size))
+                    .map_err(Self::zerr)?;
+                std::io::copy(data, z.as_mut()).map_err(Self::io)?;
+                Ok(())
             }
         }
-        self.items.insert(path, c);
-        if self.items.len() > self.opts.max_entries {
+    }
+
+    fn finish(self) -> Result<()> {
+        match self {
+            Archive::Tar(b) => {
+                let mut f = b.into_inner().map_err(Self::io)?;
+                f.flush().map_err(Self::io)
+            }
+            Archive::Zip(z) => z.finish().map(drop).map_err(Self::zerr),
+        }
+    }
+}
+
+/// Reads exactly `size` bytes of a file, hashing them; a file that is
+/// shorter or longer than when it was looked at is an error.
+struct ExactReader<'a> {
+    file: &'a File,
+    size: u64,
+    off: u64,
+    hash: Sha256,
+    changed: bool,
+}
+
+impl Read for ExactReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.off == self.size {
+            let mut probe = [0u8; 1];
+            if self.file.read_at(&mut probe, self.off)? != 0 {
+                self.changed = true;
+                return Err(std::io::Error::other("the file changed while being read"));
+            }
+            return Ok(0);
+        }
+        let want = ((self.size - self.off) as usize).min(buf.len());
+        let n = self.file.read_at(&mut buf[..want], self.off)?;
+        if n == 0 {
+            self.changed = true;
+            return Err(std::io::Error::other("the file changed while being read"));
+        }
+        self.hash.update(&buf[..n]);
+        self.off += n as u64;
+        Ok(n)
+    }
+}
+
+/// A directory of the merged view being walked.
+struct Frame {
+    /// Length of the walk's path buffer at this directory's parent.
+    parent_len: usize,
+    /// Whether it has a part on the upper / baseline chain.
+    upper: bool,
+    base: bool,
+    /// Entries left (name, metadata, from the upper?), reverse-sorted.
+    items: Vec<(CString, Meta, bool)>,
+}
+
+/// The visible entries of a merged directory (whiteouts hide, the upper
+/// wins), reverse-sorted with directories keyed as `name/`.
+fn merged_items(
+    upper: Option<BorrowedFd<'_>>,
+    base: Option<BorrowedFd<'_>>,
+) -> Result<Vec<(CString, Meta, bool)>> {
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    if let Some(u) = upper {
+        for n in sys::list_dir(u)? {
+            if let Some(m) = lstat_opt(u, &n)? {
+                if !m.is_whiteout() {
+                    out.push((n.clone(), m, true));
+                }
+                seen.insert(n);
+            }
+        }
+    }
+    if let Some(b) = base {
+        for n in sys::list_dir(b)? {
+            if !seen.contains(&n)
+                && let Some(m) = lstat_opt(b, &n)?
+            {
+                out.push((n, m, false));
+            }
+        }
+    }
+    let key = |(n, m, _): &(CString, Meta, bool)| {
+        let mut k = n.as_bytes().to_vec();
+        if m.is_dir() {
+            k.push(b'/');
+        }
+        std::cmp::Reverse(k)
+    };
+    out.sort_unstable_by_key(key);
+    Ok(out)
+}
+
+/// The export in progress.
+struct Exporter<'a> {
+    opts: &'a ExportOptions,
+    kind: ArchiveKind,
+    archive: Archive,
+    upper: DirChain,
+    base: DirChain,
+    manifest: Spool,
+    entries: u64,
+    skipped: u64,
+    content: u64,
+    names: u64,
+    /// Directory entries already written (parents of requested paths).
+    dirs: BTreeSet<Vec<u8>>,
+}
+
+impl Exporter<'_> {
+    /// Count an entry and check every cap before anything of it is
+    /// written.
+    fn admit(&mut self, path: &[u8], content: u64) -> Result<()> {
+        if path.len() > MAX_ENTRY_NAME {
+            return Err(WorkspaceError::Unsupported {
+                path: format!("{}...", display_name(&path[..64])),
+                reason: format!("is longer than {MAX_ENTRY_NAME} bytes, too long to export"),
+            });
+        }
+        if path.contains(&b'\\')
+            || path
+                .split(|&b| b == b'/')
+                .any(|c| c == b".." || c.is_empty())
+        {
+            return Err(WorkspaceError::Unsupported {
+                path: display_name(path),
+                reason: "has a backslash or `..` in its name, which archive extractors may take for a path; rename it to export it".into(),
+            });
+        }
+        if self.kind == ArchiveKind::Zip {
+            utf8_name(path)?;
+        }
+        self.entries += 1;
+        if self.entries > self.opts.max_entries as u64 {
             return Err(WorkspaceError::TooLarge {
                 what: "the number of exported entries".into(),
                 limit: self.opts.max_entries as u64,
             });
         }
+        // The name appears in the archive and in the manifest.
+        self.names = self.names.saturating_add(2 * path.len() as u64);
+        self.content = self.content.saturating_add(content);
+        if self.content.saturating_add(self.names) > self.opts.max_total_bytes {
+            return Err(WorkspaceError::TooLarge {
+                what: "the export".into(),
+                limit: self.opts.max_total_bytes,
+            });
+        }
         Ok(())
     }
 
-    fn entry(
-        &mut self,
-        parent: &MergedDir,
-        name: &std::ffi::CStr,
-        comps: &mut Vec<CString>,
-    ) -> Result<()> {
-        let path = join(comps);
-        let Some(found) = parent.entry(name)? else {
-            return Err(WorkspaceError::BadPath {
-                path: display_name(&path),
-                reason: "does not exist in the workspace".into(),
-            });
-        };
-        let m = found.meta;
-        if m.is_file() {
-            let data = read_regular(found.dir.as_fd(), name, self.opts.max_file_bytes, &path)?;
-            self.add(
-                path,
-                Content::File {
-                    data,
-                    exec: m.mode & 0o100 != 0,
-                },
-            )
-        } else if m.is_symlink() {
-            let t = sys::readlink_at(found.dir.as_fd(), name)?;
-            self.add(path, Content::Link(t))
-        } else if m.is_dir() {
-            self.add(path, Content::Dir)?;
-            let Some(sub) = parent.child_dir(name, comps)? else {
-                return Ok(());
-            };
-            for child in sub.names()? {
-                comps.push(child.clone());
-                self.entry(&sub, &child, comps)?;
-                comps.pop();
-            }
-            Ok(())
+    fn record(&mut self, e: &ExportEntry) -> Result<()> {
+        let text = json::to_vec_pretty(e)?;
+        let mut piece = Vec::with_capacity(text.len() + 16);
+        piece.extend_from_slice(if self.entries == 1 {
+            b"\n    "
         } else {
-            self.add(path, Content::Special(special_kind(&m)))
-        }
-    }
-}
-
-fn utf8_name(path: &[u8], kind: ArchiveKind) -> Result<String> {
-    match std::str::from_utf8(path) {
-        Ok(s) => Ok(s.to_string()),
-        Err(_) if kind == ArchiveKind::Tar => Ok(String::from_utf8_lossy(path).into_owned()),
-        Err(_) => Err(WorkspaceError::Unsupported {
-            path: display_name(path),
-            reason: "zip entries need UTF-8 names; export to .tar instead".into(),
-        }),
-    }
-}
-
-/// Export `paths` of the workspace to `out`.
-pub fn export(
-    layers: &Layers,
-    paths: &[RelPath],
-    patch: Option<&[u8]>,
-    out: &Path,
-    opts: &ExportOptions,
-) -> Result<ExportManifest> {
-    let kind = ArchiveKind::from_path(out)?;
-    let mut c = Collect {
-        opts,
-        total: 0,
-        items: BTreeMap::new(),
-    };
-    for p in paths {
-        let comps = p.components();
-        let shown = p.to_bytes();
-        if comps
-            .first()
-            .is_some_and(|f| f.as_bytes() == RESERVED_DIR.as_bytes())
-        {
-            return Err(WorkspaceError::BadPath {
-                path: display_name(&shown),
-                reason: format!("{RESERVED_DIR}/ is reserved for hutch's own entries"),
-            });
-        }
-        let Some((last, parents)) = comps.split_last() else {
-            return Err(WorkspaceError::BadPath {
-                path: "/workspace".into(),
-                reason: "export names files or directories inside the workspace".into(),
-            });
-        };
-        let mut dir = layers.root()?;
-        let mut walked = Vec::new();
-        for comp in parents {
-            walked.push(comp.clone());
-            match dir.child_dir(comp, &walked)? {
-                Some(d) => {
-                    // Parents become directory entries so extraction is plain.
-                    c.add(join(&walked), Content::Dir)?;
-                    dir = d;
-                }
-                None => {
-                    return Err(WorkspaceError::BadPath {
-                        path: display_name(&shown),
-                        reason: "does not exist in the workspace".into(),
-                    });
-                }
+            b",\n    "
+        });
+        for &b in &text {
+            piece.push(b);
+            if b == b'\n' {
+                piece.extend_from_slice(b"    ");
             }
         }
-        let mut comps = comps.to_vec();
-        c.entry(&dir, last, &mut comps)?;
+        self.manifest
+            .write_all(&piece)
+            .map_err(|e| WorkspaceError::io("write the export manifest", e))
     }
 
-    let mut entries = Vec::new();
-    let mut link_prefixes: Vec<Vec<u8>> = Vec::new();
-    for (path, content) in &c.items {
-        if link_prefixes
-            .iter()
-            .any(|l| path.starts_with(l) && path.get(l.len()) == Some(&b'/'))
-        {
-            return Err(WorkspaceError::Unsupported {
-                path: display_name(path),
-                reason: "lies below a symlink entry".into(),
-            });
-        }
-        let mut e = ExportEntry {
+    fn entry_base(path: &[u8], kind: &'static str) -> ExportEntry {
+        ExportEntry {
             path: String::from_utf8_lossy(path).into_owned(),
             path_quoted: git_quote(path),
-            kind: "file",
+            kind,
             mode: None,
             size: None,
             sha256: None,
             target: None,
             skipped: false,
-        };
-        match content {
-            Content::File { data, exec } => {
-                e.mode = Some(if *exec { "0755" } else { "0644" }.into());
-                e.size = Some(data.len() as u64);
-                e.sha256 = Some(hex::encode(Sha256::digest(data)));
-            }
-            Content::Dir => {
-                e.kind = "dir";
-                e.mode = Some("0755".into());
-            }
-            Content::Link(t) => {
-                e.kind = "symlink";
-                e.target = Some(String::from_utf8_lossy(t).into_owned());
-                e.size = Some(t.len() as u64);
-                e.sha256 = Some(hex::encode(Sha256::digest(t)));
-                link_prefixes.push(path.clone());
-            }
-            Content::Special(k) => {
-                e.kind = k;
-                e.skipped = true;
-            }
         }
-        entries.push(e);
     }
-    let manifest = ExportManifest {
-        archive: out.to_path_buf(),
-        entries,
-        patch_sha256: patch.map(|p| hex::encode(Sha256::digest(p))),
-        total_bytes: c.total,
-    };
-    let manifest_json = serde_json::to_vec_pretty(&manifest)
-        .map_err(|e| WorkspaceError::io("encode the export manifest", e.into()))?;
 
+    fn add_dir(&mut self, path: &[u8]) -> Result<()> {
+        self.admit(path, 0)?;
+        self.archive.dir(path)?;
+        let mut e = Self::entry_base(path, "dir");
+        e.mode = Some("0755".into());
+        self.record(&e)
+    }
+
+    /// Export the non-directory `name` (in the upper or baseline chain's
+    /// current directory) at `path`.
+    fn add_leaf(&mut self, path: &[u8], name: &CStr, meta: &Meta, in_upper: bool) -> Result<()> {
+        let dir = if in_upper {
+            self.upper.current()
+        } else {
+            self.base.current()
+        };
+        if meta.is_file() {
+            if meta.size > self.opts.max_file_bytes {
+                return Err(WorkspaceError::TooLarge {
+                    what: format!("{} ({} bytes)", display_name(path), meta.size),
+                    limit: self.opts.max_file_bytes,
+                });
+            }
+            let fd = sys::open_beneath(dir, name, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
+            let now = sys::fstat(fd.as_fd())?;
+            if !now.is_file() || (now.dev, now.ino) != (meta.dev, meta.ino) {
+                return Err(WorkspaceError::Unsupported {
+                    path: display_name(path),
+                    reason: "changed while being exported".into(),
+                });
+            }
+            self.admit(path, meta.size)?;
+            let file = File::from(fd);
+            let mode = if meta.mode & 0o100 != 0 { 0o755 } else { 0o644 };
+            let mut r = ExactReader {
+                file: &file,
+                size: meta.size,
+                off: 0,
+                hash: Sha256::new(),
+                changed: false,
+            };
+            let written = self.archive.file(path, mode, meta.size, &mut r);
+            if r.changed {
+                return Err(WorkspaceError::Unsupported {
+                    path: display_name(path),
+                    reason: "changed while being exported".into(),
+                });
+            }
+            written?;
+            let mut e = Self::entry_base(path, "file");
+            e.mode = Some(format!("{mode:04o}"));
+            e.size = Some(meta.size);
+            e.sha256 = Some(hex::encode(r.hash.finalize()));
+            self.record(&e)
+        } else if meta.is_symlink() {
+            let target = sys::readlink_at(dir, name)?;
+            self.admit(path, target.len() as u64)?;
+            self.archive.link(path, &target)?;
+            let mut e = Self::entry_base(path, "symlink");
+            e.target = Some(String::from_utf8_lossy(&target).into_owned());
+            e.size = Some(target.len() as u64);
+            e.sha256 = Some(hex::encode(Sha256::digest(&target)));
+            self.record(&e)
+        } else {
+            self.admit(path, 0)?;
+            self.skipped += 1;
+            let mut e = Self::entry_base(path, special_kind(meta));
+            e.skipped = true;
+            self.record(&e)
+        }
+    }
+
+    /// Enter the merged directory `name` below the chains' current
+    /// directories. `in_upper`: it is a directory in the upper (else in the
+    /// baseline only); `base_visible`: the current directory has a visible
+    /// baseline part. Returns (upper pushed, base pushed).
+    fn enter(&mut self, name: &CStr, in_upper: bool, base_visible: bool) -> Result<(bool, bool)> {
+        let mut up = false;
+        let mut opaque = false;
+        if in_upper {
+            self.upper.push(name)?;
+            up = true;
+            opaque = is_opaque(self.upper.current())?;
+        }
+        let mut down = false;
+        if base_visible
+            && !opaque
+            && lstat_opt(self.base.current(), name)?.is_some_and(|m| m.is_dir())
+        {
+            self.base.push(name)?;
+            down = true;
+        }
+        Ok((up, down))
+    }
+
+    /// Export the tree below the merged directory the chains are at.
+    fn tree(&mut self, prefix: Vec<u8>, upper: bool, base: bool) -> Result<()> {
+        // One path buffer for the walk: memory linear in the depth.
+        let mut dir_path = prefix;
+        let items = merged_items(
+            upper.then(|| self.upper.current()),
+            base.then(|| self.base.current()),
+        )?;
+        let mut stack = vec![Frame {
+            parent_len: 0,
+            upper,
+            base,
+            items,
+        }];
+        while let Some(frame) = stack.last_mut() {
+            let Some((name, meta, in_upper)) = frame.items.pop() else {
+                let done = stack.pop().expect("a frame");
+                if stack.is_empty() {
+                    break;
+                }
+                dir_path.truncate(done.parent_len);
+                if done.upper {
+                    self.upper.pop()?;
+                }
+                if done.base {
+                    self.base.pop()?;
+                }
+                continue;
+            };
+            let path = child_path(&dir_path, name.as_bytes());
+            let base_visible = frame.base;
+            if !meta.is_dir() {
+                self.add_leaf(&path, &name, &meta, in_upper)?;
+                continue;
+            }
+            self.add_dir(&path)?;
+            let (up, down) = if in_upper {
+                self.enter(&name, true, base_visible)?
+            } else {
+                self.base.push(&name)?;
+                (false, true)
+            };
+            let items = merged_items(
+                up.then(|| self.upper.current()),
+                down.then(|| self.base.current()),
+            )?;
+            let parent_len = dir_path.len();
+            dir_path = path;
+            stack.push(Frame {
+                parent_len,
+                upper: up,
+                base: down,
+                items,
+            });
+        }
+        Ok(())
+    }
+
+    /// Export the requested path `rel`: its parents as directory entries,
+    /// then it (recursively when a directory).
+    fn root(&mut self, rel: &RelPath) -> Result<()> {
+        let comps = rel.components();
+        let shown = rel.to_bytes();
+        let missing = || WorkspaceError::BadPath {
+            path: display_name(&shown),
+            reason: "does not exist in the workspace".into(),
+        };
+        let not_dir = |i: usize| WorkspaceError::BadPath {
+            path: display_name(&join(&comps[..=i])),
+            reason: "is not a directory (links are not followed)".into(),
+        };
+        let (mut ups, mut downs) = (0usize, 0usize);
+        let mut upper = true;
+        let mut base = !is_opaque(self.upper.current())?;
+        let result = (|| -> Result<()> {
+            let Some((last, parents)) = comps.split_last() else {
+                return Err(missing());
+            };
+            for (i, c) in parents.iter().enumerate() {
+                let um = if upper {
+                    lstat_opt(self.upper.current(), c)?
+                } else {
+                    None
+                };
+                let (in_upper, visible) = match um {
+                    Some(m) if m.is_whiteout() => return Err(missing()),
+                    Some(m) if !m.is_dir() => return Err(not_dir(i)),
+                    Some(_) => (true, base),
+                    None => match base
+                        .then(|| lstat_opt(self.base.current(), c))
+                        .transpose()?
+                    {
+                        Some(Some(m)) if m.is_dir() => (false, true),
+                        Some(Some(_)) => return Err(not_dir(i)),
+                        _ => return Err(missing()),
+                    },
+                };
+                let (up, down) = if in_upper {
+                    self.enter(c, true, visible)?
+                } else {
+                    self.base.push(c)?;
+                    (false, true)
+                };
+                ups += usize::from(up);
+                downs += usize::from(down);
+                upper = up;
+                base = down;
+                let parent = join(&comps[..=i]);
+                if !self.dirs.contains(&parent) {
+                    self.add_dir(&parent)?;
+                    self.dirs.insert(parent);
+                }
+            }
+            let um = if upper {
+                lstat_opt(self.upper.current(), last)?
+            } else {
+                None
+            };
+            let found = match um {
+                Some(m) if m.is_whiteout() => None,
+                Some(m) => Some((m, true)),
+                None if base => lstat_opt(self.base.current(), last)?.map(|m| (m, false)),
+                None => None,
+            };
+            let Some((meta, in_upper)) = found else {
+                return Err(missing());
+            };
+            if !meta.is_dir() {
+                return self.add_leaf(&shown, last, &meta, in_upper);
+            }
+            self.add_dir(&shown)?;
+            self.dirs.insert(shown.clone());
+            let (up, down) = if in_upper {
+                self.enter(last, true, base)?
+            } else {
+                self.base.push(last)?;
+                (false, true)
+            };
+            ups += usize::from(up);
+            downs += usize::from(down);
+            self.tree(shown.clone(), up, down)
+        })();
+        for _ in 0..ups {
+            self.upper.pop()?;
+        }
+        for _ in 0..downs {
+            self.base.pop()?;
+        }
+        result
+    }
+}
+
+/// The requested paths in order, without duplicates and without those
+/// inside another requested directory (exported with it).
+fn roots(paths: &[RelPath]) -> Vec<&RelPath> {
+    let mut sorted: Vec<&RelPath> = paths.iter().collect();
+    sorted.sort_by(|a, b| a.components().cmp(b.components()));
+    let mut out: Vec<&RelPath> = Vec::new();
+    for p in sorted {
+        if out
+            .iter()
+            .any(|q| p.components().starts_with(q.components()))
+        {
+            continue;
+        }
+        out.push(p);
+    }
+    out
+}
+
+/// Export `paths` of the workspace `layers` to the archive `out`, with
+/// `patch` (a spooled unified diff) as `.hutch/changes.patch`. Temporary
+/// data goes to `spool_dir`. The manifest JSON is also written to
+/// `manifest_out` once the archive is in place.
+pub fn export(
+    layers: &Layers,
+    paths: &[RelPath],
+    mut patch: Option<&mut Spool>,
+    out: &Path,
+    opts: &ExportOptions,
+    spool_dir: BorrowedFd<'_>,
+    manifest_out: Option<&mut dyn Write>,
+) -> Result<ExportSummary> {
+    let kind = ArchiveKind::from_path(out)?;
+    for p in paths {
+        if p.components()
+            .first()
+            .is_some_and(|f| f.as_bytes() == RESERVED_DIR.as_bytes())
+        {
+            return Err(WorkspaceError::BadPath {
+                path: display_name(&p.to_bytes()),
+                reason: format!("{RESERVED_DIR}/ is reserved for hutch's own entries"),
+            });
+        }
+        if p.is_root() {
+            return Err(WorkspaceError::BadPath {
+                path: "/workspace".into(),
+                reason: "export names files or directories inside the workspace".into(),
+            });
+        }
+    }
+    let patch_sha256 = match patch.as_deref_mut() {
+        Some(p) => {
+            let mut h = Sha256::new();
+            p.copy_to(&mut HashWriter(&mut h))
+                .map_err(|e| WorkspaceError::io("read the patch", e))?;
+            Some(hex::encode(h.finalize()))
+        }
+        None => None,
+    };
     let tmp = temp_name(out);
-    let result = write_archive(kind, &tmp, &c.items, patch, &manifest_json);
-    match result.and_then(|()| {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags_nofollow()
+        .open(&tmp)
+        .map_err(|e| WorkspaceError::io(format!("create {}", tmp.display()), e))?;
+    let archive = match kind {
+        ArchiveKind::Tar => {
+            let mut b = tar::Builder::new(file);
+            b.mode(tar::HeaderMode::Deterministic);
+            b.follow_symlinks(false);
+            Archive::Tar(b)
+        }
+        ArchiveKind::Zip => Archive::Zip(Box::new(zip::ZipWriter::new(file))),
+    };
+    let result = (|| {
+        let mut ex = Exporter {
+            opts,
+            kind,
+            archive,
+            upper: DirChain::new(sys::open_dir_beneath(layers.upper.as_fd(), c".")?)?,
+            base: DirChain::new(sys::open_dir_beneath(layers.base.as_fd(), c".")?)?,
+            manifest: Spool::new(spool_dir)?,
+            entries: 0,
+            skipped: 0,
+            content: 0,
+            names: 0,
+            dirs: BTreeSet::new(),
+        };
+        for rel in roots(paths) {
+            ex.root(rel)?;
+        }
+        if let Some(p) = patch {
+            let size = p.len();
+            let mut data = p
+                .reader()
+                .map_err(|e| WorkspaceError::io("read the patch", e))?;
+            ex.archive
+                .file(PATCH_NAME.as_bytes(), 0o644, size, &mut data)?;
+        }
+        let summary = ExportSummary {
+            archive: out.to_path_buf(),
+            entries: ex.entries,
+            skipped: ex.skipped,
+            total_bytes: ex.content,
+            patch_sha256: patch_sha256.clone(),
+        };
+        let (head, tail) = manifest_frame(&summary, ex.entries > 0)?;
+        let size = head.len() as u64 + ex.manifest.len() + tail.len() as u64;
+        {
+            let body = ex
+                .manifest
+                .reader()
+                .map_err(|e| WorkspaceError::io("read the export manifest", e))?;
+            let mut data = (&head[..]).chain(body).chain(&tail[..]);
+            ex.archive
+                .file(MANIFEST_NAME.as_bytes(), 0o644, size, &mut data)?;
+        }
+        ex.archive.finish()?;
+        Ok((summary, ex.manifest, head, tail))
+    })();
+    let renamed = result.and_then(|r| {
         std::fs::rename(&tmp, out)
-            .map_err(|e| WorkspaceError::io(format!("rename to {}", out.display()), e))
-    }) {
-        Ok(()) => Ok(manifest),
+            .map_err(|e| WorkspaceError::io(format!("rename to {}", out.display()), e))?;
+        Ok(r)
+    });
+    let (summary, mut manifest, head, tail) = match renamed {
+        Ok(r) => r,
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
-            Err(e)
+            return Err(e);
         }
+    };
+    if let Some(w) = manifest_out {
+        let werr = |e| WorkspaceError::io("write the export manifest", e);
+        w.write_all(&head).map_err(werr)?;
+        manifest.copy_to(w).map_err(werr)?;
+        w.write_all(&tail).map_err(werr)?;
+        w.flush().map_err(werr)?;
+    }
+    Ok(summary)
+}
+
+/// The manifest's JSON before and after its entries (which are spooled):
+/// `{"archive": ..., "entries": [ ... ], "patch_sha256": ..., "total_bytes": N}`.
+fn manifest_frame(s: &ExportSummary, has_entries: bool) -> Result<(Vec<u8>, Vec<u8>)> {
+    let mut head = b"{\n  \"archive\": ".to_vec();
+    head.extend_from_slice(&json::to_vec(&s.archive)?);
+    head.extend_from_slice(b",\n  \"entries\": [");
+    let mut tail = if has_entries {
+        b"\n  ],".to_vec()
+    } else {
+        b"],".to_vec()
+    };
+    if let Some(p) = &s.patch_sha256 {
+        tail.extend_from_slice(format!("\n  \"patch_sha256\": \"{p}\",").as_bytes());
+    }
+    tail.extend_from_slice(format!("\n  \"total_bytes\": {}\n}}\n", s.total_bytes).as_bytes());
+    Ok((head, tail))
+}
+
+/// A writer into a hasher.
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -322,110 +824,6 @@ fn temp_name(out: &Path) -> PathBuf {
     let mut name = out.as_os_str().to_owned();
     name.push(format!(".tmp-{}", std::process::id()));
     PathBuf::from(name)
-}
-
-fn write_archive(
-    kind: ArchiveKind,
-    tmp: &Path,
-    items: &BTreeMap<Vec<u8>, Content>,
-    patch: Option<&[u8]>,
-    manifest: &[u8],
-) -> Result<()> {
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags_nofollow()
-        .open(tmp)
-        .map_err(|e| WorkspaceError::io(format!("create {}", tmp.display()), e))?;
-    let werr = |e: std::io::Error| WorkspaceError::io(format!("write {}", tmp.display()), e);
-    match kind {
-        ArchiveKind::Tar => {
-            let mut b = tar::Builder::new(file);
-            b.mode(tar::HeaderMode::Deterministic);
-            b.follow_symlinks(false);
-            let add_file =
-                |b: &mut tar::Builder<std::fs::File>, name: &[u8], data: &[u8], mode: u32| {
-                    let mut h = tar::Header::new_gnu();
-                    h.set_entry_type(tar::EntryType::Regular);
-                    h.set_mode(mode);
-                    h.set_uid(0);
-                    h.set_gid(0);
-                    h.set_mtime(0);
-                    h.set_size(data.len() as u64);
-                    b.append_data(&mut h, Path::new(std::ffi::OsStr::from_bytes(name)), data)
-                };
-            for (path, content) in items {
-                let name = Path::new(std::ffi::OsStr::from_bytes(path));
-                match content {
-                    Content::File { data, exec } => {
-                        add_file(&mut b, path, data, if *exec { 0o755 } else { 0o644 })
-                            .map_err(werr)?
-                    }
-                    Content::Dir => {
-                        let mut h = tar::Header::new_gnu();
-                        h.set_entry_type(tar::EntryType::Directory);
-                        h.set_mode(0o755);
-                        h.set_mtime(0);
-                        h.set_size(0);
-                        b.append_data(&mut h, name, std::io::empty())
-                            .map_err(werr)?;
-                    }
-                    Content::Link(t) => {
-                        let mut h = tar::Header::new_gnu();
-                        h.set_entry_type(tar::EntryType::Symlink);
-                        h.set_mode(0o777);
-                        h.set_mtime(0);
-                        h.set_size(0);
-                        b.append_link(&mut h, name, Path::new(std::ffi::OsStr::from_bytes(t)))
-                            .map_err(werr)?;
-                    }
-                    Content::Special(_) => {}
-                }
-            }
-            if let Some(p) = patch {
-                add_file(&mut b, PATCH_NAME.as_bytes(), p, 0o644).map_err(werr)?;
-            }
-            add_file(&mut b, MANIFEST_NAME.as_bytes(), manifest, 0o644).map_err(werr)?;
-            let mut f = b.into_inner().map_err(werr)?;
-            f.flush().map_err(werr)?;
-        }
-        ArchiveKind::Zip => {
-            use zip::write::SimpleFileOptions;
-            let zerr = |e: zip::result::ZipError| {
-                WorkspaceError::io(format!("write {}", tmp.display()), std::io::Error::other(e))
-            };
-            let mut z = zip::ZipWriter::new(file);
-            let opts = |mode: u32| {
-                SimpleFileOptions::default()
-                    .compression_method(zip::CompressionMethod::Deflated)
-                    .unix_permissions(mode)
-            };
-            for (path, content) in items {
-                let name = utf8_name(path, ArchiveKind::Zip)?;
-                match content {
-                    Content::File { data, exec } => {
-                        z.start_file(name, opts(if *exec { 0o755 } else { 0o644 }))
-                            .map_err(zerr)?;
-                        z.write_all(data).map_err(werr)?;
-                    }
-                    Content::Dir => z.add_directory(name, opts(0o755)).map_err(zerr)?,
-                    Content::Link(t) => {
-                        let target = utf8_name(t, ArchiveKind::Zip)?;
-                        z.add_symlink(name, target, opts(0o777)).map_err(zerr)?
-                    }
-                    Content::Special(_) => {}
-                }
-            }
-            if let Some(p) = patch {
-                z.start_file(PATCH_NAME, opts(0o644)).map_err(zerr)?;
-                z.write_all(p).map_err(werr)?;
-            }
-            z.start_file(MANIFEST_NAME, opts(0o644)).map_err(zerr)?;
-            z.write_all(manifest).map_err(werr)?;
-            z.finish().map_err(zerr)?;
-        }
-    }
-    Ok(())
 }
 
 trait NoFollow {

@@ -16,6 +16,13 @@
 //! `-c`), replace refs and lazy fetches of partial clones disabled, and
 //! every transport protocol forbidden.
 //!
+//! What hutch itself reads of the repository (finding the git directory)
+//! is in `repo.rs`: beneath the repository, no symlink, non-blocking,
+//! regular files only, capped, never echoed. The listing carries sizes
+//! (`ls-tree -l`), so the import caps ([`ImportLimits`](crate::workspace::ImportLimits)) are checked before
+//! any blob is fetched, and each step's output is cut (`head`) to what the
+//! caps allow, so a tree bomb cannot fill the state directory.
+//!
 //! Policy (like the platform that asked for sessions): commits with
 //! submodules (mode 160000), tracked symlinks (120000) or
 //! `export-ignore`/`export-subst` attributes are refused unless allowed.
@@ -27,7 +34,6 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::launch::{self, ExitReport, LaunchError, Outcome, RunOptions};
@@ -36,7 +42,8 @@ use crate::sys;
 
 use super::baseline::{BaselineWriter, split_components};
 use super::error::{Result, WorkspaceError};
-use super::quote::display_name;
+use super::quote::{display_name, git_quote};
+use super::repo::RepoDir;
 
 /// Where the sandboxed git sees the repository's git directory.
 pub const SANDBOX_GIT_DIR: &str = "/repo.git";
@@ -57,12 +64,30 @@ const GIT_CONFIG: &[(&str, &str)] = &[
     ("safe.directory", "*"),
 ];
 
-/// Step 1: the object's type, then (if a commit) the recursive listing.
-const LIST_SCRIPT: &str = "git cat-file -t \"$1\" >/out/type 2>/out/err || exit 3
+/// Largest symlink target imported (PATH_MAX).
+const LINK_TARGET_MAX_BYTES: u64 = 4096;
+/// Largest `.gitattributes` file imported (it is read into memory).
+const ATTRIBUTES_MAX_BYTES: u64 = 1 << 20;
+
+/// Exit status of the listing step when the commit is not in the
+/// repository.
+const EXIT_MISSING: i32 = 4;
+
+/// Step 1: whether the object exists, its type, then (if a commit) the
+/// recursive listing with sizes, cut after `$2` records and `$3` bytes so a
+/// tree bomb cannot fill the state directory; git's own status goes to
+/// `/out/status` (141 when the cut ended it).
+const LIST_SCRIPT: &str = "git cat-file -e \"$1\" 2>/out/err
+rc=$?
+if [ $rc != 0 ]; then [ $rc = 1 ] && [ ! -s /out/err ] && exit 4; exit 3; fi
+git cat-file -t \"$1\" >/out/type 2>/out/err || exit 3
 [ \"$(cat /out/type)\" = commit ] || exit 0
-exec git ls-tree -r -z --full-tree \"$1\" >/out/out 2>/out/err";
-/// Step 2: the blobs named in `/out/in`, one per line.
-const BLOB_SCRIPT: &str = "exec git cat-file --batch </out/in >/out/out 2>/out/err";
+{ git ls-tree -r -z -l --full-tree \"$1\" 2>/out/err; echo $? >/out/status; } | head -z -n \"$2\" | head -c \"$3\" >/out/out";
+/// Step 2: the blobs named in `/out/in`, one per line, cut after `$1`
+/// bytes (what the listing said they hold).
+const BLOB_SCRIPT: &str = "{ git cat-file --batch </out/in 2>/out/err; echo $? >/out/status; } | head -c \"$1\" >/out/out";
+/// git's status when `head` cut its output (128 + SIGPIPE).
+const CUT_STATUS: &[u8] = b"141";
 
 /// What a commit may contain beyond plain files and directories.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -75,57 +100,6 @@ pub struct GitPolicy {
 /// Whether `rev` is a full object id (40 hex for SHA-1, 64 for SHA-256).
 pub fn is_full_rev(rev: &str) -> bool {
     (rev.len() == 40 || rev.len() == 64) && rev.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// The git directory of `repo`: `repo/.git` (a directory, or a `gitdir:`
-/// file), or `repo` itself when it is bare.
-pub fn git_dir(repo: &Path) -> Result<PathBuf> {
-    let dotgit = repo.join(".git");
-    match std::fs::symlink_metadata(&dotgit) {
-        Ok(m) if m.is_dir() => return Ok(dotgit),
-        Ok(m) if m.is_file() => {
-            let text = std::fs::read_to_string(&dotgit)
-                .map_err(|e| WorkspaceError::io(format!("read {}", dotgit.display()), e))?;
-            let target = text
-                .strip_prefix("gitdir: ")
-                .map(str::trim_end)
-                .ok_or_else(|| {
-                    WorkspaceError::Git(format!("{}: not a gitdir file", dotgit.display()))
-                })?;
-            let p = Path::new(target);
-            return Ok(if p.is_absolute() {
-                p.into()
-            } else {
-                repo.join(p)
-            });
-        }
-        _ => {}
-    }
-    if repo.join("objects").is_dir() && repo.join("HEAD").is_file() {
-        return Ok(repo.to_path_buf());
-    }
-    Err(WorkspaceError::Git(format!(
-        "{} is not a git repository (no .git, not bare)",
-        repo.display()
-    )))
-}
-
-/// The git directory the sandbox needs: for a linked worktree (a git dir
-/// with a `commondir` file) the common directory, which holds the objects.
-fn common_dir(gd: &Path) -> Result<PathBuf> {
-    let file = gd.join("commondir");
-    match std::fs::read_to_string(&file) {
-        Ok(text) => {
-            let p = Path::new(text.trim_end());
-            Ok(if p.is_absolute() {
-                p.into()
-            } else {
-                gd.join(p)
-            })
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(gd.to_path_buf()),
-        Err(e) => Err(WorkspaceError::io(format!("read {}", file.display()), e)),
-    }
 }
 
 /// A hutch-made directory the sandboxed git may write its output into:
@@ -149,21 +123,21 @@ struct SandboxGit<'a> {
 }
 
 impl<'a> SandboxGit<'a> {
-    fn new(git_dir: PathBuf, staging: GitStaging<'a>) -> Result<Self> {
-        let meta = std::fs::metadata(&git_dir)
-            .map_err(|e| WorkspaceError::io(format!("stat {}", git_dir.display()), e))?;
+    /// `meta` is that of the git directory as opened (not re-resolved).
+    fn new(git_dir: PathBuf, meta: &sys::Meta, staging: GitStaging<'a>) -> Self {
         // Root launches run the workload as an unprivileged host id: the
-        // repository's owner (who can read it) unless that is root.
-        let root_ids = (sys::geteuid() == 0).then(|| match (meta.uid(), meta.gid()) {
+        // git directory's owner (who can read it) unless that is root.
+        let ids = match (meta.uid, meta.gid) {
             (0, _) => (ROOT_LAUNCH_ID, ROOT_LAUNCH_ID),
             (u, g) => (u, g),
-        });
-        Ok(SandboxGit {
+        };
+        let root_ids = (sys::geteuid() == 0).then_some(ids);
+        SandboxGit {
             git_dir,
             staging,
             root_ids,
-            root_owned: meta.uid() == 0 && sys::geteuid() == 0,
-        })
+            root_owned: meta.uid == 0 && sys::geteuid() == 0,
+        }
     }
 
     /// The Spec of one step: the default profile without a workspace, the
@@ -333,20 +307,32 @@ fn read_small(dir: BorrowedFd<'_>, name: &CStr, limit: u64) -> Result<Vec<u8>> {
     }
 }
 
-/// The error of a failed step: git's first stderr line.
-fn step_failure(dir: BorrowedFd<'_>, what: &str, report: &ExitReport) -> WorkspaceError {
+/// At most this much of git's first stderr line appears in an error.
+const GIT_MESSAGE_MAX: usize = 200;
+
+/// The error of a failed step: git's first stderr line, cut short and
+/// quoted (it may carry repository-chosen names).
+fn step_failure(dir: BorrowedFd<'_>, what: &str, status: &str) -> WorkspaceError {
     let err = read_small(dir, c"err", 4096).unwrap_or_default();
-    let text = String::from_utf8_lossy(&err);
-    WorkspaceError::Git(format!(
-        "git {what} failed (exit {}): {}",
-        report.status,
-        text.lines().next().unwrap_or("(no message)")
-    ))
+    let line = err.split(|&b| b == b'\n').next().unwrap_or_default();
+    let message = if line.is_empty() {
+        "(no message)".to_string()
+    } else {
+        git_quote(&line[..line.len().min(GIT_MESSAGE_MAX)])
+    };
+    WorkspaceError::Git(format!("git {what} failed (exit {status}): {message}"))
+}
+
+/// git's own exit status of a cut step (`/out/status`), trimmed.
+fn git_status(dir: BorrowedFd<'_>) -> Result<Vec<u8>> {
+    Ok(read_small(dir, c"status", 16)?.trim_ascii().to_vec())
 }
 
 struct TreeEntry {
     mode: u32,
     oid: String,
+    /// The blob's size as the listing gave it.
+    size: u64,
     path: Vec<u8>,
 }
 
@@ -365,42 +351,97 @@ pub fn import_git(
         )));
     }
     let rev = rev.to_ascii_lowercase();
-    let gd = common_dir(&git_dir(repo)?)?;
-    let git = SandboxGit::new(gd, staging)?;
-    let (list_dir, report) = git.step(c"list", LIST_SCRIPT, &[&rev], b"")?;
-    let kind = read_small(list_dir.as_fd(), c"type", 64)?;
-    if report.status != 0 {
-        return Err(step_failure(list_dir.as_fd(), "cat-file/ls-tree", &report));
+    let repo_dir = RepoDir::open(repo)?;
+    let gd = repo_dir.git_dir()?;
+    let git = SandboxGit::new(gd.path.clone(), &gd.meta, staging);
+    drop(gd.fd);
+    let limits = *writer.limits();
+    let max_records = limits.max_files.saturating_add(1);
+    let max_listing = max_records.saturating_mul(limits.max_path_bytes as u64 + 128);
+    let (list_dir, report) = git.step(
+        c"list",
+        LIST_SCRIPT,
+        &[&rev, &max_records.to_string(), &max_listing.to_string()],
+        b"",
+    )?;
+    let alternates = report.status != 0 && repo_dir.has_alternates(&git.git_dir);
+    if report.status == EXIT_MISSING || alternates {
+        let mut msg = format!(
+            "commit {rev} is not in the repository {}",
+            repo_dir.path().display()
+        );
+        if alternates {
+            msg +=
+                " (its objects/info/alternates, objects borrowed from elsewhere, is not followed)";
+        }
+        return Err(WorkspaceError::Git(msg));
     }
+    if report.status != 0 {
+        return Err(step_failure(
+            list_dir.as_fd(),
+            "cat-file",
+            &report.status.to_string(),
+        ));
+    }
+    let kind = read_small(list_dir.as_fd(), c"type", 64)?;
     if kind.trim_ascii() != b"commit" {
         return Err(WorkspaceError::Git(format!(
             "{rev} is a {}, not a commit",
-            String::from_utf8_lossy(kind.trim_ascii())
+            git_quote(&kind.trim_ascii()[..kind.trim_ascii().len().min(16)])
         )));
+    }
+    let status = git_status(list_dir.as_fd())?;
+    if status != b"0" && status != CUT_STATUS {
+        return Err(step_failure(
+            list_dir.as_fd(),
+            "ls-tree",
+            &String::from_utf8_lossy(&status),
+        ));
     }
     let mut listing = BufReader::with_capacity(256 * 1024, open_output(list_dir.as_fd(), c"out")?);
     let mut blobs = Vec::new();
     let mut record = Vec::new();
+    let (mut records, mut total) = (0u64, 0u64);
     loop {
         record.clear();
         let n = listing
+            .by_ref()
+            .take(limits.max_path_bytes as u64 + 128)
             .read_until(0, &mut record)
             .map_err(|e| WorkspaceError::io("read git ls-tree output", e))?;
         if n == 0 {
             break;
         }
-        if record.last() == Some(&0) {
-            record.pop();
+        if record.last() != Some(&0) {
+            // Cut: by the byte bound, or a path longer than any allowed.
+            return Err(WorkspaceError::Refused(
+                format!(
+                    "commit {rev} has a path longer than {} bytes or more than {} entries",
+                    limits.max_path_bytes, limits.max_files
+                ),
+                "--max-path-bytes N / --max-files N",
+            ));
         }
+        record.pop();
         if record.is_empty() {
             continue;
+        }
+        records += 1;
+        if records > limits.max_files {
+            return Err(WorkspaceError::Refused(
+                format!(
+                    "commit {rev} has more than {} entries (files, links and directories)",
+                    limits.max_files
+                ),
+                "--max-files N",
+            ));
         }
         let record = &record[..];
         let bad =
             || WorkspaceError::Git(format!("unexpected ls-tree line {}", display_name(record)));
         let tab = record.iter().position(|&b| b == b'\t').ok_or_else(bad)?;
         let (head, path) = (&record[..tab], &record[tab + 1..]);
-        let mut fields = head.split(|&b| b == b' ');
+        let mut fields = head.split(|&b| b == b' ').filter(|f| !f.is_empty());
         let mode = fields
             .next()
             .and_then(|m| std::str::from_utf8(m).ok())
@@ -413,7 +454,9 @@ pub fn import_git(
             .filter(|o| is_full_rev(o))
             .ok_or_else(bad)?
             .to_string();
+        let size_field = fields.next().ok_or_else(bad)?;
         let shown = display_name(path);
+        limits.check_path(path, path.split(|&b| b == b'/').count())?;
         match mode {
             0o160000 if !policy.allow_submodules => {
                 return Err(WorkspaceError::Refused(
@@ -438,20 +481,55 @@ pub fn import_git(
                 )));
             }
         }
+        let size = std::str::from_utf8(size_field)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or_else(bad)?;
+        if size > limits.max_file_bytes {
+            return Err(WorkspaceError::Refused(
+                format!("{shown} is larger than {} bytes", limits.max_file_bytes),
+                "--max-file-bytes N",
+            ));
+        }
+        total = total.saturating_add(size);
+        if total > limits.max_bytes {
+            return Err(WorkspaceError::Refused(
+                format!("commit {rev} is larger than {} bytes", limits.max_bytes),
+                "--max-bytes N",
+            ));
+        }
         blobs.push(TreeEntry {
             mode,
             oid,
+            size,
             path: path.to_vec(),
         });
     }
     drop(listing);
+    if status == CUT_STATUS {
+        // Cut although within the caps: the listing was not complete.
+        return Err(WorkspaceError::Refused(
+            format!("commit {rev} exceeds the import caps"),
+            "--max-files N / --max-path-bytes N",
+        ));
+    }
     let request: Vec<u8> = blobs
         .iter()
         .flat_map(|b| format!("{}\n", b.oid).into_bytes())
         .collect();
-    let (blob_dir, report) = git.step(c"blobs", BLOB_SCRIPT, &[], &request)?;
-    if report.status != 0 {
-        return Err(step_failure(blob_dir.as_fd(), "cat-file --batch", &report));
+    // What cat-file prints: per blob a header, the content and a newline.
+    let expected = blobs.iter().fold(0u64, |acc, b| {
+        acc.saturating_add(b.size)
+            .saturating_add(b.oid.len() as u64 + 32)
+    });
+    let (blob_dir, report) = git.step(c"blobs", BLOB_SCRIPT, &[&expected.to_string()], &request)?;
+    let status = git_status(blob_dir.as_fd())?;
+    if report.status != 0 || status != b"0" {
+        return Err(step_failure(
+            blob_dir.as_fd(),
+            "cat-file --batch",
+            &String::from_utf8_lossy(&status),
+        ));
     }
     let out = open_output(blob_dir.as_fd(), c"out")?;
     read_blobs(
@@ -489,9 +567,17 @@ fn read_blobs(
                 "object {} of {}: {}",
                 blob.oid,
                 display_name(&blob.path),
-                text.trim_end()
+                git_quote(&header.trim_ascii_end()[..header.len().min(GIT_MESSAGE_MAX)])
             )));
         };
+        if size != blob.size {
+            return Err(WorkspaceError::Git(format!(
+                "cat-file gave {size} bytes for {} ({}), ls-tree {}",
+                display_name(&blob.path),
+                blob.oid,
+                blob.size
+            )));
+        }
         if oid != blob.oid {
             return Err(WorkspaceError::Git(format!(
                 "cat-file answered {oid} for {}",
@@ -503,6 +589,18 @@ fn read_blobs(
             .last()
             .is_some_and(|n| n.as_bytes() == b".gitattributes");
         if blob.mode == 0o120000 || is_attr {
+            // Read into memory: kept small.
+            let cap = if is_attr {
+                ATTRIBUTES_MAX_BYTES
+            } else {
+                LINK_TARGET_MAX_BYTES
+            };
+            if size > cap {
+                return Err(WorkspaceError::Unsupported {
+                    path: display_name(&blob.path),
+                    reason: format!("is larger than {cap} bytes (as a symlink or .gitattributes)"),
+                });
+            }
             let mut data = Vec::new();
             reader
                 .by_ref()

@@ -14,32 +14,41 @@ mod changes;
 mod error;
 mod export;
 mod git;
+mod json;
 mod layers;
 mod manifest;
 mod quote;
 mod relpath;
 mod remove;
 mod render;
+mod repo;
 mod run;
 mod session;
+mod spool;
 
-pub use baseline::{BaselineWriter, import_dir};
-pub use changes::{Blob, Change, Changes, DEFAULT_MAX_FILE_BYTES, Skipped, compute};
+pub use baseline::{BaselineWriter, ImportLimits, import_dir};
+pub use changes::{ChangeRef, DEFAULT_MAX_FILE_BYTES, SideRef, Skipped, walk as walk_changes};
 pub use error::{Result, WorkspaceError};
 pub use export::export as export_to;
 pub use export::{
-    ArchiveKind, ExportEntry, ExportManifest, ExportOptions, MANIFEST_NAME, PATCH_NAME,
+    ArchiveKind, ExportEntry, ExportOptions, ExportSummary, MANIFEST_NAME, MAX_ENTRY_NAME,
+    PATCH_NAME,
 };
 pub use git::{GitPolicy, GitStaging, import_git, is_full_rev};
+pub use json::{is_unsafe_char, json_line};
 pub use layers::{Layer, Layers};
 pub use manifest::{Manifest, ManifestEntry, fingerprint};
 pub use quote::{display_name, git_quote};
 pub use relpath::{RelPath, WORKSPACE_DIR};
-pub use render::{DiffFormat, git_oid, render};
+pub use render::{DiffFormat, TEXT_DIFF_MAX_BYTES, diff, git_oid};
+/// The repository metadata reader (public for the fuzzers).
+#[doc(hidden)]
+pub use repo::{GitDir, METADATA_MAX_BYTES, RepoDir};
 pub use run::{
     AUDIT_CAPTURE_BYTES, AUDIT_EGRESS_MAX_BYTES, AUDIT_EGRESS_MAX_LINES, EgressSummary, RunRecord,
 };
 pub use session::{
-    CreateOptions, STATE_DIR_ENV, Session, SessionInfo, SessionLock, Source, StateDir, now_ms,
-    valid_id,
+    CreateOptions, GcReport, STATE_DIR_ENV, Session, SessionInfo, SessionLock, Source, StateDir,
+    now_ms, valid_id,
 };
+pub use spool::Spool;

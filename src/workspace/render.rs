@@ -1,22 +1,53 @@
 //! Rendering changes the way git does: unified diff with git extended
 //! headers (modes, new/deleted files, symlinks as links, `GIT binary
 //! patch` literals with full index lines so `git apply` can check the
-//! preimage), `--stat`, and JSON. Names are quoted as git quotes them.
+//! preimage), `--stat`, and JSON. Names are quoted as git quotes them (in
+//! JSON: with controls and bidi characters escaped, see `json.rs`).
+//!
+//! Memory is bounded whatever the sizes and link counts of the files: a
+//! change is rendered while the walk has its directories open, file
+//! contents are streamed (hashing, comparing, deflating) in 64 KiB
+//! chunks, and only text sides of at most [`TEXT_DIFF_MAX_BYTES`] are held
+//! to be diffed line by line (larger ones become one hunk replacing the
+//! whole file, which still applies). Output goes to a [`Spool`] counted
+//! against the byte limit on every write, so a diff stops as soon as the
+//! limit is certain to be exceeded, and prints nothing then.
 
+use std::fs::File;
 use std::io::Write;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
 
 use flate2::Compression;
 use flate2::write::ZlibEncoder;
 use serde_json::json;
 use sha1::{Digest as _, Sha1};
 use sha2::Sha256;
-use similar::{Algorithm, DiffOp, capture_diff_slices, group_diff_ops};
+use similar::{Algorithm, DiffOp, capture_diff_slices_deadline, group_diff_ops};
 
-use super::changes::{Blob, Changes};
+use crate::sys;
+
+use super::changes::{ChangeRef, DEFAULT_MAX_FILE_BYTES, SideRef, Skipped, walk};
 use super::error::{Result, WorkspaceError};
-use super::quote::{git_quote, git_quote_prefixed};
+use super::json;
+use super::layers::Layers;
+use super::manifest::{MODE_LINK, git_file_mode};
+use super::quote::{display_name, git_quote, git_quote_prefixed};
+use super::spool::{Limited, Spool, is_limit};
 
 const ZERO_OID: &str = "0000000000000000000000000000000000000000";
+
+/// Text sides up to this size are diffed line by line in memory; a larger
+/// one makes its change one hunk replacing the whole file.
+pub const TEXT_DIFF_MAX_BYTES: u64 = 4 << 20;
+/// Time the line diff of one file may take before it settles for a
+/// correct but less minimal diff.
+const LINE_DIFF_DEADLINE: Duration = Duration::from_secs(2);
+/// Read size of streamed contents.
+const CHUNK: usize = 64 * 1024;
+/// git's binary heuristic looks at this many leading bytes.
+const BINARY_PROBE: u64 = 8000;
 
 /// Output format of `diff`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,29 +71,6 @@ impl std::str::FromStr for DiffFormat {
     }
 }
 
-/// Render `changes` in `format`; with `max_bytes`, fail whole when the
-/// output would be longer.
-pub fn render(changes: &Changes, format: DiffFormat, max_bytes: Option<u64>) -> Result<Vec<u8>> {
-    let limit = max_bytes.unwrap_or(u64::MAX);
-    let out = match format {
-        DiffFormat::Unified => unified(changes, limit)?,
-        DiffFormat::Stat => stat(changes),
-        DiffFormat::Json => {
-            let mut v = serde_json::to_vec_pretty(&json_value(changes))
-                .map_err(|e| WorkspaceError::io("encode JSON", e.into()))?;
-            v.push(b'\n');
-            v
-        }
-    };
-    if out.len() as u64 > limit {
-        return Err(WorkspaceError::TooLarge {
-            what: format!("the diff ({} bytes)", out.len()),
-            limit,
-        });
-    }
-    Ok(out)
-}
-
 /// git's blob id of `data`.
 pub fn git_oid(data: &[u8]) -> String {
     let mut h = Sha1::new();
@@ -71,103 +79,236 @@ pub fn git_oid(data: &[u8]) -> String {
     hex::encode(h.finalize())
 }
 
-/// git's binary heuristic: a NUL in the first 8000 bytes.
-pub fn is_binary(data: &[u8]) -> bool {
-    data[..data.len().min(8000)].contains(&0)
+/// One side of a change, open for reading.
+enum Side {
+    File { file: File, size: u64, exec: bool },
+    Link { target: Vec<u8> },
+}
+
+impl Side {
+    /// Open a side the walk found: a regular file is opened only when
+    /// still the same inode (never a FIFO or device), and only up to
+    /// `max_file` bytes; a link's target is read, never followed.
+    fn open(r: &SideRef<'_>, max_file: u64, path: &[u8]) -> Result<Side> {
+        if r.meta.is_symlink() {
+            return Ok(Side::Link {
+                target: sys::readlink_at(r.dir, r.name)?,
+            });
+        }
+        if r.meta.size > max_file {
+            return Err(WorkspaceError::TooLarge {
+                what: format!(
+                    "the diff (a changed file: {}, {} bytes)",
+                    display_name(path),
+                    r.meta.size
+                ),
+                limit: max_file,
+            });
+        }
+        let fd = sys::open_beneath(r.dir, r.name, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
+        let now = sys::fstat(fd.as_fd())?;
+        if !now.is_file() || (now.dev, now.ino) != (r.meta.dev, r.meta.ino) {
+            return Err(changed(path));
+        }
+        Ok(Side::File {
+            file: File::from(fd),
+            size: now.size,
+            exec: now.mode & 0o100 != 0,
+        })
+    }
+
+    fn git_mode(&self) -> u32 {
+        match self {
+            Side::File { exec: true, .. } => git_file_mode(0o755),
+            Side::File { .. } => git_file_mode(0o644),
+            Side::Link { .. } => MODE_LINK,
+        }
+    }
+
+    fn size(&self) -> u64 {
+        match self {
+            Side::File { size, .. } => *size,
+            Side::Link { target } => target.len() as u64,
+        }
+    }
+
+    fn is_link(&self) -> bool {
+        matches!(self, Side::Link { .. })
+    }
+
+    /// Hand the content, in order, to `f` in chunks of at most 64 KiB.
+    fn chunks(&self, path: &[u8], f: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        match self {
+            Side::Link { target } => f(target),
+            Side::File { file, size, .. } => {
+                let mut buf = vec![0u8; CHUNK];
+                let mut off = 0u64;
+                while off < *size {
+                    let want = (*size - off).min(CHUNK as u64) as usize;
+                    let n = file.read_at(&mut buf[..want], off).map_err(|e| {
+                        WorkspaceError::io(format!("read {}", display_name(path)), e)
+                    })?;
+                    if n == 0 {
+                        return Err(changed(path));
+                    }
+                    f(&buf[..n])?;
+                    off += n as u64;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The whole content (only for sides of at most
+    /// [`TEXT_DIFF_MAX_BYTES`]).
+    fn read_all(&self, path: &[u8]) -> Result<Vec<u8>> {
+        let mut data = Vec::with_capacity(self.size().min(TEXT_DIFF_MAX_BYTES) as usize);
+        self.chunks(path, &mut |c| {
+            data.extend_from_slice(c);
+            Ok(())
+        })?;
+        Ok(data)
+    }
+}
+
+fn changed(path: &[u8]) -> WorkspaceError {
+    WorkspaceError::Unsupported {
+        path: display_name(path),
+        reason: "changed while being read".into(),
+    }
+}
+
+/// What a pass over a side tells (only what the format needs is
+/// computed: hashing is not free on gigabytes of hardlinks).
+#[derive(Default)]
+struct Summary {
+    /// git's blob id (unified diffs).
+    oid: String,
+    /// sha256 (JSON).
+    sha256: [u8; 32],
+    binary: bool,
+    /// Lines as a unified diff counts them (a last line without newline
+    /// counts); only for text too large to diff in memory.
+    lines: u64,
+}
+
+/// A unified diff needs git blob ids.
+const PATCH_WANT: Want = Want {
+    oid: true,
+    sha256: false,
+};
+
+/// What to compute in [`summarize`].
+#[derive(Clone, Copy)]
+struct Want {
+    oid: bool,
+    sha256: bool,
+}
+
+fn summarize(side: Option<&Side>, path: &[u8], want: Want) -> Result<Option<Summary>> {
+    let Some(side) = side else { return Ok(None) };
+    // The binary probe first: it decides whether lines are counted.
+    let binary = match side {
+        Side::Link { target } => target[..target.len().min(BINARY_PROBE as usize)].contains(&0),
+        Side::File { file, size, .. } => {
+            let mut probe = vec![0u8; (*size).min(BINARY_PROBE) as usize];
+            let mut done = 0;
+            while done < probe.len() {
+                let n = file
+                    .read_at(&mut probe[done..], done as u64)
+                    .map_err(|e| WorkspaceError::io(format!("read {}", display_name(path)), e))?;
+                if n == 0 {
+                    return Err(changed(path));
+                }
+                done += n;
+            }
+            probe.contains(&0)
+        }
+    };
+    let count_lines = !binary && side.size() > TEXT_DIFF_MAX_BYTES;
+    let mut summary = Summary {
+        binary,
+        ..Summary::default()
+    };
+    if !(want.oid || want.sha256 || count_lines) {
+        return Ok(Some(summary));
+    }
+    let mut sha1 = Sha1::new();
+    sha1.update(format!("blob {}\0", side.size()).as_bytes());
+    let mut sha256 = Sha256::new();
+    let (mut newlines, mut last) = (0u64, b'\n');
+    side.chunks(path, &mut |c| {
+        if want.oid {
+            sha1.update(c);
+        }
+        if want.sha256 {
+            sha256.update(c);
+        }
+        if count_lines {
+            newlines += c.iter().filter(|&&b| b == b'\n').count() as u64;
+            if let Some(&b) = c.last() {
+                last = b;
+            }
+        }
+        Ok(())
+    })?;
+    if want.oid {
+        summary.oid = hex::encode(sha1.finalize());
+    }
+    if want.sha256 {
+        summary.sha256 = sha256.finalize().into();
+    }
+    summary.lines = newlines + u64::from(count_lines && last != b'\n');
+    Ok(Some(summary))
+}
+
+/// Whether two sides of equal size hold the same bytes (compared, not
+/// hashed).
+fn same_content(a: &Side, b: &Side, path: &[u8]) -> Result<bool> {
+    match (a, b) {
+        (Side::Link { target: x }, Side::Link { target: y }) => Ok(x == y),
+        (Side::File { file: fa, size, .. }, Side::File { file: fb, .. }) => {
+            let (mut ba, mut bb) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
+            let mut off = 0u64;
+            while off < *size {
+                let want = (*size - off).min(CHUNK as u64) as usize;
+                let read =
+                    |f: &File, buf: &mut [u8]| {
+                        let mut done = 0;
+                        while done < want {
+                            let n = f.read_at(&mut buf[done..want], off + done as u64).map_err(
+                                |e| WorkspaceError::io(format!("read {}", display_name(path)), e),
+                            )?;
+                            if n == 0 {
+                                return Err(changed(path));
+                            }
+                            done += n;
+                        }
+                        Ok(())
+                    };
+                read(fa, &mut ba)?;
+                read(fb, &mut bb)?;
+                if ba[..want] != bb[..want] {
+                    return Ok(false);
+                }
+                off += want as u64;
+            }
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
 }
 
 fn lines(data: &[u8]) -> Vec<&[u8]> {
     data.split_inclusive(|&b| b == b'\n').collect()
 }
 
-/// The unified diff of all changes (deletions first so a path can change
-/// between file and directory in one patch).
-pub fn unified(changes: &Changes, limit: u64) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut parts: Vec<(&[u8], Option<&Blob>, Option<&Blob>)> = Vec::new();
-    let mut later = Vec::new();
-    for c in &changes.changes {
-        match (&c.old, &c.new) {
-            (Some(o), Some(n)) if o.is_link() != n.is_link() => {
-                parts.push((&c.path, Some(o), None));
-                later.push((&c.path[..], None, Some(n)));
-            }
-            (Some(o), None) => parts.push((&c.path, Some(o), None)),
-            (o, n) => later.push((&c.path[..], o.as_ref(), n.as_ref())),
-        }
-    }
-    parts.extend(later);
-    for (path, old, new) in parts {
-        file_patch(&mut out, path, old, new);
-        if out.len() as u64 > limit {
-            return Err(WorkspaceError::TooLarge {
-                what: "the diff".into(),
-                limit,
-            });
-        }
-    }
-    Ok(out)
+fn line_ops(old: &[&[u8]], new: &[&[u8]]) -> Vec<DiffOp> {
+    let deadline = Instant::now() + LINE_DIFF_DEADLINE;
+    capture_diff_slices_deadline(Algorithm::Myers, old, new, Some(deadline))
 }
 
-fn file_patch(out: &mut Vec<u8>, path: &[u8], old: Option<&Blob>, new: Option<&Blob>) {
-    let a = git_quote_prefixed("a/", path);
-    let b = git_quote_prefixed("b/", path);
-    let _ = writeln!(out, "diff --git {a} {b}");
-    let empty: &[u8] = b"";
-    let (old_data, new_data) = (old.map_or(empty, Blob::data), new.map_or(empty, Blob::data));
-    let (old_oid, new_oid) = (
-        old.map_or(ZERO_OID.to_string(), |o| git_oid(o.data())),
-        new.map_or(ZERO_OID.to_string(), |n| git_oid(n.data())),
-    );
-    match (old, new) {
-        (None, Some(n)) => {
-            let _ = writeln!(out, "new file mode {:o}", n.git_mode());
-            let _ = writeln!(out, "index {old_oid}..{new_oid}");
-        }
-        (Some(o), None) => {
-            let _ = writeln!(out, "deleted file mode {:o}", o.git_mode());
-            let _ = writeln!(out, "index {old_oid}..{new_oid}");
-        }
-        (Some(o), Some(n)) => {
-            if o.git_mode() != n.git_mode() {
-                let _ = writeln!(out, "old mode {:o}", o.git_mode());
-                let _ = writeln!(out, "new mode {:o}", n.git_mode());
-            }
-            if o.data() == n.data() {
-                return;
-            }
-            if o.git_mode() == n.git_mode() {
-                let _ = writeln!(out, "index {old_oid}..{new_oid} {:o}", n.git_mode());
-            } else {
-                let _ = writeln!(out, "index {old_oid}..{new_oid}");
-            }
-        }
-        (None, None) => return,
-    }
-    if old_data.is_empty() && new_data.is_empty() {
-        return;
-    }
-    if is_binary(old_data) || is_binary(new_data) {
-        out.extend_from_slice(b"GIT binary patch\n");
-        binary_literal(out, new_data);
-        binary_literal(out, old_data);
-        return;
-    }
-    let tab = |p: &[u8]| if p.contains(&b' ') { "\t" } else { "" };
-    if old.is_some() {
-        let _ = writeln!(out, "--- {a}{}", tab(path));
-    } else {
-        out.extend_from_slice(b"--- /dev/null\n");
-    }
-    if new.is_some() {
-        let _ = writeln!(out, "+++ {b}{}", tab(path));
-    } else {
-        out.extend_from_slice(b"+++ /dev/null\n");
-    }
-    hunks(out, old_data, new_data);
-}
-
-fn range(start: usize, len: usize) -> String {
+fn range(start: usize, len: u64) -> String {
     match len {
         0 => format!("{start},0"),
         1 => format!("{}", start + 1),
@@ -175,53 +316,77 @@ fn range(start: usize, len: usize) -> String {
     }
 }
 
-fn hunks(out: &mut Vec<u8>, old: &[u8], new: &[u8]) {
+/// Write one diff line (`sign` + `line`), marking a missing final newline.
+fn emit_line(w: &mut dyn Write, sign: u8, line: &[u8]) -> std::io::Result<()> {
+    w.write_all(&[sign])?;
+    w.write_all(line)?;
+    if !line.ends_with(b"\n") {
+        w.write_all(b"\n\\ No newline at end of file\n")?;
+    }
+    Ok(())
+}
+
+fn hunks(w: &mut dyn Write, old: &[u8], new: &[u8]) -> std::io::Result<()> {
     let (ol, nl) = (lines(old), lines(new));
-    let ops = capture_diff_slices(Algorithm::Myers, &ol, &nl);
+    let ops = line_ops(&ol, &nl);
     for group in group_diff_ops(ops, 3) {
         let (Some(first), Some(last)) = (group.first(), group.last()) else {
             continue;
         };
         let (os, oe) = (first.old_range().start, last.old_range().end);
         let (ns, ne) = (first.new_range().start, last.new_range().end);
-        let _ = writeln!(out, "@@ -{} +{} @@", range(os, oe - os), range(ns, ne - ns));
+        writeln!(
+            w,
+            "@@ -{} +{} @@",
+            range(os, (oe - os) as u64),
+            range(ns, (ne - ns) as u64)
+        )?;
         for op in &group {
             let (tag, or, nr) = op.as_tag_tuple();
-            let mut emit = |sign: u8, line: &[u8]| {
-                out.push(sign);
-                out.extend_from_slice(line);
-                if !line.ends_with(b"\n") {
-                    out.extend_from_slice(b"\n\\ No newline at end of file\n");
-                }
-            };
             match tag {
-                similar::DiffTag::Equal => or.clone().for_each(|i| emit(b' ', ol[i])),
-                similar::DiffTag::Delete => or.clone().for_each(|i| emit(b'-', ol[i])),
-                similar::DiffTag::Insert => nr.clone().for_each(|i| emit(b'+', nl[i])),
+                similar::DiffTag::Equal => {
+                    for i in or {
+                        emit_line(w, b' ', ol[i])?;
+                    }
+                }
+                similar::DiffTag::Delete => {
+                    for i in or {
+                        emit_line(w, b'-', ol[i])?;
+                    }
+                }
+                similar::DiffTag::Insert => {
+                    for i in nr {
+                        emit_line(w, b'+', nl[i])?;
+                    }
+                }
                 similar::DiffTag::Replace => {
-                    or.clone().for_each(|i| emit(b'-', ol[i]));
-                    nr.clone().for_each(|i| emit(b'+', nl[i]));
+                    for i in or {
+                        emit_line(w, b'-', ol[i])?;
+                    }
+                    for i in nr {
+                        emit_line(w, b'+', nl[i])?;
+                    }
                 }
             }
         }
     }
+    Ok(())
 }
 
-/// Lines added and removed between two texts.
-fn line_counts(old: &[u8], new: &[u8]) -> (usize, usize) {
+/// Lines added and removed between two texts held in memory.
+fn line_counts(old: &[u8], new: &[u8]) -> (u64, u64) {
     let (ol, nl) = (lines(old), lines(new));
-    let mut ins = 0;
-    let mut del = 0;
-    for op in capture_diff_slices(Algorithm::Myers, &ol, &nl) {
+    let (mut ins, mut del) = (0u64, 0u64);
+    for op in line_ops(&ol, &nl) {
         match op {
             DiffOp::Equal { .. } => {}
-            DiffOp::Delete { old_len, .. } => del += old_len,
-            DiffOp::Insert { new_len, .. } => ins += new_len,
+            DiffOp::Delete { old_len, .. } => del += old_len as u64,
+            DiffOp::Insert { new_len, .. } => ins += new_len as u64,
             DiffOp::Replace {
                 old_len, new_len, ..
             } => {
-                del += old_len;
-                ins += new_len;
+                del += old_len as u64;
+                ins += new_len as u64;
             }
         }
     }
@@ -231,15 +396,19 @@ fn line_counts(old: &[u8], new: &[u8]) -> (usize, usize) {
 const EN85: &[u8; 85] =
     b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~";
 
-/// One `literal` hunk of a git binary patch: zlib data in base85 lines.
-fn binary_literal(out: &mut Vec<u8>, data: &[u8]) {
-    let mut z = ZlibEncoder::new(Vec::new(), Compression::default());
-    let _ = z.write_all(data);
-    let deflated = z.finish().unwrap_or_default();
-    let _ = writeln!(out, "literal {}", data.len());
-    for chunk in deflated.chunks(52) {
+/// The base85 lines of a git binary literal, 52 deflated bytes a line.
+struct Base85Lines<'w> {
+    out: &'w mut dyn Write,
+    buf: [u8; 52],
+    len: usize,
+}
+
+impl Base85Lines<'_> {
+    fn line(&mut self) -> std::io::Result<()> {
+        let chunk = &self.buf[..self.len];
         let n = chunk.len() as u8;
-        out.push(if n <= 26 { b'A' + n - 1 } else { b'a' + n - 27 });
+        let mut line = Vec::with_capacity(67);
+        line.push(if n <= 26 { b'A' + n - 1 } else { b'a' + n - 27 });
         for group in chunk.chunks(4) {
             let mut acc: u32 = 0;
             for (i, &b) in group.iter().enumerate() {
@@ -250,53 +419,490 @@ fn binary_literal(out: &mut Vec<u8>, data: &[u8]) {
                 *slot = EN85[(acc % 85) as usize];
                 acc /= 85;
             }
-            out.extend_from_slice(&enc);
+            line.extend_from_slice(&enc);
         }
-        out.push(b'\n');
+        line.push(b'\n');
+        self.len = 0;
+        self.out.write_all(&line)
     }
-    out.push(b'\n');
+
+    fn finish(mut self) -> std::io::Result<()> {
+        if self.len > 0 {
+            self.line()?;
+        }
+        Ok(())
+    }
 }
 
+impl Write for Base85Lines<'_> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let mut rest = data;
+        while !rest.is_empty() {
+            let take = (52 - self.len).min(rest.len());
+            self.buf[self.len..self.len + take].copy_from_slice(&rest[..take]);
+            self.len += take;
+            rest = &rest[take..];
+            if self.len == 52 {
+                self.line()?;
+            }
+        }
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Stream `side` as a line-prefixed body (`sign` before every line).
+fn stream_lines(w: &mut dyn Write, sign: u8, side: &Side, path: &[u8]) -> Result<()> {
+    let mut at_start = true;
+    let mut failed = None;
+    side.chunks(path, &mut |c| {
+        let mut emit = || -> std::io::Result<()> {
+            for seg in c.split_inclusive(|&b| b == b'\n') {
+                if at_start {
+                    w.write_all(&[sign])?;
+                }
+                w.write_all(seg)?;
+                at_start = seg.ends_with(b"\n");
+            }
+            Ok(())
+        };
+        emit().map_err(|e| {
+            failed = Some(());
+            WorkspaceError::io("write the diff", e)
+        })
+    })?;
+    let _ = failed;
+    if !at_start {
+        w.write_all(b"\n\\ No newline at end of file\n")
+            .map_err(|e| WorkspaceError::io("write the diff", e))?;
+    }
+    Ok(())
+}
+
+/// Which part of a unified diff a patch goes to: deletions come first, so
+/// a path can change between file and directory in one patch.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Deletions,
+    Rest,
+}
+
+/// One `--stat` line's numbers.
 struct Stat {
     name: String,
-    binary: Option<(usize, usize)>,
-    ins: usize,
-    del: usize,
+    binary: Option<(u64, u64)>,
+    ins: u64,
+    del: u64,
 }
 
-fn stats(changes: &Changes) -> Vec<Stat> {
-    let empty: &[u8] = b"";
-    changes
-        .changes
-        .iter()
-        .map(|c| {
-            let o = c.old.as_ref().map_or(empty, Blob::data);
-            let n = c.new.as_ref().map_or(empty, Blob::data);
-            let name = git_quote(&c.path);
-            if is_binary(o) || is_binary(n) {
-                Stat {
-                    name,
-                    binary: Some((o.len(), n.len())),
-                    ins: 0,
-                    del: 0,
+/// Renders changes, one at a time, into spools.
+struct Renderer {
+    format: DiffFormat,
+    max_file: u64,
+    limit: u64,
+    total: u64,
+    deletions: Spool,
+    rest: Spool,
+    stats: Vec<Stat>,
+    files: u64,
+    ins: u64,
+    del: u64,
+}
+
+impl Renderer {
+    fn too_large(&self) -> WorkspaceError {
+        WorkspaceError::TooLarge {
+            what: "the diff".into(),
+            limit: self.limit,
+        }
+    }
+
+    /// Map a write error: past the limit, or the spool failing.
+    fn out_err(&self, e: std::io::Error) -> WorkspaceError {
+        if is_limit(&e) {
+            self.too_large()
+        } else {
+            WorkspaceError::io("write the diff", e)
+        }
+    }
+
+    /// Count `n` bytes the output will certainly hold.
+    fn reserve(&mut self, n: u64) -> Result<()> {
+        self.total = self.total.saturating_add(n);
+        if self.total > self.limit {
+            return Err(self.too_large());
+        }
+        Ok(())
+    }
+
+    fn change(&mut self, c: &ChangeRef<'_>) -> Result<()> {
+        let old = c
+            .old
+            .map(|s| Side::open(&s, self.max_file, c.path))
+            .transpose()?;
+        let new = c
+            .new
+            .map(|s| Side::open(&s, self.max_file, c.path))
+            .transpose()?;
+        if let (Some(o), Some(n)) = (&old, &new)
+            && o.git_mode() == n.git_mode()
+            && o.size() == n.size()
+            && same_content(o, n, c.path)?
+        {
+            // Copied up but unchanged: not a change.
+            return Ok(());
+        }
+        match self.format {
+            DiffFormat::Unified => match (old, new) {
+                (Some(o), Some(n)) if o.is_link() != n.is_link() => {
+                    self.patch(Part::Deletions, c.path, Some(&o), None)?;
+                    self.patch(Part::Rest, c.path, None, Some(&n))
                 }
-            } else {
-                let (ins, del) = line_counts(o, n);
-                Stat {
-                    name,
-                    binary: None,
-                    ins,
-                    del,
-                }
+                (Some(o), None) => self.patch(Part::Deletions, c.path, Some(&o), None),
+                (o, n) => self.patch(Part::Rest, c.path, o.as_ref(), n.as_ref()),
+            },
+            DiffFormat::Stat => {
+                let (so, sn) = (
+                    summarize(
+                        old.as_ref(),
+                        c.path,
+                        Want {
+                            oid: false,
+                            sha256: false,
+                        },
+                    )?,
+                    summarize(
+                        new.as_ref(),
+                        c.path,
+                        Want {
+                            oid: false,
+                            sha256: false,
+                        },
+                    )?,
+                );
+                let stat = self.stat(c.path, old.as_ref(), new.as_ref(), &so, &sn)?;
+                // Its line is at least the name and the bar.
+                self.reserve(stat.name.len() as u64 + 6)?;
+                self.stats.push(stat);
+                Ok(())
             }
+            DiffFormat::Json => self.json_entry(c.path, old.as_ref(), new.as_ref()),
+        }
+    }
+
+    fn stat(
+        &self,
+        path: &[u8],
+        old: Option<&Side>,
+        new: Option<&Side>,
+        so: &Option<Summary>,
+        sn: &Option<Summary>,
+    ) -> Result<Stat> {
+        let name = git_quote(path);
+        let size = |s: Option<&Side>| s.map_or(0, Side::size);
+        let binary = so.as_ref().is_some_and(|s| s.binary) || sn.as_ref().is_some_and(|s| s.binary);
+        if binary {
+            return Ok(Stat {
+                name,
+                binary: Some((size(old), size(new))),
+                ins: 0,
+                del: 0,
+            });
+        }
+        let (ins, del) = if size(old) <= TEXT_DIFF_MAX_BYTES && size(new) <= TEXT_DIFF_MAX_BYTES {
+            let o = old
+                .map(|s| s.read_all(path))
+                .transpose()?
+                .unwrap_or_default();
+            let n = new
+                .map(|s| s.read_all(path))
+                .transpose()?
+                .unwrap_or_default();
+            line_counts(&o, &n)
+        } else {
+            // Rendered as one hunk replacing the whole file.
+            (
+                sn.as_ref().map_or(0, |s| s.lines),
+                so.as_ref().map_or(0, |s| s.lines),
+            )
+        };
+        Ok(Stat {
+            name,
+            binary: None,
+            ins,
+            del,
         })
-        .collect()
+    }
+
+    /// The patch of one path (one side may be absent).
+    fn patch(
+        &mut self,
+        part: Part,
+        path: &[u8],
+        old: Option<&Side>,
+        new: Option<&Side>,
+    ) -> Result<()> {
+        let (so, sn) = (
+            summarize(old, path, PATCH_WANT)?,
+            summarize(new, path, PATCH_WANT)?,
+        );
+        let limit = self.limit;
+        let spool = match part {
+            Part::Deletions => &mut self.deletions,
+            Part::Rest => &mut self.rest,
+        };
+        let mut w = Limited {
+            inner: spool,
+            total: &mut self.total,
+            limit,
+        };
+        let result = write_patch(&mut w, path, old, new, &so, &sn);
+        result.map_err(|e| match e {
+            WorkspaceError::Io { source, .. } if is_limit(&source) => WorkspaceError::TooLarge {
+                what: "the diff".into(),
+                limit,
+            },
+            other => other,
+        })
+    }
+
+    fn json_entry(&mut self, path: &[u8], old: Option<&Side>, new: Option<&Side>) -> Result<()> {
+        let want = Want {
+            oid: false,
+            sha256: true,
+        };
+        let (so, sn) = (summarize(old, path, want)?, summarize(new, path, want)?);
+        let stat = self.stat(path, old, new, &so, &sn)?;
+        let status = match (old, new) {
+            (None, _) => "added",
+            (_, None) => "deleted",
+            (Some(o), Some(n)) if o.is_link() != n.is_link() => "type-changed",
+            _ => "modified",
+        };
+        let side = |s: Option<&Side>, sum: &Option<Summary>| match (s, sum) {
+            (Some(s), Some(sum)) => {
+                let mut v = json!({
+                    "kind": if s.is_link() { "symlink" } else { "file" },
+                    "mode": format!("{:o}", s.git_mode()),
+                    "size": s.size(),
+                    "sha256": hex::encode(sum.sha256),
+                });
+                if let Side::Link { target } = s {
+                    v["target"] = json!(String::from_utf8_lossy(target));
+                    v["target_quoted"] = json!(git_quote(target));
+                }
+                v
+            }
+            _ => serde_json::Value::Null,
+        };
+        let entry = json!({
+            "path": String::from_utf8_lossy(path),
+            "path_quoted": git_quote(path),
+            "status": status,
+            "old": side(old, &so),
+            "new": side(new, &sn),
+            "binary": stat.binary.is_some(),
+            "insertions": stat.ins,
+            "deletions": stat.del,
+        });
+        self.ins += stat.ins;
+        self.del += stat.del;
+        let text = json::to_vec_pretty(&entry)?;
+        let mut piece = Vec::with_capacity(text.len() + 16);
+        piece.extend_from_slice(if self.files == 0 {
+            b"\n    "
+        } else {
+            b",\n    "
+        });
+        for &b in &text {
+            piece.push(b);
+            if b == b'\n' {
+                piece.extend_from_slice(b"    ");
+            }
+        }
+        self.files += 1;
+        let limit = self.limit;
+        let mut w = Limited {
+            inner: &mut self.rest,
+            total: &mut self.total,
+            limit,
+        };
+        w.write_all(&piece).map_err(|e| self.out_err(e))
+    }
+
+    /// Write the whole output to `out` (nothing was written before).
+    fn finish(mut self, skipped: &[Skipped], out: &mut dyn Write) -> Result<()> {
+        let werr = |e| WorkspaceError::io("write the diff", e);
+        match self.format {
+            DiffFormat::Unified => {
+                self.deletions.copy_to(out).map_err(werr)?;
+                self.rest.copy_to(out).map_err(werr)?;
+            }
+            DiffFormat::Stat => {
+                let stats = std::mem::take(&mut self.stats);
+                let mut text = Spool::new(self.rest.dir())?;
+                let mut total = 0u64;
+                let limit = self.limit;
+                let mut w = Limited {
+                    inner: &mut text,
+                    total: &mut total,
+                    limit,
+                };
+                write_stat(&mut w, &stats).map_err(|e| self.out_err(e))?;
+                text.copy_to(out).map_err(werr)?;
+            }
+            DiffFormat::Json => {
+                let skipped: Vec<_> = skipped
+                    .iter()
+                    .map(|s| {
+                        json!({
+                            "path": String::from_utf8_lossy(&s.path),
+                            "path_quoted": git_quote(&s.path),
+                            "kind": s.kind,
+                        })
+                    })
+                    .collect();
+                let head: &[u8] = b"{\n  \"files\": [";
+                let files_end: &[u8] = if self.files == 0 { b"]," } else { b"\n  ]," };
+                let mut tail = Vec::new();
+                tail.extend_from_slice(b"\n  \"skipped\": ");
+                let sk = json::to_vec_pretty(&skipped)?;
+                for &b in &sk {
+                    tail.push(b);
+                    if b == b'\n' {
+                        tail.extend_from_slice(b"  ");
+                    }
+                }
+                tail.extend_from_slice(
+                    format!(
+                        ",\n  \"files_changed\": {},\n  \"insertions\": {},\n  \"deletions\": {}\n}}\n",
+                        self.files, self.ins, self.del
+                    )
+                    .as_bytes(),
+                );
+                self.reserve((head.len() + files_end.len() + tail.len()) as u64)?;
+                out.write_all(head).map_err(werr)?;
+                self.rest.copy_to(out).map_err(werr)?;
+                out.write_all(files_end).map_err(werr)?;
+                out.write_all(&tail).map_err(werr)?;
+            }
+        }
+        out.flush().map_err(werr)
+    }
+}
+
+/// The patch of one path into `w`.
+fn write_patch(
+    w: &mut dyn Write,
+    path: &[u8],
+    old: Option<&Side>,
+    new: Option<&Side>,
+    so: &Option<Summary>,
+    sn: &Option<Summary>,
+) -> Result<()> {
+    let io = |e| WorkspaceError::io("write the diff", e);
+    let a = git_quote_prefixed("a/", path);
+    let b = git_quote_prefixed("b/", path);
+    writeln!(w, "diff --git {a} {b}").map_err(io)?;
+    let oid = |s: &Option<Summary>| s.as_ref().map_or(ZERO_OID.to_string(), |s| s.oid.clone());
+    let (old_oid, new_oid) = (oid(so), oid(sn));
+    match (old, new) {
+        (None, Some(n)) => {
+            writeln!(w, "new file mode {:o}", n.git_mode()).map_err(io)?;
+            writeln!(w, "index {old_oid}..{new_oid}").map_err(io)?;
+        }
+        (Some(o), None) => {
+            writeln!(w, "deleted file mode {:o}", o.git_mode()).map_err(io)?;
+            writeln!(w, "index {old_oid}..{new_oid}").map_err(io)?;
+        }
+        (Some(o), Some(n)) => {
+            if o.git_mode() != n.git_mode() {
+                writeln!(w, "old mode {:o}", o.git_mode()).map_err(io)?;
+                writeln!(w, "new mode {:o}", n.git_mode()).map_err(io)?;
+            }
+            if o.size() == n.size() && same_content(o, n, path)? {
+                return Ok(());
+            }
+            if o.git_mode() == n.git_mode() {
+                writeln!(w, "index {old_oid}..{new_oid} {:o}", n.git_mode()).map_err(io)?;
+            } else {
+                writeln!(w, "index {old_oid}..{new_oid}").map_err(io)?;
+            }
+        }
+        (None, None) => return Ok(()),
+    }
+    let size = |s: Option<&Side>| s.map_or(0, Side::size);
+    let (old_size, new_size) = (size(old), size(new));
+    if old_size == 0 && new_size == 0 {
+        return Ok(());
+    }
+    let binary = so.as_ref().is_some_and(|s| s.binary) || sn.as_ref().is_some_and(|s| s.binary);
+    if binary {
+        w.write_all(b"GIT binary patch\n").map_err(io)?;
+        literal(w, new, path)?;
+        literal(w, old, path)?;
+        return Ok(());
+    }
+    let tab = if path.contains(&b' ') { "\t" } else { "" };
+    if old.is_some() {
+        writeln!(w, "--- {a}{tab}").map_err(io)?;
+    } else {
+        w.write_all(b"--- /dev/null\n").map_err(io)?;
+    }
+    if new.is_some() {
+        writeln!(w, "+++ {b}{tab}").map_err(io)?;
+    } else {
+        w.write_all(b"+++ /dev/null\n").map_err(io)?;
+    }
+    if old_size <= TEXT_DIFF_MAX_BYTES && new_size <= TEXT_DIFF_MAX_BYTES {
+        let o = old
+            .map(|s| s.read_all(path))
+            .transpose()?
+            .unwrap_or_default();
+        let n = new
+            .map(|s| s.read_all(path))
+            .transpose()?
+            .unwrap_or_default();
+        return hunks(w, &o, &n).map_err(io);
+    }
+    // Too large to diff by lines in bounded memory: one hunk replacing it
+    // all, streamed.
+    let count = |s: &Option<Summary>| s.as_ref().map_or(0, |s| s.lines);
+    writeln!(w, "@@ -{} +{} @@", range(0, count(so)), range(0, count(sn))).map_err(io)?;
+    if let Some(o) = old {
+        stream_lines(w, b'-', o, path)?;
+    }
+    if let Some(n) = new {
+        stream_lines(w, b'+', n, path)?;
+    }
+    Ok(())
+}
+
+/// One `literal` hunk of a git binary patch: the side's content deflated,
+/// in base85 lines, streamed.
+fn literal(w: &mut dyn Write, side: Option<&Side>, path: &[u8]) -> Result<()> {
+    let io = |e| WorkspaceError::io("write the diff", e);
+    writeln!(w, "literal {}", side.map_or(0, Side::size)).map_err(io)?;
+    let mut lines = Base85Lines {
+        out: &mut *w,
+        buf: [0; 52],
+        len: 0,
+    };
+    {
+        let mut z = ZlibEncoder::new(&mut lines, Compression::default());
+        if let Some(s) = side {
+            s.chunks(path, &mut |c| z.write_all(c).map_err(io))?;
+        }
+        z.finish().map_err(io)?;
+    }
+    lines.finish().map_err(io)?;
+    w.write_all(b"\n").map_err(io)
 }
 
 /// `git diff --stat`-style summary.
-pub fn stat(changes: &Changes) -> Vec<u8> {
-    let stats = stats(changes);
-    let mut out = Vec::new();
+fn write_stat(out: &mut dyn Write, stats: &[Stat]) -> std::io::Result<()> {
     let name_w = stats
         .iter()
         .map(|s| s.name.chars().count())
@@ -304,15 +910,15 @@ pub fn stat(changes: &Changes) -> Vec<u8> {
         .unwrap_or(0);
     let max_total = stats.iter().map(|s| s.ins + s.del).max().unwrap_or(0);
     let num_w = max_total.to_string().len();
-    let graph_w = 50usize;
+    let graph_w = 50u64;
     let (mut ti, mut td) = (0, 0);
-    for s in &stats {
+    for s in stats {
         ti += s.ins;
         td += s.del;
         let pad = name_w - s.name.chars().count();
         match s.binary {
             Some((a, b)) => {
-                let _ = writeln!(out, " {}{} | Bin {a} -> {b} bytes", s.name, " ".repeat(pad));
+                writeln!(out, " {}{} | Bin {a} -> {b} bytes", s.name, " ".repeat(pad))?;
             }
             None => {
                 let total = s.ins + s.del;
@@ -323,15 +929,15 @@ pub fn stat(changes: &Changes) -> Vec<u8> {
                 } else {
                     (s.ins, s.del)
                 };
-                let _ = writeln!(
+                writeln!(
                     out,
                     " {}{} | {:>num_w$} {}{}",
                     s.name,
                     " ".repeat(pad),
                     total,
-                    "+".repeat(gi),
-                    "-".repeat(gd)
-                );
+                    "+".repeat(gi as usize),
+                    "-".repeat(gd as usize)
+                )?;
             }
         }
     }
@@ -344,72 +950,36 @@ pub fn stat(changes: &Changes) -> Vec<u8> {
         if td > 0 {
             line += &format!(", {td} deletion{}(-)", if td == 1 { "" } else { "s" });
         }
-        let _ = writeln!(out, "{line}");
+        writeln!(out, "{line}")?;
     }
-    out
+    Ok(())
 }
 
-fn side(b: Option<&Blob>) -> serde_json::Value {
-    match b {
-        None => serde_json::Value::Null,
-        Some(b) => {
-            let mut v = json!({
-                "kind": if b.is_link() { "symlink" } else { "file" },
-                "mode": format!("{:o}", b.git_mode()),
-                "size": b.data().len(),
-                "sha256": hex::encode(Sha256::digest(b.data())),
-            });
-            if let Blob::Link { target } = b {
-                v["target"] = json!(String::from_utf8_lossy(target));
-                v["target_quoted"] = json!(git_quote(target));
-            }
-            v
-        }
-    }
-}
-
-/// The JSON document of `diff --format json`.
-pub fn json_value(changes: &Changes) -> serde_json::Value {
-    let stats = stats(changes);
-    let files: Vec<_> = changes
-        .changes
-        .iter()
-        .zip(&stats)
-        .map(|(c, s)| {
-            let status = match (&c.old, &c.new) {
-                (None, _) => "added",
-                (_, None) => "deleted",
-                (Some(o), Some(n)) if o.is_link() != n.is_link() => "type-changed",
-                _ => "modified",
-            };
-            json!({
-                "path": String::from_utf8_lossy(&c.path),
-                "path_quoted": git_quote(&c.path),
-                "status": status,
-                "old": side(c.old.as_ref()),
-                "new": side(c.new.as_ref()),
-                "binary": s.binary.is_some(),
-                "insertions": s.ins,
-                "deletions": s.del,
-            })
-        })
-        .collect();
-    let skipped: Vec<_> = changes
-        .skipped
-        .iter()
-        .map(|s| {
-            json!({
-                "path": String::from_utf8_lossy(&s.path),
-                "path_quoted": git_quote(&s.path),
-                "kind": s.kind,
-            })
-        })
-        .collect();
-    json!({
-        "files": files,
-        "skipped": skipped,
-        "files_changed": stats.len(),
-        "insertions": stats.iter().map(|s| s.ins).sum::<usize>(),
-        "deletions": stats.iter().map(|s| s.del).sum::<usize>(),
-    })
+/// Render the diff of `layers` in `format` into `out`, whole or not at
+/// all: with `max_bytes`, a longer diff is an error (detected as soon as
+/// it is certain) and nothing is written. Temporary output beyond 1 MiB
+/// goes to an unnamed file in `spool_dir`. Returns the entries git cannot
+/// represent (never opened).
+pub fn diff(
+    layers: &Layers,
+    format: DiffFormat,
+    max_bytes: Option<u64>,
+    spool_dir: BorrowedFd<'_>,
+    out: &mut dyn Write,
+) -> Result<Vec<Skipped>> {
+    let mut r = Renderer {
+        format,
+        max_file: DEFAULT_MAX_FILE_BYTES,
+        limit: max_bytes.unwrap_or(u64::MAX),
+        total: 0,
+        deletions: Spool::new(spool_dir)?,
+        rest: Spool::new(spool_dir)?,
+        stats: Vec::new(),
+        files: 0,
+        ins: 0,
+        del: 0,
+    };
+    let skipped = walk(layers, &mut |c| r.change(c))?;
+    r.finish(&skipped, out)?;
+    Ok(skipped)
 }

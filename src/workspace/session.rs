@@ -12,17 +12,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::sys;
 
-use super::baseline::{BaselineWriter, import_dir};
-use super::changes::{DEFAULT_MAX_FILE_BYTES, Skipped, compute};
+use super::baseline::{BaselineWriter, ImportLimits, import_dir};
+use super::changes::Skipped;
 use super::error::{Result, WorkspaceError};
-use super::export::{ExportManifest, ExportOptions, export};
+use super::export::{ExportOptions, ExportSummary, export};
 use super::git::{GitPolicy, GitStaging, import_git};
-use super::layers::{Layers, lstat_opt, read_regular};
+use super::json::json_line;
+use super::layers::{Layers, MergedDir, lstat_opt, read_regular};
 use super::manifest::fingerprint;
 use super::quote::display_name;
 use super::relpath::RelPath;
 use super::remove::remove_tree;
-use super::render::{DiffFormat, render};
+use super::render::{DiffFormat, diff};
+use super::spool::Spool;
 
 /// Host uid (and gid) of the workload when root launches (the launcher's
 /// default `identity.host_uid`).
@@ -52,6 +54,8 @@ pub struct CreateOptions {
     pub deadline: Option<Duration>,
     /// Number of commands the session may run.
     pub max_commands: Option<u64>,
+    /// Caps of the baseline import.
+    pub limits: ImportLimits,
 }
 
 impl CreateOptions {
@@ -62,6 +66,7 @@ impl CreateOptions {
             expect_fingerprint: None,
             deadline: None,
             max_commands: None,
+            limits: ImportLimits::default(),
         }
     }
 }
@@ -199,7 +204,7 @@ impl StateDir {
         let baseline = sys::open_dir_beneath(dir.as_fd(), c"baseline")?;
         sys::mkdirat(baseline.as_fd(), c"tree", 0o755)?;
         let tree = sys::open_dir_beneath(baseline.as_fd(), c"tree")?;
-        let mut writer = BaselineWriter::new(tree);
+        let mut writer = BaselineWriter::with_limits(tree, opts.limits)?;
         match &opts.source {
             Source::Dir { path } => import_dir(path, &mut writer)?,
             Source::Git { repo, rev } => {
@@ -333,41 +338,68 @@ impl StateDir {
     }
 
     /// Remove sessions unused for longer than `older_than` (skipping those
-    /// busy right now), and leftovers of interrupted creates and closes.
-    /// Returns the removed ids.
-    pub fn gc(&self, older_than: Duration) -> Result<Vec<String>> {
+    /// busy right now), leftovers of interrupted closes (`.trash-*`) and of
+    /// creates (`.creating-*`, when older than `older_than`). An entry that
+    /// cannot be removed is reported and gc goes on with the others.
+    pub fn gc(&self, older_than: Duration) -> Result<GcReport> {
         let cutoff = now_ms().saturating_sub(older_than.as_millis() as u64);
-        let mut removed = Vec::new();
+        let mut report = GcReport::default();
         for name in sys::list_dir(self.fd.as_fd())? {
             let Ok(text) = name.to_str() else { continue };
-            if text.starts_with(".trash-") || text.starts_with(".creating-") {
-                let meta = sys::lstat_at(self.fd.as_fd(), &name)?;
-                if (meta.mtime.max(0) as u64) * 1000 <= cutoff {
-                    remove_tree(self.fd.as_fd(), &name)?;
-                }
+            let result = if text.starts_with(".trash-") {
+                remove_tree(self.fd.as_fd(), &name).map(|()| false)
+            } else if text.starts_with(".creating-") {
+                self.mtime_before(&name, cutoff).and_then(|old| {
+                    if old {
+                        remove_tree(self.fd.as_fd(), &name)?;
+                    }
+                    Ok(false)
+                })
+            } else if valid_id(text) {
+                self.gc_session(text, &name, cutoff)
+            } else {
                 continue;
-            }
-            if !valid_id(text) {
-                continue;
-            }
-            let old = match self.open_session(text) {
-                Ok(s) => s.info.used_unix_ms <= cutoff,
-                Err(WorkspaceError::State { .. }) => {
-                    let meta = sys::lstat_at(self.fd.as_fd(), &name)?;
-                    (meta.mtime.max(0) as u64) * 1000 <= cutoff
-                }
-                Err(_) => false,
             };
-            if old {
-                match self.close(text, false) {
-                    Ok(_) => removed.push(text.to_string()),
-                    Err(WorkspaceError::Busy(_)) => {}
-                    Err(e) => return Err(e),
-                }
+            match result {
+                Ok(true) => report.removed.push(text.to_string()),
+                Ok(false) => {}
+                Err(e) => report.failed.push((text.to_string(), e)),
             }
         }
-        Ok(removed)
+        Ok(report)
     }
+
+    /// Whether the entry `name` was last modified before `cutoff` (ms).
+    fn mtime_before(&self, name: &CString, cutoff: u64) -> Result<bool> {
+        let meta = sys::lstat_at(self.fd.as_fd(), name)?;
+        Ok((meta.mtime.max(0) as u64) * 1000 <= cutoff)
+    }
+
+    /// Close session `id` if unused since `cutoff`; whether it was removed.
+    fn gc_session(&self, id: &str, name: &CString, cutoff: u64) -> Result<bool> {
+        let old = match self.open_session(id) {
+            Ok(s) => s.info.used_unix_ms <= cutoff,
+            Err(WorkspaceError::State { .. }) => self.mtime_before(name, cutoff)?,
+            Err(_) => false,
+        };
+        if !old {
+            return Ok(false);
+        }
+        match self.close(id, false) {
+            Ok(_) => Ok(true),
+            Err(WorkspaceError::Busy(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What [`StateDir::gc`] did.
+#[derive(Debug, Default)]
+pub struct GcReport {
+    /// Ids of the sessions removed.
+    pub removed: Vec<String>,
+    /// Entries of the state directory that could not be removed, and why.
+    pub failed: Vec<(String, WorkspaceError)>,
 }
 
 fn write_new(
@@ -483,9 +515,7 @@ impl Session {
             libc::O_WRONLY | libc::O_APPEND,
             0,
         )?;
-        let mut line = serde_json::to_vec(event)
-            .map_err(|e| WorkspaceError::io("encode audit event", e.into()))?;
-        line.push(b'\n');
+        let line = json_line(event)?;
         std::fs::File::from(fd)
             .write_all(&line)
             .map_err(|e| WorkspaceError::io("append to audit.jsonl", e))
@@ -509,7 +539,10 @@ impl Session {
 
     /// Write `data` (at most `max_bytes`, else nothing is written) to
     /// `path` in the workspace, creating parent directories. Returns the
-    /// byte count.
+    /// byte count. The file is replaced (a new file renamed over the old
+    /// name), never written in place: the name may be a hardlink the
+    /// workload made to another file. On failure nothing is left behind,
+    /// not even the parent directories it created.
     pub fn write(&mut self, path: &Path, data: &mut dyn Read, max_bytes: u64) -> Result<u64> {
         let rel = RelPath::parse(path)?;
         let shown = rel.to_bytes();
@@ -525,92 +558,14 @@ impl Session {
         }
         let _lock = self.lock()?;
         let layers = self.layers()?;
-        let owner = sys::fstat(layers.upper.as_fd())?;
-        let Some((name, parents)) = rel.components().split_last() else {
-            return Err(WorkspaceError::BadPath {
-                path: "/workspace".into(),
-                reason: "names the workspace itself".into(),
-            });
-        };
-        let mut merged = layers.root()?;
-        let mut up = layers
-            .upper
-            .try_clone()
-            .map_err(|e| WorkspaceError::io("dup", e))?;
-        for (i, c) in parents.iter().enumerate() {
-            let walked = &rel.components()[..=i];
-            let next = merged.child_dir(c, walked)?;
-            match lstat_opt(up.as_fd(), c)? {
-                Some(m) if m.is_dir() => {}
-                Some(m) if m.is_whiteout() => {
-                    return Err(WorkspaceError::BadPath {
-                        path: display_name(&shown),
-                        reason: "a parent directory was deleted in the workspace".into(),
-                    });
-                }
-                Some(_) => {
-                    return Err(WorkspaceError::BadPath {
-                        path: display_name(&shown),
-                        reason: "a parent is not a directory".into(),
-                    });
-                }
-                None => {
-                    // Like overlayfs copy-up: the directory appears in the
-                    // upper with the baseline's mode (or 0755 when new).
-                    let mode = match next.as_ref().and_then(|d| d.base.as_ref()) {
-                        Some(b) => sys::fstat(b.as_fd())?.mode & 0o777 | 0o700,
-                        None => 0o755,
-                    };
-                    sys::mkdirat(up.as_fd(), c, 0o700)?;
-                    let fd = sys::open_dir_beneath(up.as_fd(), c)?;
-                    sys::fchmod(fd.as_fd(), mode)?;
-                    chown_like(fd.as_fd(), &owner)?;
-                }
-            }
-            up = sys::open_dir_beneath(up.as_fd(), c)?;
-            let next = match next {
-                Some(n) => Some(n),
-                None => merged.child_dir(c, walked)?,
-            };
-            merged = next.ok_or_else(|| WorkspaceError::BadPath {
-                path: display_name(&shown),
-                reason: "parent vanished".into(),
-            })?;
-        }
-        let existing = merged.entry(name)?;
-        let mode = match &existing {
-            Some(f) if f.meta.is_file() => f.meta.mode & 0o777,
-            Some(_) => {
-                return Err(WorkspaceError::BadPath {
-                    path: display_name(&shown),
-                    reason: "exists and is not a regular file".into(),
-                });
-            }
-            None => 0o644,
-        };
-        if let Some(m) = lstat_opt(up.as_fd(), name)?
-            && m.is_whiteout()
+        let mut created = None;
+        let result = write_at(&layers, &rel, &buf, &mut created);
+        if result.is_err()
+            && let Some((parent, name)) = created
         {
-            sys::unlink_at(up.as_fd(), name, false)?;
+            let _ = remove_tree(parent.as_fd(), &name);
         }
-        let fd = sys::open_beneath(
-            up.as_fd(),
-            name,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-            0o600,
-        )?;
-        let meta = sys::fstat(fd.as_fd())?;
-        if !meta.is_file() {
-            return Err(WorkspaceError::BadPath {
-                path: display_name(&shown),
-                reason: "is not a regular file".into(),
-            });
-        }
-        sys::fchmod(fd.as_fd(), mode & 0o777)?;
-        chown_like(fd.as_fd(), &owner)?;
-        std::fs::File::from(fd)
-            .write_all(&buf)
-            .map_err(|e| WorkspaceError::io(format!("write {}", display_name(&shown)), e))?;
+        result?;
         self.update_info(|i| i.used_unix_ms = now_ms())?;
         self.audit(&serde_json::json!({
             "event": "write", "time_unix_ms": now_ms(),
@@ -622,33 +577,29 @@ impl Session {
     /// The diff of the workspace against its baseline, rendered in
     /// `format`, and the entries git cannot represent (FIFOs, sockets,
     /// devices: reported, never opened). With `max_bytes`, a longer diff
-    /// is an error, never a truncated one.
+    /// is an error, never a truncated one. The output is held in memory:
+    /// see [`Session::diff_to`] for large diffs.
     pub fn diff(
         &self,
         format: DiffFormat,
         max_bytes: Option<u64>,
     ) -> Result<(Vec<u8>, Vec<Skipped>)> {
-        let _lock = self.lock()?;
-        self.diff_locked(format, max_bytes)
+        let mut out = Vec::new();
+        let skipped = self.diff_to(format, max_bytes, &mut out)?;
+        Ok((out, skipped))
     }
 
-    fn diff_locked(
+    /// [`Session::diff`] into `out`, whole or not at all (nothing is
+    /// written when it fails), in bounded memory: output beyond 1 MiB is
+    /// spooled to an unnamed file in the session directory first.
+    pub fn diff_to(
         &self,
         format: DiffFormat,
         max_bytes: Option<u64>,
-    ) -> Result<(Vec<u8>, Vec<Skipped>)> {
-        let layers = self.layers()?;
-        let max_file = max_bytes.map_or(DEFAULT_MAX_FILE_BYTES, |m| m.min(DEFAULT_MAX_FILE_BYTES));
-        let changes = compute(&layers, max_file).map_err(|e| match e {
-            WorkspaceError::TooLarge { what, .. } if max_bytes.is_some() => {
-                WorkspaceError::TooLarge {
-                    what: format!("the diff (a changed file: {what})"),
-                    limit: max_bytes.unwrap_or(0),
-                }
-            }
-            other => other,
-        })?;
-        Ok((render(&changes, format, max_bytes)?, changes.skipped))
+        out: &mut dyn Write,
+    ) -> Result<Vec<Skipped>> {
+        let _lock = self.lock()?;
+        diff(&self.layers()?, format, max_bytes, self.dir.as_fd(), out)
     }
 
     /// Export `paths` (and with `patch`, the unified diff) into `out`.
@@ -658,28 +609,64 @@ impl Session {
         paths: &[PathBuf],
         patch: bool,
         opts: &ExportOptions,
-    ) -> Result<ExportManifest> {
+    ) -> Result<ExportSummary> {
+        self.export_inner(out, paths, patch, opts, None)
+    }
+
+    /// [`Session::export`], also writing the manifest JSON (the archive's
+    /// `.hutch/manifest.json`) to `manifest` once the archive is in place.
+    pub fn export_with_manifest(
+        &self,
+        out: &Path,
+        paths: &[PathBuf],
+        patch: bool,
+        opts: &ExportOptions,
+        manifest: &mut dyn Write,
+    ) -> Result<ExportSummary> {
+        self.export_inner(out, paths, patch, opts, Some(manifest))
+    }
+
+    fn export_inner(
+        &self,
+        out: &Path,
+        paths: &[PathBuf],
+        patch: bool,
+        opts: &ExportOptions,
+        manifest: Option<&mut dyn Write>,
+    ) -> Result<ExportSummary> {
         let rels = paths
             .iter()
             .map(|p| RelPath::parse(p))
             .collect::<Result<Vec<_>>>()?;
         let _lock = self.lock()?;
-        let patch = if patch {
-            Some(
-                self.diff_locked(DiffFormat::Unified, Some(opts.max_total_bytes))?
-                    .0,
-            )
-        } else {
-            None
-        };
         let layers = self.layers()?;
-        let manifest = export(&layers, &rels, patch.as_deref(), out, opts)?;
+        let mut spooled = None;
+        if patch {
+            let mut spool = Spool::new(self.dir.as_fd())?;
+            diff(
+                &layers,
+                DiffFormat::Unified,
+                Some(opts.max_total_bytes),
+                self.dir.as_fd(),
+                &mut spool,
+            )?;
+            spooled = Some(spool);
+        }
+        let summary = export(
+            &layers,
+            &rels,
+            spooled.as_mut(),
+            out,
+            opts,
+            self.dir.as_fd(),
+            manifest,
+        )?;
         self.audit(&serde_json::json!({
             "event": "export", "time_unix_ms": now_ms(),
-            "archive": out.display().to_string(), "entries": manifest.entries.len(),
-            "total_bytes": manifest.total_bytes,
+            "archive": out.display().to_string(), "entries": summary.entries,
+            "total_bytes": summary.total_bytes,
         }))?;
-        Ok(manifest)
+        Ok(summary)
     }
 }
 
@@ -691,4 +678,94 @@ fn chown_like(fd: std::os::fd::BorrowedFd<'_>, owner: &sys::Meta) -> Result<()> 
         sys::fchown(fd, owner.uid, owner.gid)?;
     }
     Ok(())
+}
+
+fn dup_fd(fd: &OwnedFd) -> Result<OwnedFd> {
+    fd.try_clone()
+        .map_err(|e| WorkspaceError::io("dup a directory fd", e))
+}
+
+/// The body of [`Session::write`]: create the missing parents in the upper
+/// (`created` gets the first one, for cleanup), then replace the file.
+fn write_at(
+    layers: &Layers,
+    rel: &RelPath,
+    data: &[u8],
+    created: &mut Option<(OwnedFd, CString)>,
+) -> Result<()> {
+    let shown = rel.to_bytes();
+    let bad = |reason: &str| WorkspaceError::BadPath {
+        path: display_name(&shown),
+        reason: reason.into(),
+    };
+    let owner = sys::fstat(layers.upper.as_fd())?;
+    let Some((name, parents)) = rel.components().split_last() else {
+        return Err(WorkspaceError::BadPath {
+            path: "/workspace".into(),
+            reason: "names the workspace itself".into(),
+        });
+    };
+    let mut merged = layers.root()?;
+    let mut up = dup_fd(&layers.upper)?;
+    for (i, c) in parents.iter().enumerate() {
+        let walked = &rel.components()[..=i];
+        // The merged view of `c` before anything is created: its baseline
+        // part (if visible) stays the lower of what the upper gets.
+        let next = merged.child_dir(c, walked)?;
+        match lstat_opt(up.as_fd(), c)? {
+            Some(m) if m.is_dir() => {}
+            Some(m) if m.is_whiteout() => {
+                return Err(bad("a parent directory was deleted in the workspace"));
+            }
+            Some(_) => return Err(bad("a parent is not a directory")),
+            None => {
+                // Like overlayfs copy-up: the directory appears in the
+                // upper with the baseline's mode (or 0755 when new).
+                let mode = match next.as_ref().and_then(|d| d.base.as_ref()) {
+                    Some(b) => sys::fstat(b.as_fd())?.mode & 0o777 | 0o700,
+                    None => 0o755,
+                };
+                sys::mkdirat(up.as_fd(), c, 0o700)?;
+                if created.is_none() {
+                    *created = Some((dup_fd(&up)?, c.clone()));
+                }
+                let fd = sys::open_dir_beneath(up.as_fd(), c)?;
+                sys::fchmod(fd.as_fd(), mode)?;
+                chown_like(fd.as_fd(), &owner)?;
+            }
+        }
+        up = sys::open_dir_beneath(up.as_fd(), c)?;
+        merged = MergedDir {
+            upper: Some(dup_fd(&up)?),
+            base: next.and_then(|n| n.base),
+        };
+    }
+    let mode = match merged.entry(name)? {
+        Some(f) if f.meta.is_file() => f.meta.mode & 0o777,
+        Some(_) => return Err(bad("exists and is not a regular file")),
+        None => 0o644,
+    };
+    // A new file beside the old name, renamed over it (over a whiteout
+    // too): the old inode, maybe linked elsewhere, is never written.
+    let tmp = CString::new(format!(".hutch-write-{}", random_id()?))
+        .map_err(|_| bad("temporary name"))?;
+    let fd = sys::open_beneath(
+        up.as_fd(),
+        &tmp,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        0o600,
+    )?;
+    let written = (|| {
+        sys::fchmod(fd.as_fd(), mode)?;
+        chown_like(fd.as_fd(), &owner)?;
+        std::fs::File::from(fd)
+            .write_all(data)
+            .map_err(|e| WorkspaceError::io(format!("write {}", display_name(&shown)), e))?;
+        sys::rename_at(up.as_fd(), &tmp, up.as_fd(), name)?;
+        Ok(())
+    })();
+    if written.is_err() {
+        let _ = sys::unlink_at(up.as_fd(), &tmp, false);
+    }
+    written
 }

@@ -75,7 +75,10 @@ impl Drop for Tmp {
             .arg("u+rwx")
             .arg(&self.0)
             .status();
-        let _ = std::fs::remove_dir_all(&self.0);
+        if std::fs::remove_dir_all(&self.0).is_err() {
+            // Trees deeper than std's recursive removal copes with.
+            let _ = Command::new("rm").arg("-rf").arg(&self.0).status();
+        }
     }
 }
 
@@ -167,4 +170,106 @@ pub fn git(dir: &Path, args: &[&str]) -> Result<String> {
         bail!("git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     }
     Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
+/// [`hutch_command`] under resource limits: `prlimit LIMITS -- ...` (e.g.
+/// `--nofile=1024`, `--as=536870912`), applied before the switch to uid
+/// 65534 so they hold for hutch itself.
+pub fn hutch_limited(state: &Path, args: &[&str], unprivileged: bool, limits: &[&str]) -> Command {
+    let plain = hutch_command(state, args, unprivileged);
+    let mut c = Command::new("prlimit");
+    c.args(limits)
+        .arg("--")
+        .arg(plain.get_program())
+        .args(plain.get_args());
+    for (k, v) in plain.get_envs() {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Run `cmd` to completion, killing it (and failing) after `secs` seconds.
+pub fn output_within(mut cmd: Command, secs: u64) -> Result<Output> {
+    let mut child = cmd.spawn()?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    // Drain the pipes on threads so a chatty child cannot block on them.
+    let mut out = child.stdout.take();
+    let mut err = child.stderr.take();
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        if let Some(o) = out.as_mut() {
+            let _ = std::io::Read::read_to_end(o, &mut v);
+        }
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        if let Some(e) = err.as_mut() {
+            let _ = std::io::Read::read_to_end(e, &mut v);
+        }
+        v
+    });
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Output {
+                status,
+                stdout: t_out.join().unwrap_or_default(),
+                stderr: t_err.join().unwrap_or_default(),
+            });
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "{:?} did not end within {secs}s",
+                cmd.get_args().collect::<Vec<_>>()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// `depth` nested directories named `d` below `top` (created through fds,
+/// so any depth works), with `leaf` written as a file at the bottom.
+/// Returns nothing; the tree belongs to the caller.
+pub fn deep_tree(top: &Path, depth: usize, leaf: &[u8]) -> Result<()> {
+    use std::os::fd::AsFd;
+    let mut fd = hutch::sys::open_dir_path(top)?;
+    for _ in 0..depth {
+        match hutch::sys::mkdirat(fd.as_fd(), c"d", 0o755) {
+            Ok(()) => {}
+            Err(e) if e.errno == hutch::sys::Errno::EEXIST => {}
+            Err(e) => return Err(e.into()),
+        }
+        fd = hutch::sys::open_dir_beneath(fd.as_fd(), c"d")?;
+    }
+    let f = hutch::sys::open_beneath(
+        fd.as_fd(),
+        c"leaf",
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        0o644,
+    )?;
+    std::fs::File::from(f).write_all(leaf)?;
+    Ok(())
+}
+
+/// Peak RSS (KiB) of the children this process waited for (getrusage).
+pub fn children_max_rss_kib() -> i64 {
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .map(|u| u.max_rss())
+        .unwrap_or(0)
+}
+
+/// chown -R to uid/gid 65534.
+pub fn chown_nobody(p: &Path) {
+    Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(p)
+        .status()
+        .unwrap();
 }
