@@ -4,6 +4,7 @@
 //! hardlink, escaped names, and the CLI's edges. Each scenario runs as root
 //! and as uid 65534 where both apply.
 
+mod common;
 mod session_support;
 
 use std::os::unix::fs::PermissionsExt;
@@ -25,6 +26,15 @@ fn own(t: &Tmp, unprivileged: bool) {
     if unprivileged {
         chown_nobody(t.path());
     }
+}
+
+/// The one skip (`common::skip`) in a form that returns whether to go on,
+/// for the helpers shared by a root and an unprivileged test.
+fn require(ok: bool, why: &str) -> bool {
+    if !ok {
+        common::skip(module_path!(), &why);
+    }
+    ok
 }
 
 fn needs_root_for(unprivileged: bool) -> bool {

@@ -12,6 +12,7 @@ use std::process::{Command, Output, Stdio};
 
 use anyhow::{Result, bail};
 
+#[allow(unused_imports)] // not every test binary uses all three
 pub use crate::common::{As, can_launch_as, is_root};
 
 /// `hutch run -- /bin/true` works (default sandbox).
