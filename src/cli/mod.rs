@@ -2,6 +2,7 @@
 //! the module that owns the job) and turns the result into an exit code.
 
 mod check;
+pub mod machine;
 mod proxy;
 mod run;
 mod session;
