@@ -2,6 +2,7 @@
 //! the module that owns the job) and turns the result into an exit code.
 
 mod check;
+mod image;
 mod proxy;
 mod run;
 mod session;
@@ -24,6 +25,7 @@ commands:
   check [--json]            which kernel features hutch needs work here, and fixes
   proxy ...                 run the egress proxy alone
   session ...               persistent workspaces over a sealed baseline
+  image ...                 import, list, inspect, rm, gc container images
   version                   print the version";
 
 /// Entry point of the `hutch` binary; returns the process exit code.
@@ -36,6 +38,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("proxy") => proxy::main(rest),
         Some("check") => check::main(rest),
         Some("session") => session::main(rest),
+        Some("image") => image::main(rest),
         Some(supervise::SUBCOMMAND) => supervise::main(rest),
         Some("version" | "--version" | "-V") => {
             println!("hutch {}", env!("CARGO_PKG_VERSION"));

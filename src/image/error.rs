@@ -17,12 +17,8 @@ pub enum ImageError {
     #[error("blob {digest}: {why}")]
     Blob { digest: String, why: String },
     /// A layer could not be unpacked.
-    #[error("layer {digest}: {source}")]
-    Layer {
-        digest: String,
-        #[source]
-        source: UnpackError,
-    },
+    #[error("layer {digest}: {why}")]
+    Layer { digest: String, why: UnpackError },
     /// A check refused the image (each names its override).
     #[error("{0}")]
     Refused(#[from] Refusal),

@@ -286,7 +286,7 @@ fn layer_error(shown: &str, e: UnpackError, image_limit: u64) -> ImageError {
     let e = match e {
         UnpackError::TooBig { .. } => UnpackError::TooBig { limit: image_limit },
         UnpackError::Tar {
-            source: super::tar::TarError::Io(io),
+            why: super::tar::TarError::Io(io),
             offset,
         } => {
             if let Some(o) = over_limit(&io) {
@@ -297,14 +297,14 @@ fn layer_error(shown: &str, e: UnpackError, image_limit: u64) -> ImageError {
             }
             UnpackError::Tar {
                 offset,
-                source: super::tar::TarError::Io(io),
+                why: super::tar::TarError::Io(io),
             }
         }
         other => other,
     };
     ImageError::Layer {
         digest: shown.to_string(),
-        source: e,
+        why: e,
     }
 }
 

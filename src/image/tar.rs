@@ -157,6 +157,19 @@ impl<R: Read> TarReader<R> {
         Ok(())
     }
 
+    /// Skip `n` bytes; false when the stream ends before the first of them.
+    fn skip_or_eof(&mut self, n: u64) -> Result<bool, TarError> {
+        let mut scratch = [0u8; 512];
+        let want = n.min(scratch.len() as u64) as usize;
+        let got = self.inner.read(&mut scratch[..want])?;
+        if got == 0 {
+            return Ok(false);
+        }
+        self.pos += got as u64;
+        self.skip(n - got as u64)?;
+        Ok(true)
+    }
+
     /// Read up to `buf.len()` bytes of the current entry's data; 0 at its end.
     pub fn read_data(&mut self, buf: &mut [u8]) -> Result<usize, TarError> {
         if self.remaining == 0 {
@@ -191,10 +204,17 @@ impl<R: Read> TarReader<R> {
             return Ok(None);
         }
         // Whatever the caller left of the previous entry.
-        let rest = self.remaining + self.padding;
+        let rest = self.remaining;
         self.remaining = 0;
-        self.padding = 0;
         self.skip(rest)?;
+        // A stream that ends right after the last entry's data, without
+        // padding or end-of-archive blocks, is complete (`umoci insert`
+        // writes such layers; umoci and Go's reader accept them).
+        let padding = std::mem::take(&mut self.padding);
+        if padding > 0 && !self.skip_or_eof(padding)? {
+            self.done = true;
+            return Ok(None);
+        }
 
         let mut long_name: Option<Vec<u8>> = None;
         let mut long_link: Option<Vec<u8>> = None;
@@ -330,8 +350,9 @@ impl<R: Read> TarReader<R> {
                 },
                 xattrs: pax.xattrs,
             };
-            self.remaining = data;
-            self.padding = (size - data) + pad(size);
+            // Data of other kinds (a hard link may declare a size) is skipped.
+            self.remaining = size;
+            self.padding = pad(size);
             return Ok(Some(entry));
         }
     }

@@ -118,8 +118,8 @@ pub enum UnpackError {
     TooBig { limit: u64 },
     #[error("more than {limit} entries (the per-layer entry limit)")]
     TooManyEntries { limit: u64 },
-    #[error("the archive at byte {offset}: {source}")]
-    Tar { offset: u64, source: TarError },
+    #[error("the archive at byte {offset}: {why}")]
+    Tar { offset: u64, why: TarError },
     #[error("{0}")]
     Sys(#[from] SysError),
 }
@@ -178,6 +178,10 @@ pub fn normalize(raw: &[u8]) -> Result<Vec<&[u8]>, String> {
         return Err("the name contains a newline".into());
     }
     if raw[0] == b'/' {
+        // umoci writes the layer root as "/": that one is unambiguous.
+        if raw.iter().all(|&b| b == b'/') {
+            return Ok(Vec::new());
+        }
         return Err("an absolute name".into());
     }
     let mut out = Vec::new();
@@ -201,6 +205,9 @@ fn join(c: &[&[u8]]) -> Vec<u8> {
     c.join(&b'/')
 }
 
+/// A directory's final mode and mtime (None: leave it).
+type DirMeta = (u32, Option<i64>);
+
 struct Unpacker<'a> {
     root: BorrowedFd<'a>,
     opts: &'a UnpackOptions,
@@ -211,7 +218,7 @@ struct Unpacker<'a> {
     /// Final mode and mtime of every directory, applied at the end (a
     /// directory's own mode may forbid creating its children, and creating
     /// them changes its mtime).
-    dirs: HashMap<Vec<u8>, (u32, Option<i64>)>,
+    dirs: HashMap<Vec<u8>, DirMeta>,
     root_seen: bool,
     cache: Option<(Vec<u8>, OwnedFd)>,
     buf: Vec<u8>,
@@ -265,7 +272,7 @@ fn tar_error(offset: u64, e: TarError) -> UnpackError {
             limit: over_limit(io).map_or(0, |o| o.limit),
         };
     }
-    UnpackError::Tar { offset, source: e }
+    UnpackError::Tar { offset, why: e }
 }
 
 fn refuse(raw: &[u8], why: impl Into<String>) -> UnpackError {
@@ -485,7 +492,6 @@ impl<'a> Unpacker<'a> {
 /// `create` made `name` or failed with EEXIST. On EEXIST: replace a
 /// whiteout this layer made (returning true: the new entry must hide the
 /// lower layers), refuse anything else.
-
 fn replace_whiteout(raw: &[u8], fd: BorrowedFd<'_>, name: &CStr) -> Result<bool, UnpackError> {
     let meta = sys::lstat_at(fd, name).map_err(|x| sys_err(raw, x))?;
     if meta.is_whiteout() {
@@ -738,11 +744,9 @@ impl<'a> Unpacker<'a> {
             self.record('d', 0o755, 0, 0, p)?;
         }
         self.summary.implicit_dirs = implicit.iter().map(|p| escape_path(p)).collect();
-        if !self.dirs.contains_key(&Vec::new()) {
-            self.dirs.insert(Vec::new(), (0o755, None));
-        }
+        self.dirs.entry(Vec::new()).or_insert((0o755, None));
         // Deepest first: a parent's final mode may forbid reaching its children.
-        let mut dirs: Vec<(Vec<u8>, (u32, Option<i64>))> = self.dirs.drain().collect();
+        let mut dirs: Vec<(Vec<u8>, DirMeta)> = self.dirs.drain().collect();
         dirs.sort_by_key(|(p, _)| {
             std::cmp::Reverse(p.iter().filter(|&&b| b == b'/').count() + usize::from(!p.is_empty()))
         });
@@ -788,6 +792,7 @@ mod tests {
     fn names_are_normalised_or_refused() {
         assert_eq!(normalize(b"./a//b/").unwrap(), vec![&b"a"[..], b"b"]);
         assert!(normalize(b"./").unwrap().is_empty());
+        assert!(normalize(b"/").unwrap().is_empty());
         assert!(normalize(b"/etc/passwd").unwrap_err().contains("absolute"));
         assert!(normalize(b"a/../../b").unwrap_err().contains(".."));
         assert!(normalize(b"a\nb").unwrap_err().contains("newline"));
