@@ -324,6 +324,9 @@ impl<'a> Unpacker<'a> {
         let fd = match open_dir(self.root, &cstring(&key)) {
             Ok(fd) => fd,
             Err(e) if e.errno == Errno::ENOENT => self.create_parents(raw, parent)?,
+            Err(e) if matches!(e.errno, Errno::ENOTDIR | Errno::ELOOP) => {
+                return Err(refuse(raw, explain_parent(self.root, parent)));
+            }
             Err(e) => return Err(lookup_error(raw, e)),
         };
         self.cache = Some((key, fd));
@@ -333,6 +336,27 @@ impl<'a> Unpacker<'a> {
             .map(|(_, fd)| fd.as_fd())
             .unwrap_or(self.root))
     }
+}
+
+/// Why `parent` cannot be opened as a directory: the first component that
+/// is a symlink or not a directory (lstat only, nothing followed).
+fn explain_parent(root: BorrowedFd<'_>, parent: &[&[u8]]) -> &'static str {
+    let mut cur: Option<OwnedFd> = None;
+    for c in parent {
+        let name = cstring(c);
+        let at = cur.as_ref().map_or(root, |f| f.as_fd());
+        match sys::lstat_at(at, &name) {
+            Ok(m) if m.is_symlink() => return "the path goes through a symlink",
+            Ok(m) if !m.is_dir() => return "a parent of the path is not a directory",
+            Ok(_) => {}
+            Err(_) => break,
+        }
+        match open_dir(at, &name) {
+            Ok(fd) => cur = Some(fd),
+            Err(_) => break,
+        }
+    }
+    "a parent of the path cannot be opened as a directory"
 }
 
 fn lookup_error(raw: &[u8], e: SysError) -> UnpackError {
@@ -358,6 +382,9 @@ impl<'a> Unpacker<'a> {
                     self.dirs.insert(prefix.clone(), (0o755, None));
                     self.implicit.insert(prefix);
                     open_dir(at, &name).map_err(|e| sys_err(raw, e))?
+                }
+                Err(e) if matches!(e.errno, Errno::ENOTDIR | Errno::ELOOP) => {
+                    return Err(refuse(raw, explain_parent(self.root, parent)));
                 }
                 Err(e) => return Err(lookup_error(raw, e)),
             };
@@ -664,6 +691,10 @@ impl<'a> Unpacker<'a> {
                 Err(x) if x.errno == Errno::ENOENT => {
                     return Err(refuse(raw, "a hard link to a name not (yet) in this layer"));
                 }
+                Err(x) if matches!(x.errno, Errno::ENOTDIR | Errno::ELOOP) => {
+                    let why = explain_parent(self.root, tparent);
+                    return Err(refuse(raw, format!("hard link target: {why}")));
+                }
                 Err(x) => return Err(lookup_error(raw, x)),
             }
         };
@@ -797,6 +828,53 @@ mod tests {
         assert!(normalize(b"a/../../b").unwrap_err().contains(".."));
         assert!(normalize(b"a\nb").unwrap_err().contains("newline"));
         assert!(normalize(&[b'a'; 300]).unwrap_err().contains("255"));
+    }
+
+    fn unpack_bytes(tar: &[u8], max_entries: u64) -> Result<LayerSummary, UnpackError> {
+        let mut rnd = [0u8; 8];
+        crate::sys::getrandom(&mut rnd).unwrap();
+        let dir = std::env::temp_dir().join(format!("hutch-unpack-test-{}", hex::encode(rnd)));
+        std::fs::create_dir(&dir).unwrap();
+        let root = crate::sys::open_dir_path(&dir).unwrap();
+        let opts = UnpackOptions {
+            max_entries,
+            max_file_bytes: 1 << 20,
+            allow_devices: false,
+            keep_owners: false,
+            opaque_xattr: OpaqueXattr::User,
+        };
+        let mut records = Vec::new();
+        let r = unpack(&mut TarReader::new(tar), root.as_fd(), &mut records, &opts);
+        let _ = std::fs::remove_dir_all(&dir);
+        r
+    }
+
+    fn entries(n: usize) -> Vec<u8> {
+        use crate::image::tar::write::{Header, header};
+        let mut t = Vec::new();
+        for i in 0..n {
+            t.extend(header(&Header {
+                typeflag: b'5',
+                path: format!("d{i}").as_bytes(),
+                link: b"",
+                mode: 0o755,
+                uid: 0,
+                gid: 0,
+                size: 0,
+                mtime: 0,
+                dev_major: 0,
+                dev_minor: 0,
+            }));
+        }
+        t.extend([0u8; 1024]);
+        t
+    }
+
+    #[test]
+    fn the_entry_cap_stops_a_layer() {
+        assert_eq!(unpack_bytes(&entries(3), 3).unwrap().entries, 3);
+        let e = unpack_bytes(&entries(5), 3).unwrap_err();
+        assert!(matches!(e, UnpackError::TooManyEntries { limit: 3 }), "{e}");
     }
 
     #[test]
