@@ -336,7 +336,7 @@ fn archive_xattrs_are_dropped_and_setuid_bits_noted() {
         import_ok(who, &store, &[lay.to_str().unwrap(), "--name", "x"]);
         let root = &layer_roots(&store)[0];
         let mut names = [0u8; 1024];
-        let n = rustix::fs::llistxattr(&root.join("d/planted"), &mut names[..]).unwrap_or(0);
+        let n = rustix::fs::llistxattr(root.join("d/planted"), &mut names[..]).unwrap_or(0);
         assert_eq!(n, 0, "no xattr from the archive: {:?}", &names[..n]);
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(root.join("bin-suid"))
