@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 /// Every feature `hutch check` reports, in order.
-const FEATURES: [&str; 18] = [
+const FEATURES: [&str; 19] = [
     "user_namespace",
     "mount_namespace",
     "overlay_userns",
@@ -29,6 +29,7 @@ const FEATURES: [&str; 18] = [
     "pidfd",
     "close_range",
     "openat2",
+    "image_store",
 ];
 
 /// Skip (with the reason printed) unless HUTCH_REQUIRE=all, where a skip fails.
