@@ -37,6 +37,7 @@ hutch=${HUTCH_BIN:-$(benches/hutch-path.sh --release)}
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/hutch-image-bench.XXXXXX")
 [ $keep = 1 ] || trap 'rm -rf "$work"' EXIT
 
+what="--rootfs $rootfs"
 if [ -z "$rootfs" ]; then
     rootfs=$work/rootfs
     mirror=http://deb.debian.org/debian
