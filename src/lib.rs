@@ -15,6 +15,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod confine;
 pub mod fs;
+pub mod image;
 pub mod launch;
 pub mod net;
 pub mod probe;

@@ -2,6 +2,7 @@
 //! the module that owns the job) and turns the result into an exit code.
 
 mod check;
+mod image;
 pub mod machine;
 mod proxy;
 mod run;
@@ -25,6 +26,7 @@ commands:
   check [--json]            which kernel features hutch needs work here, and fixes
   proxy ...                 run the egress proxy alone
   session ...               persistent workspaces over a sealed baseline
+  image ...                 import, list, inspect, rm, gc container images
   version                   print the version";
 
 /// Entry point of the `hutch` binary; returns the process exit code.
@@ -37,6 +39,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("proxy") => proxy::main(rest),
         Some("check") => check::main(rest),
         Some("session") => session::main(rest),
+        Some("image") => image::main(rest),
         Some(supervise::SUBCOMMAND) => supervise::main(rest),
         Some("version" | "--version" | "-V") => {
             println!("hutch {}", env!("CARGO_PKG_VERSION"));

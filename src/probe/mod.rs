@@ -7,6 +7,7 @@
 
 mod env;
 mod idmap;
+mod image;
 mod landlock;
 mod mounts;
 mod namespaces;
@@ -155,6 +156,7 @@ pub fn run_all() -> Report {
     let cgroup = serde_json::to_value(&cgroup).unwrap_or(serde_json::Value::Null);
     features.push(cgroup_feature(&cgroup));
     features.extend(syscalls::probe(&host));
+    features.push(image::probe(&host));
     let ok = features.iter().all(|f| f.ok || !f.required);
     Report {
         hutch_version: env!("CARGO_PKG_VERSION"),

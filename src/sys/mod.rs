@@ -4,6 +4,7 @@
 
 mod caps;
 mod cgroup;
+pub mod image;
 mod landlock;
 mod mount;
 mod net;
