@@ -82,7 +82,7 @@ pub struct LandlockPlan {
 }
 
 /// What the exit report says about Landlock.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct LandlockReport {
     /// `security.landlock.enabled`.
     pub requested: bool,
@@ -95,9 +95,11 @@ pub struct LandlockReport {
     /// Filesystem rights are restricted to the mount plan.
     pub filesystem: bool,
     /// `denied`, `proxy-only`, or `unrestricted` (host network or ABI < 4).
-    pub tcp: &'static str,
+    #[serde(deserialize_with = "crate::static_words::word")]
+    pub tcp: crate::static_words::Word,
     /// Scopes in force: `abstract-unix-socket`, `signal` (ABI >= 6).
-    pub scoped: Vec<&'static str>,
+    #[serde(deserialize_with = "crate::static_words::words")]
+    pub scoped: Vec<crate::static_words::Word>,
 }
 
 fn path_cstring(p: &Path) -> Option<CString> {

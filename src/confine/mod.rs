@@ -100,7 +100,7 @@ pub struct Confinement {
 }
 
 /// What was enforced, for the exit report and `hutch check`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ConfinementReport {
     pub seccomp: SeccompReport,
     pub landlock: LandlockReport,
