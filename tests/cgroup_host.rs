@@ -20,7 +20,7 @@ fn require(ok: bool, reason: &str) -> bool {
 }
 
 fn memory_unavailable() -> bool {
-    let p = hutch::cgroup::probe::probe();
+    let p = hutch::internals::cgroup::probe::probe();
     require(
         !p.limits["memory"].works,
         "this host can enforce --memory (these tests are about hosts that cannot)",
@@ -213,7 +213,7 @@ fn rlimit_applies_in_the_sandbox() {
 }
 
 fn io_unavailable() -> bool {
-    let p = hutch::cgroup::probe::probe();
+    let p = hutch::internals::cgroup::probe::probe();
     require(
         !p.limits["io"].works,
         "this host can enforce --io-max (these tests are about hosts that cannot)",

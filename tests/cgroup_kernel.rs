@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use hutch::cgroup::{self, host::Host, plan};
+use hutch::internals::cgroup::{self, host::Host, plan};
 use hutch::spec::{ByteSize, Limit, Limits};
 
 /// Skip (or fail under HUTCH_REQUIRE=all) when `ok` is false.

@@ -271,7 +271,7 @@ fn nested_user_namespaces_fail_also_unconfined() {
 #[test]
 fn landlock_with_host_network() {
     if !require(
-        hutch::sys::landlock_abi_version() >= 6,
+        hutch::internals::sys::landlock_abi_version() >= 6,
         "Landlock ABI 6 not available",
     ) {
         return;
@@ -333,7 +333,7 @@ fn tcp_is_denied_without_network() {
 
 #[test]
 fn landlock_floor_fails_closed_with_one_line() {
-    let abi = hutch::sys::landlock_abi_version();
+    let abi = hutch::internals::sys::landlock_abi_version();
     let ws = workspace("floor");
     let out = run_in(
         &ws,
@@ -473,7 +473,7 @@ fn exit_report_says_what_is_enforced() {
     assert_eq!(c["landlock"]["requested"], true);
     assert_eq!(
         c["landlock"]["available"],
-        hutch::sys::landlock_abi_version()
+        hutch::internals::sys::landlock_abi_version()
     );
     assert_eq!(c["landlock"]["tcp"], "denied");
     let c = report(&["--seccomp", "unconfined", "--share-net"]);

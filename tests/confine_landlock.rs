@@ -6,7 +6,7 @@ use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
-use hutch::confine::{self, landlock::LandlockPlan};
+use hutch::internals::confine::{self, landlock::LandlockPlan};
 use hutch::spec::{FsOp, Network, Spec};
 
 #[derive(Debug, PartialEq, Eq)]
@@ -36,7 +36,7 @@ fn fork_run(body: impl FnOnce() -> i32) -> End {
 }
 
 fn landlock_abi() -> u32 {
-    hutch::sys::landlock_abi_version()
+    hutch::internals::sys::landlock_abi_version()
 }
 
 /// Skip (or fail under HUTCH_REQUIRE=all) when the kernel lacks a feature.
@@ -409,7 +409,8 @@ fn init_filter_allows_reaping_and_refuses_exec() {
             }
             libc::close(fd);
             libc::syscall(
-                hutch::confine::seccomp::X32_SYSCALL_BIT as libc::c_long | libc::SYS_getpid,
+                hutch::internals::confine::seccomp::X32_SYSCALL_BIT as libc::c_long
+                    | libc::SYS_getpid,
             );
         }
         7

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use hutch::confine::seccomp::{self, CompiledFilter};
+use hutch::internals::confine::seccomp::{self, CompiledFilter};
 
 const HIGH: u64 = 1 << 32;
 

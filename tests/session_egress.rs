@@ -114,7 +114,7 @@ fn decisions_are_audited(unprivileged: bool) -> Result<()> {
 #[test]
 fn egress_decisions_land_in_the_session_audit_as_root() -> Result<()> {
     if !require(
-        hutch::sys::geteuid() == 0 && can_sandbox(),
+        hutch::internals::sys::geteuid() == 0 && can_sandbox(),
         "needs root and a working launcher",
     ) {
         return Ok(());
@@ -126,7 +126,7 @@ fn egress_decisions_land_in_the_session_audit_as_root() -> Result<()> {
 fn egress_decisions_land_in_the_session_audit_unprivileged() -> Result<()> {
     let have_setpriv = Command::new("setpriv").arg("--version").output().is_ok();
     if !require(
-        hutch::sys::geteuid() == 0 && have_setpriv && can_sandbox(),
+        hutch::internals::sys::geteuid() == 0 && have_setpriv && can_sandbox(),
         "needs root (to switch to uid 65534), setpriv and a working launcher",
     ) {
         return Ok(());

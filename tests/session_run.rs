@@ -106,7 +106,7 @@ fn flow(unprivileged: bool) -> Result<()> {
 #[test]
 fn session_commands_share_files_as_root() -> Result<()> {
     if !require(
-        hutch::sys::geteuid() == 0 && can_sandbox_bare(),
+        hutch::internals::sys::geteuid() == 0 && can_sandbox_bare(),
         "needs root and a working launcher",
     ) {
         return Ok(());
@@ -117,7 +117,7 @@ fn session_commands_share_files_as_root() -> Result<()> {
 #[test]
 fn session_commands_share_files_unprivileged() -> Result<()> {
     if !require(
-        hutch::sys::geteuid() == 0 && can_sandbox_bare(),
+        hutch::internals::sys::geteuid() == 0 && can_sandbox_bare(),
         "needs root (to switch to uid 65534) and a working launcher",
     ) {
         return Ok(());

@@ -4,8 +4,8 @@
 //! matches an IP literal.
 #![no_main]
 
-use hutch::net::host::{Host, canonicalize};
-use hutch::net::policy::{HostPattern, Rule};
+use hutch::internals::net::host::{Host, canonicalize};
+use hutch::internals::net::policy::{HostPattern, Rule};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(rule) = Rule::parse(text) {
         if !matches!(rule.host, HostPattern::Exact(_)) {
-            let p = hutch::net::Policy::from_spec(&hutch::spec::ProxyPolicy {
+            let p = hutch::internals::net::Policy::from_spec(&hutch::spec::ProxyPolicy {
                 allow: vec![text.to_string()],
                 ..Default::default()
             })
@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
                 let h = canonicalize(ip).expect("literal");
                 for port in [443, 80] {
                     assert!(
-                        matches!(p.check(&h, port), hutch::net::Verdict::Deny(_)),
+                        matches!(p.check(&h, port), hutch::internals::net::Verdict::Deny(_)),
                         "{text:?} matched {ip}"
                     );
                 }

@@ -45,14 +45,14 @@ fuzz_target!(|data: &[u8]| {
             3 => std::os::unix::fs::symlink("..", &p),
             4 => nix_mkfifo(&p),
             _ => std::fs::File::open(&parent).and_then(|f| {
-                hutch::sys::set_xattr(f.as_fd(), c"user.overlay.opaque", b"y")
+                hutch::internals::sys::set_xattr(f.as_fd(), c"user.overlay.opaque", b"y")
                     .map_err(|e| std::io::Error::from_raw_os_error(e.errno as i32))
             }),
         };
     }
     let layers = Layers {
-        base: hutch::sys::open_dir_path(&root.join("base")).unwrap(),
-        upper: hutch::sys::open_dir_path(&upper).unwrap(),
+        base: hutch::internals::sys::open_dir_path(&root.join("base")).unwrap(),
+        upper: hutch::internals::sys::open_dir_path(&upper).unwrap(),
     };
     if let Ok(changes) = compute(&layers, 1 << 20) {
         for c in &changes.changes {
@@ -85,9 +85,9 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn nix_mkfifo(p: &Path) -> std::io::Result<()> {
-    let parent = hutch::sys::open_dir_path(p.parent().unwrap_or(Path::new("/")))
+    let parent = hutch::internals::sys::open_dir_path(p.parent().unwrap_or(Path::new("/")))
         .map_err(|e| std::io::Error::from_raw_os_error(e.errno as i32))?;
     let name = std::ffi::CString::new(p.file_name().unwrap_or_default().as_bytes())?;
-    hutch::sys::mkfifo_at(parent.as_fd(), &name, 0o644)
+    hutch::internals::sys::mkfifo_at(parent.as_fd(), &name, 0o644)
         .map_err(|e| std::io::Error::from_raw_os_error(e.errno as i32))
 }

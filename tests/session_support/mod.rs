@@ -23,7 +23,7 @@ pub fn require(cond: bool, reason: &str) -> bool {
 }
 
 pub fn is_root() -> bool {
-    hutch::sys::geteuid() == 0
+    hutch::internals::sys::geteuid() == 0
 }
 
 /// `hutch run -- /bin/true` works (default sandbox).
