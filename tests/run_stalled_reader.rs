@@ -185,3 +185,43 @@ fn sigterm_is_forwarded_while_stdout_is_stalled() {
         assert_eq!(report["reason"], "signaled", "{report}");
     }
 }
+
+/// With the relay on (an output cap) and stdout a regular file, every byte
+/// up to the cap arrives, the last ones included.
+#[test]
+fn relayed_output_to_a_file_arrives_whole() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let dir = TempDir::new("relay-file", who);
+        for _ in 0..5 {
+            let path = dir.path().join("out.bin");
+            let file = std::fs::File::create(&path).unwrap();
+            if who == As::Nobody {
+                std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).unwrap();
+            }
+            let status = hutch_cmd(
+                who,
+                dir.path(),
+                &[
+                    "run",
+                    "--quiet",
+                    "--output-limit",
+                    "10M",
+                    "--",
+                    "sh",
+                    "-c",
+                    "head -c 3000000 /dev/zero",
+                ],
+            )
+            .stdout(file)
+            .status()
+            .unwrap();
+            assert_eq!(status.code(), Some(0), "{who:?}");
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().len(),
+                3_000_000,
+                "{who:?}"
+            );
+        }
+    }
+}

@@ -235,6 +235,7 @@ impl Relay {
         for i in 0..2 {
             while self.streams[i].pipe.is_some() {
                 self.read_chunk(i, CHUNK);
+                self.flush_direct(i);
             }
         }
     }
@@ -303,6 +304,11 @@ impl Relay {
                 Ok(0) => break,
                 Ok(n) => {
                     s.pending.drain(..n);
+                    // A guarded fd takes one write per "writable": the
+                    // next could block.
+                    if matches!(out, Out::Guarded(_)) {
+                        break;
+                    }
                 }
                 // A closed stdout only means nobody reads; the sandbox
                 // goes on.
