@@ -12,14 +12,17 @@
 
 mod child;
 mod child_sys;
+mod describe;
 pub mod ending;
 pub mod helper;
+mod maps;
 pub mod message;
 mod prepare;
 mod real_sys;
 mod relay;
 pub mod report;
 pub mod stage;
+mod summary;
 mod supervise;
 #[cfg(test)]
 mod tests;

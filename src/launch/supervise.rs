@@ -5,7 +5,6 @@
 
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -13,12 +12,15 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::child::{self, FORWARDED};
-use super::ending::{Facts, ending_of};
+use super::describe::failure_line;
+use super::ending::Facts;
+use super::maps::{idmapped_layers, write_id_maps};
 use super::message::{self, Incoming, Message};
-use super::prepare::{LaunchPlan, network_name, prepare};
+use super::prepare::{LaunchPlan, prepare};
 use super::relay::{Captured, Relay};
-use super::report::{ChangesReport, Enforcement, ExitReport, Outcome, SetupFailure};
+use super::report::{ExitReport, SetupFailure};
 use super::stage::{Failure, Stage};
+use super::summary::{namespace_inodes, report, write_start_event};
 use super::{LaunchError, RunOptions};
 use crate::spec::Spec;
 use crate::sys::{self, Errno, Forked, SysError};
@@ -139,13 +141,13 @@ impl Sandbox {
 
 /// What the loop saw, for the ending and the report.
 #[derive(Default)]
-struct Seen {
-    facts: Facts,
+pub(super) struct Seen {
+    pub facts: Facts,
     /// The failure record (and init's text), or the supervisor's own line.
-    failure: Option<(Option<Failure>, String)>,
-    changed_paths: Option<Vec<u64>>,
+    pub failure: Option<(Option<Failure>, String)>,
+    pub changed_paths: Option<Vec<u64>>,
     /// A forwarded signal or a kill request: output waits no longer.
-    hurry: bool,
+    pub hurry: bool,
 }
 
 fn supervise(
@@ -410,64 +412,6 @@ impl Watch<'_, '_> {
     }
 }
 
-/// The exit report (and the notices on stderr): the ending of what was
-/// seen, what was enforced, what changed.
-fn report(
-    p: &mut LaunchPlan,
-    spec: &Spec,
-    opts: &RunOptions,
-    mut seen: Seen,
-    relay: &Relay,
-    layers_without_idmap: Vec<PathBuf>,
-    duration_ms: u64,
-) -> ExitReport {
-    // Every process is gone (the pid namespace died with its init): read
-    // the cgroup's counters, then remove the leaf.
-    let limits = p.cgroup.take().map(crate::cgroup::Prepared::finish);
-    seen.facts.limit_event = limits.as_ref().and_then(|l| l.ended_by);
-    let ending = ending_of(&seen.facts);
-    let failure = seen.failure_record();
-    let error = match seen.failure {
-        Some((_, line)) => Some(line),
-        None if ending.reason == Outcome::SetupFailed => {
-            Some("the sandbox ended before its workload reported an exit status".into())
-        }
-        None => None,
-    };
-    let changes = changes_report(p, seen.changed_paths.as_deref());
-    let unenforced = unenforced(p, limits.as_ref());
-    if !opts.quiet {
-        notices(
-            p,
-            &layers_without_idmap,
-            &changes,
-            &unenforced,
-            ending.reason,
-        );
-    }
-    ExitReport {
-        event: "exit".into(),
-        sandbox_id: p.sandbox_id.clone(),
-        status: ending.status,
-        exit_code: ending.exit_code,
-        signal: ending.signal,
-        reason: ending.reason,
-        error,
-        failure,
-        duration_ms,
-        output_bytes: relay.written,
-        output_truncated: relay.truncated,
-        output_undelivered: relay.undelivered,
-        changes,
-        enforced: Enforcement {
-            limits,
-            layers_without_idmap,
-            ..enforcement(p, spec)
-        },
-        unenforced,
-    }
-}
-
 impl Seen {
     /// hutch's own failure (the first one is the one reported).
     fn failed(&mut self, record: Option<Failure>, line: String) {
@@ -475,7 +419,7 @@ impl Seen {
         self.failure.get_or_insert((record, line));
     }
 
-    fn failure_record(&self) -> Option<SetupFailure> {
+    pub(super) fn failure_record(&self) -> Option<SetupFailure> {
         let (f, _) = self.failure.as_ref()?;
         let f = (*f)?;
         Some(SetupFailure {
@@ -586,444 +530,4 @@ fn start_proxy(
     .map_err(|e| format!("starting the egress proxy: {e}"))?;
     *slot = Some(handle);
     Ok(())
-}
-
-/// One line for a failed step: what, where, the call, why, what to do.
-fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec: &Spec) -> String {
-    let errno = f.errno;
-    let why = |call: &str| format!("{call} => {errno:?}: {}", errno.desc());
-    if f.stage == Stage::Exec {
-        return exec_line(f, p, spec);
-    }
-    match (f.stage, text) {
-        // Build errors already say which operation, the call and a hint.
-        (Stage::OpenHostSources | Stage::BuildRoot, Some(text)) => return text.to_string(),
-        (stage, Some(text)) => return format!("{}: {text}", stage.what()),
-        _ => {}
-    }
-    let c = &p.child;
-    let q = |s: &std::ffi::CStr| format!("{:?}", s.to_string_lossy());
-    let (what, call, hint): (String, String, Option<&str>) = match f.stage {
-        Stage::SetGid => {
-            let g = c.ids.inside_gid;
-            (
-                f.stage.what().into(),
-                format!("setresgid({g}, {g}, {g})"),
-                None,
-            )
-        }
-        Stage::SetUid => {
-            let u = c.ids.inside_uid;
-            (
-                f.stage.what().into(),
-                format!("setresuid({u}, {u}, {u})"),
-                None,
-            )
-        }
-        Stage::SetGroups => (f.stage.what().into(), "setgroups(0, NULL)".into(), None),
-        Stage::LockUserNamespaces => (
-            f.stage.what().into(),
-            "write(\"/proc/sys/user/max_user_namespaces\", \"0\")".into(),
-            Some("the sandbox's /proc/sys/user must be writable by its own root"),
-        ),
-        Stage::Hostname => (
-            f.stage.what().into(),
-            format!("sethostname({:?})", c.hostname.as_deref().unwrap_or("")),
-            None,
-        ),
-        Stage::Loopback => (
-            f.stage.what().into(),
-            "ioctl(\"lo\", SIOCSIFFLAGS, IFF_UP)".into(),
-            None,
-        ),
-        Stage::ProxyDoors => (
-            f.stage.what().into(),
-            format!(
-                "listen(127.0.0.1:{}) and sendmsg(SCM_RIGHTS)",
-                crate::net::PROXY_TCP_PORT
-            ),
-            None,
-        ),
-        Stage::Rlimits => {
-            let (r, v) = c.rlimits.get(f.index as usize).copied().unwrap_or((-1, 0));
-            (
-                f.stage.what().into(),
-                format!("setrlimit({}, {v})", sys::rlimit_name(r)),
-                None,
-            )
-        }
-        Stage::ParentDeathSignal | Stage::ParentDeathSignalAgain => (
-            f.stage.what().into(),
-            "prctl(PR_SET_PDEATHSIG, SIGKILL)".into(),
-            None,
-        ),
-        Stage::NonDumpable => (
-            f.stage.what().into(),
-            "prctl(PR_SET_DUMPABLE, 0)".into(),
-            None,
-        ),
-        Stage::BlockSignals => (f.stage.what().into(), "sigprocmask(SIG_BLOCK)".into(), None),
-        Stage::StartWorkload => (
-            f.stage.what().into(),
-            "clone(CLONE_VM|CLONE_VFORK)".into(),
-            None,
-        ),
-        Stage::CloseInheritedFds | Stage::CloseInitFds | Stage::CloseFds => {
-            (f.stage.what().into(), "close_range()".into(), None)
-        }
-        Stage::InitSeccomp => (
-            f.stage.what().into(),
-            "seccomp(SECCOMP_SET_MODE_FILTER, <seccomp/init.json>)".into(),
-            None,
-        ),
-        Stage::InitSession | Stage::WorkloadSession => {
-            (f.stage.what().into(), "setsid()".into(), None)
-        }
-        Stage::Stdio => (f.stage.what().into(), "dup2()".into(), None),
-        Stage::WorkingDirectory => {
-            let cwd = &c.command.cwd;
-            let hint = match errno {
-                Errno::ELOOP | Errno::EXDEV => Some(
-                    "the working directory must be a directory inside the sandbox; a path \
-                     through a /proc magic link such as /proc/self/fd/N is refused",
-                ),
-                Errno::ENOENT => Some("no such directory inside the sandbox; fix --chdir"),
-                Errno::ENOTDIR => Some("not a directory inside the sandbox; fix --chdir"),
-                _ => None,
-            };
-            (
-                format!("{} {}", f.stage.what(), q(cwd)),
-                format!(
-                    "openat2(\"/\", {}, O_PATH|O_DIRECTORY, RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS) and fchdir",
-                    q(cwd)
-                ),
-                hint,
-            )
-        }
-        Stage::NoNewPrivs => (
-            f.stage.what().into(),
-            "prctl(PR_SET_NO_NEW_PRIVS, 1)".into(),
-            None,
-        ),
-        Stage::BoundingSet => (
-            f.stage.what().into(),
-            format!("prctl(PR_CAPBSET_DROP, {})", f.index),
-            None,
-        ),
-        Stage::Capabilities => (
-            f.stage.what().into(),
-            format!("capset({:#x})", c.caps.keep),
-            None,
-        ),
-        Stage::AmbientCapabilities => (f.stage.what().into(), "prctl(PR_CAP_AMBIENT)".into(), None),
-        Stage::LandlockRuleset => (
-            f.stage.what().into(),
-            "landlock_create_ruleset()".into(),
-            None,
-        ),
-        Stage::LandlockPathRule => {
-            let path = c
-                .confinement
-                .landlock_plan()
-                .and_then(|l| l.paths.get(f.index as usize))
-                .map(|r| q(&r.path))
-                .unwrap_or_default();
-            (
-                f.stage.what().into(),
-                format!("landlock_add_rule(PATH_BENEATH, {path})"),
-                None,
-            )
-        }
-        Stage::LandlockPortRule => (
-            f.stage.what().into(),
-            "landlock_add_rule(NET_PORT)".into(),
-            None,
-        ),
-        Stage::LandlockRestrict => (
-            f.stage.what().into(),
-            "landlock_restrict_self(0)".into(),
-            None,
-        ),
-        Stage::Seccomp => {
-            let n = c
-                .confinement
-                .workload_filter()
-                .map_or(0, |f| f.program.len());
-            (
-                f.stage.what().into(),
-                format!("seccomp(SECCOMP_SET_MODE_FILTER, 0, <{n} instructions>)"),
-                None,
-            )
-        }
-        Stage::MountPropagation | Stage::OpenHostSources | Stage::BuildRoot | Stage::Exec => {
-            (f.stage.what().into(), "?".into(), None)
-        }
-    };
-    let mut line = format!("{what}: {}", why(&call));
-    if let Some(h) = hint {
-        line.push_str(&format!(" ({h})"));
-    }
-    line
-}
-
-/// The 126/127 line: not found in PATH, not found, or not executable.
-fn exec_line(f: &Failure, p: &LaunchPlan, spec: &Spec) -> String {
-    let errno = f.errno;
-    let code = super::ending::exec_failure_status(errno, f.interpreter_missing);
-    let program = spec.command[0].as_str();
-    if code == 127 && !program.contains('/') {
-        let path = spec
-            .env
-            .get("PATH")
-            .map_or(crate::spec::DEFAULT_PATH, String::as_str);
-        return format!("command {program:?} not found in the sandbox's PATH ({path})");
-    }
-    let what = if code == 127 {
-        "command not found in the sandbox"
-    } else {
-        "command not executable in the sandbox"
-    };
-    let why = if f.interpreter_missing {
-        " (the file exists; its ELF or #! interpreter is missing in the sandbox)"
-    } else if errno == Errno::ELOOP {
-        " (a path through a /proc magic link is refused)"
-    } else {
-        ""
-    };
-    let candidate = p
-        .child
-        .command
-        .exec
-        .candidates
-        .get(f.index as usize)
-        .map(|c| format!("{:?}", c.to_string_lossy()))
-        .unwrap_or_else(|| format!("{program:?}"));
-    format!(
-        "{what}: execve({candidate}) => {errno:?}: {}{why}",
-        errno.desc()
-    )
-}
-
-/// Notices on stderr (unless quiet): layers without idmapping, changed
-/// paths, and preferred limits this host does not enforce (once, when the
-/// workload ran).
-fn notices(
-    p: &LaunchPlan,
-    layers_without_idmap: &[PathBuf],
-    changes: &[ChangesReport],
-    unenforced: &[String],
-    reason: Outcome,
-) {
-    for layer in layers_without_idmap {
-        eprintln!(
-            "hutch: note: {} is on a filesystem without idmapped mounts; the sandbox \
-             saw it with its host owners, as host uid {}",
-            layer.display(),
-            p.child.ids.host_uid
-        );
-    }
-    for c in changes {
-        if c.changed_paths == 0 {
-            continue;
-        }
-        match &c.kept_in {
-            Some(dir) => eprintln!(
-                "hutch: {} paths changed under {}; kept in {}",
-                c.changed_paths,
-                c.dest.display(),
-                dir.display()
-            ),
-            None => eprintln!(
-                "hutch: {} paths changed under {}; discarded (keep them with --changes DIR)",
-                c.changed_paths,
-                c.dest.display()
-            ),
-        }
-    }
-    if !matches!(reason, Outcome::SetupFailed | Outcome::ExecFailed) {
-        for u in unenforced
-            .iter()
-            .filter(|u| !u.starts_with("limits.upper_size"))
-        {
-            eprintln!("hutch: note: not enforced on this host: {u}");
-        }
-    }
-}
-
-fn unenforced(p: &LaunchPlan, limits: Option<&crate::cgroup::LimitsReport>) -> Vec<String> {
-    limits
-        .iter()
-        .flat_map(|l| &l.unenforced)
-        .map(|u| format!("limits.{}: {}", u.limit, u.reason))
-        .chain(p.kept_uppers.iter().map(|(dest, upper)| {
-            format!(
-                "limits.upper_size: the upper of {} is on the host's disk ({}); \
-                 only that filesystem's quota bounds it",
-                dest.display(),
-                upper.display()
-            )
-        }))
-        .collect()
-}
-
-fn write_id_maps(pid: libc::pid_t, p: &LaunchPlan) -> Result<(), SysError> {
-    let proc = format!("/proc/{pid}");
-    let ids = &p.child.ids;
-    let write = |file: &str, data: String| {
-        std::fs::write(format!("{proc}/{file}"), data.as_bytes())
-            .map_err(|e| sys::io_err(format!("write(\"{proc}/{file}\", {data:?})"), e))
-    };
-    if !ids.root_launch {
-        write("setgroups", "deny".into())?;
-    }
-    write("uid_map", format!("{} {} 1", ids.inside_uid, ids.host_uid))?;
-    write("gid_map", format!("{} {} 1", ids.inside_gid, ids.host_gid))
-}
-
-/// Root launches: each overlay lower becomes an idmapped mount whose
-/// on-disk owner is the workload's host id, so the workspace is fully the
-/// workload's even when the host directory is root's and mode 0700.
-///
-/// A filesystem without idmapped mounts (the kernel answers EINVAL; ENOSYS
-/// before Linux 5.12) gets the plain detached copy instead, and its path
-/// is returned as the second list: the run works wherever the workload's
-/// host id may read the workspace (a usual 0755 checkout), and the report
-/// says that this layer was not idmapped.
-#[allow(clippy::type_complexity)]
-fn idmapped_layers(
-    pid: libc::pid_t,
-    p: &LaunchPlan,
-) -> Result<(Vec<(usize, OwnedFd)>, Vec<PathBuf>), LaunchError> {
-    let ids = &p.child.ids;
-    let mut out = Vec::new();
-    let mut without_idmap = Vec::new();
-    for (index, path) in &p.idmap_sources {
-        let fail = |e: SysError| LaunchError::Idmap {
-            path: path.clone(),
-            err: e,
-        };
-        let meta = std::fs::metadata(path)
-            .map_err(|e| fail(sys::io_err(format!("stat({})", path.display()), e)))?;
-        let (uid, gid) = (
-            std::os::unix::fs::MetadataExt::uid(&meta),
-            std::os::unix::fs::MetadataExt::gid(&meta),
-        );
-        let userns: OwnedFd = if uid == ids.inside_uid && gid == ids.inside_gid {
-            std::fs::File::open(format!("/proc/{pid}/ns/user"))
-                .map(OwnedFd::from)
-                .map_err(|e| fail(sys::io_err(format!("open(/proc/{pid}/ns/user)"), e)))?
-        } else {
-            sys::userns_with_maps(
-                &format!("{uid} {} 1", ids.host_uid),
-                &format!("{gid} {} 1", ids.host_gid),
-            )
-            .map_err(fail)?
-        };
-        let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
-            .expect("validated: no NUL");
-        let dir = sys::openat2(None, &c, libc::O_PATH | libc::O_DIRECTORY, 0, 0).map_err(fail)?;
-        let tree = sys::open_tree_clone(dir.as_fd(), false).map_err(fail)?;
-        match sys::mount_setattr(
-            tree.as_fd(),
-            false,
-            sys::MOUNT_ATTR_IDMAP,
-            0,
-            Some(userns.as_fd()),
-        ) {
-            Ok(()) => {}
-            Err(e) if matches!(e.errno, Errno::EINVAL | Errno::ENOSYS) => {
-                without_idmap.push(path.clone());
-            }
-            Err(e) => return Err(fail(e)),
-        }
-        out.push((*index, tree));
-    }
-    Ok((out, without_idmap))
-}
-
-fn changes_report(p: &LaunchPlan, counted: Option<&[u64]>) -> Vec<ChangesReport> {
-    let mut out: Vec<ChangesReport> = p
-        .tmp_overlay_dests
-        .iter()
-        .enumerate()
-        .map(|(i, dest)| ChangesReport {
-            dest: dest.clone(),
-            changed_paths: counted.and_then(|c| c.get(i)).copied().unwrap_or(0),
-            kept_in: None,
-        })
-        .collect();
-    for (dest, upper) in &p.kept_uppers {
-        let count = std::fs::File::open(upper)
-            .ok()
-            .filter(|f| f.metadata().is_ok_and(|m| m.is_dir()))
-            .map_or(0, |f| crate::fs::count::changed_paths(f.as_fd()));
-        out.push(ChangesReport {
-            dest: dest.clone(),
-            changed_paths: count,
-            kept_in: Some(upper.clone()),
-        });
-    }
-    out
-}
-
-fn enforcement(p: &LaunchPlan, spec: &Spec) -> Enforcement {
-    let ns = &spec.namespaces;
-    let namespaces = [
-        ("user", true),
-        ("mount", true),
-        ("pid", true),
-        ("ipc", ns.ipc),
-        ("uts", ns.uts),
-        ("net", ns.net),
-        ("cgroup", ns.cgroup),
-    ]
-    .iter()
-    .filter(|(_, on)| *on)
-    .map(|(n, _)| n.to_string())
-    .collect();
-    let confinement = p.child.confinement.report();
-    let ids = &p.child.ids;
-    Enforcement {
-        namespaces,
-        uid: ids.inside_uid,
-        gid: ids.inside_gid,
-        host_uid: ids.host_uid,
-        host_gid: ids.host_gid,
-        no_new_privs: true,
-        capabilities: confinement.caps_kept.clone(),
-        network: network_name(&spec.network).into(),
-        wall_clock_ms: spec.limits.wall_clock.map(|d| d.0.as_millis() as u64),
-        output_bytes: spec.limits.output_bytes.map(|b| b.0),
-        confinement: Some(confinement),
-        limits: None,
-        layers_without_idmap: Vec::new(),
-    }
-}
-
-fn namespace_inodes(pid: libc::pid_t) -> serde_json::Map<String, serde_json::Value> {
-    let mut namespaces = serde_json::Map::new();
-    for ns in ["user", "mnt", "pid", "ipc", "uts", "net", "cgroup"] {
-        if let Ok(m) = std::fs::metadata(format!("/proc/{pid}/ns/{ns}")) {
-            namespaces.insert(ns.into(), std::os::unix::fs::MetadataExt::ino(&m).into());
-        }
-    }
-    namespaces
-}
-
-fn write_start_event(
-    f: &mut std::fs::File,
-    id: &str,
-    pid: libc::pid_t,
-    workload_pid: i32,
-    namespaces: serde_json::Map<String, serde_json::Value>,
-) {
-    let event = serde_json::json!({
-        "event": "start",
-        "sandbox_id": id,
-        "pid": pid,
-        "workload_pid": workload_pid,
-        "namespaces": namespaces,
-        "time_ms": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
-    });
-    let _ = writeln!(f, "{event}");
 }
