@@ -573,35 +573,44 @@ fn output_limit_caps_and_reports() {
     // Needs no particular identity: root in CI, else the unprivileged path.
     let who = caller();
     let ws = workspace("outlim", who);
-    let out = hutch_as(
-        who,
-        ws.path(),
-        &[
-            "run",
-            "--quiet",
+    let run = |quiet: bool| {
+        let mut args = vec!["run"];
+        if quiet {
+            args.push("--quiet");
+        }
+        args.extend([
             "--output-limit",
             "1000",
             "--",
             "sh",
             "-c",
             "yes hutch | head -c 100000; echo done >&2",
-        ],
-    );
+        ]);
+        hutch_as(who, ws.path(), &args)
+    };
+    let out = run(false);
     assert_eq!(out.status.code(), Some(0));
-    assert_eq!(
-        out.stdout.len() + out.stderr.len()
-            - stderr(&out)
-                .lines()
-                .filter(|l| l.starts_with("hutch:"))
-                .map(|l| l.len() + 1)
-                .sum::<usize>(),
-        1000
-    );
+    let notices: usize = stderr(&out)
+        .lines()
+        .filter(|l| l.starts_with("hutch:"))
+        .map(|l| l.len() + 1)
+        .sum();
+    assert_eq!(out.stdout.len() + out.stderr.len() - notices, 1000);
     assert!(
-        stderr(&out).contains("output limit reached"),
+        stderr(&out).contains("output limit reached; 1000 bytes relayed"),
         "{}",
         stderr(&out)
     );
+    // --quiet: the cap holds, the notice is not printed.
+    let out = run(true);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        out.stdout.len() + out.stderr.len(),
+        1000,
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("hutch:"), "{}", stderr(&out));
 }
 
 #[test]

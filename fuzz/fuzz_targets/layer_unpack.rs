@@ -9,16 +9,16 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 
-use hutch::image::tar::TarReader;
-use hutch::image::unpack::{OpaqueXattr, UnpackOptions, unpack};
+use hutch::internals::image::tar::TarReader;
+use hutch::internals::image::unpack::{OpaqueXattr, UnpackOptions, unpack};
 use libfuzzer_sys::fuzz_target;
 
 fn scratch() -> PathBuf {
     let p = std::env::temp_dir().join(format!("hutch-fuzz-layer-{}", std::process::id()));
     if p.exists() {
-        let fd = hutch::sys::open_dir_path(&std::env::temp_dir()).unwrap();
+        let fd = hutch::internals::sys::open_dir_path(&std::env::temp_dir()).unwrap();
         let name = std::ffi::CString::new(p.file_name().unwrap().as_encoded_bytes()).unwrap();
-        hutch::image::store::remove_tree(fd.as_fd(), &name).unwrap();
+        hutch::internals::image::store::remove_tree(fd.as_fd(), &name).unwrap();
     }
     std::fs::create_dir_all(p.join("layer")).unwrap();
     std::fs::create_dir_all(p.join("canary")).unwrap();
@@ -27,7 +27,7 @@ fn scratch() -> PathBuf {
 
 fuzz_target!(|data: &[u8]| {
     let dir = scratch();
-    let root = hutch::sys::open_dir_path(&dir.join("layer")).unwrap();
+    let root = hutch::internals::sys::open_dir_path(&dir.join("layer")).unwrap();
     let opts = UnpackOptions {
         max_entries: 256,
         max_file_bytes: 1 << 20,

@@ -9,11 +9,6 @@ mod run;
 mod session;
 mod supervise;
 
-/// The library ↔ supervisor protocol (`hutch __supervise`).
-pub mod supervise_protocol {
-    pub use super::supervise::{REPORT_FD, REQUEST_FD, Request, Response, SUBCOMMAND};
-}
-
 use std::ffi::OsString;
 
 pub use run::{USAGE as RUN_USAGE, parse as parse_run, run_spec};

@@ -53,7 +53,9 @@ Egress (network through the allow-list proxy; see docs/egress.md):
 Reporting:
   --status-file PATH      JSON lines: a start event and the exit report
   --quiet                 no notices on stderr (changed paths, layers
-                          without idmapping); errors still print
+                          without idmapping, output cut by --output-limit,
+                          preferred limits not enforced here); errors
+                          still print
 
 Exit status: the command's; 128+N when killed by signal N; 124 on timeout;
 125 when hutch failed; 126/127 when the command is not executable / not found.";
@@ -523,10 +525,16 @@ pub fn run_spec(spec: &Spec, opts: &RunOptions) -> i32 {
                     "hutch: timed out after {limit}; every process of the sandbox was killed"
                 );
             }
-            if report.output_truncated {
+            if report.output_truncated && !opts.quiet {
                 eprintln!(
                     "hutch: output limit reached; {} bytes relayed, the rest discarded",
                     report.output_bytes
+                );
+            }
+            if report.output_undelivered > 0 && !opts.quiet {
+                eprintln!(
+                    "hutch: {} bytes of output were not delivered: the reader did not take them before the sandbox's time was over",
+                    report.output_undelivered
                 );
             }
             report.status

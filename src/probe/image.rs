@@ -8,12 +8,13 @@
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
+use super::fork::{CBuf, Step, decimal, fork_userns_holder};
 use crate::image::Store;
 use crate::sys::Errno;
-use crate::sys::probe as raw;
+use crate::sys::raw;
 
 use super::userns::{self, Maps, NEXT};
-use super::{Feature, Host, Status, in_child};
+use super::{Feature, HostSettings, Status, in_child};
 
 const NAME: &str = "image_store";
 
@@ -67,12 +68,12 @@ fn layers(dir: &Path, root: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn cpath(p: &Path) -> Option<raw::CBuf> {
+fn cpath(p: &Path) -> Option<CBuf> {
     let b = p.as_os_str().as_encoded_bytes();
-    (b.len() < 200 && !b.contains(&0)).then(|| raw::cbuf(&[b]))
+    (b.len() < 200 && !b.contains(&0)).then(|| CBuf::new(&[b]))
 }
 
-pub(super) fn probe(host: &Host) -> Feature {
+pub(super) fn probe(host: &HostSettings) -> Feature {
     let store = match Store::open(None) {
         Ok(s) => s,
         Err(e) => {
@@ -112,7 +113,7 @@ pub(super) fn probe(host: &Host) -> Feature {
     }
 }
 
-fn run(dir: &Path, root: bool, host: &Host) -> Feature {
+fn run(dir: &Path, root: bool, host: &HostSettings) -> Feature {
     let shown = dir
         .parent()
         .and_then(Path::parent)
@@ -137,13 +138,8 @@ fn run(dir: &Path, root: bool, host: &Host) -> Feature {
             "",
         );
     }
-    let data = raw::cbuf(&[
-        b"lowerdir=",
-        &t,
-        b":",
-        &b,
-        if root { b"" } else { b",userxattr" },
-    ]);
+    let userxattr: &[u8] = if root { b"" } else { b",userxattr" };
+    let data = CBuf::new(&[b"lowerdir=", &t, b":", &b, userxattr]);
     let mdir = dir.join("m");
     let keep = cpath(&mdir.join("keep")).unwrap_or(m);
     let victim = cpath(&mdir.join("victim")).unwrap_or(m);
@@ -154,60 +150,47 @@ fn run(dir: &Path, root: bool, host: &Host) -> Feature {
         if !root {
             userns::enter(&maps)?;
         }
-        raw::unshare(libc::CLONE_NEWNS, base)?;
+        raw::unshare(libc::CLONE_NEWNS).step(base)?;
+        raw::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None).step(base + 1)?;
         raw::mount(
-            b"\0",
-            b"/\0",
-            b"\0",
-            libc::MS_REC | libc::MS_PRIVATE,
-            b"\0",
-            base + 1,
-        )?;
-        raw::mount(
-            b"overlay\0",
-            &m,
-            b"overlay\0",
+            Some(c"overlay"),
+            m.as_cstr(),
+            Some(c"overlay"),
             libc::MS_RDONLY,
-            &data,
-            base + 2,
-        )?;
-        let fd = raw::open_path(&keep, libc::O_PATH | libc::O_NOFOLLOW, base + 3)?;
-        raw::close(fd);
+            Some(data.as_cstr()),
+        )
+        .step(base + 2)?;
+        drop(raw::open(keep.as_cstr(), libc::O_PATH | libc::O_NOFOLLOW).step(base + 3)?);
         for (p, n) in [(&victim, base + 4), (&hidden, base + 5)] {
-            match raw::open_path(p, libc::O_PATH | libc::O_NOFOLLOW, n) {
-                Ok(fd) => {
-                    raw::close(fd);
-                    return Err((n, Errno::EEXIST));
-                }
-                Err((_, Errno::ENOENT)) => {}
-                Err(e) => return Err(e),
+            match raw::open(p.as_cstr(), libc::O_PATH | libc::O_NOFOLLOW) {
+                Ok(_) => return Err((n, Errno::EEXIST)),
+                Err(Errno::ENOENT) => {}
+                Err(e) => return Err((n, e)),
             }
         }
         if !root {
             return Ok(0);
         }
         let n = base + 6;
-        let (pid, hold) = raw::fork_userns_holder(n)?;
+        let holder = fork_userns_holder(n)?;
         let mut digits = [0u8; 10];
-        let pid_s = raw::decimal(pid as u32, &mut digits);
-        let uid_map = raw::cbuf(&[b"/proc/", pid_s, b"/uid_map"]);
-        let gid_map = raw::cbuf(&[b"/proc/", pid_s, b"/gid_map"]);
-        let ns = raw::cbuf(&[b"/proc/", pid_s, b"/ns/user"]);
-        let res = (|| {
-            raw::write_file(&uid_map, b"0 65534 1\n", n + 1)?;
-            raw::write_file(&gid_map, b"0 65534 1\n", n + 2)?;
-            let nsfd = raw::open_path(&ns, libc::O_RDONLY, n + 3)?;
-            let res = raw::open_tree_clone(&bottom, n + 4).and_then(|tree| {
-                let r = raw::mount_setattr(tree, crate::sys::MOUNT_ATTR_IDMAP, nsfd, n + 5);
-                raw::close(tree);
-                r
-            });
-            raw::close(nsfd);
-            res
-        })();
-        raw::close(hold as i64);
-        raw::reap(pid);
-        res
+        let pid_s = decimal(holder.pid as u32, &mut digits);
+        let uid_map = CBuf::new(&[b"/proc/", pid_s, b"/uid_map"]);
+        let gid_map = CBuf::new(&[b"/proc/", pid_s, b"/gid_map"]);
+        let ns = CBuf::new(&[b"/proc/", pid_s, b"/ns/user"]);
+        raw::write_file(uid_map.as_cstr(), b"0 65534 1\n").step(n + 1)?;
+        raw::write_file(gid_map.as_cstr(), b"0 65534 1\n").step(n + 2)?;
+        let nsfd = raw::open(ns.as_cstr(), libc::O_RDONLY).step(n + 3)?;
+        let tree = raw::open_tree_clone(None, bottom.as_cstr(), 0).step(n + 4)?;
+        raw::mount_setattr(
+            tree.as_fd(),
+            false,
+            crate::sys::MOUNT_ATTR_IDMAP,
+            0,
+            Some(nsfd.as_fd()),
+        )
+        .step(n + 5)?;
+        Ok(0)
     });
     let mut steps: Vec<&'static str> = if root {
         Vec::new()

@@ -134,8 +134,11 @@ impl Session {
             status_file,
             capture_bytes: Some(AUDIT_CAPTURE_BYTES),
             quiet: true,
+            ..Default::default()
         };
-        let result = launch::run_captured(&spec, &opts);
+        // In-process from a single-threaded caller, else through the helper.
+        let result =
+            launch::launch(&spec, &opts, launch::Mode::Auto).map(|f| (f.report, f.captured));
         let end = now_ms();
         let egress = match user_audit {
             Some(user) => Some(self.collect_egress(seq, user.as_deref())?),

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use hutch::image::tar::write::{Header, header, padding, pax_record};
+use hutch::internals::image::tar::write::{Header, header, padding, pax_record};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
