@@ -22,7 +22,7 @@ use crate::sys::{
 };
 
 /// `/proc/self/fd/N` of an fd the builder holds.
-fn fd_path(fd: BorrowedFd<'_>) -> CString {
+pub(super) fn fd_path(fd: BorrowedFd<'_>) -> CString {
     crate::sys::fd_path(std::os::fd::AsRawFd::as_raw_fd(&fd))
 }
 
@@ -81,12 +81,23 @@ pub trait FsSys {
     fn write_all(&mut self, fd: BorrowedFd<'_>, data: &[u8]) -> Result<(), SysError>;
     fn chmod(&mut self, path: &CStr, mode: u32) -> Result<(), SysError>;
     fn is_dir(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError>;
+    /// Whether two fds name the same file (device and inode).
+    fn same_file(&mut self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<bool, SysError>;
     fn fchdir(&mut self, fd: BorrowedFd<'_>) -> Result<(), SysError>;
     fn pivot_root(&mut self, new_root: &CStr, put_old: &CStr) -> Result<(), SysError>;
     fn umount2(&mut self, target: &CStr, flags: libc::c_int) -> Result<(), SysError>;
     fn chdir(&mut self, path: &CStr) -> Result<(), SysError>;
     /// A listening Unix stream socket bound at `name` under `dir`.
     fn unix_listener(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, SysError>;
+    /// A detached mount of a new `fstype` with these options (a value, or
+    /// a flag when None) and MOUNT_ATTR_* `attrs` (fsopen, fsconfig,
+    /// fsmount).
+    fn detached_fs(
+        &mut self,
+        fstype: &CStr,
+        options: &[(&CStr, Option<&CStr>)],
+        attrs: u64,
+    ) -> Result<OwnedFd, SysError>;
 }
 
 /// A failed build step: which operation, the failed call, and a hint.
@@ -105,6 +116,9 @@ pub struct BuildError {
 pub struct Built {
     pub tmp_upper_fds: Vec<OwnedFd>,
     pub unix_door: Option<OwnedFd>,
+    /// Overlays staged for a claim ([`Plan::claim_overlays`]), in plan
+    /// order: mounted by [`super::claim::attach`].
+    pub staged: Vec<super::claim::Staged>,
 }
 
 /// Where the child stages the new root in its private copy of the host
@@ -112,8 +126,8 @@ pub struct Built {
 const STAGING: &CStr = c"/tmp";
 const STAGING_ROOT: &CStr = c"/tmp/root";
 
-const O_PATH_DIR: libc::c_int = libc::O_PATH | libc::O_DIRECTORY;
-const BASE: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV;
+pub(super) const O_PATH_DIR: libc::c_int = libc::O_PATH | libc::O_DIRECTORY;
+pub(super) const BASE: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV;
 
 /// Files of /proc that leak host state: covered with /dev/null.
 const PROC_MASKED_FILES: &[&CStr] = &[
@@ -147,22 +161,22 @@ const DEV_LINKS: &[(&CStr, &CStr)] = &[
     (c"pts/ptmx", c"ptmx"),
 ];
 
-struct Builder<'a, S: FsSys> {
-    sys: &'a mut S,
-    root: OwnedFd,
-    source_fds: Vec<Option<OwnedFd>>,
+pub(super) struct Builder<'a, S: FsSys> {
+    pub(super) sys: &'a mut S,
+    pub(super) root: OwnedFd,
+    pub(super) source_fds: Vec<Option<OwnedFd>>,
     host_dev: Option<OwnedFd>,
     scratch: usize,
 }
 
 /// A directory found inside the new root: the root itself (borrowed from
 /// the builder) or one the builder opened.
-enum Dir {
+pub(super) enum Dir {
     Root,
     Opened(OwnedFd),
 }
 
-fn dir_fd<'a>(root: &'a OwnedFd, d: &'a Dir) -> BorrowedFd<'a> {
+pub(super) fn dir_fd<'a>(root: &'a OwnedFd, d: &'a Dir) -> BorrowedFd<'a> {
     match d {
         Dir::Root => root.as_fd(),
         Dir::Opened(fd) => fd.as_fd(),
@@ -323,9 +337,33 @@ pub fn build<S: FsSys>(
             .get(i)
             .cloned()
             .unwrap_or_else(|| format!("fs[{i}]"));
-        let tmp_upper = b
-            .step(step, staging.as_fd())
-            .map_err(|(err, hint)| BuildError { what, err, hint })?;
+        let tmp_upper = if plan.claim_overlays.contains(&i) {
+            // A warm sandbox: the overlay is mounted when a command claims
+            // it (its layers wait, bound, on a private tmpfs at dest).
+            let names = match step {
+                Step::Overlay {
+                    upper: Upper::Host { upper, work },
+                    ..
+                } => Some((
+                    super::claim::last_name(&plan.sources[*upper].path),
+                    super::claim::last_name(&plan.sources[*work].path),
+                )),
+                _ => None,
+            };
+            b.stage_overlay(step, i, names)
+                .map(|(staged, counted)| {
+                    built.staged.push(staged);
+                    counted
+                })
+                .map_err(|(err, hint)| BuildError {
+                    what: what.clone(),
+                    err,
+                    hint,
+                })?
+        } else {
+            b.step(step, staging.as_fd())
+                .map_err(|(err, hint)| BuildError { what, err, hint })?
+        };
         if let Some(fd) = tmp_upper {
             built.tmp_upper_fds.push(fd);
         }
@@ -364,9 +402,9 @@ pub fn build<S: FsSys>(
 }
 
 /// An fs operation's result: the failed call and a hint.
-type OpResult<T> = Result<T, (SysError, Option<&'static str>)>;
+pub(super) type OpResult<T> = Result<T, (SysError, Option<&'static str>)>;
 
-fn plain<T>(r: Result<T, SysError>) -> OpResult<T> {
+pub(super) fn plain<T>(r: Result<T, SysError>) -> OpResult<T> {
     r.map_err(|e| (e, None))
 }
 
@@ -775,7 +813,7 @@ impl<S: FsSys> Builder<'_, S> {
 
     /// Make sure `dest` exists in the new root (creating parents), as a
     /// directory or a regular file, and return an O_PATH fd to it.
-    fn ensure(&mut self, dest: &CStr, dir: bool) -> OpResult<OwnedFd> {
+    pub(super) fn ensure(&mut self, dest: &CStr, dir: bool) -> OpResult<OwnedFd> {
         if dest.to_bytes() == b"." {
             return plain(
                 self.sys
@@ -831,7 +869,7 @@ impl<S: FsSys> Builder<'_, S> {
     /// Each prefix is resolved once, inside the new root; a missing one is
     /// created in the directory resolved just before it. The parent of a
     /// top-level name is the new root itself.
-    fn parent_of(&mut self, dest: &CStr) -> OpResult<(Dir, CString)> {
+    pub(super) fn parent_of(&mut self, dest: &CStr) -> OpResult<(Dir, CString)> {
         let bytes = dest.to_bytes();
         let (parent, name) = match bytes.iter().rposition(|b| *b == b'/') {
             Some(i) => (&bytes[..i], &bytes[i + 1..]),

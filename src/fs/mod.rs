@@ -2,6 +2,7 @@
 //! [`build`] in the child through the mockable [`FsSys`] layer.
 
 pub mod build;
+pub mod claim;
 pub mod count;
 pub mod plan;
 

@@ -106,6 +106,10 @@ pub struct Plan {
     /// Index (into `steps`) of the overlays whose upper is a private tmpfs,
     /// so the sandbox can count what the workload changed.
     pub tmp_uppers: Vec<usize>,
+    /// Warm sandboxes: index (into `steps`) of the writable overlays that
+    /// are staged when the root is built and mounted only when a command
+    /// claims the sandbox (see `fs::claim`).
+    pub claim_overlays: Vec<usize>,
 }
 
 /// Attributes of a read-only bind.

@@ -149,6 +149,10 @@ impl FsSys for Recorder {
     fn is_dir(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError> {
         Ok(!self.files.contains(&n(fd)))
     }
+    fn same_file(&mut self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<bool, SysError> {
+        self.calls.push(format!("same_file {} {}", n(a), n(b)));
+        Ok(true)
+    }
     fn fchdir(&mut self, fd: BorrowedFd<'_>) -> Result<(), SysError> {
         self.calls.push(format!("fchdir {}", n(fd)));
         Ok(())
@@ -172,6 +176,28 @@ impl FsSys for Recorder {
             "unix_listener {} {} = {}",
             n(dir),
             s(name),
+            fd.as_raw_fd()
+        ));
+        Ok(fd)
+    }
+    fn detached_fs(
+        &mut self,
+        fstype: &CStr,
+        options: &[(&CStr, Option<&CStr>)],
+        attrs: u64,
+    ) -> Result<OwnedFd, SysError> {
+        let fd = self.fd();
+        let opts: Vec<String> = options
+            .iter()
+            .map(|(k, v)| match v {
+                Some(v) => format!("{}={}", s(k), s(v)),
+                None => s(k),
+            })
+            .collect();
+        self.calls.push(format!(
+            "detached_fs {} {} {attrs:#x} = {}",
+            s(fstype),
+            opts.join(","),
             fd.as_raw_fd()
         ));
         Ok(fd)

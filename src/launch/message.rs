@@ -13,7 +13,7 @@ use super::stage::Failure;
 use crate::sys::{self, SysError};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Message {
@@ -35,6 +35,17 @@ pub enum Message {
     /// inside the sandbox (attached, in this order: the TCP door in its
     /// network namespace, the Unix door in its root), served by the host.
     ListenerReady { doors: Vec<String> },
+    /// Sandbox → supervisor (warm sandboxes): everything that does not
+    /// depend on the command is done; hutch init waits for `Claim`.
+    Ready,
+    /// Supervisor → sandbox (warm sandboxes): the command that claims the
+    /// sandbox. Carries the workload's stdin, stdout and stderr, then,
+    /// when `command` is None (it did not fit in a datagram), a memfd
+    /// holding it as JSON. `report_started`: send `Started`.
+    Claim {
+        command: Option<super::claim::WireCommand>,
+        report_started: bool,
+    },
 }
 
 #[derive(Serialize, Deserialize)]

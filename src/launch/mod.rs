@@ -12,11 +12,13 @@
 
 mod child;
 mod child_sys;
+pub mod claim;
 mod describe;
 pub mod ending;
 pub mod helper;
 mod maps;
 pub mod message;
+pub mod pool;
 mod prepare;
 mod real_sys;
 mod relay;
@@ -27,6 +29,7 @@ mod supervise;
 #[cfg(test)]
 mod tests;
 mod validate;
+mod warm;
 
 use std::path::PathBuf;
 

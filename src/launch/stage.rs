@@ -29,6 +29,10 @@ pub enum Stage {
     Hostname,
     Loopback,
     ProxyDoors,
+    /// A warm sandbox: waiting for the command that claims it.
+    Claim,
+    /// A warm sandbox: mounting the staged overlays for the claim.
+    ClaimMounts,
     Rlimits,
     NonDumpable,
     BlockSignals,
@@ -53,7 +57,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    const ALL: [Stage; 34] = [
+    const ALL: [Stage; 36] = [
         Stage::ParentDeathSignal,
         Stage::CloseInheritedFds,
         Stage::InitSession,
@@ -68,6 +72,8 @@ impl Stage {
         Stage::Hostname,
         Stage::Loopback,
         Stage::ProxyDoors,
+        Stage::Claim,
+        Stage::ClaimMounts,
         Stage::Rlimits,
         Stage::NonDumpable,
         Stage::BlockSignals,
@@ -112,6 +118,8 @@ impl Stage {
             Stage::Hostname => "setting the hostname",
             Stage::Loopback => "bringing up lo",
             Stage::ProxyDoors => "handing the egress proxy's doors over",
+            Stage::Claim => "receiving the command that claims the warm sandbox",
+            Stage::ClaimMounts => "mounting the workspace for the claim",
             Stage::Rlimits => "setting resource limits",
             Stage::NonDumpable => "making hutch init non-dumpable",
             Stage::BlockSignals => "blocking signals",
@@ -194,7 +202,7 @@ impl<T> At<T> for Result<T, Errno> {
 /// First bytes of a failure record (a JSON message starts with `{`).
 const MAGIC: [u8; 2] = *b"HF";
 /// Bumped whenever the record changes shape.
-pub const FAILURE_VERSION: u8 = 1;
+pub const FAILURE_VERSION: u8 = 2;
 /// Size of the encoded record (text, from pid 1 only, follows it).
 pub const FAILURE_LEN: usize = 16;
 
