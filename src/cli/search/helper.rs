@@ -299,89 +299,95 @@ fn walk(req: &Request, workspace: &Path, out: &mut Output<impl Write>) -> Result
     let root_meta = std::fs::symlink_metadata(workspace.join(&req.base))
         .map_err(|e| io(format!("stat the search base: {e}")))?;
     // A stack of directories still to list (workspace-relative).
-    let mut stack: Vec<Vec<u8>> = Vec::new();
-    if root_meta.is_dir() {
-        stack.push(base.clone());
-    } else if let Some(re) = &regex {
-        grep_file(req, re, workspace, &base, out)?;
-        return Ok(());
-    } else {
-        return Err(usage("glob --path must name a directory"));
-    }
-    while let Some(dir) = stack.pop() {
-        if !out.open() {
-            break;
-        }
-        let host = workspace.join(std::ffi::OsStr::from_bytes(&dir));
-        let Ok(entries) = std::fs::read_dir(&host) else {
-            continue; // unreadable: skipped, as rg does
+    if !root_meta.is_dir() {
+        return match &regex {
+            Some(re) => grep_file(req, re, workspace, &base, out),
+            None => Err(usage("glob --path must name a directory")),
         };
-        let mut names: Vec<(Vec<u8>, std::fs::FileType)> = entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let t = e.file_type().ok()?;
-                Some((e.file_name().as_bytes().to_vec(), t))
-            })
-            .collect();
-        names.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut subdirs = Vec::new();
-        for (name, ty) in names {
-            let mut rel = dir.clone();
-            if !rel.is_empty() {
-                rel.push(b'/');
-            }
-            rel.extend_from_slice(&name);
-            if ty.is_dir() {
-                let descend = match (&req.glob, &regex) {
-                    (Some(g), None) => {
-                        let comps = components(&rel);
-                        let comps: Vec<&str> = comps.iter().map(String::as_str).collect();
-                        g.could_match_below(&comps)
-                    }
-                    _ => true,
-                };
-                if descend {
-                    subdirs.push(rel);
-                }
-                continue;
-            }
-            match &regex {
-                None => {
-                    let g = req.glob.as_ref().expect("glob has a pattern");
+    }
+    // Depth first, each directory's entries in name order, a directory's
+    // contents where its name sorts (as `rg --sort path` walks).
+    let mut stack: Vec<(Vec<u8>, std::vec::IntoIter<Entry>)> =
+        vec![(base.clone(), list_dir(workspace, &base).into_iter())];
+    while let Some((dir, entries)) = stack.last_mut() {
+        let Some((name, ty)) = entries.next() else {
+            stack.pop();
+            continue;
+        };
+        let mut rel = dir.clone();
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(&name);
+        if ty.is_dir() {
+            let descend = match (&req.glob, &regex) {
+                (Some(g), None) => {
                     let comps = components(&rel);
                     let comps: Vec<&str> = comps.iter().map(String::as_str).collect();
-                    if g.matches(&comps) {
-                        let (path, quoted) = path_fields(&rel);
-                        let kind = if ty.is_file() {
-                            "file"
-                        } else if ty.is_symlink() {
-                            "symlink"
-                        } else {
-                            "other"
-                        };
-                        out.record(&json!({"path": path, "path_quoted": quoted, "kind": kind}))?;
-                    }
+                    g.could_match_below(&comps)
                 }
-                Some(re) => {
-                    if !ty.is_file() {
-                        continue; // links are not followed; FIFOs never opened
-                    }
-                    if let Some(g) = &req.glob
-                        && !glob_accepts(g, &rel, &base)
-                    {
-                        continue;
-                    }
+                _ => true,
+            };
+            if descend {
+                let listing = list_dir(workspace, &rel);
+                stack.push((rel, listing.into_iter()));
+            }
+            continue;
+        }
+        match &regex {
+            None => {
+                let g = req.glob.as_ref().expect("glob has a pattern");
+                let comps = components(&rel);
+                let comps: Vec<&str> = comps.iter().map(String::as_str).collect();
+                if g.matches(&comps) {
+                    let (path, quoted) = path_fields(&rel);
+                    let kind = if ty.is_file() {
+                        "file"
+                    } else if ty.is_symlink() {
+                        "symlink"
+                    } else {
+                        "other"
+                    };
+                    out.record(&json!({"path": path, "path_quoted": quoted, "kind": kind}))?;
+                }
+            }
+            Some(re) => {
+                // Links are not followed; FIFOs and devices never opened.
+                if ty.is_file()
+                    && req
+                        .glob
+                        .as_ref()
+                        .is_none_or(|g| glob_accepts(g, &rel, &base))
+                {
                     grep_file(req, re, workspace, &rel, out)?;
                 }
             }
-            if !out.open() {
-                return Ok(());
-            }
         }
-        // Popped last first: push in reverse to walk in name order.
-        stack.extend(subdirs.into_iter().rev());
+        if !out.open() {
+            return Ok(());
+        }
     }
     Ok(())
+}
+
+/// A directory entry: its name and type.
+type Entry = (Vec<u8>, std::fs::FileType);
+
+/// The entries of a workspace directory, sorted by name (an unreadable
+/// directory is skipped, as rg does).
+fn list_dir(workspace: &Path, rel: &[u8]) -> Vec<Entry> {
+    let Ok(entries) = std::fs::read_dir(workspace.join(std::ffi::OsStr::from_bytes(rel))) else {
+        return Vec::new();
+    };
+    let mut names: Vec<Entry> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let t = e.file_type().ok()?;
+            Some((e.file_name().as_bytes().to_vec(), t))
+        })
+        .collect();
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    names
 }
 
 /// Search one regular file line by line.
