@@ -159,6 +159,18 @@ def test_files_commands_and_limits(work: Path, state_dir: Path) -> None:
     assert s.close() is False
 
 
+def test_session_commands_through_the_egress_proxy(work: Path, state_dir: Path) -> None:
+    with hutch.Session.create(from_dir=work, state_dir=state_dir) as s:
+        r = s.run(
+            ["curl", "-sS", "--max-time", "20", "https://elsewhere.example/"],
+            allow_hosts=["api.example"],
+            timeout=60,
+        )
+        assert r.returncode != 0 and "403" in r.stderr_text
+        assert r.denied_hosts == ("elsewhere.example",)
+        assert r.egress_counts == {"decisions": 1, "recorded": 1, "dropped": 0}
+
+
 def test_timeouts_and_deadlines_in_sessions(work: Path, state_dir: Path) -> None:
     with hutch.Session.create(from_dir=work, deadline=2, state_dir=state_dir) as s:
         r = s.run(["sleep", "30"], timeout=0.3)

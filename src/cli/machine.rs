@@ -51,6 +51,12 @@ pub enum ErrorKind {
     Internal,
 }
 
+/// A failure that is hutch's own fault, not the caller's (kind
+/// `internal`), e.g. a helper that answered outside its protocol.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct InternalError(pub String);
+
 /// One failure, with the fields of hutch's one-line errors.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MachineError {
@@ -80,6 +86,12 @@ impl MachineError {
     /// Classify an error chain by the typed errors in it. `what` is the
     /// chain as one line (`{e:#}`), without the program's prefix.
     pub fn classify(e: &anyhow::Error) -> Self {
+        Self::classify_or(e, ErrorKind::Internal)
+    }
+
+    /// [`MachineError::classify`], with `kind` for an error no typed error
+    /// explains (e.g. `Usage` for a command line the parser refused).
+    pub fn classify_or(e: &anyhow::Error, kind: ErrorKind) -> Self {
         let what = format!("{e:#}");
         for cause in e.chain() {
             if let Some(s) = cause.downcast_ref::<SpecError>() {
@@ -94,6 +106,9 @@ impl MachineError {
             if let Some(n) = cause.downcast_ref::<NetError>() {
                 return Self::from_net(n, what);
             }
+            if cause.downcast_ref::<InternalError>().is_some() {
+                return MachineError::new(ErrorKind::Internal, what);
+            }
             if cause.downcast_ref::<CgroupError>().is_some() {
                 return MachineError::new(ErrorKind::Setup, what);
             }
@@ -101,17 +116,7 @@ impl MachineError {
                 return MachineError::new(ErrorKind::Io, what).with_sys(s);
             }
         }
-        MachineError::new(ErrorKind::Internal, what)
-    }
-
-    /// [`MachineError::classify`], with `kind` for an error no typed error
-    /// explains (e.g. `Usage` for a command line the parser refused).
-    pub fn classify_or(e: &anyhow::Error, kind: ErrorKind) -> Self {
-        let mut m = Self::classify(e);
-        if m.kind == ErrorKind::Internal {
-            m.kind = kind;
-        }
-        m
+        MachineError::new(kind, what)
     }
 
     /// A launch failure reported as one line by the sandbox's setup
@@ -425,6 +430,11 @@ mod tests {
         assert_eq!(m.kind, ErrorKind::Setup);
         assert_eq!(m.errno.as_deref(), Some("EPERM"));
         assert_eq!(m.location.as_deref(), Some("clone3()"));
+        let helper = anyhow::Error::new(InternalError("bad helper line".into())).context("grep");
+        assert_eq!(
+            MachineError::classify_or(&helper, ErrorKind::Usage).kind,
+            ErrorKind::Internal
+        );
         let plain = anyhow::anyhow!("--memory needs a value");
         assert_eq!(MachineError::classify(&plain).kind, ErrorKind::Internal);
         assert_eq!(

@@ -25,6 +25,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::machine::InternalError;
 use crate::launch::{self, Outcome, RunOptions};
 use crate::spec::{ByteSize, Duration, FsOp};
 use crate::workspace::{RelPath, StateDir, WORKSPACE_DIR, WorkspaceError, now_ms};
@@ -107,7 +108,11 @@ pub fn search(
             .unwrap_or_else(|| "the search sandbox failed".into());
         return Err(WorkspaceError::Launch(line).into());
     }
-    let stdout = stdout.context("the search helper's output was not captured")?;
+    let stdout = stdout.ok_or_else(|| {
+        InternalError(format!(
+            "{tool}: the search helper's output was not captured"
+        ))
+    })?;
     let mut result = SearchResult {
         pattern: req.pattern.clone(),
         path: req.base.clone(),
@@ -122,9 +127,12 @@ pub fn search(
         Some(end) => &stdout.head[..end],
         None => &[][..],
     };
-    for line in complete.split(|b| *b == b'\n') {
-        let v: Value = serde_json::from_slice(line)
-            .map_err(|_| anyhow!("{tool}: the search helper wrote a line that is not JSON"))?;
+    for line in complete.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let v: Value = serde_json::from_slice(line).map_err(|_| {
+            InternalError(format!(
+                "{tool}: the search helper wrote a line that is not JSON"
+            ))
+        })?;
         if let Some(e) = v.get("error") {
             let message = e.as_str().unwrap_or("the search failed");
             return Err(match v["kind"].as_str() {
@@ -148,7 +156,8 @@ pub fn search(
             }
             result.matches.push(v);
         } else {
-            bail!("{tool}: the search helper wrote a malformed match");
+            let e = format!("{tool}: the search helper wrote a malformed match");
+            return Err(InternalError(e).into());
         }
     }
     if report.reason == Outcome::TimedOut {
@@ -156,14 +165,13 @@ pub fn search(
     } else if stdout.total > stdout.head.len() as u64 || report.output_truncated {
         result.truncated_by.get_or_insert("max-bytes".into());
     } else if !done {
-        bail!(
-            "{tool}: the search helper ended ({}) without a result",
-            report.error.as_deref().unwrap_or(match report.reason {
-                Outcome::OomKilled => "out of memory",
-                Outcome::PidsLimitHit => "process limit",
-                _ => "no final line",
-            })
-        );
+        let why = report.error.as_deref().unwrap_or(match report.reason {
+            Outcome::OomKilled => "out of memory",
+            Outcome::PidsLimitHit => "process limit",
+            _ => "no final line",
+        });
+        let e = format!("{tool}: the search helper ended ({why}) without a result");
+        return Err(InternalError(e).into());
     }
     result.truncated = result.truncated_by.is_some();
     session.update_info(|i| i.used_unix_ms = now_ms())?;
