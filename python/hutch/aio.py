@@ -198,11 +198,6 @@ class Stream:
         """What a ``capture`` stream holds (call after EOF)."""
         return bytes(self._buf)
 
-    def abandon(self) -> None:
-        """Stop reading (the process is gone or being abandoned)."""
-        if not self._eof:
-            self._close()
-
 
 class _Child:
     """A started hutch process: its exit as a future (through a pidfd, no
