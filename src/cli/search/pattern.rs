@@ -363,6 +363,32 @@ mod tests {
         assert!(!Glob::new("src/*.py").unwrap().basename_only);
     }
 
+    /// Agent-chosen patterns: any string compiles or is refused, and
+    /// matching never panics.
+    #[test]
+    fn arbitrary_patterns_never_panic() {
+        let alphabet: Vec<char> = "ab*?[]!^-{},/\\.é".chars().collect();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 12) as usize;
+            let p: String = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            if let Ok(g) = Glob::new(&p) {
+                for path in [&["a"][..], &["a", "b"], &["é", "ab", "b"], &[]] {
+                    let _ = g.matches(path);
+                    let _ = g.could_match_below(path);
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_patterns_say_why() {
         for (p, why) in [
