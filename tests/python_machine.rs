@@ -186,6 +186,16 @@ fn run_with_status_fd(
     cwd: &Path,
     args: &[&str],
 ) -> (Option<i32>, Vec<Value>, String) {
+    run_with_fd(unprivileged, cwd, "--status-fd", args)
+}
+
+/// `hutch run --json FLAG 3 ARGS` (FLAG: `--status-fd` or `--result-fd`).
+fn run_with_fd(
+    unprivileged: bool,
+    cwd: &Path,
+    flag: &str,
+    args: &[&str],
+) -> (Option<i32>, Vec<Value>, String) {
     let status = cwd.with_extension("status");
     let _ = std::fs::remove_file(&status);
     let mut c = if unprivileged && is_root() {
@@ -203,11 +213,9 @@ fn run_with_status_fd(
     };
     c.current_dir(cwd)
         .env("STATUS", &status)
-        .args([
-            "-c",
-            "exec \"$0\" run --json --status-fd 3 \"$@\" 3>\"$STATUS\"",
-        ])
+        .args(["-c", "exec \"$0\" run --json \"$@\" 3>\"$STATUS\""])
         .arg(env!("CARGO_BIN_EXE_hutch"))
+        .args([flag, "3"])
         .args(args)
         .stdin(Stdio::null());
     let out = c.output().unwrap();
@@ -282,6 +290,36 @@ fn status_fd(unprivileged: bool) -> Result<()> {
         (&"exit".into(), &125.into())
     );
     assert_eq!(lines[1]["error"]["kind"], "usage");
+    // --result-fd: the envelope alone, success or failure.
+    let (code, lines, out) = run_with_fd(
+        unprivileged,
+        &cwd,
+        "--result-fd",
+        &["--", "sh", "-c", "echo hi; exit 3"],
+    );
+    assert_eq!((code, out.as_str(), lines.len()), (Some(3), "hi\n", 1));
+    assert_eq!(
+        (&lines[0]["verb"], &lines[0]["result"]["exit_code"]),
+        (&"run".into(), &3.into())
+    );
+    let (code, lines, _) = run_with_fd(
+        unprivileged,
+        &cwd,
+        "--result-fd",
+        &["--ro-bind", "/nonexistent-xyz", "/x", "--", "true"],
+    );
+    assert_eq!((code, lines.len()), (Some(125), 1));
+    assert_eq!(lines[0]["error"]["errno"], "ENOENT");
+    let (_, lines, _) = run_with_fd(
+        unprivileged,
+        &cwd,
+        "--result-fd",
+        &["--pids", "x", "--", "true"],
+    );
+    assert_eq!(
+        (lines.len(), &lines[0]["error"]["kind"]),
+        (1, &"usage".into())
+    );
     Ok(())
 }
 

@@ -48,7 +48,12 @@ def with_default_limit(options: Mapping[str, Any], default: str | None) -> dict[
 
 class Launch:
     """One sandboxed command about to start: its hutch argv (with the
-    status descriptor's number) and the egress audit to read back."""
+    status descriptor's number) and the egress audit to read back.
+
+    With ``events`` the descriptor gets the launcher's start and exit events
+    then the envelope (``--status-fd N --json``: what ``spawn`` needs for
+    ``started()``); without, only the envelope (``--result-fd N``), which
+    spares the launcher the start handshake on every ``run``."""
 
     def __init__(
         self,
@@ -56,21 +61,27 @@ class Launch:
         options: Mapping[str, Any],
         *,
         status_fd: int,
+        events: bool = False,
         session: str | None = None,
         state_dir: PathLike | None = None,
         wait: bool = False,
         default_output_limit: str | None = DEFAULT_OUTPUT_LIMIT,
     ) -> None:
         self.args = tuple(command_args(args))
+        if events and "status_file" in options:
+            raise TypeError(
+                "status_file: a spawned command reports through its own status stream "
+                "(proc.started(), proc.wait())"
+            )
         opts = with_default_limit(options, default_output_limit)
         flags = to_args(opts, session=session is not None)
         self.audit = EgressAudit(opts)
         flags += self.audit.args
         exe = _binary.binary()
-        fd = str(status_fd)
+        report = ["--status-fd" if events else "--result-fd", str(status_fd)]
         if session is None:
             self.verb = "run"
-            self.argv = [exe, "run", "--quiet", "--json", "--status-fd", fd]
+            self.argv = [exe, "run", "--quiet", "--json", *report]
         else:
             self.verb = "session.run"
             self.argv = [
@@ -81,8 +92,7 @@ class Launch:
                 "run",
                 session,
                 "--quiet",
-                "--status-fd",
-                fd,
+                *report,
             ]
         self.argv += flags
         self.argv.append("--")
@@ -161,6 +171,20 @@ def kill_sandbox(init_pid: int) -> None:
     for pid in children or [init_pid]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def kill_sandbox_of(hutch_pid: int) -> bool:
+    """``kill_sandbox`` for the sandbox of a running hutch whose start
+    event is unknown: its init is hutch's child. False when hutch has no
+    child (yet, or any more)."""
+    try:
+        with open(f"/proc/{hutch_pid}/task/{hutch_pid}/children", "rb") as f:
+            inits = [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return False
+    for init in inits:
+        kill_sandbox(init)
+    return bool(inits)
 
 
 def raise_for_result(res: Result) -> None:

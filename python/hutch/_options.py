@@ -53,7 +53,9 @@ class Options(TypedDict, total=False):
     ``tmpfs`` (``"/scratch"`` or ``("/scratch", "1G")``), ``workspace`` and
     ``changes`` / ``changes_size`` (``run`` only; sessions bring their own).
     Process: ``env`` (set), ``unsetenv``, ``cwd``, ``uid``, ``gid``,
-    ``hostname``. ``extra_args``: more ``hutch run`` flags, verbatim.
+    ``hostname``. ``status_file``: also write the launcher's start event
+    and exit report there (JSON lines). ``extra_args``: more ``hutch run``
+    flags, verbatim.
     """
 
     timeout: Seconds
@@ -87,6 +89,7 @@ class Options(TypedDict, total=False):
     uid: int
     gid: int
     hostname: str
+    status_file: PathLike
     extra_args: Sequence[str]
 
 
@@ -202,6 +205,8 @@ def to_args(options: Mapping[str, Any], *, session: bool = False) -> list[str]:
         a += ["--gid", str(int(o["gid"]))]
     if "hostname" in o:
         a += ["--hostname", o["hostname"]]
+    if "status_file" in o:
+        a += ["--status-file", _flag_value(o["status_file"])]
     a += list(o.get("extra_args", ()))
     return a
 

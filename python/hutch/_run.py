@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._core import Launch, kill_sandbox, parse_status
+from ._core import Launch, kill_sandbox, kill_sandbox_of, parse_status
 from ._options import PathLike
 from ._types import Result
 
@@ -155,6 +155,10 @@ def cancel(proc: subprocess.Popen[bytes], status: bytes) -> None:
         start, _ = parse_status(status.rsplit(b"\n", 1)[0] if b"\n" in status else b"")
         if start is not None:
             kill_sandbox(start.pid)
+            killed = True
+        else:
+            killed = kill_sandbox_of(proc.pid)
+        if killed:
             deadline = time.monotonic() + CANCEL_GRACE
             while proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.005)

@@ -27,7 +27,7 @@ from typing import (
 )
 
 from . import _session_core as core
-from ._core import Launch, envelope_result, kill_sandbox, parse_status
+from ._core import Launch, envelope_result, kill_sandbox, kill_sandbox_of, parse_status
 from ._options import PathLike, Seconds, Size
 from ._run import CANCEL_GRACE
 from ._types import (
@@ -357,6 +357,7 @@ class Process:
         pid = self.sandbox_pid
         if pid is not None:
             kill_sandbox(pid)
+        if pid is not None or kill_sandbox_of(self._child.popen.pid):
             if self._kill_timer is None:
                 self._kill_timer = self._child._loop.call_later(
                     CANCEL_GRACE, self._child.kill_hutch
@@ -481,6 +482,7 @@ def _start(
     stdout: str,
     stderr: str,
     check: bool,
+    events: bool,
     session: str | None = None,
     state_dir: PathLike | None = None,
     wait: bool = False,
@@ -489,7 +491,13 @@ def _start(
     status_r, status_w = os.pipe()
     try:
         launch = Launch(
-            args, options, status_fd=status_w, session=session, state_dir=state_dir, wait=wait
+            args,
+            options,
+            status_fd=status_w,
+            events=events,
+            session=session,
+            state_dir=state_dir,
+            wait=wait,
         )
     except BaseException:
         os.close(status_r)
@@ -525,7 +533,9 @@ def spawn(
     options are ``hutch.run``'s (``allow_hosts``, ``memory``, ``timeout``...);
     ``output_limit`` (default 16 MiB) caps what the command may write."""
     return _Spawn(
-        lambda: _start(args, options, input=input, stdout=stdout, stderr=stderr, check=check)
+        lambda: _start(
+            args, options, input=input, stdout=stdout, stderr=stderr, check=check, events=True
+        )
     )
 
 
@@ -539,7 +549,9 @@ async def run(
     """``hutch.run`` for asyncio: run and wait, output captured (bounded by
     ``output_limit``, 16 MiB unless given). Cancelling the awaiting task
     kills the sandbox."""
-    proc = _start(args, options, input=input, stdout="capture", stderr="capture", check=check)
+    proc = _start(
+        args, options, input=input, stdout="capture", stderr="capture", check=check, events=False
+    )
     return await proc.result()
 
 
@@ -645,6 +657,7 @@ class Session(core.Target):
             stdout="capture",
             stderr="capture",
             check=check,
+            events=False,
             session=self.id,
             state_dir=self.state_dir,
             wait=self.wait,
@@ -673,6 +686,7 @@ class Session(core.Target):
                 stdout=stdout,
                 stderr=stderr,
                 check=check,
+                events=True,
                 session=self.id,
                 state_dir=self.state_dir,
                 wait=self.wait,

@@ -35,6 +35,9 @@ def test_spawn_streams_lines_and_reports(work: Path) -> None:
         assert proc.returncode == 4
         res = await proc.result()
         assert res.stderr == b"err\n" and res.stdout == b""  # streamed, not captured
+        assert res.start == start and start.sandbox_id == report.sandbox_id
+        with pytest.raises(TypeError, match="status_file"):
+            await hutch.aio.spawn(["true"], workspace=work, status_file="/tmp/x")
 
     asyncio.run(main())
 

@@ -19,11 +19,24 @@ def test_run_returns_output_status_and_the_exit_report(work: Path) -> None:
     assert res.stderr == b"oops\n"
     assert res.report.reason == "exited" and res.report.exit_code == 3
     assert not res.ok
-    assert res.start is not None and res.start.pid > 0
-    assert res.start.sandbox_id == res.report.sandbox_id
+    assert res.start is None  # no start event asked for: the cheaper path
     assert "net" in res.report.enforced.namespaces
     assert res.report.enforced.network == "none"
     assert res.args == ("sh", "-c", "echo hi; echo oops >&2; exit 3")
+
+
+def test_a_status_file_gets_the_launchers_events(work: Path, tmp_path: Path) -> None:
+    status = tmp_path / "status.jsonl"
+    res = hutch.run(["true"], workspace=work, status_file=status)
+    events = [json.loads(line) for line in status.read_text().splitlines()]
+    assert [e["event"] for e in events] == ["start", "exit"]
+    assert events[0]["sandbox_id"] == res.report.sandbox_id
+    assert events[1]["status"] == 0 and res.ok
+    # A command that never starts still ends the file with an exit event.
+    with pytest.raises(hutch.SpecError):
+        hutch.run(["true"], workspace=work, status_file=status, pids=0)
+    last = json.loads(status.read_text().splitlines()[-1])
+    assert last["event"] == "exit" and last["status"] == 125
 
 
 def test_the_workspace_is_an_overlay_and_changes_can_be_kept(work: Path, tmp_path: Path) -> None:

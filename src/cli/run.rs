@@ -57,6 +57,8 @@ Reporting:
                           or file the caller opened; 3 or more)
   --json                  end the status lines with the machine envelope: the
                           exit report, or the typed error (docs/machine.md)
+  --result-fd N           only that envelope, on inherited descriptor N, when
+                          hutch ends (no start or exit events: cheaper)
   --quiet                 no notices on stderr (changed paths, layers
                           without idmapping); errors still print
 
@@ -75,6 +77,26 @@ pub struct Reporting {
     /// `/proc/self/fd/N`), known as soon as the flag was parsed, so that
     /// a later parse error still reaches it.
     pub status: Option<PathBuf>,
+    /// `--result-fd N`: the envelope alone goes here (the launcher writes
+    /// no events: it is not a status file).
+    pub result: Option<PathBuf>,
+}
+
+impl Reporting {
+    /// Where the envelope goes, if anywhere.
+    fn envelope_path(&self) -> Option<&Path> {
+        match (&self.result, self.json, &self.status) {
+            (Some(r), _, _) => Some(r),
+            (None, true, Some(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Whether a failure reaches the caller through a descriptor or file
+    /// (the session front end then prints no document on stdout).
+    pub fn has_stream(&self) -> bool {
+        self.status.is_some() || self.result.is_some()
+    }
 }
 
 /// Parse `hutch run` arguments into a Spec and options. The Spec is not
@@ -375,6 +397,7 @@ pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, 
                 rep.status = Some(path.clone());
                 opts.status_file = Some(path);
             }
+            "--result-fd" => rep.result = Some(status_fd_path(&value(arg)?)?),
             "--json" => rep.json = true,
             "--quiet" => opts.quiet = true,
             flag if flag.starts_with('-') => {
@@ -392,9 +415,9 @@ pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, 
     if pending_size.is_some() {
         bail!("--size must come right before the --tmpfs or --overlay it caps");
     }
-    if rep.json && rep.status.is_none() {
+    if rep.json && rep.status.is_none() && rep.result.is_none() {
         bail!(
-            "--json needs --status-fd N or --status-file FILE (stdout carries the command's output)"
+            "--json needs --status-fd N, --status-file FILE or --result-fd N (stdout carries the command's output)"
         );
     }
 
@@ -578,15 +601,19 @@ fn append_status(path: &Path, line: &str) {
 /// A run that never launched: the status stream still ends with an exit
 /// event (and with `--json` the error envelope of `verb`).
 pub fn report_failure(rep: &Reporting, verb: &str, error: &MachineError) {
-    let Some(path) = &rep.status else { return };
-    let exit = serde_json::json!({"event": "exit", "status": 125, "reason": "setup-failed", "error": error.what});
-    let mut text = format!("{exit}\n");
-    if rep.json {
-        text.push_str(&machine::error_line(verb, error));
-        text.push('\n');
+    if let Some(path) = &rep.status {
+        let exit = serde_json::json!({"event": "exit", "status": 125, "reason": "setup-failed", "error": error.what});
+        let mut text = format!("{exit}\n");
+        if rep.json && rep.result.is_none() {
+            text.push_str(&machine::error_line(verb, error));
+            text.push('\n');
+        }
+        // The stream may be a file: replace what an earlier writer left.
+        let _ = std::fs::write(path, text);
     }
-    // The stream may be a file: replace what an earlier writer left.
-    let _ = std::fs::write(path, text);
+    if let Some(path) = &rep.result {
+        append_status(path, &machine::error_line(verb, error));
+    }
 }
 
 /// The `--json` envelope of a finished run: the exit report, or, when
@@ -598,7 +625,7 @@ pub fn report_envelope(
     result: &impl serde::Serialize,
     report: &launch::ExitReport,
 ) {
-    let (true, Some(path)) = (rep.json, &rep.status) else {
+    let Some(path) = rep.envelope_path() else {
         return;
     };
     let line = match (&report.reason, &report.error) {
@@ -647,11 +674,7 @@ pub fn run_reporting(spec: &Spec, opts: &RunOptions, rep: &Reporting) -> i32 {
             eprintln!("hutch: {what}");
             let mut m = MachineError::classify(&anyhow::Error::new(e));
             m.what = what;
-            let rep = Reporting {
-                status: opts.status_file.clone(),
-                json: rep.json,
-            };
-            report_failure(&rep, "run", &m);
+            report_failure(rep, "run", &m);
             125
         }
     }

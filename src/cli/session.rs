@@ -713,18 +713,18 @@ fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     // With --json the status lines end with the `session.run` document.
     let mut rep = super::run::Reporting {
         json: json_mode(),
-        status: None,
+        ..Default::default()
     };
     // A command that never starts still ends the status lines with an
     // exit event (and with --json the error document), like `hutch run`.
     let fail = |rep: &super::run::Reporting, e: anyhow::Error| -> anyhow::Error {
-        if rep.status.is_some() {
+        if rep.has_stream() {
             super::run::report_failure(
                 rep,
                 "session.run",
                 &MachineError::classify_or(&e, ErrorKind::Usage),
             );
-            REPORTED.store(rep.json, Ordering::Relaxed);
+            REPORTED.store(rep.json || rep.result.is_some(), Ordering::Relaxed);
         }
         e
     };
