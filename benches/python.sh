@@ -12,7 +12,7 @@
 # package PY already has. Rows run interleaved (one call of each per turn,
 # --rounds rounds of runs/rounds turns), so machine load hits them alike;
 # each row's median per call is printed. Also timed: subprocess.run of the
-# exact command line the package runs (its --json --status-fd and default
+# exact command line the package runs (its --json --result-fd and default
 # --output-limit), which splits the package's cost into what its defaults
 # ask of the binary and what its Python code costs. CPU time per call
 # (this process and the children it reaped: hutch, the sandbox) is printed
@@ -70,10 +70,10 @@ def same_argv_as_package(session_id=None):
     def call():
         r, w = os.pipe()
         if session_id is None:
-            argv = [exe, "run", "--quiet", "--json", "--status-fd", str(w)]
+            argv = [exe, "run", "--quiet", "--json", "--result-fd", str(w)]
         else:
             argv = [exe, "session", "--state-dir", state, "--json", "run", session_id,
-                    "--quiet", "--status-fd", str(w)]
+                    "--quiet", "--result-fd", str(w)]
         subprocess.run(argv + ["--output-limit", "16M", "--", "true"], pass_fds=(w,),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         os.close(w)
