@@ -89,15 +89,16 @@ pub trait FsSys {
     fn chdir(&mut self, path: &CStr) -> Result<(), SysError>;
     /// A listening Unix stream socket bound at `name` under `dir`.
     fn unix_listener(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, SysError>;
-    /// A detached mount of a new `fstype` with these options (a value, or
-    /// a flag when None) and MOUNT_ATTR_* `attrs` (fsopen, fsconfig,
-    /// fsmount).
-    fn detached_fs(
+    /// A context of a new `fstype` with these options (a value, or a flag
+    /// when None): fsopen, fsconfig.
+    fn fs_context(
         &mut self,
         fstype: &CStr,
         options: &[(&CStr, Option<&CStr>)],
-        attrs: u64,
     ) -> Result<OwnedFd, SysError>;
+    /// The filesystem of a context, as a detached mount with MOUNT_ATTR_*
+    /// `attrs`: FSCONFIG_CMD_CREATE, fsmount.
+    fn fs_mount(&mut self, fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd, SysError>;
 }
 
 /// A failed build step: which operation, the failed call, and a hint.
@@ -165,6 +166,8 @@ pub(super) struct Builder<'a, S: FsSys> {
     pub(super) sys: &'a mut S,
     pub(super) root: OwnedFd,
     pub(super) source_fds: Vec<Option<OwnedFd>>,
+    /// Warm sandboxes: (step, detached mount of a host upper's directory).
+    pub(super) holders: Vec<(usize, OwnedFd)>,
     host_dev: Option<OwnedFd>,
     scratch: usize,
 }
@@ -187,7 +190,7 @@ pub(super) fn dir_fd<'a>(root: &'a OwnedFd, d: &'a Dir) -> BorrowedFd<'a> {
 /// handed over by the supervisor as detached mounts, attached by
 /// [`build`]).
 #[derive(Debug, Default)]
-pub struct Sources(pub Vec<Option<OwnedFd>>);
+pub struct Sources(pub Vec<Option<OwnedFd>>, pub Vec<(usize, OwnedFd)>);
 
 /// First part of the fixed order (once `/` is a slave mount): open every
 /// host source. This runs with the caller's filesystem identity (before the
@@ -236,7 +239,28 @@ pub fn open_sources<S: FsSys>(sys: &mut S, plan: &Plan) -> Result<Sources, Build
             }
         }
     }
-    Ok(Sources(source_fds))
+    // Warm sandboxes: a host upper's directory as a detached mount, made
+    // with this identity (it may be the launcher's own 0700 directory).
+    let mut holders = Vec::new();
+    for &i in &plan.claim_overlays {
+        if let Some(Step::Overlay {
+            upper: Upper::Host { upper, work },
+            ..
+        }) = plan.steps.get(i)
+        {
+            let held = super::claim::hold_upper(sys, plan, &mut source_fds, *upper, *work)
+                .map_err(|(err, hint)| BuildError {
+                    what: format!(
+                        "staging the upper {} for a warm sandbox",
+                        String::from_utf8_lossy(plan.sources[*upper].path.as_bytes())
+                    ),
+                    err,
+                    hint,
+                })?;
+            holders.push((i, held));
+        }
+    }
+    Ok(Sources(source_fds, holders))
 }
 
 /// Second part: build the new root and pivot into it. `handed` pairs a
@@ -262,7 +286,7 @@ pub fn build<S: FsSys>(
             hint: None,
         }
     };
-    let source_fds = sources.0;
+    let Sources(source_fds, holders) = sources;
     let staging_size = 1 << 20;
     let data_size: usize = plan
         .steps
@@ -303,6 +327,7 @@ pub fn build<S: FsSys>(
         sys,
         root,
         source_fds,
+        holders,
         host_dev: None,
         scratch: 0,
     };
@@ -339,18 +364,8 @@ pub fn build<S: FsSys>(
             .unwrap_or_else(|| format!("fs[{i}]"));
         let tmp_upper = if plan.claim_overlays.contains(&i) {
             // A warm sandbox: the overlay is mounted when a command claims
-            // it (its layers wait, bound, on a private tmpfs at dest).
-            let names = match step {
-                Step::Overlay {
-                    upper: Upper::Host { upper, work },
-                    ..
-                } => Some((
-                    super::claim::last_name(&plan.sources[*upper].path),
-                    super::claim::last_name(&plan.sources[*work].path),
-                )),
-                _ => None,
-            };
-            b.stage_overlay(step, i, names)
+            // it (only its filesystem context is made now: fs::claim).
+            b.stage_overlay(step, i)
                 .map(|(staged, counted)| {
                     built.staged.push(staged);
                     counted

@@ -1,27 +1,28 @@
-//! Writable overlays of a warm sandbox: staged while the root is built,
+//! Writable overlays of a warm sandbox: prepared while the root is built,
 //! mounted when a command claims the sandbox.
 //!
 //! A warm sandbox is built before anyone knows which command it will run,
 //! so a writable overlay (a session's workspace, a `--changes` upper, a
 //! discarded-upper workspace) must not be mounted yet: an upper directory
 //! must never be used by two overlays at once (every ready sandbox of a
-//! session would mount the same upper), and the command should see its
-//! workspace as it is when it starts, not as it was when the sandbox was
-//! made. So [`Builder::stage_overlay`] mounts a small private tmpfs at the
-//! overlay's destination and binds the layers onto it (`l0`, `l1`, ...;
-//! for a host upper `h`, the directory that holds both `upper` and `work`,
-//! since overlayfs wants those two on one mount; for a discarded one a
-//! tmpfs `t` holding `upper`/`work`): nothing of an overlay exists yet,
-//! only references to its directories, which nobody can reach (no process
-//! but hutch init is in the sandbox until the claim). A host upper and
-//! work are checked (same inode as the directories opened before the
-//! root was built, reached without a symlink) when staged and again just
-//! before the overlay is made. [`attach`] then, after `pivot_root`
-//! and without needing `/proc` in the new root, creates the overlay as a
-//! detached mount (fsopen/fsconfig/fsmount, layers named relative to the
-//! stage), detaches the stage with every bind on it, and moves the overlay
-//! to the destination: the mount table is then the one a cold launch
-//! builds.
+//! session names the same upper). So the overlay is *staged*: a 64 KiB
+//! private tmpfs at its destination holds a bind of each lower (`l0`,
+//! `l1`, ...) and either the directory holding the host upper and work
+//! (`h`: overlayfs wants those two on one mount; made a detached mount
+//! with the launcher's identity by [`hold_upper`], since that directory
+//! may be the launcher's own 0700 one) or a private tmpfs `t` with
+//! `upper`/`work` for a discarded upper. Then the overlay's filesystem
+//! context is made (`fsopen`, `fsconfig`), each layer named
+//! `/proc/self/fd/N` of an fd on those mounts: overlayfs (6.5+) resolves
+//! them right there, and takes no upper until the filesystem is created.
+//! Nobody but hutch init is in the sandbox until the claim.
+//!
+//! [`attach`], at the claim (after `pivot_root`), creates the filesystem
+//! (`FSCONFIG_CMD_CREATE`: overlayfs takes its private copies of the
+//! layers, which must be mounted, and the upper), makes it a detached
+//! mount (`fsmount`, nosuid, nodev), detaches the stage with every bind on
+//! it, and moves the overlay onto the destination: the mount table is
+//! then the one a cold launch builds.
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
@@ -42,50 +43,101 @@ const STAGE_SIZE: u64 = 64 << 10;
 pub struct Staged {
     /// The overlay's index in the plan's steps (for error lines).
     pub step: usize,
+    /// The overlay's filesystem context, layers configured.
+    context: OwnedFd,
     /// The stage tmpfs at the destination (its root).
     stage: OwnedFd,
     /// Where the overlay goes: the destination's parent and last name.
     parent: OwnedFd,
     name: CString,
-    lowers: usize,
-    upper: StagedUpper,
-}
-
-#[derive(Debug)]
-enum StagedUpper {
-    /// `h/UPPER` and `h/WORK`: `h` is a bind of the host directory holding
-    /// both; the fds are the directories opened before the build.
-    Host {
-        upper: CString,
-        work: CString,
-        upper_fd: OwnedFd,
-        work_fd: OwnedFd,
-    },
-    /// `t`: a private tmpfs holding `upper` and `work`.
-    Tmp,
-}
-
-/// The last component of a host path.
-pub(super) fn last_name(path: &std::ffi::CStr) -> CString {
-    let bytes = path.to_bytes();
-    let name = bytes.rsplit(|b| *b == b'/').next().unwrap_or(bytes);
-    CString::new(name).expect("from a C string")
+    /// The layers the context names (for a kernel that resolves them
+    /// only at creation, through the sandbox's /proc).
+    _layers: Vec<OwnedFd>,
 }
 
 fn name(s: &str) -> CString {
     CString::new(s).expect("no NUL")
 }
 
+/// Before the build, with the launcher's identity: the directory holding
+/// a host upper and its work directory as a detached mount, and the
+/// upper's and work's source fds replaced by fds on that mount (found by
+/// the last names of their paths, no symlink followed, and checked to be
+/// the directories opened by path).
+pub(super) fn hold_upper<S: FsSys>(
+    sys: &mut S,
+    plan: &super::plan::Plan,
+    source_fds: &mut [Option<OwnedFd>],
+    upper: usize,
+    work: usize,
+) -> OpResult<OwnedFd> {
+    let missing = || {
+        (
+            SysError::new("staging an overlay upper", Errno::ENOENT),
+            None,
+        )
+    };
+    let upper_fd = source_fds
+        .get(upper)
+        .and_then(Option::as_ref)
+        .ok_or_else(missing)?;
+    let holder = plain(sys.open(
+        Some(upper_fd.as_fd()),
+        c"..",
+        O_PATH_DIR,
+        0,
+        RESOLVE_NO_SYMLINKS,
+    ))?;
+    let tree = plain(sys.clone_tree(holder.as_fd(), c"", false))?;
+    for index in [upper, work] {
+        let path = &plan.sources.get(index).ok_or_else(missing)?.path;
+        let bytes = path.to_bytes();
+        let last = CString::new(bytes.rsplit(|b| *b == b'/').next().unwrap_or(bytes))
+            .expect("from a C string");
+        let found = plain(sys.open(
+            Some(tree.as_fd()),
+            &last,
+            O_PATH_DIR,
+            0,
+            RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH,
+        ))?;
+        let opened = source_fds
+            .get(index)
+            .and_then(Option::as_ref)
+            .ok_or_else(missing)?;
+        if !plain(sys.same_file(found.as_fd(), opened.as_fd()))? {
+            return Err((
+                SysError::new(
+                    "checking the overlay's upper and work directories",
+                    Errno::EXDEV,
+                ),
+                Some(
+                    "a warm sandbox needs an overlay's upper and work directories side by side in one directory (launch it cold)",
+                ),
+            ));
+        }
+        source_fds[index] = Some(found);
+    }
+    Ok(tree)
+}
+
+fn overlay_hint(errno: Errno) -> Option<&'static str> {
+    match errno {
+        Errno::EINVAL => Some(
+            "overlay refused its layers: upper and work must be on one filesystem that supports user xattrs",
+        ),
+        Errno::ENODEV => Some("overlayfs is not available: load the overlay module"),
+        _ => None,
+    }
+}
+
 impl<S: FsSys> Builder<'_, S> {
     /// Stage the overlay `step` (plan index `index`): returns it and, for a
     /// discarded upper, the fd the sandbox counts changes through.
-    /// `names`: for a host upper, the last components of the upper's and
-    /// the work directory's paths.
     pub(super) fn stage_overlay(
         &mut self,
         step: &Step,
         index: usize,
-        names: Option<(CString, CString)>,
     ) -> OpResult<(Staged, Option<OwnedFd>)> {
         let invalid = || (SysError::new("staging an overlay", Errno::EINVAL), None);
         let Step::Overlay {
@@ -116,15 +168,34 @@ impl<S: FsSys> Builder<'_, S> {
             0,
             RESOLVE_IN_ROOT,
         ))?;
+        let mut layers = Vec::new();
+        let mut lowerdir = Vec::new();
         for (k, l) in lowers.iter().enumerate() {
-            self.bind_into(stage.as_fd(), &name(&format!("l{k}")), *l)?;
+            let at = name(&format!("l{k}"));
+            let Some(src) = self.source_fds.get(*l).and_then(Option::as_ref) else {
+                return Err((
+                    SysError::new("staging an overlay layer", Errno::ENOENT),
+                    None,
+                ));
+            };
+            let src = fd_path(src.as_fd());
+            let fd = self.bind_onto_stage(stage.as_fd(), &at, &src)?;
+            if k > 0 {
+                lowerdir.push(b':');
+            }
+            lowerdir.extend_from_slice(fd_path(fd.as_fd()).as_bytes());
+            layers.push(fd);
         }
-        let (kind, counted) = match upper {
+        let mut counted = None;
+        let (u, w) = match upper {
             Upper::Host { upper, work } => {
-                let Some((upper_name, work_name)) = names else {
-                    return Err(invalid());
-                };
-                let (Some(upper_fd), Some(work_fd)) = (
+                let held = self
+                    .holders
+                    .iter()
+                    .position(|(step, _)| *step == index)
+                    .map(|i| self.holders.swap_remove(i).1);
+                let (Some(tree), Some(u), Some(w)) = (
+                    held,
                     self.source_fds.get_mut(*upper).and_then(Option::take),
                     self.source_fds.get_mut(*work).and_then(Option::take),
                 ) else {
@@ -133,26 +204,9 @@ impl<S: FsSys> Builder<'_, S> {
                         None,
                     ));
                 };
-                let holder = plain(self.sys.open(
-                    Some(upper_fd.as_fd()),
-                    c"..",
-                    O_PATH_DIR,
-                    0,
-                    RESOLVE_NO_SYMLINKS,
-                ))?;
-                for (name, fd) in [(&upper_name, &upper_fd), (&work_name, &work_fd)] {
-                    same_dir(self.sys, holder.as_fd(), name, fd.as_fd())?;
-                }
-                self.bind_path_into(stage.as_fd(), c"h", &fd_path(holder.as_fd()))?;
-                (
-                    StagedUpper::Host {
-                        upper: upper_name,
-                        work: work_name,
-                        upper_fd,
-                        work_fd,
-                    },
-                    None,
-                )
+                plain(self.sys.mkdirat(stage.as_fd(), c"h", 0o700))?;
+                plain(self.sys.move_mount_at(tree.as_fd(), stage.as_fd(), c"h"))?;
+                (u, w)
             }
             Upper::Tmp { size } => {
                 plain(self.sys.mkdirat(stage.as_fd(), c"t", 0o700))?;
@@ -181,17 +235,36 @@ impl<S: FsSys> Builder<'_, S> {
                 ))?;
                 plain(self.sys.mkdirat(t.as_fd(), c"upper", 0o755))?;
                 plain(self.sys.mkdirat(t.as_fd(), c"work", 0o700))?;
-                let counted = plain(self.sys.open(
+                let u = plain(self.sys.open(Some(t.as_fd()), c"upper", O_PATH_DIR, 0, 0))?;
+                let w = plain(self.sys.open(Some(t.as_fd()), c"work", O_PATH_DIR, 0, 0))?;
+                counted = Some(plain(self.sys.open(
                     Some(t.as_fd()),
                     c"upper",
                     libc::O_RDONLY | libc::O_DIRECTORY,
                     0,
                     RESOLVE_NO_SYMLINKS,
-                ))?;
-                (StagedUpper::Tmp, Some(counted))
+                ))?);
+                (u, w)
             }
             Upper::None => return Err(invalid()),
         };
+        let lowerdir = CString::new(lowerdir).expect("fd paths hold no NUL");
+        let (upperdir, workdir) = (fd_path(u.as_fd()), fd_path(w.as_fd()));
+        layers.push(u);
+        layers.push(w);
+        let options = [
+            (c"lowerdir", Some(lowerdir.as_c_str())),
+            (c"upperdir", Some(upperdir.as_c_str())),
+            (c"workdir", Some(workdir.as_c_str())),
+            // As for a cold launch: metadata in user.* xattrs, no
+            // metacopy (redirect_dir then stays nofollow).
+            (c"userxattr", None),
+            (c"metacopy", Some(c"off")),
+        ];
+        let context = self.sys.fs_context(c"overlay", &options).map_err(|e| {
+            let hint = overlay_hint(e.errno);
+            (e, hint)
+        })?;
         let (parent, last) = self.parent_of(dest)?;
         let parent = match parent {
             Dir::Opened(fd) => fd,
@@ -203,84 +276,42 @@ impl<S: FsSys> Builder<'_, S> {
         Ok((
             Staged {
                 step: index,
+                context,
                 stage,
                 parent,
                 name: last,
-                lowers: lowers.len(),
-                upper: kind,
+                _layers: layers,
             },
             counted,
         ))
     }
 
-    /// Bind source `source` (non-recursively: an overlay layer is one
-    /// mount) onto a new directory `at` of the stage.
-    fn bind_into(
+    /// Bind `src` (non-recursively: an overlay layer is one mount) onto a
+    /// new directory `at` of the stage; an fd on the bind.
+    fn bind_onto_stage(
         &mut self,
         stage: std::os::fd::BorrowedFd<'_>,
         at: &std::ffi::CStr,
-        source: usize,
-    ) -> OpResult<()> {
-        let Some(src) = self.source_fds.get(source).and_then(Option::as_ref) else {
-            return Err((
-                SysError::new("staging an overlay layer", Errno::ENOENT),
-                None,
-            ));
-        };
-        let src_path = fd_path(src.as_fd());
-        self.bind_path_into(stage, at, &src_path)
-    }
-
-    /// Bind `src_path` (non-recursively) onto a new directory `at` of the
-    /// stage.
-    fn bind_path_into(
-        &mut self,
-        stage: std::os::fd::BorrowedFd<'_>,
-        at: &std::ffi::CStr,
-        src_path: &std::ffi::CStr,
-    ) -> OpResult<()> {
+        src: &std::ffi::CStr,
+    ) -> OpResult<OwnedFd> {
         plain(self.sys.mkdirat(stage, at, 0o700))?;
         let target = plain(
             self.sys
                 .open(Some(stage), at, O_PATH_DIR, 0, RESOLVE_NO_SYMLINKS),
         )?;
         plain(self.sys.mount(
-            Some(src_path),
+            Some(src),
             &fd_path(target.as_fd()),
             None,
             libc::MS_BIND,
             None,
-        ))
+        ))?;
+        drop(target);
+        plain(
+            self.sys
+                .open(Some(stage), at, O_PATH_DIR, 0, RESOLVE_NO_SYMLINKS),
+        )
     }
-}
-
-/// Check that `name` in `dir` (no symlink followed) is the directory `fd`:
-/// overlayfs is given the path, and it must lead to what was opened.
-fn same_dir<S: FsSys>(
-    sys: &mut S,
-    dir: std::os::fd::BorrowedFd<'_>,
-    name: &std::ffi::CStr,
-    fd: std::os::fd::BorrowedFd<'_>,
-) -> OpResult<()> {
-    let found = plain(sys.open(
-        Some(dir),
-        name,
-        O_PATH_DIR,
-        0,
-        RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH,
-    ))?;
-    if plain(sys.same_file(found.as_fd(), fd))? {
-        return Ok(());
-    }
-    Err((
-        SysError::new(
-            "checking the overlay's upper and work directories",
-            Errno::EXDEV,
-        ),
-        Some(
-            "a warm sandbox needs an overlay's upper and work directories side by side in one directory, unchanged until the claim (launch cold otherwise)",
-        ),
-    ))
 }
 
 /// Mount the staged overlays (after `pivot_root`, in hutch init, when a
@@ -295,85 +326,24 @@ pub fn attach<S: FsSys>(
             .get(s.step)
             .cloned()
             .unwrap_or_else(|| format!("fs[{}]", s.step));
-        let fail = |hint: Option<&'static str>| {
-            let what = what.clone();
-            move |err: SysError| BuildError { what, err, hint }
-        };
-        // Layers are named relative to the stage: no path of the host and
-        // no /proc magic link reaches the option strings.
-        sys.fchdir(s.stage.as_fd()).map_err(fail(None))?;
-        let lowerdir = name(
-            &(0..s.lowers)
-                .map(|k| format!("l{k}"))
-                .collect::<Vec<_>>()
-                .join(":"),
-        );
-        let host_paths;
-        let (upperdir, workdir) = match &s.upper {
-            StagedUpper::Host {
-                upper,
-                work,
-                upper_fd,
-                work_fd,
-            } => {
-                let holder = sys
-                    .open(
-                        Some(s.stage.as_fd()),
-                        c"h",
-                        O_PATH_DIR,
-                        0,
-                        RESOLVE_NO_SYMLINKS,
-                    )
-                    .map_err(fail(None))?;
-                for (name, fd) in [(upper, upper_fd), (work, work_fd)] {
-                    same_dir(sys, holder.as_fd(), name, fd.as_fd()).map_err(|(err, hint)| {
-                        BuildError {
-                            what: what.clone(),
-                            err,
-                            hint,
-                        }
-                    })?;
-                }
-                let join = |n: &CString| {
-                    let mut p = b"h/".to_vec();
-                    p.extend_from_slice(n.as_bytes());
-                    CString::new(p).expect("from a C string")
-                };
-                host_paths = (join(upper), join(work));
-                (host_paths.0.as_c_str(), host_paths.1.as_c_str())
-            }
-            StagedUpper::Tmp => (c"t/upper", c"t/work"),
-        };
-        let options = [
-            (c"lowerdir", Some(lowerdir.as_c_str())),
-            (c"upperdir", Some(upperdir)),
-            (c"workdir", Some(workdir)),
-            // As for a cold launch: metadata in user.* xattrs, no
-            // metacopy (redirect_dir then stays nofollow).
-            (c"userxattr", None),
-            (c"metacopy", Some(c"off")),
-        ];
         let overlay = sys
-            .detached_fs(c"overlay", &options, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-            .map_err(|e| {
-                let hint = match e.errno {
-                    Errno::EINVAL => Some(
-                        "overlay refused its layers: upper and work must be on one filesystem that supports user xattrs",
-                    ),
-                    Errno::ENODEV => Some("overlayfs is not available: load the overlay module"),
-                    _ => None,
-                };
-                BuildError {
-                    what: what.clone(),
-                    err: e,
-                    hint,
-                }
+            .fs_mount(s.context.as_fd(), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+            .map_err(|err| BuildError {
+                what: what.clone(),
+                hint: overlay_hint(err.errno),
+                err,
             })?;
         // The stage and every bind on it go; the overlay keeps its own
         // private copies of the layers.
-        sys.umount2(c".", libc::MNT_DETACH).map_err(fail(None))?;
+        let fail = |err: SysError| BuildError {
+            what: what.clone(),
+            err,
+            hint: None,
+        };
+        sys.fchdir(s.stage.as_fd()).map_err(fail)?;
+        sys.umount2(c".", libc::MNT_DETACH).map_err(fail)?;
         sys.move_mount_at(overlay.as_fd(), s.parent.as_fd(), &s.name)
-            .map_err(fail(None))?;
+            .map_err(fail)?;
     }
     sys.chdir(c"/").map_err(|err| BuildError {
         what: "entering the new root".into(),

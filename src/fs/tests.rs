@@ -180,11 +180,10 @@ impl FsSys for Recorder {
         ));
         Ok(fd)
     }
-    fn detached_fs(
+    fn fs_context(
         &mut self,
         fstype: &CStr,
         options: &[(&CStr, Option<&CStr>)],
-        attrs: u64,
     ) -> Result<OwnedFd, SysError> {
         let fd = self.fd();
         let opts: Vec<String> = options
@@ -195,9 +194,18 @@ impl FsSys for Recorder {
             })
             .collect();
         self.calls.push(format!(
-            "detached_fs {} {} {attrs:#x} = {}",
+            "fs_context {} {} = {}",
             s(fstype),
             opts.join(","),
+            fd.as_raw_fd()
+        ));
+        Ok(fd)
+    }
+    fn fs_mount(&mut self, fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd, SysError> {
+        let fd = self.fd();
+        self.calls.push(format!(
+            "fs_mount {} {attrs:#x} = {}",
+            n(fs),
             fd.as_raw_fd()
         ));
         Ok(fd)

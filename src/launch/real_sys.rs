@@ -117,13 +117,16 @@ impl FsSys for RealSys {
         crate::net::unix_door(dir, name)
     }
 
-    fn detached_fs(
+    fn fs_context(
         &mut self,
         fstype: &CStr,
         options: &[(&CStr, Option<&CStr>)],
-        attrs: u64,
     ) -> Result<OwnedFd, SysError> {
-        sys::detached_fs(fstype, options, attrs)
+        sys::fs_context(fstype, options)
+    }
+
+    fn fs_mount(&mut self, fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd, SysError> {
+        sys::fs_mount(fs, attrs)
     }
 }
 

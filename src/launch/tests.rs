@@ -461,9 +461,9 @@ fn the_child_runs_every_step_in_the_documented_order() {
 }
 
 /// A warm sandbox: the same steps, with `Ready` and the claim between the
-/// doors and the rlimits; its writable overlay is only staged (a tmpfs
-/// and binds at its destination) before `pivot_root`, and mounted after
-/// the claim, from paths relative to the stage, then moved into place.
+/// doors and the rlimits; its writable overlay is staged (a tmpfs at its
+/// destination, binds of its layers, the overlay's context) before
+/// `pivot_root`, and created and moved into place after the claim.
 #[test]
 fn a_warm_sandbox_waits_for_its_claim_then_mounts_its_workspace() {
     let mut spec = test_spec();
@@ -504,41 +504,60 @@ fn a_warm_sandbox_waits_for_its_claim_then_mounts_its_workspace() {
     ];
     let from = got.iter().position(|k| k == "send ListenerReady").unwrap();
     assert_eq!(&got[from..from + order.len()], &order, "{calls:#?}");
-    // Staged before pivot_root: the stage tmpfs and the lower's bind.
+    // Staged before pivot_root: a private tmpfs at the destination, the
+    // lower (opened from /w before the build) bound onto it, and the
+    // overlay's context naming the bind.
     let pivot = at("pivot_root");
-    let stage = calls
-        .iter()
-        .position(|c| c.contains(" tmpfs ") && c.contains("mode=700,size=65536"))
-        .expect("the stage tmpfs");
-    // The workspace's source (opened from /w before the build) is bound
-    // onto the stage, not mounted as an overlay yet.
     let source = calls
         .iter()
         .find_map(|c| c.strip_prefix("open -100 /w = "))
         .expect("the workspace's source opened");
+    let stage = calls
+        .iter()
+        .position(|c| c.contains(" tmpfs ") && c.contains("mode=700,size=65536"))
+        .expect("the stage tmpfs");
     let bind = calls
         .iter()
         .position(|c| {
             c.starts_with(&format!("mount /proc/self/fd/{source} ")) && c.contains(" 0x1000 ")
         })
         .expect("a bind onto the stage");
-    assert!(stage < bind && bind < pivot, "{calls:#?}");
+    let lower = calls[bind + 1]
+        .strip_prefix("open ")
+        .and_then(|c| c.rsplit_once(" = "))
+        .map(|(_, fd)| fd.to_string())
+        .expect("the bind opened");
+    let context = at(&format!(
+        "fs_context overlay lowerdir=/proc/self/fd/{lower},upperdir=/proc/self/fd/"
+    ));
+    assert!(
+        calls[context].contains(",userxattr,metacopy=off = "),
+        "{}",
+        calls[context]
+    );
+    assert!(
+        stage < bind && bind < context && context < pivot,
+        "{calls:#?}"
+    );
     assert!(
         !calls
             .iter()
             .any(|c| c.starts_with("mount ") && c.contains(" overlay ")),
         "no overlay is mounted with mount(2): {calls:#?}"
     );
-    // Mounted after the claim: relative layers, then the stage detached,
-    // then the overlay moved onto the destination, before the workload.
+    // Mounted after the claim: the filesystem created, the stage detached,
+    // the overlay moved onto the destination, before the workload starts.
     let claim = at("child recv Claim");
-    let overlay = at(
-        "detached_fs overlay lowerdir=l0,upperdir=t/upper,workdir=t/work,userxattr,metacopy=off 0x6",
+    let created = at("fs_mount ");
+    assert!(
+        calls[created].contains(" 0x6 = "),
+        "nosuid,nodev: {}",
+        calls[created]
     );
     let detach = calls
         .iter()
         .enumerate()
-        .position(|(i, c)| i > overlay && c.starts_with("umount2 . "))
+        .position(|(i, c)| i > created && c.starts_with("umount2 . "))
         .expect("the stage detached");
     let moved = calls
         .iter()
@@ -546,7 +565,10 @@ fn a_warm_sandbox_waits_for_its_claim_then_mounts_its_workspace() {
         .position(|(i, c)| i > detach && c.starts_with("move_mount_at ") && c.ends_with(" w"))
         .expect("the overlay moved onto /w");
     let workload = at("child start workload");
-    assert!(claim < overlay && overlay < detach && detach < moved && moved < workload);
+    assert!(
+        claim < created && created < detach && detach < moved && moved < workload,
+        "{calls:#?}"
+    );
     // The claimed command is the one executed.
     assert!(calls.iter().any(|c| c == "child execve /usr/bin/true"));
 }

@@ -465,14 +465,10 @@ pub fn move_mount_at(
     })
 }
 
-/// A detached mount of a new filesystem (fsopen, one fsconfig per
-/// option: a value, or a flag when None, then create and fsmount with
-/// MOUNT_ATTR_* `attrs`); relative paths in values resolve from the cwd.
-pub fn detached_fs(
-    fstype: &CStr,
-    options: &[(&CStr, Option<&CStr>)],
-    attrs: u64,
-) -> Result<OwnedFd, SysError> {
+/// A filesystem context (fsopen, then one fsconfig per option: a value,
+/// or a flag when None), to be made a mount later by [`fs_mount`].
+/// overlayfs (Linux 6.5+) resolves its layer paths here, at fsconfig.
+pub fn fs_context(fstype: &CStr, options: &[(&CStr, Option<&CStr>)]) -> Result<OwnedFd, SysError> {
     let fs = described(raw::fsopen(fstype), || format!("fsopen({})", q(fstype)))?;
     for (key, value) in options {
         let set = match value {
@@ -484,13 +480,18 @@ pub fn detached_fs(
             None => format!("fsconfig({}, {})", q(fstype), q(key)),
         })?;
     }
-    described(raw::fsconfig_create(std::os::fd::AsFd::as_fd(&fs)), || {
-        format!("fsconfig({}, FSCONFIG_CMD_CREATE)", q(fstype))
+    Ok(fs)
+}
+
+/// Create the filesystem of a context and a detached mount of it with
+/// MOUNT_ATTR_* `attrs` (FSCONFIG_CMD_CREATE, fsmount).
+pub fn fs_mount(fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd, SysError> {
+    described(raw::fsconfig_create(fs), || {
+        "fsconfig(FSCONFIG_CMD_CREATE)".to_string()
     })?;
-    described(
-        raw::fsmount_with(std::os::fd::AsFd::as_fd(&fs), attrs),
-        || format!("fsmount({}, {attrs:#x})", q(fstype)),
-    )
+    described(raw::fsmount_with(fs, attrs), || {
+        format!("fsmount({attrs:#x})")
+    })
 }
 
 /// openat2(2).

@@ -231,3 +231,15 @@ pub fn recv_stream(
         return Ok((msg.bytes, fds));
     }
 }
+
+/// The uid of the process at the other end of a Unix socket (SO_PEERCRED).
+pub fn peer_uid(sock: BorrowedFd<'_>) -> Result<u32, SysError> {
+    socket::getsockopt(&sock, socket::sockopt::PeerCredentials)
+        .map(|c| c.uid())
+        .map_err(|e| {
+            SysError::new(
+                format!("getsockopt(fd {}, SO_PEERCRED)", sock.as_raw_fd()),
+                e,
+            )
+        })
+}

@@ -25,6 +25,7 @@ mod repo;
 mod run;
 mod session;
 mod spool;
+pub mod warm;
 
 pub use baseline::{BaselineWriter, ImportLimits, import_dir};
 pub use changes::{ChangeRef, DEFAULT_MAX_FILE_BYTES, SideRef, Skipped, walk as walk_changes};

@@ -305,7 +305,10 @@ impl StateDir {
             }
             Err(e) => return Err(e),
         };
-        let _lock = session.with_wait(wait).lock()?;
+        let session = session.with_wait(wait);
+        let _lock = session.lock()?;
+        // Its warm sandboxes go first, and with them its server.
+        super::warm::stop(&session);
         self.trash(&name, id)?;
         Ok(true)
     }
