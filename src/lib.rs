@@ -18,6 +18,7 @@ pub mod fs;
 pub mod launch;
 pub mod net;
 pub mod probe;
+pub mod registry;
 pub mod spec;
 pub mod sys;
 pub mod workspace;

@@ -4,6 +4,7 @@
 mod check;
 pub mod machine;
 mod proxy;
+mod ps;
 mod run;
 mod session;
 mod supervise;
@@ -25,6 +26,8 @@ commands:
   check [--json]            which kernel features hutch needs work here, and fixes
   proxy ...                 run the egress proxy alone
   session ...               persistent workspaces over a sealed baseline
+  ps [--json]               the running sandboxes (root: every user's)
+  kill SANDBOX|--session ID|--label K=V|--all   end sandboxes and all their processes
   version                   print the version";
 
 /// Entry point of the `hutch` binary; returns the process exit code.
@@ -37,6 +40,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("proxy") => proxy::main(rest),
         Some("check") => check::main(rest),
         Some("session") => session::main(rest),
+        Some("ps") => ps::ps_main(rest),
+        Some("kill") => ps::kill_main(rest),
         Some(supervise::SUBCOMMAND) => supervise::main(rest),
         Some("version" | "--version" | "-V") => {
             println!("hutch {}", env!("CARGO_PKG_VERSION"));

@@ -185,6 +185,9 @@ fn supervise(
         let _ = sys::waitpid(pid, 0);
         e
     };
+    // In the runtime registry (`hutch ps`, `hutch kill`) until it is gone.
+    let _registration = crate::registry::register(&p.sandbox_id, spec, pid, p.cgroup.as_ref())
+        .map_err(|e| kill_and_reap(LaunchError::Prepare(e.to_string())))?;
     // Read while pid 1 is still dumpable and ours (it becomes neither).
     let namespaces = status_file.as_ref().map(|_| namespace_inodes(pid));
     write_id_maps(pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
@@ -412,6 +415,15 @@ fn supervise(
             };
             (128 + sig, None, Some(sig), reason, None)
         }
+    } else if let Some(mark) = crate::registry::take_kill_mark(&p.sandbox_id) {
+        let line = format!("killed by `hutch kill` (uid {})", mark.by_uid);
+        (
+            128 + libc::SIGKILL,
+            None,
+            Some(libc::SIGKILL),
+            Outcome::Signaled,
+            Some(line),
+        )
     } else {
         (
             125,
