@@ -16,7 +16,7 @@ pub mod supervise_protocol {
 
 use std::ffi::OsString;
 
-pub use run::{USAGE as RUN_USAGE, parse as parse_run, run_spec};
+pub use run::{USAGE as RUN_USAGE, parse as parse_run, parse_onto as parse_run_onto, run_spec};
 
 const USAGE: &str = "\
 usage: hutch <command> [ARGS...]

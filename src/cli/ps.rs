@@ -246,7 +246,7 @@ fn kill(args: &[OsString]) -> Result<i32> {
     let mut results = Vec::new();
     let mut remaining = Vec::new();
     for e in chosen {
-        let outcome = registry::kill(e)?;
+        let outcome = registry::kill(e, "hutch kill")?;
         audit_kill(e, outcome);
         if outcome == KillOutcome::StillRunning {
             remaining.push(e.record.sandbox_id.clone());

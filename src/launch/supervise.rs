@@ -355,6 +355,7 @@ fn supervise(
     let limits = p.cgroup.take().map(crate::cgroup::Leaf::finish);
     let ended_by = limits.as_ref().and_then(|l| l.ended_by);
     let changes = changes_report(p, exited.as_ref().map(|(_, c)| c.as_slice()));
+    let changes = super::report::with_lowers(changes, spec);
     let (status, exit_code, signal, reason, error) = if let Some(line) = setup_error {
         (125, None, None, Outcome::SetupFailed, Some(line))
     } else if let Some((call, errno, interpreter_missing)) = exec_error {
@@ -416,7 +417,7 @@ fn supervise(
             (128 + sig, None, Some(sig), reason, None)
         }
     } else if let Some(mark) = crate::registry::take_kill_mark(&p.sandbox_id) {
-        let line = format!("killed by `hutch kill` (uid {})", mark.by_uid);
+        let line = format!("killed by `{}` (uid {})", mark.by, mark.by_uid);
         (
             128 + libc::SIGKILL,
             None,
@@ -652,6 +653,7 @@ fn changes_report(p: &Prepared, counted: Option<&[u64]>) -> Vec<ChangesReport> {
             dest: dest.clone(),
             changed_paths: counted.and_then(|c| c.get(i)).copied().unwrap_or(0),
             kept_in: None,
+            lowers: Vec::new(),
         })
         .collect();
     for (dest, upper) in &p.kept_uppers {
@@ -663,6 +665,7 @@ fn changes_report(p: &Prepared, counted: Option<&[u64]>) -> Vec<ChangesReport> {
             dest: dest.clone(),
             changed_paths: count,
             kept_in: Some(upper.clone()),
+            lowers: Vec::new(),
         });
     }
     out

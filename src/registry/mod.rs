@@ -505,20 +505,10 @@ pub enum KillOutcome {
 /// SIGKILL the sandbox's pid 1 through a pidfd verified to name the
 /// recorded process, and wait (up to `wait`) for it to be gone.
 fn kill_init_wait(r: &Record, wait: Duration) -> Result<KillOutcome, RegistryError> {
-    let pidfd = match rustix::process::pidfd_open(
-        rustix::process::Pid::from_raw(r.init.pid)
-            .ok_or_else(|| RegistryError::NoSandbox(r.sandbox_id.clone()))?,
-        rustix::process::PidfdFlags::empty(),
-    ) {
+    let pidfd = match sys::pidfd_open(r.init.pid) {
         Ok(fd) => fd,
-        Err(e) if e == rustix::io::Errno::SRCH => return Ok(KillOutcome::Gone),
-        Err(e) => {
-            return Err(SysError::new(
-                format!("pidfd_open({})", r.init.pid),
-                Errno::from_raw(e.raw_os_error()),
-            )
-            .into());
-        }
+        Err(e) if e.errno == Errno::ESRCH => return Ok(KillOutcome::Gone),
+        Err(e) => return Err(e.into()),
     };
     // Opened first, checked second: if the pid was reused meanwhile the
     // start time differs and nothing is sent.
@@ -558,16 +548,20 @@ fn kill_init(r: &Record) -> Result<KillOutcome, RegistryError> {
 /// afterwards (a session command's audit).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KillMark {
+    /// What killed it (`hutch kill`, `hutch session close`).
+    pub by: String,
     pub by_uid: u32,
     pub time_unix_ms: u64,
 }
 
-/// End the sandbox of `entry` (see [`KillOutcome`]). A stale record is
+/// End the sandbox of `entry` (see [`KillOutcome`]); `by` names the
+/// killer for the sandbox's report. A stale record is
 /// removed; a live one is removed by its supervisor once it has reaped
 /// the sandbox.
-pub fn kill(entry: &Entry) -> Result<KillOutcome, RegistryError> {
+pub fn kill(entry: &Entry, by: &str) -> Result<KillOutcome, RegistryError> {
     if let Ok(fd) = sys::open_dir_path(&entry.dir) {
         let mark = KillMark {
+            by: by.to_string(),
             by_uid: rustix::process::getuid().as_raw(),
             time_unix_ms: crate::workspace::now_ms(),
         };

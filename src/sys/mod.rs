@@ -5,6 +5,7 @@
 mod caps;
 mod cgroup;
 mod landlock;
+mod loopdev;
 mod mount;
 mod net;
 pub mod probe;
@@ -21,6 +22,7 @@ use std::fmt;
 pub use caps::*;
 pub use cgroup::*;
 pub use landlock::*;
+pub use loopdev::*;
 pub use mount::*;
 pub use net::*;
 pub use process::*;

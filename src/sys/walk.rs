@@ -30,6 +30,10 @@ pub struct Meta {
     pub ino: u64,
     /// Modification time, seconds since the epoch.
     pub mtime: i64,
+    /// 512-byte blocks allocated (`st_blocks`).
+    pub blocks: u64,
+    /// Hard links (`st_nlink`).
+    pub nlink: u64,
 }
 
 impl Meta {
@@ -43,6 +47,8 @@ impl Meta {
             dev: st.st_dev,
             ino: st.st_ino,
             mtime: st.st_mtime,
+            blocks: st.st_blocks as u64,
+            nlink: st.st_nlink,
         }
     }
 
