@@ -40,7 +40,7 @@ use crate::launch::{self, ExitReport, LaunchError, Outcome, RunOptions};
 use crate::spec::{Duration, FsOp, Network, Spec};
 use crate::sys;
 
-use super::baseline::{BaselineWriter, split_components};
+use super::baseline::{BaselineWriter, Content, QUEUED_BYTES_MAX, split_components};
 use super::error::{Result, WorkspaceError};
 use super::quote::{display_name, git_quote};
 use super::repo::RepoDir;
@@ -641,6 +641,18 @@ fn read_blobs(
                 }
                 writer.add_file(&path, blob.mode == 0o100755, &mut &data[..])?;
             }
+        } else if size <= QUEUED_BYTES_MAX {
+            // Small: read here, hashed and written by the writer threads.
+            let mut data = Vec::with_capacity(size as usize);
+            reader
+                .by_ref()
+                .take(size)
+                .read_to_end(&mut data)
+                .map_err(|e| WorkspaceError::io("read git cat-file output", e))?;
+            if data.len() as u64 != size {
+                return Err(truncated(blob));
+            }
+            writer.queue_file(&path, Some(blob.mode == 0o100755), Content::Bytes(data))?;
         } else {
             let mut body = CountingReader {
                 inner: reader.by_ref().take(size),
