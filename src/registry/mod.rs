@@ -346,10 +346,12 @@ fn is_sandbox_init(r: &Record) -> bool {
 /// The runtime directories to scan: the caller's own; for root also every
 /// user's (`/run/user/UID/hutch`, `/tmp/hutch-UID`), each with the uid
 /// owning it.
+/// A `$HUTCH_RUNTIME_DIR` is a registry of its own: then only it.
 fn directories() -> Vec<(PathBuf, u32)> {
     let own = runtime_dir();
     let mut out = vec![(own.clone(), sys::geteuid())];
-    if sys::geteuid() != 0 {
+    let private = std::env::var_os(RUNTIME_DIR_ENV).is_some_and(|p| !p.is_empty());
+    if sys::geteuid() != 0 || private {
         return out;
     }
     let mut candidates = Vec::new();

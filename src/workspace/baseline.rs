@@ -564,7 +564,12 @@ fn write_job(shared: &Shared, job: Job) -> Result<ManifestEntry> {
             Ok(entry(mode, size, Sha256::digest(data).into()))
         }
         Content::Host { dir, name, ino } => {
-            let fd = sys::open_beneath(dir.as_fd(), name, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC, 0)?;
+            let fd = sys::open_beneath(
+                dir.as_fd(),
+                name,
+                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+                0,
+            )?;
             let m = sys::fstat(fd.as_fd())?;
             if m.ino != *ino || !m.is_file() {
                 return Err(WorkspaceError::Unsupported {

@@ -331,10 +331,17 @@ impl IgnoreRules {
         }
     }
 
+    /// Whether `path` matches an `--exclude` pattern (left out even when
+    /// tracked: the caller asked for it by name).
+    pub fn is_excluded(&self, path: &[u8], is_dir: bool) -> bool {
+        self.extra.iter().any(|p| p.matches(path, is_dir))
+    }
+
     /// Whether `path` (`/`-separated, relative to the workspace) itself is
-    /// ignored; its parents are the caller's to check.
+    /// ignored by the ignore files (or excluded); its parents are the
+    /// caller's to check.
     pub fn is_ignored(&self, path: &[u8], is_dir: bool) -> bool {
-        if self.extra.iter().any(|p| p.matches(path, is_dir)) {
+        if self.is_excluded(path, is_dir) {
             return true;
         }
         let mut verdict = false;

@@ -1041,12 +1041,14 @@ impl Filtered<'_> {
 
 impl Visitor for Filtered<'_> {
     fn change(&mut self, c: &ChangeRef<'_>) -> Result<()> {
-        if let Some(rules) = self.rules
-            && !c.tracked
-            && (self.parent_ignored(c.path) || rules.is_ignored(c.path, false))
-        {
-            self.leave_out(c.path, false);
-            return Ok(());
+        if let Some(rules) = self.rules {
+            let parent = self.parent_ignored(c.path);
+            let left_out = rules.is_excluded(c.path, false)
+                || (!c.tracked && (parent || rules.is_ignored(c.path, false)));
+            if left_out {
+                self.leave_out(c.path, false);
+                return Ok(());
+            }
         }
         self.renderer.change(c)
     }
@@ -1056,7 +1058,7 @@ impl Visitor for Filtered<'_> {
             return Ok(true);
         };
         let ignored = self.parent_ignored(path) || rules.is_ignored(path, true);
-        if ignored && !tracked {
+        if rules.is_excluded(path, true) || (ignored && !tracked) {
             self.leave_out(path, true);
             return Ok(false);
         }
