@@ -261,6 +261,12 @@ impl Command {
         let (rep_r, rep_w) = std::io::pipe()?;
         let mut cmd = std::process::Command::new(&binary);
         cmd.arg(SUBCOMMAND).env_clear();
+        // The helper registers the sandbox where `hutch ps` looks.
+        for key in [crate::registry::RUNTIME_DIR_ENV, "XDG_RUNTIME_DIR"] {
+            if let Some(v) = std::env::var_os(key) {
+                cmd.env(key, v);
+            }
+        }
         if let Some(s) = self.stdin.take() {
             cmd.stdin(s);
         }

@@ -397,3 +397,72 @@ fn killed_supervisor_gets_an_end_line_unprivileged() -> Result<()> {
     );
     supervisor_killed(As::Nobody)
 }
+
+/// A sandbox of the library (`hutch::Command`, through `hutch
+/// __supervise`) is registered too, with its labels: `hutch ps` shows it,
+/// `hutch kill --label` ends it, and its report says so.
+fn library_sandbox(who: As) -> Result<()> {
+    let w = World::new("reaper-lib", who);
+    let wrapper = w.path("hutch-wrapper");
+    let drop = if who.drops_to_nobody() {
+        "setpriv --reuid=65534 --regid=65534 --clear-groups "
+    } else {
+        ""
+    };
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nHUTCH_RUNTIME_DIR={} exec {drop}{} \"$@\"\n",
+            w.runtime.display(),
+            env!("CARGO_BIN_EXE_hutch")
+        ),
+    )?;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))?;
+    let n = unique();
+    let status = w.path("status.jsonl");
+    let mut cmd = hutch::Command::new("sleep");
+    cmd.arg(format!("{n}7"))
+        .workspace(w.path("src-lib"))
+        .hutch_binary(&wrapper)
+        .status_file(&status);
+    std::fs::create_dir(w.path("src-lib"))?;
+    if who.drops_to_nobody() {
+        chown_nobody(&w.path("src-lib"));
+    }
+    cmd.spec_mut().labels.insert("job".into(), format!("j{n}"));
+    let child = cmd.spawn()?;
+    wait_for_event(&status, "start", READY);
+    let ps = w.ps()?;
+    assert_eq!(ps.len(), 1, "{ps:?}");
+    assert_eq!(ps[0]["labels"]["job"], format!("j{n}"));
+    assert_eq!(ps[0]["session"], serde_json::Value::Null);
+    ok(&w.hutch(&["kill", "--label", &format!("job=j{n}")]))?;
+    let report = child.wait()?;
+    assert_eq!(report.status, 137, "{report:?}");
+    assert_eq!(report.reason, hutch::Outcome::Signaled);
+    assert!(
+        report.error.as_deref().unwrap_or("").contains("hutch kill"),
+        "{report:?}"
+    );
+    assert!(!running(&format!("sleep {n}7")));
+    assert!(w.ps()?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn library_sandboxes_are_registered_as_root() -> Result<()> {
+    require!(
+        can_launch_as(As::Root).is_ok() && can_sandbox(),
+        "needs root and a launcher"
+    );
+    library_sandbox(As::Root)
+}
+
+#[test]
+fn library_sandboxes_are_registered_unprivileged() -> Result<()> {
+    require!(
+        can_launch_as(As::Nobody).is_ok() && can_sandbox(),
+        "needs a launcher"
+    );
+    library_sandbox(As::Nobody)
+}
