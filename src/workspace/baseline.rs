@@ -694,8 +694,7 @@ pub fn import_dir(src: &Path, writer: &mut BaselineWriter) -> Result<()> {
     top.retain(|(n, _, _)| n.as_bytes() != b".git");
     // Names left per level (reverse-sorted: `pop` gives the next), with
     // the level's directory shared with queued jobs once one needs it.
-    let mut pending: Vec<(Vec<(CString, EntryKind, u64)>, Option<Arc<OwnedFd>>)> =
-        vec![(sorted_rev(top), None)];
+    let mut pending: Vec<(Vec<Listed>, Option<Arc<OwnedFd>>)> = vec![(sorted_rev(top), None)];
     while let Some((names, shared_dir)) = pending.last_mut() {
         let Some((name, kind, ino)) = names.pop() else {
             pending.pop();
@@ -761,7 +760,10 @@ pub fn import_dir(src: &Path, writer: &mut BaselineWriter) -> Result<()> {
     Ok(())
 }
 
-fn sorted_rev(mut names: Vec<(CString, EntryKind, u64)>) -> Vec<(CString, EntryKind, u64)> {
+/// A directory entry as listed: name, `d_type`, `d_ino`.
+type Listed = (CString, EntryKind, u64);
+
+fn sorted_rev(mut names: Vec<Listed>) -> Vec<Listed> {
     names.sort_unstable_by(|a, b| b.0.cmp(&a.0));
     names
 }
