@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
+#[allow(unused_imports)] // not every test binary uses all of them
 pub use crate::common::{As, is_root, wait_for_event, wait_until};
+#[allow(unused_imports)]
 pub use crate::session_support::{Tmp, can_sandbox, git};
 
 /// Readiness waits: sandboxes start within this on a loaded machine.
