@@ -10,7 +10,6 @@ mod session_prod_support;
 mod session_support;
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::Child;
 
 use anyhow::Result;
 use session_prod_support::*;
@@ -30,7 +29,7 @@ fn src_session(w: &World) -> Result<String> {
 /// A session command that leaves a double-forked daemon and two more
 /// sleepers, running; their `sleep` arguments are `N1`, `N2`, `N3` (the
 /// shell's own command line names them differently).
-fn spawn_daemonizing(w: &World, id: &str, status: &std::path::Path, n: u64) -> Child {
+fn spawn_daemonizing(w: &World, id: &str, status: &std::path::Path, n: u64) -> Bg {
     let script = format!("a={n}; sleep ${{a}}1 & setsid sh -c \"sleep ${{a}}2 &\"; sleep ${{a}}3");
     let child = w.spawn_session(&[
         "run",
@@ -123,20 +122,17 @@ fn stale_records(who: As) -> Result<()> {
     let w = World::new("reaper-stale", who);
     let n = unique();
     let status = w.path("status.jsonl");
-    let mut child = w
-        .command(&[
-            "run",
-            "--status-file",
-            status.to_str().unwrap(),
-            "--",
-            "sleep",
-            &format!("{n}4"),
-        ])
-        .spawn()?;
+    let mut child = w.spawn(&[
+        "run",
+        "--status-file",
+        status.to_str().unwrap(),
+        "--",
+        "sleep",
+        &format!("{n}4"),
+    ]);
     let start = wait_for_event(&status, "start", READY);
     let sandbox = start["sandbox_id"].as_str().unwrap().to_string();
     child.kill()?;
-    child.wait()?;
     wait_until(READY, "the sandbox to die with its supervisor", || {
         !running(&format!("sleep {n}4"))
     });
@@ -216,7 +212,6 @@ fn stale_records(who: As) -> Result<()> {
     let _ = w.hutch(&["kill", "--all"]);
     assert!(running(&format!("sleep {n}5")), "a bystander was killed");
     bystander.kill()?;
-    bystander.wait()?;
     Ok(())
 }
 
@@ -362,7 +357,6 @@ fn supervisor_killed(who: As) -> Result<()> {
     ]);
     wait_for_event(&status, "start", READY);
     child.kill()?;
-    child.wait()?;
     wait_until(READY, "the sandbox to die with its supervisor", || {
         !running(&format!("sleep {n}6"))
     });

@@ -92,8 +92,13 @@ impl World {
 
     /// A session command started in the background (its status file
     /// gets the start event once the sandbox runs).
-    pub fn spawn_session(&self, args: &[&str]) -> Child {
-        self.session_command(args).spawn().unwrap()
+    pub fn spawn_session(&self, args: &[&str]) -> Bg {
+        Bg(Some(self.session_command(args).spawn().unwrap()))
+    }
+
+    /// `hutch ARGS` in the background.
+    pub fn spawn(&self, args: &[&str]) -> Bg {
+        Bg(Some(self.command(args).spawn().unwrap()))
     }
 
     /// Create a session; its id.
@@ -117,6 +122,32 @@ impl World {
     /// The session's audit lines.
     pub fn audit(&self, id: &str) -> Result<Vec<serde_json::Value>> {
         lines(&ok(&self.session(&["audit", id]))?)
+    }
+}
+
+/// A background process, killed and reaped when dropped (a failing test
+/// leaves no process behind).
+pub struct Bg(pub Option<Child>);
+
+impl Bg {
+    /// Wait for it and collect its output.
+    pub fn wait_with_output(mut self) -> std::io::Result<Output> {
+        self.0.take().expect("running").wait_with_output()
+    }
+
+    /// SIGKILL it and reap it.
+    pub fn kill(&mut self) -> std::io::Result<()> {
+        if let Some(mut c) = self.0.take() {
+            c.kill()?;
+            c.wait()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.kill();
     }
 }
 
