@@ -615,6 +615,7 @@ fn close(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     let mut opts = CloseOptions {
         wait,
         keep_audit: None,
+        kill_live: true,
     };
     while let Some(arg) = a.next() {
         match arg.to_str() {

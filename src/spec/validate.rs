@@ -120,7 +120,8 @@ pub fn validate(spec: &Spec) -> Result<(), SpecError> {
 pub const MAX_LABELS: usize = 32;
 
 /// Labels: a key of 1 to 64 bytes of `[A-Za-z0-9._/-]`, a value of at most
-/// 256 bytes without control characters (they are printed by `hutch ps`).
+/// 4096 bytes (a path) without control characters (they are printed by
+/// `hutch ps`).
 fn validate_labels(spec: &Spec) -> Result<(), SpecError> {
     if spec.labels.len() > MAX_LABELS {
         return Err(SpecError::new(
@@ -141,10 +142,10 @@ fn validate_labels(spec: &Spec) -> Result<(), SpecError> {
                 "label keys are 1 to 64 characters of A-Z a-z 0-9 . _ / -",
             ));
         }
-        if v.len() > 256 || v.chars().any(char::is_control) {
+        if v.len() > 4096 || v.chars().any(char::is_control) {
             return Err(SpecError::new(
                 at,
-                "label values are at most 256 bytes without control characters",
+                "label values are at most 4096 bytes without control characters",
             ));
         }
     }

@@ -34,6 +34,9 @@ pub struct CloseOptions {
     /// Keep the audit here (as `ID.audit.jsonl`, mode 0600), in addition
     /// to the session's own `--audit-dir`.
     pub keep_audit: Option<PathBuf>,
+    /// Kill live commands of the session (`session close`); else a session
+    /// with one is busy (`gc` leaves it alone).
+    pub kill_live: bool,
 }
 
 /// What [`StateDir::close_with`] did and found.
@@ -178,11 +181,19 @@ impl StateDir {
         // their pid namespaces.
         let mut cgroups = Vec::new();
         let mut inits = Vec::new();
-        for e in registry::list()
+        let records: Vec<_> = registry::list()
             .map_err(|e| WorkspaceError::Launch(e.to_string()))?
             .into_iter()
             .filter(|e| e.record.session() == Some(id))
+            .collect();
+        if !opts.kill_live
+            && records
+                .iter()
+                .any(|e| !matches!(e.liveness, Liveness::Stale { .. }))
         {
+            return Err(WorkspaceError::Busy(id.to_string()));
+        }
+        for e in records {
             cgroups.extend(e.record.cgroup.clone());
             inits.push(e.record.init);
             match registry::kill(&e, "hutch session close") {

@@ -570,6 +570,7 @@ impl StateDir {
             &super::close::CloseOptions {
                 wait,
                 keep_audit: None,
+                kill_live: true,
             },
         )?;
         if !report.remaining.is_empty() {
@@ -661,8 +662,14 @@ impl StateDir {
         if !old {
             return Ok(false);
         }
-        match self.close(id, false) {
-            Ok(_) => Ok(true),
+        // A session with a live command is in use, whatever its age.
+        let opts = super::close::CloseOptions::default();
+        match self.close_with(id, &opts) {
+            Ok(r) if r.remaining.is_empty() => Ok(true),
+            Ok(r) => Err(WorkspaceError::State {
+                path: self.path.join(id),
+                reason: format!("still there after close: {}", r.remaining.join("; ")),
+            }),
             Err(WorkspaceError::Busy(_)) => Ok(false),
             Err(e) => Err(e),
         }

@@ -137,3 +137,118 @@ impl Chains {
         Ok(names)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+    use std::path::Path;
+
+    use crate::workspace::{DiffFormat, ExportOptions, Layers, RelPath, diff, export_to};
+
+    fn dir(p: &Path) -> std::os::fd::OwnedFd {
+        crate::sys::open_dir_path(p).unwrap()
+    }
+
+    /// Baseline `a/x b/y keep`; seal 1 deletes `a/x` (whiteout), replaces
+    /// `b` by an opaque directory holding `b/z`, adds `s`; the upper adds
+    /// `c` and deletes `s`. Each view resolves the stack as overlayfs does.
+    #[test]
+    fn whiteouts_and_opaque_dirs_of_sealed_layers_keep_their_meaning() {
+        let root = std::env::temp_dir().join(format!("hutch-stack-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for d in ["base/a", "base/b", "seal/a", "seal/b", "upper", "spool"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("base/a/x"), "x\n").unwrap();
+        std::fs::write(root.join("base/b/y"), "y\n").unwrap();
+        std::fs::write(root.join("base/keep"), "k\n").unwrap();
+        std::fs::write(root.join("seal/b/z"), "z\n").unwrap();
+        std::fs::write(root.join("seal/s"), "s\n").unwrap();
+        std::fs::write(root.join("upper/c"), "c\n").unwrap();
+        let seal_a = dir(&root.join("seal/a"));
+        crate::sys::mknod_whiteout(seal_a.as_fd(), c"x").unwrap();
+        let seal_b = dir(&root.join("seal/b"));
+        crate::sys::set_xattr(seal_b.as_fd(), c"user.overlay.opaque", b"y").unwrap();
+        let upper = dir(&root.join("upper"));
+        crate::sys::mknod_whiteout(upper.as_fd(), c"s").unwrap();
+        let layers = |diff_from| Layers {
+            upper: dir(&root.join("upper")),
+            lowers: vec![dir(&root.join("seal")), dir(&root.join("base"))],
+            diff_from,
+        };
+        let spool = dir(&root.join("spool"));
+        let stat = |l: &Layers| {
+            let mut out = Vec::new();
+            diff(l, DiffFormat::Json, None, spool.as_fd(), &mut out).unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            v["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    format!(
+                        "{} {}",
+                        f["status"].as_str().unwrap(),
+                        f["path"].as_str().unwrap()
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        // Since the seal: the upper's changes against seal-over-baseline.
+        assert_eq!(stat(&layers(0)), ["added c", "deleted s"]);
+        // Since the baseline: everything, `s` never existed there.
+        assert_eq!(
+            stat(&layers(1)),
+            ["deleted a/x", "deleted b/y", "added b/z", "added c"]
+        );
+        // The merged view an export sees.
+        let l = layers(0);
+        let merged = l.root().unwrap();
+        let names: Vec<String> = merged
+            .names()
+            .unwrap()
+            .iter()
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["a", "b", "c", "keep"]);
+        assert!(
+            l.lookup(&RelPath::parse(Path::new("a/x")).unwrap())
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            l.lookup(&RelPath::parse(Path::new("b/y")).unwrap())
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            l.lookup(&RelPath::parse(Path::new("b/z")).unwrap())
+                .unwrap()
+                .is_some()
+        );
+        let archive = root.join("out.tar");
+        let mut manifest = Vec::new();
+        export_to(
+            &l,
+            &[
+                RelPath::parse(Path::new("b")).unwrap(),
+                RelPath::parse(Path::new("a")).unwrap(),
+            ],
+            None,
+            &archive,
+            &ExportOptions::default(),
+            spool.as_fd(),
+            Some(&mut manifest),
+        )
+        .unwrap();
+        let m: serde_json::Value = serde_json::from_slice(&manifest).unwrap();
+        let paths: Vec<&str> = m["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(paths, ["a", "b", "b/z"]);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
