@@ -190,6 +190,16 @@ fn open_dir(path: &Path, create: bool) -> Result<Option<OwnedFd>, RegistryError>
         Ok(fd) => fd,
         Err(e) if e.errno == Errno::ENOENT && create => {
             use std::os::unix::fs::DirBuilderExt;
+            // A missing parent (`/run` in a minimal root) the usual way.
+            if let Some(parent) = path.parent()
+                && !parent.exists()
+            {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(parent)
+                    .map_err(|e| bad(format!("cannot create its parent: {e}")))?;
+            }
             match std::fs::DirBuilder::new().mode(0o700).create(path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
