@@ -50,11 +50,13 @@ pub struct RunRecord {
 }
 
 impl Session {
-    /// The Spec of one command: `base` (e.g. `spec::default_profile()` or
-    /// what `hutch run` options built, without a workspace) plus the
-    /// session overlay at `/workspace`, cwd `/workspace` unless set, and a
-    /// wall clock never beyond the session deadline. Returns the spec and
-    /// whether the deadline is what bounds the wall clock.
+    /// The Spec of one command: `base` (start from
+    /// [`Session::base_spec`], the session's defaults, and change what the
+    /// command needs; no workspace) plus the overlay of the session's
+    /// layers at its workspace path, which is also the cwd unless `base`
+    /// sets one (a relative one is inside it), and a wall clock never
+    /// beyond the session deadline. Returns the spec and whether the
+    /// deadline is what bounds the wall clock.
     pub fn command_spec(&self, mut spec: Spec) -> Result<(Spec, bool)> {
         let (lowers, upper, work) = self.overlay_dirs();
         let dest = self.info.workspace_path.clone();
@@ -92,7 +94,9 @@ impl Session {
     }
 
     /// Run `base.command` in the session (see [`Session::command_spec`]).
-    /// The launcher relays the workload's stdout/stderr to ours.
+    /// The launcher relays the workload's stdout/stderr to ours. Refused
+    /// (and audited) when the budget, deadline, disk quota, a `--network
+    /// none` seal or a lock of the session's defaults forbids it.
     pub fn run(&mut self, base: Spec) -> Result<RunRecord> {
         self.run_with_status(base, None)
     }
