@@ -1,9 +1,12 @@
-//! The library API: a std-like [`Command`] → [`Child`] → [`ExitReport`].
+//! The library API: a std-like [`Command`] → [`Child`] → [`ExitReport`]
+//! (or [`Output`]).
 //!
 //! Spawning never forks the calling process: it runs the `hutch` binary as
-//! the supervisor (`hutch __supervise`), hands it the [`Spec`] over fd 3 and
-//! reads the exit report from fd 4. That makes it safe from any thread of
-//! any process (tokio apps, the Rust test harness).
+//! the supervisor (`hutch __supervise`, the [`crate::launch`] helper mode)
+//! and talks to it over a control socket. That makes it safe from any
+//! thread of any process (tokio apps, the Rust test harness), and lets
+//! [`Child::kill`] end the sandbox through its supervisor, which cleans up
+//! and reports as for any other ending.
 //!
 //! # Finding the `hutch` binary
 //!
@@ -11,7 +14,9 @@
 //! variable; a `hutch` file next to the current executable or in its parent
 //! directory (how `cargo test` lays out a profile directory such as
 //! `target/x86_64-unknown-linux-gnu/debug/`: test binaries in `deps/`,
-//! `hutch` beside it); `hutch` on `PATH`.
+//! `hutch` beside it); `hutch` on `PATH`. A program can also be its own
+//! helper: call [`crate::supervisor_main`] first thing in `main` and name
+//! its own executable with [`Command::hutch_binary`].
 //!
 //! # Example
 //!
@@ -25,34 +30,39 @@
 //! # Ok::<(), hutch::SpawnError>(())
 //! ```
 
-use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::io::Read;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use crate::cli::supervise_protocol::{REPORT_FD, REQUEST_FD, Request, Response, SUBCOMMAND};
+use crate::launch::ExitReport;
+use crate::launch::helper::HelperChild;
+use crate::launch::{LaunchError, LaunchFailure, RunOptions};
 use crate::spec::{self, ByteSize, Duration, FsOp, Network, Spec};
-
-pub use crate::launch::{ExitReport, Outcome};
 
 /// Why a sandbox could not be spawned or awaited.
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
     #[error("cannot find the hutch binary (set HUTCH_BIN, or call Command::hutch_binary)")]
     BinaryNotFound,
-    #[error("cannot start the hutch supervisor {}: {err}", binary.display())]
-    Start {
-        binary: PathBuf,
-        err: std::io::Error,
-    },
     #[error(transparent)]
     Spec(#[from] spec::SpecError),
+    /// The sandbox could not be launched: what failed, where, the errno and
+    /// a hint, typed ([`LaunchFailure::kind`]).
     #[error("hutch: {0}")]
-    Launch(String),
-    #[error("the hutch supervisor ended without a report ({0})")]
-    NoReport(std::process::ExitStatus),
+    Launch(LaunchFailure),
     #[error("talking to the hutch supervisor: {0}")]
     Io(#[from] std::io::Error),
+}
+
+impl From<LaunchError> for SpawnError {
+    fn from(e: LaunchError) -> SpawnError {
+        match e {
+            LaunchError::Spec(e) => SpawnError::Spec(e),
+            LaunchError::HelperNotFound => SpawnError::BinaryNotFound,
+            e => SpawnError::Launch(e.failure()),
+        }
+    }
 }
 
 /// A sandboxed command, built like [`std::process::Command`].
@@ -61,9 +71,19 @@ pub struct Command {
     status_file: Option<PathBuf>,
     quiet: bool,
     binary: Option<PathBuf>,
+    /// `changes()` called before there was a workspace overlay to keep.
+    changes: Option<PathBuf>,
     stdin: Option<Stdio>,
     stdout: Option<Stdio>,
     stderr: Option<Stdio>,
+}
+
+/// What [`Command::output`] and [`Child::wait_with_output`] return.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Output {
+    pub report: ExitReport,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
 }
 
 impl Command {
@@ -82,6 +102,7 @@ impl Command {
             status_file: None,
             quiet: true,
             binary: None,
+            changes: None,
             stdin: None,
             stdout: None,
             stderr: None,
@@ -117,10 +138,16 @@ impl Command {
         self.spec.fs.retain(|op| !is_workspace(op, &dir));
         self.spec.fs.push(spec::workspace_overlay(&dir, None));
         self.spec.cwd = Some(dir);
+        if let Some(keep) = self.changes.take() {
+            self.changes(keep);
+        }
         self
     }
 
-    /// Keep the workspace overlay's upper in `dir/upper`.
+    /// Keep the workspace overlay's upper in `dir/upper` (work in
+    /// `dir/work`). Order-independent: called before
+    /// [`Command::workspace`], it applies to the workspace named later;
+    /// with no workspace overlay at all, [`Command::spawn`] refuses.
     pub fn changes(&mut self, dir: impl AsRef<Path>) -> &mut Self {
         let keep = dir.as_ref();
         for op in &mut self.spec.fs {
@@ -132,9 +159,10 @@ impl Command {
                     work: keep.join("work"),
                     dest,
                 };
-                break;
+                return self;
             }
         }
+        self.changes = Some(keep.to_path_buf());
         self
     }
 
@@ -211,12 +239,15 @@ impl Command {
         self
     }
 
-    /// Print the changed-paths notice on stderr (off by default).
+    /// Print the notices (changed paths, limits not enforced here) on
+    /// stderr (off by default).
     pub fn notify_changes(&mut self, on: bool) -> &mut Self {
         self.quiet = !on;
         self
     }
 
+    /// The binary that supervises the sandbox: `hutch`, or a program that
+    /// calls [`crate::supervisor_main`].
     pub fn hutch_binary(&mut self, path: impl AsRef<Path>) -> &mut Self {
         self.binary = Some(path.as_ref().into());
         self
@@ -249,68 +280,47 @@ impl Command {
 
     /// Validate and start the sandbox.
     pub fn spawn(&mut self) -> Result<Child, SpawnError> {
+        if self.changes.is_some() {
+            return Err(spec::SpecError::new(
+                "fs",
+                "changes() keeps a workspace overlay's upper, and there is none: call workspace() as well",
+            )
+            .into());
+        }
         crate::launch::validate(&self.spec)?;
         if self.spec.command.is_empty() {
             return Err(spec::SpecError::new("command", "no command to run").into());
         }
         let binary = match &self.binary {
             Some(b) => b.clone(),
-            None => find_binary().ok_or(SpawnError::BinaryNotFound)?,
+            None => crate::launch::helper::find_binary().ok_or(SpawnError::BinaryNotFound)?,
         };
-        let (req_r, req_w) = std::io::pipe()?;
-        let (rep_r, rep_w) = std::io::pipe()?;
-        let mut cmd = std::process::Command::new(&binary);
-        cmd.arg(SUBCOMMAND).env_clear();
-        // The helper registers the sandbox where `hutch ps` looks.
-        for key in [crate::registry::RUNTIME_DIR_ENV, "XDG_RUNTIME_DIR"] {
-            if let Some(v) = std::env::var_os(key) {
-                cmd.env(key, v);
-            }
-        }
-        if let Some(s) = self.stdin.take() {
-            cmd.stdin(s);
-        }
-        if let Some(s) = self.stdout.take() {
-            cmd.stdout(s);
-        }
-        if let Some(s) = self.stderr.take() {
-            cmd.stderr(s);
-        }
-        crate::sys::command_with_fds(
-            &mut cmd,
-            vec![
-                (OwnedFd::from(req_r), REQUEST_FD),
-                (OwnedFd::from(rep_w), REPORT_FD),
-            ],
-        )
-        .map_err(|e| SpawnError::Io(std::io::Error::from_raw_os_error(e.errno as i32)))?;
-        let process = cmd.spawn().map_err(|err| SpawnError::Start {
-            binary: binary.clone(),
-            err,
-        })?;
-        // Dropping the std Command closes our copies of the child's ends.
-        drop(cmd);
-        let request = Request {
-            spec: self.spec.clone(),
+        let options = RunOptions {
             status_file: self.status_file.clone(),
             quiet: self.quiet,
+            ..Default::default()
         };
-        let mut req_w = req_w;
-        req_w.write_all(
-            serde_json::to_string(&request)
-                .expect("serializes")
-                .as_bytes(),
-        )?;
-        drop(req_w);
-        Ok(Child {
-            process,
-            report: rep_r,
-        })
+        let stdio = [
+            self.stdin.take().unwrap_or_else(Stdio::inherit),
+            self.stdout.take().unwrap_or_else(Stdio::inherit),
+            self.stderr.take().unwrap_or_else(Stdio::inherit),
+        ];
+        let inner = HelperChild::spawn(&binary, &self.spec, &options, stdio)?;
+        Ok(Child { inner })
     }
 
     /// Spawn and wait.
     pub fn status(&mut self) -> Result<ExitReport, SpawnError> {
         self.spawn()?.wait()
+    }
+
+    /// Spawn with stdout and stderr piped (unless set) and stdin from
+    /// /dev/null (unless set), and collect them.
+    pub fn output(&mut self) -> Result<Output, SpawnError> {
+        self.stdin.get_or_insert_with(Stdio::null);
+        self.stdout.get_or_insert_with(Stdio::piped);
+        self.stderr.get_or_insert_with(Stdio::piped);
+        self.spawn()?.wait_with_output()
     }
 }
 
@@ -320,63 +330,104 @@ fn is_workspace(op: &FsOp, dir: &Path) -> bool {
 
 /// A running sandbox.
 pub struct Child {
-    process: std::process::Child,
-    report: std::io::PipeReader,
+    inner: HelperChild,
 }
 
 impl Child {
-    /// The supervisor's pid (killing it kills the whole sandbox).
+    /// The supervisor's pid.
     pub fn id(&self) -> u32 {
-        self.process.id()
+        self.inner.process.id()
     }
 
     /// The supervisor's stdout when [`Command::stdout`] was piped.
     pub fn stdout(&mut self) -> Option<std::process::ChildStdout> {
-        self.process.stdout.take()
+        self.inner.process.stdout.take()
     }
 
     pub fn stderr(&mut self) -> Option<std::process::ChildStderr> {
-        self.process.stderr.take()
+        self.inner.process.stderr.take()
     }
 
     pub fn stdin(&mut self) -> Option<std::process::ChildStdin> {
-        self.process.stdin.take()
+        self.inner.process.stdin.take()
     }
 
-    /// Kill the sandbox (SIGKILL to the supervisor; the sandbox dies with it).
+    /// End the sandbox: its supervisor kills every process in it, removes
+    /// its cgroup leaf and reports ([`crate::Outcome::Killed`]). The supervisor
+    /// itself is killed only if it does not answer.
     pub fn kill(&mut self) -> std::io::Result<()> {
-        self.process.kill()
+        self.inner.kill()
     }
 
     /// Wait for the sandbox and return its exit report.
-    pub fn wait(mut self) -> Result<ExitReport, SpawnError> {
-        let mut text = String::new();
-        self.report.read_to_string(&mut text)?;
-        let status = self.process.wait()?;
-        match serde_json::from_str::<Response>(&text) {
-            Ok(Response::Report(r)) => Ok(*r),
-            Ok(Response::Error(e)) => Err(SpawnError::Launch(e)),
-            Err(_) => Err(SpawnError::NoReport(status)),
+    pub fn wait(&mut self) -> Result<ExitReport, SpawnError> {
+        Ok(self.inner.wait()?.report)
+    }
+
+    /// The exit report if the sandbox has ended, without waiting.
+    pub fn try_wait(&mut self) -> Result<Option<ExitReport>, SpawnError> {
+        Ok(self.inner.try_wait()?.map(|f| f.report))
+    }
+
+    /// Read piped stdout and stderr to their end, then wait.
+    pub fn wait_with_output(mut self) -> Result<Output, SpawnError> {
+        let mut out = self.stdout();
+        let mut err = self.stderr();
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        // Both at once, so neither pipe fills while the other is read.
+        while out.is_some() || err.is_some() {
+            let mut fds = Vec::with_capacity(2);
+            if let Some(o) = &out {
+                fds.push(nix::poll::PollFd::new(
+                    o.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                ));
+            }
+            if let Some(e) = &err {
+                fds.push(nix::poll::PollFd::new(
+                    e.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                ));
+            }
+            match nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(std::io::Error::from(e).into()),
+            }
+            let ready: Vec<bool> = fds
+                .iter()
+                .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                .collect();
+            drop(fds);
+            let mut i = 0;
+            let mut chunk = [0u8; 64 * 1024];
+            if let Some(o) = &mut out {
+                if ready[i] {
+                    match o.read(&mut chunk)? {
+                        0 => out = None,
+                        n => stdout.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                i += 1;
+            }
+            if let Some(e) = &mut err
+                && ready[i]
+            {
+                match e.read(&mut chunk)? {
+                    0 => err = None,
+                    n => stderr.extend_from_slice(&chunk[..n]),
+                }
+            }
         }
+        let report = self.wait()?;
+        Ok(Output {
+            report,
+            stdout,
+            stderr,
+        })
     }
 }
 
 /// Where the `hutch` binary is (see the module docs for the order).
 pub fn find_binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("HUTCH_BIN") {
-        return Some(PathBuf::from(p));
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        for dir in exe.ancestors().skip(1).take(2) {
-            let candidate = dir.join("hutch");
-            if candidate.is_file() {
-                return Some(candidate);
-            }
-        }
-    }
-    std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|d| d.join("hutch"))
-            .find(|p| p.is_file())
-    })
+    crate::launch::helper::find_binary()
 }

@@ -6,26 +6,80 @@
 //! the workspace through an overlay), `pivot_root`, no capabilities,
 //! no-new-privs, and `hutch init` as pid 1.
 //!
+//! The library's face:
+//! - [`Command`] → [`Child`] → [`ExitReport`] (or [`Output`]): run a
+//!   command in a sandbox from any thread of any program;
+//! - [`launch`]: the one launch entry ([`launch::launch`] and its
+//!   [`launch::Mode`]s), for callers that want to pick where the
+//!   supervisor runs;
+//! - [`spec`]: the schema;
+//! - [`workspace`]: sessions over a sealed baseline ([`StateDir`],
+//!   [`Session`]);
+//! - [`supervisor_main`]: let a program be its own helper binary.
+//!
 //! See `docs/architecture.md` for what is built and why.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod audit;
-pub mod cgroup;
-pub mod cli;
-pub mod confine;
-pub mod fs;
 pub mod launch;
-pub mod net;
-pub mod probe;
-pub mod registry;
 pub mod spec;
-pub mod sys;
 pub mod workspace;
+
+// Not API: reached through [`internals`] by the binary, tests and fuzzers.
+#[doc(hidden)]
+pub mod audit;
+#[doc(hidden)]
+pub mod cgroup;
+#[doc(hidden)]
+pub mod cli;
+#[doc(hidden)]
+pub mod confine;
+#[doc(hidden)]
+pub mod fs;
+#[doc(hidden)]
+pub mod image;
+#[doc(hidden)]
+pub mod net;
+#[doc(hidden)]
+pub mod probe;
+#[doc(hidden)]
+pub mod registry;
+mod static_words;
+#[doc(hidden)]
+pub mod sys;
 
 mod api;
 #[cfg(test)]
 mod test_support;
 
-pub use api::{Child, Command, ExitReport, Outcome, SpawnError, find_binary};
+pub use api::{Child, Command, Output, SpawnError, find_binary};
+pub use launch::{ExitReport, LaunchFailure, Outcome};
 pub use spec::Spec;
+pub use workspace::{Session, StateDir};
+
+/// Run as the library's helper (`hutch __supervise`) when this process was
+/// started as one, and return its exit code; `None` otherwise. A program
+/// that wants to be its own helper calls this first thing in `main`
+/// (before it starts any thread) and names its own executable with
+/// [`Command::hutch_binary`]:
+///
+/// ```no_run
+/// // first thing in main:
+/// if let Some(code) = hutch::supervisor_main() {
+///     std::process::exit(code);
+/// }
+/// let exe = std::env::current_exe().unwrap();
+/// let report = hutch::Command::new("true").hutch_binary(exe).status().unwrap();
+/// assert!(report.success());
+/// ```
+pub fn supervisor_main() -> Option<i32> {
+    let first = std::env::args_os().nth(1)?;
+    (first == launch::helper::SUBCOMMAND).then(launch::helper::serve)
+}
+
+/// hutch's modules that are not API, for the `hutch` binary, tests and
+/// fuzzers. Nothing here is stable.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::{audit, cgroup, cli, confine, fs, image, net, probe, registry, sys};
+}

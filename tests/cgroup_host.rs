@@ -15,7 +15,7 @@ const MEMORY_WORKS: &str =
 const NO_LAUNCH: &str = "`hutch run -- true` does not work here (user namespaces?)";
 
 fn memory_unavailable() -> bool {
-    !hutch::cgroup::probe::probe().limits["memory"].works
+    !hutch::internals::cgroup::probe::probe().limits["memory"].works
 }
 
 fn userns_works() -> bool {
@@ -241,7 +241,7 @@ fn rlimit_sizes_take_suffixes() {
 }
 
 fn io_unavailable() -> bool {
-    !hutch::cgroup::probe::probe().limits["io"].works
+    !hutch::internals::cgroup::probe::probe().limits["io"].works
 }
 
 /// A whole-disk block device of this host, from /sys/block.

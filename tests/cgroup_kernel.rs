@@ -16,7 +16,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use hutch::cgroup::{self, host::HostCgroups, plan};
+use hutch::internals::cgroup::{self, host::HostCgroups, plan};
 use hutch::spec::{ByteSize, Limit, Limits};
 
 /// Why there is no delegated cgroup v2 tree where memory, pids and cpu

@@ -1,4 +1,4 @@
-//! `hutch check` and `hutch::probe::run_all()` leave nothing behind: no
+//! `hutch check` and `hutch::internals::probe::run_all()` leave nothing behind: no
 //! mount in the caller's mount table, no process. One test in this binary
 //! on purpose: it makes the test process a child subreaper, so any probe
 //! process that outlived its parent would be reparented to it and seen.
@@ -66,7 +66,7 @@ fn probes_leave_no_mount_and_no_process() -> Result<()> {
             String::from_utf8_lossy(&out.stderr)
         );
         // In-process too, from this multi-threaded test harness.
-        let report = hutch::probe::run_all();
+        let report = hutch::internals::probe::run_all();
         assert!(report.feature("user_namespace").is_some());
         assert_eq!(
             report.ok,

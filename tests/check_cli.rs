@@ -13,7 +13,7 @@ use common::is_root;
 use serde_json::Value;
 
 /// Every feature `hutch check` reports, in order.
-const FEATURES: [&str; 18] = [
+const FEATURES: [&str; 19] = [
     "user_namespace",
     "mount_namespace",
     "overlay_userns",
@@ -32,6 +32,7 @@ const FEATURES: [&str; 18] = [
     "pidfd",
     "close_range",
     "openat2",
+    "image_store",
 ];
 
 /// The hutch binary copied into a fresh 0755 directory, so that uid 65534

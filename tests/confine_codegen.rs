@@ -7,7 +7,7 @@
 mod confine_support;
 
 use confine_support::seccomp_reference::compile_with_seccompiler;
-use hutch::confine::seccomp::{self, BUILTIN, INIT_PROFILE};
+use hutch::internals::confine::seccomp::{self, BUILTIN, INIT_PROFILE};
 use serde_json::{Value, json};
 
 #[derive(Clone, Copy)]
@@ -21,7 +21,7 @@ const X86_64: u32 = 0xC000_003E;
 const I386: u32 = 0x4000_0003;
 
 /// Run a seccomp classic-BPF program (the instructions hutch emits).
-fn run(prog: &[hutch::sys::sock_filter], d: &Data) -> u32 {
+fn run(prog: &[hutch::internals::sys::sock_filter], d: &Data) -> u32 {
     let word = |k: u32| -> u32 {
         match k {
             0 => d.nr,
@@ -471,7 +471,7 @@ fn long_programs_decide_as_the_seccompiler_compiler() {
 /// Nanoseconds one `seccomp(SECCOMP_SET_MODE_FILTER)` of `prog` takes, in a
 /// forked child (the kernel checks, converts and JITs the program and
 /// builds its action cache).
-fn install_ns(prog: &[hutch::sys::sock_filter]) -> u64 {
+fn install_ns(prog: &[hutch::internals::sys::sock_filter]) -> u64 {
     let mut fds = [0; 2];
     // SAFETY: creating a pipe into a local array.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);

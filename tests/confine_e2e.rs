@@ -213,7 +213,7 @@ fn confinement_observed_from_inside_on_the_unprivileged_path() {
         common::can_launch_as(who).unwrap_err()
     );
     require!(
-        hutch::sys::landlock_abi_version() >= 6,
+        hutch::internals::sys::landlock_abi_version() >= 6,
         "Landlock ABI 6 (TCP rules, signal scoping) not available"
     );
     let ws = common::TempDir::new("confine-unpriv", who);
@@ -373,7 +373,7 @@ fn nested_user_namespaces_fail_also_unconfined() {
 #[test]
 fn landlock_with_host_network() {
     require!(
-        hutch::sys::landlock_abi_version() >= 6,
+        hutch::internals::sys::landlock_abi_version() >= 6,
         "Landlock ABI 6 not available"
     );
     use std::os::linux::net::SocketAddrExt;
@@ -433,7 +433,7 @@ fn tcp_is_denied_without_network() {
 
 #[test]
 fn landlock_floor_fails_closed_with_one_line() {
-    let abi = hutch::sys::landlock_abi_version();
+    let abi = hutch::internals::sys::landlock_abi_version();
     let ws = workspace("floor");
     let out = run_in(
         &ws,
@@ -573,7 +573,7 @@ fn exit_report_says_what_is_enforced() {
     assert_eq!(c["landlock"]["requested"], true);
     assert_eq!(
         c["landlock"]["available"],
-        hutch::sys::landlock_abi_version()
+        hutch::internals::sys::landlock_abi_version()
     );
     assert_eq!(c["landlock"]["tcp"], "denied");
     let c = report(&["--seccomp", "unconfined", "--share-net"]);

@@ -8,7 +8,7 @@ use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
-use hutch::confine::{self, landlock::LandlockPlan};
+use hutch::internals::confine::{self, landlock::LandlockPlan};
 use hutch::spec::{FsOp, Network, Spec};
 
 #[derive(Debug, PartialEq, Eq)]
@@ -38,7 +38,7 @@ fn fork_run(body: impl FnOnce() -> i32) -> End {
 }
 
 fn landlock_abi() -> u32 {
-    hutch::sys::landlock_abi_version()
+    hutch::internals::sys::landlock_abi_version()
 }
 
 fn errno() -> i32 {
@@ -395,7 +395,8 @@ fn init_filter_allows_reaping_and_refuses_exec() {
             }
             libc::close(fd);
             libc::syscall(
-                hutch::confine::seccomp::X32_SYSCALL_BIT as libc::c_long | libc::SYS_getpid,
+                hutch::internals::confine::seccomp::X32_SYSCALL_BIT as libc::c_long
+                    | libc::SYS_getpid,
             );
         }
         7

@@ -1,7 +1,7 @@
 //! Profile loading and `security.*` validation: good errors that name the
 //! failing filter and rule, and the one-line messages of `prepare`.
 
-use hutch::confine::{self, ConfineError, seccomp};
+use hutch::internals::confine::{self, ConfineError, seccomp};
 use hutch::spec::{Security, Spec};
 
 fn err(json: &str) -> String {
@@ -175,7 +175,7 @@ fn profile_file_is_read_and_checked() {
 
 #[test]
 fn prepare_fails_closed_below_the_landlock_floor() {
-    let available = hutch::sys::landlock_abi_version();
+    let available = hutch::internals::sys::landlock_abi_version();
     let mut spec = Spec::default();
     spec.security.landlock.min_abi = Some(available + 1);
     let e = confine::prepare(&spec).unwrap_err();

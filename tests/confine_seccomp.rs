@@ -1,7 +1,7 @@
 //! seccomp profiles compiled by hutch, installed in a forked child (never in
 //! the test harness itself), checked with raw syscalls.
 
-use hutch::confine::seccomp::{self, CompiledFilter};
+use hutch::internals::confine::seccomp::{self, CompiledFilter};
 
 const HIGH: u64 = 1 << 32;
 

@@ -155,3 +155,203 @@ fn in_process_launch_refuses_a_multi_threaded_caller() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// `hutch::Session::run` from a thread-spawning process goes through the
+/// helper and still brings back the captured head and tail of the output
+/// (into the session's audit) and the exit report.
+#[test]
+fn a_session_command_runs_from_a_multi_threaded_process() {
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    let base = TempDir::new("lib-session", As::Root);
+    let src = base.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("in.txt"), "from the baseline\n").unwrap();
+    let state = base.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let worker = std::thread::spawn(move || {
+        let dir = hutch::StateDir::open(&state).unwrap();
+        let mut session = dir
+            .create(&hutch::workspace::CreateOptions::new(
+                hutch::workspace::Source::Dir { path: src },
+            ))
+            .unwrap();
+        let mut spec = hutch::spec::default_profile();
+        spec.command = vec![
+            "sh".into(),
+            "-c".into(),
+            "cat in.txt; echo changed > in.txt; echo to-stderr >&2; exit 3".into(),
+        ];
+        let record = session.run(spec).unwrap();
+        (
+            record,
+            session.path.join("audit.jsonl"),
+            session.path.clone(),
+        )
+    });
+    let (record, audit, session_dir) = worker.join().unwrap();
+    assert_eq!(
+        (record.report.status, record.report.reason),
+        (3, Outcome::Exited),
+        "{:?}",
+        record.report
+    );
+    let audit = std::fs::read_to_string(audit).unwrap();
+    let command: serde_json::Value = audit
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["event"] == "command")
+        .expect("a command line in the audit");
+    assert_eq!(
+        command["stdout"]["head"], "from the baseline\n",
+        "{command}"
+    );
+    assert_eq!(command["stderr"]["head"], "to-stderr\n", "{command}");
+    assert_eq!(command["exit"]["status"], 3);
+    // The write landed in the session's upper.
+    assert_eq!(
+        std::fs::read_to_string(session_dir.join("upper/in.txt")).unwrap(),
+        "changed\n"
+    );
+}
+
+/// `Child::kill` ends the sandbox through its supervisor: every process of
+/// it is gone, and the supervisor still reports (it was not killed).
+#[test]
+fn kill_ends_the_sandbox_through_its_supervisor_and_reports() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let tools = TempDir::new("lib-tools", As::Root);
+        let status = TempDir::new("lib-kill", who);
+        let status_file = status.path().join("status.jsonl");
+        let marker = format!(
+            "{}",
+            700_000 + std::process::id() % 90_000 + if who == As::Root { 0 } else { 1 }
+        );
+        let mut child = command(
+            who,
+            &tools,
+            &format!("setsid sleep {marker} & sleep {marker}"),
+        )
+        .status_file(&status_file)
+        .spawn()
+        .unwrap();
+        // Readiness: the start event.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&status_file).is_ok_and(|t| t.contains("\"start\"")) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{who:?}: no start event"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(child.try_wait().unwrap().is_none(), "{who:?}: running");
+        child.kill().unwrap();
+        let report = child.wait().unwrap();
+        assert_eq!(
+            (report.status, report.reason, report.signal),
+            (137, Outcome::Killed, Some(9)),
+            "{who:?}: {report:?}"
+        );
+        let left = std::process::Command::new("pgrep")
+            .args(["-f", &format!("sleep {marker}")])
+            .output()
+            .unwrap();
+        assert!(
+            stdout(&left).trim().is_empty(),
+            "{who:?}: processes survived the kill: {}",
+            stdout(&left)
+        );
+        // The status file got the report too: the supervisor finished its
+        // cleanup rather than dying.
+        assert_eq!(exit_report(&status_file)["reason"], "killed");
+    }
+}
+
+#[test]
+fn output_collects_stdout_and_stderr_and_try_wait_reports_the_end() {
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "head -c 300000 /dev/zero | tr '\\0' o; echo err >&2; exit 4",
+        ])
+        .hutch_binary(hutch_bin())
+        .output()
+        .unwrap();
+    assert_eq!(out.report.status, 4);
+    assert_eq!(out.stdout.len(), 300_000);
+    assert_eq!(out.stderr, b"err\n");
+    let mut child = Command::new("true")
+        .hutch_binary(hutch_bin())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let report = loop {
+        if let Some(r) = child.try_wait().unwrap() {
+            break r;
+        }
+        assert!(std::time::Instant::now() < deadline, "never ended");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(report.success(), "{report:?}");
+}
+
+/// `changes()` before `workspace()` keeps the workspace's upper all the
+/// same; `changes()` with no workspace at all is refused, not ignored.
+#[test]
+fn changes_is_order_independent_and_never_silently_ignored() {
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    let ws = TempDir::new("lib-order-ws", As::Root);
+    let keep = TempDir::new("lib-order-keep", As::Root);
+    let changes = keep.path().join("c");
+    let report = Command::new("sh")
+        .args(["-c", "echo kept > new.txt"])
+        .hutch_binary(hutch_bin())
+        .changes(&changes)
+        .workspace(ws.path())
+        .status()
+        .unwrap();
+    assert_eq!(report.status, 0, "{report:?}");
+    assert_eq!(
+        std::fs::read_to_string(changes.join("upper/new.txt")).unwrap(),
+        "kept\n"
+    );
+    match Command::new("true")
+        .hutch_binary(hutch_bin())
+        .changes(&changes)
+        .spawn()
+    {
+        Err(hutch::SpawnError::Spec(e)) => assert!(e.to_string().contains("workspace"), "{e}"),
+        Err(other) => panic!("expected a Spec error, got {other}"),
+        Ok(_) => panic!("changes() without a workspace was accepted"),
+    }
+}
+
+/// A launch failure crosses the helper boundary typed.
+#[test]
+fn launch_failures_arrive_typed() {
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    match Command::new("true")
+        .hutch_binary(hutch_bin())
+        .status_file("/hutch/no/such/dir/status.jsonl")
+        .status()
+    {
+        Err(hutch::SpawnError::Launch(f)) => {
+            assert_eq!(f.kind, hutch::launch::FailureKind::Prepare, "{f:?}");
+            assert!(f.message.contains("cannot write status file"), "{f:?}");
+        }
+        other => panic!("expected a typed launch failure, got {other:?}"),
+    }
+}

@@ -374,7 +374,7 @@ fn diff_covers_deletions_modes_links_binaries_and_type_changes() -> Result<()> {
     std::fs::create_dir(u.join("a.txt"))?; // file replaced by a directory
     std::fs::write(u.join("a.txt/inner"), "inside\n")?;
     std::fs::create_dir(u.join("d"))?; // opaque: d/x and d/e/y deleted, d/z new
-    hutch::sys::set_xattr(
+    hutch::internals::sys::set_xattr(
         std::os::fd::AsFd::as_fd(&std::fs::File::open(u.join("d"))?),
         c"trusted.overlay.opaque",
         b"y",
@@ -784,7 +784,7 @@ fn unprivileged_user_runs_the_file_operations() -> Result<()> {
     let u = upper(&state, &id);
     // An unprivileged overlay (userxattr) marks opaque directories with user.*.
     std::fs::create_dir(u.join("d"))?;
-    hutch::sys::set_xattr(
+    hutch::internals::sys::set_xattr(
         std::os::fd::AsFd::as_fd(&std::fs::File::open(u.join("d"))?),
         c"user.overlay.opaque",
         b"y",

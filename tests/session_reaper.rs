@@ -424,7 +424,7 @@ fn library_sandbox(who: As) -> Result<()> {
         chown_nobody(&w.path("src-lib"));
     }
     cmd.spec_mut().labels.insert("job".into(), format!("j{n}"));
-    let child = cmd.spawn()?;
+    let mut child = cmd.spawn()?;
     wait_for_event(&status, "start", READY);
     let ps = w.ps()?;
     assert_eq!(ps.len(), 1, "{ps:?}");
@@ -433,7 +433,7 @@ fn library_sandbox(who: As) -> Result<()> {
     ok(&w.hutch(&["kill", "--label", &format!("job=j{n}")]))?;
     let report = child.wait()?;
     assert_eq!(report.status, 137, "{report:?}");
-    assert_eq!(report.reason, hutch::Outcome::Signaled);
+    assert_eq!(report.reason, hutch::Outcome::Killed);
     assert!(
         report.error.as_deref().unwrap_or("").contains("hutch kill"),
         "{report:?}"

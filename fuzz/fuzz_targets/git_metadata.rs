@@ -90,8 +90,8 @@ fuzz_target!(|data: &[u8]| {
 fn mkfifo(p: &std::path::Path) -> std::io::Result<()> {
     use std::os::fd::AsFd;
     use std::os::unix::ffi::OsStrExt;
-    let err = |e: hutch::sys::SysError| std::io::Error::from_raw_os_error(e.errno as i32);
-    let dir = hutch::sys::open_dir_path(p.parent().unwrap()).map_err(err)?;
+    let err = |e: hutch::internals::sys::SysError| std::io::Error::from_raw_os_error(e.errno as i32);
+    let dir = hutch::internals::sys::open_dir_path(p.parent().unwrap()).map_err(err)?;
     let name = std::ffi::CString::new(p.file_name().unwrap_or_default().as_bytes())?;
-    hutch::sys::mkfifo_at(dir.as_fd(), &name, 0o644).map_err(err)
+    hutch::internals::sys::mkfifo_at(dir.as_fd(), &name, 0o644).map_err(err)
 }

@@ -4,8 +4,8 @@
 //! matches an IP literal.
 #![no_main]
 
-use hutch::net::host::{CanonicalHost, canonicalize};
-use hutch::net::policy::{HostPattern, Rule};
+use hutch::internals::net::host::{CanonicalHost, canonicalize};
+use hutch::internals::net::policy::{HostPattern, Rule};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -29,12 +29,12 @@ fuzz_target!(|data: &[u8]| {
         if !matches!(rule.host, HostPattern::Exact(_)) {
             let mut spec = hutch::spec::ProxyPolicy::default();
             spec.allow = vec![text.to_string()];
-            let p = hutch::net::Policy::from_spec(&spec).expect("a parsed rule compiles");
+            let p = hutch::internals::net::Policy::from_spec(&spec).expect("a parsed rule compiles");
             for ip in ["127.0.0.1", "[::1]", "10.0.0.1"] {
                 let h = canonicalize(ip).expect("literal");
                 for port in [443, 80] {
                     assert!(
-                        matches!(p.check(&h, port), hutch::net::Verdict::Deny(_)),
+                        matches!(p.check(&h, port), hutch::internals::net::Verdict::Deny(_)),
                         "{text:?} matched {ip}"
                     );
                 }

@@ -7,7 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Some(status) = hutch::net::fuzzing::answer_status(data) {
+    if let Some(status) = hutch::internals::net::fuzzing::answer_status(data) {
         assert!(
             status >= 400,
             "request {:?} got {status}",

@@ -6,10 +6,10 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    match hutch::confine::seccomp::compile("fuzz", data) {
+    match hutch::internals::confine::seccomp::compile("fuzz", data) {
         Ok(f) => {
             assert!(!f.program.is_empty());
-            assert!(f.program.len() <= hutch::confine::seccomp::MAX_INSTRUCTIONS);
+            assert!(f.program.len() <= hutch::internals::confine::seccomp::MAX_INSTRUCTIONS);
             // The kernel requires the last instruction to be a return.
             assert_eq!(f.program.last().map(|i| i.code), Some(0x06));
             // Every jump stays inside the program.

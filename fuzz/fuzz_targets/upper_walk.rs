@@ -29,7 +29,7 @@ fn scratch() -> PathBuf {
     p
 }
 
-fn sys_err(e: hutch::sys::SysError) -> std::io::Error {
+fn sys_err(e: hutch::internals::sys::SysError) -> std::io::Error {
     std::io::Error::from_raw_os_error(e.errno as i32)
 }
 
@@ -57,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
             3 => std::os::unix::fs::symlink("..", &p),
             4 => mkfifo(&p),
             5 => std::fs::File::open(&parent).and_then(|f| {
-                hutch::sys::set_xattr(f.as_fd(), c"user.overlay.opaque", b"y").map_err(sys_err)
+                hutch::internals::sys::set_xattr(f.as_fd(), c"user.overlay.opaque", b"y").map_err(sys_err)
             }),
             6 => whiteout(&p),
             7 => match files.get(op.get(1).copied().unwrap_or(0) as usize % files.len().max(1)) {
@@ -71,10 +71,10 @@ fuzz_target!(|data: &[u8]| {
         };
     }
     let layers = Layers::new(
-        hutch::sys::open_dir_path(&root.join("base")).unwrap(),
-        hutch::sys::open_dir_path(&upper).unwrap(),
+        hutch::internals::sys::open_dir_path(&root.join("base")).unwrap(),
+        hutch::internals::sys::open_dir_path(&upper).unwrap(),
     );
-    let spool = hutch::sys::open_dir_path(&root.join("spool")).unwrap();
+    let spool = hutch::internals::sys::open_dir_path(&root.join("spool")).unwrap();
     let limit = 64 * 1024;
     for f in [DiffFormat::Unified, DiffFormat::Json, DiffFormat::Stat] {
         let mut out = Vec::new();
@@ -150,7 +150,7 @@ fuzz_target!(|data: &[u8]| {
         max_depth: 6,
         max_path_bytes: 64,
     };
-    let tree = hutch::sys::open_dir_path(&root.join("import")).unwrap();
+    let tree = hutch::internals::sys::open_dir_path(&root.join("import")).unwrap();
     let mut writer = BaselineWriter::with_limits(tree, limits).unwrap();
     if import_dir(&upper, &mut writer).is_ok() {
         let manifest = writer.finish().unwrap();
@@ -165,18 +165,18 @@ fuzz_target!(|data: &[u8]| {
 
 fn at(p: &Path) -> std::io::Result<(std::os::fd::OwnedFd, std::ffi::CString)> {
     let parent =
-        hutch::sys::open_dir_path(p.parent().unwrap_or(Path::new("/"))).map_err(sys_err)?;
+        hutch::internals::sys::open_dir_path(p.parent().unwrap_or(Path::new("/"))).map_err(sys_err)?;
     let name = std::ffi::CString::new(p.file_name().unwrap_or_default().as_bytes())?;
     Ok((parent, name))
 }
 
 fn mkfifo(p: &Path) -> std::io::Result<()> {
     let (dir, name) = at(p)?;
-    hutch::sys::mkfifo_at(dir.as_fd(), &name, 0o644).map_err(sys_err)
+    hutch::internals::sys::mkfifo_at(dir.as_fd(), &name, 0o644).map_err(sys_err)
 }
 
 /// An overlayfs whiteout (needs CAP_MKNOD; skipped without).
 fn whiteout(p: &Path) -> std::io::Result<()> {
     let (dir, name) = at(p)?;
-    hutch::sys::mknod_whiteout(dir.as_fd(), &name).map_err(sys_err)
+    hutch::internals::sys::mknod_whiteout(dir.as_fd(), &name).map_err(sys_err)
 }

@@ -2,12 +2,12 @@
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::tree::Cgroup;
 
 /// The limits part of the exit report.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LimitsReport {
     /// The sandbox's cgroup leaf, when one was created.
     pub cgroup: Option<PathBuf>,
@@ -16,14 +16,15 @@ pub struct LimitsReport {
     /// Usage and limit events read from the leaf.
     pub stats: Option<CgroupStats>,
     /// `oom-killed` or `pids-limit-hit` when a limit event happened.
-    pub ended_by: Option<&'static str>,
+    #[serde(deserialize_with = "crate::static_words::opt_word")]
+    pub ended_by: Option<crate::static_words::Word>,
     /// Set when the leaf could not be removed at the end.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cleanup_error: Option<String>,
 }
 
 /// A limit in force, and the mechanism that enforces it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Enforced {
     /// Key under `limits.` (`memory`, `pids`, `cpus`, `rlimits.nofile`).
     pub limit: String,
@@ -33,7 +34,7 @@ pub struct Enforced {
 }
 
 /// A preferred limit this host could not enforce.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Unenforced {
     pub limit: String,
     pub value: serde_json::Value,
@@ -41,7 +42,7 @@ pub struct Unenforced {
 }
 
 /// Counters read from the leaf's interface files (absent files give None).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CgroupStats {
     /// memory.peak in bytes (Linux >= 5.19).
     pub memory_peak: Option<u64>,

@@ -2,17 +2,14 @@
 //! the module that owns the job) and turns the result into an exit code.
 
 mod check;
+mod image;
 pub mod machine;
 mod proxy;
 mod ps;
 mod run;
+mod search;
 mod session;
 mod supervise;
-
-/// The library ↔ supervisor protocol (`hutch __supervise`).
-pub mod supervise_protocol {
-    pub use super::supervise::{REPORT_FD, REQUEST_FD, Request, Response, SUBCOMMAND};
-}
 
 use std::ffi::OsString;
 
@@ -28,7 +25,9 @@ commands:
   session ...               persistent workspaces over a sealed baseline
   ps [--json]               the running sandboxes (root: every user's)
   kill SANDBOX|--session ID|--label K=V|--all   end sandboxes and all their processes
-  version                   print the version";
+  image ...                 import, list, inspect, rm, gc container images
+  version [--json]          print the version (with --json: also the machine
+                            interface's version, docs/machine.md)";
 
 /// Entry point of the `hutch` binary; returns the process exit code.
 pub fn main(args: Vec<OsString>) -> i32 {
@@ -42,11 +41,12 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("session") => session::main(rest),
         Some("ps") => ps::ps_main(rest),
         Some("kill") => ps::kill_main(rest),
+        Some("image") => image::main(rest),
         Some(supervise::SUBCOMMAND) => supervise::main(rest),
-        Some("version" | "--version" | "-V") => {
-            println!("hutch {}", env!("CARGO_PKG_VERSION"));
-            0
-        }
+        // Inside a session's sandbox only (`hutch session glob|grep`).
+        Some("__glob") => search::helper::main("glob", rest),
+        Some("__grep") => search::helper::main("grep", rest),
+        Some("version" | "--version" | "-V") => version(&rest),
         Some("help" | "--help" | "-h") => {
             println!("{USAGE}");
             0
@@ -60,4 +60,26 @@ pub fn main(args: Vec<OsString>) -> i32 {
             125
         }
     }
+}
+
+/// `hutch version [--json]`.
+fn version(args: &[OsString]) -> i32 {
+    match args.first().and_then(|a| a.to_str()) {
+        None => println!("hutch {}", env!("CARGO_PKG_VERSION")),
+        Some("--json") if args.len() == 1 => {
+            let result = serde_json::json!({
+                "version": env!("CARGO_PKG_VERSION"),
+                "machine": machine::VERSION,
+            });
+            println!("{}", machine::ok_line("version", &result));
+        }
+        Some(_) => {
+            eprintln!(
+                "hutch version: unexpected argument {:?}; usage: hutch version [--json]",
+                args[0]
+            );
+            return 125;
+        }
+    }
+    0
 }

@@ -1,74 +1,69 @@
 //! Landlock: rights derived from the mount plan, network and scoping rules.
 //!
 //! The plan is computed in the supervisor ([`LandlockPlan::new`]); the paths
-//! are opened and the ruleset enforced in the workload after `pivot_root`
-//! ([`LandlockPlan::enforce`]), because Landlock rules attach to the inodes
-//! of the final mounts and do not cross overlay layers.
-//!
-//! The ABI (rights, structures, syscalls) comes from the `landlock` crate,
-//! which is maintained with the kernel feature
-//! (docs/decisions/0003-landlock-crate.md). hutch keeps its own decision of
-//! *what* to handle: every right of min(kernel ABI, [`HUTCH_MAX_ABI`]),
-//! computed before clone and reported as such; the crate runs in
-//! `HardRequirement` mode, so it never drops a right silently.
+//! are resolved inside the new root and the ruleset enforced by the
+//! workload after `pivot_root` (`launch::child`, through the mockable,
+//! allocation-free syscall layer), because Landlock rules attach to the
+//! inodes of the final mounts and do not cross overlay layers.
+//! [`LandlockPlan::enforce`] does the same for the calling process, by
+//! absolute paths (tests, and embedders confining a process of their own).
+//! Why the ABI is hand-written rather than taken from the `landlock`
+//! crate: docs/decisions/0003-landlock-abi.md.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope,
-};
 use serde::Serialize;
 
 use crate::spec::{FsOp, Network, Spec};
-use crate::sys::{Errno, SysError};
+use crate::sys::{self, Errno, SysError};
 
 /// Newest Landlock ABI whose rights hutch knows and enforces.
 pub const HUTCH_MAX_ABI: u32 = 7;
 /// The proxy's port inside the sandbox's network namespace.
 pub const PROXY_PORT: u16 = 3128;
 
-// Filesystem rights (linux/landlock.h), as the crate defines them.
-pub const EXECUTE: u64 = AccessFs::Execute as u64;
-pub const WRITE_FILE: u64 = AccessFs::WriteFile as u64;
-pub const READ_FILE: u64 = AccessFs::ReadFile as u64;
-pub const READ_DIR: u64 = AccessFs::ReadDir as u64;
-pub const REFER: u64 = AccessFs::Refer as u64;
-pub const TRUNCATE: u64 = AccessFs::Truncate as u64;
-pub const IOCTL_DEV: u64 = AccessFs::IoctlDev as u64;
+// Filesystem rights (linux/landlock.h).
+pub const EXECUTE: u64 = 1 << 0;
+pub const WRITE_FILE: u64 = 1 << 1;
+pub const READ_FILE: u64 = 1 << 2;
+pub const READ_DIR: u64 = 1 << 3;
+pub const REFER: u64 = 1 << 13;
+pub const TRUNCATE: u64 = 1 << 14;
+pub const IOCTL_DEV: u64 = 1 << 15;
+/// The 13 rights of ABI 1 (execute .. make_sym).
+const ABI1_FS: u64 = (1 << 13) - 1;
 /// Rights that apply to a non-directory.
-const FILE_RIGHTS: u64 = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV;
+pub const FILE_RIGHTS: u64 = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV;
 /// Read and execute: what a read-only mount needs.
 pub const READ_EXEC_RIGHTS: u64 = EXECUTE | READ_FILE | READ_DIR;
 const READ_EXEC: u64 = READ_EXEC_RIGHTS;
 
 // Network rights (ABI 4).
-pub const BIND_TCP: u64 = AccessNet::BindTcp as u64;
-pub const CONNECT_TCP: u64 = AccessNet::ConnectTcp as u64;
+pub const BIND_TCP: u64 = 1 << 0;
+pub const CONNECT_TCP: u64 = 1 << 1;
 // Scopes (ABI 6).
-pub const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = Scope::AbstractUnixSocket as u64;
-pub const SCOPE_SIGNAL: u64 = Scope::Signal as u64;
-
-/// The crate's name for ABI `abi` (at most [`HUTCH_MAX_ABI`]).
-fn abi(abi: u32) -> ABI {
-    match abi {
-        0 => ABI::Unsupported,
-        1 => ABI::V1,
-        2 => ABI::V2,
-        3 => ABI::V3,
-        4 => ABI::V4,
-        5 => ABI::V5,
-        6 => ABI::V6,
-        _ => ABI::V7,
-    }
-}
+pub const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
+pub const SCOPE_SIGNAL: u64 = 1 << 1;
 
 /// Every filesystem right an ABI can enforce.
-pub fn fs_rights(abi_version: u32) -> u64 {
-    AccessFs::from_all(abi(abi_version.min(HUTCH_MAX_ABI))).bits()
+pub fn fs_rights(abi: u32) -> u64 {
+    let mut r = 0;
+    if abi >= 1 {
+        r |= ABI1_FS;
+    }
+    if abi >= 2 {
+        r |= REFER;
+    }
+    if abi >= 3 {
+        r |= TRUNCATE;
+    }
+    if abi >= 5 {
+        r |= IOCTL_DEV;
+    }
+    r
 }
 
 /// One path rule, the path as seen inside the new root.
@@ -92,7 +87,7 @@ pub struct LandlockPlan {
 }
 
 /// What the exit report says about Landlock.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct LandlockReport {
     /// `security.landlock.enabled`.
     pub requested: bool,
@@ -105,9 +100,11 @@ pub struct LandlockReport {
     /// Filesystem rights are restricted to the mount plan.
     pub filesystem: bool,
     /// `denied`, `proxy-only`, or `unrestricted` (host network or ABI < 4).
-    pub tcp: &'static str,
+    #[serde(deserialize_with = "crate::static_words::word")]
+    pub tcp: crate::static_words::Word,
     /// Scopes in force: `abstract-unix-socket`, `signal` (ABI >= 6).
-    pub scoped: Vec<&'static str>,
+    #[serde(deserialize_with = "crate::static_words::words")]
+    pub scoped: Vec<crate::static_words::Word>,
 }
 
 fn path_cstring(p: &Path) -> Option<CString> {
@@ -206,35 +203,9 @@ impl LandlockPlan {
 
     /// Open the planned paths (inside the new root) and enforce the ruleset
     /// on the calling thread. Paths that do not exist (optional binds that
-    /// were skipped) get no rule, which only denies more. Needs
-    /// no-new-privs (set by the caller; the crate does not set it again).
-    /// Allocates nothing unless it fails: the paths are C strings of the
-    /// plan and the fds are opened here.
+    /// were skipped) get no rule, which only denies more. Needs no-new-privs.
     pub fn enforce(&self) -> Result<(), SysError> {
-        let sets = || {
-            format!(
-                "landlock_create_ruleset(fs={:#x}, net={:#x}, scoped={:#x})",
-                self.handled_fs, self.handled_net, self.scoped
-            )
-        };
-        let mut ruleset = Ruleset::default()
-            .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(bits!(AccessFs, self.handled_fs, sets)?)
-            .map_err(|e| failed(&sets(), e))?;
-        if self.handled_net != 0 {
-            ruleset = ruleset
-                .handle_access(bits!(AccessNet, self.handled_net, sets)?)
-                .map_err(|e| failed(&sets(), e))?;
-        }
-        if self.scoped != 0 {
-            ruleset = ruleset
-                .scope(bits!(Scope, self.scoped, sets)?)
-                .map_err(|e| failed(&sets(), e))?;
-        }
-        let mut created = ruleset
-            .create()
-            .map_err(|e| failed(&sets(), e))?
-            .no_new_privs(false);
+        let ruleset = sys::landlock_create_ruleset(self.handled_fs, self.handled_net, self.scoped)?;
         for rule in &self.paths {
             let fd = match open_path(&rule.path) {
                 Ok(fd) => fd,
@@ -249,52 +220,21 @@ impl LandlockPlan {
             if access == 0 {
                 continue;
             }
-            let call = || {
-                format!(
-                    "landlock_add_rule(PATH_BENEATH, {:?}, access={access:#x})",
-                    rule.path.to_string_lossy()
-                )
-            };
-            created = created
-                .add_rule(PathBeneath::new(fd, bits!(AccessFs, access, call)?))
-                .map_err(|e| failed(&call(), e))?;
+            sys::landlock_add_path_rule(
+                ruleset.as_fd(),
+                fd.as_fd(),
+                access,
+                &rule.path.to_string_lossy(),
+            )?;
         }
         for &(port, access) in &self.ports {
-            let call = || format!("landlock_add_rule(NET_PORT, {port}, access={access:#x})");
-            created = created
-                .add_rule(NetPort::new(port, bits!(AccessNet, access, call)?))
-                .map_err(|e| failed(&call(), e))?;
+            sys::landlock_add_net_rule(ruleset.as_fd(), port, access)?;
         }
-        let status = created
-            .restrict_self()
-            .map_err(|e| failed("landlock_restrict_self(0)", e))?;
-        // HardRequirement refuses what it cannot enforce; a status short of
-        // full enforcement would still be a silent downgrade: fail closed.
-        if status.ruleset != RulesetStatus::FullyEnforced {
-            return Err(SysError::new(
-                "landlock_restrict_self(0) => not fully enforced",
-                Errno::EOPNOTSUPP,
-            ));
-        }
-        Ok(())
+        sys::landlock_restrict_self(ruleset.as_fd())
     }
 }
 
-/// `mask` as the crate's flags of type `$t`; a bit it does not know is
-/// hutch's bug, refused as EINVAL by the call `$call` names.
-macro_rules! bits {
-    ($t:ty, $mask:expr, $call:expr) => {
-        BitFlags::<$t>::from_bits($mask).map_err(|_| SysError::new($call(), Errno::EINVAL))
-    };
-}
-use bits;
-
-/// A crate error as the syscall error it wraps.
-fn failed(call: &str, e: RulesetError) -> SysError {
-    SysError::new(call, Errno::from_raw(*landlock::Errno::from(e)))
-}
-
-fn open_path(path: &CString) -> Result<OwnedFd, SysError> {
+fn open_path(path: &CString) -> Result<std::os::fd::OwnedFd, SysError> {
     nix::fcntl::open(
         path.as_c_str(),
         nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
@@ -303,8 +243,8 @@ fn open_path(path: &CString) -> Result<OwnedFd, SysError> {
     .map_err(|e| SysError::new(format!("open({:?}, O_PATH)", path.to_string_lossy()), e))
 }
 
-fn is_dir(fd: &OwnedFd) -> bool {
-    nix::sys::stat::fstat(fd.as_fd())
+fn is_dir(fd: &std::os::fd::OwnedFd) -> bool {
+    nix::sys::stat::fstat(fd)
         .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
         .unwrap_or(false)
 }

@@ -5,8 +5,10 @@
 //! BPF program, probes the Landlock ABI (failing closed below the floor) and
 //! computes the Landlock rules from the mount plan and network mode. The
 //! sandbox then calls [`Confinement::apply_init`] in pid 1 after it forked
-//! the workload, and [`Confinement::apply_workload`] in the workload as the
-//! last step before `execve`: Landlock first, seccomp last.
+//! the workload; the workload's own steps (Landlock from
+//! [`Confinement::landlock_plan`], then the seccomp filter, last before
+//! `execve`) are performed by the launcher's child code through its
+//! mockable syscall layer (`launch::child`), so that they allocate nothing.
 
 pub mod caps;
 pub mod landlock;
@@ -105,7 +107,7 @@ pub struct Confinement {
 }
 
 /// What was enforced, for the exit report and `hutch check`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ConfinementReport {
     pub seccomp: SeccompReport,
     pub landlock: LandlockReport,
@@ -187,9 +189,10 @@ impl Confinement {
         crate::sys::seccomp_set_mode_filter(&self.init_filter.program)
     }
 
-    /// In the workload, after pivot_root, setsid, close_range, no-new-privs
-    /// and the capability drop, as the very last step before execve:
-    /// Landlock (the new root exists now), then seccomp.
+    /// Confine the calling process as a workload is confined: Landlock, then
+    /// seccomp (after no-new-privs and the capability drop). The launcher's
+    /// workload performs the same steps through `launch::child`; this is for
+    /// tests and for embedders confining a process of their own.
     pub fn apply_workload(&self) -> Result<(), ConfineError> {
         if self.landlock.is_some() || self.workload_filter.is_some() {
             crate::sys::set_no_new_privs().map_err(ConfineError::Seccomp)?;

@@ -1,10 +1,10 @@
 //! Executing a [`Plan`] in the child, through the mockable [`FsSys`] layer.
 //!
-//! Order (fixed): propagation → open sources → (the caller switches
-//! identity) → staging tmpfs → root tmpfs →
-//! attach the supervisor's detached mounts (idmapped lowers, root-only
-//! sources) → steps in order → root read-only → pivot_root →
-//! detach the old root.
+//! Order (fixed; the caller made `/` a slave mount first): open sources →
+//! (the caller switches identity) → staging tmpfs → root tmpfs → attach
+//! the supervisor's detached mounts (idmapped lowers) → steps in order →
+//! (proxy mode) the Unix door → root read-only → pivot_root → detach the
+//! old root.
 //!
 //! Destinations are always resolved inside the new root (`RESOLVE_IN_ROOT`)
 //! and mounted through `/proc/self/fd/N`, so a symlink made by an earlier
@@ -12,17 +12,23 @@
 //! passed the same way, so no raw path ever reaches an option string.
 
 use std::ffi::{CStr, CString};
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 use super::plan::{DEV_BIND, PROC_ATTRS, Plan, RO_BIND, Step, Upper, tmpfs_data};
 use crate::sys::{
     Errno, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, RESOLVE_IN_ROOT,
-    RESOLVE_NO_SYMLINKS, SysError, fd_path,
+    RESOLVE_NO_SYMLINKS, SysError,
 };
 
-/// The syscalls the builder uses. [`super::RealFs`] performs them; tests
-/// record them.
+/// `/proc/self/fd/N` of an fd the builder holds.
+fn fd_path(fd: BorrowedFd<'_>) -> CString {
+    crate::sys::fd_path(std::os::fd::AsRawFd::as_raw_fd(&fd))
+}
+
+/// The syscalls the builder uses. `RealSys` (`src/launch/real_sys.rs`)
+/// performs them; tests record them. fds the builder opens are owned (a
+/// drop closes them); fds it only uses are borrowed.
 pub trait FsSys {
     fn mount(
         &mut self,
@@ -32,34 +38,55 @@ pub trait FsSys {
         flags: libc::c_ulong,
         data: Option<&CStr>,
     ) -> Result<(), SysError>;
-    /// openat2; the returned fd is owned by the builder.
+    /// openat2 (AT_FDCWD without `dir`).
     fn open(
         &mut self,
-        dir: Option<RawFd>,
+        dir: Option<BorrowedFd<'_>>,
         path: &CStr,
         flags: libc::c_int,
         mode: u32,
         resolve: u64,
-    ) -> Result<RawFd, SysError>;
-    fn close(&mut self, fd: RawFd);
-    fn mkdirat(&mut self, dir: RawFd, name: &CStr, mode: u32) -> Result<(), SysError>;
-    fn symlinkat(&mut self, target: &CStr, dir: RawFd, name: &CStr) -> Result<(), SysError>;
-    fn mount_setattr(&mut self, fd: RawFd, recursive: bool, set: u64) -> Result<(), SysError>;
-    fn move_mount(&mut self, from: RawFd, to: &CStr) -> Result<(), SysError>;
+    ) -> Result<OwnedFd, SysError>;
+    fn mkdirat(&mut self, dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<(), SysError>;
+    fn symlinkat(
+        &mut self,
+        target: &CStr,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+    ) -> Result<(), SysError>;
+    fn mount_setattr(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        recursive: bool,
+        set: u64,
+    ) -> Result<(), SysError>;
+    fn move_mount(&mut self, from: BorrowedFd<'_>, to: &CStr) -> Result<(), SysError>;
     /// A detached copy (`open_tree(OPEN_TREE_CLONE)`) of the mount at
     /// `name` under `dir` (a symlink as `name` is not followed; an empty
     /// `name` means `dir` itself).
-    fn clone_tree(&mut self, dir: RawFd, name: &CStr, recursive: bool) -> Result<RawFd, SysError>;
+    fn clone_tree(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        recursive: bool,
+    ) -> Result<OwnedFd, SysError>;
     /// Attach the detached mount `from` at `name` under `dir` (not
     /// following a symlink there).
-    fn move_mount_at(&mut self, from: RawFd, dir: RawFd, name: &CStr) -> Result<(), SysError>;
-    fn write_all(&mut self, fd: RawFd, data: &[u8]) -> Result<(), SysError>;
+    fn move_mount_at(
+        &mut self,
+        from: BorrowedFd<'_>,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+    ) -> Result<(), SysError>;
+    fn write_all(&mut self, fd: BorrowedFd<'_>, data: &[u8]) -> Result<(), SysError>;
     fn chmod(&mut self, path: &CStr, mode: u32) -> Result<(), SysError>;
-    fn is_dir(&mut self, fd: RawFd) -> Result<bool, SysError>;
-    fn fchdir(&mut self, fd: RawFd) -> Result<(), SysError>;
+    fn is_dir(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError>;
+    fn fchdir(&mut self, fd: BorrowedFd<'_>) -> Result<(), SysError>;
     fn pivot_root(&mut self, new_root: &CStr, put_old: &CStr) -> Result<(), SysError>;
     fn umount2(&mut self, target: &CStr, flags: libc::c_int) -> Result<(), SysError>;
     fn chdir(&mut self, path: &CStr) -> Result<(), SysError>;
+    /// A listening Unix stream socket bound at `name` under `dir`.
+    fn unix_listener(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, SysError>;
 }
 
 /// A failed build step: which operation, the failed call, and a hint.
@@ -72,10 +99,12 @@ pub struct BuildError {
 }
 
 /// What survives the build: fds of the private overlay uppers, opened for
-/// counting changes after the workload ends.
+/// counting changes after the workload ends, and the Unix door when one
+/// was asked for.
 #[derive(Debug, Default)]
 pub struct Built {
-    pub tmp_upper_fds: Vec<RawFd>,
+    pub tmp_upper_fds: Vec<OwnedFd>,
+    pub unix_door: Option<OwnedFd>,
 }
 
 /// Where the child stages the new root in its private copy of the host
@@ -120,29 +149,37 @@ const DEV_LINKS: &[(&CStr, &CStr)] = &[
 
 struct Builder<'a, S: FsSys> {
     sys: &'a mut S,
-    root: RawFd,
-    source_fds: Vec<Option<RawFd>>,
-    host_dev: Option<RawFd>,
+    root: OwnedFd,
+    source_fds: Vec<Option<OwnedFd>>,
+    host_dev: Option<OwnedFd>,
     scratch: usize,
+}
+
+/// A directory found inside the new root: the root itself (borrowed from
+/// the builder) or one the builder opened.
+enum Dir {
+    Root,
+    Opened(OwnedFd),
+}
+
+fn dir_fd<'a>(root: &'a OwnedFd, d: &'a Dir) -> BorrowedFd<'a> {
+    match d {
+        Dir::Root => root.as_fd(),
+        Dir::Opened(fd) => fd.as_fd(),
+    }
 }
 
 /// Host sources opened by [`open_sources`] (None: optional and missing, or
 /// handed over by the supervisor as detached mounts, attached by
 /// [`build`]).
 #[derive(Debug, Default)]
-pub struct Sources(pub Vec<Option<RawFd>>);
+pub struct Sources(pub Vec<Option<OwnedFd>>);
 
-/// First part of the fixed order: make `/` a slave mount and open every
+/// First part of the fixed order (once `/` is a slave mount): open every
 /// host source. This runs with the caller's filesystem identity (before the
 /// sandbox switches to its own ids), so root-owned paths the launching user
 /// may name stay reachable.
 pub fn open_sources<S: FsSys>(sys: &mut S, plan: &Plan) -> Result<Sources, BuildError> {
-    sys.mount(None, c"/", None, libc::MS_SLAVE | libc::MS_REC, None)
-        .map_err(|err| BuildError {
-            what: "making / a slave mount".into(),
-            err,
-            hint: None,
-        })?;
     let mut source_fds = Vec::with_capacity(plan.sources.len());
     for src in &plan.sources {
         if src.idmapped || src.handed_over {
@@ -191,13 +228,17 @@ pub fn open_sources<S: FsSys>(sys: &mut S, plan: &Plan) -> Result<Sources, Build
 /// Second part: build the new root and pivot into it. `handed` pairs a
 /// source index with a detached mount received from the supervisor (an
 /// idmapped workspace layer, or a path only host root may reach). `op_names`
-/// describe each step for errors (e.g. `fs[3] (ro-bind /usr)`).
+/// describe each step for errors (e.g. `fs[3] (ro-bind /usr)`). `door`
+/// (relative to the new root, e.g. `run/hutch/proxy.sock`) asks for a
+/// listening Unix socket there, made after the steps: it exists only
+/// inside the sandbox, so nothing of it is ever left on the host.
 pub fn build<S: FsSys>(
     sys: &mut S,
     plan: &Plan,
     sources: Sources,
-    handed: &[(usize, RawFd)],
+    handed: Vec<(usize, OwnedFd)>,
     op_names: &[String],
+    door: Option<&CStr>,
 ) -> Result<Built, BuildError> {
     let err = |what: &str| {
         let what = what.to_string();
@@ -229,7 +270,7 @@ pub fn build<S: FsSys>(
     let staging = sys
         .open(None, STAGING, O_PATH_DIR, 0, 0)
         .map_err(err("opening the staging tmpfs"))?;
-    sys.mkdirat(staging, c"root", 0o755)
+    sys.mkdirat(staging.as_fd(), c"root", 0o755)
         .map_err(err("creating the new root"))?;
     let root_data = tmpfs_data(0o755, (staging_size + data_size) as u64, 16384);
     sys.mount(
@@ -254,27 +295,26 @@ pub fn build<S: FsSys>(
     for (index, fd) in handed {
         let dir = b
             .sys
-            .is_dir(*fd)
+            .is_dir(fd.as_fd())
             .map_err(err("inspecting a mount handed over by the supervisor"))?;
         let at = if dir {
-            b.scratch_dir(staging)
+            b.scratch_dir(staging.as_fd())
         } else {
-            b.scratch_file(staging)
+            b.scratch_file(staging.as_fd())
         }
         .map_err(err(
             "creating a mount point for a mount handed over by the supervisor",
         ))?;
-        b.sys.move_mount(*fd, &at).map_err(|e| BuildError {
-            what: "attaching a mount handed over by the supervisor".into(),
-            err: e,
-            hint: None,
-        })?;
+        b.sys
+            .move_mount(fd.as_fd(), &at)
+            .map_err(err("attaching a mount handed over by the supervisor"))?;
+        drop(fd);
         let flags = if dir { O_PATH_DIR } else { libc::O_PATH };
         let opened = b
             .sys
             .open(None, &at, flags, 0, 0)
             .map_err(err("opening a mount handed over by the supervisor"))?;
-        b.source_fds[*index] = Some(opened);
+        b.source_fds[index] = Some(opened);
     }
 
     let mut built = Built::default();
@@ -283,73 +323,75 @@ pub fn build<S: FsSys>(
             .get(i)
             .cloned()
             .unwrap_or_else(|| format!("fs[{i}]"));
-        let tmp_upper = b.step(step, staging).map_err(|(err, hint)| BuildError {
-            what: what.clone(),
-            err,
-            hint,
-        })?;
+        let tmp_upper = b
+            .step(step, staging.as_fd())
+            .map_err(|(err, hint)| BuildError { what, err, hint })?;
         if let Some(fd) = tmp_upper {
             built.tmp_upper_fds.push(fd);
         }
+    }
+    if let Some(door) = door {
+        let (parent, name) = b.parent_of(door).map_err(|(err, hint)| BuildError {
+            what: "creating the egress proxy's Unix door".into(),
+            err,
+            hint,
+        })?;
+        let listener = b.sys.unix_listener(dir_fd(&b.root, &parent), &name);
+        built.unix_door = Some(listener.map_err(err("creating the egress proxy's Unix door"))?);
     }
 
     if plan.root_readonly {
         b.sys
             .mount_setattr(
-                b.root,
+                b.root.as_fd(),
                 false,
                 MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | crate::sys::MOUNT_ATTR_NODEV,
             )
             .map_err(err("making the new root read-only"))?;
     }
-    for fd in b.source_fds.iter().flatten() {
-        b.sys.close(*fd);
-    }
-    if let Some(dev) = b.host_dev {
-        b.sys.close(dev);
-    }
-    b.sys.close(staging);
+    let Builder { sys, root, .. } = b;
+    drop(staging);
     // pivot_root(".", ".") stacks the old root on top of the new one; the
     // detach then removes it, staging and host sources included.
-    b.sys.fchdir(b.root).map_err(err("entering the new root"))?;
-    b.sys
-        .pivot_root(c".", c".")
+    sys.fchdir(root.as_fd())
+        .map_err(err("entering the new root"))?;
+    sys.pivot_root(c".", c".")
         .map_err(err("pivot_root into the new root"))?;
-    b.sys
-        .umount2(c".", libc::MNT_DETACH)
+    sys.umount2(c".", libc::MNT_DETACH)
         .map_err(err("detaching the old root"))?;
-    b.sys.chdir(c"/").map_err(err("entering the new root"))?;
-    b.sys.close(b.root);
+    sys.chdir(c"/").map_err(err("entering the new root"))?;
     Ok(built)
 }
 
-type StepResult<T> = Result<T, (SysError, Option<&'static str>)>;
+/// An fs operation's result: the failed call and a hint.
+type OpResult<T> = Result<T, (SysError, Option<&'static str>)>;
 
-fn plain<T>(r: Result<T, SysError>) -> StepResult<T> {
+fn plain<T>(r: Result<T, SysError>) -> OpResult<T> {
     r.map_err(|e| (e, None))
 }
 
 impl<S: FsSys> Builder<'_, S> {
-    fn step(&mut self, step: &Step, staging: RawFd) -> StepResult<Option<RawFd>> {
+    fn step(&mut self, step: &Step, staging: BorrowedFd<'_>) -> OpResult<Option<OwnedFd>> {
         match step {
             Step::Bind {
                 source,
                 dest,
                 attrs,
             } => {
-                let Some(src) = self.source_fds[*source] else {
+                let Some(src) = &self.source_fds[*source] else {
                     return Ok(None);
                 };
-                let is_dir = plain(self.sys.is_dir(src))?;
+                let src_path = fd_path(src.as_fd());
+                let is_dir = plain(self.sys.is_dir(src.as_fd()))?;
                 let target = self.ensure(dest, is_dir)?;
                 plain(self.sys.mount(
-                    Some(&fd_path(src)),
-                    &fd_path(target),
+                    Some(&src_path),
+                    &fd_path(target.as_fd()),
                     None,
                     libc::MS_BIND | libc::MS_REC,
                     None,
                 ))?;
-                self.sys.close(target);
+                drop(target);
                 self.set_attrs(dest, *attrs)?;
             }
             Step::Overlay {
@@ -361,12 +403,11 @@ impl<S: FsSys> Builder<'_, S> {
                 let target = self.ensure(dest, true)?;
                 plain(self.sys.mount(
                     Some(c"tmpfs"),
-                    &fd_path(target),
+                    &fd_path(target.as_fd()),
                     Some(c"tmpfs"),
                     BASE,
                     Some(data),
                 ))?;
-                self.sys.close(target);
             }
             Step::Proc { dest } => self.proc(dest)?,
             Step::Dev { dest } => self.dev(dest)?,
@@ -374,17 +415,15 @@ impl<S: FsSys> Builder<'_, S> {
                 let target = self.ensure(dest, true)?;
                 plain(self.sys.mount(
                     Some(c"mqueue"),
-                    &fd_path(target),
+                    &fd_path(target.as_fd()),
                     Some(c"mqueue"),
                     BASE | libc::MS_NOEXEC,
                     None,
                 ))?;
-                self.sys.close(target);
             }
             Step::Dir { dest, mode } => {
                 let fd = self.ensure(dest, true)?;
-                plain(self.sys.chmod(&fd_path(fd), *mode))?;
-                self.sys.close(fd);
+                plain(self.sys.chmod(&fd_path(fd.as_fd()), *mode))?;
             }
             Step::File {
                 dest,
@@ -403,48 +442,47 @@ impl<S: FsSys> Builder<'_, S> {
                         *mode,
                         0,
                     ))?;
-                    plain(self.sys.write_all(fd, content))?;
-                    plain(self.sys.chmod(&fd_path(fd), *mode))?;
+                    plain(self.sys.write_all(fd.as_fd(), content))?;
+                    plain(self.sys.chmod(&fd_path(fd.as_fd()), *mode))?;
                     let target = self.ensure(dest, false)?;
                     plain(self.sys.mount(
-                        Some(&fd_path(fd)),
-                        &fd_path(target),
+                        Some(&fd_path(fd.as_fd())),
+                        &fd_path(target.as_fd()),
                         None,
                         libc::MS_BIND,
                         None,
                     ))?;
-                    self.sys.close(fd);
-                    self.sys.close(target);
+                    drop((fd, target));
                     self.set_attrs(dest, RO_BIND)?;
                 } else {
                     let (parent, name) = self.parent_of(dest)?;
                     let fd = plain(self.sys.open(
-                        Some(parent),
+                        Some(dir_fd(&self.root, &parent)),
                         &name,
                         libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW,
                         *mode,
                         RESOLVE_NO_SYMLINKS,
                     ))?;
-                    plain(self.sys.write_all(fd, content))?;
-                    plain(self.sys.chmod(&fd_path(fd), *mode))?;
-                    self.sys.close(fd);
-                    self.release(parent);
+                    plain(self.sys.write_all(fd.as_fd(), content))?;
+                    plain(self.sys.chmod(&fd_path(fd.as_fd()), *mode))?;
                 }
             }
             Step::Symlink { target, dest } => {
                 let (parent, name) = self.parent_of(dest)?;
-                let made = self.sys.symlinkat(target, parent, &name);
-                self.release(parent);
-                plain(made)?;
+                plain(
+                    self.sys
+                        .symlinkat(target, dir_fd(&self.root, &parent), &name),
+                )?;
             }
             Step::Chmod { dest, mode } => {
-                let fd =
-                    plain(
-                        self.sys
-                            .open(Some(self.root), dest, libc::O_PATH, 0, RESOLVE_IN_ROOT),
-                    )?;
-                plain(self.sys.chmod(&fd_path(fd), *mode))?;
-                self.sys.close(fd);
+                let fd = plain(self.sys.open(
+                    Some(self.root.as_fd()),
+                    dest,
+                    libc::O_PATH,
+                    0,
+                    RESOLVE_IN_ROOT,
+                ))?;
+                plain(self.sys.chmod(&fd_path(fd.as_fd()), *mode))?;
             }
             Step::RemountRo { dest } => self.set_attrs(dest, MOUNT_ATTR_RDONLY)?,
         }
@@ -456,19 +494,28 @@ impl<S: FsSys> Builder<'_, S> {
         lowers: &[usize],
         upper: &Upper,
         dest: &CStr,
-        staging: RawFd,
-    ) -> StepResult<Option<RawFd>> {
+        staging: BorrowedFd<'_>,
+    ) -> OpResult<Option<OwnedFd>> {
         let mut data = b"lowerdir=".to_vec();
         for (n, l) in lowers.iter().enumerate() {
-            let fd = self.source_fds[*l].expect("overlay layers are never optional");
+            let fd = self.source_fds[*l]
+                .as_ref()
+                .expect("overlay layers are never optional");
             if n > 0 {
                 data.push(b':');
             }
-            data.extend_from_slice(fd_path(fd).as_bytes());
+            data.extend_from_slice(fd_path(fd.as_fd()).as_bytes());
         }
         let mut counted = None;
-        let (upper_fd, work_fd) = match upper {
-            Upper::Host { upper, work } => (self.source_fds[*upper], self.source_fds[*work]),
+        // Private upper and work dirs stay open until the mount is made.
+        let mut private: Option<(OwnedFd, OwnedFd)> = None;
+        let dirs: Option<(CString, CString)> = match upper {
+            Upper::Host { upper, work } => {
+                match (&self.source_fds[*upper], &self.source_fds[*work]) {
+                    (Some(u), Some(w)) => Some((fd_path(u.as_fd()), fd_path(w.as_fd()))),
+                    _ => None,
+                }
+            }
             Upper::Tmp { size } => {
                 let at = plain(self.scratch_dir(staging))?;
                 let opts = tmpfs_data(0o755, *size, 1 << 20);
@@ -477,27 +524,28 @@ impl<S: FsSys> Builder<'_, S> {
                         .mount(Some(c"tmpfs"), &at, Some(c"tmpfs"), BASE, Some(&opts)),
                 )?;
                 let dir = plain(self.sys.open(None, &at, O_PATH_DIR, 0, 0))?;
-                plain(self.sys.mkdirat(dir, c"upper", 0o755))?;
-                plain(self.sys.mkdirat(dir, c"work", 0o700))?;
-                let u = plain(self.sys.open(Some(dir), c"upper", O_PATH_DIR, 0, 0))?;
-                let w = plain(self.sys.open(Some(dir), c"work", O_PATH_DIR, 0, 0))?;
+                plain(self.sys.mkdirat(dir.as_fd(), c"upper", 0o755))?;
+                plain(self.sys.mkdirat(dir.as_fd(), c"work", 0o700))?;
+                let u = plain(self.sys.open(Some(dir.as_fd()), c"upper", O_PATH_DIR, 0, 0))?;
+                let w = plain(self.sys.open(Some(dir.as_fd()), c"work", O_PATH_DIR, 0, 0))?;
                 counted = Some(plain(self.sys.open(
-                    Some(dir),
+                    Some(dir.as_fd()),
                     c"upper",
                     libc::O_RDONLY | libc::O_DIRECTORY,
                     0,
                     0,
                 ))?);
-                self.sys.close(dir);
-                (Some(u), Some(w))
+                let paths = (fd_path(u.as_fd()), fd_path(w.as_fd()));
+                private = Some((u, w));
+                Some(paths)
             }
-            Upper::None => (None, None),
+            Upper::None => None,
         };
-        if let (Some(u), Some(w)) = (upper_fd, work_fd) {
+        if let Some((u, w)) = dirs {
             data.extend_from_slice(b",upperdir=");
-            data.extend_from_slice(fd_path(u).as_bytes());
+            data.extend_from_slice(u.as_bytes());
             data.extend_from_slice(b",workdir=");
-            data.extend_from_slice(fd_path(w).as_bytes());
+            data.extend_from_slice(w.as_bytes());
         }
         // Inside a user namespace overlay keeps its metadata in user.*
         // xattrs; redirect_dir and metacopy stay off.
@@ -511,7 +559,7 @@ impl<S: FsSys> Builder<'_, S> {
                 0
             };
         self.sys
-            .mount(Some(c"overlay"), &fd_path(target), Some(c"overlay"), flags, Some(&data))
+            .mount(Some(c"overlay"), &fd_path(target.as_fd()), Some(c"overlay"), flags, Some(&data))
             .map_err(|e| {
                 let hint = match e.errno {
                     Errno::EINVAL => Some("overlay refused its layers: upper and work must be on one filesystem that supports user xattrs"),
@@ -520,29 +568,27 @@ impl<S: FsSys> Builder<'_, S> {
                 };
                 (e, hint)
             })?;
-        self.sys.close(target);
-        if let Upper::Tmp { .. } = upper {
-            for fd in [upper_fd, work_fd].into_iter().flatten() {
-                self.sys.close(fd);
-            }
-        }
+        drop(private);
         Ok(counted)
     }
 
-    fn proc(&mut self, dest: &CStr) -> StepResult<()> {
+    fn proc(&mut self, dest: &CStr) -> OpResult<()> {
         let target = self.ensure(dest, true)?;
         plain(self.sys.mount(
             Some(c"proc"),
-            &fd_path(target),
+            &fd_path(target.as_fd()),
             Some(c"proc"),
             BASE | libc::MS_NOEXEC,
             None,
         ))?;
-        self.sys.close(target);
-        let proc = plain(
-            self.sys
-                .open(Some(self.root), dest, O_PATH_DIR, 0, RESOLVE_IN_ROOT),
-        )?;
+        drop(target);
+        let proc = plain(self.sys.open(
+            Some(self.root.as_fd()),
+            dest,
+            O_PATH_DIR,
+            0,
+            RESOLVE_IN_ROOT,
+        ))?;
         // One detached copy of the host's /dev/null, made read-only,
         // nosuid, nodev and noexec before it is attached over the first
         // masked file; every later mask is a bind of that mount, and a bind
@@ -550,119 +596,126 @@ impl<S: FsSys> Builder<'_, S> {
         let null = self.host_dev_node(c"null")?;
         plain(
             self.sys
-                .mount_setattr(null, false, RO_BIND | MOUNT_ATTR_NOEXEC),
+                .mount_setattr(null.as_fd(), false, RO_BIND | MOUNT_ATTR_NOEXEC),
         )?;
         let mut null_attached = false;
         for name in PROC_MASKED_FILES {
             if !null_attached {
-                match self.sys.move_mount_at(null, proc, name) {
+                match self.sys.move_mount_at(null.as_fd(), proc.as_fd(), name) {
                     Ok(()) => null_attached = true,
                     Err(e) if e.errno == Errno::ENOENT => {}
                     Err(e) => return Err((e, None)),
                 }
                 continue;
             }
-            let Some(fd) = self.open_optional(proc, name, libc::O_PATH | libc::O_NOFOLLOW)? else {
+            let Some(fd) =
+                self.open_optional(proc.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW)?
+            else {
                 continue;
             };
             plain(self.sys.mount(
-                Some(&fd_path(null)),
-                &fd_path(fd),
+                Some(&fd_path(null.as_fd())),
+                &fd_path(fd.as_fd()),
                 None,
                 libc::MS_BIND,
                 None,
             ))?;
-            self.sys.close(fd);
         }
-        self.sys.close(null);
+        drop(null);
         for name in PROC_MASKED_DIRS {
-            let Some(fd) = self.open_optional(proc, name, O_PATH_DIR | libc::O_NOFOLLOW)? else {
+            let Some(fd) = self.open_optional(proc.as_fd(), name, O_PATH_DIR | libc::O_NOFOLLOW)?
+            else {
                 continue;
             };
             let empty = tmpfs_data(0o555, 4096, 1);
             plain(self.sys.mount(
                 Some(c"tmpfs"),
-                &fd_path(fd),
+                &fd_path(fd.as_fd()),
                 Some(c"tmpfs"),
                 BASE | libc::MS_NOEXEC | libc::MS_RDONLY,
                 Some(&empty),
             ))?;
-            self.sys.close(fd);
         }
         // Read-only copies of these directories (and anything below them),
         // flagged while still detached, then attached over the originals.
         for name in PROC_READONLY {
-            let tree = match self.sys.clone_tree(proc, name, true) {
+            let tree = match self.sys.clone_tree(proc.as_fd(), name, true) {
                 Ok(fd) => fd,
                 Err(e) if e.errno == Errno::ENOENT => continue,
                 Err(e) => return Err((e, None)),
             };
             plain(
                 self.sys
-                    .mount_setattr(tree, true, MOUNT_ATTR_RDONLY | PROC_ATTRS),
+                    .mount_setattr(tree.as_fd(), true, MOUNT_ATTR_RDONLY | PROC_ATTRS),
             )?;
-            plain(self.sys.move_mount_at(tree, proc, name))?;
-            self.sys.close(tree);
+            plain(self.sys.move_mount_at(tree.as_fd(), proc.as_fd(), name))?;
         }
-        self.sys.close(proc);
         Ok(())
     }
 
-    fn dev(&mut self, dest: &CStr) -> StepResult<()> {
+    fn dev(&mut self, dest: &CStr) -> OpResult<()> {
         let target = self.ensure(dest, true)?;
         let opts = tmpfs_data(0o755, 64 << 10, 64);
         plain(self.sys.mount(
             Some(c"tmpfs"),
-            &fd_path(target),
+            &fd_path(target.as_fd()),
             Some(c"tmpfs"),
             libc::MS_NOSUID | libc::MS_NOEXEC,
             Some(&opts),
         ))?;
-        self.sys.close(target);
-        let dev = plain(
-            self.sys
-                .open(Some(self.root), dest, O_PATH_DIR, 0, RESOLVE_IN_ROOT),
-        )?;
+        drop(target);
+        let dev = plain(self.sys.open(
+            Some(self.root.as_fd()),
+            dest,
+            O_PATH_DIR,
+            0,
+            RESOLVE_IN_ROOT,
+        ))?;
         for name in DEV_NODES {
             // A detached copy of the host node, flagged before it is
             // attached over an empty file of the new /dev.
             let node = self.host_dev_node(name)?;
             plain(
                 self.sys
-                    .mount_setattr(node, false, DEV_BIND | MOUNT_ATTR_NOEXEC),
+                    .mount_setattr(node.as_fd(), false, DEV_BIND | MOUNT_ATTR_NOEXEC),
             )?;
             let fd = plain(self.sys.open(
-                Some(dev),
+                Some(dev.as_fd()),
                 name,
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
                 0o666,
                 RESOLVE_NO_SYMLINKS,
             ))?;
-            self.sys.close(fd);
-            plain(self.sys.move_mount_at(node, dev, name))?;
-            self.sys.close(node);
+            drop(fd);
+            plain(self.sys.move_mount_at(node.as_fd(), dev.as_fd(), name))?;
         }
         for (target, name) in DEV_LINKS {
-            plain(self.sys.symlinkat(target, dev, name))?;
+            plain(self.sys.symlinkat(target, dev.as_fd(), name))?;
         }
-        plain(self.sys.mkdirat(dev, c"pts", 0o755))?;
-        plain(self.sys.mkdirat(dev, c"shm", 0o1777))?;
-        let pts = plain(
-            self.sys
-                .open(Some(dev), c"pts", O_PATH_DIR, 0, RESOLVE_NO_SYMLINKS),
-        )?;
+        plain(self.sys.mkdirat(dev.as_fd(), c"pts", 0o755))?;
+        plain(self.sys.mkdirat(dev.as_fd(), c"shm", 0o1777))?;
+        let pts = plain(self.sys.open(
+            Some(dev.as_fd()),
+            c"pts",
+            O_PATH_DIR,
+            0,
+            RESOLVE_NO_SYMLINKS,
+        ))?;
         plain(self.sys.mount(
             Some(c"devpts"),
-            &fd_path(pts),
+            &fd_path(pts.as_fd()),
             Some(c"devpts"),
             libc::MS_NOSUID | libc::MS_NOEXEC,
             Some(c"newinstance,ptmxmode=0666,mode=620"),
         ))?;
-        self.sys.close(pts);
-        let shm = plain(
-            self.sys
-                .open(Some(dev), c"shm", O_PATH_DIR, 0, RESOLVE_NO_SYMLINKS),
-        )?;
+        drop(pts);
+        let shm = plain(self.sys.open(
+            Some(dev.as_fd()),
+            c"shm",
+            O_PATH_DIR,
+            0,
+            RESOLVE_NO_SYMLINKS,
+        ))?;
         let shm_opts = tmpfs_data(
             0o1777,
             crate::spec::TMP_SIZE.0 / 4,
@@ -670,42 +723,34 @@ impl<S: FsSys> Builder<'_, S> {
         );
         plain(self.sys.mount(
             Some(c"tmpfs"),
-            &fd_path(shm),
+            &fd_path(shm.as_fd()),
             Some(c"tmpfs"),
             BASE | libc::MS_NOEXEC,
             Some(&shm_opts),
         ))?;
-        self.sys.close(shm);
-        self.sys.close(dev);
         Ok(())
     }
 
     /// A detached copy of a host device node's mount (the old root is
     /// still reachable); the node itself must not be a symlink.
-    fn host_dev_node(&mut self, name: &CStr) -> StepResult<RawFd> {
-        let dev = match self.host_dev {
-            Some(fd) => fd,
-            None => {
-                let fd = plain(self.sys.open(None, c"/dev", O_PATH_DIR, 0, 0))?;
-                self.host_dev = Some(fd);
-                fd
-            }
-        };
+    fn host_dev_node(&mut self, name: &CStr) -> OpResult<OwnedFd> {
+        if self.host_dev.is_none() {
+            self.host_dev = Some(plain(self.sys.open(None, c"/dev", O_PATH_DIR, 0, 0))?);
+        }
+        let dev = self.host_dev.as_ref().expect("just opened").as_fd();
         let node = plain(
             self.sys
                 .open(Some(dev), name, libc::O_PATH, 0, RESOLVE_NO_SYMLINKS),
         )?;
-        let tree = self.sys.clone_tree(node, c"", false);
-        self.sys.close(node);
-        plain(tree)
+        plain(self.sys.clone_tree(node.as_fd(), c"", false))
     }
 
     fn open_optional(
         &mut self,
-        dir: RawFd,
+        dir: BorrowedFd<'_>,
         name: &CStr,
         flags: libc::c_int,
-    ) -> StepResult<Option<RawFd>> {
+    ) -> OpResult<Option<OwnedFd>> {
         match self
             .sys
             .open(Some(dir), name, flags, 0, RESOLVE_NO_SYMLINKS)
@@ -717,33 +762,41 @@ impl<S: FsSys> Builder<'_, S> {
     }
 
     /// Apply mount attributes to the mount at `dest` and every submount.
-    fn set_attrs(&mut self, dest: &CStr, attrs: u64) -> StepResult<()> {
-        let fd = plain(
-            self.sys
-                .open(Some(self.root), dest, libc::O_PATH, 0, RESOLVE_IN_ROOT),
-        )?;
-        plain(self.sys.mount_setattr(fd, true, attrs))?;
-        self.sys.close(fd);
-        Ok(())
+    fn set_attrs(&mut self, dest: &CStr, attrs: u64) -> OpResult<()> {
+        let fd = plain(self.sys.open(
+            Some(self.root.as_fd()),
+            dest,
+            libc::O_PATH,
+            0,
+            RESOLVE_IN_ROOT,
+        ))?;
+        plain(self.sys.mount_setattr(fd.as_fd(), true, attrs))
     }
 
     /// Make sure `dest` exists in the new root (creating parents), as a
     /// directory or a regular file, and return an O_PATH fd to it.
-    fn ensure(&mut self, dest: &CStr, dir: bool) -> StepResult<RawFd> {
+    fn ensure(&mut self, dest: &CStr, dir: bool) -> OpResult<OwnedFd> {
         if dest.to_bytes() == b"." {
-            return plain(self.sys.open(Some(self.root), c".", O_PATH_DIR, 0, 0));
+            return plain(
+                self.sys
+                    .open(Some(self.root.as_fd()), c".", O_PATH_DIR, 0, 0),
+            );
         }
-        match self
-            .sys
-            .open(Some(self.root), dest, libc::O_PATH, 0, RESOLVE_IN_ROOT)
-        {
+        match self.sys.open(
+            Some(self.root.as_fd()),
+            dest,
+            libc::O_PATH,
+            0,
+            RESOLVE_IN_ROOT,
+        ) {
             Ok(fd) => return Ok(fd),
             Err(e) if e.errno == Errno::ENOENT => {}
             Err(e) => return Err((e, None)),
         }
         let (parent, name) = self.parent_of(dest)?;
+        let parent_fd = dir_fd(&self.root, &parent);
         let made = if dir {
-            match self.sys.mkdirat(parent, &name, 0o755) {
+            match self.sys.mkdirat(parent_fd, &name, 0o755) {
                 Ok(()) => Ok(()),
                 Err(e) if e.errno == Errno::EEXIST => Ok(()),
                 Err(e) => {
@@ -754,43 +807,37 @@ impl<S: FsSys> Builder<'_, S> {
         } else {
             self.sys
                 .open(
-                    Some(parent),
+                    Some(parent_fd),
                     &name,
                     libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW,
                     0o644,
                     RESOLVE_NO_SYMLINKS,
                 )
-                .map(|fd| self.sys.close(fd))
+                .map(drop)
                 .map_err(|e| (e.clone(), hint_for_create(e.errno)))
         };
-        self.release(parent);
+        drop(parent);
         made?;
-        plain(
-            self.sys
-                .open(Some(self.root), dest, libc::O_PATH, 0, RESOLVE_IN_ROOT),
-        )
-    }
-
-    /// Close a directory fd from [`Self::parent_of`] unless it is the new
-    /// root itself.
-    fn release(&mut self, fd: RawFd) {
-        if fd != self.root {
-            self.sys.close(fd);
-        }
+        plain(self.sys.open(
+            Some(self.root.as_fd()),
+            dest,
+            libc::O_PATH,
+            0,
+            RESOLVE_IN_ROOT,
+        ))
     }
 
     /// The parent directory of `dest` (created as needed) and the last name.
     /// Each prefix is resolved once, inside the new root; a missing one is
     /// created in the directory resolved just before it. The parent of a
-    /// top-level name is the new root's own fd: give it back with
-    /// [`Self::release`].
-    fn parent_of(&mut self, dest: &CStr) -> StepResult<(RawFd, CString)> {
+    /// top-level name is the new root itself.
+    fn parent_of(&mut self, dest: &CStr) -> OpResult<(Dir, CString)> {
         let bytes = dest.to_bytes();
         let (parent, name) = match bytes.iter().rposition(|b| *b == b'/') {
             Some(i) => (&bytes[..i], &bytes[i + 1..]),
             None => (&b""[..], bytes),
         };
-        let mut cur = self.root;
+        let mut cur = Dir::Root;
         let mut prefix = Vec::new();
         for comp in parent
             .split(|b| *b == b'/')
@@ -801,35 +848,33 @@ impl<S: FsSys> Builder<'_, S> {
             }
             prefix.extend_from_slice(comp);
             let here = CString::new(prefix.clone()).expect("no NUL");
+            let root = self.root.as_fd();
             let next = match self
                 .sys
-                .open(Some(self.root), &here, O_PATH_DIR, 0, RESOLVE_IN_ROOT)
+                .open(Some(root), &here, O_PATH_DIR, 0, RESOLVE_IN_ROOT)
             {
                 Ok(fd) => Ok(fd),
                 Err(e) if e.errno == Errno::ENOENT => {
                     let comp = CString::new(comp).expect("no NUL");
-                    match self.sys.mkdirat(cur, &comp, 0o755) {
-                        Ok(()) => plain(self.sys.open(
-                            Some(self.root),
-                            &here,
-                            O_PATH_DIR,
-                            0,
-                            RESOLVE_IN_ROOT,
-                        )),
-                        Err(e) if e.errno == Errno::EEXIST => plain(self.sys.open(
-                            Some(self.root),
-                            &here,
-                            O_PATH_DIR,
-                            0,
-                            RESOLVE_IN_ROOT,
-                        )),
+                    match self.sys.mkdirat(dir_fd(&self.root, &cur), &comp, 0o755) {
+                        Ok(()) => {
+                            plain(
+                                self.sys
+                                    .open(Some(root), &here, O_PATH_DIR, 0, RESOLVE_IN_ROOT),
+                            )
+                        }
+                        Err(e) if e.errno == Errno::EEXIST => {
+                            plain(
+                                self.sys
+                                    .open(Some(root), &here, O_PATH_DIR, 0, RESOLVE_IN_ROOT),
+                            )
+                        }
                         Err(e) => Err((e.clone(), hint_for_create(e.errno))),
                     }
                 }
                 Err(e) => Err((e, None)),
             };
-            self.release(cur);
-            cur = next?;
+            cur = Dir::Opened(next?);
         }
         Ok((cur, CString::new(name).expect("no NUL")))
     }
@@ -839,32 +884,33 @@ impl<S: FsSys> Builder<'_, S> {
         CString::new(format!("s{}", self.scratch)).expect("no NUL")
     }
 
-    /// A fresh directory on the staging tmpfs (outside the new root).
-    /// An empty file under the staging directory, to attach a file mount on.
-    fn scratch_file(&mut self, staging: RawFd) -> Result<CString, SysError> {
+    /// An empty file under the staging directory (outside the new root),
+    /// to attach a file mount on.
+    fn scratch_file(&mut self, staging: BorrowedFd<'_>) -> Result<CString, SysError> {
         let name = self.scratch_name();
-        let fd = self.sys.open(
+        self.sys.open(
             Some(staging),
             &name,
             libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
             0o600,
             0,
         )?;
-        self.sys.close(fd);
-        let mut path = STAGING.to_bytes().to_vec();
-        path.push(b'/');
-        path.extend_from_slice(name.as_bytes());
-        Ok(CString::new(path).expect("no NUL"))
+        Ok(staging_path(&name))
     }
 
-    fn scratch_dir(&mut self, staging: RawFd) -> Result<CString, SysError> {
+    /// A fresh directory on the staging tmpfs (outside the new root).
+    fn scratch_dir(&mut self, staging: BorrowedFd<'_>) -> Result<CString, SysError> {
         let name = self.scratch_name();
         self.sys.mkdirat(staging, &name, 0o700)?;
-        let mut path = STAGING.to_bytes().to_vec();
-        path.push(b'/');
-        path.extend_from_slice(name.as_bytes());
-        Ok(CString::new(path).expect("no NUL"))
+        Ok(staging_path(&name))
     }
+}
+
+fn staging_path(name: &CStr) -> CString {
+    let mut path = STAGING.to_bytes().to_vec();
+    path.push(b'/');
+    path.extend_from_slice(name.to_bytes());
+    CString::new(path).expect("no NUL")
 }
 
 fn hint_for_create(errno: Errno) -> Option<&'static str> {

@@ -6,7 +6,7 @@ pub mod count;
 pub mod plan;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use build::{BuildError, Built, FsSys, Sources, build, op_names, open_sources};
 pub use plan::{Plan, Step, Upper, plan};

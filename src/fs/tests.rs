@@ -1,23 +1,47 @@
-//! The child's setup order, checked through a recording [`FsSys`].
+//! The builder's order, checked through a recording [`FsSys`] (also the
+//! base of the launcher's whole-child recorder, `src/launch/tests.rs`).
 
 use std::ffi::CStr;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use super::*;
 use crate::sys::{Errno, SysError};
 
-#[derive(Default)]
-struct Recorder {
-    calls: Vec<String>,
-    next_fd: RawFd,
-    missing: Vec<&'static str>,
+/// Records every call; fds it hands out are real (copies of /dev/null), so
+/// the builder owns and closes them as it would real ones.
+pub(crate) struct Recorder {
+    pub calls: Vec<String>,
+    pub missing: Vec<&'static str>,
     /// fds that are not directories (everything else is one).
-    files: Vec<RawFd>,
+    pub files: Vec<RawFd>,
+    null: std::fs::File,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder {
+            calls: Vec::new(),
+            missing: Vec::new(),
+            files: Vec::new(),
+            null: std::fs::File::open("/dev/null").unwrap(),
+        }
+    }
+}
+
+impl Recorder {
+    /// A fresh real fd.
+    pub fn fd(&self) -> OwnedFd {
+        OwnedFd::from(self.null.try_clone().unwrap())
+    }
 }
 
 fn s(c: &CStr) -> String {
     c.to_string_lossy().into_owned()
+}
+
+fn n(fd: BorrowedFd<'_>) -> RawFd {
+    fd.as_raw_fd()
 }
 
 impl FsSys for Recorder {
@@ -40,73 +64,93 @@ impl FsSys for Recorder {
     }
     fn open(
         &mut self,
-        dir: Option<RawFd>,
+        dir: Option<BorrowedFd<'_>>,
         path: &CStr,
         _flags: libc::c_int,
         _mode: u32,
         _resolve: u64,
-    ) -> Result<RawFd, SysError> {
+    ) -> Result<OwnedFd, SysError> {
         if self.missing.iter().any(|m| m.as_bytes() == path.to_bytes()) {
             return Err(SysError::new(
                 format!("openat2({:?})", s(path)),
                 Errno::ENOENT,
             ));
         }
-        self.next_fd += 1;
+        let fd = self.fd();
         self.calls.push(format!(
             "open {} {} = {}",
-            dir.unwrap_or(-100),
+            dir.map_or(-100, n),
             s(path),
-            self.next_fd + 100
+            fd.as_raw_fd()
         ));
-        Ok(self.next_fd + 100)
+        Ok(fd)
     }
-    fn close(&mut self, _fd: RawFd) {}
-    fn mkdirat(&mut self, dir: RawFd, name: &CStr, _mode: u32) -> Result<(), SysError> {
-        self.calls.push(format!("mkdir {dir} {}", s(name)));
+    fn mkdirat(&mut self, dir: BorrowedFd<'_>, name: &CStr, _mode: u32) -> Result<(), SysError> {
+        self.calls.push(format!("mkdir {} {}", n(dir), s(name)));
         Ok(())
     }
-    fn symlinkat(&mut self, target: &CStr, dir: RawFd, name: &CStr) -> Result<(), SysError> {
+    fn symlinkat(
+        &mut self,
+        target: &CStr,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+    ) -> Result<(), SysError> {
         self.calls
-            .push(format!("symlink {} {dir} {}", s(target), s(name)));
+            .push(format!("symlink {} {} {}", s(target), n(dir), s(name)));
         Ok(())
     }
-    fn mount_setattr(&mut self, fd: RawFd, recursive: bool, set: u64) -> Result<(), SysError> {
+    fn mount_setattr(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        recursive: bool,
+        set: u64,
+    ) -> Result<(), SysError> {
         self.calls
-            .push(format!("setattr {fd} {recursive} {set:#x}"));
+            .push(format!("setattr {} {recursive} {set:#x}", n(fd)));
         Ok(())
     }
-    fn move_mount(&mut self, from: RawFd, to: &CStr) -> Result<(), SysError> {
-        self.calls.push(format!("move_mount {from} {}", s(to)));
+    fn move_mount(&mut self, from: BorrowedFd<'_>, to: &CStr) -> Result<(), SysError> {
+        self.calls.push(format!("move_mount {} {}", n(from), s(to)));
         Ok(())
     }
-    fn clone_tree(&mut self, dir: RawFd, name: &CStr, recursive: bool) -> Result<RawFd, SysError> {
-        self.next_fd += 1;
+    fn clone_tree(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        recursive: bool,
+    ) -> Result<OwnedFd, SysError> {
+        let fd = self.fd();
         self.calls.push(format!(
-            "clone_tree {dir} {} {recursive} = {}",
+            "clone_tree {} {} {recursive} = {}",
+            n(dir),
             s(name),
-            self.next_fd + 100
+            fd.as_raw_fd()
         ));
-        Ok(self.next_fd + 100)
+        Ok(fd)
     }
-    fn move_mount_at(&mut self, from: RawFd, dir: RawFd, name: &CStr) -> Result<(), SysError> {
+    fn move_mount_at(
+        &mut self,
+        from: BorrowedFd<'_>,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+    ) -> Result<(), SysError> {
         self.calls
-            .push(format!("move_mount_at {from} {dir} {}", s(name)));
+            .push(format!("move_mount_at {} {} {}", n(from), n(dir), s(name)));
         Ok(())
     }
-    fn write_all(&mut self, fd: RawFd, data: &[u8]) -> Result<(), SysError> {
-        self.calls.push(format!("write {fd} {}", data.len()));
+    fn write_all(&mut self, fd: BorrowedFd<'_>, data: &[u8]) -> Result<(), SysError> {
+        self.calls.push(format!("write {} {}", n(fd), data.len()));
         Ok(())
     }
     fn chmod(&mut self, path: &CStr, mode: u32) -> Result<(), SysError> {
         self.calls.push(format!("chmod {} {mode:o}", s(path)));
         Ok(())
     }
-    fn is_dir(&mut self, fd: RawFd) -> Result<bool, SysError> {
-        Ok(!self.files.contains(&fd))
+    fn is_dir(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError> {
+        Ok(!self.files.contains(&n(fd)))
     }
-    fn fchdir(&mut self, fd: RawFd) -> Result<(), SysError> {
-        self.calls.push(format!("fchdir {fd}"));
+    fn fchdir(&mut self, fd: BorrowedFd<'_>) -> Result<(), SysError> {
+        self.calls.push(format!("fchdir {}", n(fd)));
         Ok(())
     }
     fn pivot_root(&mut self, new_root: &CStr, put_old: &CStr) -> Result<(), SysError> {
@@ -122,16 +166,26 @@ impl FsSys for Recorder {
         self.calls.push(format!("chdir {}", s(path)));
         Ok(())
     }
+    fn unix_listener(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, SysError> {
+        let fd = self.fd();
+        self.calls.push(format!(
+            "unix_listener {} {} = {}",
+            n(dir),
+            s(name),
+            fd.as_raw_fd()
+        ));
+        Ok(fd)
+    }
 }
 
 fn run(
     rec: &mut Recorder,
     p: &Plan,
-    idmapped: &[(usize, RawFd)],
+    handed: Vec<(usize, OwnedFd)>,
     spec: &crate::spec::Spec,
 ) -> Result<Built, BuildError> {
     let sources = open_sources(rec, p)?;
-    build(rec, p, sources, idmapped, &op_names(spec))
+    build(rec, p, sources, handed, &op_names(spec), None)
 }
 
 fn pos(calls: &[String], needle: &str) -> usize {
@@ -164,9 +218,8 @@ fn setup_order_is_fixed() {
     ]);
     let p = plan(&spec, false);
     let mut rec = Recorder::default();
-    let built = run(&mut rec, &p, &[], &spec).unwrap();
+    let built = run(&mut rec, &p, Vec::new(), &spec).unwrap();
     let c = &rec.calls;
-    assert!(c[0].starts_with("mount  / "), "propagation first: {}", c[0]);
     let opened_usr = pos(c, "open -100 /usr =");
     let staging = pos(c, "mount tmpfs /tmp tmpfs");
     assert!(
@@ -212,7 +265,7 @@ fn missing_source_fails_naming_the_path_and_optional_is_skipped() {
         missing: vec!["/nonexistent/src"],
         ..Default::default()
     };
-    let err = run(&mut rec, &plan(&spec, false), &[], &spec).unwrap_err();
+    let err = run(&mut rec, &plan(&spec, false), Vec::new(), &spec).unwrap_err();
     let line = err.to_string();
     assert!(
         line.contains("/nonexistent/src") && line.contains("ENOENT"),
@@ -232,7 +285,7 @@ fn missing_source_fails_naming_the_path_and_optional_is_skipped() {
         missing: vec!["/nonexistent/src"],
         ..Default::default()
     };
-    run(&mut rec, &plan(&spec, false), &[], &spec).unwrap();
+    run(&mut rec, &plan(&spec, false), Vec::new(), &spec).unwrap();
     assert!(
         !rec.calls.iter().any(|c| c.contains("0x5000")),
         "optional missing bind is skipped"
@@ -244,8 +297,10 @@ fn idmapped_lowers_are_attached_outside_the_new_root() {
     let spec = spec_with(vec![crate::spec::workspace_overlay(Path::new("/w"), None)]);
     let p = plan(&spec, true);
     let mut rec = Recorder::default();
-    run(&mut rec, &p, &[(0, 77)], &spec).unwrap();
-    let mv = pos(&rec.calls, "move_mount 77 /tmp/s");
+    let handed = rec.fd();
+    let number = handed.as_raw_fd();
+    run(&mut rec, &p, vec![(0, handed)], &spec).unwrap();
+    let mv = pos(&rec.calls, &format!("move_mount {number} /tmp/s"));
     assert!(mv < pos(&rec.calls, "mount overlay "));
     assert!(
         !rec.calls.iter().any(|c| c.contains("open -100 /w ")),
@@ -265,11 +320,11 @@ fn a_handed_over_file_mount_is_attached_on_a_file_and_bound() {
     }]);
     let mut p = plan(&spec, true);
     p.sources[0].handed_over = true;
-    let mut rec = Recorder {
-        files: vec![55],
-        ..Default::default()
-    };
-    run(&mut rec, &p, &[(0, 55)], &spec).unwrap();
+    let mut rec = Recorder::default();
+    let handed = rec.fd();
+    let h = handed.as_raw_fd();
+    rec.files = vec![h];
+    run(&mut rec, &p, vec![(0, handed)], &spec).unwrap();
     assert!(
         !rec.calls.iter().any(|c| c.contains("/run/door/proxy.sock")),
         "the host path is not opened by the child: {:?}",
@@ -278,7 +333,7 @@ fn a_handed_over_file_mount_is_attached_on_a_file_and_bound() {
     let scratch = rec
         .calls
         .iter()
-        .find_map(|c| c.strip_prefix("move_mount 55 /tmp/"))
+        .find_map(|c| c.strip_prefix(&format!("move_mount {h} /tmp/")))
         .expect("attached under the staging directory")
         .to_string();
     let staging = rec
@@ -290,7 +345,7 @@ fn a_handed_over_file_mount_is_attached_on_a_file_and_bound() {
     // An empty file is created to attach on (not a directory)...
     let created = pos(&rec.calls, &format!("open {staging} {scratch} ="));
     assert!(
-        created < pos(&rec.calls, "move_mount 55 "),
+        created < pos(&rec.calls, &format!("move_mount {h} ")),
         "{:?}",
         rec.calls
     );
@@ -317,7 +372,7 @@ fn dev_gets_only_the_minimal_nodes() {
         dest: "/dev".into(),
     }]);
     let mut rec = Recorder::default();
-    run(&mut rec, &plan(&spec, false), &[], &spec).unwrap();
+    run(&mut rec, &plan(&spec, false), Vec::new(), &spec).unwrap();
     let nodes: Vec<&String> = rec
         .calls
         .iter()
@@ -348,7 +403,7 @@ fn proc_masks_and_dev_nodes_are_flagged_before_they_are_attached() {
         },
     ]);
     let mut rec = Recorder::default();
-    run(&mut rec, &plan(&spec, false), &[], &spec).unwrap();
+    run(&mut rec, &plan(&spec, false), Vec::new(), &spec).unwrap();
     let c = &rec.calls;
     // Every detached copy gets its flags before it is attached.
     let mut attached = 0;

@@ -1,226 +1,386 @@
-//! The post-clone path, quarantined here. Everything it uses was prepared
-//! by the supervisor before clone; the process is a copy of a
-//! single-threaded parent, so it may still allocate.
+//! The post-clone path: the sandbox's pid 1 ("hutch init") and the
+//! workload until its execve, as one list of steps each tagged with its
+//! [`Stage`]. Everything they read is the [`ChildPlan`] (prepared by the
+//! supervisor before clone) and the socket; every failure is one
+//! fixed-size [`Failure`] record sent to the supervisor, which turns it
+//! into words.
 //!
-//! Fixed order in the sandbox's pid 1 ("hutch init"):
-//!  1. PDEATHSIG(SIGKILL), close the supervisor's socket end, new session.
+//! Fixed order in hutch init:
+//!  1. PDEATHSIG(SIGKILL); close every fd but stdio, the workload's stdio
+//!     and the socket (close_range: nothing the caller leaked survives to
+//!     any path lookup); new session.
 //!  2. Wait for `Go` (id maps written; detached mounts of what the
-//!     supervisor prepared itself attached as fds: idmapped layers, and
-//!     sources only host root may reach).
+//!     supervisor prepared itself attached as fds: idmapped layers).
 //!  3. `/` made a slave mount; every host source opened (with the
 //!     launching user's filesystem identity).
 //!  4. Switch to the sandbox's uid/gid (root launches: clear groups too);
 //!     PDEATHSIG again (a credential change clears it).
 //!  5. Lock nested user namespaces: `user.max_user_namespaces = 0` in the
 //!     sandbox's own user namespace.
-//!  6. Build the new root on a tmpfs (fs ops in order), `pivot_root`,
-//!     detach the old root.
-//!  7. Hostname; `lo` up.
+//!  6. Build the new root on a tmpfs (fs ops in order; in proxy mode the
+//!     Unix door), `pivot_root`, detach the old root.
+//!  7. Hostname; `lo` up; (proxy mode) the TCP door, both doors handed
+//!     over (`ListenerReady`).
 //!  8. rlimits (RLIMIT_CORE = 0).
 //!  9. Non-dumpable; signals blocked; start the workload (vfork-style: it
 //!     shares init's memory until its execve, so init waits until then);
 //!     report `Started` (when a status file wants the start event).
-//! 10. Close every fd it does not need; reap and forward signals until the
-//!     workload ends; kill what is left; count changes; report `Exited`.
+//! 10. Close every fd but the socket and the uppers to count; the init
+//!     seccomp filter (`seccomp/init.json`).
+//! 11. Reap and forward signals until the workload ends; kill what is
+//!     left; count changes; report `Exited`.
 //!
 //! The workload, in order: default signal dispositions and an empty mask,
-//! `setsid`, stdio, close every other fd (close-on-exec), `chdir`,
-//! no-new-privs, drop capabilities, confinement (Landlock, then seccomp
-//! last), `execve`.
+//! `setsid`, stdio, close every other fd (the socket stays,
+//! close-on-exec), the working directory (resolved inside the new root,
+//! no magic links, checked reachable from the root), no-new-privs, drop
+//! capabilities (bounding set, then E/P/I, then ambient), Landlock (paths
+//! resolved inside the root), seccomp last, `execve` (each candidate
+//! resolved inside the root first).
 
 use std::convert::Infallible;
 use std::ffi::CStr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 
 use nix::sys::signal::{SigSet, Signal};
 
+use super::child_sys::ChildSys;
 use super::message::{self, Message};
-use super::prepare::Prepared;
-use super::real_fs::RealFs;
-use crate::fs;
-use crate::sys::{self, Errno, SysError};
+use super::prepare::{CapPlan, ChildPlan, Exec, PROXY_DOOR_IN_ROOT};
+use super::real_sys::RealSys;
+use super::stage::{At, Failure, Stage};
+use crate::confine::landlock::{FILE_RIGHTS, LandlockPlan};
+use crate::fs::{self, BuildError};
+use crate::sys::{self, Errno, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS};
 
 /// Signals pid 1 forwards to the workload.
-pub const FORWARDED: [Signal; 6] = [
-    Signal::SIGINT,
-    Signal::SIGTERM,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
+pub const FORWARDED: [libc::c_int; 6] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
 ];
 
+/// Signals pid 1 blocks (and `sigwait`s for).
+const BLOCKED: [libc::c_int; 7] = [
+    libc::SIGCHLD,
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// Resolution of every path the Spec names, after `pivot_root`: inside
+/// the new root, never through a `/proc/.../fd` magic link.
+const IN_ROOT: u64 = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+
+/// Why hutch init stopped before the workload ran.
+#[derive(Debug)]
+pub(super) enum Stop {
+    /// A step failed; the text (init may allocate) says more than the
+    /// record when there is more to say.
+    Failed(Failure, Option<String>),
+    /// The supervisor went away or spoke nonsense: nothing to report to.
+    SupervisorGone,
+}
+
+impl From<Failure> for Stop {
+    fn from(f: Failure) -> Stop {
+        Stop::Failed(f, None)
+    }
+}
+
+fn described(stage: Stage) -> impl FnOnce(sys::SysError) -> Stop {
+    move |e| Stop::Failed(Failure::new(stage, e.errno), Some(e.to_string()))
+}
+
+fn built(stage: Stage) -> impl FnOnce(BuildError) -> Stop {
+    move |e| Stop::Failed(Failure::new(stage, e.err.errno), Some(e.to_string()))
+}
+
+/// hutch init once the workload runs.
+pub(super) struct Running {
+    pub workload: libc::pid_t,
+    /// The private overlay uppers, to count what the workload changed.
+    pub uppers: Vec<OwnedFd>,
+}
+
 /// The sandbox's pid 1. Never returns.
-pub fn sandbox_main(p: &Prepared, sock: OwnedFd, parent_end: RawFd) -> ! {
-    // A setup failure is reported to the supervisor and ends the sandbox.
-    let fail = |what: &str, err: SysError, hint: Option<&str>| -> ! {
-        let _ = message::send(
-            &sock,
-            &Message::SetupFailed {
-                what: what.to_string(),
-                call: err.call.clone(),
-                errno: err.errno as i32,
-                hint: hint.map(str::to_string),
-            },
-            &[],
-        );
-        sys::exit_now(125)
-    };
-    if let Err(e) = sys::set_pdeathsig(libc::SIGKILL) {
-        fail("setting the parent-death signal", e, None);
-    }
-    sys::close(parent_end);
-    if let Err(e) = sys::setsid() {
-        fail("starting a new session", e, None);
-    }
-
-    let handed = match message::recv(&sock) {
-        Ok(Some((Message::Go { handed_sources }, fds))) if fds.len() == handed_sources.len() => {
-            handed_sources
-                .into_iter()
-                .zip(fds)
-                .collect::<Vec<(usize, OwnedFd)>>()
+pub fn sandbox_main(plan: &ChildPlan, sock: OwnedFd) -> ! {
+    match init(&mut RealSys, plan, sock.as_fd()) {
+        Ok(running) => init_loop(running, &sock),
+        Err(Stop::Failed(f, text)) => {
+            message::send_failure(sock.as_fd(), &f, text.as_deref());
+            sys::exit_now(125)
         }
-        // The supervisor went away or spoke nonsense: nothing to report to.
-        _ => sys::exit_now(125),
-    };
-
-    let mut real = RealFs;
-    let sources = match fs::open_sources(&mut real, &p.plan) {
-        Ok(s) => s,
-        Err(e) => fail(&e.what, e.err, e.hint),
-    };
-    if let Err(e) = switch_identity(p) {
-        fail("switching to the sandbox's user", e, None);
+        Err(Stop::SupervisorGone) => sys::exit_now(125),
     }
+}
+
+/// hutch init's setup, steps 1 to 10, in order.
+pub(super) fn init<S: ChildSys>(
+    sys: &mut S,
+    plan: &ChildPlan,
+    sock: BorrowedFd<'_>,
+) -> Result<Running, Stop> {
+    let stdio = &plan.command.stdio.fds;
+    let mut keep = vec![sock];
+    keep.extend(stdio.iter().flatten().map(|fd| fd.as_fd()));
+    sys.set_parent_death_signal().at(Stage::ParentDeathSignal)?;
+    sys.close_fds_except(&keep).at(Stage::CloseInheritedFds)?;
+    sys.new_session().at(Stage::InitSession)?;
+    let handed = sys.recv_go(sock).ok_or(Stop::SupervisorGone)?;
+    sys.mount(None, c"/", None, libc::MS_SLAVE | libc::MS_REC, None)
+        .map_err(described(Stage::MountPropagation))?;
+    let sources = fs::open_sources(sys, &plan.fs).map_err(built(Stage::OpenHostSources))?;
+    if plan.ids.clear_groups {
+        sys.clear_groups().at(Stage::SetGroups)?;
+    }
+    sys.set_gid(plan.ids.inside_gid).at(Stage::SetGid)?;
+    sys.set_uid(plan.ids.inside_uid).at(Stage::SetUid)?;
     // Changing credentials cleared the parent-death signal: set it again,
     // then make sure the supervisor did not die in between.
-    if let Err(e) = sys::set_pdeathsig(libc::SIGKILL) {
-        fail("setting the parent-death signal", e, None);
+    sys.set_parent_death_signal()
+        .at(Stage::ParentDeathSignalAgain)?;
+    if !sys.supervisor_alive(sock) {
+        return Err(Stop::SupervisorGone);
     }
-    if sys::peer_hung_up(sock.as_fd()) {
-        sys::exit_now(125);
+    sys.lock_user_namespaces().at(Stage::LockUserNamespaces)?;
+    let door = plan.proxy_doors.then_some(PROXY_DOOR_IN_ROOT);
+    let mut built = fs::build(sys, &plan.fs, sources, handed, &plan.op_names, door)
+        .map_err(built(Stage::BuildRoot))?;
+    if let Some(name) = &plan.hostname {
+        sys.set_hostname(name.as_bytes()).at(Stage::Hostname)?;
     }
-    if let Err(e) = lock_nested_userns() {
-        fail(
-            "locking nested user namespaces",
-            e,
-            Some("the sandbox's /proc/sys/user must be writable by its own root"),
-        );
+    if plan.net_namespace {
+        sys.loopback_up().at(Stage::Loopback)?;
     }
-    let handed_raw: Vec<(usize, RawFd)> =
-        handed.iter().map(|(i, fd)| (*i, fd.as_raw_fd())).collect();
-    let built = match fs::build(&mut real, &p.plan, sources, &handed_raw, &p.op_names) {
-        Ok(b) => b,
-        Err(e) => fail(&e.what, e.err, e.hint),
-    };
-    drop(handed);
-
-    if let Some(name) = &p.hostname
-        && let Err(e) = sys::sethostname(name)
-    {
-        fail("setting the hostname", e, None);
-    }
-    if p.net_namespace
-        && let Err(e) = crate::net::loopback::bring_up_lo()
-    {
-        fail("bringing up lo", e, None);
-    }
-    if p.proxy.is_some() {
-        // The egress proxy's TCP door lives in this namespace and is served
-        // by the supervisor; it listens before the workload exists.
-        let door = match crate::net::tcp_door_in_current_netns() {
-            Ok(fd) => fd,
-            Err(e) => fail("creating the egress proxy listener", e, None),
+    if let Some(unix) = built.unix_door.take() {
+        // The proxy's doors live in this namespace and root and are served
+        // by the supervisor; they listen before the workload exists.
+        let tcp = sys.tcp_door().at(Stage::ProxyDoors)?;
+        let ready = Message::ListenerReady {
+            doors: vec!["tcp".into(), "unix".into()],
         };
-        let ready = Message::ListenerReady { door: "tcp".into() };
-        if let Err(e) = message::send(&sock, &ready, &[door.as_raw_fd()]) {
-            fail("handing the egress proxy listener over", e, None);
-        }
+        sys.send(sock, &ready, &[tcp.as_fd(), unix.as_fd()])
+            .at(Stage::ProxyDoors)?;
     }
-    for (resource, value) in &p.rlimits {
-        if let Err(e) = sys::setrlimit(*resource, *value) {
-            fail("setting resource limits", e, None);
-        }
+    for (i, (resource, value)) in plan.rlimits.iter().enumerate() {
+        sys.set_rlimit(*resource, *value)
+            .map_err(|e| Failure::new(Stage::Rlimits, e).at(i))?;
     }
-    if let Err(e) = sys::set_dumpable(false) {
-        fail("making hutch init non-dumpable", e, None);
-    }
-
-    let mut blocked = SigSet::empty();
-    blocked.add(Signal::SIGCHLD);
-    for s in FORWARDED {
-        blocked.add(s);
-    }
-    if let Err(e) = blocked.thread_block() {
-        fail(
-            "blocking signals",
-            SysError::new("sigprocmask(SIG_BLOCK)", e),
-            None,
-        );
-    }
-
-    // SAFETY: this process is single-threaded (a copy of the single-threaded
-    // supervisor's calling thread); workload_main only reads `p`, ends in
-    // execve or _exit, and allocates nothing init uses afterwards.
-    let workload =
-        match unsafe { sys::spawn_vfork(&mut || -> Infallible { workload_main(p, &sock) }) } {
-            Ok(pid) => pid,
-            Err(e) => fail("starting the workload", e, None),
-        };
-    if p.report_started {
-        let _ = message::send(
-            &sock,
+    sys.set_dumpable(false).at(Stage::NonDumpable)?;
+    sys.block_signals(&BLOCKED).at(Stage::BlockSignals)?;
+    let workload = sys.start_workload(plan, sock).at(Stage::StartWorkload)?;
+    if plan.report_started {
+        let _ = sys.send(
+            sock,
             &Message::Started {
                 workload_pid: workload,
             },
             &[],
         );
     }
-
-    // Keep only the socket and the uppers to count; stdio relays and any
-    // host fd are the workload's business, not init's.
-    let mut keep: Vec<RawFd> = built.tmp_upper_fds.clone();
-    keep.push(sock.as_raw_fd());
-    sys::close_all_except(&keep);
+    // Keep only the socket and the uppers to count; stdio relays and the
+    // doors are the workload's and the supervisor's business, not init's.
+    let mut keep = vec![sock];
+    keep.extend(built.tmp_upper_fds.iter().map(|fd| fd.as_fd()));
+    sys.close_fds_except(&keep).at(Stage::CloseInitFds)?;
     // From here on init only reaps, forwards signals, reports and counts
     // changes: a minimal filter (seccomp/init.json) the workload never had.
-    if let Err(e) = p.confinement.apply_init() {
-        fail("confining hutch init (seccomp)", e, None);
-    }
-    init_loop(workload, blocked, &sock, &built.tmp_upper_fds)
-}
-
-fn switch_identity(p: &Prepared) -> Result<(), SysError> {
-    if p.ids.clear_groups {
-        sys::clear_groups()?;
-    }
-    sys::setresgid(p.ids.inside_gid)?;
-    sys::setresuid(p.ids.inside_uid)
-}
-
-/// With the limit at 0 in the sandbox's own user namespace, no process in
-/// it can create another (the count is checked at every ancestor level),
-/// and without CAP_SYS_RESOURCE the workload cannot raise it again.
-fn lock_nested_userns() -> Result<(), SysError> {
-    std::fs::write("/proc/sys/user/max_user_namespaces", b"0").map_err(|e| {
-        SysError::new(
-            "write(\"/proc/sys/user/max_user_namespaces\", \"0\")",
-            Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-        )
+    sys.confine_init(&plan.confinement).at(Stage::InitSeccomp)?;
+    Ok(Running {
+        workload,
+        uppers: built.tmp_upper_fds,
     })
 }
 
-fn init_loop(workload: libc::pid_t, set: SigSet, sock: &OwnedFd, uppers: &[RawFd]) -> ! {
+/// The workload, between clone and execve, on its own stack over init's
+/// memory: it allocates nothing. Returns only when a step failed (a
+/// successful execve does not return).
+pub(super) fn workload<S: ChildSys>(
+    sys: &mut S,
+    plan: &ChildPlan,
+    sock: BorrowedFd<'_>,
+) -> Failure {
+    match workload_steps(sys, plan, sock) {
+        Ok(never) => match never {},
+        Err(f) => f,
+    }
+}
+
+fn workload_steps<S: ChildSys>(
+    sys: &mut S,
+    plan: &ChildPlan,
+    sock: BorrowedFd<'_>,
+) -> Result<Infallible, Failure> {
+    let cmd = &plan.command;
+    sys.reset_signals(cmd.non_default_signals);
+    sys.new_session().at(Stage::WorkloadSession)?;
+    for (target, fd) in cmd.stdio.fds.iter().enumerate() {
+        if let Some(fd) = fd {
+            sys.dup2(fd.as_fd(), target as RawFd).at(Stage::Stdio)?;
+        }
+    }
+    // The socket stays open (close-on-exec) to report an execve failure.
+    sys.close_fds_except(&[sock]).at(Stage::CloseFds)?;
+    let root = sys
+        .openat2(None, c"/", libc::O_PATH | libc::O_DIRECTORY, 0)
+        .at(Stage::WorkingDirectory)?;
+    enter_working_directory(sys, &cmd.cwd, root.as_fd())?;
+    sys.set_no_new_privs().at(Stage::NoNewPrivs)?;
+    drop_capabilities(sys, plan.caps)?;
+    // Landlock, then seccomp: the very last steps before execve.
+    if let Some(ll) = plan.confinement.landlock_plan() {
+        enforce_landlock(sys, ll, root.as_fd())?;
+    }
+    if let Some(filter) = plan.confinement.workload_filter() {
+        sys.seccomp(&filter.program).at(Stage::Seccomp)?;
+    }
+    Err(exec(sys, &cmd.exec, root.as_fd()))
+}
+
+/// `chdir` resolved inside the new root (no `..` above it, no magic link
+/// through `/proc/.../fd` to a directory outside), then checked: the
+/// kernel must reach the result from the root.
+fn enter_working_directory<S: ChildSys>(
+    sys: &mut S,
+    cwd: &CStr,
+    root: BorrowedFd<'_>,
+) -> Result<(), Failure> {
+    let dir = sys
+        .openat2(Some(root), cwd, libc::O_PATH | libc::O_DIRECTORY, IN_ROOT)
+        .at(Stage::WorkingDirectory)?;
+    sys.enter_dir(dir.as_fd()).at(Stage::WorkingDirectory)?;
+    if !sys.cwd_inside_root().at(Stage::WorkingDirectory)? {
+        return Err(Failure::new(Stage::WorkingDirectory, Errno::EXDEV));
+    }
+    Ok(())
+}
+
+/// Every capability not kept leaves the bounding set (up to the kernel's
+/// `cap_last_cap`), then the effective, permitted and inheritable sets
+/// hold only the kept ones, then the ambient set (kept ones raised, so
+/// they survive execve).
+fn drop_capabilities<S: ChildSys>(sys: &mut S, caps: CapPlan) -> Result<(), Failure> {
+    let kept = |cap: u32| cap < 64 && caps.keep & (1u64 << cap) != 0;
+    for cap in 0..=caps.last {
+        if !kept(cap) {
+            sys.drop_bounding_cap(cap)
+                .map_err(|e| Failure::new(Stage::BoundingSet, e).at(cap as usize))?;
+        }
+    }
+    sys.set_caps(caps.keep).at(Stage::Capabilities)?;
+    sys.clear_ambient_caps().at(Stage::AmbientCapabilities)?;
+    for cap in (0..=caps.last).filter(|c| kept(*c)) {
+        sys.raise_ambient_cap(cap)
+            .map_err(|e| Failure::new(Stage::AmbientCapabilities, e).at(cap as usize))?;
+    }
+    Ok(())
+}
+
+/// The Landlock ruleset of the plan, its paths resolved inside the new
+/// root. A path that does not exist (an optional bind that was skipped)
+/// gets no rule, which only denies more.
+fn enforce_landlock<S: ChildSys>(
+    sys: &mut S,
+    plan: &LandlockPlan,
+    root: BorrowedFd<'_>,
+) -> Result<(), Failure> {
+    let ruleset = sys
+        .landlock_ruleset(plan.handled_fs, plan.handled_net, plan.scoped)
+        .at(Stage::LandlockRuleset)?;
+    for (i, rule) in plan.paths.iter().enumerate() {
+        let fd = match sys.openat2(Some(root), &rule.path, libc::O_PATH, IN_ROOT) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => continue,
+            Err(e) => return Err(Failure::new(Stage::LandlockPathRule, e).at(i)),
+        };
+        let access = match sys.file_type(fd.as_fd()) {
+            Ok(libc::S_IFDIR) => rule.access,
+            _ => rule.access & FILE_RIGHTS,
+        };
+        if access == 0 {
+            continue;
+        }
+        sys.landlock_path_rule(ruleset.as_fd(), fd.as_fd(), access)
+            .map_err(|e| Failure::new(Stage::LandlockPathRule, e).at(i))?;
+    }
+    for (i, &(port, access)) in plan.ports.iter().enumerate() {
+        sys.landlock_port_rule(ruleset.as_fd(), port, access)
+            .map_err(|e| Failure::new(Stage::LandlockPortRule, e).at(i))?;
+    }
+    sys.landlock_restrict(ruleset.as_fd())
+        .at(Stage::LandlockRestrict)
+}
+
+/// Try each execve candidate like execvp, each resolved inside the root
+/// first (a relative one from the working directory); returns the failure
+/// worth reporting.
+fn exec<S: ChildSys>(sys: &mut S, exec: &Exec, root: BorrowedFd<'_>) -> Failure {
+    let mut reported: Option<Failure> = None;
+    for (i, candidate) in exec.candidates.iter().enumerate() {
+        let dir = candidate.to_bytes().starts_with(b"/").then_some(root);
+        let resolve = if dir.is_some() {
+            IN_ROOT
+        } else {
+            RESOLVE_NO_MAGICLINKS
+        };
+        let (errno, exists) = match sys.openat2(dir, candidate, libc::O_PATH, resolve) {
+            Ok(_) => {
+                let errno = sys.execve(candidate, &exec.argv_ptrs, &exec.envp_ptrs);
+                (errno, errno != Errno::ENOENT || sys.exists(candidate))
+            }
+            Err(e) => (e, false),
+        };
+        // ENOENT for a file that exists: its ELF or #! interpreter is what
+        // is missing, a "cannot execute" rather than a "not found".
+        let missing_interpreter = errno == Errno::ENOENT && exists;
+        // Like execvp: a missing candidate moves on; any other error is
+        // the one worth reporting.
+        let keep = match &reported {
+            None => true,
+            Some(r) => {
+                r.errno == Errno::ENOENT
+                    && !r.interpreter_missing
+                    && (missing_interpreter || !matches!(errno, Errno::ENOENT | Errno::ENOTDIR))
+            }
+        };
+        if keep {
+            reported = Some(Failure {
+                stage: Stage::Exec,
+                errno,
+                index: i as u32,
+                interpreter_missing: missing_interpreter,
+            });
+        }
+    }
+    reported.unwrap_or(Failure::new(Stage::Exec, Errno::ENOENT))
+}
+
+/// Step 11: reap and forward signals until the workload ends, kill what is
+/// left, count the changes, report `Exited`. Never returns.
+fn init_loop(running: Running, sock: &OwnedFd) -> ! {
+    let mut set = SigSet::empty();
+    for s in BLOCKED {
+        if let Ok(sig) = Signal::try_from(s) {
+            set.add(sig);
+        }
+    }
+    let workload = running.workload;
     let mut status = None;
     while status.is_none() {
         let Ok(sig) = set.wait() else { continue };
         if sig != Signal::SIGCHLD {
-            let _ = sys::kill(workload, sig as libc::c_int);
+            let _ = sys::raw::kill(workload, sig as libc::c_int);
             continue;
         }
         loop {
-            match sys::waitpid(-1, libc::WNOHANG) {
+            match sys::raw::waitpid(-1, libc::WNOHANG) {
                 Ok(Some((pid, st))) if pid == workload => status = Some(st),
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,
@@ -228,12 +388,12 @@ fn init_loop(workload: libc::pid_t, set: SigSet, sock: &OwnedFd, uppers: &[RawFd
         }
     }
     // The workload is gone: nothing else in the sandbox may outlive it.
-    let _ = sys::kill(-1, libc::SIGKILL);
-    while let Ok(Some(_)) = sys::waitpid(-1, 0) {}
-    let changed_paths = uppers
+    let _ = sys::raw::kill(-1, libc::SIGKILL);
+    while let Ok(Some(_)) = sys::raw::waitpid(-1, 0) {}
+    let changed_paths = running
+        .uppers
         .iter()
-        // SAFETY: these fds were opened by the builder and kept open.
-        .map(|fd| fs::count::changed_paths(unsafe { BorrowedFd::borrow_raw(*fd) }))
+        .map(|fd| fs::count::changed_paths(fd.as_fd()))
         .collect();
     let _ = message::send(
         sock,
@@ -244,102 +404,4 @@ fn init_loop(workload: libc::pid_t, set: SigSet, sock: &OwnedFd, uppers: &[RawFd
         &[],
     );
     sys::exit_now(0)
-}
-
-/// The workload, between clone and execve, on its own stack over init's
-/// memory ([`sys::spawn_vfork`]). Never returns.
-fn workload_main(p: &Prepared, sock: &OwnedFd) -> ! {
-    let fail = |what: &str, err: SysError| -> ! {
-        let _ = message::send(
-            sock,
-            &Message::SetupFailed {
-                what: what.to_string(),
-                call: err.call.clone(),
-                errno: err.errno as i32,
-                hint: None,
-            },
-            &[],
-        );
-        sys::exit_now(125)
-    };
-    sys::reset_signals(p.non_default_signals);
-    if let Err(e) = sys::setsid() {
-        fail("starting the workload's session", e);
-    }
-    for (from, to) in &p.stdio.dup {
-        if let Err(e) = sys::dup2(*from, *to) {
-            fail("setting up stdio", e);
-        }
-    }
-    // The socket stays open (close-on-exec) to report an execve failure.
-    if let Err(e) = sys::close_range(3, sys::CLOSE_RANGE_CLOEXEC) {
-        fail("closing inherited file descriptors", e);
-    }
-    if let Err(e) = sys::chdir(&p.cwd) {
-        fail("entering the working directory", e);
-    }
-    if let Err(e) = sys::set_no_new_privs() {
-        fail("setting no-new-privs", e);
-    }
-    if let Err(e) = crate::confine::caps::drop_all_except(&p.keep_caps, p.cap_last_cap) {
-        fail("dropping capabilities", e);
-    }
-    // Landlock, then seccomp: the very last steps before execve.
-    match p.confinement.apply_workload() {
-        Ok(()) => {}
-        Err(crate::confine::ConfineError::Landlock(e)) => fail("enforcing Landlock", e),
-        Err(crate::confine::ConfineError::Seccomp(e)) => fail("installing the seccomp filter", e),
-        Err(other) => fail(
-            &other.to_string(),
-            SysError::new("confine::apply_workload", Errno::EINVAL),
-        ),
-    }
-    exec(p, sock)
-}
-
-fn exec(p: &Prepared, sock: &OwnedFd) -> ! {
-    let mut reported: Option<SysError> = None;
-    let mut interpreter_missing = false;
-    for candidate in &p.exec.candidates {
-        let err = sys::execve(candidate, &p.exec.argv_ptrs, &p.exec.envp_ptrs);
-        // ENOENT for a file that exists: its ELF or #! interpreter is what
-        // is missing, a "cannot execute" rather than a "not found".
-        let missing_interpreter = err.errno == Errno::ENOENT && sys::exists(candidate);
-        // Like execvp: a missing candidate moves on; any other error is
-        // the one worth reporting.
-        let keep = match &reported {
-            None => true,
-            Some(r) => {
-                r.errno == Errno::ENOENT
-                    && !interpreter_missing
-                    && (missing_interpreter || !matches!(err.errno, Errno::ENOENT | Errno::ENOTDIR))
-            }
-        };
-        if keep {
-            interpreter_missing = missing_interpreter;
-            reported = Some(err);
-        }
-    }
-    let err = reported
-        .unwrap_or_else(|| SysError::new(format!("execve({:?})", cmd_name(p)), Errno::ENOENT));
-    let _ = message::send(
-        sock,
-        &Message::ExecFailed {
-            call: err.call.clone(),
-            errno: err.errno as i32,
-            interpreter_missing,
-        },
-        &[],
-    );
-    sys::exit_now(
-        if !interpreter_missing && matches!(err.errno, Errno::ENOENT | Errno::ENOTDIR) {
-            127
-        } else {
-            126
-        },
-    )
-}
-
-fn cmd_name(p: &Prepared) -> &CStr {
-    p.exec.argv.first().map(|c| c.as_c_str()).unwrap_or(c"")
 }

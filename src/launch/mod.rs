@@ -2,37 +2,85 @@
 //! builds itself ([`child`]) while the supervisor ([`supervise`]) writes id
 //! maps, relays output, forwards signals and enforces the wall clock.
 //!
-//! [`run`] launches in-process and requires a single-threaded caller;
-//! multi-threaded programs use [`crate::Command`], which runs the `hutch`
-//! binary as the supervisor.
+//! [`launch`] is the one entry for every caller; [`Mode`] says where the
+//! supervisor runs: in this process (only when it is single-threaded: the
+//! sandbox is forked from it), or in the `hutch` helper (`hutch
+//! __supervise`, see [`helper`]), which is how a multi-threaded program
+//! launches. [`Mode::Auto`] picks. The library's [`crate::Command`] always
+//! uses the helper, so that its [`crate::Child`] can be waited for, polled
+//! and killed while the caller goes on.
 
 mod child;
+mod child_sys;
+mod describe;
+pub mod ending;
+pub mod helper;
+mod maps;
 pub mod message;
-pub mod prepare;
-mod real_fs;
+mod prepare;
+mod real_sys;
+mod relay;
 pub mod report;
+pub mod stage;
+mod summary;
 mod supervise;
+#[cfg(test)]
+mod tests;
 mod validate;
 
 use std::path::PathBuf;
 
-pub use report::{ChangesReport, Enforcement, ExitReport, Outcome};
-pub use supervise::Captured;
+use serde::{Deserialize, Serialize};
+
+pub use prepare::{DEFAULT_ROOT_HOST_ID, network_name};
+pub use relay::Captured;
+pub use report::{ChangesReport, Enforcement, ExitReport, Outcome, SetupFailure};
+pub use stage::Stage;
+pub use supervise::Finished;
 pub use validate::validate;
 
 use crate::spec::{Spec, SpecError};
 use crate::sys::SysError;
 
+/// Where the supervisor of a launch runs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Mode {
+    /// In this process when it is single-threaded, else through the
+    /// helper found by [`helper::find_binary`].
+    #[default]
+    Auto,
+    /// In this process, which must be single-threaded.
+    InProcess,
+    /// Through this `hutch` binary (or any binary calling
+    /// [`crate::supervisor_main`]) as the helper.
+    Helper(PathBuf),
+}
+
+/// What the workload's stdio is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WorkloadStdio {
+    /// The caller's (relayed through pipes when the output is capped or
+    /// captured, or when it is a terminal).
+    #[default]
+    Inherit,
+    /// /dev/null for all three.
+    Null,
+}
+
 /// How to run (as opposed to what: that is the [`Spec`]).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunOptions {
     /// Write the start event and the exit report here (JSON lines).
     pub status_file: Option<PathBuf>,
     /// Keep the first and last N bytes of stdout and stderr (they are still
-    /// relayed to hutch's own stdout/stderr).
+    /// relayed to the caller's stdout/stderr).
     pub capture_bytes: Option<usize>,
-    /// Do not print the changed-paths notice on stderr.
+    /// No notices on stderr (changed paths, layers without idmapping,
+    /// preferred limits not enforced).
     pub quiet: bool,
+    #[serde(default)]
+    pub stdio: WorkloadStdio,
 }
 
 /// Why a sandbox could not be launched. Display is one line: what, where,
@@ -42,7 +90,7 @@ pub enum LaunchError {
     #[error(transparent)]
     Spec(#[from] SpecError),
     #[error(
-        "the launching process has {0} threads; an in-process launch needs a single-threaded caller (use hutch::Command, which runs the hutch binary)"
+        "the launching process has {0} threads; an in-process launch needs a single-threaded caller (use Mode::Auto or hutch::Command, which run the hutch helper)"
     )]
     MultiThreaded(usize),
     #[error("{0}")]
@@ -57,19 +105,136 @@ pub enum LaunchError {
     Clone(SysError),
     #[error("idmapping workspace layer {}: {err} (idmapped mounts need Linux 5.12+ and a filesystem that supports them)", path.display())]
     Idmap { path: PathBuf, err: SysError },
+    #[error(
+        "cannot find the hutch binary to supervise the sandbox (set HUTCH_BIN, or name it with Mode::Helper / Command::hutch_binary)"
+    )]
+    HelperNotFound,
+    #[error("the hutch helper {}: {why}", binary.display())]
+    Helper { binary: PathBuf, why: String },
+    /// The helper could not launch the sandbox; the failure it reported.
+    #[error(transparent)]
+    Failed(LaunchFailure),
 }
 
-/// Launch a sandbox in-process and wait for it. The caller must be
-/// single-threaded.
+/// What kind of failure a [`LaunchFailure`] is, for programs (the Python
+/// package maps these to exceptions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    /// The Spec is invalid (`where` is the key path).
+    InvalidSpec,
+    /// An in-process launch from a multi-threaded process.
+    MultiThreaded,
+    /// Preparing the sandbox failed (policy, status file, upper dir...).
+    Prepare,
+    /// A resource limit could not be set up as required.
+    Limits,
+    /// A system call on the host failed (`where` is the call).
+    System,
+    /// The sandbox's namespaces could not be created.
+    Namespaces,
+    /// A workspace layer could not be idmapped (`where` is its path).
+    Idmap,
+    /// The helper could not be found, started or understood.
+    Helper,
+}
+
+/// A launch failure in a form that crosses the helper boundary: typed,
+/// with what failed, where, the errno and a hint. Display is the one line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct LaunchFailure {
+    pub kind: FailureKind,
+    /// The whole line: what, where, why, what to do.
+    pub message: String,
+    /// A key path, a host path or a call.
+    #[serde(rename = "where")]
+    pub location: Option<String>,
+    /// `ENOENT`, ...
+    pub errno: Option<String>,
+    pub hint: Option<String>,
+}
+
+impl LaunchError {
+    /// The typed form of this error.
+    pub fn failure(&self) -> LaunchFailure {
+        let errno = |e: &SysError| Some(format!("{:?}", e.errno));
+        let (kind, location, errno, hint) = match self {
+            LaunchError::Spec(e) => (
+                FailureKind::InvalidSpec,
+                (!e.path.is_empty()).then(|| e.path.clone()),
+                None,
+                None,
+            ),
+            LaunchError::MultiThreaded(_) => (
+                FailureKind::MultiThreaded,
+                None,
+                None,
+                Some("use Mode::Auto or hutch::Command".into()),
+            ),
+            LaunchError::Prepare(_) => (FailureKind::Prepare, None, None, None),
+            LaunchError::Cgroup(_) => (FailureKind::Limits, None, None, None),
+            LaunchError::Sys(e) => (FailureKind::System, Some(e.call.clone()), errno(e), None),
+            LaunchError::Clone(e) => (
+                FailureKind::Namespaces,
+                Some(e.call.clone()),
+                errno(e),
+                Some(
+                    "user namespaces may be disabled or restricted here: run `hutch check`".into(),
+                ),
+            ),
+            LaunchError::Idmap { path, err } => (
+                FailureKind::Idmap,
+                Some(path.display().to_string()),
+                errno(err),
+                Some("idmapped mounts need Linux 5.12+ and a filesystem that supports them".into()),
+            ),
+            LaunchError::HelperNotFound => (
+                FailureKind::Helper,
+                None,
+                None,
+                Some("set HUTCH_BIN, or name the binary".into()),
+            ),
+            LaunchError::Helper { binary, .. } => (
+                FailureKind::Helper,
+                Some(binary.display().to_string()),
+                None,
+                None,
+            ),
+            LaunchError::Failed(f) => return f.clone(),
+        };
+        LaunchFailure {
+            kind,
+            message: self.to_string(),
+            location,
+            errno,
+            hint,
+        }
+    }
+}
+
+/// Launch a sandbox and wait for it: the one entry for every caller.
+pub fn launch(spec: &Spec, opts: &RunOptions, mode: Mode) -> Result<Finished, LaunchError> {
+    let mode = match mode {
+        Mode::Auto if crate::sys::self_status().threads == 1 => Mode::InProcess,
+        Mode::Auto => Mode::Helper(helper::find_binary().ok_or(LaunchError::HelperNotFound)?),
+        m => m,
+    };
+    match mode {
+        Mode::Helper(binary) => {
+            let stdio = || match opts.stdio {
+                WorkloadStdio::Inherit => std::process::Stdio::inherit(),
+                WorkloadStdio::Null => std::process::Stdio::null(),
+            };
+            let mut child =
+                helper::HelperChild::spawn(&binary, spec, opts, [stdio(), stdio(), stdio()])?;
+            child.wait()
+        }
+        _ => supervise::run(spec, opts, None),
+    }
+}
+
+/// Launch in-process and wait for the report (single-threaded callers).
 pub fn run(spec: &Spec, opts: &RunOptions) -> Result<ExitReport, LaunchError> {
-    supervise::run(spec, opts).map(|(report, _)| report)
-}
-
-/// Like [`run`], also returning the captured head and tail of stdout and
-/// stderr (`opts.capture_bytes` must be set for captures to exist).
-pub fn run_captured(
-    spec: &Spec,
-    opts: &RunOptions,
-) -> Result<(ExitReport, [Option<Captured>; 2]), LaunchError> {
-    supervise::run(spec, opts)
+    launch(spec, opts, Mode::InProcess).map(|f| f.report)
 }

@@ -1,14 +1,19 @@
 //! Everything done before clone, in the supervisor: it may allocate and
-//! fail freely, so the child only has to perform syscalls.
+//! fail freely, so the post-clone code only has to perform syscalls.
+//!
+//! The result is a [`LaunchPlan`]: the supervisor's own part (the cgroup
+//! leaf, relay pipes, the proxy's policy, what the report needs) and the
+//! [`ChildPlan`], the only data the post-clone code may touch. The child
+//! plan is itself split into what does not depend on the command (ids,
+//! root, confinement, limits) and the [`CommandPlan`] (argv, env, cwd,
+//! stdio).
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use caps::CapsHashSet;
-
-use super::LaunchError;
+use super::{LaunchError, WorkloadStdio};
 use crate::fs::{self, Plan};
 use crate::spec::{DEFAULT_PATH, FsOp, Network, Spec};
 use crate::sys::{
@@ -18,6 +23,9 @@ use crate::sys::{
 
 /// Host id the workload runs as when root launches.
 pub const DEFAULT_ROOT_HOST_ID: u32 = 65534;
+
+/// Where the egress proxy's Unix door is made, inside the new root.
+pub const PROXY_DOOR_IN_ROOT: &std::ffi::CStr = c"run/hutch/proxy.sock";
 
 /// Who the sandbox is, inside and on the host.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -36,91 +44,97 @@ pub struct Ids {
 /// (valid in the child, which has a copy of this memory).
 pub struct Exec {
     pub candidates: Vec<CString>,
+    /// The strings `argv_ptrs` and `envp_ptrs` point into.
+    #[allow(dead_code)]
     pub argv: Vec<CString>,
+    #[allow(dead_code)]
     pub envp: Vec<CString>,
     pub argv_ptrs: Vec<*const libc::c_char>,
     pub envp_ptrs: Vec<*const libc::c_char>,
 }
 
-/// How the workload's stdio is wired.
+/// The fds the workload gets as its stdin, stdout and stderr (None: the
+/// supervisor's own, inherited).
 #[derive(Default)]
-pub struct Stdio {
-    /// (fd in the child, target 0/1/2) pairs applied with dup2.
-    pub dup: Vec<(RawFd, RawFd)>,
-    /// Read ends the supervisor relays to its own stdout / stderr.
-    pub relay_out: Option<OwnedFd>,
-    pub relay_err: Option<OwnedFd>,
-    /// Write ends / /dev/null, kept open until clone, closed after.
-    pub child_ends: Vec<OwnedFd>,
+pub struct StdioPlan {
+    pub fds: [Option<OwnedFd>; 3],
 }
 
-/// The prepared launch.
-pub struct Prepared {
-    pub sandbox_id: String,
-    pub plan: Plan,
-    pub op_names: Vec<String>,
-    pub clone_flags: u64,
-    pub net_namespace: bool,
-    pub ids: Ids,
+/// The command-dependent part of the child plan.
+pub struct CommandPlan {
     pub exec: Exec,
     pub cwd: CString,
-    pub hostname: Option<String>,
-    pub keep_caps: CapsHashSet,
+    pub stdio: StdioPlan,
+    /// Signals whose disposition in the supervisor is not SIG_DFL (bit N-1
+    /// for signal N): those the workload resets. Every signal unless the
+    /// caller knows better.
+    pub non_default_signals: u64,
+}
+
+/// Capabilities the workload keeps, as numbers the child can use.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CapPlan {
+    /// Bit N for capability N.
+    pub keep: u64,
     /// The kernel's highest capability number, read before clone.
-    pub cap_last_cap: u32,
+    pub last: u32,
+}
+
+/// Everything the post-clone code (hutch init and the workload until its
+/// execve) reads. Nothing else is reachable from there: the child gets a
+/// shared reference to this and its socket, and the workload, which shares
+/// init's memory, allocates nothing.
+pub struct ChildPlan {
+    pub ids: Ids,
+    pub fs: Plan,
+    /// `fs[3] (ro-bind /usr)`, for build errors (init may allocate).
+    pub op_names: Vec<String>,
+    pub hostname: Option<String>,
+    pub net_namespace: bool,
+    /// Network mode `proxy`: make the egress proxy's doors (the TCP one in
+    /// the network namespace, the Unix one in the root) and hand them over.
+    pub proxy_doors: bool,
+    pub rlimits: Vec<(libc::c_int, u64)>,
+    pub caps: CapPlan,
     /// seccomp BPF compiled, Landlock ABI probed and rules computed.
     pub confinement: crate::confine::Confinement,
-    pub rlimits: Vec<(libc::c_int, u64)>,
+    /// Whether pid 1 reports `Started` (only a status file's start event
+    /// needs it; otherwise it would be one more wake-up per spawn).
+    pub report_started: bool,
+    pub command: CommandPlan,
+}
+
+/// The prepared launch: the child's plan and what the supervisor keeps.
+pub struct LaunchPlan {
+    pub child: ChildPlan,
+    pub sandbox_id: String,
+    pub clone_flags: u64,
     /// The cgroup leaf (when one could be created) and the limits report;
     /// taken by the supervisor at the end to remove the leaf.
     pub cgroup: Option<crate::cgroup::Leaf>,
-    pub stdio: Stdio,
+    /// Read ends the supervisor relays to its own stdout / stderr.
+    pub relay: [Option<OwnedFd>; 2],
     /// Overlay mount points whose upper is discarded, in plan order.
     pub tmp_overlay_dests: Vec<PathBuf>,
     /// Overlays with a host upper: (mount point, upper dir).
     pub kept_uppers: Vec<(PathBuf, PathBuf)>,
     /// Sources to hand over as idmapped mounts: (source index, host path).
     pub idmap_sources: Vec<(usize, PathBuf)>,
-    /// Sources the supervisor opens and hands over: (source index, host
-    /// path). Root launches: the proxy's Unix door, in a directory only
-    /// host root may enter.
-    pub handed_sources: Vec<(usize, PathBuf)>,
-    /// Network mode `proxy`: the compiled policy and the Unix door.
+    /// Network mode `proxy`: the compiled policy.
     pub proxy: Option<ProxyPrep>,
-    /// Signals whose disposition in the supervisor is not SIG_DFL (bit N-1
-    /// for signal N): those the workload resets. Every signal unless the
-    /// caller knows better.
-    pub non_default_signals: u64,
-    /// Whether pid 1 reports `Started` (only a status file's start event
-    /// needs it; otherwise it would be one more wake-up per spawn).
-    pub report_started: bool,
 }
 
 /// The egress proxy of a `proxy`-mode sandbox, prepared before clone; the
-/// supervisor serves it once the sandbox sends its TCP door.
+/// supervisor serves it once the sandbox sends its doors.
 pub struct ProxyPrep {
     pub policy: crate::net::Policy,
-    pub unix_door: OwnedFd,
     pub audit: Option<crate::audit::AuditSink>,
-    /// The private directory holding the Unix door; removed on drop.
-    pub dir: PrivateDir,
-    /// The Unix door's path on the host (inside `dir`).
-    pub socket: PathBuf,
 }
 
-/// A directory removed (with its contents) when dropped.
-pub struct PrivateDir(pub PathBuf);
-
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Network mode `proxy`: compile the policy, open the audit log, create the
-/// Unix door in a private directory, and add its bind mount and the proxy
-/// environment to the Spec.
-fn prepare_proxy(spec: &mut Spec, sandbox_id: &str) -> Result<Option<ProxyPrep>, LaunchError> {
+/// Network mode `proxy`: compile the policy, open the audit log, and add
+/// the proxy environment to the Spec. The doors are made by the sandbox
+/// itself (nothing of them exists on the host).
+fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
     let Network::Proxy(pp) = &spec.network else {
         return Ok(None);
     };
@@ -133,31 +147,16 @@ fn prepare_proxy(spec: &mut Spec, sandbox_id: &str) -> Result<Option<ProxyPrep>,
         ),
         None => None,
     };
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|d| d.is_absolute() && d.is_dir())
-        .unwrap_or_else(std::env::temp_dir);
-    let dir = base.join(format!("hutch-proxy-{sandbox_id}"));
-    let (sock, unix_door) = crate::net::unix_door(&dir)
-        .map_err(|e| LaunchError::Prepare(format!("egress proxy door: {e}")))?;
-    let dir = PrivateDir(dir);
-    spec.fs.push(FsOp::Bind {
-        src: sock.clone(),
-        dest: PathBuf::from(crate::net::PROXY_SOCKET_PATH),
-        optional: false,
-    });
     spec.env.extend(crate::net::proxy_env());
-    Ok(Some(ProxyPrep {
-        policy,
-        unix_door,
-        audit,
-        dir,
-        socket: sock,
-    }))
+    Ok(Some(ProxyPrep { policy, audit }))
 }
 
 /// Validate and prepare. `relay` forces stdout/stderr through pipes.
-pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
+pub fn prepare(
+    spec: &Spec,
+    relay: bool,
+    workload_stdio: WorkloadStdio,
+) -> Result<LaunchPlan, LaunchError> {
     super::validate(spec)?;
     if spec.command.is_empty() {
         return Err(LaunchError::Spec(crate::spec::SpecError::new(
@@ -168,23 +167,11 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
     let ids = ids(spec)?;
     let sandbox_id = sandbox_id();
     let mut with_proxy = spec.clone();
-    let proxy = prepare_proxy(&mut with_proxy, &sandbox_id)?;
+    let proxy = prepare_proxy(&mut with_proxy)?;
     let spec = if proxy.is_some() { &with_proxy } else { spec };
-    let mut plan = fs::plan(spec, ids.root_launch);
-    let mut handed_sources = Vec::new();
-    if ids.root_launch
-        && let Some(door) = &proxy
-    {
-        // The door's directory stays root's (0700): no other host process
-        // may reach the socket, not even one running as the sandbox's
-        // unprivileged host id. The supervisor opens it for the sandbox.
-        for (i, s) in plan.sources.iter_mut().enumerate() {
-            if s.path.as_bytes() == door.socket.as_os_str().as_bytes() {
-                s.handed_over = true;
-                handed_sources.push((i, door.socket.clone()));
-            }
-        }
-    }
+
+    // What does not depend on the command.
+    let plan = fs::plan(spec, ids.root_launch);
     let idmap_sources = plan
         .sources
         .iter()
@@ -197,7 +184,6 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
             )
         })
         .collect();
-
     let mut tmp_overlay_dests = Vec::new();
     let mut kept_uppers = Vec::new();
     for op in &spec.fs {
@@ -212,7 +198,6 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
             _ => {}
         }
     }
-
     let ns = &spec.namespaces;
     let mut clone_flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID;
     for (on, flag) in [
@@ -227,18 +212,17 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
     }
     let confinement =
         crate::confine::prepare(spec).map_err(|e| LaunchError::Prepare(e.to_string()))?;
-    let keep_caps = confinement.keep_caps().clone();
+    let caps = CapPlan {
+        keep: confinement
+            .keep_caps()
+            .iter()
+            .fold(0, |m, c| m | c.bitmask()),
+        last: sys::cap_last_cap(),
+    };
 
-    let stdio = stdio(relay || spec.limits.output_bytes.is_some())?;
-    // Last: from here on the leaf exists (dropping it removes it again).
-    let cgroup = crate::cgroup::prepare(&spec.limits, &sandbox_id)?;
-    Ok(Prepared {
-        sandbox_id,
-        op_names: fs::op_names(spec),
-        plan,
-        clone_flags,
-        net_namespace: ns.net,
-        ids,
+    // What does.
+    let (stdio, relay) = stdio(relay || spec.limits.output_bytes.is_some(), workload_stdio)?;
+    let command = CommandPlan {
         exec: exec(spec),
         cwd: CString::new(
             spec.cwd
@@ -248,24 +232,39 @@ pub fn prepare(spec: &Spec, relay: bool) -> Result<Prepared, LaunchError> {
                 .as_bytes(),
         )
         .expect("validated: no NUL"),
+        stdio,
+        non_default_signals: u64::MAX,
+    };
+
+    // Last: from here on the leaf exists (dropping it removes it again).
+    let cgroup = crate::cgroup::prepare(&spec.limits, &sandbox_id)?;
+    let child = ChildPlan {
+        ids,
+        op_names: fs::op_names(spec),
+        fs: plan,
         hostname: if ns.uts {
             spec.identity.hostname.clone()
         } else {
             None
         },
-        keep_caps,
-        cap_last_cap: sys::cap_last_cap(),
-        confinement,
+        net_namespace: ns.net,
+        proxy_doors: proxy.is_some(),
         rlimits: cgroup.rlimits().to_vec(),
+        caps,
+        confinement,
+        report_started: true,
+        command,
+    };
+    Ok(LaunchPlan {
+        child,
+        sandbox_id,
+        clone_flags,
         cgroup: Some(cgroup),
-        stdio,
+        relay,
         tmp_overlay_dests,
         kept_uppers,
         idmap_sources,
-        handed_sources,
         proxy,
-        non_default_signals: u64::MAX,
-        report_started: true,
     })
 }
 
@@ -330,7 +329,7 @@ fn prepare_upper(upper: &Path, work: &Path, ids: &Ids) -> Result<(), LaunchError
     Ok(())
 }
 
-fn exec(spec: &Spec) -> Exec {
+pub(super) fn exec(spec: &Spec) -> Exec {
     let to_c = |s: &str| CString::new(s).expect("validated: no NUL");
     let argv: Vec<CString> = spec.command.iter().map(|a| to_c(a)).collect();
     let envp: Vec<CString> = spec
@@ -365,31 +364,35 @@ fn exec(spec: &Spec) -> Exec {
 
 /// Relay stdout/stderr through pipes when asked (output cap, capture) or
 /// when they are terminals (the workload never gets the user's tty); a
-/// terminal stdin becomes /dev/null.
-fn stdio(relay: bool) -> Result<Stdio, LaunchError> {
-    let mut s = Stdio::default();
-    let err = |what: &str, e: nix::errno::Errno| LaunchError::Sys(sys::SysError::new(what, e));
+/// terminal stdin becomes /dev/null. Returns the workload's stdio and the
+/// read ends the supervisor relays.
+fn stdio(
+    relay: bool,
+    workload_stdio: WorkloadStdio,
+) -> Result<(StdioPlan, [Option<OwnedFd>; 2]), LaunchError> {
+    let mut plan = StdioPlan::default();
+    let mut relays = [None, None];
+    let null = || {
+        std::fs::File::open("/dev/null")
+            .map(OwnedFd::from)
+            .map_err(|e| LaunchError::Prepare(format!("cannot open /dev/null: {e}")))
+    };
+    if workload_stdio == WorkloadStdio::Null {
+        plan.fds = [Some(null()?), Some(null()?), Some(null()?)];
+        return Ok((plan, relays));
+    }
     if sys::isatty(0) {
-        let null = std::fs::File::open("/dev/null")
-            .map_err(|e| LaunchError::Prepare(format!("cannot open /dev/null: {e}")))?;
-        let fd = OwnedFd::from(null);
-        s.dup.push((fd.as_raw_fd(), 0));
-        s.child_ends.push(fd);
+        plan.fds[0] = Some(null()?);
     }
     for target in [1, 2] {
         if relay || sys::isatty(target) {
-            let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-                .map_err(|e| err("pipe2(O_CLOEXEC)", e))?;
-            s.dup.push((w.as_raw_fd(), target));
-            s.child_ends.push(w);
-            if target == 1 {
-                s.relay_out = Some(r);
-            } else {
-                s.relay_err = Some(r);
-            }
+            let (r, w) = sys::raw::pipe(0)
+                .map_err(|e| LaunchError::Sys(sys::SysError::new("pipe2(O_CLOEXEC)", e)))?;
+            plan.fds[target as usize] = Some(w);
+            relays[target as usize - 1] = Some(r);
         }
     }
-    Ok(s)
+    Ok((plan, relays))
 }
 
 /// 16 hex digits from the kernel's random pool.
@@ -416,31 +419,36 @@ pub fn network_name(n: &Network) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
 
-    /// A root launch keeps the proxy door's directory host root's (0700):
-    /// no other host process, not even one running as the sandbox's
-    /// unprivileged host id, can reach the socket while it exists on the
-    /// host. The supervisor hands the socket over instead.
+    /// Proxy mode prepares no directory or socket on the host: both doors
+    /// are made by the sandbox (so a SIGKILL at any moment leaves nothing).
     #[test]
-    fn root_launch_keeps_the_door_directory_root_only() {
-        crate::test_support::require!(
-            nix::unistd::geteuid().is_root(),
-            "needs root (a root launch)"
-        );
+    fn proxy_mode_makes_nothing_on_the_host() {
+        let tmp = std::env::temp_dir().join(format!("hutch-prep-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        // SAFETY: nextest runs one test per process; nothing else reads the
+        // environment concurrently.
+        unsafe {
+            std::env::set_var("TMPDIR", &tmp);
+            std::env::set_var("XDG_RUNTIME_DIR", &tmp);
+        }
         let mut spec = crate::spec::default_profile();
         spec.command = vec!["true".into()];
         spec.network = Network::Proxy(crate::spec::ProxyPolicy {
             allow: vec!["example.test".into()],
             ..Default::default()
         });
-        let p = prepare(&spec, false).unwrap();
-        let door = p.proxy.as_ref().unwrap();
-        let meta = std::fs::metadata(&door.dir.0).unwrap();
-        assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o700));
-        assert_eq!(p.handed_sources.len(), 1);
-        let (index, path) = &p.handed_sources[0];
-        assert_eq!(path, &door.socket);
-        assert!(p.plan.sources[*index].handed_over);
+        let p = prepare(&spec, false, WorkloadStdio::Inherit).unwrap();
+        assert!(p.child.proxy_doors && p.proxy.is_some());
+        assert!(
+            !p.child
+                .fs
+                .sources
+                .iter()
+                .any(|s| s.path.as_bytes().ends_with(b"proxy.sock")),
+            "no host socket is bound into the sandbox"
+        );
+        assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
+        std::fs::remove_dir(&tmp).unwrap();
     }
 }

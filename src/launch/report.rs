@@ -4,6 +4,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::stage::Stage;
+use crate::cgroup::LimitsReport;
+use crate::confine::ConfinementReport;
+
 /// Why the sandbox ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -14,6 +18,9 @@ pub enum Outcome {
     Signaled,
     /// The wall-clock limit expired; the whole tree was killed.
     TimedOut,
+    /// The sandbox was killed on request (`Child::kill`, or the process
+    /// that started it went away); the whole tree was killed.
+    Killed,
     /// The memory limit was hit and the sandbox OOM-killed.
     OomKilled,
     /// The pid limit was hit.
@@ -86,9 +93,9 @@ pub struct Enforcement {
     /// Output cap in bytes.
     pub output_bytes: Option<u64>,
     /// Seccomp and Landlock, as reported by the confinement layer.
-    pub confinement: Option<serde_json::Value>,
+    pub confinement: Option<ConfinementReport>,
     /// Resource limits, as reported by the cgroup layer.
-    pub limits: Option<serde_json::Value>,
+    pub limits: Option<LimitsReport>,
     /// Root launches: workspace layers on a filesystem without idmapped
     /// mounts (tmpfs before Linux 6.3, ramfs, some FUSE and network
     /// filesystems). They are attached without an idmapping, so the
@@ -96,6 +103,15 @@ pub struct Enforcement {
     /// id: what only their owner may read stays unreadable to it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layers_without_idmap: Vec<PathBuf>,
+}
+
+/// Which step of the sandbox's setup failed, for programs (the `error`
+/// line is for people).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetupFailure {
+    pub stage: Stage,
+    /// The errno of the failed call (`ENOENT`, ...), when there was one.
+    pub errno: Option<String>,
 }
 
 /// The final report of one sandbox (`--status-file`, library `wait`).
@@ -112,14 +128,25 @@ pub struct ExitReport {
     pub reason: Outcome,
     /// The one-line error when hutch failed.
     pub error: Option<String>,
+    /// The failed step, when the sandbox's setup or execve failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<SetupFailure>,
     pub duration_ms: u64,
     /// Bytes the workload wrote to stdout and stderr (when relayed).
     pub output_bytes: u64,
     pub output_truncated: bool,
+    /// Relayed bytes that never reached the reader: it did not keep up
+    /// before the sandbox's time was over, or stopped reading.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub output_undelivered: u64,
     pub changes: Vec<ChangesReport>,
     pub enforced: Enforcement,
     /// Limits or features requested as *preferred* that were not enforced.
     pub unenforced: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ExitReport {

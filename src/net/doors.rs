@@ -1,14 +1,14 @@
 //! The two doors into the proxy and the environment that points at them.
+//! Both are made by the sandbox's pid 1, inside the sandbox (the TCP one
+//! in its network namespace, the Unix one in its root), and handed to the
+//! supervisor: nothing of them exists on the host.
 
+use std::ffi::CStr;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
 
-use super::NetError;
 use crate::sys::SysError;
 
 /// Where the Unix door appears inside the sandbox.
@@ -16,31 +16,40 @@ pub const PROXY_SOCKET_PATH: &str = "/run/hutch/proxy.sock";
 /// Port of the TCP door on the sandbox's loopback.
 pub const PROXY_TCP_PORT: u16 = 3128;
 
-/// Create `private_dir` (mode 0700; it must not exist yet) and a listening
-/// Unix socket `proxy.sock` in it. The socket itself is 0666 so the
-/// sandbox's uid can connect once it is bind-mounted; the 0700 directory
-/// keeps every other host user out.
-pub fn unix_door(private_dir: &Path) -> Result<(PathBuf, OwnedFd), NetError> {
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(private_dir)
-        .map_err(|e| NetError::io(format!("mkdir {}", private_dir.display()), e))?;
-    let path = private_dir.join("proxy.sock");
-    let listener = UnixListener::bind(&path)
-        .map_err(|e| NetError::io(format!("bind unix socket {}", path.display()), e))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
-        .map_err(|e| NetError::io(format!("chmod {}", path.display()), e))?;
-    Ok((path, OwnedFd::from(listener)))
+fn sys_err(call: String) -> impl FnOnce(rustix::io::Errno) -> SysError {
+    move |e| SysError::new(call, crate::sys::Errno::from_raw(e.raw_os_error()))
+}
+
+/// A listening Unix stream socket bound at `name` in the directory `dir`
+/// (through its `/proc/self/fd` path, so nothing outside `dir` is
+/// resolved), mode 0666 so the sandbox's uid can connect whatever the
+/// umask.
+pub fn unix_door(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, SysError> {
+    let path = format!(
+        "/proc/self/fd/{}/{}",
+        dir.as_raw_fd(),
+        name.to_string_lossy()
+    );
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(sys_err("socket(AF_UNIX, SOCK_STREAM)".into()))?;
+    let addr = rustix::net::SocketAddrUnix::new(path.as_str())
+        .map_err(sys_err(format!("sockaddr_un({path:?})")))?;
+    rustix::net::bind(&fd, &addr).map_err(sys_err(format!("bind({path:?})")))?;
+    rustix::fs::chmod(path.as_str(), rustix::fs::Mode::from_raw_mode(0o666))
+        .map_err(sys_err(format!("chmod({path:?}, 0666)")))?;
+    rustix::net::listen(&fd, 1024).map_err(sys_err(format!("listen({path:?})")))?;
+    Ok(fd)
 }
 
 /// In the current (sandbox) network namespace, after `lo` is up: a TCP
 /// socket listening on 127.0.0.1:3128, close-on-exec, for the supervisor.
 pub fn tcp_door_in_current_netns() -> Result<OwnedFd, SysError> {
-    let sys = |call: String| {
-        move |e: rustix::io::Errno| {
-            SysError::new(call, crate::sys::Errno::from_raw(e.raw_os_error()))
-        }
-    };
+    let sys = sys_err;
     let fd = rustix::net::socket_with(
         AddressFamily::INET,
         SocketType::STREAM,
@@ -77,18 +86,18 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     #[test]
-    fn unix_door_is_private_and_listening() {
+    fn unix_door_listens_in_its_directory() {
         let base = std::env::temp_dir().join(format!("hutch-door-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         std::fs::create_dir_all(&base).unwrap();
-        let dir = base.join("p");
-        let (path, fd) = unix_door(&dir).unwrap();
-        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
-        assert_eq!(path, dir.join("proxy.sock"));
+        let dir = std::fs::File::open(&base).unwrap();
+        let fd = unix_door(std::os::fd::AsFd::as_fd(&dir), c"proxy.sock").unwrap();
+        let path = base.join("proxy.sock");
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o666);
         let _client = std::os::unix::net::UnixStream::connect(&path).unwrap();
         drop(fd);
-        // An existing directory is refused (no reuse of a planted path).
-        assert!(unix_door(&dir).is_err());
+        // An existing name is refused (no reuse of a planted path).
+        assert!(unix_door(std::os::fd::AsFd::as_fd(&dir), c"proxy.sock").is_err());
         std::fs::remove_dir_all(&base).unwrap();
     }
 

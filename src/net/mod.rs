@@ -1,10 +1,10 @@
 //! Network: loopback inside the sandbox, the egress proxy doors and policy.
 //!
 //! In `proxy` mode the sandbox keeps an empty network namespace; its only
-//! way out is one host-side policy engine reached through two doors: a Unix
-//! socket bind-mounted at [`PROXY_SOCKET_PATH`] and a TCP listener on
-//! `127.0.0.1:3128` created inside the sandbox's namespace and served by the
-//! supervisor. See `docs/egress.md`.
+//! way out is one host-side policy engine reached through two doors, both
+//! created inside the sandbox (a Unix socket at [`PROXY_SOCKET_PATH`] in its
+//! root, a TCP listener on `127.0.0.1:3128` in its namespace) and served by
+//! the supervisor. See `docs/egress.md`.
 //!
 //! The proxy server is four steps, one module each: [`accept`] (doors,
 //! connection caps, request heads), [`decision`] (target, policy, audit

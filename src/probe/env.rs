@@ -5,7 +5,7 @@ use serde::Serialize;
 
 /// Host settings that restrict user namespaces, and who is probing.
 #[derive(Debug, Clone, Serialize)]
-pub struct Host {
+pub struct HostSettings {
     /// Effective uid / gid of the probing process.
     pub uid: u32,
     pub gid: u32,
@@ -22,9 +22,9 @@ pub struct Host {
     pub under_seccomp: bool,
 }
 
-impl Host {
+impl HostSettings {
     /// Read the sysctls and /proc/self state. Changes nothing.
-    pub fn read() -> Host {
+    pub fn read() -> HostSettings {
         let sysctl = |p: &str| {
             std::fs::read_to_string(p)
                 .ok()
@@ -33,16 +33,16 @@ impl Host {
         let uid_map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
         let initial =
             uid_map.split_whitespace().collect::<Vec<_>>().as_slice() == ["0", "0", "4294967295"];
-        Host {
-            uid: crate::sys::probe::geteuid(),
-            gid: crate::sys::probe::getegid(),
+        HostSettings {
+            uid: crate::sys::raw::geteuid(),
+            gid: crate::sys::raw::getegid(),
             unprivileged_userns_clone: sysctl("/proc/sys/kernel/unprivileged_userns_clone"),
             max_user_namespaces: sysctl("/proc/sys/user/max_user_namespaces"),
             apparmor_restrict_unprivileged_userns: sysctl(
                 "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
             ),
             in_user_namespace: !uid_map.is_empty() && !initial,
-            under_seccomp: crate::sys::probe::seccomp_mode().is_ok_and(|m| m == 2),
+            under_seccomp: crate::sys::raw::seccomp_mode().is_ok_and(|m| m == 2),
         }
     }
 

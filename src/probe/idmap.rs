@@ -7,10 +7,13 @@
 use std::os::unix::ffi::OsStrExt;
 
 use crate::sys::Errno;
-use crate::sys::probe::{self as raw};
+use std::os::fd::AsFd;
+
+use super::fork::{CBuf, Step, decimal, fork_userns_holder};
+use crate::sys::raw;
 
 use super::userns;
-use super::{Feature, Host, Status, in_child};
+use super::{Feature, HostSettings, Status, in_child};
 
 const NAME: &str = "idmapped_mount";
 
@@ -27,7 +30,7 @@ const STEPS: [&str; 6] = [
 /// it a root launch attaches the workspace as it is (seen with host owners
 /// by the workload's unprivileged host id), which is less convenient, not
 /// less safe.
-pub(super) fn probe(host: &Host) -> Feature {
+pub(super) fn probe(host: &HostSettings) -> Feature {
     if host.uid != 0 {
         return Feature::bad(
             NAME,
@@ -42,33 +45,30 @@ pub(super) fn probe(host: &Host) -> Feature {
     // The child cannot allocate: the path goes into a fixed buffer, so a
     // too-long one falls back to "/".
     let (shown, path) = if cwd_bytes.len() < 255 && !cwd_bytes.contains(&0) {
-        (cwd.display().to_string(), raw::cbuf(&[cwd_bytes]))
+        (cwd.display().to_string(), CBuf::new(&[cwd_bytes]))
     } else {
-        ("/".to_string(), raw::cbuf(&[b"/"]))
+        ("/".to_string(), CBuf::new(&[b"/"]))
     };
     let res = in_child(|| {
-        let (pid, hold) = raw::fork_userns_holder(0)?;
+        let holder = fork_userns_holder(0)?;
         let mut digits = [0u8; 10];
-        let pid_s = raw::decimal(pid as u32, &mut digits);
-        let uid_map = raw::cbuf(&[b"/proc/", pid_s, b"/uid_map"]);
-        let gid_map = raw::cbuf(&[b"/proc/", pid_s, b"/gid_map"]);
-        let ns = raw::cbuf(&[b"/proc/", pid_s, b"/ns/user"]);
-        let res = (|| {
-            raw::write_file(&uid_map, b"0 65534 1\n", 1)?;
-            raw::write_file(&gid_map, b"0 65534 1\n", 2)?;
-            let nsfd = raw::open_path(&ns, libc::O_RDONLY, 3)?;
-            let tree = raw::open_tree_clone(&path, 4);
-            let res = tree.and_then(|t| {
-                let r = raw::mount_setattr(t, crate::sys::MOUNT_ATTR_IDMAP, nsfd, 5);
-                raw::close(t);
-                r
-            });
-            raw::close(nsfd);
-            res
-        })();
-        raw::close(hold as i64);
-        raw::reap(pid);
-        res
+        let pid_s = decimal(holder.pid as u32, &mut digits);
+        let uid_map = CBuf::new(&[b"/proc/", pid_s, b"/uid_map"]);
+        let gid_map = CBuf::new(&[b"/proc/", pid_s, b"/gid_map"]);
+        let ns = CBuf::new(&[b"/proc/", pid_s, b"/ns/user"]);
+        raw::write_file(uid_map.as_cstr(), b"0 65534 1\n").step(1)?;
+        raw::write_file(gid_map.as_cstr(), b"0 65534 1\n").step(2)?;
+        let nsfd = raw::open(ns.as_cstr(), libc::O_RDONLY).step(3)?;
+        let tree = raw::open_tree_clone(None, path.as_cstr(), 0).step(4)?;
+        raw::mount_setattr(
+            tree.as_fd(),
+            false,
+            crate::sys::MOUNT_ATTR_IDMAP,
+            0,
+            Some(nsfd.as_fd()),
+        )
+        .step(5)?;
+        Ok(0)
     });
     userns::verdict(
         NAME,

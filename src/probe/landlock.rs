@@ -2,10 +2,13 @@
 //! enforced in a child (a ruleset with no rules must deny reading "/").
 
 use crate::sys::Errno;
-use crate::sys::probe::{self as raw};
+use std::os::fd::AsFd;
+
+use super::fork::Step;
+use crate::sys::raw;
 
 use super::userns;
-use super::{Feature, Host, Status, in_child};
+use super::{Feature, HostSettings, Status, in_child};
 
 const NAME: &str = "landlock";
 
@@ -21,9 +24,9 @@ const STEPS: [&str; 4] = [
 
 /// `landlock`: not required by the default profile (used when a Spec asks
 /// for it), so a failure here does not fail `hutch check`.
-pub(super) fn probe(host: &Host) -> (Feature, Option<i32>) {
+pub(super) fn probe(host: &HostSettings) -> (Feature, Option<i32>) {
     let abi = match raw::landlock_abi() {
-        Ok(v) => v,
+        Ok(v) => v as i32,
         Err(errno) => {
             let (status, why, fix) = match errno {
                 Errno::EOPNOTSUPP => (
@@ -47,15 +50,13 @@ pub(super) fn probe(host: &Host) -> (Feature, Option<i32>) {
         }
     };
     let res = in_child(|| {
-        raw::no_new_privs(0)?;
-        raw::landlock_restrict(ABI1_FS, 1)?;
-        match raw::open_path(b"/\0", libc::O_RDONLY | libc::O_DIRECTORY, 3) {
-            Ok(fd) => {
-                raw::close(fd);
-                Err((3, Errno::EEXIST))
-            }
-            Err((_, Errno::EACCES)) => Ok(0),
-            Err(e) => Err(e),
+        raw::set_no_new_privs().step(0)?;
+        let ruleset = raw::landlock_create_ruleset(ABI1_FS, 0, 0).step(1)?;
+        raw::landlock_restrict_self(ruleset.as_fd()).step(2)?;
+        match raw::open(c"/", libc::O_RDONLY | libc::O_DIRECTORY) {
+            Ok(_) => Err((3, Errno::EEXIST)),
+            Err(Errno::EACCES) => Ok(0),
+            Err(e) => Err((3, e)),
         }
     });
     let feature = userns::verdict(

@@ -1,12 +1,14 @@
 //! Kernel feature detection for `hutch check` and the tests.
 //!
 //! Every probe *tries* the feature in a forked child that exits (see
-//! [`crate::sys::probe::in_child`]); nothing is guessed from the kernel
+//! [`fork::in_child`]); nothing is guessed from the kernel
 //! version and nothing is left behind: mounts live in the child's private
 //! mount namespace, namespaces die with the child, and children are reaped.
 
 mod env;
+mod fork;
 mod idmap;
+mod image;
 mod landlock;
 mod mounts;
 mod namespaces;
@@ -21,9 +23,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::sys::Errno;
-use crate::sys::probe::{ChildOutcome, StepResult};
+use fork::{ChildOutcome, ProbeResult};
 
-pub use env::Host;
+pub use env::HostSettings;
 pub use render::human;
 
 /// How long one probe child may take before it is killed.
@@ -126,7 +128,7 @@ pub struct Report {
     /// The Landlock ABI version, when Landlock is enabled.
     pub landlock_abi: Option<i32>,
     /// The host's user namespace settings, as read.
-    pub host: Host,
+    pub host: HostSettings,
     /// The cgroup layout (from [`crate::cgroup::probe::probe`]).
     pub cgroup: serde_json::Value,
 }
@@ -141,7 +143,7 @@ impl Report {
 /// Probe every feature hutch uses. Safe to call from any thread; takes
 /// well under a second.
 pub fn run_all() -> Report {
-    let host = Host::read();
+    let host = HostSettings::read();
     let mut features = Vec::new();
     features.extend(userns::probe(&host));
     features.extend(mounts::probe(&host));
@@ -155,10 +157,11 @@ pub fn run_all() -> Report {
     let cgroup = serde_json::to_value(&cgroup).unwrap_or(serde_json::Value::Null);
     features.push(cgroup_feature(&cgroup));
     features.extend(syscalls::probe(&host));
+    features.push(image::probe(&host));
     let ok = features.iter().all(|f| f.ok || !f.required);
     Report {
         hutch_version: env!("CARGO_PKG_VERSION"),
-        kernel_release: crate::sys::probe::kernel_release(),
+        kernel_release: crate::sys::kernel_release(),
         uid: host.uid,
         root: host.uid == 0,
         ok,
@@ -221,8 +224,8 @@ fn cgroup_feature(cg: &serde_json::Value) -> Feature {
 
 /// Run `f` in a probe child; Err(description) when the child itself could
 /// not run or report (fork failed, it crashed or hung).
-fn in_child(f: impl FnOnce() -> StepResult) -> Result<StepResult, String> {
-    match crate::sys::probe::in_child(f, CHILD_LIMIT) {
+fn in_child(f: impl FnOnce() -> ProbeResult) -> Result<ProbeResult, String> {
+    match fork::in_child(f, CHILD_LIMIT) {
         Ok(ChildOutcome::Done(r)) => Ok(r),
         Ok(ChildOutcome::Died(status)) => {
             Err(format!("probe child died (wait status {status:#x})"))

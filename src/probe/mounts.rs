@@ -3,35 +3,33 @@
 //! child's own mount namespace, made private before the first mount, so
 //! nothing reaches the host and everything vanishes when the child exits.
 
+use std::ffi::CStr;
+use std::os::fd::AsFd;
+
+use super::fork::{ProbeResult, Step};
 use crate::sys::Errno;
-use crate::sys::probe::{self as raw, StepResult};
+use crate::sys::raw;
 
 use super::userns::{self, Maps, NEXT};
-use super::{Feature, Host, Status, in_child};
+use super::{Feature, HostSettings, Status, in_child};
 
-const TMPFS_DATA: &[u8] = b"size=1m,nr_inodes=64,mode=0755\0";
+const TMPFS_DATA: &CStr = c"size=1m,nr_inodes=64,mode=0755";
 
 /// In a probe child: userns, new mount namespace, private propagation, a
 /// small tmpfs on /tmp (in this namespace only). Steps NEXT..NEXT+3.
-fn private_tmpfs(maps: &Maps) -> StepResult {
+fn private_tmpfs(maps: &Maps) -> ProbeResult {
     userns::enter(maps)?;
-    raw::unshare(libc::CLONE_NEWNS, NEXT)?;
+    raw::unshare(libc::CLONE_NEWNS).step(NEXT)?;
+    raw::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None).step(NEXT + 1)?;
     raw::mount(
-        b"\0",
-        b"/\0",
-        b"\0",
-        libc::MS_REC | libc::MS_PRIVATE,
-        b"\0",
-        NEXT + 1,
-    )?;
-    raw::mount(
-        b"tmpfs\0",
-        b"/tmp\0",
-        b"tmpfs\0",
+        Some(c"tmpfs"),
+        c"/tmp",
+        Some(c"tmpfs"),
         libc::MS_NOSUID | libc::MS_NODEV,
-        TMPFS_DATA,
-        NEXT + 2,
+        Some(TMPFS_DATA),
     )
+    .step(NEXT + 2)?;
+    Ok(0)
 }
 
 fn steps(extra: &[&'static str]) -> Vec<&'static str> {
@@ -46,7 +44,7 @@ fn steps(extra: &[&'static str]) -> Vec<&'static str> {
 }
 
 /// mount_namespace, overlay_userns, pivot_root, new_mount_api.
-pub(super) fn probe(host: &Host) -> Vec<Feature> {
+pub(super) fn probe(host: &HostSettings) -> Vec<Feature> {
     let maps = Maps::new(host);
     let base = NEXT + 3;
     // Shared by all four: the tmpfs needs an existing /tmp to mount on
@@ -73,7 +71,7 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
         none,
     );
 
-    const OVERLAY_DATA: &[u8] = b"lowerdir=/tmp/l,upperdir=/tmp/u,workdir=/tmp/w,userxattr\0";
+    const OVERLAY_DATA: &CStr = c"lowerdir=/tmp/l,upperdir=/tmp/u,workdir=/tmp/w,userxattr";
     let overlay = userns::verdict(
         "overlay_userns",
         true,
@@ -87,19 +85,20 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
         ]),
         in_child(|| {
             private_tmpfs(&maps)?;
-            raw::mkdir(b"/tmp/l\0", base)?;
-            raw::mkdir(b"/tmp/u\0", base + 1)?;
-            raw::mkdir(b"/tmp/w\0", base + 2)?;
-            raw::mkdir(b"/tmp/m\0", base + 3)?;
+            raw::mkdirat(None, c"/tmp/l", 0o755).step(base)?;
+            raw::mkdirat(None, c"/tmp/u", 0o755).step(base + 1)?;
+            raw::mkdirat(None, c"/tmp/w", 0o755).step(base + 2)?;
+            raw::mkdirat(None, c"/tmp/m", 0o755).step(base + 3)?;
             raw::mount(
-                b"overlay\0",
-                b"/tmp/m\0",
-                b"overlay\0",
+                Some(c"overlay"),
+                c"/tmp/m",
+                Some(c"overlay"),
                 0,
-                OVERLAY_DATA,
-                base + 4,
-            )?;
-            raw::mkdir(b"/tmp/m/new\0", base + 5)
+                Some(OVERLAY_DATA),
+            )
+            .step(base + 4)?;
+            raw::mkdirat(None, c"/tmp/m/new", 0o755).step(base + 5)?;
+            Ok(0)
         }),
         host,
         "overlayfs with userxattr on a tmpfs upper, inside a user namespace, writable",
@@ -144,10 +143,11 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
         ]),
         in_child(|| {
             private_tmpfs(&maps)?;
-            raw::mkdir(b"/tmp/old\0", base)?;
-            raw::pivot_root(b"/tmp\0", b"/tmp/old\0", base + 1)?;
-            raw::chdir(b"/\0", base + 2)?;
-            raw::umount2(b"/old\0", libc::MNT_DETACH, base + 3)
+            raw::mkdirat(None, c"/tmp/old", 0o755).step(base)?;
+            raw::pivot_root(c"/tmp", c"/tmp/old").step(base + 1)?;
+            raw::chdir(c"/").step(base + 2)?;
+            raw::umount2(c"/old", libc::MNT_DETACH).step(base + 3)?;
+            Ok(0)
         }),
         host,
         "pivot_root onto a tmpfs and detach of the old root, inside a user namespace",
@@ -182,20 +182,23 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
         ]),
         in_child(|| {
             private_tmpfs(&maps)?;
-            let fs = raw::fsopen(b"tmpfs\0", base)?;
-            raw::fsconfig_string(fs, b"size\0", b"1m\0", base + 1)?;
-            raw::fsconfig_create(fs, base + 2)?;
-            let mnt = raw::fsmount(fs, base + 3)?;
-            raw::move_mount(mnt, b"/tmp\0", base + 4)?;
-            let tree = raw::open_tree_clone(b"/tmp\0", base + 5)?;
+            let fs = raw::fsopen(c"tmpfs").step(base)?;
+            raw::fsconfig_string(fs.as_fd(), c"size", c"1m").step(base + 1)?;
+            raw::fsconfig_create(fs.as_fd()).step(base + 2)?;
+            let mnt = raw::fsmount(fs.as_fd()).step(base + 3)?;
+            raw::move_mount(mnt.as_fd(), None, c"/tmp").step(base + 4)?;
+            let tree = raw::open_tree_clone(None, c"/tmp", 0).step(base + 5)?;
             raw::mount_setattr(
-                tree,
+                tree.as_fd(),
+                false,
                 crate::sys::MOUNT_ATTR_RDONLY
                     | crate::sys::MOUNT_ATTR_NOSUID
                     | crate::sys::MOUNT_ATTR_NODEV,
-                -1,
-                base + 6,
+                0,
+                None,
             )
+            .step(base + 6)?;
+            Ok(0)
         }),
         host,
         "fsopen/fsconfig/fsmount/move_mount/open_tree/mount_setattr inside a user namespace",

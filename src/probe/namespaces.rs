@@ -2,11 +2,12 @@
 //! namespaces, each created inside a fresh user namespace as the launcher
 //! does.
 
+use super::fork::{Step, fork_wait};
 use crate::sys::Errno;
-use crate::sys::probe::{self as raw};
+use crate::sys::raw;
 
 use super::userns::{self, Maps, NEXT};
-use super::{Feature, Host, Status, in_child};
+use super::{Feature, HostSettings, Status, in_child};
 
 fn steps(extra: &[&'static str]) -> Vec<&'static str> {
     let mut s = userns::STEPS.to_vec();
@@ -15,7 +16,7 @@ fn steps(extra: &[&'static str]) -> Vec<&'static str> {
 }
 
 /// pid_namespace, net_namespace, ipc_namespace, uts_namespace, cgroup_namespace.
-pub(super) fn probe(host: &Host) -> Vec<Feature> {
+pub(super) fn probe(host: &HostSettings) -> Vec<Feature> {
     let maps = Maps::new(host);
     let maps = &maps;
     let none: userns::Explain<'_> = &|_, _| None;
@@ -34,28 +35,22 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
         ]),
         in_child(|| {
             userns::enter(maps)?;
-            raw::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWNS, NEXT)?;
-            raw::mount(
-                b"\0",
-                b"/\0",
-                b"\0",
-                libc::MS_REC | libc::MS_PRIVATE,
-                b"\0",
-                NEXT + 1,
-            )?;
-            raw::fork_wait(
+            raw::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWNS).step(NEXT)?;
+            raw::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None).step(NEXT + 1)?;
+            fork_wait(
                 || {
                     if raw::getpid() != 1 {
                         return Err((0, Errno::ESRCH));
                     }
                     raw::mount(
-                        b"proc\0",
-                        b"/proc\0",
-                        b"proc\0",
+                        Some(c"proc"),
+                        c"/proc",
+                        Some(c"proc"),
                         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                        b"\0",
-                        0,
+                        None,
                     )
+                    .step(0)?;
+                    Ok(0)
                 },
                 NEXT + 2,
             )
@@ -86,8 +81,9 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
         ]),
         in_child(|| {
             userns::enter(maps)?;
-            raw::unshare(libc::CLONE_NEWNET, NEXT)?;
-            raw::interface_up(b"lo\0", NEXT + 1)
+            raw::unshare(libc::CLONE_NEWNET).step(NEXT)?;
+            raw::set_interface_up(c"lo").step(NEXT + 1)?;
+            Ok(0)
         }),
         host,
         "new network namespace with lo up, inside a user namespace",
@@ -100,7 +96,8 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
         &steps(&["unshare(CLONE_NEWIPC)"]),
         in_child(|| {
             userns::enter(maps)?;
-            raw::unshare(libc::CLONE_NEWIPC, NEXT)
+            raw::unshare(libc::CLONE_NEWIPC).step(NEXT)?;
+            Ok(0)
         }),
         host,
         "new IPC namespace inside a user namespace",
@@ -113,8 +110,9 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
         &steps(&["unshare(CLONE_NEWUTS)", "sethostname(\"hutch-probe\")"]),
         in_child(|| {
             userns::enter(maps)?;
-            raw::unshare(libc::CLONE_NEWUTS, NEXT)?;
-            raw::sethostname(b"hutch-probe", NEXT + 1)
+            raw::unshare(libc::CLONE_NEWUTS).step(NEXT)?;
+            raw::sethostname(b"hutch-probe").step(NEXT + 1)?;
+            Ok(0)
         }),
         host,
         "new UTS namespace with its own hostname, inside a user namespace",
@@ -127,7 +125,8 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
         &steps(&["unshare(CLONE_NEWCGROUP)"]),
         in_child(|| {
             userns::enter(maps)?;
-            raw::unshare(libc::CLONE_NEWCGROUP, NEXT)
+            raw::unshare(libc::CLONE_NEWCGROUP).step(NEXT)?;
+            Ok(0)
         }),
         host,
         "new cgroup namespace inside a user namespace",

@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::sys::probe::{self as raw, SECCOMP_FILTER_FLAG_NEW_LISTENER};
+use super::fork::Step;
+use crate::sys::{SECCOMP_FILTER_FLAG_NEW_LISTENER, raw, sock_filter};
 
 use super::userns;
-use super::{Feature, Host, Status, in_child};
+use super::{Feature, HostSettings, Status, in_child};
 
 const RET_ALLOW: u32 = 0x7fff_0000;
 
@@ -32,17 +33,22 @@ const STEPS: [&str; 3] = [
 ];
 
 /// `seccomp`: a filter can be installed and the needed actions exist.
-pub(super) fn probe(host: &Host) -> (Feature, BTreeMap<&'static str, bool>) {
+pub(super) fn probe(host: &HostSettings) -> (Feature, BTreeMap<&'static str, bool>) {
     let actions: Vec<(&'static str, bool)> = ACTIONS
         .iter()
         .map(|&(name, a)| (name, raw::seccomp_action_avail(a).is_ok()))
         .collect();
     let available: Vec<&str> = actions.iter().filter(|a| a.1).map(|a| a.0).collect();
     let res = in_child(|| {
-        raw::no_new_privs(0)?;
-        raw::seccomp_filter_all(RET_ALLOW, 0, 1)?;
-        let listener = raw::seccomp_filter_all(RET_ALLOW, SECCOMP_FILTER_FLAG_NEW_LISTENER, 2)?;
-        raw::close(listener);
+        let allow_all = [sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: RET_ALLOW,
+        }];
+        raw::set_no_new_privs().step(0)?;
+        raw::seccomp_set_mode_filter(&allow_all, 0).step(1)?;
+        raw::seccomp_set_mode_filter(&allow_all, SECCOMP_FILTER_FLAG_NEW_LISTENER).step(2)?;
         Ok(0)
     });
     let mut feature = userns::verdict(

@@ -3,14 +3,15 @@
 
 use std::os::fd::AsFd;
 
-use crate::sys::probe::{self as raw};
+use super::fork::{Step, clone3_pidfd_exit};
+use crate::sys::raw;
 use crate::sys::{RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS};
 
 use super::userns;
-use super::{Feature, Host, Status, in_child};
+use super::{Feature, HostSettings, Status, in_child};
 
 /// clone3, pidfd, close_range, openat2.
-pub(super) fn probe(host: &Host) -> Vec<Feature> {
+pub(super) fn probe(host: &HostSettings) -> Vec<Feature> {
     let none: userns::Explain<'_> = &|_, _| None;
     let mut out = Vec::new();
 
@@ -18,7 +19,7 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
         "clone3",
         true,
         &["clone3(CLONE_PIDFD)", "clone3 returned a pidfd"],
-        in_child(|| raw::clone3_pidfd_exit(0)),
+        in_child(|| clone3_pidfd_exit(0)),
         host,
         "clone3 with CLONE_PIDFD",
         none,
@@ -28,7 +29,10 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
         "pidfd",
         true,
         &["pidfd_open(getpid())"],
-        in_child(|| raw::pidfd_open_self(0)),
+        in_child(|| {
+            raw::pidfd_open(raw::getpid()).step(0)?;
+            Ok(0)
+        }),
         host,
         "pidfd_open (and CLONE_PIDFD, see clone3)",
         none,
@@ -42,8 +46,9 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
             "close_range(2^30, ~0, 0)",
         ],
         in_child(|| {
-            raw::close_range(3, crate::sys::CLOSE_RANGE_CLOEXEC, 0)?;
-            raw::close_range(1 << 30, 0, 1)
+            raw::close_range(3, u32::MAX, crate::sys::CLOSE_RANGE_CLOEXEC).step(0)?;
+            raw::close_range(1 << 30, u32::MAX, 0).step(1)?;
+            Ok(0)
         }),
         host,
         "close_range, including CLOSE_RANGE_CLOEXEC",
@@ -57,7 +62,7 @@ pub(super) fn probe(host: &Host) -> Vec<Feature> {
 /// openat2 with RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS,
 /// and that it refuses to climb out with "..". Side-effect free, so it
 /// runs in this process.
-fn openat2(host: &Host) -> Feature {
+fn openat2(host: &HostSettings) -> Feature {
     const NAME: &str = "openat2";
     let resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
     let fail = |e: crate::sys::SysError| {

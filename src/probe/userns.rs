@@ -1,10 +1,11 @@
 //! User namespaces, and the shared way every userns-based probe enters one
 //! and explains a failure.
 
+use super::fork::{ProbeResult, Step};
 use crate::sys::Errno;
-use crate::sys::probe::{self as raw, StepResult};
+use crate::sys::raw;
 
-use super::{Feature, Host, Status, failed, in_child, step_name};
+use super::{Feature, HostSettings, Status, failed, in_child, step_name};
 
 /// The first steps of every probe that runs inside a user namespace.
 pub(super) const STEPS: [&str; 4] = [
@@ -25,7 +26,7 @@ pub(super) struct Maps {
 }
 
 impl Maps {
-    pub(super) fn new(host: &Host) -> Maps {
+    pub(super) fn new(host: &HostSettings) -> Maps {
         Maps {
             uid: format!("0 {} 1\n", host.uid).into_bytes(),
             gid: format!("0 {} 1\n", host.gid).into_bytes(),
@@ -34,11 +35,12 @@ impl Maps {
 }
 
 /// In a probe child: enter a new user namespace with single-id maps.
-pub(super) fn enter(maps: &Maps) -> StepResult {
-    raw::unshare(libc::CLONE_NEWUSER, 0)?;
-    raw::write_file(b"/proc/self/setgroups\0", b"deny", 1)?;
-    raw::write_file(b"/proc/self/uid_map\0", &maps.uid, 2)?;
-    raw::write_file(b"/proc/self/gid_map\0", &maps.gid, 3)
+pub(super) fn enter(maps: &Maps) -> ProbeResult {
+    raw::unshare(libc::CLONE_NEWUSER).step(0)?;
+    raw::write_file(c"/proc/self/setgroups", b"deny").step(1)?;
+    raw::write_file(c"/proc/self/uid_map", &maps.uid).step(2)?;
+    raw::write_file(c"/proc/self/gid_map", &maps.gid).step(3)?;
+    Ok(0)
 }
 
 /// A feature-specific explanation of a failed step: (status, detail, fix).
@@ -51,8 +53,8 @@ pub(super) fn verdict(
     name: &'static str,
     required: bool,
     steps: &[&'static str],
-    result: Result<StepResult, String>,
-    host: &Host,
+    result: Result<ProbeResult, String>,
+    host: &HostSettings,
     ok_detail: &str,
     explain: Explain<'_>,
 ) -> Feature {
@@ -95,7 +97,7 @@ pub(super) fn verdict(
 }
 
 /// Why a user namespace step failed, from the errno and the host settings.
-pub(super) fn diagnose(n: u32, errno: Errno, host: &Host) -> (Status, String, String) {
+pub(super) fn diagnose(n: u32, errno: Errno, host: &HostSettings) -> (Status, String, String) {
     let container_fix = "allow nested user namespaces in the container (Docker/Podman: \
                          --security-opt seccomp=unconfined --security-opt apparmor=unconfined, \
                          or a seccomp profile allowing unshare/clone with CLONE_NEWUSER), \
@@ -172,7 +174,7 @@ pub(super) fn apparmor() -> (Status, String, String) {
 }
 
 /// Errno-only explanation.
-pub(super) fn generic(errno: Errno, host: &Host) -> (Status, String, String) {
+pub(super) fn generic(errno: Errno, host: &HostSettings) -> (Status, String, String) {
     match errno {
         Errno::ENOSYS => (
             Status::Missing,
@@ -203,7 +205,7 @@ pub(super) fn generic(errno: Errno, host: &Host) -> (Status, String, String) {
 }
 
 /// `user_namespace`: unshare(CLONE_NEWUSER) and write single-id maps.
-pub(super) fn probe(host: &Host) -> Vec<Feature> {
+pub(super) fn probe(host: &HostSettings) -> Vec<Feature> {
     let maps = Maps::new(host);
     let res = in_child(|| {
         enter(&maps)?;

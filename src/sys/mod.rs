@@ -1,20 +1,38 @@
-//! The only place with raw syscalls: thin wrappers whose errors read like
-//! the call that failed, e.g. `mount("/a", "/b") => EPERM: Operation not
-//! permitted`. Nothing here knows hutch concepts.
+//! The only place with raw syscalls, in one set of thin wrappers.
+//!
+//! [`raw`] is that set: every syscall once, returning the bare [`Errno`],
+//! allocation-free and async-signal-safe, so a forked child of a
+//! multi-threaded process (the probes of `hutch check`) and the vfork'd
+//! workload (which shares its parent's heap) may call it. The functions at
+//! this module's top level are the same calls whose errors read like the
+//! call that failed, e.g. `mount("/a", "/b") => EPERM: Operation not
+//! permitted` (they allocate that text only on failure). Nothing here
+//! knows hutch concepts.
 
 mod caps;
 mod cgroup;
+pub mod image;
 mod landlock;
 mod loopdev;
 mod mount;
 mod net;
-pub mod probe;
 mod process;
 mod rlimit;
 mod seccomp;
 pub mod socket;
 pub use socket::peer_hung_up;
 mod walk;
+
+/// Every syscall wrapper, allocation-free: results carry the bare errno.
+pub mod raw {
+    pub use super::caps::raw::*;
+    pub use super::landlock::raw::*;
+    pub use super::mount::raw::*;
+    pub use super::net::raw::*;
+    pub use super::process::raw::*;
+    pub use super::seccomp::raw::*;
+    pub use super::socket::raw::*;
+}
 
 use std::ffi::CStr;
 use std::fmt;
@@ -68,6 +86,11 @@ impl fmt::Display for SysError {
 /// Quote a path or string for a call description.
 pub fn q(s: &CStr) -> String {
     format!("{:?}", s.to_string_lossy())
+}
+
+/// A libc return value as a Result with the bare errno.
+pub(crate) fn ret(r: libc::c_long) -> Result<libc::c_long, Errno> {
+    if r < 0 { Err(Errno::last()) } else { Ok(r) }
 }
 
 /// Turn a libc return value into a Result.

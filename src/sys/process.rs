@@ -1,9 +1,15 @@
-//! Process syscalls: clone3, prctl, close_range, credentials, pidfds, exec.
+//! Process syscalls: clone3, fork, prctl, close_range, credentials, pidfds,
+//! exec, signals, rlimits.
+//!
+//! [`raw`] holds the allocation-free versions (they return the bare
+//! [`Errno`] and are safe in a forked or vfork'd child); the functions of
+//! this module describe a failure as the call that failed (allocating only
+//! then).
 
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-use super::{SysError, check, q};
+use super::{Errno, SysError, q};
 
 // libc's CLONE_INTO_CGROUP / CLONE_CLEAR_SIGHAND overflow a c_int; define
 // the clone3 flags as u64 ourselves.
@@ -18,22 +24,7 @@ pub const CLONE_PIDFD: u64 = 0x0000_1000;
 pub const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
 pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
-/// The kernel's `struct clone_args` (clone3).
-#[repr(C)]
-#[derive(Default)]
-pub(crate) struct CloneArgs {
-    pub(crate) flags: u64,
-    pub(crate) pidfd: u64,
-    pub(crate) child_tid: u64,
-    pub(crate) parent_tid: u64,
-    pub(crate) exit_signal: u64,
-    pub(crate) stack: u64,
-    pub(crate) stack_size: u64,
-    pub(crate) tls: u64,
-    pub(crate) set_tid: u64,
-    pub(crate) set_tid_size: u64,
-    pub(crate) cgroup: u64,
-}
+pub const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 
 /// What clone3 returned.
 pub enum Forked {
@@ -44,40 +35,498 @@ pub enum Forked {
     Child,
 }
 
-/// clone3 without a new stack (fork-like), with CLONE_PIDFD and SIGCHLD as
-/// exit signal. `cgroup` joins the child to that cgroup directory fd.
-///
-/// # Safety
-/// The caller must be single-threaded (the child gets a copy of only the
-/// calling thread, so locks held by other threads would stay locked).
-pub unsafe fn clone3(flags: u64, cgroup: Option<RawFd>) -> Result<Forked, SysError> {
-    let mut pidfd: RawFd = -1;
-    let mut args = CloneArgs {
-        flags: flags | CLONE_PIDFD | cgroup.map_or(0, |_| CLONE_INTO_CGROUP),
-        pidfd: &mut pidfd as *mut RawFd as u64,
-        exit_signal: libc::SIGCHLD as u64,
-        cgroup: cgroup.map_or(0, |f| f as u64),
-        ..Default::default()
-    };
-    // SAFETY: args is a valid clone_args of the size passed; no stack is
-    // given, so the child continues on a copy of ours like fork(2).
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
-    let r = check(r, || format!("clone3(flags={:#x})", args.flags))?;
-    if r == 0 {
-        Ok(Forked::Child)
-    } else {
+/// The allocation-free process syscalls.
+pub mod raw {
+    use std::ffi::CStr;
+    use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+    use super::super::{Errno, ret};
+    use super::{CLONE_INTO_CGROUP, CLONE_PIDFD, Forked};
+
+    /// The kernel's `struct clone_args` (clone3).
+    #[repr(C)]
+    #[derive(Default)]
+    struct CloneArgs {
+        flags: u64,
+        pidfd: u64,
+        child_tid: u64,
+        parent_tid: u64,
+        exit_signal: u64,
+        stack: u64,
+        stack_size: u64,
+        tls: u64,
+        set_tid: u64,
+        set_tid_size: u64,
+        cgroup: u64,
+    }
+
+    /// clone3 without a new stack (fork-like), with CLONE_PIDFD and SIGCHLD
+    /// as exit signal. `cgroup` joins the child to that cgroup directory.
+    ///
+    /// # Safety
+    /// The caller must be single-threaded (the child gets a copy of only
+    /// the calling thread, so locks held by other threads would stay
+    /// locked).
+    pub unsafe fn clone3(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> Result<Forked, Errno> {
+        let mut pidfd: RawFd = -1;
+        let mut args = CloneArgs {
+            flags: flags | CLONE_PIDFD | cgroup.map_or(0, |_| CLONE_INTO_CGROUP),
+            pidfd: &mut pidfd as *mut RawFd as u64,
+            exit_signal: libc::SIGCHLD as u64,
+            cgroup: cgroup.map_or(0, |f| f.as_raw_fd() as u64),
+            ..Default::default()
+        };
+        // SAFETY: args is a valid clone_args of the size passed; no stack is
+        // given, so the child continues on a copy of ours like fork(2).
+        let r = ret(unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                &mut args as *mut CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            )
+        })?;
+        if r == 0 {
+            return Ok(Forked::Child);
+        }
         // SAFETY: CLONE_PIDFD stored a new fd owned by us.
         Ok(Forked::Parent {
             pid: r as libc::pid_t,
             pidfd: unsafe { OwnedFd::from_raw_fd(pidfd) },
         })
     }
+
+    /// clone3 with `flags` | CLONE_PIDFD whose child `_exit(0)`s at once:
+    /// whether the call works here. Returns the child's pid (not reaped)
+    /// and its pidfd.
+    pub fn clone3_exit_at_once(flags: u64) -> Result<(libc::pid_t, OwnedFd), Errno> {
+        // SAFETY: the child only calls _exit, so no lock another thread
+        // might hold is ever touched in it.
+        match unsafe { clone3(flags, None) }? {
+            Forked::Child => exit_now(0),
+            Forked::Parent { pid, pidfd } => Ok((pid, pidfd)),
+        }
+    }
+
+    /// fork(2); the child runs `child` and `_exit`s with what it returns;
+    /// the parent gets the child's pid.
+    ///
+    /// This is safe to call from a multi-threaded process: the child only
+    /// ever sees its own copy of memory, and the borrow rules keep other
+    /// threads from mutating what `child` borrows. What a lock held by
+    /// another thread at fork time can still do is make `child` hang (a
+    /// liveness problem, not memory safety), so `child` should only make
+    /// [`raw`](self) calls, and callers bound how long they wait for it.
+    pub fn fork_then(child: impl FnOnce() -> i32) -> Result<libc::pid_t, Errno> {
+        // SAFETY: see above: the child runs `child` and leaves by _exit,
+        // never returning into the caller's code or unwinding out of it.
+        let pid = ret(unsafe { libc::fork() } as libc::c_long)?;
+        if pid == 0 {
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(127);
+            exit_now(code);
+        }
+        Ok(pid as libc::pid_t)
+    }
+
+    fn prctl(option: libc::c_int, arg: libc::c_ulong) -> Result<(), Errno> {
+        // SAFETY: prctl with integer arguments only.
+        ret(unsafe { libc::prctl(option, arg, 0, 0, 0) } as libc::c_long).map(drop)
+    }
+
+    pub fn set_no_new_privs() -> Result<(), Errno> {
+        prctl(libc::PR_SET_NO_NEW_PRIVS, 1)
+    }
+
+    pub fn set_pdeathsig(sig: libc::c_int) -> Result<(), Errno> {
+        prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong)
+    }
+
+    pub fn set_dumpable(on: bool) -> Result<(), Errno> {
+        prctl(libc::PR_SET_DUMPABLE, on as libc::c_ulong)
+    }
+
+    pub fn set_child_subreaper() -> Result<(), Errno> {
+        prctl(libc::PR_SET_CHILD_SUBREAPER, 1)
+    }
+
+    /// prctl(PR_GET_SECCOMP) of this process (0 none, 1 strict, 2 filter).
+    pub fn seccomp_mode() -> Result<i32, Errno> {
+        // SAFETY: integer arguments only.
+        ret(unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } as libc::c_long)
+            .map(|m| m as i32)
+    }
+
+    /// close_range(2) from `first` to `last`.
+    pub fn close_range(
+        first: libc::c_uint,
+        last: libc::c_uint,
+        flags: libc::c_uint,
+    ) -> Result<(), Errno> {
+        // SAFETY: integer arguments only.
+        ret(unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) }).map(drop)
+    }
+
+    /// Most fds [`close_all_except`] can keep.
+    pub const MAX_KEPT_FDS: usize = 32;
+
+    /// Close every fd except those in `keep` (at most [`MAX_KEPT_FDS`];
+    /// negative entries are ignored), without allocating.
+    pub fn close_all_except(keep: &[RawFd]) -> Result<(), Errno> {
+        let mut sorted = [-1 as RawFd; MAX_KEPT_FDS];
+        let mut n = 0;
+        for &fd in keep {
+            if fd < 0 {
+                continue;
+            }
+            if n == MAX_KEPT_FDS {
+                return Err(Errno::EMFILE);
+            }
+            sorted[n] = fd;
+            n += 1;
+        }
+        let sorted = &mut sorted[..n];
+        sorted.sort_unstable();
+        let mut first: libc::c_uint = 0;
+        for &k in sorted.iter() {
+            let k = k as libc::c_uint;
+            if k > first {
+                close_range(first, k - 1, 0)?;
+            }
+            first = k + 1;
+        }
+        close_range(first, libc::c_uint::MAX, 0)
+    }
+
+    pub fn unshare(flags: libc::c_int) -> Result<(), Errno> {
+        // SAFETY: integer argument only.
+        ret(unsafe { libc::unshare(flags) } as libc::c_long).map(drop)
+    }
+
+    pub fn setresuid(uid: u32) -> Result<(), Errno> {
+        // SAFETY: integer arguments only.
+        ret(unsafe { libc::setresuid(uid, uid, uid) } as libc::c_long).map(drop)
+    }
+
+    pub fn setresgid(gid: u32) -> Result<(), Errno> {
+        // SAFETY: integer arguments only.
+        ret(unsafe { libc::setresgid(gid, gid, gid) } as libc::c_long).map(drop)
+    }
+
+    /// setgroups(0, NULL).
+    pub fn clear_groups() -> Result<(), Errno> {
+        // SAFETY: an empty list.
+        ret(unsafe { libc::setgroups(0, std::ptr::null()) } as libc::c_long).map(drop)
+    }
+
+    pub fn sethostname(name: &[u8]) -> Result<(), Errno> {
+        // SAFETY: pointer and length of a valid byte string.
+        ret(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) } as libc::c_long)
+            .map(drop)
+    }
+
+    pub fn setsid() -> Result<(), Errno> {
+        // SAFETY: no arguments.
+        ret(unsafe { libc::setsid() } as libc::c_long).map(drop)
+    }
+
+    pub fn chdir(path: &CStr) -> Result<(), Errno> {
+        // SAFETY: path is a valid C string.
+        ret(unsafe { libc::chdir(path.as_ptr()) } as libc::c_long).map(drop)
+    }
+
+    pub fn fchdir(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+        // SAFETY: fd is a valid open fd.
+        ret(unsafe { libc::fchdir(fd.as_raw_fd()) } as libc::c_long).map(drop)
+    }
+
+    /// getcwd(2) into `buf`; the returned length excludes the NUL. A
+    /// working directory that is not below the process's root comes back
+    /// prefixed `(unreachable)` (the raw syscall, not glibc's wrapper).
+    pub fn getcwd(buf: &mut [u8]) -> Result<usize, Errno> {
+        // SAFETY: buf is valid for buf.len() bytes.
+        let n = ret(unsafe { libc::syscall(libc::SYS_getcwd, buf.as_mut_ptr(), buf.len()) })?;
+        Ok((n as usize).saturating_sub(1))
+    }
+
+    /// execve(2); returns only on failure.
+    pub fn execve(
+        path: &CStr,
+        argv: &[*const libc::c_char],
+        envp: &[*const libc::c_char],
+    ) -> Errno {
+        // SAFETY: argv and envp are NULL-terminated arrays of C strings that
+        // outlive the call (the caller builds them before fork).
+        unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+        Errno::last()
+    }
+
+    /// pidfd_send_signal(2).
+    pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> Result<(), Errno> {
+        // SAFETY: integer arguments and a null siginfo.
+        ret(unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd.as_raw_fd(),
+                sig,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        })
+        .map(drop)
+    }
+
+    /// pidfd_open(2).
+    pub fn pidfd_open(pid: libc::pid_t) -> Result<OwnedFd, Errno> {
+        // SAFETY: integer arguments only.
+        let fd = ret(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+        // SAFETY: pidfd_open returned a new fd that we now own.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+
+    /// kill(2).
+    pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> Result<(), Errno> {
+        // SAFETY: integer arguments only.
+        ret(unsafe { libc::kill(pid, sig) } as libc::c_long).map(drop)
+    }
+
+    /// waitpid(2): `Ok(None)` under WNOHANG when nothing ended; retries EINTR.
+    pub fn waitpid(
+        pid: libc::pid_t,
+        flags: libc::c_int,
+    ) -> Result<Option<(libc::pid_t, libc::c_int)>, Errno> {
+        let mut status = 0;
+        loop {
+            // SAFETY: status is a valid out-pointer.
+            match ret(unsafe { libc::waitpid(pid, &mut status, flags) } as libc::c_long) {
+                Ok(0) => return Ok(None),
+                Ok(p) => return Ok(Some((p as libc::pid_t, status))),
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub fn getpid() -> libc::pid_t {
+        // SAFETY: no arguments.
+        unsafe { libc::getpid() }
+    }
+
+    pub fn geteuid() -> u32 {
+        // SAFETY: no arguments.
+        unsafe { libc::geteuid() }
+    }
+
+    pub fn getegid() -> u32 {
+        // SAFETY: no arguments.
+        unsafe { libc::getegid() }
+    }
+
+    /// pipe2(2) with O_CLOEXEC (and `flags`): (read end, write end).
+    pub fn pipe(flags: libc::c_int) -> Result<(OwnedFd, OwnedFd), Errno> {
+        let mut fds = [-1 as RawFd; 2];
+        // SAFETY: fds is a valid out-array of two ints.
+        ret(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | flags) } as libc::c_long)?;
+        // SAFETY: pipe2 returned two new fds that we now own.
+        Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    }
+
+    /// One write(2); the number of bytes written.
+    pub fn write(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<usize, Errno> {
+        // SAFETY: buf is valid for buf.len() bytes.
+        ret(unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) } as libc::c_long)
+            .map(|n| n as usize)
+    }
+
+    /// write(2) all of `buf`, retrying on EINTR.
+    pub fn write_all(fd: BorrowedFd<'_>, mut buf: &[u8]) -> Result<(), Errno> {
+        while !buf.is_empty() {
+            match write(fd, buf) {
+                Ok(n) => buf = &buf[n..],
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// One read(2), retrying on EINTR; the number of bytes read.
+    pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Errno> {
+        loop {
+            // SAFETY: buf is valid for buf.len() bytes.
+            match ret(
+                unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) }
+                    as libc::c_long,
+            ) {
+                Err(Errno::EINTR) => continue,
+                r => return r.map(|n| n as usize),
+            }
+        }
+    }
+
+    /// poll(2) on one fd for `events`, up to `timeout_ms` (-1: forever);
+    /// the returned events (empty on timeout). EINTR is returned.
+    pub fn poll_one(
+        fd: BorrowedFd<'_>,
+        events: libc::c_short,
+        timeout_ms: libc::c_int,
+    ) -> Result<libc::c_short, Errno> {
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        ret(unsafe { libc::poll(&mut pfd, 1, timeout_ms) } as libc::c_long)?;
+        Ok(pfd.revents)
+    }
+
+    /// setrlimit(2) with soft = hard = `value`.
+    pub fn setrlimit(resource: libc::c_int, value: u64) -> Result<(), Errno> {
+        let lim = libc::rlimit {
+            rlim_cur: value,
+            rlim_max: value,
+        };
+        // SAFETY: lim is a valid rlimit.
+        ret(unsafe { libc::setrlimit(resource as libc::__rlimit_resource_t, &lim) } as libc::c_long)
+            .map(drop)
+    }
+
+    /// Block `signals` (SIG_BLOCK).
+    pub fn block_signals(signals: &[libc::c_int]) -> Result<(), Errno> {
+        // SAFETY: a sigset_t is plain data, initialised by sigemptyset.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for &s in signals {
+                libc::sigaddset(&mut set, s);
+            }
+            ret(libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) as libc::c_long)
+                .map(drop)
+        }
+    }
+
+    /// Every signal back to its default disposition and an empty mask, as
+    /// a freshly exec'd program expects (Rust ignores SIGPIPE, for one).
+    /// `non_default` holds the signals (bit N-1 for signal N) whose
+    /// disposition may not be SIG_DFL
+    /// ([`super::super::SelfStatus::non_default_signals`]); the others
+    /// already are, and are left alone.
+    pub fn reset_signals(non_default: u64) {
+        for sig in 1..=64 {
+            if sig == libc::SIGKILL
+                || sig == libc::SIGSTOP
+                || non_default & (1u64 << (sig - 1)) == 0
+            {
+                continue;
+            }
+            // SAFETY: SIG_DFL is always a valid disposition; errors
+            // (reserved signals) are harmless.
+            unsafe { libc::signal(sig, libc::SIG_DFL) };
+        }
+        // SAFETY: an empty set, no old-set out-pointer.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        }
+    }
+
+    /// dup2(2) (when `from == to`, clear close-on-exec instead).
+    pub fn dup2(from: BorrowedFd<'_>, to: RawFd) -> Result<(), Errno> {
+        let from = from.as_raw_fd();
+        if from == to {
+            // SAFETY: integer arguments only.
+            return ret(unsafe { libc::fcntl(from, libc::F_SETFD, 0) } as libc::c_long).map(drop);
+        }
+        // SAFETY: integer arguments only.
+        ret(unsafe { libc::dup2(from, to) } as libc::c_long).map(drop)
+    }
+
+    /// Set or clear close-on-exec on an fd.
+    pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> Result<(), Errno> {
+        let flag = if on { libc::FD_CLOEXEC } else { 0 };
+        // SAFETY: integer arguments only.
+        ret(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, flag) } as libc::c_long).map(drop)
+    }
+
+    /// close(2) of an fd number this code does not own as an `OwnedFd`
+    /// (e.g. a forked child's copy of its parent's end of a pipe, in a
+    /// child that never drops anything).
+    pub fn close(fd: RawFd) {
+        // SAFETY: closing a number; the callers' contract is that nothing
+        // in this process uses it afterwards.
+        unsafe { libc::close(fd) };
+    }
+
+    /// Whether an fd number is open (fcntl F_GETFD).
+    pub fn fd_is_open(fd: RawFd) -> bool {
+        // SAFETY: F_GETFD on any integer is harmless.
+        unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+    }
+
+    /// Whether fd is a terminal.
+    pub fn isatty(fd: RawFd) -> bool {
+        // SAFETY: integer argument only.
+        unsafe { libc::isatty(fd) == 1 }
+    }
+
+    /// Whether a path exists (access(F_OK), following symlinks).
+    pub fn exists(path: &CStr) -> bool {
+        // SAFETY: path is a valid C string.
+        unsafe { libc::access(path.as_ptr(), libc::F_OK) == 0 }
+    }
+
+    /// Fill `buf` from the kernel's random pool.
+    pub fn getrandom(buf: &mut [u8]) -> Result<(), Errno> {
+        // SAFETY: buf is valid for buf.len() bytes.
+        let r =
+            ret(unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) } as libc::c_long)?;
+        if r as usize != buf.len() {
+            return Err(Errno::EIO);
+        }
+        Ok(())
+    }
+
+    /// uname(2)'s release into `buf`; its length.
+    pub fn kernel_release(buf: &mut [u8; 65]) -> usize {
+        // SAFETY: utsname is plain old data; zeroed is a valid value.
+        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+        // SAFETY: u is a valid out-pointer.
+        if unsafe { libc::uname(&mut u) } != 0 {
+            return 0;
+        }
+        let mut n = 0;
+        for (dst, &c) in buf.iter_mut().zip(u.release.iter()) {
+            if c == 0 {
+                break;
+            }
+            *dst = c as u8;
+            n += 1;
+        }
+        n
+    }
+
+    /// _exit(2): leave without running atexit handlers or flushing stdio,
+    /// as a forked child must.
+    pub fn exit_now(code: i32) -> ! {
+        // SAFETY: _exit never returns and touches no process state we share.
+        unsafe { libc::_exit(code) }
+    }
+}
+
+pub use raw::{MAX_KEPT_FDS, exists, exit_now, fd_is_open, getegid, getpid, isatty, reset_signals};
+
+/// clone3 without a new stack (fork-like), with CLONE_PIDFD and SIGCHLD as
+/// exit signal. `cgroup` joins the child to that cgroup directory fd.
+///
+/// # Safety
+/// The caller must be single-threaded (the child gets a copy of only the
+/// calling thread, so locks held by other threads would stay locked).
+pub unsafe fn clone3(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> Result<Forked, SysError> {
+    // SAFETY: the caller's contract.
+    unsafe { raw::clone3(flags, cgroup) }.map_err(|e| {
+        let all = flags | CLONE_PIDFD | cgroup.map_or(0, |_| CLONE_INTO_CGROUP);
+        SysError::new(format!("clone3(flags={all:#x})"), e)
+    })
 }
 
 /// Run `child` in a new process that shares this one's memory until it
@@ -93,14 +542,13 @@ pub unsafe fn clone3(flags: u64, cgroup: Option<RawFd>) -> Result<Forked, SysErr
 /// - `child` must never return (it cannot: `Infallible`) or unwind: it
 ///   ends in `execve` or `_exit`.
 /// - `child` runs on a separate stack but over the caller's heap: it must
-///   not free or mutate anything the caller still uses afterwards (taking
-///   `&` to the caller's data and allocating its own is fine; allocator
-///   state stays consistent because the caller is suspended meanwhile).
+///   not allocate, free or mutate anything (taking `&` to the caller's
+///   data is fine): only [`raw`](super::raw) calls.
 pub unsafe fn spawn_vfork(
     child: &mut dyn FnMut() -> std::convert::Infallible,
 ) -> Result<libc::pid_t, SysError> {
-    // Enough for the workload's setup (Landlock, seccomp, an error
-    // message), plus a guard page below it.
+    // Enough for the workload's setup (Landlock, seccomp, a getcwd
+    // buffer), plus a guard page below it.
     const STACK: usize = 256 * 1024;
     let page = 4096;
     // SAFETY: a fresh anonymous private mapping; checked below.
@@ -141,258 +589,152 @@ pub unsafe fn spawn_vfork(
             &mut f as *mut &mut dyn FnMut() -> std::convert::Infallible as *mut libc::c_void,
         )
     };
-    let result = check(r as libc::c_long, || "clone(CLONE_VM|CLONE_VFORK)".into());
+    let result = super::check(r as libc::c_long, || "clone(CLONE_VM|CLONE_VFORK)".into());
     // SAFETY: the child no longer runs on this stack (it exec'd or exited).
     unsafe { libc::munmap(base, STACK + page) };
     result.map(|pid| pid as libc::pid_t)
 }
 
-fn prctl(option: libc::c_int, arg: libc::c_ulong, name: &str) -> Result<(), SysError> {
-    // SAFETY: prctl with integer arguments only.
-    let r = unsafe { libc::prctl(option, arg, 0, 0, 0) };
-    check(r as libc::c_long, || format!("prctl({name}, {arg})")).map(drop)
+fn described<T>(r: Result<T, Errno>, call: impl FnOnce() -> String) -> Result<T, SysError> {
+    r.map_err(|e| SysError::new(call(), e))
 }
 
 pub fn set_no_new_privs() -> Result<(), SysError> {
-    prctl(libc::PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS")
+    described(raw::set_no_new_privs(), || {
+        "prctl(PR_SET_NO_NEW_PRIVS, 1)".into()
+    })
 }
 
 pub fn set_pdeathsig(sig: libc::c_int) -> Result<(), SysError> {
-    prctl(
-        libc::PR_SET_PDEATHSIG,
-        sig as libc::c_ulong,
-        "PR_SET_PDEATHSIG",
-    )
+    described(raw::set_pdeathsig(sig), || {
+        format!("prctl(PR_SET_PDEATHSIG, {sig})")
+    })
 }
 
 pub fn set_dumpable(on: bool) -> Result<(), SysError> {
-    prctl(
-        libc::PR_SET_DUMPABLE,
-        on as libc::c_ulong,
-        "PR_SET_DUMPABLE",
-    )
+    described(raw::set_dumpable(on), || {
+        format!("prctl(PR_SET_DUMPABLE, {})", on as u8)
+    })
 }
 
 pub fn set_child_subreaper() -> Result<(), SysError> {
-    prctl(libc::PR_SET_CHILD_SUBREAPER, 1, "PR_SET_CHILD_SUBREAPER")
+    described(raw::set_child_subreaper(), || {
+        "prctl(PR_SET_CHILD_SUBREAPER, 1)".into()
+    })
 }
-
-pub const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 
 /// close_range(2) from `first` to the highest fd.
 pub fn close_range(first: libc::c_uint, flags: libc::c_uint) -> Result<(), SysError> {
-    // SAFETY: integer arguments only.
-    let r = unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, flags) };
-    check(r, || format!("close_range({first}, ~0, {flags:#x})")).map(drop)
+    described(raw::close_range(first, libc::c_uint::MAX, flags), || {
+        format!("close_range({first}, ~0, {flags:#x})")
+    })
+}
+
+/// Close every fd except those listed (at most [`MAX_KEPT_FDS`]).
+pub fn close_all_except(keep: &[RawFd]) -> Result<(), SysError> {
+    described(raw::close_all_except(keep), || {
+        format!("close_range(all but {keep:?})")
+    })
 }
 
 pub fn setresuid(uid: u32) -> Result<(), SysError> {
-    // SAFETY: integer arguments only.
-    let r = unsafe { libc::setresuid(uid, uid, uid) };
-    check(r as libc::c_long, || {
+    described(raw::setresuid(uid), || {
         format!("setresuid({uid}, {uid}, {uid})")
     })
-    .map(drop)
 }
 
 pub fn setresgid(gid: u32) -> Result<(), SysError> {
-    // SAFETY: integer arguments only.
-    let r = unsafe { libc::setresgid(gid, gid, gid) };
-    check(r as libc::c_long, || {
+    described(raw::setresgid(gid), || {
         format!("setresgid({gid}, {gid}, {gid})")
     })
-    .map(drop)
 }
 
 /// setgroups(0, NULL).
 pub fn clear_groups() -> Result<(), SysError> {
-    // SAFETY: an empty list.
-    let r = unsafe { libc::setgroups(0, std::ptr::null()) };
-    check(r as libc::c_long, || "setgroups(0, NULL)".into()).map(drop)
+    described(raw::clear_groups(), || "setgroups(0, NULL)".into())
 }
 
 pub fn sethostname(name: &str) -> Result<(), SysError> {
-    // SAFETY: pointer and length of a valid byte string.
-    let r = unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) };
-    check(r as libc::c_long, || format!("sethostname({name:?})")).map(drop)
+    described(raw::sethostname(name.as_bytes()), || {
+        format!("sethostname({name:?})")
+    })
 }
 
 pub fn setsid() -> Result<(), SysError> {
-    // SAFETY: no arguments.
-    let r = unsafe { libc::setsid() };
-    check(r as libc::c_long, || "setsid()".into()).map(drop)
+    described(raw::setsid(), || "setsid()".into())
 }
 
 pub fn chdir(path: &CStr) -> Result<(), SysError> {
-    // SAFETY: path is a valid C string.
-    let r = unsafe { libc::chdir(path.as_ptr()) };
-    check(r as libc::c_long, || format!("chdir({})", q(path))).map(drop)
+    described(raw::chdir(path), || format!("chdir({})", q(path)))
 }
 
 pub fn fchdir(fd: BorrowedFd<'_>) -> Result<(), SysError> {
-    // SAFETY: fd is a valid open fd.
-    let r = unsafe { libc::fchdir(fd.as_raw_fd()) };
-    check(r as libc::c_long, || {
-        format!("fchdir(fd {})", fd.as_raw_fd())
-    })
-    .map(drop)
+    described(raw::fchdir(fd), || format!("fchdir(fd {})", fd.as_raw_fd()))
 }
 
 /// execve(2); returns only on failure.
 pub fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> SysError {
-    // SAFETY: argv and envp are NULL-terminated arrays of C strings that
-    // outlive the call (the caller builds them before fork).
-    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
-    SysError::last(format!("execve({})", q(path)))
+    SysError::new(
+        format!("execve({})", q(path)),
+        raw::execve(path, argv, envp),
+    )
 }
 
 /// pidfd_send_signal(2).
 pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> Result<(), SysError> {
-    // SAFETY: integer arguments and a null siginfo.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            sig,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    check(r, || {
+    described(raw::pidfd_send_signal(pidfd, sig), || {
         format!("pidfd_send_signal(fd {}, {sig})", pidfd.as_raw_fd())
     })
-    .map(drop)
 }
 
 /// kill(2).
 pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> Result<(), SysError> {
-    // SAFETY: integer arguments only.
-    let r = unsafe { libc::kill(pid, sig) };
-    check(r as libc::c_long, || format!("kill({pid}, {sig})")).map(drop)
+    described(raw::kill(pid, sig), || format!("kill({pid}, {sig})"))
 }
 
-/// Raw wait status of a reaped child.
+/// Raw wait status of a reaped child (`Ok(None)` under WNOHANG).
 pub fn waitpid(
     pid: libc::pid_t,
     flags: libc::c_int,
 ) -> Result<Option<(libc::pid_t, libc::c_int)>, SysError> {
-    let mut status = 0;
-    // SAFETY: status is a valid out-pointer.
-    let r = unsafe { libc::waitpid(pid, &mut status, flags) };
-    match check(r as libc::c_long, || format!("waitpid({pid}, {flags:#x})"))? {
-        0 => Ok(None),
-        p => Ok(Some((p as libc::pid_t, status))),
-    }
+    described(raw::waitpid(pid, flags), || {
+        format!("waitpid({pid}, {flags:#x})")
+    })
 }
 
-/// write(2) all of `buf` to a raw fd, retrying on EINTR.
-pub fn write_all(fd: RawFd, mut buf: &[u8]) -> Result<(), SysError> {
-    while !buf.is_empty() {
-        // SAFETY: buf is valid for buf.len() bytes.
-        let r = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-        if r < 0 {
-            if nix::errno::Errno::last() == nix::errno::Errno::EINTR {
-                continue;
-            }
-            return Err(SysError::last(format!("write(fd {fd})")));
-        }
-        buf = &buf[r as usize..];
-    }
-    Ok(())
-}
-
-/// _exit(2): leave without running atexit handlers or flushing stdio, as a
-/// forked child must.
-pub fn exit_now(code: i32) -> ! {
-    // SAFETY: _exit never returns and touches no process state we share.
-    unsafe { libc::_exit(code) }
+/// write(2) all of `buf` to an fd, retrying on EINTR.
+pub fn write_all(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<(), SysError> {
+    described(raw::write_all(fd, buf), || {
+        format!("write(fd {})", fd.as_raw_fd())
+    })
 }
 
 /// setrlimit(2) with soft = hard = `value`.
 pub fn setrlimit(resource: libc::c_int, value: u64) -> Result<(), SysError> {
-    let lim = libc::rlimit {
-        rlim_cur: value,
-        rlim_max: value,
-    };
-    // SAFETY: lim is a valid rlimit.
-    let r = unsafe { libc::setrlimit(resource as libc::__rlimit_resource_t, &lim) };
-    check(r as libc::c_long, || {
-        format!("setrlimit({resource}, {value})")
+    described(raw::setrlimit(resource, value), || {
+        format!("setrlimit({}, {value})", super::rlimit_name(resource))
     })
-    .map(drop)
 }
 
-/// Every signal back to its default disposition and an empty mask, as a
-/// freshly exec'd program expects (Rust ignores SIGPIPE, for one).
-/// `non_default` holds the signals (bit N-1 for signal N) whose disposition
-/// may not be SIG_DFL ([`super::SelfStatus::non_default_signals`]); the
-/// others already are, and are left alone.
-pub fn reset_signals(non_default: u64) {
-    for sig in 1..=64 {
-        if sig == libc::SIGKILL || sig == libc::SIGSTOP || non_default & (1u64 << (sig - 1)) == 0 {
-            continue;
-        }
-        // SAFETY: SIG_DFL is always a valid disposition; errors (reserved
-        // signals) are harmless.
-        unsafe { libc::signal(sig, libc::SIG_DFL) };
-    }
-    // SAFETY: an empty set, no old-set out-pointer.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-    }
-}
-
-/// dup2(2) (a no-op when `from == to`, after clearing close-on-exec).
-pub fn dup2(from: RawFd, to: RawFd) -> Result<(), SysError> {
-    if from == to {
-        // SAFETY: integer arguments only.
-        let r = unsafe { libc::fcntl(from, libc::F_SETFD, 0) };
-        return check(r as libc::c_long, || format!("fcntl({from}, F_SETFD, 0)")).map(drop);
-    }
-    // SAFETY: integer arguments only.
-    let r = unsafe { libc::dup2(from, to) };
-    check(r as libc::c_long, || format!("dup2({from}, {to})")).map(drop)
-}
-
-/// Close every fd except those listed.
-pub fn close_all_except(keep: &[RawFd]) {
-    let mut keep: Vec<RawFd> = keep.iter().copied().filter(|f| *f >= 0).collect();
-    keep.sort_unstable();
-    let mut first: libc::c_uint = 0;
-    for k in keep {
-        let k = k as libc::c_uint;
-        if k > first {
-            // SAFETY: closing a range of fds this process no longer needs.
-            unsafe { libc::syscall(libc::SYS_close_range, first, k - 1, 0) };
-        }
-        first = k + 1;
-    }
-    // SAFETY: as above, up to the highest fd.
-    unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, 0) };
-}
-
-/// Whether fd is a terminal.
-pub fn isatty(fd: RawFd) -> bool {
-    // SAFETY: integer argument only.
-    unsafe { libc::isatty(fd) == 1 }
+/// dup2(2) (when `from == to`, clear close-on-exec instead).
+pub fn dup2(from: BorrowedFd<'_>, to: RawFd) -> Result<(), SysError> {
+    described(raw::dup2(from, to), || {
+        format!("dup2({}, {to})", from.as_raw_fd())
+    })
 }
 
 /// A user namespace whose maps are `uid_map`/`gid_map`, held by an fd; the
 /// short-lived process that created it is gone when this returns. Used for
 /// idmapped mounts. Single-threaded callers only.
 pub fn userns_with_maps(uid_map: &str, gid_map: &str) -> Result<OwnedFd, SysError> {
-    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| SysError::new("pipe2(O_CLOEXEC)", e))?;
+    let (r, w) = raw::pipe(0).map_err(|e| SysError::new("pipe2(O_CLOEXEC)", e))?;
     // SAFETY: documented single-threaded contract of this function.
     match unsafe { clone3(CLONE_NEWUSER, None) }? {
         Forked::Child => {
             drop(w);
             let mut b = [0u8; 1];
             // Blocks until the parent is done with our namespace.
-            // SAFETY: b is a valid 1-byte buffer.
-            unsafe { libc::read(r.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+            let _ = raw::read(std::os::fd::AsFd::as_fd(&r), &mut b);
             exit_now(0)
         }
         Forked::Parent { pid, pidfd: _pidfd } => {
@@ -410,7 +752,7 @@ pub fn userns_with_maps(uid_map: &str, gid_map: &str) -> Result<OwnedFd, SysErro
                     .map_err(|e| io_err(format!("open({proc}/ns/user)"), e))
             })();
             drop(w);
-            let _ = waitpid(pid, 0);
+            let _ = raw::waitpid(pid, 0);
             result
         }
     }
@@ -418,30 +760,28 @@ pub fn userns_with_maps(uid_map: &str, gid_map: &str) -> Result<OwnedFd, SysErro
 
 /// A SysError from a std::io::Error of the named call.
 pub fn io_err(call: String, e: std::io::Error) -> SysError {
-    SysError::new(
-        call,
-        nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-    )
+    SysError::new(call, Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
 }
 
 /// Fill `buf` from the kernel's random pool.
 pub fn getrandom(buf: &mut [u8]) -> Result<(), SysError> {
-    // SAFETY: buf is valid for buf.len() bytes.
-    let r = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if r as usize != buf.len() {
-        return Err(SysError::last("getrandom()"));
-    }
-    Ok(())
+    described(raw::getrandom(buf), || "getrandom()".into())
+}
+
+/// uname(2) release string.
+pub fn kernel_release() -> String {
+    let mut buf = [0u8; 65];
+    let n = raw::kernel_release(&mut buf);
+    String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
 /// Take ownership of an inherited fd number, if it is open.
 pub fn adopt_inherited_fd(fd: RawFd) -> Option<OwnedFd> {
-    // SAFETY: fcntl on an integer.
-    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+    if !fd_is_open(fd) {
         return None;
     }
     // SAFETY: the fd is open and, by the caller's protocol, owned by no one else.
-    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+    Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
 }
 
 /// Make `cmd` start with each given fd at the given number (e.g. 3, 4).
@@ -454,11 +794,14 @@ pub fn command_with_fds(
     for (fd, target) in fds {
         // SAFETY: fcntl on an fd we own.
         let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64) };
-        check(high as libc::c_long, || {
+        super::check(high as libc::c_long, || {
             format!("fcntl({}, F_DUPFD_CLOEXEC, 64)", fd.as_raw_fd())
         })?;
         // SAFETY: F_DUPFD_CLOEXEC returned a new fd we own.
-        moved.push((unsafe { OwnedFd::from_raw_fd(high) }, target));
+        moved.push((
+            unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(high) },
+            target,
+        ));
     }
     let raw: Vec<(RawFd, RawFd)> = moved.iter().map(|(f, t)| (f.as_raw_fd(), *t)).collect();
     // SAFETY: the closure only calls dup2, which is async-signal-safe; the
@@ -475,10 +818,4 @@ pub fn command_with_fds(
         });
     }
     Ok(())
-}
-
-/// Whether a path exists (access(F_OK), following symlinks).
-pub fn exists(path: &std::ffi::CStr) -> bool {
-    // SAFETY: path is a valid C string.
-    unsafe { libc::access(path.as_ptr(), libc::F_OK) == 0 }
 }

@@ -25,8 +25,45 @@ pub fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), SysError> {
     .map_err(|e| SysError::new("socketpair(AF_UNIX, SOCK_SEQPACKET)", e))
 }
 
-/// Send one datagram with optional fds (SCM_RIGHTS).
-pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[RawFd]) -> Result<(), SysError> {
+/// The allocation-free socket calls.
+pub mod raw {
+    use std::os::fd::{AsRawFd, BorrowedFd};
+
+    use super::super::{Errno, ret};
+
+    /// Send one datagram without fds (MSG_NOSIGNAL), retrying on EINTR.
+    pub fn send(sock: BorrowedFd<'_>, bytes: &[u8]) -> Result<(), Errno> {
+        loop {
+            // SAFETY: bytes is valid for its length.
+            match ret(unsafe {
+                libc::send(
+                    sock.as_raw_fd(),
+                    bytes.as_ptr().cast(),
+                    bytes.len(),
+                    libc::MSG_NOSIGNAL,
+                )
+            } as libc::c_long)
+            {
+                Err(Errno::EINTR) => continue,
+                r => return r.map(drop),
+            }
+        }
+    }
+}
+
+/// Send one datagram with optional fds (SCM_RIGHTS, at most [`MAX_FDS`]).
+pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), SysError> {
+    if fds.len() > MAX_FDS {
+        return Err(SysError::new(
+            format!("sendmsg(fd {}, {} fds)", sock.as_raw_fd(), fds.len()),
+            nix::errno::Errno::EMSGSIZE,
+        ));
+    }
+    let mut raw = [-1 as RawFd; MAX_FDS];
+    for (r, fd) in raw.iter_mut().zip(fds) {
+        *r = fd.as_raw_fd();
+    }
+    let fds = &raw[..fds.len()];
     let iov = [IoSlice::new(bytes)];
     let cmsg = [ControlMessage::ScmRights(fds)];
     let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };

@@ -76,7 +76,7 @@ pub fn widening(info: &SessionInfo, spec: &Spec) -> Option<String> {
     if info.network_sealed && !matches!(spec.network, Network::None) {
         return Some(format!(
             "it was sealed with --network none: no command of it may have network (this one asks for {})",
-            crate::launch::prepare::network_name(&spec.network)
+            crate::launch::network_name(&spec.network)
         ));
     }
     let base = info

@@ -36,7 +36,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::launch::{self, ExitReport, LaunchError, Outcome, RunOptions};
+use crate::launch::{self, ExitReport, Outcome, RunOptions};
 use crate::spec::{Duration, FsOp, Network, Spec};
 use crate::sys;
 
@@ -249,25 +249,17 @@ impl<'a> SandboxGit<'a> {
 }
 
 /// Launch in-process when the caller is single-threaded (the CLI), else
-/// through the `hutch` binary ([`crate::Command`]). Output goes to files.
+/// through the `hutch` helper ([`launch::Mode::Auto`]). Output goes to
+/// files; the workload's stdio is /dev/null.
 fn launch_quietly(spec: &Spec) -> Result<ExitReport> {
     let opts = RunOptions {
-        status_file: None,
-        capture_bytes: None,
         quiet: true,
+        stdio: launch::WorkloadStdio::Null,
+        ..Default::default()
     };
-    match launch::run(spec, &opts) {
-        Ok(r) => Ok(r),
-        Err(LaunchError::MultiThreaded(_)) => crate::Command::from_spec(spec.clone())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .map_err(|e| WorkspaceError::Git(format!("running git in a sandbox: {e}"))),
-        Err(e) => Err(WorkspaceError::Git(format!(
-            "running git in a sandbox: {e}"
-        ))),
-    }
+    launch::launch(spec, &opts, launch::Mode::Auto)
+        .map(|f| f.report)
+        .map_err(|e| WorkspaceError::Git(format!("running git in a sandbox: {e}")))
 }
 
 /// Open the file `name` the sandbox wrote in `dir`: never a link, FIFO or

@@ -57,9 +57,19 @@ impl Session {
     /// sets one (a relative one is inside it), and a wall clock never
     /// beyond the session deadline. Returns the spec and whether the
     /// deadline is what bounds the wall clock.
-    pub fn command_spec(&self, mut spec: Spec) -> Result<(Spec, bool)> {
-        let (lowers, upper, work) = self.overlay_dirs();
+    pub fn command_spec(&self, spec: Spec) -> Result<(Spec, bool)> {
         let dest = self.info.workspace_path.clone();
+        self.command_spec_at(spec, &dest)
+    }
+
+    /// [`Session::command_spec`] with the workspace at `dest` instead of
+    /// the session's workspace path (hutch's own helpers, e.g. `session
+    /// glob`, which report paths relative to the workspace).
+    pub fn command_spec_at(&self, mut spec: Spec, dest: &Path) -> Result<(Spec, bool)> {
+        // A quota's image is attached again if it is not (after a reboot).
+        drop(self.rw()?);
+        let (lowers, upper, work) = self.overlay_dirs();
+        let dest = dest.to_path_buf();
         spec.fs.push(FsOp::Overlay {
             lowers,
             upper,
@@ -163,8 +173,11 @@ impl Session {
             status_file: status_file.clone(),
             capture_bytes: Some(AUDIT_CAPTURE_BYTES),
             quiet: true,
+            ..Default::default()
         };
-        let result = launch::run_captured(&spec, &opts);
+        // In-process from a single-threaded caller, else through the helper.
+        let result =
+            launch::launch(&spec, &opts, launch::Mode::Auto).map(|f| (f.report, f.captured));
         let end = now_ms();
         let egress = match user_audit {
             Some(user) => Some(self.collect_egress(seq, user.as_deref())?),

@@ -13,10 +13,10 @@
 
 use std::collections::BTreeMap;
 
-use hutch::confine::seccomp::profile::{
+use hutch::internals::confine::seccomp::profile::{
     Op, ProfileError, SECCOMP_RET_ALLOW, Stage, compile_stages,
 };
-use hutch::sys::sock_filter;
+use hutch::internals::sys::sock_filter;
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
@@ -244,7 +244,7 @@ pub fn link(stages: &[Stage]) -> Result<Vec<sock_filter>, String> {
 }
 
 /// Compile profile text with the seccompiler-based compiler: what
-/// `hutch::confine::seccomp::compile` must agree with. Refuses
+/// `hutch::internals::confine::seccomp::compile` must agree with. Refuses
 /// `unlisted_action`, which seccompiler's format cannot express.
 pub fn compile_with_seccompiler(json: &[u8]) -> Result<Vec<sock_filter>, ProfileError> {
     let stages = compile_stages(json)?;

@@ -240,16 +240,16 @@ pub fn output_within(mut cmd: Command, secs: u64) -> Result<Output> {
 /// Returns nothing; the tree belongs to the caller.
 pub fn deep_tree(top: &Path, depth: usize, leaf: &[u8]) -> Result<()> {
     use std::os::fd::AsFd;
-    let mut fd = hutch::sys::open_dir_path(top)?;
+    let mut fd = hutch::internals::sys::open_dir_path(top)?;
     for _ in 0..depth {
-        match hutch::sys::mkdirat(fd.as_fd(), c"d", 0o755) {
+        match hutch::internals::sys::mkdirat(fd.as_fd(), c"d", 0o755) {
             Ok(()) => {}
-            Err(e) if e.errno == hutch::sys::Errno::EEXIST => {}
+            Err(e) if e.errno == hutch::internals::sys::Errno::EEXIST => {}
             Err(e) => return Err(e.into()),
         }
-        fd = hutch::sys::open_dir_beneath(fd.as_fd(), c"d")?;
+        fd = hutch::internals::sys::open_dir_beneath(fd.as_fd(), c"d")?;
     }
-    let f = hutch::sys::open_beneath(
+    let f = hutch::internals::sys::open_beneath(
         fd.as_fd(),
         c"leaf",
         libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,

@@ -48,16 +48,18 @@ impl std::fmt::Debug for CompiledFilter {
 }
 
 /// What the exit report says about seccomp.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct SeccompReport {
     /// `default`, `strict`, `log`, `unconfined`, or the profile file.
     pub profile: String,
     /// Whether a filter is installed at all (false for `unconfined`).
     pub enforced: bool,
     /// Architectures whose syscalls the profile filters.
-    pub architectures: Vec<&'static str>,
+    #[serde(deserialize_with = "crate::static_words::words")]
+    pub architectures: Vec<crate::static_words::Word>,
     /// System call ABIs whose every call kills the process.
-    pub killed_abis: Vec<&'static str>,
+    #[serde(deserialize_with = "crate::static_words::words")]
+    pub killed_abis: Vec<crate::static_words::Word>,
     /// Filters of the profile, in evaluation order.
     pub stages: Vec<String>,
     /// Length of the installed BPF program.

@@ -1,0 +1,95 @@
+//! The syscalls of the post-clone path, as a trait: [`super::real_sys`]
+//! performs them, the recorder in `tests.rs` writes them down, so the whole
+//! documented order is checked without root.
+//!
+//! The calls return the bare errno and never allocate: the workload runs
+//! them over hutch init's memory. (The new-root builder's [`FsSys`] part
+//! runs in init, which may allocate, and describes its failures.)
+
+use std::ffi::CStr;
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+
+use super::message::Message;
+use super::prepare::ChildPlan;
+use crate::fs::FsSys;
+use crate::sys::{Errno, sock_filter};
+
+pub trait ChildSys: FsSys {
+    // hutch init
+    fn set_parent_death_signal(&mut self) -> Result<(), Errno>;
+    /// Close every fd but 0, 1, 2 and `keep` (close_range, not
+    /// close-on-exec).
+    fn close_fds_except(&mut self, keep: &[BorrowedFd<'_>]) -> Result<(), Errno>;
+    fn new_session(&mut self) -> Result<(), Errno>;
+    /// Wait for `Go` and the detached mounts it carries; None when the
+    /// supervisor went away or spoke nonsense.
+    fn recv_go(&mut self, sock: BorrowedFd<'_>) -> Option<Vec<(usize, OwnedFd)>>;
+    fn send(
+        &mut self,
+        sock: BorrowedFd<'_>,
+        msg: &Message,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(), Errno>;
+    fn clear_groups(&mut self) -> Result<(), Errno>;
+    fn set_gid(&mut self, gid: u32) -> Result<(), Errno>;
+    fn set_uid(&mut self, uid: u32) -> Result<(), Errno>;
+    /// Whether the supervisor's end of the socket is still open.
+    fn supervisor_alive(&mut self, sock: BorrowedFd<'_>) -> bool;
+    /// `user.max_user_namespaces = 0` in the sandbox's user namespace.
+    fn lock_user_namespaces(&mut self) -> Result<(), Errno>;
+    fn set_hostname(&mut self, name: &[u8]) -> Result<(), Errno>;
+    fn loopback_up(&mut self) -> Result<(), Errno>;
+    /// The egress proxy's TCP door, listening in this network namespace.
+    fn tcp_door(&mut self) -> Result<OwnedFd, Errno>;
+    fn set_rlimit(&mut self, resource: libc::c_int, value: u64) -> Result<(), Errno>;
+    fn set_dumpable(&mut self, on: bool) -> Result<(), Errno>;
+    fn block_signals(&mut self, signals: &[libc::c_int]) -> Result<(), Errno>;
+    /// Start the workload ([`super::child::workload`] with this same
+    /// syscall layer) and return its pid.
+    fn start_workload(&mut self, plan: &ChildPlan, sock: BorrowedFd<'_>) -> Result<i32, Errno>;
+    fn confine_init(&mut self, confinement: &crate::confine::Confinement) -> Result<(), Errno>;
+
+    // the workload
+    fn reset_signals(&mut self, non_default: u64);
+    fn dup2(&mut self, from: BorrowedFd<'_>, to: RawFd) -> Result<(), Errno>;
+    fn openat2(
+        &mut self,
+        dir: Option<BorrowedFd<'_>>,
+        path: &CStr,
+        flags: libc::c_int,
+        resolve: u64,
+    ) -> Result<OwnedFd, Errno>;
+    fn file_type(&mut self, fd: BorrowedFd<'_>) -> Result<libc::mode_t, Errno>;
+    fn enter_dir(&mut self, fd: BorrowedFd<'_>) -> Result<(), Errno>;
+    /// Whether the working directory is reachable from the process's root
+    /// (getcwd(2) does not say `(unreachable)`).
+    fn cwd_inside_root(&mut self) -> Result<bool, Errno>;
+    fn set_no_new_privs(&mut self) -> Result<(), Errno>;
+    fn drop_bounding_cap(&mut self, cap: u32) -> Result<(), Errno>;
+    fn set_caps(&mut self, keep: u64) -> Result<(), Errno>;
+    fn clear_ambient_caps(&mut self) -> Result<(), Errno>;
+    fn raise_ambient_cap(&mut self, cap: u32) -> Result<(), Errno>;
+    fn landlock_ruleset(&mut self, fs: u64, net: u64, scoped: u64) -> Result<OwnedFd, Errno>;
+    fn landlock_path_rule(
+        &mut self,
+        ruleset: BorrowedFd<'_>,
+        parent: BorrowedFd<'_>,
+        access: u64,
+    ) -> Result<(), Errno>;
+    fn landlock_port_rule(
+        &mut self,
+        ruleset: BorrowedFd<'_>,
+        port: u16,
+        access: u64,
+    ) -> Result<(), Errno>;
+    fn landlock_restrict(&mut self, ruleset: BorrowedFd<'_>) -> Result<(), Errno>;
+    fn seccomp(&mut self, program: &[sock_filter]) -> Result<(), Errno>;
+    /// execve; returns only on failure.
+    fn execve(
+        &mut self,
+        path: &CStr,
+        argv: &[*const libc::c_char],
+        envp: &[*const libc::c_char],
+    ) -> Errno;
+    fn exists(&mut self, path: &CStr) -> bool;
+}

@@ -1,0 +1,84 @@
+//! What the supervisor does for the sandbox once it exists and before
+//! `Go`: the id maps, and the idmapped workspace layers of root launches.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+
+use super::LaunchError;
+use super::prepare::LaunchPlan;
+use crate::sys::{self, Errno, SysError};
+
+pub(super) fn write_id_maps(pid: libc::pid_t, p: &LaunchPlan) -> Result<(), SysError> {
+    let proc = format!("/proc/{pid}");
+    let ids = &p.child.ids;
+    let write = |file: &str, data: String| {
+        std::fs::write(format!("{proc}/{file}"), data.as_bytes())
+            .map_err(|e| sys::io_err(format!("write(\"{proc}/{file}\", {data:?})"), e))
+    };
+    if !ids.root_launch {
+        write("setgroups", "deny".into())?;
+    }
+    write("uid_map", format!("{} {} 1", ids.inside_uid, ids.host_uid))?;
+    write("gid_map", format!("{} {} 1", ids.inside_gid, ids.host_gid))
+}
+
+/// Root launches: each overlay lower becomes an idmapped mount whose
+/// on-disk owner is the workload's host id, so the workspace is fully the
+/// workload's even when the host directory is root's and mode 0700.
+///
+/// A filesystem without idmapped mounts (the kernel answers EINVAL; ENOSYS
+/// before Linux 5.12) gets the plain detached copy instead, and its path
+/// is returned as the second list: the run works wherever the workload's
+/// host id may read the workspace (a usual 0755 checkout), and the report
+/// says that this layer was not idmapped.
+#[allow(clippy::type_complexity)]
+pub(super) fn idmapped_layers(
+    pid: libc::pid_t,
+    p: &LaunchPlan,
+) -> Result<(Vec<(usize, OwnedFd)>, Vec<PathBuf>), LaunchError> {
+    let ids = &p.child.ids;
+    let mut out = Vec::new();
+    let mut without_idmap = Vec::new();
+    for (index, path) in &p.idmap_sources {
+        let fail = |e: SysError| LaunchError::Idmap {
+            path: path.clone(),
+            err: e,
+        };
+        let meta = std::fs::metadata(path)
+            .map_err(|e| fail(sys::io_err(format!("stat({})", path.display()), e)))?;
+        let (uid, gid) = (
+            std::os::unix::fs::MetadataExt::uid(&meta),
+            std::os::unix::fs::MetadataExt::gid(&meta),
+        );
+        let userns: OwnedFd = if uid == ids.inside_uid && gid == ids.inside_gid {
+            std::fs::File::open(format!("/proc/{pid}/ns/user"))
+                .map(OwnedFd::from)
+                .map_err(|e| fail(sys::io_err(format!("open(/proc/{pid}/ns/user)"), e)))?
+        } else {
+            sys::userns_with_maps(
+                &format!("{uid} {} 1", ids.host_uid),
+                &format!("{gid} {} 1", ids.host_gid),
+            )
+            .map_err(fail)?
+        };
+        let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+            .expect("validated: no NUL");
+        let dir = sys::openat2(None, &c, libc::O_PATH | libc::O_DIRECTORY, 0, 0).map_err(fail)?;
+        let tree = sys::open_tree_clone(dir.as_fd(), false).map_err(fail)?;
+        match sys::mount_setattr(
+            tree.as_fd(),
+            false,
+            sys::MOUNT_ATTR_IDMAP,
+            0,
+            Some(userns.as_fd()),
+        ) {
+            Ok(()) => {}
+            Err(e) if matches!(e.errno, Errno::EINVAL | Errno::ENOSYS) => {
+                without_idmap.push(path.clone());
+            }
+            Err(e) => return Err(fail(e)),
+        }
+        out.push((*index, tree));
+    }
+    Ok((out, without_idmap))
+}

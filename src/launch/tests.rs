@@ -1,0 +1,574 @@
+//! The post-clone path against a recording syscall layer (the documented
+//! order, every step), and the real workload steps in a forked child
+//! under an allocation counter (they must allocate nothing).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::child::{self, Stop};
+use super::child_sys::ChildSys;
+use super::message::Message;
+use super::prepare::{CapPlan, ChildPlan, CommandPlan, Ids, StdioPlan, exec};
+use super::stage::{Failure, Stage};
+use crate::fs::tests::Recorder;
+use crate::spec::{FsOp, Spec};
+use crate::sys::{Errno, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, sock_filter};
+
+fn s(c: &CStr) -> String {
+    c.to_string_lossy().into_owned()
+}
+
+fn n(fd: BorrowedFd<'_>) -> RawFd {
+    fd.as_raw_fd()
+}
+
+// What the recorder answers where an answer matters.
+thread_local! {
+    static EXEC_ERRNO: Cell<Errno> = const { Cell::new(Errno::ENOENT) };
+    static CWD_INSIDE: Cell<bool> = const { Cell::new(true) };
+}
+
+impl Recorder {
+    fn note(&mut self, call: String) {
+        self.calls.push(format!("child {call}"));
+    }
+}
+
+impl ChildSys for Recorder {
+    fn set_parent_death_signal(&mut self) -> Result<(), Errno> {
+        self.note("pdeathsig".into());
+        Ok(())
+    }
+    fn close_fds_except(&mut self, keep: &[BorrowedFd<'_>]) -> Result<(), Errno> {
+        self.note(format!("close_range keep {}", keep.len()));
+        Ok(())
+    }
+    fn new_session(&mut self) -> Result<(), Errno> {
+        self.note("setsid".into());
+        Ok(())
+    }
+    fn recv_go(&mut self, _sock: BorrowedFd<'_>) -> Option<Vec<(usize, OwnedFd)>> {
+        self.note("recv Go".into());
+        Some(Vec::new())
+    }
+    fn send(
+        &mut self,
+        _sock: BorrowedFd<'_>,
+        msg: &Message,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(), Errno> {
+        let name = match msg {
+            Message::Started { .. } => "Started",
+            Message::ListenerReady { .. } => "ListenerReady",
+            Message::Exited { .. } => "Exited",
+            Message::Go { .. } => "Go",
+        };
+        self.note(format!("send {name} {}", fds.len()));
+        Ok(())
+    }
+    fn clear_groups(&mut self) -> Result<(), Errno> {
+        self.note("setgroups".into());
+        Ok(())
+    }
+    fn set_gid(&mut self, gid: u32) -> Result<(), Errno> {
+        self.note(format!("setresgid {gid}"));
+        Ok(())
+    }
+    fn set_uid(&mut self, uid: u32) -> Result<(), Errno> {
+        self.note(format!("setresuid {uid}"));
+        Ok(())
+    }
+    fn supervisor_alive(&mut self, _sock: BorrowedFd<'_>) -> bool {
+        self.note("supervisor alive".into());
+        true
+    }
+    fn lock_user_namespaces(&mut self) -> Result<(), Errno> {
+        self.note("max_user_namespaces 0".into());
+        Ok(())
+    }
+    fn set_hostname(&mut self, name: &[u8]) -> Result<(), Errno> {
+        self.note(format!("sethostname {}", String::from_utf8_lossy(name)));
+        Ok(())
+    }
+    fn loopback_up(&mut self) -> Result<(), Errno> {
+        self.note("lo up".into());
+        Ok(())
+    }
+    fn tcp_door(&mut self) -> Result<OwnedFd, Errno> {
+        self.note("tcp door".into());
+        Ok(self.fd())
+    }
+    fn set_rlimit(&mut self, resource: libc::c_int, value: u64) -> Result<(), Errno> {
+        self.note(format!("setrlimit {resource} {value}"));
+        Ok(())
+    }
+    fn set_dumpable(&mut self, on: bool) -> Result<(), Errno> {
+        self.note(format!("dumpable {on}"));
+        Ok(())
+    }
+    fn block_signals(&mut self, signals: &[libc::c_int]) -> Result<(), Errno> {
+        self.note(format!("block {}", signals.len()));
+        Ok(())
+    }
+    fn start_workload(&mut self, plan: &ChildPlan, sock: BorrowedFd<'_>) -> Result<i32, Errno> {
+        self.note("start workload".into());
+        let failure = child::workload(self, plan, sock);
+        self.note(format!(
+            "workload ended {:?} {:?}",
+            failure.stage, failure.errno
+        ));
+        Ok(2)
+    }
+    fn confine_init(&mut self, _c: &crate::confine::Confinement) -> Result<(), Errno> {
+        self.note("init seccomp".into());
+        Ok(())
+    }
+    fn reset_signals(&mut self, _non_default: u64) {
+        self.note("reset signals".into());
+    }
+    fn dup2(&mut self, from: BorrowedFd<'_>, to: RawFd) -> Result<(), Errno> {
+        self.note(format!("dup2 {} {to}", n(from)));
+        Ok(())
+    }
+    fn openat2(
+        &mut self,
+        dir: Option<BorrowedFd<'_>>,
+        path: &CStr,
+        _flags: libc::c_int,
+        resolve: u64,
+    ) -> Result<OwnedFd, Errno> {
+        let fd = self.fd();
+        self.note(format!(
+            "openat2 {} {} {resolve:#x} = {}",
+            dir.map_or(-100, n),
+            s(path),
+            fd.as_raw_fd()
+        ));
+        Ok(fd)
+    }
+    fn file_type(&mut self, _fd: BorrowedFd<'_>) -> Result<libc::mode_t, Errno> {
+        Ok(libc::S_IFDIR)
+    }
+    fn enter_dir(&mut self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
+        self.note(format!("fchdir {}", n(fd)));
+        Ok(())
+    }
+    fn cwd_inside_root(&mut self) -> Result<bool, Errno> {
+        self.note("getcwd".into());
+        Ok(CWD_INSIDE.get())
+    }
+    fn set_no_new_privs(&mut self) -> Result<(), Errno> {
+        self.note("no_new_privs".into());
+        Ok(())
+    }
+    fn drop_bounding_cap(&mut self, cap: u32) -> Result<(), Errno> {
+        self.note(format!("capbset_drop {cap}"));
+        Ok(())
+    }
+    fn set_caps(&mut self, keep: u64) -> Result<(), Errno> {
+        self.note(format!("capset {keep:#x}"));
+        Ok(())
+    }
+    fn clear_ambient_caps(&mut self) -> Result<(), Errno> {
+        self.note("ambient clear".into());
+        Ok(())
+    }
+    fn raise_ambient_cap(&mut self, cap: u32) -> Result<(), Errno> {
+        self.note(format!("ambient raise {cap}"));
+        Ok(())
+    }
+    fn landlock_ruleset(&mut self, _fs: u64, _net: u64, _scoped: u64) -> Result<OwnedFd, Errno> {
+        self.note("landlock ruleset".into());
+        Ok(self.fd())
+    }
+    fn landlock_path_rule(
+        &mut self,
+        _ruleset: BorrowedFd<'_>,
+        _parent: BorrowedFd<'_>,
+        _access: u64,
+    ) -> Result<(), Errno> {
+        self.note("landlock path rule".into());
+        Ok(())
+    }
+    fn landlock_port_rule(
+        &mut self,
+        _ruleset: BorrowedFd<'_>,
+        port: u16,
+        _access: u64,
+    ) -> Result<(), Errno> {
+        self.note(format!("landlock port rule {port}"));
+        Ok(())
+    }
+    fn landlock_restrict(&mut self, _ruleset: BorrowedFd<'_>) -> Result<(), Errno> {
+        self.note("landlock restrict".into());
+        Ok(())
+    }
+    fn seccomp(&mut self, program: &[sock_filter]) -> Result<(), Errno> {
+        self.note(format!("seccomp {}", program.len()));
+        Ok(())
+    }
+    fn execve(
+        &mut self,
+        path: &CStr,
+        _argv: &[*const libc::c_char],
+        _envp: &[*const libc::c_char],
+    ) -> Errno {
+        self.note(format!("execve {}", s(path)));
+        EXEC_ERRNO.get()
+    }
+    fn exists(&mut self, _path: &CStr) -> bool {
+        false
+    }
+}
+
+fn ids(root_launch: bool) -> Ids {
+    Ids {
+        inside_uid: 0,
+        inside_gid: 0,
+        host_uid: 65534,
+        host_gid: 65534,
+        root_launch,
+        clear_groups: root_launch,
+    }
+}
+
+/// A child plan for `spec` without the side effects of `prepare` (no
+/// cgroup leaf, no pipes).
+fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
+    ChildPlan {
+        ids: ids(true),
+        fs: crate::fs::plan(spec, false),
+        op_names: crate::fs::op_names(spec),
+        hostname: spec.identity.hostname.clone(),
+        net_namespace: true,
+        proxy_doors: proxy,
+        rlimits: vec![(libc::RLIMIT_CORE as libc::c_int, 0)],
+        caps: CapPlan {
+            keep: keep_caps,
+            last: 40,
+        },
+        confinement: crate::confine::prepare(spec).unwrap(),
+        report_started: true,
+        command: CommandPlan {
+            exec: exec(spec),
+            cwd: CString::new(spec.cwd.as_ref().unwrap().as_os_str().as_encoded_bytes()).unwrap(),
+            stdio: StdioPlan::default(),
+            non_default_signals: u64::MAX,
+        },
+    }
+}
+
+fn test_spec() -> Spec {
+    let mut spec = crate::spec::default_profile();
+    spec.command = vec!["/usr/bin/true".into()];
+    spec.cwd = Some("/work".into());
+    spec.fs.push(FsOp::Tmpfs {
+        dest: "/work".into(),
+        size: None,
+        nr_inodes: None,
+        mode: None,
+    });
+    spec
+}
+
+/// The kinds of the recorded child calls, in order, with runs of the same
+/// kind collapsed (the builder's own calls are one `build` entry).
+fn kinds(calls: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in calls {
+        let kind = match c.strip_prefix("child ") {
+            None if c.starts_with("mount  / ") => "slave /".to_string(),
+            None if c.starts_with("open -100 /") && !out.iter().any(|k| k == "build") => {
+                "open sources".to_string()
+            }
+            None if c.starts_with("pivot_root") => "pivot_root".to_string(),
+            None => "build".to_string(),
+            Some(rest) => {
+                let words: Vec<&str> = rest.split_whitespace().collect();
+                match words.as_slice() {
+                    ["openat2", _, path, ..] if *path == "/" => "open root".into(),
+                    ["openat2", _, path, ..] if *path == "/work" => "open cwd".into(),
+                    ["openat2", _, path, ..] if *path == "/usr/bin/true" => "open candidate".into(),
+                    ["openat2", ..] => "open landlock path".into(),
+                    ["send", name, ..] => format!("send {name}"),
+                    ["setrlimit", ..] => "setrlimit".into(),
+                    ["capbset_drop", ..] => "capbset_drop".into(),
+                    ["workload", "ended", ..] => "workload ended".into(),
+                    [first, second, ..] if first.starts_with("landlock") => {
+                        format!("{first} {second}")
+                    }
+                    [first, ..] => first.to_string(),
+                    [] => String::new(),
+                }
+            }
+        };
+        if out.last() != Some(&kind) {
+            out.push(kind);
+        }
+    }
+    // The builder's calls after pivot_root (detach, chdir) are part of it.
+    let mut folded = Vec::new();
+    for k in out {
+        if k == "build" && folded.last().is_some_and(|l: &String| l == "pivot_root") {
+            continue;
+        }
+        if folded.last() != Some(&k) {
+            folded.push(k);
+        }
+    }
+    folded
+}
+
+#[test]
+fn the_child_runs_every_step_in_the_documented_order() {
+    let spec = test_spec();
+    let plan = plan_for(&spec, true, 0);
+    let mut rec = Recorder::default();
+    let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
+    let running = match child::init(&mut rec, &plan, sock.as_fd()) {
+        Ok(r) => r,
+        Err(Stop::Failed(f, text)) => panic!("{f:?} {text:?}"),
+        Err(Stop::SupervisorGone) => panic!("supervisor gone"),
+    };
+    assert_eq!(running.workload, 2);
+    let mut expected: Vec<&str> = vec![
+        // hutch init
+        "pdeathsig",
+        "close_range",
+        "setsid",
+        "recv",
+        "slave /",
+        "open sources",
+        "setgroups",
+        "setresgid",
+        "setresuid",
+        "pdeathsig",
+        "supervisor",
+        "max_user_namespaces",
+        "build",
+        "pivot_root",
+        "sethostname",
+        "lo",
+        "tcp",
+        "send ListenerReady",
+        "setrlimit",
+        "dumpable",
+        "block",
+        "start",
+        // the workload
+        "reset",
+        "setsid",
+        "close_range",
+        "open root",
+        "open cwd",
+        "fchdir",
+        "getcwd",
+        "no_new_privs",
+        "capbset_drop",
+        "capset",
+        "ambient",
+        "landlock ruleset",
+    ];
+    let has_landlock = plan.confinement.landlock_plan().is_some();
+    if !has_landlock {
+        expected.pop();
+    } else {
+        expected.extend([
+            "open landlock path",
+            "landlock path",
+            "open landlock path",
+            "landlock path",
+        ]);
+    }
+    let got = kinds(&rec.calls);
+    let cut = got
+        .iter()
+        .position(|k| k == "landlock restrict" || k == "seccomp")
+        .unwrap_or_else(|| panic!("{got:#?}"));
+    // Landlock's path rules alternate open/rule; compare the prefix up to
+    // the first of them, then the tail from the restriction on.
+    let head_len = expected
+        .iter()
+        .position(|k| *k == "open landlock path")
+        .unwrap_or(expected.len());
+    assert_eq!(&got[..head_len], &expected[..head_len], "{:#?}", rec.calls);
+    let mut tail = vec!["seccomp", "open candidate", "execve", "workload ended"];
+    if has_landlock {
+        tail.insert(0, "landlock restrict");
+    }
+    tail.extend(["send Started", "close_range", "init"]);
+    assert_eq!(&got[cut..], &tail[..], "{:#?}", rec.calls);
+    // Landlock paths and the cwd are resolved inside the root, never
+    // through a magic link; the root fd is the one opened first.
+    let in_root = format!("{:#x}", RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
+    let root_fd = rec
+        .calls
+        .iter()
+        .find_map(|c| {
+            c.strip_prefix("child openat2 -100 / ")
+                .and_then(|r| r.rsplit(" = ").next())
+        })
+        .expect("the root opened")
+        .to_string();
+    for c in rec
+        .calls
+        .iter()
+        .filter(|c| c.starts_with("child openat2 ") && !c.contains(" -100 "))
+    {
+        assert!(
+            c.contains(&format!("openat2 {root_fd} ")) && c.contains(&in_root),
+            "{c}"
+        );
+    }
+    // The Unix door is made in the new root, before pivot_root.
+    let door = rec
+        .calls
+        .iter()
+        .position(|c| c.starts_with("unix_listener"))
+        .unwrap();
+    let pivot = rec
+        .calls
+        .iter()
+        .position(|c| c.starts_with("pivot_root"))
+        .unwrap();
+    assert!(door < pivot);
+}
+
+#[test]
+fn kept_capabilities_stay_out_of_the_drops_and_are_raised_ambient() {
+    let spec = test_spec();
+    let keep = 1u64 << 13; // CAP_NET_RAW
+    let plan = plan_for(&spec, false, keep);
+    let mut rec = Recorder::default();
+    let sock = rec.fd();
+    let failure = child::workload(&mut rec, &plan, sock.as_fd());
+    assert_eq!((failure.stage, failure.errno), (Stage::Exec, Errno::ENOENT));
+    let drops: Vec<&String> = rec
+        .calls
+        .iter()
+        .filter(|c| c.contains("capbset_drop"))
+        .collect();
+    assert_eq!(drops.len(), 40, "0..=40 but the kept one");
+    assert!(!rec.calls.iter().any(|c| c == "child capbset_drop 13"));
+    assert!(rec.calls.iter().any(|c| c == "child capset 0x2000"));
+    assert!(rec.calls.iter().any(|c| c == "child ambient raise 13"));
+}
+
+#[test]
+fn a_working_directory_outside_the_root_is_refused_before_exec() {
+    let spec = test_spec();
+    let plan = plan_for(&spec, false, 0);
+    let mut rec = Recorder::default();
+    CWD_INSIDE.set(false);
+    let sock = rec.fd();
+    let failure = child::workload(&mut rec, &plan, sock.as_fd());
+    assert_eq!(
+        failure,
+        Failure::new(Stage::WorkingDirectory, Errno::EXDEV),
+        "{:#?}",
+        rec.calls
+    );
+    assert!(
+        !rec.calls
+            .iter()
+            .any(|c| c.contains("execve") || c.contains("no_new_privs"))
+    );
+}
+
+#[test]
+fn exec_failures_pick_the_error_worth_reporting() {
+    let mut spec = test_spec();
+    spec.command = vec!["prog".into()];
+    spec.env.insert("PATH".into(), "/a:/b".into());
+    let plan = plan_for(&spec, false, 0);
+    let mut rec = Recorder::default();
+    EXEC_ERRNO.set(Errno::EACCES);
+    let sock = rec.fd();
+    let failure = child::workload(&mut rec, &plan, sock.as_fd());
+    // Both candidates are tried; EACCES (not "not found") is kept.
+    assert_eq!(
+        (failure.stage, failure.errno, failure.index),
+        (Stage::Exec, Errno::EACCES, 0)
+    );
+    assert_eq!(failure.exit_status(), 126);
+    assert_eq!(
+        rec.calls
+            .iter()
+            .filter(|c| c.contains("child execve"))
+            .count(),
+        2
+    );
+}
+
+// An allocation counter for the forked workload below. It only counts
+// while armed, on the thread that armed it.
+struct Counting;
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if ARMED.try_with(Cell::get).unwrap_or(false) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
+        if ARMED.try_with(Cell::get).unwrap_or(false) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+/// The real workload steps (real syscalls: close_range, fchdir, capability
+/// drops, Landlock, seccomp, execve) in a forked child, up to an execve
+/// that fails, and the failure record sent: no allocation at all.
+#[test]
+fn the_workload_allocates_nothing_even_when_it_fails() {
+    let mut spec = crate::spec::default_profile();
+    spec.command = vec!["/hutch/no/such/program".into()];
+    spec.cwd = Some("/tmp".into());
+    let mut plan = plan_for(&spec, false, 0);
+    plan.caps.last = crate::sys::cap_last_cap();
+    let (sock, peer) = crate::sys::socket::seqpacket_pair().unwrap();
+    let pid = crate::sys::raw::fork_then(|| {
+        // In a user namespace of its own, as the real workload is: the
+        // capability drops need its capabilities, root or not.
+        if crate::sys::raw::unshare(libc::CLONE_NEWUSER).is_err() {
+            return 99;
+        }
+        ARMED.set(true);
+        let failure = child::workload(&mut super::real_sys::RealSys, &plan, sock.as_fd());
+        super::message::send_failure(sock.as_fd(), &failure, None);
+        ARMED.set(false);
+        ALLOCATIONS.load(Ordering::Relaxed).min(100) as i32
+    })
+    .unwrap();
+    drop(sock);
+    let (_, status) = crate::sys::raw::waitpid(pid, 0).unwrap().unwrap();
+    assert!(libc::WIFEXITED(status), "status {status:#x}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "allocations in the workload");
+    match super::message::recv(&peer).unwrap() {
+        Some(super::message::Incoming::Failure(f, None)) => {
+            assert_eq!((f.stage, f.errno), (Stage::Exec, Errno::ENOENT));
+            assert_eq!(f.exit_status(), 127);
+        }
+        other => panic!("{other:?}"),
+    }
+}

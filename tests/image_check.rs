@@ -1,0 +1,84 @@
+//! `hutch check`'s image_store line: the store is probed where it is,
+//! as root (trusted xattrs, idmapping) and as uid 65534 (userxattr), and
+//! the probe leaves nothing in it.
+
+mod common;
+mod image_support;
+
+use std::process::Command;
+
+use common::*;
+use image_support::*;
+
+fn check(who: As, store: &std::path::Path) -> serde_json::Value {
+    let mut cmd = match who {
+        As::Root => Command::new(hutch_bin()),
+        As::Nobody => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(hutch_bin());
+            c
+        }
+    };
+    let o = cmd
+        .args(["check", "--json"])
+        .env("HUTCH_IMAGE_STORE", store)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a JSON report");
+    report["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "image_store")
+        .expect("an image_store line")
+        .clone()
+}
+
+#[test]
+fn the_image_store_line_probes_overlay_lowers_and_cleans_up() {
+    for who in [As::Root, As::Nobody] {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let t = TempDir::new("img-check", who);
+        let store = t.path().join("store");
+        let f = check(who, &store);
+        assert_eq!(f["status"], "ok", "{who:?}: {f}");
+        let detail = f["detail"].as_str().unwrap();
+        let want = if who == As::Root {
+            "idmapped"
+        } else {
+            "userxattr"
+        };
+        assert!(detail.contains(want), "{detail}");
+        assert!(
+            names_in(&store.join("tmp")).is_empty(),
+            "probe layers removed"
+        );
+        assert!(names_in(&store.join("layers")).is_empty());
+    }
+}
+
+#[test]
+fn a_store_owned_by_someone_else_is_reported() {
+    require!(
+        can_launch_as(As::Nobody).is_ok(),
+        can_launch_as(As::Nobody).unwrap_err()
+    );
+    let t = TempDir::new("img-check-owner", As::Nobody);
+    let store = t.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    // Root's directory, probed by uid 65534.
+    let f = check(As::Nobody, &store);
+    assert_eq!(f["status"], "restricted", "{f}");
+    assert!(
+        f["detail"]
+            .as_str()
+            .unwrap()
+            .contains("must belong to the caller"),
+        "{f}"
+    );
+    assert!(
+        f["fix"].as_str().unwrap().contains("HUTCH_IMAGE_STORE"),
+        "{f}"
+    );
+}

@@ -1,0 +1,364 @@
+//! Hostile layer tars: each fails with one clear line (exit 125), leaves
+//! no image, no layer and no staging behind, and writes nothing outside
+//! the store (a canary directory the archives aim at stays untouched).
+
+mod common;
+mod image_support;
+
+use std::path::Path;
+
+use common::*;
+use image_support::*;
+
+struct Case {
+    name: &'static str,
+    layers: Vec<Vec<u8>>,
+    args: Vec<String>,
+    expect: &'static str,
+}
+
+fn cases(canary: &Path) -> Vec<Case> {
+    let c = canary.display().to_string();
+    let case = |name, layers, expect| Case {
+        name,
+        layers,
+        args: vec![],
+        expect,
+    };
+    let zeros = vec![0u8; 64 << 20];
+    let mut trailing_bomb = Tar::default().file("small", "x\n").finish();
+    trailing_bomb.extend_from_slice(&zeros);
+    let mut v = vec![
+        case(
+            "dotdot",
+            vec![Tar::default().file("../escape", "x").finish()],
+            "contains `..`",
+        ),
+        case(
+            "dotdot-deep",
+            vec![Tar::default().dir("a").file("a/../../escape", "x").finish()],
+            "contains `..`",
+        ),
+        case(
+            "absolute",
+            vec![Tar::default().file(&format!("{c}/abs"), "x").finish()],
+            "an absolute name",
+        ),
+        case(
+            "through-own-symlink",
+            vec![
+                Tar::default()
+                    .symlink("evil", &c)
+                    .file("evil/pwned", "x")
+                    .finish(),
+            ],
+            "goes through a symlink",
+        ),
+        case(
+            "through-lower-symlink",
+            vec![
+                Tar::default().symlink("evil", &c).finish(),
+                Tar::default().file("evil/pwned", "x").finish(),
+            ],
+            "below a symlink or non-directory of a lower layer",
+        ),
+        case(
+            "hardlink-dotdot",
+            vec![Tar::default().hardlink("h", "../../etc/passwd").finish()],
+            "hard link target: the name contains `..`",
+        ),
+        case(
+            "hardlink-absolute",
+            vec![Tar::default().hardlink("h", &format!("{c}/file")).finish()],
+            "hard link target: an absolute name",
+        ),
+        case(
+            "hardlink-through-symlink",
+            vec![
+                Tar::default()
+                    .symlink("s", &c)
+                    .hardlink("h", "s/file")
+                    .finish(),
+            ],
+            "goes through a symlink",
+        ),
+        case(
+            "hardlink-to-later-entry",
+            vec![
+                Tar::default()
+                    .hardlink("h", "later")
+                    .file("later", "x")
+                    .finish(),
+            ],
+            "not (yet) in this layer",
+        ),
+        case(
+            "duplicate-file",
+            vec![Tar::default().file("f", "1").file("f", "2").finish()],
+            "duplicate entry",
+        ),
+        case(
+            "duplicate-dir",
+            vec![Tar::default().dir("d").dir("d").finish()],
+            "duplicate entry",
+        ),
+        case(
+            "symlink-replaced-by-file",
+            vec![
+                Tar::default()
+                    .symlink("f", &format!("{c}/file"))
+                    .file("f", "overwrite")
+                    .finish(),
+            ],
+            "duplicate entry",
+        ),
+        case(
+            "nul-in-name",
+            vec![
+                Tar::default()
+                    .pax_file(&[(b"path", b"a\0b")], "x", "x")
+                    .finish(),
+            ],
+            "NUL",
+        ),
+        case(
+            "newline-in-name",
+            vec![Tar::default().file("a\nb", "x").finish()],
+            "newline",
+        ),
+        case(
+            "overlong-name",
+            vec![
+                Tar::default()
+                    .pax_file(&[(b"path", "a/".repeat(2100).as_bytes())], "x", "x")
+                    .finish(),
+            ],
+            "longer than 4096",
+        ),
+        case(
+            "huge-file",
+            vec![Tar::default().huge_header("big", 20 << 30).finish()],
+            "over the limit",
+        ),
+        case(
+            "sparse",
+            vec![Tar::default().typed(b'S', "sparse").finish()],
+            "sparse",
+        ),
+        case(
+            "symlink-loop",
+            vec![
+                Tar::default()
+                    .symlink("a", "b")
+                    .symlink("b", "a")
+                    .file("a/x", "x")
+                    .finish(),
+            ],
+            "goes through a symlink",
+        ),
+        case(
+            "device-node",
+            vec![Tar::default().device("null", b'3', 1, 3).finish()],
+            "--allow-devices",
+        ),
+        case(
+            "through-whiteout-name",
+            vec![Tar::default().file(".wh.x/y", "x").finish()],
+            "whiteout name",
+        ),
+        case(
+            "garbage",
+            vec![b"this is not a tar archive at all".repeat(64)],
+            "checksum",
+        ),
+        Case {
+            name: "large-file-over-small-cap",
+            layers: vec![
+                Tar::default()
+                    .file_bytes(b"f", &vec![7u8; 2 << 20], 0o644)
+                    .finish(),
+            ],
+            args: vec!["--max-image-size".into(), "1M".into()],
+            expect: "over the limit of 1048576 bytes",
+        },
+        Case {
+            name: "gzip-bomb-file",
+            layers: vec![Tar::default().file_bytes(b"zeros", &zeros, 0o644).finish()],
+            args: vec!["--max-image-size".into(), "8M".into()],
+            expect: "--max-image-size",
+        },
+        Case {
+            name: "gzip-bomb-trailing",
+            layers: vec![trailing_bomb],
+            args: vec!["--max-image-size".into(), "8M".into()],
+            expect: "--max-image-size",
+        },
+    ];
+    v.retain(|c| !c.layers.is_empty());
+    v
+}
+
+fn canary_state(canary: &Path) -> Vec<(String, Vec<u8>)> {
+    names_in(canary)
+        .into_iter()
+        .map(|n| {
+            let data = std::fs::read(canary.join(&n)).unwrap_or_default();
+            (n, data)
+        })
+        .collect()
+}
+
+#[test]
+fn hostile_layers_fail_cleanly_and_write_nothing_outside_the_store() {
+    for who in [As::Root, As::Nobody] {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let t = TempDir::new("img-hostile", who);
+        let canary = t.path().join("canary");
+        std::fs::create_dir(&canary).unwrap();
+        std::fs::write(canary.join("file"), "canary\n").unwrap();
+        // Writable by both identities, so only hutch's rules stop a write.
+        std::fs::set_permissions(&canary, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .unwrap();
+        std::fs::set_permissions(
+            canary.join("file"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o666),
+        )
+        .unwrap();
+        let before = canary_state(&canary);
+        for case in cases(&canary) {
+            let lay = t.path().join(format!("lay-{}", case.name));
+            let layers: Vec<(Vec<u8>, Comp)> = case
+                .layers
+                .iter()
+                .map(|l| (l.clone(), Comp::Gzip))
+                .collect();
+            oci_layout(&lay, &layers, &ImageSpec::default());
+            give(&lay, who);
+            let store = t.path().join(format!("store-{}", case.name));
+            let mut args = vec![lay.to_str().unwrap().to_string()];
+            args.extend(case.args.iter().cloned());
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let e = import_refused(who, &store, &args, case.expect);
+            assert!(e.starts_with("hutch image: import "), "{}: {e}", case.name);
+            assert_eq!(
+                canary_state(&canary),
+                before,
+                "{}: the canary changed",
+                case.name
+            );
+            assert!(
+                list(who, &store).is_empty(),
+                "{}: an image was recorded",
+                case.name
+            );
+            assert!(
+                names_in(&store.join("tmp")).is_empty(),
+                "{}: staging left behind",
+                case.name
+            );
+            assert!(
+                names_in(&store.join("blobs/sha256")).is_empty(),
+                "{}: blobs stored",
+                case.name
+            );
+            // Only complete, verified lower layers of a refused image may
+            // remain (as cache, for gc); never the hostile one.
+            let kept = names_in(&store.join("layers"));
+            assert!(kept.len() < case.layers.len(), "{}: {kept:?}", case.name);
+            for r in layer_roots(&store) {
+                assert!(!r.join("evil/pwned").exists() && !r.join("pwned").exists());
+            }
+            let o = image(who, &store, &["gc"]);
+            assert!(o.status.success(), "{}", err(&o));
+            assert!(names_in(&store.join("layers")).is_empty());
+        }
+    }
+}
+
+#[test]
+fn devices_import_only_as_root_with_the_override() {
+    for who in [As::Root, As::Nobody] {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let t = TempDir::new("img-devices", who);
+        let lay = t.path().join("lay");
+        let layer = Tar::default()
+            .dir("dev")
+            .device("dev/null", b'3', 1, 3)
+            .file("suid", "x")
+            .finish();
+        oci_layout(&lay, &[(layer, Comp::Gzip)], &ImageSpec::default());
+        give(t.path(), who);
+        let store = t.path().join("store");
+        if who == As::Root {
+            import_ok(
+                who,
+                &store,
+                &[lay.to_str().unwrap(), "--allow-devices", "--name", "dev"],
+            );
+            let text = out(&image(who, &store, &["inspect", "dev"]));
+            assert!(
+                text.contains("devices     refused") && text.contains("--allow-devices"),
+                "{text}"
+            );
+        } else {
+            import_refused(
+                who,
+                &store,
+                &[lay.to_str().unwrap(), "--allow-devices"],
+                "only root can create device nodes",
+            );
+        }
+    }
+}
+
+#[test]
+fn archive_xattrs_are_dropped_and_setuid_bits_noted() {
+    for who in [As::Root, As::Nobody] {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let t = TempDir::new("img-xattr", who);
+        let lay = t.path().join("lay");
+        let layer = Tar::default()
+            .dir("d")
+            .pax_file(
+                &[
+                    (b"SCHILY.xattr.trusted.overlay.redirect", b"/etc"),
+                    (b"SCHILY.xattr.user.overlay.opaque", b"y"),
+                    (b"SCHILY.xattr.security.capability", b"\x01\x00\x00\x02"),
+                ],
+                "d/planted",
+                "x",
+            )
+            .file_bytes(b"bin-suid", b"#!/bin/sh\n", 0o4755)
+            .finish();
+        oci_layout(&lay, &[(layer, Comp::Gzip)], &ImageSpec::default());
+        give(t.path(), who);
+        let store = t.path().join("store");
+        import_ok(who, &store, &[lay.to_str().unwrap(), "--name", "x"]);
+        let root = &layer_roots(&store)[0];
+        let mut names = [0u8; 1024];
+        let n = rustix::fs::llistxattr(root.join("d/planted"), &mut names[..]).unwrap_or(0);
+        assert_eq!(n, 0, "no xattr from the archive: {:?}", &names[..n]);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(root.join("bin-suid"))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(
+            mode & 0o7777,
+            0o4755,
+            "setuid kept (the layers mount nosuid)"
+        );
+        let o = image(who, &store, &["inspect", "x", "--json"]);
+        let ins: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(ins["layers"][0]["summary"]["xattrs_dropped"], 3);
+        let setuid = ins["verdicts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["check"] == "setuid")
+            .unwrap()
+            .clone();
+        assert_eq!(setuid["outcome"], "note");
+        assert!(setuid["detail"].as_str().unwrap().contains("nosuid"));
+    }
+}
