@@ -56,6 +56,16 @@ fn workspace_path(who: As) -> Result<()> {
         "pwd; cat b.txt",
     ]))?;
     assert_eq!(out, "/workspace/app/sub\nb\n");
+    // glob searches the session's files wherever the workspace appears.
+    let out = ok(&w.session(&["--json", "glob", &id, "**/*.txt"]))?;
+    let v: serde_json::Value = serde_json::from_str(out.trim())?;
+    let found: Vec<_> = v["result"]["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(found, ["a.txt", "sub/b.txt"], "{v}");
     // Paths of read/write/export are under it too.
     assert_eq!(
         ok(&w.session(&["read", &id, "/workspace/app/sub/b.txt"]))?,

@@ -1122,6 +1122,10 @@ fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     if spec.cwd.as_deref() == Some(std::path::Path::new(PLACEHOLDER)) {
         spec.cwd = None;
     }
+    // A relative --chdir is inside the session's workspace.
+    if let Some(c) = spec.cwd.take() {
+        spec.cwd = Some(session.info.workspace_path.join(c));
+    }
     // Checked here, so that a Spec error reaches the caller typed (the
     // session's launch reports launch errors as text).
     if let Err(e) = crate::launch::validate(&spec) {
