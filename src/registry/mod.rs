@@ -608,7 +608,8 @@ pub fn take_kill_mark(id: &str) -> Option<KillMark> {
 }
 
 /// Kill marks left for sandboxes whose records are gone (a `hutch run`
-/// nobody asked about), removed when older than a minute.
+/// nobody asked about), and half-written records of supervisors killed
+/// while registering (`.tmp-ID`), removed when older than a minute.
 pub fn sweep_kill_marks() {
     let Ok(Some(fd)) = open_dir(&runtime_dir(), false) else {
         return;
@@ -618,11 +619,17 @@ pub fn sweep_kill_marks() {
     };
     let cutoff = crate::workspace::now_ms().saturating_sub(60_000) / 1000;
     for name in names {
-        let Some(id) = name.to_str().ok().and_then(|n| n.strip_suffix(".killed")) else {
-            continue;
-        };
-        if names_has(&fd, &record_name(id)) {
-            continue;
+        let text = name.to_str().ok();
+        let half_written = text
+            .and_then(|n| n.strip_prefix(".tmp-"))
+            .is_some_and(valid_sandbox_id);
+        if !half_written {
+            let Some(id) = text.and_then(|n| n.strip_suffix(".killed")) else {
+                continue;
+            };
+            if names_has(&fd, &record_name(id)) {
+                continue;
+            }
         }
         if sys::lstat_at(fd.as_fd(), &name).is_ok_and(|m| (m.mtime.max(0) as u64) < cutoff) {
             let _ = sys::unlink_at(fd.as_fd(), &name, false);
