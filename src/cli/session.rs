@@ -931,17 +931,43 @@ fn describe_human(d: &serde_json::Value) -> String {
             "as each command asks"
         }
     );
-    out += &format!(
-        "commands     {} of {}\n",
-        field("commands_run"),
-        field("max_commands")
-    );
-    out += &format!("deadline     {}\n", field("deadline_unix_ms"));
-    out += &format!(
-        "disk         {} (limit {})\n",
-        field("disk_usage"),
-        field("disk")
-    );
+    let budget = match field("max_commands").as_u64() {
+        Some(n) => format!("of {n}"),
+        None => "(no budget)".into(),
+    };
+    out += &format!("commands     {} {budget}\n", field("commands_run"));
+    let deadline = match field("deadline_unix_ms").as_u64() {
+        Some(ms) => {
+            let left = ms.saturating_sub(crate::workspace::now_ms()) / 1000;
+            format!("in {left} s (unix ms {ms})")
+        }
+        None => "none".into(),
+    };
+    out += &format!("deadline     {deadline}\n");
+    let used = field("disk_usage")["used_bytes"].as_u64();
+    let disk = field("disk");
+    let limit = match disk["max_bytes"].as_u64() {
+        Some(max) => format!(
+            "limit {} ({}, {})",
+            crate::workspace::human_bytes(max),
+            disk["mechanism"].as_str().unwrap_or("?"),
+            if disk["required"] == true {
+                "required"
+            } else {
+                "preferred"
+            }
+        ),
+        None => "no limit".into(),
+    };
+    let used = used.map_or("usage not measured".into(), |u| {
+        format!("{} used", crate::workspace::human_bytes(u))
+    });
+    let hit = if field("disk_usage")["limit_hit"] == true {
+        ", limit reached"
+    } else {
+        ""
+    };
+    out += &format!("disk         {used}, {limit}{hit}\n");
     if let Some(live) = field("live_commands").as_array() {
         for l in live {
             out += &format!(

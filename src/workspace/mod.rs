@@ -39,7 +39,7 @@ pub use changes::{
     walk as walk_changes,
 };
 pub use close::{CloseOptions, CloseReport};
-pub use disk::{DiskMechanism, DiskPolicy, DiskUsage};
+pub use disk::{DiskMechanism, DiskPolicy, DiskUsage, human as human_bytes};
 pub use error::{Result, WorkspaceError};
 pub use export::export as export_to;
 pub use export::{
