@@ -72,6 +72,12 @@ pub struct Spec {
     pub limits: Limits,
     pub security: Security,
     pub network: Network,
+    /// Labels of the running sandbox, shown by `hutch ps` and matched by
+    /// `hutch kill --label`: never seen by the workload. Keys under
+    /// `hutch.` are set by hutch itself (`hutch.session`: the session a
+    /// command belongs to).
+    #[serde(deserialize_with = "load::unique_map")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Default for Spec {
@@ -88,6 +94,7 @@ impl Default for Spec {
             limits: Limits::default(),
             security: Security::default(),
             network: Network::None,
+            labels: BTreeMap::new(),
         }
     }
 }
