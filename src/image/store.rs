@@ -9,8 +9,9 @@
 //!     meta.json           digests, sizes, what the checks need, the xattr kind
 //!     entries             one line per entry: kind mode uid gid escaped-path
 //!   locks/HEX             flock held while a layer is being unpacked
+//!   refs/HEX              an image a session uses (see `refs.rs`)
 //!   tmp/                  staging; everything is built here and renamed into place
-//!   lock                  shared by imports, exclusive for gc
+//!   lock                  shared by imports and runs, exclusive for gc
 //!   index.lock            held while index.json is rewritten
 //! ```
 //!
@@ -133,7 +134,7 @@ impl Store {
                 ),
             });
         }
-        for sub in ["blobs/sha256", "layers", "locks", "tmp"] {
+        for sub in ["blobs/sha256", "layers", "locks", "refs", "tmp"] {
             let p = root.join(sub);
             std::fs::create_dir_all(&p).map_err(|e| io_err(&p, e))?;
         }

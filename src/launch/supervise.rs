@@ -166,7 +166,8 @@ fn supervise(
     // Read while pid 1 is still dumpable and ours (it becomes neither).
     let namespaces = status_file.as_ref().map(|_| namespace_inodes(sb.pid));
     write_id_maps(sb.pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
-    let (handed, layers_without_idmap) = idmapped_layers(sb.pid, p).map_err(kill_and_reap)?;
+    let (mut handed, layers_without_idmap) = idmapped_layers(sb.pid, p).map_err(kill_and_reap)?;
+    handed.extend(super::image::layer_mounts(sb.pid, p).map_err(kill_and_reap)?);
     let fds: Vec<BorrowedFd<'_>> = handed.iter().map(|(_, fd)| fd.as_fd()).collect();
     message::send(
         &sb.sock,

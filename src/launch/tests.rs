@@ -81,6 +81,10 @@ impl ChildSys for Recorder {
         self.note(format!("setresuid {uid}"));
         Ok(())
     }
+    fn keep_caps_on_setuid(&mut self) -> Result<(), Errno> {
+        self.note("securebits NO_SETUID_FIXUP".into());
+        Ok(())
+    }
     fn supervisor_alive(&mut self, _sock: BorrowedFd<'_>) -> bool {
         self.note("supervisor alive".into());
         true
@@ -232,6 +236,7 @@ fn ids(root_launch: bool) -> Ids {
         host_gid: 65534,
         root_launch,
         clear_groups: root_launch,
+        subordinate: None,
     }
 }
 

@@ -53,6 +53,20 @@ impl Session {
     /// wall clock never beyond the session deadline. Returns the spec and
     /// whether the deadline is what bounds the wall clock.
     pub fn command_spec(&self, mut spec: Spec) -> Result<(Spec, bool)> {
+        if let Some(image) = &self.info.image {
+            if spec
+                .image
+                .as_ref()
+                .is_some_and(|i| i.digest != image.digest)
+            {
+                return Err(WorkspaceError::Launch(format!(
+                    "session {} runs every command with its image {}; a command cannot name another",
+                    self.info.id,
+                    image.digest.as_deref().unwrap_or("")
+                )));
+            }
+            crate::spec::use_image(&mut spec, image.clone());
+        }
         let (lower, upper, work) = self.overlay_dirs();
         spec.fs.push(FsOp::Overlay {
             lowers: vec![lower],

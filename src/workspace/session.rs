@@ -56,6 +56,9 @@ pub struct CreateOptions {
     pub max_commands: Option<u64>,
     /// Caps of the baseline import.
     pub limits: ImportLimits,
+    /// A container image every command of the session uses: resolved
+    /// (and checked) at creation, recorded pinned in `session.json`.
+    pub image: Option<crate::spec::ImageRef>,
 }
 
 impl CreateOptions {
@@ -67,6 +70,7 @@ impl CreateOptions {
             deadline: None,
             max_commands: None,
             limits: ImportLimits::default(),
+            image: None,
         }
     }
 }
@@ -85,6 +89,9 @@ pub struct SessionInfo {
     pub deadline_unix_ms: Option<u64>,
     pub max_commands: Option<u64>,
     pub commands_run: u64,
+    /// The image of every command, pinned (its manifest digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<crate::spec::ImageRef>,
 }
 
 /// Milliseconds since the epoch.
@@ -178,7 +185,14 @@ impl StateDir {
                 let final_name =
                     CString::new(id.clone()).map_err(|_| WorkspaceError::BadId(id.clone()))?;
                 sys::rename_at(self.fd.as_fd(), &tmp, self.fd.as_fd(), &final_name)?;
-                self.open_session(&id)
+                let session = self.open_session(&id)?;
+                if let Some(image) = &session.info.image
+                    && let Err(e) = crate::image::spec::hold_for(image, &session.path)
+                {
+                    let _ = self.trash(&final_name, &id);
+                    return Err(WorkspaceError::Launch(e.to_string()));
+                }
+                Ok(session)
             }
             Err(e) => {
                 let _ = remove_tree(self.fd.as_fd(), &tmp);
@@ -188,6 +202,12 @@ impl StateDir {
     }
 
     fn populate(&self, name: &CString, id: &str, opts: &CreateOptions) -> Result<()> {
+        let image = match &opts.image {
+            Some(i) => Some(
+                crate::image::spec::pin(i).map_err(|e| WorkspaceError::Launch(e.to_string()))?,
+            ),
+            None => None,
+        };
         let dir = sys::open_dir_beneath(self.fd.as_fd(), name)?;
         for sub in [c"baseline", c"upper", c"work"] {
             sys::mkdirat(dir.as_fd(), sub, 0o755)?;
@@ -256,6 +276,7 @@ impl StateDir {
                 .map(|d| now.saturating_add(d.as_millis() as u64)),
             max_commands: opts.max_commands,
             commands_run: 0,
+            image,
         };
         write_new(dir.as_fd(), c"audit.jsonl", b"", 0o600)?;
         write_new(dir.as_fd(), c"lock", b"", 0o600)?;
