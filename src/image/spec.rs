@@ -98,7 +98,7 @@ pub fn overrides(image: &ImageRef) -> Overrides {
 /// manifest, even if a name moves later.
 pub fn pin(image: &ImageRef) -> Result<ImageRef> {
     validate(image).map_err(|e| ImageError::Invalid(e.to_string()))?;
-    let store = Store::open(image.store.as_deref())?;
+    let store = Store::open_existing(image.store.as_deref())?;
     let want = platform(image).map_err(ImageError::Invalid)?;
     let resolved = store.resolve(&reference(image), &want, &overrides(image))?;
     let mut pinned = image.clone();

@@ -141,6 +141,24 @@ impl Store {
         Ok(Store { root })
     }
 
+    /// [`Store::open`] for a run: a store that does not exist yet is an
+    /// error (a run creates nothing in the state directory).
+    pub fn open_existing(root: Option<&Path>) -> Result<Store> {
+        let root = match root {
+            Some(r) => std::path::absolute(r).map_err(|e| io_err(r, e))?,
+            None => default_root()?,
+        };
+        if std::fs::symlink_metadata(&root).is_err() {
+            return Err(ImageError::Store {
+                path: root.display().to_string(),
+                why: "does not exist: import an image into it first (`hutch image import`), or \
+                      name another store (--image-store DIR)"
+                    .into(),
+            });
+        }
+        Store::open(Some(&root))
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }

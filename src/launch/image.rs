@@ -45,10 +45,10 @@ pub struct ImageReport {
     pub id_map: String,
 }
 
-/// A prepared image run: the Spec with the image's defaults applied, the
-/// ids, the layers (top first) and the held store lock with the report.
+/// A prepared image run: the ids, the layers (top first) and what the
+/// supervisor keeps (the Spec with the image's defaults applied, the
+/// store lock, the report).
 pub(super) struct Prepared {
-    pub spec: Spec,
     pub ids: Ids,
     pub lowers: Vec<PathBuf>,
     pub held: Held,
@@ -56,6 +56,9 @@ pub(super) struct Prepared {
 
 /// Kept by the supervisor until the sandbox is gone.
 pub struct Held {
+    /// The Spec as launched: the image's Env, WorkingDir, User and command
+    /// applied (what failure lines describe).
+    pub spec: Spec,
     pub report: ImageReport,
     _lock: image::Lock,
 }
@@ -70,7 +73,7 @@ pub(super) fn prepare(spec: &Spec) -> Result<Option<Prepared>, LaunchError> {
     let Some(r) = &spec.image else {
         return Ok(None);
     };
-    let store = Store::open(r.store.as_deref()).map_err(|e| refused(r, e))?;
+    let store = Store::open_existing(r.store.as_deref()).map_err(|e| refused(r, e))?;
     // Held before resolving: a gc that runs now finishes first, and none
     // can start until the sandbox is gone.
     let lock = store.hold().map_err(|e| refused(r, e))?;
@@ -92,6 +95,19 @@ pub(super) fn prepare(spec: &Spec) -> Result<Option<Prepared>, LaunchError> {
                  the image, `hutch image gc`, and import it again",
                 l.digest
             )));
+        }
+        // The store is the caller's and closed to others, but a damaged
+        // one (a layer tree gone, or replaced by a link) must not become
+        // some other root: the tree is a real directory, never followed.
+        match std::fs::symlink_metadata(&l.dir) {
+            Ok(m) if m.is_dir() => {}
+            _ => {
+                return Err(shown(format!(
+                    "layer {} has no unpacked tree in the store (missing or not a directory): \
+                     remove the image, `hutch image gc`, and import it again",
+                    l.digest
+                )));
+            }
         }
         if caller.0 != 0 && (l.owners_kept || l.unpacked_by != caller.0) {
             return Err(shown(format!(
@@ -120,10 +136,10 @@ pub(super) fn prepare(spec: &Spec) -> Result<Option<Prepared>, LaunchError> {
         .into(),
     };
     Ok(Some(Prepared {
-        spec: eff,
         ids,
         lowers: img.layers.iter().rev().map(|l| l.dir.clone()).collect(),
         held: Held {
+            spec: eff,
             report,
             _lock: lock,
         },
@@ -162,7 +178,9 @@ fn apply_config(spec: &mut Spec, img: &ResolvedImage, r: &ImageRef) -> Result<()
                 "the image config's WorkingDir is not an absolute path without `..`".into(),
             );
         }
-        if r.use_working_dir || spec.cwd.is_none() {
+        // `/` is what an empty WorkingDir means and what many builders
+        // write out: it names no place, so the workspace stays the cwd.
+        if (r.use_working_dir && p != Path::new("/")) || spec.cwd.is_none() {
             spec.cwd = Some(p.to_path_buf());
         }
     }
@@ -439,7 +457,8 @@ pub(super) fn layer_mounts(
                 String::from_utf8_lossy(path.as_bytes())
             ))
         };
-        let dir = sys::openat2(None, path, libc::O_PATH | libc::O_DIRECTORY, 0, 0).map_err(fail)?;
+        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+        let dir = sys::openat2(None, path, flags, 0, 0).map_err(fail)?;
         let tree = sys::open_tree_clone(dir.as_fd(), false).map_err(fail)?;
         sys::mount_setattr(tree.as_fd(), false, attrs, 0, Some(ns.as_fd())).map_err(fail)?;
         out.push((i, tree));

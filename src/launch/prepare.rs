@@ -173,7 +173,7 @@ pub fn prepare(
 ) -> Result<LaunchPlan, LaunchError> {
     super::validate(spec)?;
     let image = super::image::prepare(spec)?;
-    let spec = image.as_ref().map_or(spec, |i| &i.spec);
+    let spec = image.as_ref().map_or(spec, |i| &i.held.spec);
     if spec.command.is_empty() {
         return Err(LaunchError::Spec(crate::spec::SpecError::new(
             "command",

@@ -377,7 +377,10 @@ impl Watch<'_, '_> {
                 Message::Go { .. } => {}
             },
             Ok(Some(Incoming::Failure(f, text))) => {
-                let line = failure_line(&f, text.as_deref(), self.p, self.spec);
+                // An image run describes the Spec it launched (the image's
+                // command and PATH), not the caller's.
+                let spec = self.p.image.as_ref().map_or(self.spec, |i| &i.spec);
+                let line = failure_line(&f, text.as_deref(), self.p, spec);
                 if f.stage == Stage::Exec {
                     self.seen.facts.exec_failed = Some((f.errno, f.interpreter_missing));
                     self.seen.failure.get_or_insert((Some(f), line));
