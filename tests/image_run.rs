@@ -807,6 +807,7 @@ fn a_session_created_with_an_image_uses_it_for_every_command() {
                 .unwrap();
         assert_eq!(info["image"]["digest"], digest.as_str(), "{info}");
         assert_eq!(info["image"]["store"], sto, "{info}");
+        assert_eq!(info["image"]["platform"], "linux/amd64", "{info}");
 
         let o = session(&[
             "run",
@@ -821,8 +822,22 @@ fn a_session_created_with_an_image_uses_it_for_every_command() {
             "hello from the image\n/workspace\nfrom the workspace\nno-usr\n",
             "{who:?}"
         );
-        let o = session(&["run", &id, "--", "sh", "-c", "cat made /etc/hello"]);
+        let status = t.path().join("session-status.jsonl");
+        write_as(&status, "", who);
+        let o = session(&[
+            "run",
+            &id,
+            "--status-file",
+            status.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "cat made /etc/hello",
+        ]);
         assert_eq!(ok(&o, "second command"), "kept\nhello from the image\n");
+        let img = exit_report(&status)["enforced"]["image"].clone();
+        assert_eq!(img["manifest_digest"], digest.as_str(), "{img}");
+        assert_eq!(img["pinned"], true);
 
         let other = format!("sha256:{}", "1".repeat(64));
         let o = session(&["run", &id, "--image", &other, "--", "true"]);

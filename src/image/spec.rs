@@ -93,9 +93,9 @@ pub fn overrides(image: &ImageRef) -> Overrides {
 }
 
 /// Resolve `image` now (every check with its overrides) and return it
-/// pinned: the manifest digest, the store's path, no `allow_unpinned`.
-/// What a session records so that each of its commands runs exactly that
-/// manifest, even if a name moves later.
+/// pinned: the manifest digest, the image's platform, the store's path,
+/// no `allow_unpinned`. What a session records so that each of its
+/// commands runs exactly that manifest, even if a name moves later.
 pub fn pin(image: &ImageRef) -> Result<ImageRef> {
     validate(image).map_err(|e| ImageError::Invalid(e.to_string()))?;
     let store = Store::open_existing(image.store.as_deref())?;
@@ -103,6 +103,7 @@ pub fn pin(image: &ImageRef) -> Result<ImageRef> {
     let resolved = store.resolve(&reference(image), &want, &overrides(image))?;
     let mut pinned = image.clone();
     pinned.digest = Some(resolved.manifest_digest.to_string());
+    pinned.platform = Some(resolved.platform.to_string());
     pinned.store = Some(store.root().to_path_buf());
     pinned.allow_unpinned = false;
     Ok(pinned)
