@@ -224,6 +224,29 @@ fn images_run_by_digest_and_report_what_ran() {
         let other = format!("sha256:{}", "0".repeat(64));
         let o = run_image(who, &store, &ws, &["--image", &other, "--", "true"]);
         refused(&o, "no image with manifest");
+        // The machine interface types it.
+        write_as(&status, "", who);
+        let st = status.to_str().unwrap();
+        let o = run_image(
+            who,
+            &store,
+            &ws,
+            &[
+                "--json",
+                "--status-file",
+                st,
+                "--image",
+                &other,
+                "--",
+                "true",
+            ],
+        );
+        refused(&o, "no image with manifest");
+        let text = std::fs::read_to_string(&status).unwrap();
+        let last: serde_json::Value =
+            serde_json::from_str(text.lines().last().expect("an envelope")).unwrap();
+        assert_eq!(last["ok"], false, "{last}");
+        assert_eq!(last["error"]["kind"], "refused", "{last}");
     }
 }
 
