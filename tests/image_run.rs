@@ -196,6 +196,24 @@ fn images_run_by_digest_and_report_what_ran() {
             &["--image", &named, "--", "cat", "/etc/hello"],
         );
         assert_eq!(ok(&o, "by name@digest"), "hello from the image\n");
+        // Egress through the proxy works on an image root too (its door
+        // is made in the overlay).
+        let o = run_image(
+            who,
+            &store,
+            &ws,
+            &[
+                "--image",
+                &named,
+                "--allow-host",
+                "example.com",
+                "--",
+                "sh",
+                "-c",
+                "echo $HTTPS_PROXY; test -S /run/hutch/proxy.sock && echo door",
+            ],
+        );
+        assert_eq!(ok(&o, "with egress"), "http://127.0.0.1:3128\ndoor\n");
 
         let o = run_image(who, &store, &ws, &["--image", "bb", "--", "true"]);
         refused(&o, "--allow-unpinned");
