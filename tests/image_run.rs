@@ -451,9 +451,11 @@ fn without_workdir_the_workspace_is_the_working_directory() {
         assert_eq!(ok(&o, "workspace cwd"), "from the workspace\n");
         let o = run_image(who, &store, &ws, &["--image", &digest]);
         refused(&o, "neither Entrypoint nor Cmd");
-        // The image's own command, not found: 127, naming it.
+        // The image's own command, not found: 127, naming it. A
+        // WorkingDir its layers lack is made, as container runtimes do.
         let spec = ImageSpec {
             cmd: vec!["nosuch".into()],
+            workdir: "/srv/made".into(),
             ..ImageSpec::default()
         };
         let lay = t.path().join("layout-nosuch");
@@ -463,6 +465,8 @@ fn without_workdir_the_workspace_is_the_working_directory() {
         let o = run_image(who, &store, &ws, &["--image", &d]);
         assert_eq!(o.status.code(), Some(127), "{}", err(&o));
         assert!(err(&o).contains("\"nosuch\" not found"), "{}", err(&o));
+        let o = run_image(who, &store, &ws, &["--image", &d, "--", "pwd"]);
+        assert_eq!(ok(&o, "made WorkingDir"), "/srv/made\n");
     }
 }
 

@@ -182,6 +182,14 @@ fn apply_config(spec: &mut Spec, img: &ResolvedImage, r: &ImageRef) -> Result<()
         // write out: it names no place, so the workspace stays the cwd.
         if (r.use_working_dir && p != Path::new("/")) || spec.cwd.is_none() {
             spec.cwd = Some(p.to_path_buf());
+            // As container runtimes do, a WorkingDir the image lacks is
+            // made (in the root's discarded upper).
+            if !in_layers(img, p) {
+                spec.fs.push(crate::spec::FsOp::Dir {
+                    dest: p.to_path_buf(),
+                    mode: None,
+                });
+            }
         }
     }
 
@@ -211,6 +219,25 @@ fn apply_config(spec: &mut Spec, img: &ResolvedImage, r: &ImageRef) -> Result<()
         spec.identity.gid.get_or_insert(g);
     }
     Ok(())
+}
+
+/// Whether some layer has `dir` (absolute) as a directory, looked up below
+/// each layer's root without following any link.
+fn in_layers(img: &ResolvedImage, dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let rel = dir.strip_prefix("/").unwrap_or(dir);
+    if rel.as_os_str().is_empty() {
+        return true;
+    }
+    let Ok(rel) = std::ffi::CString::new(rel.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    img.layers.iter().any(|l| {
+        sys::open_dir_path(&l.dir)
+            .and_then(|root| sys::openat2(Some(root.as_fd()), &rel, flags, 0, sys::RESOLVE_STRICT))
+            .is_ok()
+    })
 }
 
 /// The ids of an image run. One id when the layers' files and the
