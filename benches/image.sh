@@ -13,7 +13,9 @@
 # (b) and (c) run in one hyperfine invocation (--shell=none, --runs N,
 # default 300, in a fresh temporary directory as the workspace) and print
 # the mean of each row and the ratios. D is the part-(a) image (or
-# --rootfs DIR) when it has /bin/true, else a static busybox tree.
+# --rootfs DIR) when it has /bin/true and runs (as root, a tree with files
+# of several owners needs root's range in /etc/subuid), else a static
+# busybox tree.
 #
 # The image: `debootstrap --variant=minbase bookworm` from the Debian
 # mirror apt uses, when it can be reached; otherwise (or with --rootfs
@@ -40,7 +42,7 @@ while [ $# -gt 0 ]; do
         --rounds) rounds=$2; shift 2 ;;
         --rootfs) rootfs=$2; shift 2 ;;
         --keep) keep=1; shift ;;
-        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
         *) echo "image.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -132,21 +134,37 @@ import_bench() {
 part a && import_bench
 
 if part b || part c; then
-    # The spawn image: D itself when it can run `true`, else busybox.
-    spawnroot=$rootfs
-    if [ -z "$spawnroot" ] || [ ! -x "$spawnroot/bin/true" ]; then
+    # The spawn image: D itself when it can run `true` (a Debian tree has
+    # files of several owners: as root that needs a subordinate range in
+    # /etc/subuid, else hutch refuses it), else a static busybox tree.
+    busybox_root() {
         [ -x /bin/busybox ] || { echo "image.sh: /bin/busybox (busybox-static) is needed" >&2; exit 2; }
         spawnroot=$work/spawnroot
         # Mount points: the peer cannot create them in a read-only root.
         mkdir -p "$spawnroot/bin" "$spawnroot/etc" "$spawnroot/proc" "$spawnroot/dev" "$spawnroot/sys" "$spawnroot/tmp"
         cp /bin/busybox "$spawnroot/bin/busybox"
         for t in sh true; do ln -sf busybox "$spawnroot/bin/$t"; done
-    fi
+    }
     store=$work/spawn-store
-    digest=$("$hutch" image --image-store "$store" import --rootfs "$spawnroot" --name spawn | head -n 1)
+    import_spawn() {
+        rm -rf "$store"
+        digest=$("$hutch" image --image-store "$store" import --rootfs "$spawnroot" --name spawn | head -n 1)
+    }
+    mkdir -p "$work/ws"
+    spawnroot=$rootfs
+    if [ -n "$spawnroot" ] && [ -x "$spawnroot/bin/true" ]; then
+        import_spawn
+        if ! (cd "$work/ws" && "$hutch" run --quiet --image-store "$store" --image "$digest" -- true) 2>"$work/try.log"; then
+            echo "image.sh: the part-(a) image does not run here ($(cat "$work/try.log")); using busybox" >&2
+            busybox_root
+            import_spawn
+        fi
+    else
+        busybox_root
+        import_spawn
+    fi
     echo "spawn image: $digest ($(du -sh "$spawnroot" | cut -f1))"
     ws=$work/ws
-    mkdir -p "$ws"
     cd "$ws"
     set -- --shell=none --warmup 10 --runs "$runs" --export-csv "$work/spawn.csv"
     set -- "$@" -n host "$hutch run --quiet -- true"
