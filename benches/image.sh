@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
         --rounds) rounds=$2; shift 2 ;;
         --rootfs) rootfs=$2; shift 2 ;;
         --keep) keep=1; shift ;;
-        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "image.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
