@@ -15,6 +15,7 @@ mod child_sys;
 mod describe;
 pub mod ending;
 pub mod helper;
+mod image;
 mod maps;
 pub mod message;
 mod prepare;
@@ -22,6 +23,7 @@ mod real_sys;
 mod relay;
 pub mod report;
 pub mod stage;
+mod subid;
 mod summary;
 mod supervise;
 #[cfg(test)]
@@ -32,6 +34,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use image::ImageReport;
 pub use prepare::{DEFAULT_ROOT_HOST_ID, network_name};
 pub use relay::Captured;
 pub use report::{ChangesReport, Enforcement, ExitReport, Outcome, SetupFailure};
@@ -103,6 +106,10 @@ pub enum LaunchError {
         "creating the sandbox: {0} (user namespaces may be disabled or restricted here: run `hutch check`)"
     )]
     Clone(SysError),
+    /// The Spec's image could not be used (resolution, a check, its
+    /// config, the id maps it needs).
+    #[error("{0}")]
+    Image(String),
     #[error("idmapping workspace layer {}: {err} (idmapped mounts need Linux 5.12+ and a filesystem that supports them)", path.display())]
     Idmap { path: PathBuf, err: SysError },
     #[error(
@@ -135,6 +142,8 @@ pub enum FailureKind {
     Namespaces,
     /// A workspace layer could not be idmapped (`where` is its path).
     Idmap,
+    /// The Spec's image was refused or could not be used.
+    Image,
     /// The helper could not be found, started or understood.
     Helper,
 }
@@ -173,6 +182,7 @@ impl LaunchError {
                 Some("use Mode::Auto or hutch::Command".into()),
             ),
             LaunchError::Prepare(_) => (FailureKind::Prepare, None, None, None),
+            LaunchError::Image(_) => (FailureKind::Image, None, None, None),
             LaunchError::Cgroup(_) => (FailureKind::Limits, None, None, None),
             LaunchError::Sys(e) => (FailureKind::System, Some(e.call.clone()), errno(e), None),
             LaunchError::Clone(e) => (

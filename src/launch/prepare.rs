@@ -38,6 +38,18 @@ pub struct Ids {
     pub root_launch: bool,
     /// Drop root's supplementary groups inside (allowed only for root).
     pub clear_groups: bool,
+    /// More than one id mapped (an image's owners or user need it).
+    pub subordinate: Option<super::maps::Subordinate>,
+}
+
+impl Ids {
+    /// hutch init is root inside before it switches to the workload's
+    /// uid (an unprivileged caller mapped to 0 with a subordinate range):
+    /// the switch must keep its capabilities, which it needs to build the
+    /// root.
+    pub fn keep_caps_on_setuid(&self) -> bool {
+        self.subordinate.is_some_and(|s| s.helpers) && self.inside_uid != 0
+    }
 }
 
 /// argv/envp and the paths execve tries, as C strings and pointer arrays
@@ -122,6 +134,8 @@ pub struct LaunchPlan {
     pub idmap_sources: Vec<(usize, PathBuf)>,
     /// Network mode `proxy`: the compiled policy.
     pub proxy: Option<ProxyPrep>,
+    /// An image run: the store lock held until the end, and the report.
+    pub image: Option<super::image::Held>,
 }
 
 /// The egress proxy of a `proxy`-mode sandbox, prepared before clone; the
@@ -158,20 +172,28 @@ pub fn prepare(
     workload_stdio: WorkloadStdio,
 ) -> Result<LaunchPlan, LaunchError> {
     super::validate(spec)?;
+    let image = super::image::prepare(spec)?;
+    let spec = image.as_ref().map_or(spec, |i| &i.held.spec);
     if spec.command.is_empty() {
         return Err(LaunchError::Spec(crate::spec::SpecError::new(
             "command",
             "no command to run",
         )));
     }
-    let ids = ids(spec)?;
+    let ids = match &image {
+        Some(i) => i.ids,
+        None => ids(spec)?,
+    };
     let sandbox_id = sandbox_id();
     let mut with_proxy = spec.clone();
     let proxy = prepare_proxy(&mut with_proxy)?;
     let spec = if proxy.is_some() { &with_proxy } else { spec };
 
     // What does not depend on the command.
-    let plan = fs::plan(spec, ids.root_launch);
+    let mut plan = fs::plan(spec, ids.root_launch);
+    if let Some(i) = &image {
+        super::image::add_lowers(&mut plan, i);
+    }
     let idmap_sources = plan
         .sources
         .iter()
@@ -265,6 +287,7 @@ pub fn prepare(
         kept_uppers,
         idmap_sources,
         proxy,
+        image: image.map(|i| i.held),
     })
 }
 
@@ -280,6 +303,7 @@ fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
             host_gid: id.host_gid.unwrap_or(DEFAULT_ROOT_HOST_ID),
             root_launch: true,
             clear_groups: true,
+            subordinate: None,
         });
     }
     if id.host_uid.is_some_and(|h| h != uid) || id.host_gid.is_some_and(|h| h != gid) {
@@ -295,6 +319,7 @@ fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
         host_gid: gid,
         root_launch: false,
         clear_groups: false,
+        subordinate: None,
     })
 }
 
