@@ -21,8 +21,8 @@ fn rss_tree_kib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
         .unwrap_or(0);
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default();
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
     own + children
         .split_whitespace()
         .filter_map(|c| c.parse::<u32>().ok())
@@ -43,7 +43,11 @@ fn main() {
     let mut spec = hutch::spec::default_profile();
     spec.command = vec!["true".into()];
     let pool = hutch::Pool::with_binary(spec, size, binary).expect("a pool");
-    assert!(pool.wait_ready(size, Duration::from_secs(60)), "{:?}", pool.status());
+    assert!(
+        pool.wait_ready(size, Duration::from_secs(60)),
+        "{:?}",
+        pool.status()
+    );
     // Memory of one ready sandbox: its helper and hutch init.
     let me = std::process::id();
     let helpers: Vec<u32> = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children"))
@@ -56,7 +60,9 @@ fn main() {
     let mut cold = 0;
     for _ in 0..rounds {
         let t = Instant::now();
-        std::process::Command::new("/bin/true").status().expect("spawn");
+        std::process::Command::new("/bin/true")
+            .status()
+            .expect("spawn");
         floor.push(t.elapsed());
         // A command finds a ready sandbox, as a tool runner's would
         // between its commands.

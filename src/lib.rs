@@ -42,6 +42,8 @@ pub mod image;
 pub mod net;
 #[doc(hidden)]
 pub mod probe;
+#[doc(hidden)]
+pub mod registry;
 mod static_words;
 #[doc(hidden)]
 pub mod sys;
@@ -79,5 +81,5 @@ pub fn supervisor_main() -> Option<i32> {
 /// fuzzers. Nothing here is stable.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::{audit, cgroup, cli, confine, fs, image, net, probe, sys};
+    pub use crate::{audit, cgroup, cli, confine, fs, image, net, probe, registry, sys};
 }

@@ -22,7 +22,8 @@ environment, no capabilities.
 Profile:
   --profile FILE          start from a TOML or JSON profile instead of the default
   --bare                  start from an empty root (no default profile, no workspace)
-  --workspace DIR         overlay DIR instead of the current directory
+  --workspace DIR[:DEST]  overlay DIR instead of the current directory, at DEST
+                          inside (default: the same path)
   --changes DIR           keep the workspace overlay's upper in DIR/upper (work in DIR/work)
   --changes-size SIZE     size cap of a discarded upper (default 4G)
 Filesystem (applied in order):
@@ -31,8 +32,19 @@ Filesystem (applied in order):
   --proc DEST  --dev DEST  --mqueue DEST  --dir DEST  --symlink TARGET DEST
   --overlay LOWER DEST    overlay with a discarded upper
   --chmod OCTAL DEST  --remount-ro DEST
+Image (the system directories from a container image; see docs/images.md):
+  --image REF             sha256:DIGEST or NAME@sha256:DIGEST from the image store
+                          (a bare NAME only with --allow-unpinned); its Env, WorkingDir,
+                          User and Entrypoint/Cmd (when no command is given) are defaults
+  --image-store DIR       the store (default $HUTCH_IMAGE_STORE, else the user's)
+  --platform OS/ARCH      the platform the image must be for (default the host's)
+  --allow-unpinned  --allow-platform-mismatch  --allow-volumes  --allow-secret-env
+  --allow-devices         accept what the corresponding check refuses
 Process:
   --chdir DIR  --setenv KEY VALUE  --unsetenv KEY  --uid N  --gid N  --hostname NAME
+                          (a relative --chdir is inside the workspace)
+  --pass-env NAME         copy NAME from hutch's environment (nothing else of it enters)
+  --label KEY=VALUE       shown by `hutch ps`, matched by `hutch kill --label`
   --share-net             use the host's network (default: none)
 Egress (network through the allow-list proxy; see docs/egress.md):
   --allow-host PATTERN    allow host, *.x (subdomains), **.x (apex too), [:PORT] (default 443)
@@ -69,6 +81,36 @@ Exit status: the command's; 128+N when killed by signal N; 124 on timeout;
 
 /// A change to the Spec, applied after the base profile is chosen.
 type SpecEdit = Box<dyn FnOnce(&mut Spec) -> Result<()>>;
+
+/// How many values the `hutch run` option `flag` takes, `None` when it is
+/// not one (for front ends that forward run options, like `session
+/// create`).
+pub fn value_count(flag: &str) -> Option<usize> {
+    Some(match flag {
+        "--bare" | "--share-net" | "--quiet" | "--json" => 0,
+        "--ro-bind" | "--bind" | "--dev-bind" | "--ro-bind-try" | "--bind-try"
+        | "--dev-bind-try" | "--setenv" | "--symlink" | "--overlay" | "--chmod" => 2,
+        "--profile" | "--workspace" | "--changes" | "--changes-size" | "--size" | "--tmpfs"
+        | "--proc" | "--dev" | "--mqueue" | "--dir" | "--remount-ro" | "--chdir" | "--unsetenv"
+        | "--uid" | "--gid" | "--hostname" | "--timeout" | "--output-limit" | "--memory"
+        | "--pids" | "--cpus" | "--io-max" | "--rlimit" | "--seccomp" | "--landlock-min-abi"
+        | "--cap-add" | "--cap-drop" | "--allow-host" | "--allow-address" | "--resolve"
+        | "--egress-policy" | "--egress-profile" | "--audit" | "--status-file"
+        | "--cgroup-parent" | "--pass-env" | "--label" | "--status-fd" | "--result-fd" => 1,
+        _ => return None,
+    })
+}
+
+/// `--workspace DIR[:DEST]`: DEST is what follows the last `:` when it is
+/// an absolute path.
+fn workspace_arg(cwd: &Path, v: &str) -> (PathBuf, Option<PathBuf>) {
+    match v.rsplit_once(':') {
+        Some((dir, dest)) if dest.starts_with('/') && !dir.is_empty() => {
+            (absolute(cwd, dir), Some(PathBuf::from(dest)))
+        }
+        _ => (absolute(cwd, v), None),
+    }
+}
 
 /// How a run reports to the program that started it (docs/machine.md).
 #[derive(Debug, Clone, Default)]
@@ -107,16 +149,32 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
     parse_reporting(args, &mut Reporting::default())
 }
 
+/// [`parse`], starting from `base` (as a `--profile` would) instead of the
+/// default profile when given.
+pub fn parse_onto(args: &[OsString], base: Option<Spec>) -> Result<(Spec, RunOptions)> {
+    parse_reporting_onto(args, base, &mut Reporting::default())
+}
+
 /// [`parse`], also filling `rep` with the reporting flags as they come.
 pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, RunOptions)> {
+    parse_reporting_onto(args, None, rep)
+}
+
+/// [`parse_onto`] and [`parse_reporting`] in one.
+pub fn parse_reporting_onto(
+    args: &[OsString],
+    base: Option<Spec>,
+    rep: &mut Reporting,
+) -> Result<(Spec, RunOptions)> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let mut it = args.iter().map(|a| {
         a.to_str()
             .ok_or_else(|| anyhow!("argument {a:?} is not valid UTF-8"))
     });
-    let mut base: Option<Spec> = None;
+    let mut base: Option<Spec> = base;
     let mut bare = false;
     let mut workspace: Option<PathBuf> = None;
+    let mut workspace_dest: Option<PathBuf> = None;
     let mut changes: Option<PathBuf> = None;
     let mut pending_size: Option<ByteSize> = None;
     let mut ops: Vec<FsOp> = Vec::new();
@@ -125,6 +183,7 @@ pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, 
     let mut command: Vec<String> = Vec::new();
     let mut egress = Egress::default();
     let mut io_max: Vec<spec::IoMax> = Vec::new();
+    let mut image = ImageFlags::default();
 
     while let Some(arg) = it.next() {
         let arg = arg?;
@@ -150,7 +209,11 @@ pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, 
                 base = Some(profile);
             }
             "--bare" => bare = true,
-            "--workspace" => workspace = Some(absolute(&cwd, &value(arg)?)),
+            "--workspace" => {
+                let (dir, dest) = workspace_arg(&cwd, &value(arg)?);
+                workspace = Some(dir);
+                workspace_dest = dest;
+            }
             "--changes" => changes = Some(absolute(&cwd, &value(arg)?)),
             "--changes-size" => {
                 let s = size(arg, &value(arg)?)?;
@@ -229,10 +292,47 @@ pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, 
             "--remount-ro" => ops.push(FsOp::RemountRo {
                 dest: value(arg)?.into(),
             }),
+            "--image" => image.reference = Some(value(arg)?),
+            "--image-store" => image.store = Some(absolute(&cwd, &value(arg)?)),
+            "--platform" => image.platform = Some(value(arg)?),
+            "--allow-unpinned" => image.allow_unpinned = true,
+            "--allow-platform-mismatch" => image.overrides.allow_platform_mismatch = true,
+            "--allow-volumes" => image.overrides.allow_volumes = true,
+            "--allow-secret-env" => image.overrides.allow_secret_env = true,
+            "--allow-devices" => image.overrides.allow_devices = true,
             "--chdir" => {
+                image.chdir = true;
                 let dir = PathBuf::from(value(arg)?);
                 edits.push(Box::new(move |s| {
-                    s.cwd = Some(dir);
+                    // Relative: inside the workspace (the cwd it set).
+                    s.cwd = Some(match (&s.cwd, dir.is_relative()) {
+                        (Some(ws), true) => ws.join(dir),
+                        _ => dir,
+                    });
+                    Ok(())
+                }));
+            }
+            "--pass-env" => {
+                let name = value(arg)?;
+                let v = std::env::var(&name).map_err(|_| {
+                    anyhow!("--pass-env {name}: not set (or not UTF-8) in hutch's environment")
+                })?;
+                edits.push(Box::new(move |s| {
+                    s.env.insert(name, v);
+                    Ok(())
+                }));
+            }
+            "--label" => {
+                let kv = value(arg)?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| anyhow!("--label: expected KEY=VALUE, got {kv:?}"))?;
+                if k.starts_with("hutch.") {
+                    bail!("--label: keys under hutch. are hutch's own");
+                }
+                let (k, v) = (k.to_string(), v.to_string());
+                edits.push(Box::new(move |s| {
+                    s.labels.insert(k, v);
                     Ok(())
                 }));
             }
@@ -423,6 +523,7 @@ pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, 
         );
     }
 
+    let default_base = base.is_none() && !bare;
     let mut spec = match (base, bare) {
         (Some(_), true) => bail!("--bare and --profile exclude each other"),
         (Some(profile), false) => profile,
@@ -442,8 +543,11 @@ pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, 
                 );
             }
             let mut s = spec::default_profile();
-            s.fs.push(spec::workspace_overlay(&dir, changes.as_deref()));
-            s.cwd = Some(dir);
+            let mut overlay = spec::workspace_overlay(&dir, changes.as_deref());
+            let dest = workspace_dest.unwrap_or_else(|| dir.clone());
+            set_dest(&mut overlay, dest.clone());
+            s.fs.push(overlay);
+            s.cwd = Some(dest);
             s
         }
     };
@@ -451,6 +555,7 @@ pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, 
     for edit in edits {
         edit(&mut spec)?;
     }
+    image.apply(&mut spec, default_base)?;
     if !io_max.is_empty() {
         spec.limits.io = Some(Limit::Required(io_max));
     }
@@ -459,11 +564,62 @@ pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, 
     if !command.is_empty() {
         spec.command = command;
     }
-    if spec.command.is_empty() {
+    if spec.command.is_empty() && spec.image.is_none() {
         bail!("no command given: hutch run [OPTIONS] -- COMMAND [ARGS...]");
     }
     // Validation happens once, in the launcher's prepare step.
     Ok((spec, opts))
+}
+
+/// Image flags: `--image` makes the image the system layer
+/// ([`spec::use_image`]); the others set options of the Spec's image,
+/// whether `--image` or the profile named it.
+#[derive(Default)]
+struct ImageFlags {
+    reference: Option<String>,
+    store: Option<PathBuf>,
+    platform: Option<String>,
+    allow_unpinned: bool,
+    overrides: spec::ImageOverrides,
+    chdir: bool,
+}
+
+impl ImageFlags {
+    fn apply(self, spec: &mut Spec, default_base: bool) -> Result<()> {
+        let any_option = self.store.is_some()
+            || self.platform.is_some()
+            || self.allow_unpinned
+            || self.overrides != spec::ImageOverrides::default();
+        if let Some(reference) = &self.reference {
+            let mut r = spec::ImageRef::new(reference);
+            // The workspace stays the working directory of images without
+            // a WorkingDir; --chdir wins over both.
+            r.use_working_dir = default_base && !self.chdir;
+            spec::use_image(spec, r);
+        }
+        let Some(r) = spec.image.as_mut() else {
+            if any_option {
+                bail!("the image options need --image REF (or a profile with an image)");
+            }
+            return Ok(());
+        };
+        if self.store.is_some() {
+            r.store = self.store;
+        }
+        if self.platform.is_some() {
+            r.platform = self.platform;
+        }
+        r.allow_unpinned |= self.allow_unpinned;
+        let (o, f) = (&mut r.overrides, self.overrides);
+        o.allow_platform_mismatch |= f.allow_platform_mismatch;
+        o.allow_volumes |= f.allow_volumes;
+        o.allow_secret_env |= f.allow_secret_env;
+        o.allow_devices |= f.allow_devices;
+        if self.chdir {
+            r.use_working_dir = false;
+        }
+        Ok(())
+    }
 }
 
 /// Egress flags: any of them switches the network to the proxy mode.
@@ -514,6 +670,14 @@ impl Egress {
         spec.network = Network::Proxy(p);
         spec.namespaces.net = true;
         Ok(())
+    }
+}
+
+/// Mount the workspace overlay at `dest`.
+fn set_dest(op: &mut FsOp, to: PathBuf) {
+    match op {
+        FsOp::Overlay { dest, .. } | FsOp::TmpOverlay { dest, .. } => *dest = to,
+        _ => {}
     }
 }
 
@@ -712,6 +876,11 @@ const FLAGS: &[(&str, &str)] = &[
     ("network.allow_address", "--allow-address"),
     ("network.resolve", "--resolve"),
     ("network.audit", "--audit"),
+    ("image.digest", "--image"),
+    ("image.name", "--image"),
+    ("image.platform", "--platform"),
+    ("image.store", "--image-store"),
+    ("image.allow_unpinned", "--allow-unpinned"),
 ];
 
 /// The `hutch run` flag that sets the key path `key` (`limits.io[0].wbps`

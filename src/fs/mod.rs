@@ -4,6 +4,7 @@
 pub mod build;
 pub mod claim;
 pub mod count;
+mod image_root;
 pub mod plan;
 
 #[cfg(test)]

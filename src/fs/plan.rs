@@ -110,6 +110,9 @@ pub struct Plan {
     /// are staged when the root is built and mounted only when a command
     /// claims the sandbox (see `fs::claim`).
     pub claim_overlays: Vec<usize>,
+    /// A container image's layers (source indices, top first): the new root
+    /// is an overlay of them over a private upper, under every step.
+    pub image_lowers: Vec<usize>,
 }
 
 /// Attributes of a read-only bind.
@@ -253,6 +256,23 @@ impl Plan {
             .iter()
             .map(|l| self.source(l, false, true, idmapped))
             .collect()
+    }
+}
+
+/// Make an image's layer trees (`top_first`) the lowers of the new root.
+/// `handed_over`: root launches, where the supervisor hands each layer
+/// over as an idmapped, read-only, nosuid, nodev mount.
+pub fn add_image_lowers(plan: &mut Plan, top_first: &[std::path::PathBuf], handed_over: bool) {
+    for dir in top_first {
+        plan.sources.push(Source {
+            path: cstring(dir),
+            optional: false,
+            directory: true,
+            no_follow: false,
+            idmapped: false,
+            handed_over,
+        });
+        plan.image_lowers.push(plan.sources.len() - 1);
     }
 }
 

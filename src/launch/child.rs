@@ -144,6 +144,9 @@ pub(super) fn init<S: ChildSys>(
         sys.clear_groups().at(Stage::SetGroups)?;
     }
     sys.set_gid(plan.ids.inside_gid).at(Stage::SetGid)?;
+    if plan.ids.keep_caps_on_setuid() {
+        sys.keep_caps_on_setuid().at(Stage::SetUid)?;
+    }
     sys.set_uid(plan.ids.inside_uid).at(Stage::SetUid)?;
     // Changing credentials cleared the parent-death signal: set it again,
     // then make sure the supervisor did not die in between.

@@ -10,7 +10,8 @@
 //! **command** ([`ClaimCommand`]) is what may differ between commands
 //! served by one pool, because it does not change the sandbox: argv, the
 //! environment, the working directory, the wall clock and the output cap
-//! (enforced by the supervisor), and where the egress proxy's audit goes.
+//! (enforced by the supervisor), where the egress proxy's audit goes, and
+//! the labels (the command's record in the runtime registry).
 //! A command whose shape differs (an extra bind, another limit, other
 //! egress) is served by a pool of its own shape or launched cold, never
 //! by a sandbox built for something else.
@@ -53,6 +54,9 @@ pub struct ClaimCommand {
     pub output_bytes: Option<ByteSize>,
     /// Network mode `proxy`: the egress proxy's audit log for this command.
     pub proxy_audit: Option<PathBuf>,
+    /// The command's labels (its record in the runtime registry).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl ClaimCommand {
@@ -68,6 +72,7 @@ impl ClaimCommand {
                 Network::Proxy(p) => p.audit.clone(),
                 _ => None,
             },
+            labels: spec.labels.clone(),
         }
     }
 
@@ -79,6 +84,7 @@ impl ClaimCommand {
         spec.cwd = self.cwd.clone();
         spec.limits.wall_clock = self.wall_clock;
         spec.limits.output_bytes = self.output_bytes;
+        spec.labels = self.labels.clone();
         if let Network::Proxy(p) = &mut spec.network {
             p.audit = self.proxy_audit.clone();
         }
@@ -115,6 +121,12 @@ pub fn claim_overlays(spec: &Spec) -> Vec<usize> {
 /// may be inside it (a tmpfs at `/workspace/target` after the workspace)
 /// or above it, and it cannot be the root.
 pub fn warmable(spec: &Spec) -> Result<(), SpecError> {
+    if spec.image.is_some() {
+        return Err(SpecError::new(
+            "image",
+            "warm sandboxes of an image are not supported yet (its config fills the command part); launch it cold",
+        ));
+    }
     for i in claim_overlays(spec) {
         let dest = spec.fs[i].dest();
         if dest.parent().is_none() {

@@ -16,6 +16,7 @@ pub mod claim;
 mod describe;
 pub mod ending;
 pub mod helper;
+mod image;
 mod maps;
 pub mod message;
 pub mod pool;
@@ -24,6 +25,7 @@ mod real_sys;
 mod relay;
 pub mod report;
 pub mod stage;
+mod subid;
 mod summary;
 mod supervise;
 #[cfg(test)]
@@ -35,6 +37,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use image::ImageReport;
 pub use prepare::{DEFAULT_ROOT_HOST_ID, network_name};
 pub use relay::Captured;
 pub use report::{ChangesReport, Enforcement, ExitReport, Outcome, SetupFailure};
@@ -106,6 +109,10 @@ pub enum LaunchError {
         "creating the sandbox: {0} (user namespaces may be disabled or restricted here: run `hutch check`)"
     )]
     Clone(SysError),
+    /// The Spec's image could not be used (resolution, a check, its
+    /// config, the id maps it needs).
+    #[error("{0}")]
+    Image(String),
     #[error("idmapping workspace layer {}: {err} (idmapped mounts need Linux 5.12+ and a filesystem that supports them)", path.display())]
     Idmap { path: PathBuf, err: SysError },
     #[error(
@@ -138,6 +145,8 @@ pub enum FailureKind {
     Namespaces,
     /// A workspace layer could not be idmapped (`where` is its path).
     Idmap,
+    /// The Spec's image was refused or could not be used.
+    Image,
     /// The helper could not be found, started or understood.
     Helper,
 }
@@ -176,6 +185,7 @@ impl LaunchError {
                 Some("use Mode::Auto or hutch::Command".into()),
             ),
             LaunchError::Prepare(_) => (FailureKind::Prepare, None, None, None),
+            LaunchError::Image(_) => (FailureKind::Image, None, None, None),
             LaunchError::Cgroup(_) => (FailureKind::Limits, None, None, None),
             LaunchError::Sys(e) => (FailureKind::System, Some(e.call.clone()), errno(e), None),
             LaunchError::Clone(e) => (

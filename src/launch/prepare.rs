@@ -39,6 +39,18 @@ pub struct Ids {
     pub root_launch: bool,
     /// Drop root's supplementary groups inside (allowed only for root).
     pub clear_groups: bool,
+    /// More than one id mapped (an image's owners or user need it).
+    pub subordinate: Option<super::maps::Subordinate>,
+}
+
+impl Ids {
+    /// hutch init is root inside before it switches to the workload's
+    /// uid (an unprivileged caller mapped to 0 with a subordinate range):
+    /// the switch must keep its capabilities, which it needs to build the
+    /// root.
+    pub fn keep_caps_on_setuid(&self) -> bool {
+        self.subordinate.is_some_and(|s| s.helpers) && self.inside_uid != 0
+    }
 }
 
 /// argv/envp and the paths execve tries, as C strings and pointer arrays
@@ -127,6 +139,8 @@ pub struct LaunchPlan {
     pub idmap_sources: Vec<(usize, PathBuf)>,
     /// Network mode `proxy`: the compiled policy.
     pub proxy: Option<ProxyPrep>,
+    /// An image run: the store lock held until the end, and the report.
+    pub image: Option<super::image::Held>,
 }
 
 /// The egress proxy of a `proxy`-mode sandbox, prepared before clone; the
@@ -163,32 +177,47 @@ pub fn prepare(
     workload_stdio: WorkloadStdio,
 ) -> Result<LaunchPlan, LaunchError> {
     super::validate(spec)?;
+    let image = super::image::prepare(spec)?;
+    // The image's config fills the command part (an image run only).
+    let with_image = image.as_ref().map(|i| i.held.spec.clone());
+    let spec = with_image.as_ref().unwrap_or(spec);
     if spec.command.is_empty() {
         return Err(LaunchError::Spec(crate::spec::SpecError::new(
             "command",
             "no command to run",
         )));
     }
-    let mut p = prepare_sandbox(spec, false)?;
+    let mut p = prepare_sandbox(spec, image, false)?;
     let (command, relay) = prepare_command(spec, p.proxy.is_some(), relay, workload_stdio)?;
     p.child.command = command;
     p.relay = relay;
     Ok(p)
 }
 
-/// What does not depend on the command: ids, the mount plan, namespaces,
-/// confinement, the proxy's policy, and (last: from here on the leaf
-/// exists, dropping the plan removes it) the cgroup leaf. The command part
-/// is a placeholder. `warm`: the sandbox waits for a claim, and its
-/// writable overlays are mounted then (see [`super::claim`]).
-pub(super) fn prepare_sandbox(spec: &Spec, warm: bool) -> Result<LaunchPlan, LaunchError> {
-    let ids = ids(spec)?;
+/// What does not depend on the command: ids, the mount plan (with the
+/// image's layers, if any), namespaces, confinement, the proxy's policy,
+/// and (last: from here on the leaf exists, dropping the plan removes it)
+/// the cgroup leaf. The command part is a placeholder. `warm`: the sandbox
+/// waits for a claim, and its writable overlays are mounted then (see
+/// [`super::claim`]).
+pub(super) fn prepare_sandbox(
+    spec: &Spec,
+    image: Option<super::image::Prepared>,
+    warm: bool,
+) -> Result<LaunchPlan, LaunchError> {
+    let ids = match &image {
+        Some(i) => i.ids,
+        None => ids(spec)?,
+    };
     let sandbox_id = sandbox_id();
     let mut with_proxy = spec.clone();
     let proxy = prepare_proxy(&mut with_proxy)?;
     let spec = if proxy.is_some() { &with_proxy } else { spec };
 
     let mut plan = fs::plan(spec, ids.root_launch);
+    if let Some(i) = &image {
+        super::image::add_lowers(&mut plan, i);
+    }
     if warm {
         plan.claim_overlays = super::claim::claim_overlays(spec);
     }
@@ -270,6 +299,7 @@ pub(super) fn prepare_sandbox(spec: &Spec, warm: bool) -> Result<LaunchPlan, Lau
         kept_uppers,
         idmap_sources,
         proxy,
+        image: image.map(|i| i.held),
     })
 }
 
@@ -331,6 +361,7 @@ fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
             host_gid: id.host_gid.unwrap_or(DEFAULT_ROOT_HOST_ID),
             root_launch: true,
             clear_groups: true,
+            subordinate: None,
         });
     }
     if id.host_uid.is_some_and(|h| h != uid) || id.host_gid.is_some_and(|h| h != gid) {
@@ -346,6 +377,7 @@ fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
         host_gid: gid,
         root_launch: false,
         clear_groups: false,
+        subordinate: None,
     })
 }
 

@@ -210,7 +210,8 @@ pub(super) fn go(p: &LaunchPlan, sb: &Sandbox) -> Result<Vec<std::path::PathBuf>
         e
     };
     write_id_maps(sb.pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
-    let (handed, layers_without_idmap) = idmapped_layers(sb.pid, p).map_err(kill_and_reap)?;
+    let (mut handed, layers_without_idmap) = idmapped_layers(sb.pid, p).map_err(kill_and_reap)?;
+    handed.extend(super::image::layer_mounts(sb.pid, p).map_err(kill_and_reap)?);
     let fds: Vec<BorrowedFd<'_>> = handed.iter().map(|(_, fd)| fd.as_fd()).collect();
     message::send(
         &sb.sock,
@@ -243,6 +244,13 @@ pub(super) fn supervise(
     control: Option<&mut dyn Control>,
     with: Supervising,
 ) -> Result<Finished, LaunchError> {
+    // In the runtime registry (`hutch ps`, `hutch kill`) until it is gone
+    // (a warm sandbox from its claim on, with the command's Spec).
+    let _registration = crate::registry::register(&p.sandbox_id, spec, sb.pid, p.cgroup.as_ref())
+        .map_err(|e| {
+        sb.kill_and_reap();
+        LaunchError::Prepare(e.to_string())
+    })?;
     let deadline = spec.limits.wall_clock.map(|d| sb.started + d.0);
     let relay = Relay::new(
         std::mem::take(&mut p.relay),
@@ -456,7 +464,10 @@ impl Watch<'_, '_> {
                 Message::Go { .. } | Message::Claim { .. } | Message::Ready => {}
             },
             Ok(Some(Incoming::Failure(f, text))) => {
-                let line = failure_line(&f, text.as_deref(), self.p, self.spec);
+                // An image run describes the Spec it launched (the image's
+                // command and PATH), not the caller's.
+                let spec = self.p.image.as_ref().map_or(self.spec, |i| &i.spec);
+                let line = failure_line(&f, text.as_deref(), self.p, spec);
                 if f.stage == Stage::Exec {
                     self.seen.facts.exec_failed = Some((f.errno, f.interpreter_missing));
                     self.seen.failure.get_or_insert((Some(f), line));

@@ -134,7 +134,7 @@ pub(crate) fn warm_up(
     claim::warmable(spec).map_err(LaunchError::Spec)?;
     let shape = claim::shape(spec);
     let digest = claim::shape_digest(spec);
-    let mut p = prepare_sandbox(&shape, true)?;
+    let mut p = prepare_sandbox(&shape, None, true)?;
     p.child.command.non_default_signals = status.non_default_signals;
     let sb = fork_sandbox(&mut p, Instant::now())?;
     let namespaces = namespace_inodes(sb.pid);
