@@ -13,7 +13,11 @@ pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
 pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
 pub const MOUNT_ATTR_NODEV: u64 = 0x4;
 pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+pub const MOUNT_ATTR_NODIRATIME: u64 = 0x80;
 pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+pub const MOUNT_ATTR_NOSYMFOLLOW: u64 = 0x0020_0000;
+/// mount(2)'s MS_NOSYMFOLLOW (Linux 5.10; not in every libc).
+pub const MS_NOSYMFOLLOW: libc::c_ulong = 256;
 
 pub const RESOLVE_NO_XDEV: u64 = 0x01;
 pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
