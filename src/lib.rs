@@ -41,6 +41,8 @@ pub mod image;
 #[doc(hidden)]
 pub mod net;
 #[doc(hidden)]
+pub mod oci;
+#[doc(hidden)]
 pub mod probe;
 mod static_words;
 #[doc(hidden)]
@@ -79,5 +81,5 @@ pub fn supervisor_main() -> Option<i32> {
 /// fuzzers. Nothing here is stable.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::{audit, cgroup, cli, confine, fs, image, net, probe, sys};
+    pub use crate::{audit, cgroup, cli, confine, fs, image, net, oci, probe, sys};
 }

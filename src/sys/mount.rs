@@ -36,6 +36,7 @@ pub mod raw {
     use super::OPEN_TREE_CLONE;
 
     const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
     const FSCONFIG_SET_STRING: libc::c_uint = 1;
     const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
 
@@ -154,6 +155,12 @@ pub mod raw {
         to_dir: Option<BorrowedFd<'_>>,
         to: &CStr,
     ) -> Result<(), Errno> {
+        // An empty `to` under `to_dir` is `to_dir` itself.
+        let flags = if to.is_empty() && to_dir.is_some() {
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH
+        } else {
+            MOVE_MOUNT_F_EMPTY_PATH
+        };
         // SAFETY: both paths are valid C strings.
         ret(unsafe {
             libc::syscall(
@@ -162,7 +169,7 @@ pub mod raw {
                 c"".as_ptr(),
                 dirfd(to_dir),
                 to.as_ptr(),
-                MOVE_MOUNT_F_EMPTY_PATH,
+                flags,
             )
         })
         .map(drop)

@@ -113,13 +113,16 @@ impl<S: FsSys> Builder<'_, S> {
                 if let Some((uid, gid)) = owner {
                     plain(self.sys.lchown_at(nodes.as_fd(), &name, uid, gid))?;
                 }
-                plain(self.sys.open(
+                let fd = plain(self.sys.open(
                     Some(nodes.as_fd()),
                     &name,
                     libc::O_PATH | libc::O_NOFOLLOW,
                     0,
                     RESOLVE_NO_SYMLINKS,
-                ))?
+                ))?;
+                // mknod's mode went through hutch init's umask.
+                plain(self.sys.chmod(&fd_path(fd.as_fd()), mode & 0o7777))?;
+                fd
             }
             Err(e) if e.errno == Errno::EPERM && mode & libc::S_IFMT != libc::S_IFIFO => {
                 let host = self.sys.open(
@@ -208,7 +211,9 @@ impl<S: FsSys> Builder<'_, S> {
             self.sys
                 .mount_setattr(null.as_fd(), false, RO_BIND | MOUNT_ATTR_NOEXEC),
         )?;
-        plain(self.sys.move_mount(null.as_fd(), &fd_path(fd.as_fd())))
+        // Onto the fd itself: a magic link into a procfs file is not
+        // followed as a mount target.
+        plain(self.sys.move_mount_at(null.as_fd(), fd.as_fd(), c""))
     }
 
     /// A read-only copy of the subtree at `dest` (flagged while detached)
@@ -223,7 +228,7 @@ impl<S: FsSys> Builder<'_, S> {
             true,
             MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
         ))?;
-        plain(self.sys.move_mount(tree.as_fd(), &fd_path(fd.as_fd())))
+        plain(self.sys.move_mount_at(tree.as_fd(), fd.as_fd(), c""))
     }
 
     fn in_root(&mut self, dest: &CStr) -> OpResult<OwnedFd> {

@@ -1,0 +1,585 @@
+//! `config.json` → [`Spec`]: every property hutch reads is translated,
+//! every property it cannot enforce is refused by its key path
+//! (`linux.resources.pids.limit: ...`), nothing is ignored silently. The
+//! differences from runc are listed in docs/oci.md.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use super::OciError;
+use super::config::{Config, Linux, Mount, Process};
+use crate::spec::{
+    CapabilitySets, FsOp, IdMapping, NamespaceRef, Network, ProxyPolicy, RootDir, Spec,
+};
+
+/// A bundle's config as hutch runs it.
+#[derive(Debug, Clone)]
+pub struct Translated {
+    pub spec: Spec,
+    /// `process.terminal`: the console socket gets the terminal.
+    pub terminal: bool,
+    /// `run.hutch.status-file`: the start event and exit report go there.
+    pub status_file: Option<PathBuf>,
+    /// `linux.cgroupsPath`, as given.
+    pub cgroups_path: Option<String>,
+}
+
+/// The annotations hutch reads (every other `run.hutch.*` is refused, so
+/// that a typo never runs a container with less confinement than asked).
+pub const ANNOTATIONS: &[&str] = &[
+    "run.hutch.egress.allow",
+    "run.hutch.landlock",
+    "run.hutch.seccomp",
+    "run.hutch.status-file",
+];
+
+/// The device nodes every container gets (runtime-spec `config-linux.md`,
+/// "Default Devices"): (path, major, minor).
+const DEFAULT_DEVICES: &[(&str, u32, u32)] = &[
+    ("/dev/null", 1, 3),
+    ("/dev/zero", 1, 5),
+    ("/dev/full", 1, 7),
+    ("/dev/random", 1, 8),
+    ("/dev/urandom", 1, 9),
+    ("/dev/tty", 5, 0),
+];
+
+/// The symlinks every container's /dev gets: (path, target).
+const DEFAULT_LINKS: &[(&str, &str)] = &[
+    ("/dev/fd", "/proc/self/fd"),
+    ("/dev/stdin", "/proc/self/fd/0"),
+    ("/dev/stdout", "/proc/self/fd/1"),
+    ("/dev/stderr", "/proc/self/fd/2"),
+    ("/dev/ptmx", "pts/ptmx"),
+];
+
+fn err(key: impl Into<String>, message: impl Into<String>) -> OciError {
+    OciError::Config {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+fn unsupported(key: &str) -> OciError {
+    err(key, "not supported by hutch-oci (see docs/oci.md)")
+}
+
+/// An absolute path inside the container: absolute, no `..`.
+fn container_path(key: &str, p: &str) -> Result<PathBuf, OciError> {
+    let path = Path::new(p);
+    if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
+        return Err(err(key, "must be an absolute path without `..`"));
+    }
+    if p.len() > 4096 || p.contains('\0') {
+        return Err(err(key, "not a usable path"));
+    }
+    Ok(path.to_path_buf())
+}
+
+/// A host path of the config: absolute as given, or relative to the bundle.
+fn host_path(key: &str, bundle: &Path, p: &str) -> Result<PathBuf, OciError> {
+    if p.is_empty() || p.len() > 4096 || p.contains('\0') {
+        return Err(err(key, "not a usable path"));
+    }
+    let path = Path::new(p);
+    if path.is_absolute() {
+        return Ok(path.to_path_buf());
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Err(err(
+            key,
+            "a path relative to the bundle must stay inside it (no `..`)",
+        ));
+    }
+    Ok(bundle.join(path))
+}
+
+/// Translate `cfg` (from the bundle at `bundle`, an absolute path).
+pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
+    if !cfg.oci_version.starts_with("1.") {
+        return Err(err(
+            "ociVersion",
+            format!(
+                "hutch-oci reads runtime-spec {}..{}",
+                super::config::OCI_VERSION_MIN,
+                super::config::OCI_VERSION_MAX
+            ),
+        ));
+    }
+    for (key, v) in [
+        ("solaris", &cfg.solaris),
+        ("windows", &cfg.windows),
+        ("vm", &cfg.vm),
+        ("zos", &cfg.zos),
+    ] {
+        if v.is_some() {
+            return Err(unsupported(key));
+        }
+    }
+    if let Some(h) = &cfg.hooks {
+        for (key, list) in [
+            ("prestart", &h.prestart),
+            ("createRuntime", &h.create_runtime),
+            ("createContainer", &h.create_container),
+            ("startContainer", &h.start_container),
+            ("poststart", &h.poststart),
+            ("poststop", &h.poststop),
+        ] {
+            if !list.is_empty() {
+                return Err(unsupported(&format!("hooks.{key}")));
+            }
+        }
+    }
+    let mut spec = Spec::default();
+    let process = cfg.process.as_ref().ok_or_else(|| {
+        err(
+            "process",
+            "required: hutch-oci runs one process per container",
+        )
+    })?;
+    let terminal = process.terminal;
+    translate_process(process, &mut spec)?;
+
+    let root = cfg.root.as_ref().ok_or_else(|| err("root", "required"))?;
+    if root.path.is_empty() {
+        return Err(err("root.path", "required"));
+    }
+    spec.root = Some(RootDir::new(host_path("root.path", bundle, &root.path)?));
+    spec.root_readonly = root.readonly;
+
+    let linux = cfg.linux.clone().unwrap_or_default();
+    translate_namespaces(&linux, &mut spec)?;
+    if let Some(h) = &cfg.hostname
+        && !h.is_empty()
+    {
+        if !(spec.namespaces.uts || spec.namespaces.join.uts.is_some()) {
+            return Err(err(
+                "hostname",
+                "needs a uts namespace of the container's own",
+            ));
+        }
+        spec.identity.hostname = Some(h.clone());
+    }
+    if let Some(d) = &cfg.domainname
+        && !d.is_empty()
+    {
+        spec.sysctl.insert("kernel.domainname".into(), d.clone());
+    }
+    for (i, m) in cfg.mounts.iter().enumerate() {
+        spec.fs
+            .push(translate_mount(&format!("mounts[{i}]"), m, bundle)?);
+    }
+    translate_devices(&linux, &mut spec)?;
+    for (i, p) in linux.masked_paths.iter().enumerate() {
+        let dest = container_path(&format!("linux.maskedPaths[{i}]"), p)?;
+        spec.fs.push(FsOp::Mask { dest });
+    }
+    for (i, p) in linux.readonly_paths.iter().enumerate() {
+        let dest = container_path(&format!("linux.readonlyPaths[{i}]"), p)?;
+        spec.fs.push(FsOp::ReadonlyPath { dest });
+    }
+    translate_linux_rest(&linux, &mut spec)?;
+    for (k, v) in &linux.sysctl {
+        spec.sysctl.insert(k.clone(), v.clone());
+    }
+
+    let mut status_file = None;
+    spec.security.seccomp = "default".into();
+    let mut seccomp_chosen = false;
+    for (key, value) in &cfg.annotations {
+        if !key.starts_with("run.hutch.") {
+            continue;
+        }
+        let at = format!("annotations.{key}");
+        match key.as_str() {
+            "run.hutch.egress.allow" => {
+                let allow: Vec<String> = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|h| !h.is_empty())
+                    .map(String::from)
+                    .collect();
+                let policy = ProxyPolicy {
+                    allow,
+                    ..ProxyPolicy::default()
+                };
+                // The container gets an empty network namespace of its
+                // own plus the proxy doors, not the engine's network.
+                spec.network = Network::Proxy(policy);
+                spec.namespaces.net = true;
+                spec.namespaces.join.net = None;
+            }
+            "run.hutch.landlock" => {
+                let ll = &mut spec.security.landlock;
+                match value.as_str() {
+                    "off" => ll.enabled = false,
+                    "best-effort" => {
+                        ll.enabled = true;
+                        ll.min_abi = None;
+                    }
+                    v => match v
+                        .strip_prefix("min-abi=")
+                        .and_then(|n| n.parse::<u32>().ok())
+                    {
+                        Some(n) if (1..=64).contains(&n) => {
+                            ll.enabled = true;
+                            ll.min_abi = Some(n);
+                        }
+                        _ => return Err(err(at, "expected off, best-effort or min-abi=N")),
+                    },
+                }
+            }
+            "run.hutch.seccomp" => {
+                if value.is_empty() || value.len() > 4096 {
+                    return Err(err(at, "expected a hutch seccomp profile name or path"));
+                }
+                spec.security.seccomp = value.clone();
+                seccomp_chosen = true;
+            }
+            "run.hutch.status-file" => {
+                let p = Path::new(value);
+                if !p.is_absolute() {
+                    return Err(err(at, "must be an absolute path"));
+                }
+                status_file = Some(p.to_path_buf());
+            }
+            _ => {
+                return Err(err(
+                    at,
+                    format!(
+                        "unknown hutch annotation; known: {}",
+                        ANNOTATIONS.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    if linux.seccomp.is_some() && !seccomp_chosen {
+        return Err(err(
+            "linux.seccomp",
+            "OCI seccomp profiles are not translated yet; run without one (podman: --security-opt seccomp=unconfined) to get hutch's default profile, or choose a hutch profile with the annotation run.hutch.seccomp",
+        ));
+    }
+    Ok(Translated {
+        spec,
+        terminal,
+        status_file,
+        cgroups_path: linux.cgroups_path.clone(),
+    })
+}
+
+fn translate_process(p: &Process, spec: &mut Spec) -> Result<(), OciError> {
+    if p.args.is_empty() {
+        return Err(err("process.args", "required: at least the program"));
+    }
+    if p.command_line.is_some() {
+        return Err(unsupported("process.commandLine"));
+    }
+    spec.command = p.args.clone();
+    let mut env = BTreeMap::new();
+    for (i, kv) in p.env.iter().enumerate() {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(err(format!("process.env[{i}]"), "expected NAME=VALUE"));
+        };
+        env.insert(k.to_string(), v.to_string());
+    }
+    spec.env = env;
+    spec.cwd = Some(container_path("process.cwd", &p.cwd)?);
+    let u = &p.user;
+    if u.username.is_some() {
+        return Err(unsupported("process.user.username"));
+    }
+    spec.identity.uid = Some(u.uid);
+    spec.identity.gid = Some(u.gid);
+    spec.identity.groups = Some(u.additional_gids.clone());
+    spec.umask = u.umask;
+    let caps = p.capabilities.clone().unwrap_or_default();
+    spec.security.capabilities = Some(CapabilitySets {
+        bounding: caps.bounding,
+        effective: caps.effective,
+        permitted: caps.permitted,
+        inheritable: caps.inheritable,
+        ambient: caps.ambient,
+    });
+    for (i, r) in p.rlimits.iter().enumerate() {
+        let at = format!("process.rlimits[{i}]");
+        let name = r
+            .kind
+            .strip_prefix("RLIMIT_")
+            .map(str::to_ascii_lowercase)
+            .filter(|n| crate::cgroup::rlimits::resource(n).is_some())
+            .ok_or_else(|| err(format!("{at}.type"), "not an rlimit hutch knows"))?;
+        if r.soft > r.hard {
+            return Err(err(at, "soft is above hard"));
+        }
+        spec.limits.rlimits.insert(name.clone(), r.hard);
+        if r.soft != r.hard {
+            spec.limits.rlimits_soft.insert(name, r.soft);
+        }
+    }
+    spec.security.no_new_privs = p.no_new_privileges;
+    spec.limits.oom_score_adj = p.oom_score_adj;
+    for (key, set) in [
+        (
+            "process.apparmorProfile",
+            p.apparmor_profile.as_ref().is_some_and(|s| !s.is_empty()),
+        ),
+        (
+            "process.selinuxLabel",
+            p.selinux_label.as_ref().is_some_and(|s| !s.is_empty()),
+        ),
+        ("process.ioPriority", p.io_priority.is_some()),
+        ("process.scheduler", p.scheduler.is_some()),
+        ("process.execCPUAffinity", p.exec_cpu_affinity.is_some()),
+    ] {
+        if set {
+            return Err(unsupported(key));
+        }
+    }
+    Ok(())
+}
+
+fn translate_namespaces(linux: &Linux, spec: &mut Spec) -> Result<(), OciError> {
+    let ns = &mut spec.namespaces;
+    // Only what the config lists; a mount namespace always.
+    ns.user = false;
+    ns.pid = false;
+    ns.ipc = false;
+    ns.uts = false;
+    ns.net = false;
+    ns.cgroup = false;
+    ns.mount = true;
+    let mut seen: Vec<&str> = Vec::new();
+    for (i, n) in linux.namespaces.iter().enumerate() {
+        let at = format!("linux.namespaces[{i}]");
+        if seen.contains(&n.kind.as_str()) {
+            return Err(err(format!("{at}.type"), "listed twice"));
+        }
+        seen.push(n.kind.as_str());
+        let join = match &n.path {
+            Some(p) if !p.is_empty() => Some(NamespaceRef::path(container_path(
+                &format!("{at}.path"),
+                p,
+            )?)),
+            _ => None,
+        };
+        let (flag, slot) = match n.kind.as_str() {
+            "pid" => (&mut ns.pid, &mut ns.join.pid),
+            "network" => (&mut ns.net, &mut ns.join.net),
+            "ipc" => (&mut ns.ipc, &mut ns.join.ipc),
+            "uts" => (&mut ns.uts, &mut ns.join.uts),
+            "user" => (&mut ns.user, &mut ns.join.user),
+            "cgroup" => (&mut ns.cgroup, &mut ns.join.cgroup),
+            "mount" => {
+                if join.is_some() {
+                    return Err(err(
+                        format!("{at}.path"),
+                        "a mount namespace cannot be joined",
+                    ));
+                }
+                continue;
+            }
+            "time" => return Err(unsupported(&format!("{at} (time)"))),
+            _ => return Err(err(format!("{at}.type"), "unknown namespace type")),
+        };
+        match join {
+            Some(r) => *slot = Some(r),
+            None => *flag = true,
+        }
+    }
+    spec.network = if ns.net { Network::None } else { Network::Host };
+    if ns.user {
+        if linux.uid_mappings.is_empty() || linux.gid_mappings.is_empty() {
+            return Err(err(
+                "linux.uidMappings",
+                "a user namespace of the container's own needs uidMappings and gidMappings",
+            ));
+        }
+        let map = |m: &[super::config::IdMapping]| {
+            m.iter()
+                .map(|m| IdMapping::new(m.container_id, m.host_id, m.size))
+                .collect()
+        };
+        spec.identity.uid_map = map(&linux.uid_mappings);
+        spec.identity.gid_map = map(&linux.gid_mappings);
+    } else if !linux.uid_mappings.is_empty() || !linux.gid_mappings.is_empty() {
+        return Err(err(
+            "linux.uidMappings",
+            "id mappings need a user namespace of the container's own",
+        ));
+    }
+    Ok(())
+}
+
+fn translate_mount(at: &str, m: &Mount, bundle: &Path) -> Result<FsOp, OciError> {
+    let dest = container_path(&format!("{at}.destination"), &m.destination)?;
+    if m.uid_mappings.is_some() || m.gid_mappings.is_some() {
+        return Err(unsupported(&format!("{at}.uidMappings")));
+    }
+    let is_bind =
+        m.kind.as_deref() == Some("bind") || m.options.iter().any(|o| o == "bind" || o == "rbind");
+    let fstype = if is_bind {
+        "bind".to_string()
+    } else {
+        match m.kind.as_deref() {
+            Some("cgroup") | Some("cgroup2") => "cgroup2".into(),
+            Some(t) if crate::spec::mount::FSTYPES.contains(&t) => t.to_string(),
+            Some(_) => {
+                return Err(err(
+                    format!("{at}.type"),
+                    "a filesystem type hutch-oci does not mount",
+                ));
+            }
+            None => {
+                return Err(err(
+                    format!("{at}.type"),
+                    "required unless the options say bind",
+                ));
+            }
+        }
+    };
+    let mut options = m.options.clone();
+    if fstype != "bind" {
+        // devpts always gets a new instance; `newinstance` is implied.
+        options.retain(|o| o != "newinstance" || fstype == "devpts");
+    }
+    crate::spec::mount::parse_options(&fstype, &options)
+        .map_err(|e| err(format!("{at}.options"), e))?;
+    let src = if fstype == "bind" {
+        let s = m
+            .source
+            .as_deref()
+            .ok_or_else(|| err(format!("{at}.source"), "a bind mount needs a source"))?;
+        Some(host_path(&format!("{at}.source"), bundle, s)?)
+    } else {
+        None
+    };
+    Ok(FsOp::Mount {
+        fstype,
+        src,
+        dest,
+        options,
+        optional: false,
+    })
+}
+
+fn translate_devices(linux: &Linux, spec: &mut Spec) -> Result<(), OciError> {
+    let listed: Vec<&str> = linux.devices.iter().map(|d| d.path.as_str()).collect();
+    for (path, major, minor) in DEFAULT_DEVICES {
+        if listed.contains(path) {
+            continue;
+        }
+        spec.fs.push(FsOp::Device {
+            dest: PathBuf::from(path),
+            kind: "char".into(),
+            major: *major,
+            minor: *minor,
+            mode: Some(0o666),
+            uid: None,
+            gid: None,
+        });
+    }
+    for (i, d) in linux.devices.iter().enumerate() {
+        let at = format!("linux.devices[{i}]");
+        let kind = match d.kind.as_str() {
+            "c" | "u" => "char",
+            "b" => "block",
+            "p" => "fifo",
+            _ => return Err(err(format!("{at}.type"), "expected c, u, b or p")),
+        };
+        let num = |key: &str, v: i64| {
+            u32::try_from(v).map_err(|_| err(format!("{at}.{key}"), "out of range"))
+        };
+        spec.fs.push(FsOp::Device {
+            dest: container_path(&format!("{at}.path"), &d.path)?,
+            kind: kind.into(),
+            major: num("major", d.major)?,
+            minor: num("minor", d.minor)?,
+            mode: Some(d.file_mode.unwrap_or(0o666) & 0o777),
+            uid: d.uid,
+            gid: d.gid,
+        });
+    }
+    for (path, target) in DEFAULT_LINKS {
+        spec.fs.push(FsOp::Symlink {
+            target: PathBuf::from(target),
+            dest: PathBuf::from(path),
+        });
+    }
+    Ok(())
+}
+
+fn translate_linux_rest(linux: &Linux, _spec: &mut Spec) -> Result<(), OciError> {
+    for (key, set) in [
+        ("linux.timeOffsets", linux.time_offsets.is_some()),
+        ("linux.intelRdt", linux.intel_rdt.is_some()),
+        ("linux.personality", linux.personality.is_some()),
+        ("linux.memoryPolicy", linux.memory_policy.is_some()),
+        ("linux.netDevices", linux.net_devices.is_some()),
+        (
+            "linux.mountLabel",
+            linux.mount_label.as_ref().is_some_and(|s| !s.is_empty()),
+        ),
+    ] {
+        if set {
+            return Err(unsupported(key));
+        }
+    }
+    match linux.rootfs_propagation.as_deref() {
+        None | Some("") | Some("private" | "rprivate" | "slave" | "rslave") => {}
+        Some(_) => {
+            return Err(err(
+                "linux.rootfsPropagation",
+                "hutch-oci never propagates the container's mounts to the host: only private or slave",
+            ));
+        }
+    }
+    let Some(r) = &linux.resources else {
+        return Ok(());
+    };
+    // Device access is what the container's /dev holds (the default set
+    // and linux.devices); a device cgroup rule is not needed for that.
+    let no_limit = "hutch-oci cannot enforce cgroup limits yet (docs/oci.md); run without this limit (podman: --pids-limit 0)";
+    if let Some(m) = &r.memory
+        && (m.limit.is_some_and(|v| v > 0)
+            || m.reservation.is_some_and(|v| v > 0)
+            || m.swap.is_some_and(|v| v > 0)
+            || m.kernel.is_some()
+            || m.kernel_tcp.is_some()
+            || m.swappiness.is_some()
+            || m.disable_oom_killer == Some(true))
+    {
+        return Err(err("linux.resources.memory", no_limit));
+    }
+    if let Some(p) = &r.pids
+        && p.limit > 0
+    {
+        return Err(err("linux.resources.pids.limit", no_limit));
+    }
+    if let Some(c) = &r.cpu
+        && (c.shares.is_some_and(|s| s > 0)
+            || c.quota.is_some_and(|q| q > 0)
+            || c.burst.is_some()
+            || c.realtime_runtime.is_some()
+            || c.cpus.as_ref().is_some_and(|s| !s.is_empty())
+            || c.mems.as_ref().is_some_and(|s| !s.is_empty())
+            || c.idle.is_some())
+    {
+        return Err(err("linux.resources.cpu", no_limit));
+    }
+    for (key, set) in [
+        ("linux.resources.blockIO", r.block_io.is_some()),
+        (
+            "linux.resources.hugepageLimits",
+            !r.hugepage_limits.is_empty(),
+        ),
+        ("linux.resources.network", r.network.is_some()),
+        ("linux.resources.rdma", r.rdma.is_some()),
+        ("linux.resources.unified", !r.unified.is_empty()),
+    ] {
+        if set {
+            return Err(err(key, no_limit));
+        }
+    }
+    Ok(())
+}
