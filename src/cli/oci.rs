@@ -199,11 +199,7 @@ type Parsed = (Vec<(String, String)>, Vec<String>);
 
 /// Split `args` into `--flag value` pairs (known `flags` take a value,
 /// `switches` do not) and positional arguments.
-fn parse_flags(
-    args: &[String],
-    flags: &[&str],
-    switches: &[&str],
-) -> Result<Parsed, Failed> {
+fn parse_flags(args: &[String], flags: &[&str], switches: &[&str]) -> Result<Parsed, Failed> {
     let mut pairs = Vec::new();
     let mut positional = Vec::new();
     let mut it = args.iter();
