@@ -583,3 +583,188 @@ fn translate_linux_rest(linux: &Linux, _spec: &mut Spec) -> Result<(), OciError>
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shape of the runtime spec's own example (config.md), trimmed
+    /// to what a Linux container without hooks or cgroup limits holds.
+    const EXAMPLE: &str = r#"{
+        "ociVersion": "1.0.1",
+        "process": {
+            "terminal": true,
+            "user": {"uid": 1, "gid": 1, "additionalGids": [5, 6], "umask": 18},
+            "args": ["sh"],
+            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm"],
+            "cwd": "/",
+            "capabilities": {
+                "bounding": ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"],
+                "permitted": ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"],
+                "inheritable": ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"],
+                "effective": ["CAP_AUDIT_WRITE", "CAP_KILL"],
+                "ambient": ["CAP_NET_BIND_SERVICE"]
+            },
+            "rlimits": [{"type": "RLIMIT_CORE", "hard": 1024, "soft": 1024},
+                        {"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 512}],
+            "noNewPrivileges": true,
+            "oomScoreAdj": 100
+        },
+        "root": {"path": "rootfs", "readonly": true},
+        "hostname": "slartibartfast",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+             "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]},
+            {"destination": "/data", "type": "bind", "source": "volumes/data", "options": ["rbind", "ro"]}
+        ],
+        "linux": {
+            "devices": [{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229, "fileMode": 438, "uid": 0, "gid": 0}],
+            "uidMappings": [{"containerID": 0, "hostID": 1000, "size": 32000}],
+            "gidMappings": [{"containerID": 0, "hostID": 1000, "size": 32000}],
+            "sysctl": {"net.ipv4.ip_forward": "1", "net.core.somaxconn": "256"},
+            "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"},
+                           {"type": "mount"}, {"type": "user"}, {"type": "cgroup"}],
+            "maskedPaths": ["/proc/kcore"],
+            "readonlyPaths": ["/proc/sys"],
+            "rootfsPropagation": "slave"
+        },
+        "annotations": {"com.example.key1": "value1"}
+    }"#;
+
+    fn config(text: &str) -> Config {
+        serde_json::from_str(text).unwrap()
+    }
+
+    fn t(c: &Config) -> Result<Translated, OciError> {
+        translate(c, Path::new("/bundle"))
+    }
+
+    #[test]
+    fn the_runtime_spec_example_becomes_a_valid_spec() {
+        let tr = t(&config(EXAMPLE)).unwrap();
+        let s = &tr.spec;
+        assert!(tr.terminal);
+        assert_eq!(s.root.as_ref().unwrap().path, Path::new("/bundle/rootfs"));
+        assert!(s.root_readonly);
+        assert_eq!(s.command, ["sh"]);
+        assert_eq!(s.env["TERM"], "xterm");
+        assert_eq!((s.identity.uid, s.identity.gid), (Some(1), Some(1)));
+        assert_eq!(s.identity.groups, Some(vec![5, 6]));
+        assert_eq!(s.umask, Some(0o22));
+        assert_eq!(s.identity.uid_map, [IdMapping::new(0, 1000, 32000)]);
+        assert_eq!(s.limits.rlimits["nofile"], 1024);
+        assert_eq!(s.limits.rlimits_soft["nofile"], 512);
+        assert!(!s.limits.rlimits_soft.contains_key("core"));
+        assert_eq!(s.limits.oom_score_adj, Some(100));
+        let caps = s.security.capabilities.as_ref().unwrap();
+        assert_eq!(caps.ambient, ["CAP_NET_BIND_SERVICE"]);
+        assert!(s.namespaces.user && s.namespaces.net && s.namespaces.cgroup);
+        assert_eq!(s.network, Network::None);
+        assert_eq!(s.sysctl["net.core.somaxconn"], "256");
+        let data =
+            s.fs.iter()
+                .find(|op| op.dest() == Path::new("/data"))
+                .unwrap();
+        assert!(matches!(data, FsOp::Mount { fstype, src: Some(src), .. }
+            if fstype == "bind" && src == Path::new("/bundle/volumes/data")));
+        assert!(s.fs.iter().any(|op| matches!(
+            op,
+            FsOp::Device {
+                major: 10,
+                minor: 229,
+                ..
+            }
+        )));
+        assert!(s.fs.iter().any(|op| matches!(
+            op,
+            FsOp::Device {
+                major: 1,
+                minor: 3,
+                ..
+            }
+        )));
+        assert!(matches!(s.fs.last(), Some(FsOp::ReadonlyPath { .. })));
+        crate::spec::validate(s).unwrap();
+    }
+
+    #[test]
+    fn hostile_and_unenforceable_configs_are_refused_by_key() {
+        let base: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
+        let cases: &[(&str, serde_json::Value, &str)] = &[
+            ("/mounts/3/source", "../../etc".into(), "mounts[3].source"),
+            (
+                "/mounts/0/destination",
+                "proc".into(),
+                "mounts[0].destination",
+            ),
+            (
+                "/mounts/0/destination",
+                "/a/../../b".into(),
+                "mounts[0].destination",
+            ),
+            (
+                "/mounts/1/options/0",
+                "context=x".into(),
+                "mounts[1].options",
+            ),
+            ("/root/path", "../outside".into(), "root.path"),
+            (
+                "/linux/namespaces/0/type",
+                "time".into(),
+                "linux.namespaces[0]",
+            ),
+            (
+                "/linux/namespaces/1/type",
+                "pid".into(),
+                "linux.namespaces[1].type",
+            ),
+            (
+                "/linux/devices/0/major",
+                (-1).into(),
+                "linux.devices[0].major",
+            ),
+            ("/linux/devices/0/type", "x".into(), "linux.devices[0].type"),
+            (
+                "/process/rlimits/0/type",
+                "RLIMIT_BOGUS".into(),
+                "process.rlimits[0].type",
+            ),
+            ("/process/env/0", "NOEQUALS".into(), "process.env[0]"),
+            ("/process/args", serde_json::json!([]), "process.args"),
+            ("/ociVersion", "2.0.0".into(), "ociVersion"),
+            (
+                "/linux/rootfsPropagation",
+                "shared".into(),
+                "linux.rootfsPropagation",
+            ),
+        ];
+        for (pointer, value, key) in cases {
+            let mut v = base.clone();
+            *v.pointer_mut(pointer).unwrap() = value.clone();
+            let c: Config = serde_json::from_value(v).unwrap();
+            let e = t(&c).expect_err(key).to_string();
+            assert!(e.contains(key), "{pointer}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+        let mut c = config(EXAMPLE);
+        c.linux.as_mut().unwrap().uid_mappings.clear();
+        assert!(t(&c).unwrap_err().to_string().contains("linux.uidMappings"));
+        c = config(EXAMPLE);
+        c.annotations
+            .insert("run.hutch.landlock".into(), "sometimes".into());
+        assert!(
+            t(&c)
+                .unwrap_err()
+                .to_string()
+                .contains("run.hutch.landlock")
+        );
+        c = config(EXAMPLE);
+        c.annotations
+            .insert("run.hutch.egress.allow".into(), "pypi.org".into());
+        let tr = t(&c).unwrap();
+        assert!(matches!(&tr.spec.network, Network::Proxy(p) if p.allow == ["pypi.org"]));
+    }
+}
