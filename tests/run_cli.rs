@@ -762,3 +762,66 @@ fn a_missing_interpreter_is_not_executable_rather_than_not_found() {
         stderr(&out)
     );
 }
+
+/// A wall clock that runs out while the sandbox is still being built is a
+/// timeout (124), not a setup failure: the socket the supervisor reads is
+/// reset by its own kill. Failed on the code before this change (most of
+/// 30 runs ended `125 recvmsg => ECONNRESET`).
+#[test]
+fn a_timeout_during_setup_is_a_timeout() {
+    let who = caller();
+    let ws = workspace("early-timeout", who);
+    for _ in 0..30 {
+        let out = hutch_as(
+            who,
+            ws.path(),
+            &["run", "--quiet", "--timeout", "1ms", "--", "true"],
+        );
+        let code = out.status.code();
+        assert!(
+            code == Some(124) || code == Some(0),
+            "{who:?}: {code:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+/// pid 1 of the sandbox killed from outside the supervisor (a platform's
+/// reaper, `hutch kill`) ends the run as killed (137), not as a setup
+/// failure. Failed on the code before this change (125, "the sandbox
+/// ended before its workload reported an exit status").
+#[test]
+fn pid1_killed_from_outside_is_reported_as_killed() {
+    let who = caller();
+    let ws = workspace("outside-kill", who);
+    let keep = TempDir::new("outside-kill-status", who);
+    let status = keep.path().join("status.jsonl");
+    let child = hutch_command(who)
+        .args([
+            "run",
+            "--quiet",
+            "--status-file",
+            status.to_str().unwrap(),
+            "--",
+            "sleep",
+            "1000",
+        ])
+        .current_dir(ws.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = wait_for_event(&status, "start", std::time::Duration::from_secs(10));
+    let pid1 = start["pid"].as_i64().expect("start event names pid 1") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid1),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    let last = exit_report(&status);
+    assert_eq!(last["reason"], "killed", "{last}");
+    assert_eq!(last["signal"], 9, "{last}");
+}

@@ -4,14 +4,18 @@
 //!
 //! ```text
 //! {"hutch": 1, "verb": "session.create", "ok": true,  "result": {...}}
-//! {"hutch": 1, "verb": "session.diff",   "ok": false, "error": {"kind": "diff-too-large", "what": "...", ...}}
+//! {"hutch": 1, "verb": "session.diff",   "ok": false, "error": {"kind": "too-large", "what": "...", ...}}
 //! ```
 //! The human line still goes to stderr; the exit status is the same as
 //! without `--json`.
 
 use serde::Serialize;
 
+use crate::cgroup::CgroupError;
+use crate::launch::LaunchError;
+use crate::net::NetError;
 use crate::spec::SpecError;
+use crate::sys::SysError;
 use crate::workspace::WorkspaceError;
 
 /// Version of the envelope and of every `result` shape. Adding a field is
@@ -47,6 +51,12 @@ pub enum ErrorKind {
     Internal,
 }
 
+/// A failure that is hutch's own fault, not the caller's (kind
+/// `internal`), e.g. a helper that answered outside its protocol.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct InternalError(pub String);
+
 /// One failure, with the fields of hutch's one-line errors.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MachineError {
@@ -73,26 +83,144 @@ impl MachineError {
         }
     }
 
-    /// Classify an error chain by the typed errors in it.
+    /// Classify an error chain by the typed errors in it. `what` is the
+    /// chain as one line (`{e:#}`), without the program's prefix.
     pub fn classify(e: &anyhow::Error) -> Self {
+        Self::classify_or(e, ErrorKind::Internal)
+    }
+
+    /// [`MachineError::classify`], with `kind` for an error no typed error
+    /// explains (e.g. `Usage` for a command line the parser refused).
+    pub fn classify_or(e: &anyhow::Error, kind: ErrorKind) -> Self {
         let what = format!("{e:#}");
         for cause in e.chain() {
             if let Some(s) = cause.downcast_ref::<SpecError>() {
-                let mut m = MachineError::new(ErrorKind::Spec, what);
-                m.location = (!s.path.is_empty()).then(|| s.path.clone());
-                return m;
+                return Self::from_spec(s, what);
             }
             if let Some(w) = cause.downcast_ref::<WorkspaceError>() {
                 return Self::from_workspace(w, what);
             }
-            if let Some(s) = cause.downcast_ref::<crate::sys::SysError>() {
-                let mut m = MachineError::new(ErrorKind::Io, what);
-                m.location = Some(s.call.clone());
-                m.errno = Some(format!("{:?}", s.errno));
-                return m;
+            if let Some(l) = cause.downcast_ref::<LaunchError>() {
+                return Self::from_launch(l, what);
+            }
+            if let Some(n) = cause.downcast_ref::<NetError>() {
+                return Self::from_net(n, what);
+            }
+            if cause.downcast_ref::<InternalError>().is_some() {
+                return MachineError::new(ErrorKind::Internal, what);
+            }
+            if cause.downcast_ref::<CgroupError>().is_some() {
+                return MachineError::new(ErrorKind::Setup, what);
+            }
+            if let Some(s) = cause.downcast_ref::<SysError>() {
+                return MachineError::new(ErrorKind::Io, what).with_sys(s);
             }
         }
-        MachineError::new(ErrorKind::Internal, what)
+        MachineError::new(kind, what)
+    }
+
+    /// A launch failure reported as one line by the sandbox's setup
+    /// (`what: call => ERRNO: description (hint)`, the exit report's
+    /// `error`): `where` is the call, `errno` its name, `hint` the text in
+    /// the final parentheses. Lines of another shape keep only `what`.
+    pub fn from_setup_line(line: &str) -> Self {
+        let mut m = MachineError::new(ErrorKind::Setup, line);
+        // The errno is the last " => EXXX:"; what precedes it ends with
+        // ": call", where the call is the last ": "-separated part.
+        if let Some((left, right)) = line.rsplit_once(" => ") {
+            let name: String = right
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+                .collect();
+            if name.len() > 1 && name.starts_with('E') && right[name.len()..].starts_with(':') {
+                m.errno = Some(name);
+                m.location = Some(match left.split_once(": ") {
+                    Some((_, call)) => call.to_string(),
+                    None => left.to_string(),
+                });
+            }
+        }
+        if line.ends_with(')')
+            && let Some(open) = matching_open_paren(line)
+            && open > 0
+            && line[..open].ends_with(' ')
+        {
+            m.hint = Some(line[open + 1..line.len() - 1].to_string());
+        }
+        m
+    }
+
+    /// Name the failed syscall and its errno.
+    fn with_sys(mut self, s: &SysError) -> Self {
+        self.location = Some(s.call.clone());
+        self.errno = Some(format!("{:?}", s.errno));
+        self
+    }
+
+    fn from_spec(s: &SpecError, what: String) -> Self {
+        // The egress policy lives under `network`: its errors are the
+        // policy's, whatever front end named it.
+        let kind = if s.path == "network" || s.path.starts_with("network.") {
+            ErrorKind::Policy
+        } else {
+            ErrorKind::Spec
+        };
+        let mut m = MachineError::new(kind, what);
+        m.location = (!s.path.is_empty()).then(|| s.path.clone());
+        m.hint = super::run::flag_for(&s.path).map(|f| format!("set by {f}"));
+        m
+    }
+
+    fn from_launch(l: &LaunchError, what: String) -> Self {
+        match l {
+            LaunchError::Spec(s) => Self::from_spec(s, what),
+            LaunchError::Sys(s) | LaunchError::Clone(s) | LaunchError::Idmap { err: s, .. } => {
+                MachineError::new(ErrorKind::Setup, what).with_sys(s)
+            }
+            LaunchError::Cgroup(_) | LaunchError::MultiThreaded(_) => {
+                MachineError::new(ErrorKind::Setup, what)
+            }
+            LaunchError::Prepare(line) => {
+                let mut m = Self::from_setup_line(line);
+                m.what = what;
+                m
+            }
+            LaunchError::HelperNotFound | LaunchError::Helper { .. } => {
+                MachineError::new(ErrorKind::Setup, what)
+            }
+            LaunchError::Failed(f) => {
+                let kind = match f.kind {
+                    crate::launch::FailureKind::InvalidSpec => ErrorKind::Spec,
+                    _ => ErrorKind::Setup,
+                };
+                let mut m = MachineError::new(kind, what);
+                m.location = f.location.clone();
+                m.errno = f.errno.clone();
+                m.hint = f.hint.clone();
+                m
+            }
+        }
+    }
+
+    fn from_net(n: &NetError, what: String) -> Self {
+        match n {
+            NetError::Policy { key, .. } => {
+                let mut m = MachineError::new(ErrorKind::Policy, what);
+                m.location = Some(key.clone());
+                m
+            }
+            NetError::PolicyFile { path, .. } | NetError::NoProfileChosen { path, .. } => {
+                let mut m = MachineError::new(ErrorKind::Policy, what);
+                m.location = Some(path.display().to_string());
+                m
+            }
+            NetError::Io { what: w, .. } => {
+                let mut m = MachineError::new(ErrorKind::Io, what);
+                m.location = Some(w.clone());
+                m
+            }
+            NetError::Sys(s) => MachineError::new(ErrorKind::Io, what).with_sys(s),
+        }
     }
 
     fn from_workspace(w: &WorkspaceError, what: String) -> Self {
@@ -108,16 +236,16 @@ impl MachineError {
                 (ErrorKind::Usage, Some(path.clone()))
             }
             WorkspaceError::Io { what, .. } => (ErrorKind::Io, Some(what.clone())),
-            WorkspaceError::Sys(s) => {
-                let mut m = MachineError::new(ErrorKind::Io, what);
-                m.location = Some(s.call.clone());
-                m.errno = Some(format!("{:?}", s.errno));
-                return m;
-            }
+            WorkspaceError::Sys(s) => return MachineError::new(ErrorKind::Io, what).with_sys(s),
             WorkspaceError::State { path, .. } | WorkspaceError::StateDir { path, .. } => {
                 (ErrorKind::Io, Some(path.display().to_string()))
             }
-            WorkspaceError::Git(_) | WorkspaceError::Launch(_) => (ErrorKind::Setup, None),
+            WorkspaceError::Git(_) => (ErrorKind::Setup, None),
+            WorkspaceError::Launch(line) => {
+                let mut m = Self::from_setup_line(line);
+                m.what = what;
+                return m;
+            }
         };
         let mut m = MachineError::new(kind, what);
         m.location = location;
@@ -160,9 +288,88 @@ pub fn error_line(verb: &str, error: &MachineError) -> String {
     line(&env)
 }
 
+/// The failure document of `verb` that also carries what was done before
+/// the failure (e.g. the ids `gc` removed, the exit report of a run whose
+/// setup failed), one line.
+pub fn partial_line<T: Serialize>(verb: &str, result: &T, error: &MachineError) -> String {
+    let env = Envelope {
+        hutch: VERSION,
+        verb,
+        ok: false,
+        result: Some(result),
+        error: Some(error),
+    };
+    line(&env)
+}
+
+/// Bytes in a JSON document: UTF-8 text as is, anything else as base64
+/// (`{"encoding": "utf-8"|"base64", "content": "..."}`), so file contents
+/// and patches survive whole whatever their bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Content {
+    pub encoding: &'static str,
+    pub content: String,
+}
+
+impl Content {
+    pub fn new(data: Vec<u8>) -> Self {
+        match String::from_utf8(data) {
+            Ok(text) => Content {
+                encoding: "utf-8",
+                content: text,
+            },
+            Err(e) => Content {
+                encoding: "base64",
+                content: base64(e.as_bytes()),
+            },
+        }
+    }
+}
+
+/// Standard base64 (RFC 4648, with padding).
+pub fn base64(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The index of the `(` that the final `)` of `line` closes.
+fn matching_open_paren(line: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in line.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// One line of JSON with workload-chosen names escaped (controls, bidi).
 fn line<T: Serialize>(value: &T) -> String {
-    let bytes = crate::workspace::json_line(value).expect("machine documents serialize");
+    let mut bytes = crate::workspace::json_line(value).expect("machine documents serialize");
+    bytes.pop(); // the newline: callers write the line their own way
     String::from_utf8(bytes).expect("serde_json writes UTF-8")
 }
 
@@ -194,5 +401,77 @@ mod tests {
                 .unwrap()
                 .starts_with("session run: ")
         );
+    }
+
+    #[test]
+    fn setup_lines_give_call_errno_and_hint() {
+        let m = MachineError::from_setup_line(
+            "opening host path /nonexistent: openat2(AT_FDCWD, \"/nonexistent\", 0o10000000, resolve=0x0) => ENOENT: No such file or directory (the host path does not exist; fix the path or use an optional bind)",
+        );
+        assert_eq!(m.kind, ErrorKind::Setup);
+        assert_eq!(m.errno.as_deref(), Some("ENOENT"));
+        assert_eq!(
+            m.location.as_deref(),
+            Some("openat2(AT_FDCWD, \"/nonexistent\", 0o10000000, resolve=0x0)")
+        );
+        assert_eq!(
+            m.hint.as_deref(),
+            Some("the host path does not exist; fix the path or use an optional bind")
+        );
+        // Another shape keeps the line, and invents nothing.
+        let m = MachineError::from_setup_line("cannot write status file /x: denied");
+        assert_eq!((m.errno, m.location, m.hint), (None, None, None));
+        let m = MachineError::from_setup_line("mount(\"a\") => EPERM: Operation not permitted");
+        assert_eq!(m.errno.as_deref(), Some("EPERM"));
+        assert_eq!(m.location.as_deref(), Some("mount(\"a\")"));
+        assert_eq!(m.hint, None);
+    }
+
+    #[test]
+    fn typed_errors_get_their_kind() {
+        let spec = anyhow::Error::new(SpecError::new("limits.pids", "must be 1 to 4194304"));
+        let m = MachineError::classify(&spec);
+        assert_eq!(m.kind, ErrorKind::Spec);
+        assert_eq!(m.location.as_deref(), Some("limits.pids"));
+        assert_eq!(m.hint.as_deref(), Some("set by --pids"));
+        let policy = anyhow::Error::new(SpecError::new("network.allow[0]", "bad pattern"));
+        assert_eq!(MachineError::classify(&policy).kind, ErrorKind::Policy);
+        let launch = anyhow::Error::new(LaunchError::Sys(SysError::new(
+            "clone3()",
+            crate::sys::Errno::EPERM,
+        )));
+        let m = MachineError::classify(&launch);
+        assert_eq!(m.kind, ErrorKind::Setup);
+        assert_eq!(m.errno.as_deref(), Some("EPERM"));
+        assert_eq!(m.location.as_deref(), Some("clone3()"));
+        let helper = anyhow::Error::new(InternalError("bad helper line".into())).context("grep");
+        assert_eq!(
+            MachineError::classify_or(&helper, ErrorKind::Usage).kind,
+            ErrorKind::Internal
+        );
+        let plain = anyhow::anyhow!("--memory needs a value");
+        assert_eq!(MachineError::classify(&plain).kind, ErrorKind::Internal);
+        assert_eq!(
+            MachineError::classify_or(&plain, ErrorKind::Usage).kind,
+            ErrorKind::Usage
+        );
+    }
+
+    #[test]
+    fn content_is_text_or_base64() {
+        assert_eq!(
+            Content::new(b"hi\n".to_vec()),
+            Content {
+                encoding: "utf-8",
+                content: "hi\n".into()
+            }
+        );
+        let c = Content::new(vec![0xff, 0, b'a']);
+        assert_eq!((c.encoding, c.content.as_str()), ("base64", "/wBh"));
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
     }
 }

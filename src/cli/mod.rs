@@ -7,6 +7,7 @@ pub mod machine;
 pub mod oci;
 mod proxy;
 mod run;
+mod search;
 mod session;
 mod supervise;
 
@@ -23,7 +24,8 @@ commands:
   proxy ...                 run the egress proxy alone
   session ...               persistent workspaces over a sealed baseline
   image ...                 import, list, inspect, rm, gc container images
-  version                   print the version";
+  version [--json]          print the version (with --json: also the machine
+                            interface's version, docs/machine.md)";
 
 /// Entry point of the `hutch` binary; returns the process exit code.
 pub fn main(args: Vec<OsString>) -> i32 {
@@ -37,10 +39,10 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("session") => session::main(rest),
         Some("image") => image::main(rest),
         Some(supervise::SUBCOMMAND) => supervise::main(rest),
-        Some("version" | "--version" | "-V") => {
-            println!("hutch {}", env!("CARGO_PKG_VERSION"));
-            0
-        }
+        // Inside a session's sandbox only (`hutch session glob|grep`).
+        Some("__glob") => search::helper::main("glob", rest),
+        Some("__grep") => search::helper::main("grep", rest),
+        Some("version" | "--version" | "-V") => version(&rest),
         Some("help" | "--help" | "-h") => {
             println!("{USAGE}");
             0
@@ -54,4 +56,26 @@ pub fn main(args: Vec<OsString>) -> i32 {
             125
         }
     }
+}
+
+/// `hutch version [--json]`.
+fn version(args: &[OsString]) -> i32 {
+    match args.first().and_then(|a| a.to_str()) {
+        None => println!("hutch {}", env!("CARGO_PKG_VERSION")),
+        Some("--json") if args.len() == 1 => {
+            let result = serde_json::json!({
+                "version": env!("CARGO_PKG_VERSION"),
+                "machine": machine::VERSION,
+            });
+            println!("{}", machine::ok_line("version", &result));
+        }
+        Some(_) => {
+            eprintln!(
+                "hutch version: unexpected argument {:?}; usage: hutch version [--json]",
+                args[0]
+            );
+            return 125;
+        }
+    }
+    0
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 
+use super::machine::{self, ErrorKind, MachineError};
 use crate::launch::{self, RunOptions};
 use crate::spec::{self, ByteSize, Duration, FsOp, Limit, Network, Spec};
 
@@ -52,6 +53,12 @@ Egress (network through the allow-list proxy; see docs/egress.md):
                           replaces the profile's limits.io
 Reporting:
   --status-file PATH      JSON lines: a start event and the exit report
+  --status-fd N           the same lines on the inherited descriptor N (a pipe
+                          or file the caller opened; 3 or more)
+  --json                  end the status lines with the machine envelope: the
+                          exit report, or the typed error (docs/machine.md)
+  --result-fd N           only that envelope, on inherited descriptor N, when
+                          hutch ends (no start or exit events: cheaper)
   --quiet                 no notices on stderr (changed paths, layers
                           without idmapping, output cut by --output-limit,
                           preferred limits not enforced here); errors
@@ -63,9 +70,45 @@ Exit status: the command's; 128+N when killed by signal N; 124 on timeout;
 /// A change to the Spec, applied after the base profile is chosen.
 type SpecEdit = Box<dyn FnOnce(&mut Spec) -> Result<()>>;
 
+/// How a run reports to the program that started it (docs/machine.md).
+#[derive(Debug, Clone, Default)]
+pub struct Reporting {
+    /// `--json`: the status lines end with the machine envelope.
+    pub json: bool,
+    /// Where the status lines go (`--status-file`, or `--status-fd N` as
+    /// `/proc/self/fd/N`), known as soon as the flag was parsed, so that
+    /// a later parse error still reaches it.
+    pub status: Option<PathBuf>,
+    /// `--result-fd N`: the envelope alone goes here (the launcher writes
+    /// no events: it is not a status file).
+    pub result: Option<PathBuf>,
+}
+
+impl Reporting {
+    /// Where the envelope goes, if anywhere.
+    fn envelope_path(&self) -> Option<&Path> {
+        match (&self.result, self.json, &self.status) {
+            (Some(r), _, _) => Some(r),
+            (None, true, Some(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Whether a failure reaches the caller through a descriptor or file
+    /// (the session front end then prints no document on stdout).
+    pub fn has_stream(&self) -> bool {
+        self.status.is_some() || self.result.is_some()
+    }
+}
+
 /// Parse `hutch run` arguments into a Spec and options. The Spec is not
 /// validated here: `launch::run` validates it before anything happens.
 pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
+    parse_reporting(args, &mut Reporting::default())
+}
+
+/// [`parse`], also filling `rep` with the reporting flags as they come.
+pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, RunOptions)> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let mut it = args.iter().map(|a| {
         a.to_str()
@@ -346,7 +389,18 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
             "--egress-policy" => egress.file = Some(absolute(&cwd, &value(arg)?)),
             "--egress-profile" => egress.profile = Some(value(arg)?),
             "--audit" => egress.extra.audit = Some(absolute(&cwd, &value(arg)?)),
-            "--status-file" => opts.status_file = Some(absolute(&cwd, &value(arg)?)),
+            "--status-file" => {
+                let path = absolute(&cwd, &value(arg)?);
+                rep.status = Some(path.clone());
+                opts.status_file = Some(path);
+            }
+            "--status-fd" => {
+                let path = status_fd_path(&value(arg)?)?;
+                rep.status = Some(path.clone());
+                opts.status_file = Some(path);
+            }
+            "--result-fd" => rep.result = Some(status_fd_path(&value(arg)?)?),
+            "--json" => rep.json = true,
             "--quiet" => opts.quiet = true,
             flag if flag.starts_with('-') => {
                 bail!("unknown option {flag} (see `hutch run --help`)")
@@ -362,6 +416,11 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
     }
     if pending_size.is_some() {
         bail!("--size must come right before the --tmpfs or --overlay it caps");
+    }
+    if rep.json && rep.status.is_none() && rep.result.is_none() {
+        bail!(
+            "--json needs --status-fd N, --status-file FILE or --result-fd N (stdout carries the command's output)"
+        );
     }
 
     let mut spec = match (base, bare) {
@@ -497,21 +556,100 @@ pub fn main(args: Vec<OsString>) -> i32 {
         println!("{USAGE}");
         return 0;
     }
-    let (spec, opts) = match parse(&args) {
+    let mut rep = Reporting::default();
+    let (spec, opts) = match parse_reporting(&args, &mut rep) {
         Ok(v) => v,
         Err(e) => {
-            eprintln!("hutch: {e:#}");
+            let what = with_flags(&format!("{e:#}"));
+            eprintln!("hutch: {what}");
+            let mut m = MachineError::classify_or(&e, ErrorKind::Usage);
+            m.what = what;
+            report_failure(&rep, "run", &m);
             return 125;
         }
     };
-    run_spec(&spec, &opts)
+    run_reporting(&spec, &opts, &rep)
+}
+
+/// The path that names inherited descriptor `v` (`--status-fd`): the
+/// launcher opens it like a status file. It must be open, and not stdio.
+fn status_fd_path(v: &str) -> Result<PathBuf> {
+    let fd: i32 = v
+        .parse()
+        .map_err(|_| anyhow!("--status-fd: {v:?} is not a descriptor number"))?;
+    if fd < 3 {
+        bail!("--status-fd: {fd} is stdin, stdout or stderr; pass a descriptor of 3 or more");
+    }
+    // Adopted and released again: only the check that it is open matters,
+    // the descriptor stays the caller's until hutch exits.
+    match crate::sys::adopt_inherited_fd(fd) {
+        Some(owned) => {
+            let _ = std::os::fd::IntoRawFd::into_raw_fd(owned);
+        }
+        None => bail!("--status-fd: descriptor {fd} is not open in hutch"),
+    }
+    Ok(PathBuf::from(format!("/proc/self/fd/{fd}")))
+}
+
+/// Append one line to the status stream (a pipe, or a file the launcher
+/// already wrote).
+fn append_status(path: &Path, line: &str) {
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(path) {
+        let _ = f.write_all(format!("{line}\n").as_bytes());
+    }
+}
+
+/// A run that never launched: the status stream still ends with an exit
+/// event (and with `--json` the error envelope of `verb`).
+pub fn report_failure(rep: &Reporting, verb: &str, error: &MachineError) {
+    if let Some(path) = &rep.status {
+        let exit = serde_json::json!({"event": "exit", "status": 125, "reason": "setup-failed", "error": error.what});
+        let mut text = format!("{exit}\n");
+        if rep.json && rep.result.is_none() {
+            text.push_str(&machine::error_line(verb, error));
+            text.push('\n');
+        }
+        // The stream may be a file: replace what an earlier writer left.
+        let _ = std::fs::write(path, text);
+    }
+    if let Some(path) = &rep.result {
+        append_status(path, &machine::error_line(verb, error));
+    }
+}
+
+/// The `--json` envelope of a finished run: the exit report, or, when
+/// hutch failed to set the sandbox up (125), the typed error with the
+/// report as the partial result.
+pub fn report_envelope(
+    rep: &Reporting,
+    verb: &str,
+    result: &impl serde::Serialize,
+    report: &launch::ExitReport,
+) {
+    let Some(path) = rep.envelope_path() else {
+        return;
+    };
+    let line = match (&report.reason, &report.error) {
+        (launch::Outcome::SetupFailed, Some(e)) => {
+            machine::partial_line(verb, result, &MachineError::from_setup_line(e))
+        }
+        _ => machine::ok_line(verb, result),
+    };
+    append_status(path, &line);
 }
 
 /// Launch a parsed Spec from this single-threaded process and turn the
 /// result into an exit code (errors as one line on stderr).
 pub fn run_spec(spec: &Spec, opts: &RunOptions) -> i32 {
+    run_reporting(spec, opts, &Reporting::default())
+}
+
+/// [`run_spec`], reporting as `rep` asks.
+pub fn run_reporting(spec: &Spec, opts: &RunOptions, rep: &Reporting) -> i32 {
     match launch::run(spec, opts) {
         Ok(report) => {
+            report_envelope(rep, "run", &report, &report);
             if let Some(e) = &report.error {
                 eprintln!("hutch: {e}");
             }
@@ -540,11 +678,11 @@ pub fn run_spec(spec: &Spec, opts: &RunOptions) -> i32 {
             report.status
         }
         Err(e) => {
-            eprintln!("hutch: {}", with_flags(&e.to_string()));
-            if let Some(path) = &opts.status_file {
-                let line = serde_json::json!({"event": "exit", "status": 125, "reason": "setup-failed", "error": e.to_string()});
-                let _ = std::fs::write(path, format!("{line}\n"));
-            }
+            let what = with_flags(&e.to_string());
+            eprintln!("hutch: {what}");
+            let mut m = MachineError::classify(&anyhow::Error::new(e));
+            m.what = what;
+            report_failure(rep, "run", &m);
             125
         }
     }

@@ -4,23 +4,34 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
 
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use serde_json::json;
+
+use super::machine::{self, ErrorKind, MachineError};
 
 use crate::spec::{ByteSize, Duration};
 use crate::workspace::{
     CreateOptions, DiffFormat, ExportOptions, GitPolicy, ImportLimits, Source, StateDir,
 };
 
-const USAGE: &str = "usage: hutch session [--state-dir DIR] [--wait] COMMAND ...
+const USAGE: &str = "usage: hutch session [--state-dir DIR] [--wait] [--json] COMMAND ...
   create --from DIR | --from-git REPO --rev COMMIT [options]   prints the session id
   run ID [hutch run options] -- CMD...
   read ID PATH [--max-bytes N]
   write ID PATH [--max-bytes N] < DATA
+  glob ID PATTERN [--path P] [--max-matches N]
+  grep ID REGEX [--path P] [--glob G] [-i] [-F] [-l] [--max-matches N]
   diff ID [--format unified|json|stat] [--max-bytes N]
   export ID --out FILE.zip|FILE.tar [--patch] [caps] PATH...
   close ID
   list
   gc --older-than DUR
+--json prints one JSON document per command (docs/machine.md); for `run` it
+ends the --status-fd/--status-file lines instead, stdout being the command's.
 `hutch session COMMAND --help` describes one command.";
 
 /// The help of each subcommand (`hutch session COMMAND --help`).
@@ -63,6 +74,34 @@ Print the regular file PATH of the workspace (links are not followed).
 Replace (or create) the file PATH of the workspace with stdin, creating its
 parent directories.
   --max-bytes N   fail, writing nothing, when stdin is longer (default 16M)",
+    ),
+    (
+        "glob",
+        "usage: hutch session glob ID [options] [--] PATTERN
+List the workspace's files (not directories) matching PATTERN, searched
+inside the session's sandbox. `*` `?` `[...]` match within a name, `**` any
+number of directories, `{a,b}` either; wildcards match a leading `.` too.
+  --path P            search below P (default: the whole workspace)
+  --max-matches N     stop after N files (default 1000)
+  --max-bytes SIZE    stop before the output exceeds SIZE (default 1M)
+  --timeout DUR       stop after DUR with what was found (default 1m)
+Paths print quoted as git quotes them; --json lists them with their kind.",
+    ),
+    (
+        "grep",
+        "usage: hutch session grep ID [options] [--] REGEX
+Print `path:line:text` for each line of the workspace's files matching
+REGEX, searched inside the session's sandbox: with rg when the sandbox has
+one, else hutch's built-in engine. Binary files are skipped, links are not
+followed, hidden and ignored files are searched.
+  --path P              search below P, or the file P (default: everything)
+  --glob G              only files matching G (a name pattern without `/`)
+  -i, --ignore-case     -F, --fixed-strings    -l, --files-with-matches
+  --max-matches N       stop after N matching lines (default 1000)
+  --max-bytes SIZE      stop before the output exceeds SIZE (default 1M)
+  --max-line-bytes SIZE cut each line's text (default 1024)
+  --engine E            auto (default), rg or builtin
+  --timeout DUR         stop after DUR with what was found (default 1m)",
     ),
     (
         "diff",
@@ -151,6 +190,26 @@ fn is_stdout_closed(e: &anyhow::Error) -> bool {
     })
 }
 
+/// `--json` was given: each verb prints its machine document
+/// (docs/machine.md). Set by [`run`] before the verb runs.
+static JSON: AtomicBool = AtomicBool::new(false);
+
+/// The verb being run (`create`, ...), for the error document.
+static VERB: OnceLock<String> = OnceLock::new();
+
+/// The failure already went to the status stream (`run --json`), so
+/// stdout, which carries the command's output, gets no document.
+static REPORTED: AtomicBool = AtomicBool::new(false);
+
+fn json_mode() -> bool {
+    JSON.load(Ordering::Relaxed)
+}
+
+/// Print the success document of `verb` (`--json`).
+fn emit<T: Serialize>(verb: &str, result: &T) -> Result<()> {
+    out_line(&machine::ok_line(&format!("session.{verb}"), result))
+}
+
 /// Entry point of `hutch session`.
 pub fn main(args: Vec<OsString>) -> i32 {
     match run(args) {
@@ -158,6 +217,14 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Err(e) if is_stdout_closed(&e) => EXIT_STDOUT_CLOSED,
         Err(e) => {
             eprintln!("hutch session: {e:#}");
+            if json_mode() && !REPORTED.load(Ordering::Relaxed) {
+                let verb = VERB
+                    .get()
+                    .map_or("session".to_string(), |v| format!("session.{v}"));
+                // Untyped errors of this front end are about its arguments.
+                let m = MachineError::classify_or(&e, ErrorKind::Usage);
+                let _ = out_line(&machine::error_line(&verb, &m));
+            }
             EXIT_FAILURE
         }
     }
@@ -221,6 +288,7 @@ fn run(args: Vec<OsString>) -> Result<i32> {
         match arg.to_str() {
             Some("--state-dir") => state_dir = Some(a.value("--state-dir")?.into()),
             Some("--wait") => wait = true,
+            Some("--json") => JSON.store(true, Ordering::Relaxed),
             Some("-h" | "--help") => {
                 out_line(USAGE)?;
                 return Ok(0);
@@ -229,6 +297,7 @@ fn run(args: Vec<OsString>) -> Result<i32> {
             None => bail!("unknown command {arg:?}\n{USAGE}"),
         }
     };
+    let _ = VERB.set(command.clone());
     // Global options may also follow the command.
     let mut rest = Vec::new();
     while let Some(arg) = a.next() {
@@ -239,6 +308,9 @@ fn run(args: Vec<OsString>) -> Result<i32> {
                 state_dir = Some(a.value("--state-dir")?.into())
             }
             Some("--wait") if !rest.iter().any(|r: &OsString| r == "--") => wait = true,
+            Some("--json") if !rest.iter().any(|r: &OsString| r == "--") => {
+                JSON.store(true, Ordering::Relaxed)
+            }
             Some("--") => {
                 rest.push(arg);
                 rest.extend(a.rest());
@@ -281,6 +353,8 @@ fn run(args: Vec<OsString>) -> Result<i32> {
         "list" => list(&state),
         "gc" => gc(&state, &mut a),
         "run" => run_command(&state, &mut a, wait),
+        "glob" => search(&state, "glob", &mut a, wait),
+        "grep" => search(&state, "grep", &mut a, wait),
         other => bail!("unknown session command {other:?}\n{USAGE}"),
     }
 }
@@ -342,7 +416,11 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
         limits,
     };
     let session = state.create(&opts)?;
-    out_line(session.id())?;
+    if json_mode() {
+        emit("create", &session.info)?;
+    } else {
+        out_line(session.id())?;
+    }
     Ok(0)
 }
 
@@ -359,7 +437,19 @@ fn read(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     }
     let path = path.context("read: missing PATH")?;
     let data = state.open_session(&id)?.with_wait(wait).read(&path, max)?;
-    out(&data)?;
+    if json_mode() {
+        let bytes = data.len();
+        let c = machine::Content::new(data);
+        emit(
+            "read",
+            &json!({
+                "path": path.to_string_lossy(), "bytes": bytes,
+                "encoding": c.encoding, "content": c.content,
+            }),
+        )?;
+    } else {
+        out(&data)?;
+    }
     Ok(0)
 }
 
@@ -376,7 +466,13 @@ fn write(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     }
     let path = path.context("write: missing PATH")?;
     let mut s = state.open_session(&id)?.with_wait(wait);
-    s.write(&path, &mut std::io::stdin().lock(), max)?;
+    let bytes = s.write(&path, &mut std::io::stdin().lock(), max)?;
+    if json_mode() {
+        emit(
+            "write",
+            &json!({"path": path.to_string_lossy(), "bytes": bytes}),
+        )?;
+    }
     Ok(0)
 }
 
@@ -396,6 +492,47 @@ fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
             _ => bail!("diff: unexpected argument {arg:?}"),
         }
     }
+    if json_mode() {
+        // The document holds the output: it is built in memory, so it is
+        // bounded even when the caller names no bound.
+        let max = max.unwrap_or(JSON_DIFF_MAX_BYTES);
+        let (data, skipped) = state
+            .open_session(&id)?
+            .with_wait(wait)
+            .diff(format, Some(max))?;
+        let skipped: Vec<_> = skipped
+            .iter()
+            .map(|s| {
+                json!({
+                    "path": String::from_utf8_lossy(&s.path),
+                    "path_quoted": crate::workspace::git_quote(&s.path),
+                    "kind": s.kind,
+                })
+            })
+            .collect();
+        let bytes = data.len();
+        let result = match format {
+            DiffFormat::Json => {
+                let doc: serde_json::Value =
+                    serde_json::from_slice(&data).context("session diff: the JSON diff")?;
+                json!({"format": "json", "bytes": bytes, "diff": doc, "skipped": skipped})
+            }
+            DiffFormat::Unified | DiffFormat::Stat => {
+                let c = machine::Content::new(data);
+                let name = if format == DiffFormat::Stat {
+                    "stat"
+                } else {
+                    "unified"
+                };
+                json!({
+                    "format": name, "bytes": bytes, "encoding": c.encoding,
+                    "content": c.content, "skipped": skipped,
+                })
+            }
+        };
+        emit("diff", &result)?;
+        return Ok(0);
+    }
     let skipped = state
         .open_session(&id)?
         .with_wait(wait)
@@ -409,6 +546,9 @@ fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     }
     Ok(0)
 }
+
+/// The bound of `diff --json` when `--max-bytes` names none.
+const JSON_DIFF_MAX_BYTES: u64 = 256 << 20;
 
 fn export(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     let id = id_arg(a)?;
@@ -431,6 +571,24 @@ fn export(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     if paths.is_empty() && !patch {
         bail!("export: name at least one PATH (or --patch)");
     }
+    if json_mode() {
+        let mut manifest = Vec::new();
+        let summary = state
+            .open_session(&id)?
+            .with_wait(wait)
+            .export_with_manifest(&out, &paths, patch, &opts, &mut manifest)?;
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&manifest).context("session export: the manifest")?;
+        emit(
+            "export",
+            &json!({
+                "archive": summary.archive.to_string_lossy(), "entries": summary.entries,
+                "skipped": summary.skipped, "total_bytes": summary.total_bytes,
+                "patch_sha256": summary.patch_sha256, "manifest": manifest,
+            }),
+        )?;
+        return Ok(0);
+    }
     state
         .open_session(&id)?
         .with_wait(wait)
@@ -443,13 +601,21 @@ fn close(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     if let Some(extra) = a.next() {
         bail!("close: unexpected argument {extra:?}");
     }
-    if !state.close(&id, wait)? {
+    let closed = state.close(&id, wait)?;
+    if !closed {
         eprintln!("hutch session: {id} was already closed");
+    }
+    if json_mode() {
+        emit("close", &json!({"id": id, "closed": closed}))?;
     }
     Ok(0)
 }
 
 fn list(state: &StateDir) -> Result<i32> {
+    if json_mode() {
+        emit("list", &json!({"sessions": state.list()?}))?;
+        return Ok(0);
+    }
     for info in state.list()? {
         out(&crate::workspace::json_line(&info)?)?;
     }
@@ -466,6 +632,31 @@ fn gc(state: &StateDir, a: &mut Args) -> Result<i32> {
     }
     let older = older.context("gc needs --older-than DUR (e.g. 1d)")?;
     let report = state.gc(older)?;
+    if json_mode() {
+        let failed: Vec<_> = report
+            .failed
+            .iter()
+            .map(|(name, e)| json!({"name": name, "error": e.to_string()}))
+            .collect();
+        let result = json!({"removed": report.removed, "failed": failed});
+        for (name, e) in &report.failed {
+            eprintln!("hutch session: gc: could not remove {name}: {e}");
+        }
+        if let Some((name, e)) = report.failed.first() {
+            let mut m = MachineError::new(
+                ErrorKind::Io,
+                format!(
+                    "gc: could not remove {} entries (the first, {name}: {e})",
+                    report.failed.len()
+                ),
+            );
+            m.location = Some(name.clone());
+            out_line(&machine::partial_line("session.gc", &result, &m))?;
+            return Ok(EXIT_FAILURE);
+        }
+        emit("gc", &result)?;
+        return Ok(0);
+    }
     for id in &report.removed {
         out_line(id)?;
     }
@@ -477,6 +668,28 @@ fn gc(state: &StateDir, a: &mut Args) -> Result<i32> {
     } else {
         EXIT_FAILURE
     })
+}
+
+/// `glob` and `grep`: found inside the sandbox (src/cli/search/).
+fn search(state: &StateDir, tool: &'static str, a: &mut Args, wait: bool) -> Result<i32> {
+    let result = super::search::search(state, tool, a.rest(), wait)?;
+    if json_mode() {
+        emit(tool, &result)?;
+        return Ok(0);
+    }
+    let mut text = String::new();
+    for m in &result.matches {
+        text.push_str(&super::search::human_line(m));
+        text.push('\n');
+    }
+    out(text.as_bytes())?;
+    if let Some(by) = &result.truncated_by {
+        eprintln!(
+            "hutch session: {tool}: stopped early ({by}) after {} matches",
+            result.matches.len()
+        );
+    }
+    Ok(0)
 }
 
 /// Options of `hutch run` that make no sense in a session (the session
@@ -497,32 +710,53 @@ fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     }
     let mut full: Vec<OsString> = vec!["--workspace".into(), PLACEHOLDER.into()];
     full.extend(args);
-    let (mut spec, opts) = super::parse_run(&full)?;
+    // With --json the status lines end with the `session.run` document.
+    let mut rep = super::run::Reporting {
+        json: json_mode(),
+        ..Default::default()
+    };
+    // A command that never starts still ends the status lines with an
+    // exit event (and with --json the error document), like `hutch run`.
+    let fail = |rep: &super::run::Reporting, e: anyhow::Error| -> anyhow::Error {
+        if rep.has_stream() {
+            super::run::report_failure(
+                rep,
+                "session.run",
+                &MachineError::classify_or(&e, ErrorKind::Usage),
+            );
+            REPORTED.store(rep.json || rep.result.is_some(), Ordering::Relaxed);
+        }
+        e
+    };
+    let (mut spec, opts) = match super::run::parse_reporting(&full, &mut rep) {
+        Ok(v) => v,
+        Err(e) => return Err(fail(&rep, e)),
+    };
     spec.fs
         .retain(|op| op.dest() != std::path::Path::new(PLACEHOLDER));
     if spec.cwd.as_deref() == Some(std::path::Path::new(PLACEHOLDER)) {
         spec.cwd = None;
     }
-    let status_file = opts.status_file.clone();
-    let record = match state
-        .open_session(&id)
-        .and_then(|s| s.with_wait(wait).run_with_status(spec, opts.status_file))
-    {
-        Ok(r) => r,
-        Err(e) => {
-            // Like `hutch run`: a status file always ends with an exit
-            // event, also when the command never started.
-            if let Some(path) = &status_file {
-                let line = serde_json::json!({
-                    "event": "exit", "status": EXIT_FAILURE, "reason": "setup-failed",
-                    "error": e.to_string(),
-                });
-                std::fs::write(path, format!("{line}\n"))
-                    .with_context(|| format!("writing status file {}", path.display()))?;
-            }
-            return Err(e.into());
-        }
+    // Checked here, so that a Spec error reaches the caller typed (the
+    // session's launch reports launch errors as text).
+    if let Err(e) = crate::launch::validate(&spec) {
+        return Err(fail(&rep, anyhow::Error::new(e)));
+    }
+    let mut session = match state.open_session(&id) {
+        Ok(s) => s.with_wait(wait),
+        Err(e) => return Err(fail(&rep, e.into())),
     };
+    let record = match session.run_with_status(spec, opts.status_file) {
+        Ok(r) => r,
+        Err(e) => return Err(fail(&rep, e.into())),
+    };
+    let result = json!({
+        "command_seq": session.info.commands_run,
+        "deadline_hit": record.deadline_hit,
+        "egress": record.egress,
+        "report": record.report,
+    });
+    super::run::report_envelope(&rep, "session.run", &result, &record.report);
     let r = &record.report;
     if let Some(e) = &r.error {
         eprintln!("hutch: {e}");

@@ -22,6 +22,10 @@ pub struct Facts {
     pub limit_event: Option<&'static str>,
     /// The workload's raw wait status, as hutch init reported it.
     pub wait_status: Option<i32>,
+    /// hutch init (the sandbox's pid 1) was killed by this signal from
+    /// outside the supervisor (e.g. `hutch kill`, or the engine of a
+    /// platform) before it could report the workload's status.
+    pub init_signaled: Option<i32>,
 }
 
 /// The ending: what `hutch run` exits with and the report says.
@@ -74,6 +78,11 @@ pub fn ending_of(f: &Facts) -> Ending {
         return end(128 + sigkill, None, Some(sigkill), Outcome::OomKilled);
     }
     let Some(ws) = f.wait_status else {
+        if let Some(sig) = f.init_signaled {
+            // Killed from outside: every process of the sandbox went with
+            // its pid 1, as a kill on request does.
+            return end(128 + sig, None, Some(sig), Outcome::Killed);
+        }
         return end(125, None, None, Outcome::SetupFailed);
     };
     // A refused fork explains a failure, not a success.
@@ -157,6 +166,7 @@ mod tests {
             killed: true,
             limit_event: Some("oom-killed"),
             wait_status: Some(exited(3)),
+            init_signaled: None,
         };
         assert_eq!(ending_of(&all).reason, Outcome::SetupFailed);
         let f = Facts {
@@ -185,6 +195,31 @@ mod tests {
             (ending_of(&f).status, ending_of(&f).reason),
             (137, Outcome::OomKilled)
         );
+    }
+
+    #[test]
+    fn pid1_killed_from_outside_is_a_kill_not_a_setup_failure() {
+        let f = Facts {
+            init_signaled: Some(libc::SIGKILL),
+            ..Default::default()
+        };
+        assert_eq!(
+            (ending_of(&f).status, ending_of(&f).reason),
+            (137, Outcome::Killed)
+        );
+        // hutch's own failure still comes first, and a reported workload
+        // status wins over how init ended.
+        let failed = Facts {
+            setup_failed: true,
+            ..f.clone()
+        };
+        assert_eq!(ending_of(&failed).reason, Outcome::SetupFailed);
+        let exited_first = Facts {
+            wait_status: Some(exited(0)),
+            ..f
+        };
+        assert_eq!(ending_of(&exited_first).reason, Outcome::Exited);
+        assert_eq!(ending_of(&Facts::default()).reason, Outcome::SetupFailed);
     }
 
     #[test]

@@ -340,7 +340,11 @@ impl Watch<'_, '_> {
             for r in ready {
                 match r {
                     Ready::Pid1 => {
-                        let _ = sys::raw::waitpid(self.sb.pid, 0);
+                        if let Ok(Some((_, ws))) = sys::raw::waitpid(self.sb.pid, 0)
+                            && libc::WIFSIGNALED(ws)
+                        {
+                            self.seen.facts.init_signaled = Some(libc::WTERMSIG(ws));
+                        }
                         self.init_done = true;
                     }
                     Ready::Signals => self.forward_signals(),
@@ -444,7 +448,12 @@ impl Watch<'_, '_> {
             }
             Ok(None) => self.sock_open = false,
             Err(e) => {
-                self.seen.failed(None, e.to_string());
+                // After the supervisor killed the sandbox (wall clock, kill
+                // on request) a reset socket is the kill's doing, not a
+                // setup failure.
+                if !(self.seen.facts.timed_out || self.seen.facts.killed) {
+                    self.seen.failed(None, e.to_string());
+                }
                 self.sock_open = false;
             }
         }

@@ -103,7 +103,7 @@ t_default_pids_cap() {
     echo "rc=$rc"
     [ $rc = 1 ] || return 1
     [ "$(exit_field $W/dpc.json reason)" = pids-limit-hit ] || return 1
-    grep -q '"by":"cgroup pids.max","limit":"pids","value":4096' $W/dpc.json || return 1
+    grep -q '"limit":"pids","value":4096,"by":"cgroup pids.max"' $W/dpc.json || return 1
     failed=$(sed -n 's/forked [0-9]* failed \([0-9]*\)/\1/p' $W/dpc.out)
     [ -n "$failed" ] && [ "$failed" -gt 0 ] || return 1
     no_leaves

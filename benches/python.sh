@@ -1,0 +1,143 @@
+#!/bin/sh
+# What the Python package adds to a spawn: `hutch.run(["true"])` and
+# `Session.run(["true"])` against the bare binary run by subprocess.run
+# (`hutch run -- true`, `hutch session run ID -- true`) and against
+# bubblewrap, in one Python process.
+#
+#   benches/python.sh [--python PY] [--runs N] [--rounds N]
+#
+# Without --python it makes a venv in $TMPDIR, installs maturin from
+# python/ci-requirements.txt, builds the wheel (`maturin build --release`)
+# and installs it, the way a user does; with --python PY it times the hutch
+# package PY already has. Rows run interleaved (one call of each per turn,
+# --rounds rounds of runs/rounds turns), so machine load hits them alike;
+# each row's median per call is printed. Also timed: subprocess.run of the
+# exact command line the package runs (its --json --result-fd and default
+# --output-limit), which splits the package's cost into what its defaults
+# ask of the binary and what its Python code costs. CPU time per call
+# (this process and the children it reaped: hutch, the sandbox) is printed
+# too; on a shared machine it is steadier than wall time. Target: the package
+# adds <= 0.3 ms over the bare binary. A benchmark, not a test: it always
+# exits 0 once it ran.
+set -eu
+
+runs=1000
+rounds=5
+python=""
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --python) python=$2; shift 2 ;;
+        --runs) runs=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "python.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+command -v bwrap >/dev/null || { echo "python.sh: bwrap is not installed" >&2; exit 2; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/hutch-pybench.XXXXXX")
+trap 'rm -rf "$work"' EXIT INT TERM
+if [ -z "$python" ]; then
+    echo "building the wheel into a fresh venv..." >&2
+    /usr/bin/python3 -m venv "$work/venv"
+    "$work/venv/bin/pip" install -q --disable-pip-version-check -r "$root/python/ci-requirements.txt"
+    (cd "$root/python" && "$work/venv/bin/maturin" build --release --out "$work/wheels") >&2
+    "$work/venv/bin/pip" install -q --disable-pip-version-check "$work"/wheels/hutch-*.whl
+    python="$work/venv/bin/python"
+fi
+mkdir "$work/cwd"
+cd "$work/cwd"   # hutch overlays its cwd: a fresh, empty one
+
+"$python" - "$runs" "$rounds" "$work" <<'PY'
+import os, resource, statistics, subprocess, sys, time
+import hutch
+
+runs, rounds, work = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+exe = hutch.binary()
+state = os.path.join(work, "state")
+os.mkdir(state, 0o700)
+src = os.path.join(work, "src")
+os.mkdir(src)
+session = hutch.Session.create(from_dir=src, state_dir=state)
+bwrap = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
+         "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "true"]
+
+
+def same_argv_as_package(session_id=None):
+    # The package's command line, run by plain subprocess.run.
+    def call():
+        r, w = os.pipe()
+        if session_id is None:
+            argv = [exe, "run", "--quiet", "--json", "--result-fd", str(w)]
+        else:
+            argv = [exe, "session", "--state-dir", state, "--json", "run", session_id,
+                    "--quiet", "--result-fd", str(w)]
+        subprocess.run(argv + ["--output-limit", "16M", "--", "true"], pass_fds=(w,),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        os.close(w)
+        os.read(r, 1 << 20)
+        os.close(r)
+    return call
+
+
+rows = {
+    "hutch.run(['true'])": lambda: hutch.run(["true"]),
+    "subprocess: hutch run -- true": lambda: subprocess.run([exe, "run", "--", "true"]),
+    "subprocess: package's argv": same_argv_as_package(),
+    "Session.run(['true'])": lambda: session.run(["true"]),
+    "subprocess: session run -- true": lambda: subprocess.run(
+        [exe, "session", "--state-dir", state, "run", session.id, "--", "true"]),
+    "subprocess: package's session argv": same_argv_as_package(session.id),
+    "subprocess: bwrap ... true": lambda: subprocess.run(bwrap),
+}
+for f in rows.values():  # every row works, and is warm
+    for _ in range(5):
+        f()
+assert hutch.run(["true"]).ok and session.run(["true"]).ok
+
+def cpu_s():
+    # This process and every child it reaped (hutch, the sandbox, bwrap).
+    a = resource.getrusage(resource.RUSAGE_SELF)
+    b = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+times = {name: [] for name in rows}
+cpu = {name: 0.0 for name in rows}
+per_round = max(1, runs // rounds)
+for rnd in range(rounds):
+    print(f"round {rnd + 1}/{rounds} ({per_round} calls per row)", file=sys.stderr)
+    for _ in range(per_round):
+        for name, f in rows.items():
+            c = cpu_s()
+            t = time.perf_counter_ns()
+            f()
+            times[name].append(time.perf_counter_ns() - t)
+            cpu[name] += cpu_s() - c
+session.close()
+
+med = {name: statistics.median(t) / 1e6 for name, t in times.items()}
+cpu_ms = {name: cpu[name] / len(times[name]) * 1e3 for name in rows}
+print(f"{'row':38} {'median':>9} {'mean':>9} {'cpu/call':>9}")
+for name, t in times.items():
+    print(f"{name:38} {med[name]:7.3f}ms {statistics.mean(t) / 1e6:7.3f}ms "
+          f"{cpu_ms[name]:7.3f}ms")
+print()
+run_total = med["hutch.run(['true'])"] - med["subprocess: hutch run -- true"]
+run_py = med["hutch.run(['true'])"] - med["subprocess: package's argv"]
+s_total = med["Session.run(['true'])"] - med["subprocess: session run -- true"]
+s_py = med["Session.run(['true'])"] - med["subprocess: package's session argv"]
+print(f"hutch.run over the bare binary:   {run_total:+.3f} ms "
+      f"(Python code {run_py:+.3f} ms, the package's flags {run_total - run_py:+.3f} ms)")
+print(f"Session.run over the bare binary: {s_total:+.3f} ms "
+      f"(Python code {s_py:+.3f} ms, the package's flags {s_total - s_py:+.3f} ms)")
+c_run = cpu_ms["hutch.run(['true'])"] - cpu_ms["subprocess: hutch run -- true"]
+c_s = cpu_ms["Session.run(['true'])"] - cpu_ms["subprocess: session run -- true"]
+print(f"CPU per call over the bare binary: hutch.run {c_run:+.3f} ms, Session.run {c_s:+.3f} ms "
+      "(steadier than wall time on a loaded machine)")
+print(f"bare hutch run vs bwrap: {med['subprocess: hutch run -- true'] / med['subprocess: bwrap ... true']:.2f}x")
+print("target: the package adds <= 0.3 ms over the bare binary:",
+      "met" if max(run_total, s_total) <= 0.3 else "not met")
+PY

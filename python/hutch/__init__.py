@@ -1,0 +1,131 @@
+"""hutch: Linux sandboxes and persistent workspace sessions for untrusted
+code (AI agents, CI builds of arbitrary repositories), driven from Python.
+
+The wheel carries the ``hutch`` binary; this package runs it and reads its
+machine interface (docs/machine.md), never its human output::
+
+    import hutch
+
+    res = hutch.run(["make", "test"], workspace="/srv/repo", timeout=600,
+                    allow_hosts=["pypi.org"], output_limit="10M")
+    res.returncode, res.stdout, res.report.reason
+
+    with hutch.Session.create(from_git="/srv/checkouts/x", rev=sha) as s:
+        s.run(["pytest", "-x"], timeout=300)
+        patch = s.diff()
+
+``hutch.aio`` has the same for asyncio (``spawn``, ``run``, ``Session``).
+"""
+
+from ._binary import binary, set_binary
+from ._check import check
+from ._errors import (
+    BinaryNotFound,
+    CommandFailed,
+    DiffTooLarge,
+    FingerprintMismatch,
+    HostIOError,
+    HutchError,
+    InternalError,
+    NotFound,
+    PolicyError,
+    Refused,
+    SessionBusy,
+    SetupError,
+    SpecError,
+    Timeout,
+    TooLarge,
+    UsageError,
+    VersionMismatch,
+)
+from ._options import Bind, Options
+from ._run import Command, run
+from ._session import Session
+from ._types import (
+    Changes,
+    CheckReport,
+    DiffFile,
+    DiffReport,
+    DiffSide,
+    EgressDecision,
+    Enforcement,
+    ExitReport,
+    ExportEntry,
+    ExportManifest,
+    Feature,
+    GcReport,
+    GlobMatch,
+    GrepMatch,
+    LimitSupport,
+    Result,
+    SearchResult,
+    SessionInfo,
+    SessionResult,
+    Skipped,
+    Source,
+    StartEvent,
+)
+from ._version import MACHINE_VERSION, __version__
+
+
+def __getattr__(name: str) -> object:
+    # `hutch.aio` without `import hutch.aio`, and without importing
+    # asyncio for programs that never use it.
+    if name == "aio":
+        import importlib
+
+        return importlib.import_module(".aio", __name__)
+    raise AttributeError(f"module 'hutch' has no attribute {name!r}")
+
+
+__all__ = [
+    "MACHINE_VERSION",
+    "BinaryNotFound",
+    "Bind",
+    "Changes",
+    "CheckReport",
+    "Command",
+    "CommandFailed",
+    "DiffFile",
+    "DiffReport",
+    "DiffSide",
+    "DiffTooLarge",
+    "EgressDecision",
+    "Enforcement",
+    "ExitReport",
+    "ExportEntry",
+    "ExportManifest",
+    "Feature",
+    "FingerprintMismatch",
+    "GcReport",
+    "GlobMatch",
+    "GrepMatch",
+    "HostIOError",
+    "HutchError",
+    "InternalError",
+    "LimitSupport",
+    "NotFound",
+    "Options",
+    "PolicyError",
+    "Refused",
+    "Result",
+    "SearchResult",
+    "Session",
+    "SessionBusy",
+    "SessionInfo",
+    "SessionResult",
+    "SetupError",
+    "Skipped",
+    "Source",
+    "SpecError",
+    "StartEvent",
+    "Timeout",
+    "TooLarge",
+    "UsageError",
+    "VersionMismatch",
+    "__version__",
+    "binary",
+    "check",
+    "run",
+    "set_binary",
+]

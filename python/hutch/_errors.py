@@ -1,0 +1,192 @@
+"""Exceptions: one class per error kind of the machine interface.
+
+Every exception carries the fields of hutch's one-line errors: ``what``
+(the whole line), ``where`` (a key path, a path, a syscall), ``errno`` (its
+name, e.g. ``"ENOENT"``) and ``hint`` (what to do), plus the ``kind`` and
+``verb`` of the document it came from (docs/machine.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._types import ExitReport, Result
+
+
+class HutchError(Exception):
+    """Base class of every error this package raises."""
+
+    kind: str = "internal"
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        kind: str | None = None,
+        where: str | None = None,
+        errno: str | None = None,
+        hint: str | None = None,
+        verb: str = "",
+        returncode: int | None = None,
+    ) -> None:
+        super().__init__(what)
+        self.what = what
+        if kind is not None:
+            self.kind = kind
+        self.where = where
+        self.errno = errno
+        self.hint = hint
+        self.verb = verb
+        self.returncode = returncode
+        #: What the failed verb still reports (e.g. the ids ``gc`` removed).
+        self.partial: Any = None
+
+    def __str__(self) -> str:
+        return self.what
+
+
+class UsageError(HutchError):
+    """A bad argument: option, session id, path or pattern (``usage``)."""
+
+    kind = "usage"
+
+
+class SpecError(HutchError):
+    """The sandbox description is invalid: a profile, a limit, a seccomp
+    profile (``spec``). ``where`` is the key path."""
+
+    kind = "spec"
+
+
+class SetupError(HutchError):
+    """hutch could not build the sandbox (``setup``, exit 125): a missing
+    bind source, an unavailable limit, a kernel feature. ``report`` is the
+    exit report when the sandbox got far enough to make one."""
+
+    kind = "setup"
+    report: ExitReport | None = None
+
+
+class PolicyError(HutchError):
+    """The egress policy is invalid or has no such profile (``policy``)."""
+
+    kind = "policy"
+
+
+class NotFound(HutchError):
+    """No such session (``not-found``)."""
+
+    kind = "not-found"
+
+
+class SessionBusy(HutchError):
+    """Another operation holds the session (``session-busy``); pass
+    ``wait=True`` to wait for it instead."""
+
+    kind = "session-busy"
+
+
+class Refused(HutchError):
+    """The session's deadline or command budget refuses the request
+    (``refused``)."""
+
+    kind = "refused"
+
+
+class TooLarge(HutchError):
+    """A size or count limit would be exceeded; nothing was produced
+    (``too-large``)."""
+
+    kind = "too-large"
+
+
+class DiffTooLarge(TooLarge):
+    """The diff is longer than ``max_bytes``: no partial patch is returned."""
+
+
+class FingerprintMismatch(HutchError):
+    """The baseline is not the expected one (``fingerprint-mismatch``)."""
+
+    kind = "fingerprint-mismatch"
+
+
+class HostIOError(HutchError):
+    """A host file or syscall failed (``io``); ``where`` names it."""
+
+    kind = "io"
+
+
+class InternalError(HutchError):
+    """Anything else, including a binary that answered outside the machine
+    interface (``internal``)."""
+
+    kind = "internal"
+
+
+class BinaryNotFound(HutchError):
+    """No usable ``hutch`` binary: not in the wheel, ``HUTCH_BIN`` or PATH."""
+
+    kind = "binary-not-found"
+
+
+class VersionMismatch(HutchError):
+    """The ``hutch`` binary found is not the one this package was built with."""
+
+    kind = "version-mismatch"
+
+
+class CommandFailed(HutchError):
+    """Raised by ``check=True`` when the command did not exit 0; ``result``
+    is the full result (output, exit report)."""
+
+    kind = "command-failed"
+
+    def __init__(self, what: str, result: Result) -> None:
+        super().__init__(what, returncode=result.returncode)
+        self.result = result
+
+
+class Timeout(CommandFailed):
+    """Raised by ``check=True`` when the command's wall clock ran out (every
+    process of the sandbox was killed)."""
+
+    kind = "timed-out"
+
+
+_BY_KIND: dict[str, type[HutchError]] = {
+    "usage": UsageError,
+    "spec": SpecError,
+    "setup": SetupError,
+    "policy": PolicyError,
+    "not-found": NotFound,
+    "session-busy": SessionBusy,
+    "refused": Refused,
+    "too-large": TooLarge,
+    "fingerprint-mismatch": FingerprintMismatch,
+    "io": HostIOError,
+    "internal": InternalError,
+}
+
+
+def from_document(error: Any, verb: str, returncode: int | None) -> HutchError:
+    """The exception for the ``error`` object of an envelope."""
+    if not isinstance(error, dict):
+        return InternalError(f"hutch {verb}: malformed error document", verb=verb)
+    kind = str(error.get("kind", "internal"))
+    cls = _BY_KIND.get(kind, InternalError)
+    if cls is TooLarge and verb == "session.diff":
+        cls = DiffTooLarge
+    return cls(
+        str(error.get("what", "")),
+        kind=kind,
+        where=_opt_str(error.get("where")),
+        errno=_opt_str(error.get("errno")),
+        hint=_opt_str(error.get("hint")),
+        verb=verb,
+        returncode=returncode,
+    )
+
+
+def _opt_str(v: Any) -> str | None:
+    return None if v is None else str(v)

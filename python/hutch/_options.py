@@ -1,0 +1,221 @@
+"""The keyword arguments of a sandboxed command, turned into ``hutch run``
+options (docs/cli.md). One table, shared by ``run``, ``Command``,
+``aio.spawn``/``aio.run`` and ``Session.run``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+#: A size: bytes as an int, or hutch's notation (``"512M"``, ``"2G"``).
+Size = Union[int, str]
+#: A duration: seconds as a number, hutch's notation (``"10m"``), or
+#: ``None`` for no limit.
+Seconds = Union[int, float, str, None]
+
+#: Captured output of ``run`` and ``Session.run`` is capped here unless
+#: ``output_limit`` says otherwise (stdout and stderr together).
+DEFAULT_OUTPUT_LIMIT = "16M"
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A host path shown in the sandbox at ``dest`` (read-only unless
+    ``readonly=False``; ``optional`` skips a missing source; ``dev`` keeps
+    device nodes usable)."""
+
+    src: PathLike
+    dest: str
+    readonly: bool = True
+    optional: bool = False
+    dev: bool = False
+
+
+class Options(TypedDict, total=False):
+    """Keyword arguments of every sandboxed command (``hutch run`` flags).
+
+    Limits: ``timeout`` (seconds or ``"10m"``, ``None`` for none; default
+    5 minutes), ``memory``, ``pids``, ``cpus``, ``output_limit`` (stdout +
+    stderr; the excess is discarded and reported), ``rlimits``
+    (``{"nofile": 1024, "as": "4G"}``), ``io_max`` (``["/dev/vda:wbps=10M"]``),
+    ``cgroup_parent``.
+    Egress: ``allow_hosts``, ``allow_addresses``, ``resolve``,
+    ``egress_policy`` (a policy file) and ``egress_profile``, ``egress_audit``
+    (also copy every decision to this file), ``share_net`` (the host's
+    network instead).
+    Confinement: ``profile`` (a TOML/JSON Spec), ``bare``, ``seccomp``
+    (``default``, ``strict``, ``log``, ``unconfined`` or a JSON file),
+    ``landlock_min_abi``, ``cap_add``.
+    Filesystem: ``binds`` (``Bind`` or ``(src, dest)`` read-only),
+    ``tmpfs`` (``"/scratch"`` or ``("/scratch", "1G")``), ``workspace`` and
+    ``changes`` / ``changes_size`` (``run`` only; sessions bring their own).
+    Process: ``env`` (set), ``unsetenv``, ``cwd``, ``uid``, ``gid``,
+    ``hostname``. ``status_file``: also write the launcher's start event
+    and exit report there (JSON lines). ``extra_args``: more ``hutch run``
+    flags, verbatim.
+    """
+
+    timeout: Seconds
+    memory: Size
+    pids: int | str
+    cpus: float
+    output_limit: Size | None
+    rlimits: Mapping[str, Size]
+    io_max: Sequence[str]
+    cgroup_parent: PathLike
+    allow_hosts: Sequence[str]
+    allow_addresses: Sequence[str]
+    resolve: Mapping[str, str]
+    egress_policy: PathLike
+    egress_profile: str
+    egress_audit: PathLike
+    share_net: bool
+    profile: PathLike
+    bare: bool
+    seccomp: str | PathLike
+    landlock_min_abi: int
+    cap_add: Sequence[str]
+    binds: Sequence[Bind | tuple[PathLike, str]]
+    tmpfs: Sequence[str | tuple[str, Size]]
+    workspace: PathLike
+    changes: PathLike
+    changes_size: Size
+    env: Mapping[str, str]
+    unsetenv: Sequence[str]
+    cwd: str
+    uid: int
+    gid: int
+    hostname: str
+    status_file: PathLike
+    extra_args: Sequence[str]
+
+
+#: Options a session command refuses (the session provides /workspace).
+NOT_IN_SESSION = frozenset({"workspace", "changes", "changes_size", "bare"})
+
+_KNOWN = frozenset(Options.__annotations__)
+
+
+def duration(v: Seconds) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool) or v < 0:
+        raise ValueError(f"a duration must be a positive number of seconds, not {v!r}")
+    ms = round(float(v) * 1000)
+    return f"{ms}ms"
+
+
+def size(v: Size) -> str:
+    if isinstance(v, bool):
+        raise ValueError(f"a size must be a number of bytes or a string like '2G', not {v!r}")
+    return str(v)
+
+
+def _flag_value(v: Any) -> str:
+    return os.fspath(v) if isinstance(v, os.PathLike) else str(v)
+
+
+def to_args(options: Mapping[str, Any], *, session: bool = False) -> list[str]:
+    """The ``hutch run`` flags for ``options`` (unknown keys are a TypeError,
+    bad values a ValueError: caught before anything runs)."""
+    unknown = [k for k in options if k not in _KNOWN]
+    if unknown:
+        raise TypeError(f"unknown option(s) for a sandboxed command: {', '.join(sorted(unknown))}")
+    if session:
+        bad = [k for k in options if k in NOT_IN_SESSION]
+        if bad:
+            raise TypeError(
+                f"{', '.join(sorted(bad))}: not for session commands (the session "
+                "provides /workspace)"
+            )
+    a: list[str] = []
+    o = options
+    if "profile" in o:
+        a += ["--profile", _flag_value(o["profile"])]
+    if o.get("bare"):
+        a.append("--bare")
+    if "workspace" in o:
+        a += ["--workspace", _flag_value(o["workspace"])]
+    if "changes" in o:
+        a += ["--changes", _flag_value(o["changes"])]
+    if "changes_size" in o:
+        a += ["--changes-size", size(o["changes_size"])]
+    for b in o.get("binds", ()):
+        if isinstance(b, Bind):
+            flag = "--dev-bind" if b.dev else ("--ro-bind" if b.readonly else "--bind")
+            if b.optional:
+                flag += "-try"
+            a += [flag, _flag_value(b.src), b.dest]
+        else:
+            src, dest = b
+            a += ["--ro-bind", _flag_value(src), str(dest)]
+    for t in o.get("tmpfs", ()):
+        if isinstance(t, str):
+            a += ["--tmpfs", t]
+        else:
+            a += ["--size", size(t[1]), "--tmpfs", t[0]]
+    if "timeout" in o:
+        a += ["--timeout", duration(o["timeout"])]
+    if "memory" in o:
+        a += ["--memory", size(o["memory"])]
+    if "pids" in o:
+        a += ["--pids", str(o["pids"])]
+    if "cpus" in o:
+        a += ["--cpus", str(o["cpus"])]
+    if o.get("output_limit") is not None:
+        a += ["--output-limit", size(o["output_limit"])]
+    for name, value in o.get("rlimits", {}).items():
+        a += ["--rlimit", f"{name}={size(value)}"]
+    for spec in o.get("io_max", ()):
+        a += ["--io-max", spec]
+    if "cgroup_parent" in o:
+        a += ["--cgroup-parent", _flag_value(o["cgroup_parent"])]
+    if o.get("share_net"):
+        a.append("--share-net")
+    for h in o.get("allow_hosts", ()):
+        a += ["--allow-host", h]
+    for addr in o.get("allow_addresses", ()):
+        a += ["--allow-address", addr]
+    for name, addr in o.get("resolve", {}).items():
+        a += ["--resolve", f"{name}={addr}"]
+    if "egress_policy" in o:
+        a += ["--egress-policy", _flag_value(o["egress_policy"])]
+    if "egress_profile" in o:
+        a += ["--egress-profile", o["egress_profile"]]
+    if "seccomp" in o:
+        a += ["--seccomp", _flag_value(o["seccomp"])]
+    if "landlock_min_abi" in o:
+        a += ["--landlock-min-abi", str(o["landlock_min_abi"])]
+    for cap in o.get("cap_add", ()):
+        a += ["--cap-add", cap]
+    for k, v in o.get("env", {}).items():
+        a += ["--setenv", k, v]
+    for k in o.get("unsetenv", ()):
+        a += ["--unsetenv", k]
+    if "cwd" in o:
+        a += ["--chdir", o["cwd"]]
+    if "uid" in o:
+        a += ["--uid", str(int(o["uid"]))]
+    if "gid" in o:
+        a += ["--gid", str(int(o["gid"]))]
+    if "hostname" in o:
+        a += ["--hostname", o["hostname"]]
+    if "status_file" in o:
+        a += ["--status-file", _flag_value(o["status_file"])]
+    a += list(o.get("extra_args", ()))
+    return a
+
+
+def uses_proxy(options: Mapping[str, Any]) -> bool:
+    """Whether the command's network goes through the egress proxy."""
+    return bool(
+        options.get("allow_hosts")
+        or options.get("allow_addresses")
+        or options.get("resolve")
+        or options.get("egress_policy")
+    )

@@ -1,0 +1,200 @@
+"""Synchronous commands: ``hutch.run`` and ``hutch.Command``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._core import Launch, kill_sandbox, kill_sandbox_of, parse_status
+from ._options import PathLike
+from ._types import Result
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._options import Options
+
+#: Seconds a cancelled command's hutch gets to report after its sandbox
+#: was killed, before hutch itself is killed.
+CANCEL_GRACE = 5.0
+
+
+def run(
+    args: Sequence[str],
+    *,
+    input: bytes | None = None,
+    check: bool = False,
+    **options: Unpack[Options],
+) -> Result:
+    """Run ``args`` in a sandbox and wait for it.
+
+    The result holds stdout and stderr (together at most ``output_limit``,
+    16 MiB unless given; the excess is discarded and
+    ``report.output_truncated`` says so), the exit report, and the egress
+    proxy's decisions. A command that fails, times out or is killed is a
+    result, not an exception, unless ``check=True`` (then
+    ``hutch.CommandFailed``, or ``hutch.Timeout`` for a timeout). hutch's
+    own failures raise: ``SetupError`` (e.g. a missing bind source),
+    ``SpecError``, ``PolicyError``, ``UsageError``.
+    """
+    return execute(args, options, input=input, check=check)
+
+
+def execute(
+    args: Sequence[str],
+    options: Any,
+    *,
+    input: bytes | None,
+    check: bool,
+    session: str | None = None,
+    state_dir: PathLike | None = None,
+    wait: bool = False,
+) -> Result:
+    status_r, status_w = os.pipe()
+    fds = [status_r, status_w]
+    try:
+        launch = Launch(
+            args, options, status_fd=status_w, session=session, state_dir=state_dir, wait=wait
+        )
+        out_r, out_w = os.pipe()
+        fds += [out_r, out_w]
+        err_r, err_w = os.pipe()
+        fds += [err_r, err_w]
+        in_r = in_w = -1
+        if input is not None:
+            in_r, in_w = os.pipe()
+            fds += [in_r, in_w]
+        try:
+            proc = subprocess.Popen(
+                launch.argv,
+                stdin=in_r if input is not None else subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                pass_fds=(status_w,),
+            )
+        except BaseException:
+            launch.cleanup()
+            raise
+        for fd in (status_w, out_w, err_w, in_r):
+            if fd >= 0:
+                os.close(fd)
+                fds.remove(fd)
+        bufs = {out_r: bytearray(), err_r: bytearray(), status_r: bytearray()}
+        try:
+            pump(bufs, in_w, input, fds)
+            returncode = proc.wait()
+        except BaseException:
+            cancel(proc, bytes(bufs[status_r]))
+            launch.cleanup()
+            raise
+        return launch.finish(
+            bytes(bufs[status_r]), returncode, bytes(bufs[out_r]), bytes(bufs[err_r]), check
+        )
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def pump(bufs: dict[int, bytearray], in_w: int, data: bytes | None, fds: list[int]) -> None:
+    """Read every fd of ``bufs`` to EOF while writing ``data`` to ``in_w``;
+    each fd is closed (and taken off ``fds``) when done with. (poll(2):
+    registering costs no syscall, which matters on the spawn path.)"""
+
+    def close(fd: int) -> None:
+        fds.remove(fd)
+        os.close(fd)
+
+    poller = select.poll()
+    open_fds = len(bufs)
+    for fd in bufs:
+        poller.register(fd, select.POLLIN)
+    view = memoryview(data) if data is not None else None
+    offset = 0
+    if in_w >= 0:
+        if view is not None and len(view):
+            os.set_blocking(in_w, False)
+            poller.register(in_w, select.POLLOUT)
+            open_fds += 1
+        else:
+            close(in_w)
+    while open_fds:
+        for fd, _ in poller.poll():
+            if fd == in_w:
+                assert view is not None
+                try:
+                    offset += os.write(fd, view[offset : offset + 65536])
+                except BlockingIOError:
+                    continue
+                except BrokenPipeError:
+                    offset = len(view)
+                if offset >= len(view):
+                    poller.unregister(fd)
+                    close(fd)
+                    open_fds -= 1
+                continue
+            chunk = os.read(fd, 1 << 17)
+            if chunk:
+                bufs[fd] += chunk
+            else:
+                poller.unregister(fd)
+                close(fd)
+                open_fds -= 1
+
+
+def cancel(proc: subprocess.Popen[bytes], status: bytes) -> None:
+    """End a command that is being abandoned: kill its sandbox (hutch still
+    reports and cleans up), then hutch itself if it does not exit soon or
+    the sandbox has not started. No process is left."""
+    if proc.poll() is None:
+        start, _ = parse_status(status.rsplit(b"\n", 1)[0] if b"\n" in status else b"")
+        if start is not None:
+            kill_sandbox(start.pid)
+            killed = True
+        else:
+            killed = kill_sandbox_of(proc.pid)
+        if killed:
+            deadline = time.monotonic() + CANCEL_GRACE
+            while proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+        if proc.poll() is None:
+            proc.kill()  # its sandbox dies with it (parent-death signal)
+    proc.wait()
+
+
+class Command:
+    """A sandboxed command to run (possibly many times): ``args`` and the
+    keyword options of ``hutch.run``.
+
+    >>> cmd = hutch.Command(["make", "test"], workspace="/srv/repo", timeout=600)
+    >>> res = cmd.run()
+    """
+
+    def __init__(self, args: Sequence[str], **options: Unpack[Options]) -> None:
+        self.args = list(args)
+        self.options: dict[str, Any] = dict(options)
+
+    def with_options(self, **options: Unpack[Options]) -> Command:
+        """A copy with more (or other) options."""
+        merged: dict[str, Any] = {**self.options, **options}
+        c = Command(self.args)
+        c.options = merged
+        return c
+
+    def run(self, *, input: bytes | None = None, check: bool = False) -> Result:
+        """Run it and wait (see ``hutch.run``)."""
+        return execute(self.args, self.options, input=input, check=check)
+
+    def hutch_argv(self) -> list[str]:
+        """The ``hutch run`` command line this runs (status on fd 3)."""
+        launch = Launch(self.args, self.options, status_fd=3)
+        launch.cleanup()
+        return launch.argv
+
+    def __repr__(self) -> str:
+        return f"hutch.Command({self.args!r}, **{self.options!r})"

@@ -1,0 +1,271 @@
+"""``hutch.Session``: a persistent workspace over a sealed baseline
+(docs/sessions.md), synchronous."""
+
+from __future__ import annotations
+
+import builtins
+import subprocess
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+
+from . import _session_core as core
+from ._core import envelope_result
+from ._options import PathLike, Seconds, Size
+from ._run import execute
+from ._types import (
+    DiffReport,
+    ExportManifest,
+    GcReport,
+    GlobMatch,
+    GrepMatch,
+    SearchResult,
+    SessionInfo,
+    SessionResult,
+)
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from typing_extensions import Unpack
+
+    from ._options import Options
+
+T = TypeVar("T")
+
+
+def call(v: core.Verb[T]) -> T:
+    """Run one session verb and read its result (or raise its error)."""
+    p = subprocess.run(
+        v.argv,
+        input=v.input if v.input is not None else b"",
+        capture_output=True,
+        check=False,
+    )
+    return v.parse(envelope_result(p.stdout, p.stderr, p.returncode, v.verb))
+
+
+class Session(core.Target):
+    """A session: many commands in fresh sandboxes over one workspace (files
+    persist, processes do not), file access, search, the diff, artifacts.
+
+    ``with Session.create(...) as s:`` closes it when the block ends, also
+    on exceptions; ``close()`` is idempotent. ``state_dir`` is hutch's
+    session state directory (default: ``$HUTCH_STATE_DIR``, else hutch's);
+    ``wait=True`` waits for a busy session instead of raising
+    ``SessionBusy``.
+    """
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        state_dir: PathLike | None = None,
+        wait: bool = False,
+        info: SessionInfo | None = None,
+    ) -> None:
+        self.id = id
+        self.state_dir = state_dir
+        self.wait = wait
+        self.info = info
+        self.closed = False
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        from_dir: PathLike | None = None,
+        from_git: PathLike | None = None,
+        rev: str | None = None,
+        allow_submodules: bool = False,
+        allow_symlinks: bool = False,
+        allow_export_attributes: bool = False,
+        expect_fingerprint: str | None = None,
+        deadline: Seconds = None,
+        max_commands: int | None = None,
+        max_files: int | None = None,
+        max_bytes: Size | None = None,
+        max_file_bytes: Size | None = None,
+        max_depth: int | None = None,
+        max_path_bytes: int | None = None,
+        state_dir: PathLike | None = None,
+        wait: bool = False,
+    ) -> Session:
+        """Import a baseline (a directory, or a full commit id of a git
+        repository) and open a session over it.
+
+        Refused unless allowed: submodules, tracked symlinks, export
+        attributes. ``expect_fingerprint`` refuses any other baseline
+        (``FingerprintMismatch``); ``deadline`` (seconds or ``"1h"``) and
+        ``max_commands`` bound the session; the ``max_*`` caps bound the
+        import (``TooLarge``, nothing kept)."""
+        info = call(
+            core.create(
+                state_dir,
+                from_dir=from_dir,
+                from_git=from_git,
+                rev=rev,
+                allow_submodules=allow_submodules,
+                allow_symlinks=allow_symlinks,
+                allow_export_attributes=allow_export_attributes,
+                expect_fingerprint=expect_fingerprint,
+                deadline=deadline,
+                max_commands=max_commands,
+                max_files=max_files,
+                max_bytes=max_bytes,
+                max_file_bytes=max_file_bytes,
+                max_depth=max_depth,
+                max_path_bytes=max_path_bytes,
+            )
+        )
+        return cls(info.id, state_dir=state_dir, wait=wait, info=info)
+
+    @classmethod
+    def list(cls, *, state_dir: PathLike | None = None) -> builtins.list[SessionInfo]:
+        """Every session of the state directory."""
+        return call(core.list_sessions(state_dir))
+
+    @classmethod
+    def gc(cls, older_than: Seconds, *, state_dir: PathLike | None = None) -> GcReport:
+        """Remove sessions unused for ``older_than`` (seconds or ``"1d"``) and
+        leftovers of interrupted creates and closes. An entry that could not
+        be removed raises ``HostIOError`` (``partial`` holds the report)."""
+        return call(core.gc(state_dir, older_than))
+
+    def run(
+        self,
+        args: Sequence[str],
+        *,
+        input: bytes | None = None,
+        check: bool = False,
+        **options: Unpack[Options],
+    ) -> SessionResult:
+        """Run ``args`` in a fresh sandbox whose ``/workspace`` (and cwd) is
+        the session's workspace; the options are ``hutch.run``'s (without
+        ``workspace``/``changes``/``bare``). Output is bounded (16 MiB
+        unless ``output_limit``). ``SessionBusy`` while another operation
+        runs; ``Refused`` past the deadline or the command budget."""
+        res = execute(
+            args,
+            options,
+            input=input,
+            check=check,
+            session=self.id,
+            state_dir=self.state_dir,
+            wait=self.wait,
+        )
+        assert isinstance(res, SessionResult)
+        return res
+
+    def read(self, path: str, *, max_bytes: Size = core.DEFAULT_READ_MAX) -> bytes:
+        """The regular file ``path`` of the workspace (links are not
+        followed); ``TooLarge`` when it has more than ``max_bytes``."""
+        return call(core.read(self, path, max_bytes))
+
+    def read_text(self, path: str, *, max_bytes: Size = core.DEFAULT_READ_MAX) -> str:
+        return self.read(path, max_bytes=max_bytes).decode("utf-8", "replace")
+
+    def write(
+        self, path: str, data: bytes | str, *, max_bytes: Size = core.DEFAULT_WRITE_MAX
+    ) -> int:
+        """Replace (or create) the file ``path``, creating its parents;
+        returns the bytes written."""
+        return call(core.write(self, path, data, max_bytes))
+
+    def glob(
+        self,
+        pattern: str,
+        *,
+        path: str | None = None,
+        max_matches: int = 1000,
+        max_bytes: Size = 1 << 20,
+        timeout: Seconds = None,
+    ) -> SearchResult[GlobMatch]:
+        """Files of the workspace matching ``pattern`` (``**/*.py``), found
+        inside the session's sandbox; paths relative to the workspace."""
+        return call(core.glob(self, pattern, path, max_matches, max_bytes, timeout))
+
+    def grep(
+        self,
+        regex: str,
+        *,
+        path: str | None = None,
+        glob: str | None = None,
+        ignore_case: bool = False,
+        fixed_strings: bool = False,
+        files_with_matches: bool = False,
+        max_matches: int = 1000,
+        max_bytes: Size = 1 << 20,
+        max_line_bytes: Size = 1024,
+        engine: str = "auto",
+        timeout: Seconds = None,
+    ) -> SearchResult[GrepMatch]:
+        """Lines of the workspace's files matching ``regex``, found inside the
+        session's sandbox (with rg when it has one, else hutch's built-in
+        engine); bounded by ``max_matches`` and ``max_bytes``."""
+        return call(
+            core.grep(
+                self,
+                regex,
+                path,
+                glob,
+                ignore_case,
+                fixed_strings,
+                files_with_matches,
+                max_matches,
+                max_bytes,
+                max_line_bytes,
+                engine,
+                timeout,
+            )
+        )
+
+    @overload
+    def diff(self, *, format: Literal["unified"] = "unified", max_bytes: Size = ...) -> bytes: ...
+    @overload
+    def diff(self, *, format: Literal["json"], max_bytes: Size = ...) -> DiffReport: ...
+    @overload
+    def diff(self, *, format: Literal["stat"], max_bytes: Size = ...) -> str: ...
+    def diff(self, *, format: str = "unified", max_bytes: Size = core.DEFAULT_DIFF_MAX) -> Any:
+        """The workspace's changes against its baseline: a patch that
+        ``git apply`` takes (``unified``, bytes), a ``DiffReport``
+        (``json``) or a diffstat (``stat``). ``DiffTooLarge`` when longer
+        than ``max_bytes``: never a partial patch."""
+        return call(core.diff(self, format, max_bytes))
+
+    def export(
+        self,
+        paths: Sequence[str],
+        *,
+        out: PathLike,
+        patch: bool = False,
+        max_bytes: Size | None = None,
+        max_file_bytes: Size | None = None,
+        max_entries: int | None = None,
+    ) -> ExportManifest:
+        """Write the named paths (directories recursively) into ``out``
+        (``.zip`` or ``.tar``) with a manifest of sha256s; ``patch=True``
+        adds the unified diff. Caps fail the export whole."""
+        return call(core.export(self, paths, out, patch, max_bytes, max_file_bytes, max_entries))
+
+    def close(self) -> bool:
+        """Remove the session and everything in it. Idempotent: returns
+        whether this call removed it."""
+        if self.closed:
+            return False
+        removed = call(core.close(self))
+        self.closed = True
+        return removed
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"hutch.Session({self.id!r})"

@@ -1,0 +1,303 @@
+"""Session verbs as data: each builds the ``hutch session --json VERB``
+command line and knows how to read its result (docs/machine.md). The sync
+``Session`` and ``aio.Session`` only execute them, so a new verb is one
+builder here and one line in each front end."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, TypeVar
+
+from . import _binary
+from ._core import state_args
+from ._options import PathLike, Seconds, Size, duration, size
+from ._types import (
+    DiffReport,
+    ExportManifest,
+    GcReport,
+    GlobMatch,
+    GrepMatch,
+    SearchResult,
+    SessionInfo,
+)
+
+T = TypeVar("T")
+
+#: Default bounds of the file and diff verbs (bounded by default).
+DEFAULT_READ_MAX = 1 << 20
+DEFAULT_WRITE_MAX = 16 << 20
+DEFAULT_DIFF_MAX = 16 << 20
+
+
+@dataclass(frozen=True)
+class Verb(Generic[T]):
+    """One ``hutch session`` invocation and the reader of its result."""
+
+    verb: str
+    argv: list[str]
+    input: bytes | None
+    parse: Callable[[Any], T]
+
+
+def session_argv(
+    verb: str, state_dir: PathLike | None, wait: bool, args: Sequence[str]
+) -> list[str]:
+    return [_binary.binary(), "session", *state_args(state_dir, wait), "--json", verb, *args]
+
+
+def content(d: Any) -> bytes:
+    """The bytes of an ``{"encoding", "content"}`` result."""
+    text = str(d.get("content", ""))
+    if d.get("encoding") == "base64":
+        return base64.b64decode(text)
+    return text.encode("utf-8")
+
+
+def create(
+    state_dir: PathLike | None,
+    *,
+    from_dir: PathLike | None,
+    from_git: PathLike | None,
+    rev: str | None,
+    allow_submodules: bool,
+    allow_symlinks: bool,
+    allow_export_attributes: bool,
+    expect_fingerprint: str | None,
+    deadline: Seconds,
+    max_commands: int | None,
+    max_files: int | None,
+    max_bytes: Size | None,
+    max_file_bytes: Size | None,
+    max_depth: int | None,
+    max_path_bytes: int | None,
+) -> Verb[SessionInfo]:
+    a: list[str] = []
+    if (from_dir is None) == (from_git is None):
+        raise TypeError("Session.create needs exactly one of from_dir= or from_git= (with rev=)")
+    if from_dir is not None:
+        if rev is not None:
+            raise TypeError("rev= goes with from_git=, not from_dir=")
+        a += ["--from", os.fspath(from_dir)]
+    else:
+        assert from_git is not None
+        if rev is None:
+            raise TypeError("from_git= needs rev= (a full commit id)")
+        a += ["--from-git", os.fspath(from_git), "--rev", rev]
+    if allow_submodules:
+        a.append("--allow-submodules")
+    if allow_symlinks:
+        a.append("--allow-symlinks")
+    if allow_export_attributes:
+        a.append("--allow-export-attributes")
+    if expect_fingerprint is not None:
+        a += ["--expect-fingerprint", expect_fingerprint]
+    if deadline is not None:
+        a += ["--deadline", duration(deadline)]
+    if max_commands is not None:
+        a += ["--max-commands", str(int(max_commands))]
+    if max_files is not None:
+        a += ["--max-files", str(int(max_files))]
+    if max_bytes is not None:
+        a += ["--max-bytes", size(max_bytes)]
+    if max_file_bytes is not None:
+        a += ["--max-file-bytes", size(max_file_bytes)]
+    if max_depth is not None:
+        a += ["--max-depth", str(int(max_depth))]
+    if max_path_bytes is not None:
+        a += ["--max-path-bytes", str(int(max_path_bytes))]
+    return Verb(
+        "session.create", session_argv("create", state_dir, False, a), None, SessionInfo.from_dict
+    )
+
+
+def read(s: Target, path: str, max_bytes: Size) -> Verb[bytes]:
+    return s.verb("read", [os.fspath(path), "--max-bytes", size(max_bytes)], None, content)
+
+
+def write(s: Target, path: str, data: bytes | str, max_bytes: Size) -> Verb[int]:
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return s.verb(
+        "write", [os.fspath(path), "--max-bytes", size(max_bytes)], raw, lambda r: int(r["bytes"])
+    )
+
+
+def diff(s: Target, fmt: str, max_bytes: Size) -> Verb[Any]:
+    if fmt not in ("unified", "json", "stat"):
+        raise ValueError(f"diff format {fmt!r}: use 'unified', 'json' or 'stat'")
+
+    def parse(r: Any) -> Any:
+        if fmt == "json":
+            return DiffReport.from_dict(r["diff"])
+        data = content(r)
+        return data if fmt == "unified" else data.decode("utf-8", "replace")
+
+    return s.verb("diff", ["--format", fmt, "--max-bytes", size(max_bytes)], None, parse)
+
+
+def export(
+    s: Target,
+    paths: Sequence[str],
+    out: PathLike,
+    patch: bool,
+    max_bytes: Size | None,
+    max_file_bytes: Size | None,
+    max_entries: int | None,
+) -> Verb[ExportManifest]:
+    if isinstance(paths, str):
+        raise TypeError("paths must be a list of workspace paths, not one string")
+    a = ["--out", os.fspath(out)]
+    if patch:
+        a.append("--patch")
+    if max_bytes is not None:
+        a += ["--max-bytes", size(max_bytes)]
+    if max_file_bytes is not None:
+        a += ["--max-file-bytes", size(max_file_bytes)]
+    if max_entries is not None:
+        a += ["--max-entries", str(int(max_entries))]
+    a.append("--")
+    a += [os.fspath(p) for p in paths]
+    return s.verb("export", a, None, ExportManifest.from_dict)
+
+
+def close(s: Target) -> Verb[bool]:
+    return s.verb("close", [], None, lambda r: bool(r["closed"]))
+
+
+def search_args(
+    pattern: str,
+    path: str | None,
+    max_matches: int,
+    max_bytes: Size,
+    timeout: Seconds,
+) -> list[str]:
+    a = ["--max-matches", str(int(max_matches)), "--max-bytes", size(max_bytes)]
+    if path is not None:
+        a += ["--path", os.fspath(path)]
+    if timeout is not None:
+        a += ["--timeout", duration(timeout)]
+    return a
+
+
+def glob(
+    s: Target,
+    pattern: str,
+    path: str | None,
+    max_matches: int,
+    max_bytes: Size,
+    timeout: Seconds,
+) -> Verb[SearchResult[GlobMatch]]:
+    a = [*search_args(pattern, path, max_matches, max_bytes, timeout), "--", pattern]
+
+    def parse(r: Any) -> SearchResult[GlobMatch]:
+        return SearchResult(
+            matches=tuple(
+                GlobMatch(str(m["path"]), str(m["path_quoted"]), str(m.get("kind", "file")))
+                for m in r["matches"]
+            ),
+            **_search_fields(r),
+        )
+
+    return s.verb("glob", a, None, parse)
+
+
+def grep(
+    s: Target,
+    regex: str,
+    path: str | None,
+    glob: str | None,
+    ignore_case: bool,
+    fixed_strings: bool,
+    files_with_matches: bool,
+    max_matches: int,
+    max_bytes: Size,
+    max_line_bytes: Size,
+    engine: str,
+    timeout: Seconds,
+) -> Verb[SearchResult[GrepMatch]]:
+    a = search_args(regex, path, max_matches, max_bytes, timeout)
+    a += ["--max-line-bytes", size(max_line_bytes), "--engine", engine]
+    if glob is not None:
+        a += ["--glob", glob]
+    if ignore_case:
+        a.append("--ignore-case")
+    if fixed_strings:
+        a.append("--fixed-strings")
+    if files_with_matches:
+        a.append("--files-with-matches")
+    a += ["--", regex]
+
+    def parse(r: Any) -> SearchResult[GrepMatch]:
+        return SearchResult(
+            matches=tuple(
+                GrepMatch(
+                    path=str(m["path"]),
+                    path_quoted=str(m["path_quoted"]),
+                    line=None if m.get("line") is None else int(m["line"]),
+                    text=None if m.get("text") is None else str(m["text"]),
+                    text_truncated=bool(m.get("text_truncated", False)),
+                )
+                for m in r["matches"]
+            ),
+            **_search_fields(r),
+        )
+
+    return s.verb("grep", a, None, parse)
+
+
+def _search_fields(r: Any) -> dict[str, Any]:
+    return {
+        "engine": str(r.get("engine", "")),
+        "truncated": bool(r.get("truncated", False)),
+        "truncated_by": r.get("truncated_by"),
+        "pattern": str(r.get("pattern", "")),
+        "path": str(r.get("path", ".")),
+        "duration_ms": int(r.get("duration_ms", 0)),
+    }
+
+
+def list_sessions(state_dir: PathLike | None) -> Verb[list[SessionInfo]]:
+    return Verb(
+        "session.list",
+        session_argv("list", state_dir, False, []),
+        None,
+        lambda r: [SessionInfo.from_dict(d) for d in r["sessions"]],
+    )
+
+
+def gc(state_dir: PathLike | None, older_than: Seconds) -> Verb[GcReport]:
+    if older_than is None:
+        raise TypeError("gc needs older_than (seconds or a duration like '1d')")
+
+    def parse(r: Any) -> GcReport:
+        return GcReport(
+            removed=tuple(str(i) for i in r.get("removed", ())),
+            failed=tuple((str(f["name"]), str(f["error"])) for f in r.get("failed", ())),
+        )
+
+    return Verb(
+        "session.gc",
+        session_argv("gc", state_dir, False, ["--older-than", duration(older_than)]),
+        None,
+        parse,
+    )
+
+
+class Target:
+    """What a session verb needs of its session: id, state dir, waiting."""
+
+    id: str
+    state_dir: PathLike | None
+    wait: bool
+
+    def verb(
+        self, name: str, args: list[str], data: bytes | None, parse: Callable[[Any], T]
+    ) -> Verb[T]:
+        return Verb(
+            f"session.{name}",
+            session_argv(name, self.state_dir, self.wait, [self.id, *args]),
+            data,
+            parse,
+        )

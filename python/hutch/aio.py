@@ -1,0 +1,796 @@
+"""asyncio front end: ``spawn`` (a process handle with streamed output),
+``run`` and ``Session``.
+
+Output streams without deadlock: each stream reads its pipe as data
+arrives and pauses only while 1 MiB is buffered and unread; stderr is
+captured aside by default (so a consumer of stdout alone never stalls the
+sandbox), and once ``wait()`` is called whatever is not read is drained.
+Cancelling a task that awaits a command (``run``, ``wait()``, the body of
+``async with spawn(...)``) kills the sandbox and waits until hutch is gone:
+no process is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import os
+import subprocess
+from collections.abc import Generator, Sequence
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Literal,
+    TypeVar,
+    overload,
+)
+
+from . import _session_core as core
+from ._core import Launch, envelope_result, kill_sandbox, kill_sandbox_of, parse_status
+from ._options import PathLike, Seconds, Size
+from ._run import CANCEL_GRACE
+from ._types import (
+    DiffReport,
+    ExitReport,
+    ExportManifest,
+    GcReport,
+    GlobMatch,
+    GrepMatch,
+    Result,
+    SearchResult,
+    SessionInfo,
+    SessionResult,
+    StartEvent,
+)
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from typing_extensions import Unpack
+
+    from ._options import Options
+
+__all__ = ["Process", "Session", "Stream", "run", "spawn"]
+
+T = TypeVar("T")
+
+#: A stream pauses its pipe while this much is buffered and unread.
+HIGH_WATER = 1 << 20
+#: ``readline`` returns a line in pieces of at most this many bytes.
+MAX_LINE = 1 << 20
+
+StreamMode = Literal["stream", "capture", "devnull"]
+
+
+class Stream:
+    """One output pipe of a sandboxed command: ``async for line in
+    stream``, ``await readline()``, ``await read(n)``, ``await read()`` (to
+    EOF). In ``capture`` mode it is read aside and ends up in the result."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, capture: bool = False) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._buf = bytearray()
+        self._eof = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+        self._capture = capture
+        self._discard = False
+        self._line_hook: Callable[[bytes], None] | None = None
+        self._hook_pos = 0
+        self.dropped = 0
+        self.eof_future: asyncio.Future[None] = loop.create_future()
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = os.read(self._fd, 1 << 17)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close()
+        else:
+            if self._discard and not self._capture and len(self._buf) >= HIGH_WATER:
+                self.dropped += len(data)
+            else:
+                self._buf += data
+                if self._line_hook is not None:
+                    self._scan_lines()
+            if not self._capture and not self._discard and len(self._buf) >= HIGH_WATER:
+                self._loop.remove_reader(self._fd)
+                self._paused = True
+        self._wake()
+
+    def _scan_lines(self) -> None:
+        assert self._line_hook is not None
+        while True:
+            nl = self._buf.find(b"\n", self._hook_pos)
+            if nl < 0:
+                return
+            line = bytes(self._buf[self._hook_pos : nl])
+            self._hook_pos = nl + 1
+            self._line_hook(line)
+
+    def _close(self) -> None:
+        if self._eof:
+            return
+        self._eof = True
+        if not self._paused:
+            self._loop.remove_reader(self._fd)
+        self._paused = False
+        os.close(self._fd)
+        if not self.eof_future.done():
+            self.eof_future.set_result(None)
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _consumed(self) -> None:
+        if self._paused and len(self._buf) < HIGH_WATER // 2:
+            self._paused = False
+            self._loop.add_reader(self._fd, self._readable)
+
+    async def _wait_data(self) -> None:
+        if self._waiter is not None:
+            raise RuntimeError("another task is already reading this stream")
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def drain_unread(self) -> None:
+        """From now on never pause: keep reading the pipe, dropping what
+        overflows the buffer (so the command can finish)."""
+        self._discard = True
+        if self._paused:
+            self._paused = False
+            self._loop.add_reader(self._fd, self._readable)
+
+    def at_eof(self) -> bool:
+        return self._eof and not self._buf
+
+    async def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes (``b""`` at EOF); with ``n < 0``, everything to EOF."""
+        if n < 0:
+            while not self._eof:
+                await self._wait_data()
+            data = bytes(self._buf)
+            self._buf.clear()
+            return data
+        while not self._buf and not self._eof:
+            await self._wait_data()
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        self._consumed()
+        return data
+
+    async def readline(self) -> bytes:
+        """The next line with its newline (the last may lack one; a line
+        longer than 1 MiB comes in pieces); ``b""`` at EOF."""
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0 or len(self._buf) >= MAX_LINE or (self._eof and self._buf):
+                end = nl + 1 if nl >= 0 else min(len(self._buf), MAX_LINE)
+                data = bytes(self._buf[:end])
+                del self._buf[:end]
+                self._consumed()
+                return data
+            if self._eof:
+                return b""
+            await self._wait_data()
+
+    def __aiter__(self) -> Stream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        line = await self.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line
+
+    def captured(self) -> bytes:
+        """What a ``capture`` stream holds (call after EOF)."""
+        return bytes(self._buf)
+
+
+class _Child:
+    """A started hutch process: its exit as a future (through a pidfd, no
+    child watcher thread), its pipes as streams."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        input: bytes | None,
+        stdout: str,
+        stderr: str,
+        status_w: int | None = None,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        fds: list[int] = []
+
+        def pipe() -> tuple[int, int]:
+            r, w = os.pipe()
+            fds.extend((r, w))
+            return r, w
+
+        try:
+            out_r = out_w = err_r = err_w = in_r = in_w = -1
+            if stdout != "devnull":
+                out_r, out_w = pipe()
+            if stderr != "devnull":
+                err_r, err_w = pipe()
+            if input is not None:
+                in_r, in_w = pipe()
+            self.popen = subprocess.Popen(
+                argv,
+                stdin=in_r if input is not None else subprocess.DEVNULL,
+                stdout=out_w if out_w >= 0 else subprocess.DEVNULL,
+                stderr=err_w if err_w >= 0 else subprocess.DEVNULL,
+                pass_fds=(status_w,) if status_w is not None else (),
+            )
+            for fd in (out_w, err_w, in_r):
+                if fd >= 0:
+                    os.close(fd)
+                    fds.remove(fd)
+            self.pidfd = os.pidfd_open(self.popen.pid)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            if hasattr(self, "popen"):
+                self.popen.kill()
+                self.popen.wait()
+            raise
+        self.exited: asyncio.Future[int] = self._loop.create_future()
+        self._loop.add_reader(self.pidfd, self._on_exit)
+        self.stdout = Stream(self._loop, out_r, capture=stdout == "capture") if out_r >= 0 else None
+        self.stderr = Stream(self._loop, err_r, capture=stderr == "capture") if err_r >= 0 else None
+        self._stdin_task: asyncio.Task[None] | None = None
+        if input is not None:
+            self._stdin_task = self._loop.create_task(self._feed(in_w, input))
+
+    async def _feed(self, fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        os.set_blocking(fd, False)
+        try:
+            while view:
+                try:
+                    n = os.write(fd, view[:65536])
+                    view = view[n:]
+                except BlockingIOError:
+                    ready = self._loop.create_future()
+                    self._loop.add_writer(fd, ready.set_result, None)
+                    try:
+                        await ready
+                    finally:
+                        self._loop.remove_writer(fd)
+                except BrokenPipeError:
+                    return
+        finally:
+            os.close(fd)
+
+    def _on_exit(self) -> None:
+        code = self.popen.poll()
+        if code is None:
+            return
+        self._loop.remove_reader(self.pidfd)
+        os.close(self.pidfd)
+        if not self.exited.done():
+            self.exited.set_result(code)
+
+    def kill_hutch(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+
+
+class Process:
+    """A running sandboxed command (``spawn``).
+
+    ``stdout`` (and ``stderr`` with ``stderr="stream"``) are ``Stream``s;
+    ``await started()`` gives the start event, ``await wait()`` the exit
+    report (or raises hutch's own failure: ``SetupError``...), ``kill()``
+    ends the whole sandbox. ``pid`` is hutch's pid (the supervisor).
+    """
+
+    def __init__(
+        self,
+        launch: Launch,
+        child: _Child,
+        status: Stream,
+        check: bool,
+    ) -> None:
+        self._launch = launch
+        self._child = child
+        self._status = status
+        self._check = check
+        self._start: asyncio.Future[StartEvent | None] = child._loop.create_future()
+        self._result: Result | None = None
+        self._finishing: asyncio.Task[Result] | None = None
+        self._kill_timer: asyncio.TimerHandle | None = None
+        status._line_hook = self._status_line
+        status.eof_future.add_done_callback(self._status_done)
+        self.stdout: Stream = child.stdout if child.stdout is not None else _closed(child._loop)
+        self.stderr: Stream = child.stderr if child.stderr is not None else _closed(child._loop)
+
+    def _status_line(self, line: bytes) -> None:
+        if not self._start.done() and line.startswith(b'{"event":"start"'):
+            start, _ = parse_status(line)
+            self._start.set_result(start)
+
+    def _status_done(self, _: Any) -> None:
+        if not self._start.done():
+            self._start.set_result(None)
+
+    @property
+    def pid(self) -> int:
+        return self._child.popen.pid
+
+    @property
+    def sandbox_pid(self) -> int | None:
+        """The sandbox's init on the host, once it started."""
+        if self._start.done() and self._start.result() is not None:
+            s = self._start.result()
+            assert s is not None
+            return s.pid
+        return None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._child.popen.returncode
+
+    async def started(self) -> StartEvent | None:
+        """The start event (``None`` when the command never started)."""
+        return await self._start
+
+    def kill(self) -> None:
+        """End the sandbox and every process in it: SIGKILL to the workload
+        (the exit report says ``signaled``, signal 9), or to hutch itself
+        when the sandbox has not started yet or hutch does not exit soon."""
+        if self._child.popen.poll() is not None:
+            return
+        pid = self.sandbox_pid
+        if pid is not None:
+            kill_sandbox(pid)
+        if pid is not None or kill_sandbox_of(self._child.popen.pid):
+            if self._kill_timer is None:
+                self._kill_timer = self._child._loop.call_later(
+                    CANCEL_GRACE, self._child.kill_hutch
+                )
+        else:
+            self._child.kill_hutch()
+
+    async def _finish(self) -> Result:
+        for s in (self.stdout, self.stderr):
+            s.drain_unread()
+        code = await self._child.exited
+        await self._status.eof_future
+        for s in (self.stdout, self.stderr):
+            if s._capture:
+                await s.eof_future
+        if self._child._stdin_task is not None:
+            self._child._stdin_task.cancel()
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
+        out = self.stdout.captured() if self.stdout._capture else b""
+        err = self.stderr.captured() if self.stderr._capture else b""
+        return self._launch.finish(self._status.captured(), code, out, err, self._check)
+
+    async def result(self) -> Result:
+        """Wait and return the whole result (captured output, report). A
+        cancelled wait kills the sandbox first."""
+        if self._result is not None:
+            return self._result
+        if self._finishing is None:
+            self._finishing = asyncio.ensure_future(self._finish())
+            # Its error is re-raised to the waiter; an abandoned wait
+            # (cancelled) does not want it reported as never retrieved.
+            self._finishing.add_done_callback(_retrieve)
+        try:
+            self._result = await asyncio.shield(self._finishing)
+        except asyncio.CancelledError:
+            await self._abandon()
+            raise
+        return self._result
+
+    async def wait(self) -> ExitReport:
+        """Wait for the end and return the exit report. Output nobody reads
+        from now on is drained. Raises hutch's own failure (``SetupError``,
+        ``SpecError``, ``PolicyError``...); with ``check=True`` also
+        ``CommandFailed``/``Timeout``. A cancelled wait kills the sandbox."""
+        return (await self.result()).report
+
+    async def _abandon(self) -> None:
+        """Kill and wait until hutch is gone (also when cancelled again)."""
+        self.kill()
+        try:
+            await asyncio.shield(self._child.exited)
+        except asyncio.CancelledError:
+            self._child.kill_hutch()
+            raise
+        finally:
+            self._launch.cleanup()
+
+    async def __aenter__(self) -> Process:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._child.popen.poll() is None:
+            if exc is None:
+                # A block that ends normally waits for the command.
+                await self.result()
+                return
+            await self._abandon()
+        elif self._finishing is None and exc is None:
+            await self.result()
+
+
+def _retrieve(f: asyncio.Future[Any]) -> None:
+    if not f.cancelled():
+        f.exception()
+
+
+def _closed(loop: asyncio.AbstractEventLoop) -> Stream:
+    r, w = os.pipe()
+    os.close(w)
+    return Stream(loop, r)
+
+
+class _Spawn:
+    """``spawn(...)``: awaitable (the Process) and an async context manager
+    (the Process, killed and waited for when the block is left early)."""
+
+    def __init__(self, make: Callable[[], Process]) -> None:
+        self._make = make
+        self._proc: Process | None = None
+
+    def __await__(self) -> Generator[Any, None, Process]:
+        async def start() -> Process:
+            return self._make()
+
+        return start().__await__()
+
+    async def __aenter__(self) -> Process:
+        self._proc = self._make()
+        return self._proc
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._proc is not None
+        await self._proc.__aexit__(exc_type, exc, tb)
+
+
+def _start(
+    args: Sequence[str],
+    options: Any,
+    *,
+    input: bytes | None,
+    stdout: str,
+    stderr: str,
+    check: bool,
+    events: bool,
+    session: str | None = None,
+    state_dir: PathLike | None = None,
+    wait: bool = False,
+) -> Process:
+    loop = asyncio.get_running_loop()
+    status_r, status_w = os.pipe()
+    try:
+        launch = Launch(
+            args,
+            options,
+            status_fd=status_w,
+            events=events,
+            session=session,
+            state_dir=state_dir,
+            wait=wait,
+        )
+    except BaseException:
+        os.close(status_r)
+        os.close(status_w)
+        raise
+    try:
+        child = _Child(launch.argv, input=input, stdout=stdout, stderr=stderr, status_w=status_w)
+    except BaseException:
+        os.close(status_r)
+        launch.cleanup()
+        raise
+    finally:
+        os.close(status_w)
+    status = Stream(loop, status_r, capture=True)
+    return Process(launch, child, status, check)
+
+
+def spawn(
+    args: Sequence[str],
+    *,
+    input: bytes | None = None,
+    stdout: StreamMode = "stream",
+    stderr: StreamMode = "capture",
+    check: bool = False,
+    **options: Unpack[Options],
+) -> _Spawn:
+    """Start ``args`` in a sandbox and return its ``Process`` (use ``await
+    spawn(...)`` or ``async with spawn(...) as proc``).
+
+    ``stdout="stream"`` (default): read ``proc.stdout`` as it comes;
+    ``"capture"``: kept for the result; ``"devnull"``. ``stderr``: the same,
+    ``"capture"`` by default (so reading stdout alone never stalls). The
+    options are ``hutch.run``'s (``allow_hosts``, ``memory``, ``timeout``...);
+    ``output_limit`` (default 16 MiB) caps what the command may write."""
+    return _Spawn(
+        lambda: _start(
+            args, options, input=input, stdout=stdout, stderr=stderr, check=check, events=True
+        )
+    )
+
+
+async def run(
+    args: Sequence[str],
+    *,
+    input: bytes | None = None,
+    check: bool = False,
+    **options: Unpack[Options],
+) -> Result:
+    """``hutch.run`` for asyncio: run and wait, output captured (bounded by
+    ``output_limit``, 16 MiB unless given). Cancelling the awaiting task
+    kills the sandbox."""
+    proc = _start(
+        args, options, input=input, stdout="capture", stderr="capture", check=check, events=False
+    )
+    return await proc.result()
+
+
+async def _exec(v: core.Verb[T]) -> T:
+    """Run one session verb (captured) and read its result."""
+    child = _Child(
+        v.argv, input=v.input if v.input is not None else b"", stdout="capture", stderr="capture"
+    )
+    assert child.stdout is not None and child.stderr is not None
+    try:
+        code = await asyncio.shield(child.exited)
+    except asyncio.CancelledError:
+        child.kill_hutch()
+        await asyncio.shield(child.exited)
+        raise
+    await child.stdout.eof_future
+    await child.stderr.eof_future
+    return v.parse(envelope_result(child.stdout.captured(), child.stderr.captured(), code, v.verb))
+
+
+class Session(core.Target):
+    """``hutch.Session`` for asyncio: the same verbs, awaited. ``async with
+    await Session.create(...) as s:`` closes it when the block ends."""
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        state_dir: PathLike | None = None,
+        wait: bool = False,
+        info: SessionInfo | None = None,
+    ) -> None:
+        self.id = id
+        self.state_dir = state_dir
+        self.wait = wait
+        self.info = info
+        self.closed = False
+
+    @classmethod
+    async def create(
+        cls,
+        *,
+        from_dir: PathLike | None = None,
+        from_git: PathLike | None = None,
+        rev: str | None = None,
+        allow_submodules: bool = False,
+        allow_symlinks: bool = False,
+        allow_export_attributes: bool = False,
+        expect_fingerprint: str | None = None,
+        deadline: Seconds = None,
+        max_commands: int | None = None,
+        max_files: int | None = None,
+        max_bytes: Size | None = None,
+        max_file_bytes: Size | None = None,
+        max_depth: int | None = None,
+        max_path_bytes: int | None = None,
+        state_dir: PathLike | None = None,
+        wait: bool = False,
+    ) -> Session:
+        """See ``hutch.Session.create``."""
+        info = await _exec(
+            core.create(
+                state_dir,
+                from_dir=from_dir,
+                from_git=from_git,
+                rev=rev,
+                allow_submodules=allow_submodules,
+                allow_symlinks=allow_symlinks,
+                allow_export_attributes=allow_export_attributes,
+                expect_fingerprint=expect_fingerprint,
+                deadline=deadline,
+                max_commands=max_commands,
+                max_files=max_files,
+                max_bytes=max_bytes,
+                max_file_bytes=max_file_bytes,
+                max_depth=max_depth,
+                max_path_bytes=max_path_bytes,
+            )
+        )
+        return cls(info.id, state_dir=state_dir, wait=wait, info=info)
+
+    @classmethod
+    async def list(cls, *, state_dir: PathLike | None = None) -> builtins.list[SessionInfo]:
+        return await _exec(core.list_sessions(state_dir))
+
+    @classmethod
+    async def gc(cls, older_than: Seconds, *, state_dir: PathLike | None = None) -> GcReport:
+        return await _exec(core.gc(state_dir, older_than))
+
+    async def run(
+        self,
+        args: Sequence[str],
+        *,
+        input: bytes | None = None,
+        check: bool = False,
+        **options: Unpack[Options],
+    ) -> SessionResult:
+        """See ``hutch.Session.run``; cancelling the task kills the command."""
+        proc = _start(
+            args,
+            options,
+            input=input,
+            stdout="capture",
+            stderr="capture",
+            check=check,
+            events=False,
+            session=self.id,
+            state_dir=self.state_dir,
+            wait=self.wait,
+        )
+        res = await proc.result()
+        assert isinstance(res, SessionResult)
+        return res
+
+    def spawn(
+        self,
+        args: Sequence[str],
+        *,
+        input: bytes | None = None,
+        stdout: StreamMode = "stream",
+        stderr: StreamMode = "capture",
+        check: bool = False,
+        **options: Unpack[Options],
+    ) -> _Spawn:
+        """A session command as a ``Process`` with streamed output (see
+        ``spawn``); its ``result()`` is a ``SessionResult``."""
+        return _Spawn(
+            lambda: _start(
+                args,
+                options,
+                input=input,
+                stdout=stdout,
+                stderr=stderr,
+                check=check,
+                events=True,
+                session=self.id,
+                state_dir=self.state_dir,
+                wait=self.wait,
+            )
+        )
+
+    async def read(self, path: str, *, max_bytes: Size = core.DEFAULT_READ_MAX) -> bytes:
+        return await _exec(core.read(self, path, max_bytes))
+
+    async def read_text(self, path: str, *, max_bytes: Size = core.DEFAULT_READ_MAX) -> str:
+        return (await self.read(path, max_bytes=max_bytes)).decode("utf-8", "replace")
+
+    async def write(
+        self, path: str, data: bytes | str, *, max_bytes: Size = core.DEFAULT_WRITE_MAX
+    ) -> int:
+        return await _exec(core.write(self, path, data, max_bytes))
+
+    async def glob(
+        self,
+        pattern: str,
+        *,
+        path: str | None = None,
+        max_matches: int = 1000,
+        max_bytes: Size = 1 << 20,
+        timeout: Seconds = None,
+    ) -> SearchResult[GlobMatch]:
+        return await _exec(core.glob(self, pattern, path, max_matches, max_bytes, timeout))
+
+    async def grep(
+        self,
+        regex: str,
+        *,
+        path: str | None = None,
+        glob: str | None = None,
+        ignore_case: bool = False,
+        fixed_strings: bool = False,
+        files_with_matches: bool = False,
+        max_matches: int = 1000,
+        max_bytes: Size = 1 << 20,
+        max_line_bytes: Size = 1024,
+        engine: str = "auto",
+        timeout: Seconds = None,
+    ) -> SearchResult[GrepMatch]:
+        return await _exec(
+            core.grep(
+                self,
+                regex,
+                path,
+                glob,
+                ignore_case,
+                fixed_strings,
+                files_with_matches,
+                max_matches,
+                max_bytes,
+                max_line_bytes,
+                engine,
+                timeout,
+            )
+        )
+
+    @overload
+    async def diff(
+        self, *, format: Literal["unified"] = "unified", max_bytes: Size = ...
+    ) -> bytes: ...
+    @overload
+    async def diff(self, *, format: Literal["json"], max_bytes: Size = ...) -> DiffReport: ...
+    @overload
+    async def diff(self, *, format: Literal["stat"], max_bytes: Size = ...) -> str: ...
+    async def diff(
+        self, *, format: str = "unified", max_bytes: Size = core.DEFAULT_DIFF_MAX
+    ) -> Any:
+        return await _exec(core.diff(self, format, max_bytes))
+
+    async def export(
+        self,
+        paths: Sequence[str],
+        *,
+        out: PathLike,
+        patch: bool = False,
+        max_bytes: Size | None = None,
+        max_file_bytes: Size | None = None,
+        max_entries: int | None = None,
+    ) -> ExportManifest:
+        return await _exec(
+            core.export(self, paths, out, patch, max_bytes, max_file_bytes, max_entries)
+        )
+
+    async def close(self) -> bool:
+        if self.closed:
+            return False
+        removed = await _exec(core.close(self))
+        self.closed = True
+        return removed
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"hutch.aio.Session({self.id!r})"
