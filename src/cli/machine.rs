@@ -188,6 +188,11 @@ impl MachineError {
             LaunchError::HelperNotFound | LaunchError::Helper { .. } => {
                 MachineError::new(ErrorKind::Setup, what)
             }
+            LaunchError::Setup { errno, .. } => {
+                let mut m = MachineError::new(ErrorKind::Setup, what);
+                m.errno = Some(format!("{errno:?}"));
+                m
+            }
             LaunchError::Failed(f) => {
                 let kind = match f.kind {
                     crate::launch::FailureKind::InvalidSpec => ErrorKind::Spec,
