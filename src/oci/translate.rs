@@ -557,7 +557,8 @@ fn translate_linux_rest(linux: &Linux, _spec: &mut Spec) -> Result<(), OciError>
         return Err(err("linux.resources.pids.limit", no_limit));
     }
     if let Some(c) = &r.cpu
-        && (c.shares.is_some_and(|s| s > 0)
+        // 1024 shares is the kernel's default weight: no limit.
+        && (c.shares.is_some_and(|s| s > 0 && s != 1024)
             || c.quota.is_some_and(|q| q > 0)
             || c.burst.is_some()
             || c.realtime_runtime.is_some()
