@@ -323,6 +323,11 @@ fn annotations_choose_landlock_and_the_egress_proxy() {
                 .is_ok_and(|t| t.lines().any(|l| l.contains("\"exit_code\"")))
         });
         let report = exit_report(&status);
+        assert_eq!(
+            report["enforced"]["namespaces"],
+            json!(["mount", "pid", "ipc", "uts", "net"]),
+            "the container's own namespaces (no user namespace in the config)"
+        );
         let ll = &report["enforced"]["confinement"]["landlock"];
         if landlock == "off" {
             assert_eq!(ll["enforced_abi"], Value::Null, "{report}");
