@@ -274,7 +274,9 @@ fn kill_signals_the_workload_and_delete_force_ends_a_running_container() {
 #[test]
 fn run_is_create_and_start_and_reports_the_exit_code() {
     require!(requirements().is_ok(), requirements().unwrap_err());
-    let b = Bundle::new("oci-run", &base_config(&["sh", "-c", "echo ran; exit 5"]));
+    let mut b = Bundle::new("oci-run", &base_config(&["sh", "-c", "echo ran; exit 5"]));
+    // A state root whose hold socket's path is longer than sun_path.
+    b.state_root = b.path().join("s".repeat(110));
     let id = format!("run-{}", std::process::id());
     let o = b
         .oci(&["run", "--bundle"])

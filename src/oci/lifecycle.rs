@@ -199,6 +199,24 @@ fn unix_addr(path: &Path) -> Result<SocketAddrUnix, OciError> {
     })
 }
 
+/// The hold socket of a state directory, addressed through an fd of the
+/// directory (`/proc/self/fd/N/hold.sock`), so that a long state root
+/// never exceeds sun_path's 108 bytes. Returns the fd with the address.
+fn hold_addr(dir: &Path) -> Result<(OwnedFd, SocketAddrUnix), OciError> {
+    let fd: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dir)
+        .map_err(OciError::io(format!("opening {}", dir.display())))?
+        .into();
+    let path = format!(
+        "/proc/self/fd/{}/{HOLD_SOCKET}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    );
+    let addr = unix_addr(Path::new(&path))?;
+    Ok((fd, addr))
+}
+
 impl Root {
     pub fn new(path: impl Into<PathBuf>) -> Root {
         Root(path.into())
@@ -303,7 +321,8 @@ impl Root {
     ) -> Result<Record, OciError> {
         let hold_path = dir.join(HOLD_SOCKET);
         let hold = seqpacket()?;
-        rustix::net::bind(&hold, &unix_addr(&hold_path)?)
+        let (_dir_fd, addr) = hold_addr(dir)?;
+        rustix::net::bind(&hold, &addr)
             .map_err(|e| OciError::io(format!("bind({})", hold_path.display()))(e.into()))?;
         rustix::net::listen(&hold, 1)
             .map_err(|e| OciError::io(format!("listen({})", hold_path.display()))(e.into()))?;
@@ -381,7 +400,8 @@ impl Root {
         let dir = self.dir(id)?;
         let sock = seqpacket()?;
         let hold_path = dir.join(HOLD_SOCKET);
-        rustix::net::connect(&sock, &unix_addr(&hold_path)?).map_err(|e| {
+        let (_dir_fd, addr) = hold_addr(&dir)?;
+        rustix::net::connect(&sock, &addr).map_err(|e| {
             OciError::io(format!("connecting to {}", hold_path.display()))(e.into())
         })?;
         sys::socket::send(sock.as_fd(), b"start", &[]).map_err(|e| OciError::Io {

@@ -294,12 +294,22 @@ fn translate_process(p: &Process, spec: &mut Spec) -> Result<(), OciError> {
     spec.identity.groups = Some(u.additional_gids.clone());
     spec.umask = u.umask;
     let caps = p.capabilities.clone().unwrap_or_default();
+    // The kernel raises an ambient capability only when it is permitted
+    // and inheritable too; runc warns and goes on without the others
+    // (`runc spec`'s own config lists ambient ones that are not
+    // inheritable). Leaving them out only ever means fewer capabilities.
+    let ambient = caps
+        .ambient
+        .iter()
+        .filter(|c| caps.inheritable.contains(c) && caps.permitted.contains(c))
+        .cloned()
+        .collect();
     spec.security.capabilities = Some(CapabilitySets {
         bounding: caps.bounding,
         effective: caps.effective,
         permitted: caps.permitted,
         inheritable: caps.inheritable,
-        ambient: caps.ambient,
+        ambient,
     });
     for (i, r) in p.rlimits.iter().enumerate() {
         let at = format!("process.rlimits[{i}]");
@@ -689,6 +699,12 @@ mod tests {
         )));
         assert!(matches!(s.fs.last(), Some(FsOp::ReadonlyPath { .. })));
         crate::spec::validate(s).unwrap();
+        // An ambient capability that is not inheritable is left out.
+        let mut c = config(EXAMPLE);
+        let caps = c.process.as_mut().unwrap().capabilities.as_mut().unwrap();
+        caps.inheritable.clear();
+        let tr = t(&c).unwrap();
+        assert!(tr.spec.security.capabilities.unwrap().ambient.is_empty());
     }
 
     #[test]
