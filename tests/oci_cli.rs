@@ -441,3 +441,81 @@ fn features_name_the_versions_engines_check() {
             .contains(&json!("network"))
     );
 }
+
+/// A config with a user namespace of its own (root inside mapped to the
+/// launcher), run as root and as uid 65534: hutch-oci's unprivileged path.
+#[test]
+fn a_user_namespace_container_runs_as_root_and_as_nobody() {
+    for who in [As::Root, As::Nobody] {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        require!(
+            Path::new(BUSYBOX).exists(),
+            "busybox-static builds the rootfs"
+        );
+        let host = if who == As::Root { 0 } else { caller_id(who) };
+        let mut config = base_config(&[
+            "sh",
+            "-c",
+            "echo uid $(id -u); cat /proc/self/uid_map; exit 6",
+        ]);
+        config["linux"]["namespaces"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "user"}));
+        let map = json!([{"containerID": 0, "hostID": host, "size": 1}]);
+        config["linux"]["uidMappings"] = map.clone();
+        config["linux"]["gidMappings"] = map;
+        let b = Bundle::new("oci-userns", &config);
+        // A rootless engine's rootfs belongs to its user.
+        let rootfs = b.path().join("rootfs");
+        let mut owned = vec![b.path().to_path_buf(), b.path().join("config.json")];
+        owned.push(rootfs.clone());
+        owned.push(rootfs.join("bin"));
+        owned.extend(
+            std::fs::read_dir(rootfs.join("bin"))
+                .unwrap()
+                .map(|e| e.unwrap().path()),
+        );
+        for p in owned {
+            own_as(&p, who);
+        }
+        let id = format!("userns-{}-{}", host, std::process::id());
+        let mut cmd = if who.drops_to_nobody() {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(hutch_oci());
+            c
+        } else {
+            Command::new(hutch_oci())
+        };
+        let o = cmd
+            .arg("--root")
+            .arg(&b.state_root)
+            .args(["run", "--bundle"])
+            .arg(b.path())
+            .arg(&id)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(6), "{who:?}: {}", stderr(&o));
+        let out = stdout(&o);
+        let map: Vec<&str> = out
+            .lines()
+            .nth(1)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        assert_eq!(out.lines().next(), Some("uid 0"), "{out}");
+        assert_eq!(map, ["0", &host.to_string(), "1"], "{out}");
+        assert!(!b.state_root.join(&id).exists());
+    }
+}
+
+/// The host uid `who` launches as.
+fn caller_id(who: As) -> u32 {
+    if who.drops_to_nobody() {
+        NOBODY
+    } else {
+        nix::unistd::getuid().as_raw()
+    }
+}

@@ -59,11 +59,16 @@ pub(super) fn ids(spec: &Spec, caller_uid: u32, caller_gid: u32) -> Result<Ids, 
         // one; the workload then becomes its own ids.
         let ns_root = host_of(&id.uid_map, 0).is_some() && host_of(&id.gid_map, 0).is_some();
         let init = if ns_root { (0, 0) } else { (uid, gid) };
-        let workload_ids = (init != (uid, gid) || id.groups.is_some()).then(|| WorkloadIds {
-            uid,
-            gid,
-            groups: id.groups.clone(),
-        });
+        // Root clears the launcher's groups (or sets those asked for); an
+        // unprivileged launch cannot call setgroups (denied) and has no
+        // group of its own to drop.
+        let groups = if root {
+            groups()
+        } else {
+            id.groups.clone().filter(|g| !g.is_empty())
+        };
+        let workload_ids =
+            (init != (uid, gid) || groups.is_some()).then_some(WorkloadIds { uid, gid, groups });
         if !root && id.groups.as_ref().is_some_and(|g| !g.is_empty()) {
             return Err(spec_err(
                 "identity.groups",

@@ -154,7 +154,7 @@ impl<S: FsSys> Builder<'_, S> {
                     MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
                 ))?;
                 let target = self.ensure(dest, false)?;
-                plain(self.sys.move_mount(tree.as_fd(), &fd_path(target.as_fd())))?;
+                plain(self.sys.move_mount_at(tree.as_fd(), target.as_fd(), c""))?;
                 return Ok(());
             }
             Err(e) => return Err((e, None)),
