@@ -391,6 +391,14 @@ fn bad_bundles_fail_with_one_line_and_leave_nothing() {
     );
     with(&|c| c["process"]["cwd"] = json!("relative"), "process.cwd");
     with(
+        &|c| {
+            c["mounts"].as_array_mut().unwrap().push(
+                json!({"destination": "/bin", "type": "tmpfs", "source": "tmpfs", "options": ["tmpcopyup"]}),
+            )
+        },
+        "tmpcopyup works only over an empty or missing directory",
+    );
+    with(
         &|c| c["process"]["args"] = json!(["/bin/not-there"]),
         "command not found",
     );

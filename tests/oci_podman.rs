@@ -182,15 +182,15 @@ fn podman_flags_are_observed_inside_the_container() {
     let volume = format!("{}:/vol:ro", vol.display());
     let script = "id -u; id -g; cat /vol/f; touch /vol/x 2>/dev/null || echo vol-ro; \
                   touch /new 2>/dev/null || echo root-ro; ls /sys/class/net; \
-                  grep CapEff /proc/self/status; hostname";
+                  grep CapEff /proc/self/status; hostname; touch /tmp/t /run/r /var/tmp/v && echo tmpfs-rw";
     let o = p.run(&[
         "--rm",
         "--network",
         "none",
         "-v",
         &volume,
+        // podman's tmpfs over /tmp, /run, /var/tmp (`tmpcopyup`).
         "--read-only",
-        "--read-only-tmpfs=false",
         "--user",
         "1000:1000",
         "--cap-drop",
@@ -214,7 +214,8 @@ fn podman_flags_are_observed_inside_the_container() {
             "root-ro",
             "lo",
             "CapEff:\t0000000000000000",
-            "inside"
+            "inside",
+            "tmpfs-rw"
         ],
         "{}",
         stderr(&o)

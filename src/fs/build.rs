@@ -106,6 +106,8 @@ pub trait FsSys {
         gid: u32,
     ) -> Result<(), SysError>;
     fn stat(&mut self, fd: BorrowedFd<'_>) -> Result<crate::sys::Meta, SysError>;
+    /// Whether the directory `fd` (O_PATH) has no entry but `.` and `..`.
+    fn dir_is_empty(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError>;
 }
 
 /// A failed build step: which operation, the failed call, and a hint.
@@ -527,7 +529,15 @@ impl<S: FsSys> Builder<'_, S> {
                 flags,
                 data,
                 propagation,
-            } => self.fs_mount(fstype, dest, *flags, data.as_deref(), *propagation)?,
+                copy_up,
+            } => self.fs_mount(
+                fstype,
+                dest,
+                *flags,
+                data.as_deref(),
+                *propagation,
+                *copy_up,
+            )?,
             Step::Device {
                 dest,
                 mode,

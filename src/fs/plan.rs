@@ -113,6 +113,8 @@ pub enum Step {
         /// Options built from numbers only.
         data: Option<CString>,
         propagation: libc::c_ulong,
+        /// `tmpcopyup`: the mount point must be an empty directory.
+        copy_up: bool,
     },
     /// A device node (`device` op): S_IF* | permission bits, and rdev.
     Device {
@@ -294,6 +296,7 @@ pub fn plan(spec: &Spec, idmap_overlay_lowers: bool) -> Plan {
                         flags: mount_flags(&o),
                         data: fs_data(fstype, &o),
                         propagation: propagation(&o),
+                        copy_up: o.copy_up,
                     },
                 }
             }

@@ -147,6 +147,13 @@ impl FsSys for RealSys {
     fn stat(&mut self, fd: BorrowedFd<'_>) -> Result<sys::Meta, SysError> {
         sys::fstat(fd)
     }
+
+    fn dir_is_empty(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError> {
+        let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let mut entries =
+            std::fs::read_dir(&path).map_err(|e| sys::io_err(format!("opendir({path:?})"), e))?;
+        Ok(entries.next().is_none())
+    }
 }
 
 impl ChildSys for RealSys {

@@ -48,6 +48,10 @@ pub struct MountOptions {
     pub ptmxmode: Option<u32>,
     /// devpts `max=`.
     pub max: Option<u64>,
+    /// tmpfs `tmpcopyup` (the OCI runtimes' word: copy what is under the
+    /// mount point into the new tmpfs). Only an empty or missing
+    /// directory can be copied up; anything else fails the build.
+    pub copy_up: bool,
 }
 
 /// Read `options` for a mount of type `fstype`. Errors name the option.
@@ -96,6 +100,7 @@ pub fn parse_options(fstype: &str, options: &[String]) -> Result<MountOptions, S
                 ));
             }
             ("newinstance", None) if fstype == "devpts" => {}
+            ("tmpcopyup", None) if fstype == "tmpfs" => o.copy_up = true,
             ("size", Some(v)) if takes_value(&["tmpfs"]) => o.size = Some(size(word, v)?),
             ("nr_inodes", Some(v)) if takes_value(&["tmpfs"]) => o.nr_inodes = Some(size(word, v)?),
             ("mode", Some(v)) if takes_value(&["tmpfs", "devpts"]) => {

@@ -59,8 +59,17 @@ impl<S: FsSys> Builder<'_, S> {
         flags: libc::c_ulong,
         data: Option<&CStr>,
         propagation: libc::c_ulong,
+        copy_up: bool,
     ) -> OpResult<()> {
         let target = self.ensure(dest, true)?;
+        // Copying up an empty directory is mounting over it; hutch does
+        // not copy files of the workload's tree.
+        if copy_up && !plain(self.sys.dir_is_empty(target.as_fd()))? {
+            return Err((
+                SysError::new("tmpcopyup", Errno::ENOTEMPTY),
+                Some("tmpcopyup works only over an empty or missing directory"),
+            ));
+        }
         plain(self.sys.mount(
             Some(fstype),
             &fd_path(target.as_fd()),
