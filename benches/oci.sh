@@ -56,7 +56,7 @@ hyperfine --warmup 5 --runs "$runs" -S sh \
 tar -C "$bundle/rootfs" -cf "$work/rootfs.tar" .
 p="podman --root $work/storage --runroot $work/run --storage-driver vfs --cgroup-manager cgroupfs --events-backend file"
 $p import -q "$work/rootfs.tar" localhost/hutch-oci-bench:latest >/dev/null
-flags="--rm --network none --pids-limit 0 --security-opt seccomp=unconfined --ulimit nofile=1024:1024 --ulimit nproc=4096:4096"
+flags="--rm --network none --pids-limit 0 --ulimit nofile=1024:1024 --ulimit nproc=4096:4096"
 hyperfine --warmup 2 --runs "$((runs / 5 + 1))" \
     -n "podman hutch-oci" "$p --runtime $HUTCH_OCI run $flags localhost/hutch-oci-bench true" \
     -n "podman crun" "$p --runtime crun run $flags localhost/hutch-oci-bench true" \

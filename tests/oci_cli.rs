@@ -374,8 +374,8 @@ fn bad_bundles_fail_with_one_line_and_leave_nothing() {
         "linux.resources.pids.limit",
     );
     with(
-        &|c| c["linux"]["seccomp"] = json!({"defaultAction": "SCMP_ACT_ALLOW"}),
-        "linux.seccomp",
+        &|c| c["linux"]["seccomp"] = json!({"defaultAction": "SCMP_ACT_NOTIFY"}),
+        "linux.seccomp.defaultAction",
     );
     with(
         &|c| c["hooks"] = json!({"prestart": [{"path": "/bin/true"}]}),

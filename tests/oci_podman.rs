@@ -9,9 +9,8 @@
 //! `--ulimit nofile=1024:1024 --ulimit nproc=4096:4096` (root lacks
 //! CAP_SYS_RESOURCE here, so podman's default rlimits cannot be set),
 //! `--cgroup-manager cgroupfs`, `--pids-limit 0` (hutch-oci refuses the
-//! cgroup limit it cannot enforce), `--security-opt seccomp=unconfined`
-//! (podman's OCI seccomp profile is not translated; hutch's own default
-//! profile applies).
+//! cgroup limit it cannot enforce). podman's own seccomp profile is
+//! translated and enforced in every run.
 
 mod common;
 
@@ -113,8 +112,6 @@ const RUN_FLAGS: &[&str] = &[
     "nproc=4096:4096",
     "--pids-limit",
     "0",
-    "--security-opt",
-    "seccomp=unconfined",
 ];
 
 fn requirements() -> Result<(), String> {
@@ -293,4 +290,51 @@ fn detached_run_stop_and_rm_leave_nothing() {
         let o = Command::new("pgrep").args(["-f", id]).output().unwrap();
         assert_eq!(stdout(&o), "", "a process of {id} is left");
     }
+}
+
+#[test]
+fn podman_seccomp_profiles_are_enforced() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let p = Podman::new("podman-seccomp");
+    // podman's default profile: a filter is installed.
+    let o = p.run(&[
+        "--rm",
+        "--network",
+        "none",
+        IMAGE,
+        "grep",
+        "^Seccomp:",
+        "/proc/self/status",
+    ]);
+    assert_eq!(stdout(&o), "Seccomp:\t2\n", "{}", stderr(&o));
+    // A profile of the user's: mkdir answers EPERM, the rest is allowed.
+    let profile = p.path().join("deny-mkdir.json");
+    std::fs::write(
+        &profile,
+        r#"{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+            {"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]}"#,
+    )
+    .unwrap();
+    let opt = format!("seccomp={}", profile.display());
+    let o = p.run(&[
+        "--rm",
+        "--network",
+        "none",
+        "--security-opt",
+        &opt,
+        IMAGE,
+        "sh",
+        "-c",
+        "mkdir /tmp/d 2>&1; echo made=$?; echo still-runs",
+    ]);
+    let out = stdout(&o);
+    assert!(
+        out.contains("Operation not permitted"),
+        "{out} {}",
+        stderr(&o)
+    );
+    assert!(
+        out.contains("made=1") && out.contains("still-runs"),
+        "{out}"
+    );
 }

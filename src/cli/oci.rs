@@ -432,7 +432,14 @@ fn features() -> String {
             "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "user", "uts"],
             "capabilities": caps,
             "cgroup": {"v1": false, "v2": false, "systemd": false, "systemdUser": false},
-            "seccomp": {"enabled": false},
+            "seccomp": {
+                "enabled": true,
+                "actions": ["SCMP_ACT_ALLOW", "SCMP_ACT_ERRNO", "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS",
+                            "SCMP_ACT_KILL_THREAD", "SCMP_ACT_LOG", "SCMP_ACT_TRAP"],
+                "operators": ["SCMP_CMP_EQ", "SCMP_CMP_GE", "SCMP_CMP_GT", "SCMP_CMP_LE", "SCMP_CMP_LT",
+                              "SCMP_CMP_MASKED_EQ", "SCMP_CMP_NE"],
+                "archs": ["SCMP_ARCH_X86_64"]
+            },
             "apparmor": {"enabled": false},
             "selinux": {"enabled": false}
         },

@@ -316,9 +316,14 @@ impl Root {
         dir: &Path,
         bundle: &Path,
         config: &Config,
-        t: super::translate::Translated,
+        mut t: super::translate::Translated,
         req: &CreateRequest<'_>,
     ) -> Result<Record, OciError> {
+        if let Some(json) = &t.seccomp_profile {
+            let path = dir.join("seccomp.json");
+            write_atomic(&path, json.as_bytes())?;
+            t.spec.security.seccomp = path.display().to_string();
+        }
         let hold_path = dir.join(HOLD_SOCKET);
         let hold = seqpacket()?;
         let (_dir_fd, addr) = hold_addr(dir)?;

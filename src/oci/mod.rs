@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod lifecycle;
+pub mod seccomp;
 pub mod translate;
 
 /// What went wrong, as one line (the key of the config, or the step).

@@ -22,6 +22,9 @@ pub struct Translated {
     pub status_file: Option<PathBuf>,
     /// `linux.cgroupsPath`, as given.
     pub cgroups_path: Option<String>,
+    /// `linux.seccomp` as a hutch profile (JSON): the runtime writes it to
+    /// the container's state directory and points `security.seccomp` at it.
+    pub seccomp_profile: Option<String>,
 }
 
 /// The annotations hutch reads (every other `run.hutch.*` is refused, so
@@ -254,17 +257,23 @@ pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
             }
         }
     }
-    if linux.seccomp.is_some() && !seccomp_chosen {
-        return Err(err(
-            "linux.seccomp",
-            "OCI seccomp profiles are not translated yet; run without one (podman: --security-opt seccomp=unconfined) to get hutch's default profile, or choose a hutch profile with the annotation run.hutch.seccomp",
-        ));
+    // The config's profile, unless an annotation chose hutch's own; without
+    // one, hutch's `default` profile.
+    let mut seccomp_profile = None;
+    if let Some(s) = &linux.seccomp
+        && !seccomp_chosen
+    {
+        match super::seccomp::profile(s)? {
+            Some(json) => seccomp_profile = Some(json),
+            None => spec.security.seccomp = "unconfined".into(),
+        }
     }
     Ok(Translated {
         spec,
         terminal,
         status_file,
         cgroups_path: linux.cgroups_path.clone(),
+        seccomp_profile,
     })
 }
 
