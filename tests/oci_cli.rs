@@ -251,6 +251,18 @@ fn kill_signals_the_workload_and_delete_force_ends_a_running_container() {
     let pid = b.pid(&id);
     assert!(b.run(&["start", &id]).status.success());
     assert_eq!(b.state(&id)["status"], "running");
+    // exec: in the container's namespaces, its code back, flags after the
+    // id belong to the command.
+    let o = b.run(&["exec", &id, "sh", "-c", "hostname; exit 4"]);
+    assert_eq!(o.status.code(), Some(4), "exec: {}", stderr(&o));
+    assert_eq!(stdout(&o), "oci-test\n");
+    let o = b.run(&["exec", &id, "/bin/not-there"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("executing the command failed"),
+        "{}",
+        stderr(&o)
+    );
     let o = b.run(&["delete", &id]);
     assert!(!o.status.success(), "a running container needs --force");
     // CRI-O's form: the name without SIG.

@@ -1,7 +1,7 @@
 //! podman runs its containers through `hutch-oci` (`podman --runtime`):
 //! a busybox image built here (no registry), `run --rm` exit codes and
 //! output, the flags users rely on observed from inside, a terminal
-//! through the console socket, `run -d` + `stop` + `rm`, and nothing left
+//! through the console socket, `run -d` + `exec` + `stop` + `rm`, and nothing left
 //! behind. Each test has its own podman storage (`--root`/`--runroot`,
 //! vfs driver: no mounts to leak).
 //!
@@ -255,7 +255,7 @@ fn a_tty_run_gets_a_terminal_through_the_console_socket() {
 }
 
 #[test]
-fn detached_run_stop_and_rm_leave_nothing() {
+fn detached_run_exec_stop_and_rm_leave_nothing() {
     require!(requirements().is_ok(), requirements().unwrap_err());
     let p = Podman::new("podman-detached");
     let mut ids = Vec::new();
@@ -271,6 +271,32 @@ fn detached_run_stop_and_rm_leave_nothing() {
         assert_eq!(stdout(&o).trim(), "running", "{}", stderr(&o));
         let state = PathBuf::from("/run/hutch-oci").join(&id).join("state.json");
         assert!(state.exists(), "hutch-oci holds its state");
+        // podman exec: a process in the same container, its code back.
+        let o = p
+            .podman(&[
+                "exec",
+                "--user",
+                "1000:1000",
+                &id,
+                "sh",
+                "-c",
+                "id -u; ls /proc | grep -c '^[0-9]'; exit 5",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(5), "exec: {}", stderr(&o));
+        let out = stdout(&o);
+        assert_eq!(out.lines().next(), Some("1000"), "{out}");
+        // Its own pid namespace: hutch init, the workload and the exec'd
+        // processes only.
+        let pids: u32 = out
+            .lines()
+            .nth(1)
+            .unwrap_or("0")
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        assert!((3..10).contains(&pids), "{out}");
         let o = p.podman(&["stop", "-t", "1", &id]).output().unwrap();
         assert!(o.status.success(), "stop: {}", stderr(&o));
         let o = p

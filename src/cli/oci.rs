@@ -19,6 +19,8 @@ commands (runc's command line):
   create [--bundle DIR] [--pid-file FILE] [--console-socket SOCK] ID
   start ID
   run [--bundle DIR] [--pid-file FILE] [--console-socket SOCK] [--detach] ID
+  exec [--process FILE] [--tty] [--console-socket SOCK] [--pid-file FILE] [--detach]
+       [--cwd DIR] [--env K=V]... [--user UID[:GID]] ID [CMD...]
   state ID
   kill [--all] ID [SIGNAL]
   delete [--force] ID
@@ -129,11 +131,13 @@ pub fn main(args: Vec<OsString>) -> i32 {
             println!("{USAGE}");
             Ok(0)
         }
-        "checkpoint" | "restore" | "exec" | "update" | "pause" | "resume" | "ps" | "events"
-        | "spec" => Err(Failed(
-            1,
-            anyhow!("{cmd} is not supported by hutch-oci (see docs/oci.md)"),
-        )),
+        "exec" => exec(&root, &rest),
+        "checkpoint" | "restore" | "update" | "pause" | "resume" | "ps" | "events" | "spec" => {
+            Err(Failed(
+                1,
+                anyhow!("{cmd} is not supported by hutch-oci (see docs/oci.md)"),
+            ))
+        }
         other => Err(Failed(
             1,
             anyhow!("unknown command {other:?} (hutch-oci --help)"),
@@ -199,13 +203,23 @@ type Parsed = (Vec<(String, String)>, Vec<String>);
 
 /// Split `args` into `--flag value` pairs (known `flags` take a value,
 /// `switches` do not) and positional arguments.
-fn parse_flags(args: &[String], flags: &[&str], switches: &[&str]) -> Result<Parsed, Failed> {
+fn parse_flags(
+    args: &[String],
+    flags: &[&str],
+    switches: &[&str],
+    stop_at_positional: bool,
+) -> Result<Parsed, Failed> {
     let mut pairs = Vec::new();
     let mut positional = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if !a.starts_with('-') || a == "-" {
             positional.push(a.clone());
+            if stop_at_positional {
+                // exec: what follows the id is the command, flags and all.
+                positional.extend(it.by_ref().cloned());
+                break;
+            }
             continue;
         }
         if a == "--" {
@@ -248,6 +262,7 @@ fn create(root: &Root, rest: &[String], run: bool) -> Result<i32, Failed> {
             "--preserve-fds",
         ],
         &["--no-pivot", "--no-new-keyring", "--detach", "-d", "--keep"],
+        false,
     )?;
     let id = one_id(&positional)?;
     let mut bundle = PathBuf::from(".");
@@ -296,6 +311,106 @@ fn create(root: &Root, rest: &[String], run: bool) -> Result<i32, Failed> {
     };
     root.delete(&id, true)?;
     Ok(code)
+}
+
+fn exec(root: &Root, rest: &[String]) -> Result<i32, Failed> {
+    let (pairs, positional) = parse_flags(
+        rest,
+        &[
+            "--process",
+            "-p",
+            "--console-socket",
+            "--pid-file",
+            "--cwd",
+            "--env",
+            "-e",
+            "--user",
+            "-u",
+            "--preserve-fds",
+            "--process-label",
+            "--apparmor",
+            "--cap",
+            "-c",
+        ],
+        &[
+            "--tty",
+            "-t",
+            "--detach",
+            "-d",
+            "--no-new-privs",
+            "--ignore-paused",
+        ],
+        true,
+    )?;
+    let Some((id, argv)) = positional.split_first() else {
+        return Err(anyhow!("expected a container id").into());
+    };
+    let get = |f: &[&str]| {
+        pairs
+            .iter()
+            .filter(|(k, _)| f.contains(&k.as_str()))
+            .map(|(_, v)| v.clone())
+            .collect::<Vec<_>>()
+    };
+    let has = |f: &[&str]| pairs.iter().any(|(k, _)| f.contains(&k.as_str()));
+    for (flag, what) in [
+        (&["--process-label", "--apparmor"][..], "labels"),
+        (&["--cap", "-c"][..], "extra capabilities"),
+    ] {
+        if has(flag) {
+            return Err(anyhow!("exec {}: {what} are not supported by hutch-oci", flag[0]).into());
+        }
+    }
+    if get(&["--preserve-fds"]).iter().any(|v| v != "0") {
+        return Err(anyhow!("--preserve-fds: passing extra fds is not supported").into());
+    }
+    let process = match get(&["--process", "-p"]).last() {
+        Some(file) => {
+            let bytes = std::fs::read(file).with_context(|| format!("reading {file}"))?;
+            if bytes.len() as u64 > crate::oci::lifecycle::MAX_CONFIG {
+                return Err(anyhow!("{file}: too large").into());
+            }
+            serde_json::from_slice(&bytes)
+                .map_err(|e| anyhow!("{file} is not a runtime-spec process (line {})", e.line()))?
+        }
+        None => {
+            if argv.is_empty() {
+                return Err(anyhow!("exec needs --process FILE or a command").into());
+            }
+            let r = root.load(id)?;
+            let base = crate::oci::lifecycle::read_config(std::path::Path::new(&r.bundle))?;
+            let mut p = base.process.unwrap_or_default();
+            p.args = argv.to_vec();
+            p.terminal = has(&["--tty", "-t"]);
+            if let Some(cwd) = get(&["--cwd"]).last() {
+                p.cwd = cwd.clone();
+            }
+            p.env.extend(get(&["--env", "-e"]));
+            if let Some(user) = get(&["--user", "-u"]).last() {
+                let (u, g) = user.split_once(':').unwrap_or((user, "0"));
+                p.user.uid = u
+                    .parse()
+                    .map_err(|_| anyhow!("--user {user}: not UID[:GID]"))?;
+                p.user.gid = g
+                    .parse()
+                    .map_err(|_| anyhow!("--user {user}: not UID[:GID]"))?;
+            }
+            if has(&["--no-new-privs"]) {
+                p.no_new_privileges = true;
+            }
+            p
+        }
+    };
+    let pid_file = get(&["--pid-file"]).last().map(PathBuf::from);
+    let console = get(&["--console-socket"]).last().map(PathBuf::from);
+    let detach = has(&["--detach", "-d"]);
+    Ok(root.exec(
+        id,
+        process,
+        pid_file.as_deref(),
+        console.as_deref(),
+        !detach,
+    )?)
 }
 
 fn state(root: &Root, rest: &[String]) -> Result<i32, Failed> {
@@ -356,7 +471,7 @@ pub fn parse_signal(text: &str) -> Option<i32> {
 fn kill(root: &Root, rest: &[String]) -> Result<i32, Failed> {
     // `--all`: hutch init forwards to the workload, and SIGKILL of
     // hutch init ends every process of the container's pid namespace.
-    let (_, positional) = parse_flags(rest, &[], &["--all", "-a"])?;
+    let (_, positional) = parse_flags(rest, &[], &["--all", "-a"], false)?;
     let (id, signal) = match positional.as_slice() {
         [id] => (id.clone(), libc::SIGTERM),
         [id, sig] => (
@@ -370,14 +485,14 @@ fn kill(root: &Root, rest: &[String]) -> Result<i32, Failed> {
 }
 
 fn delete(root: &Root, rest: &[String]) -> Result<i32, Failed> {
-    let (pairs, positional) = parse_flags(rest, &[], &["--force", "-f"])?;
+    let (pairs, positional) = parse_flags(rest, &[], &["--force", "-f"], false)?;
     let id = one_id(&positional)?;
     root.delete(&id, !pairs.is_empty())?;
     Ok(0)
 }
 
 fn list(root: &Root, rest: &[String]) -> Result<i32, Failed> {
-    let (pairs, positional) = parse_flags(rest, &["--format", "-f"], &["--quiet", "-q"])?;
+    let (pairs, positional) = parse_flags(rest, &["--format", "-f"], &["--quiet", "-q"], false)?;
     if !positional.is_empty() {
         return Err(anyhow!("list takes no arguments").into());
     }

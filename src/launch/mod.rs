@@ -15,6 +15,7 @@ mod child_sys;
 pub mod create;
 mod describe;
 pub mod ending;
+pub mod exec;
 pub mod helper;
 mod identity;
 mod join;

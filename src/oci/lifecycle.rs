@@ -183,6 +183,24 @@ pub fn read_config(bundle: &Path) -> Result<Config, OciError> {
     })
 }
 
+/// A connection to the engine's console socket.
+fn connect_console(path: &Path) -> Result<OwnedFd, OciError> {
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| OciError::io("socket(AF_UNIX, SOCK_STREAM)")(e.into()))?;
+    rustix::net::connect(&fd, &unix_addr(path)?).map_err(|e| {
+        OciError::io(format!(
+            "connecting to the console socket {}",
+            path.display()
+        ))(e.into())
+    })?;
+    Ok(fd)
+}
+
 fn seqpacket() -> Result<OwnedFd, OciError> {
     rustix::net::socket_with(
         AddressFamily::UNIX,
@@ -331,25 +349,7 @@ impl Root {
             .map_err(|e| OciError::io(format!("bind({})", hold_path.display()))(e.into()))?;
         rustix::net::listen(&hold, 1)
             .map_err(|e| OciError::io(format!("listen({})", hold_path.display()))(e.into()))?;
-        let console = match req.console_socket {
-            None => None,
-            Some(path) => {
-                let fd = rustix::net::socket_with(
-                    AddressFamily::UNIX,
-                    SocketType::STREAM,
-                    SocketFlags::CLOEXEC,
-                    None,
-                )
-                .map_err(|e| OciError::io("socket(AF_UNIX, SOCK_STREAM)")(e.into()))?;
-                rustix::net::connect(&fd, &unix_addr(path)?).map_err(|e| {
-                    OciError::io(format!(
-                        "connecting to the console socket {}",
-                        path.display()
-                    ))(e.into())
-                })?;
-                Some(fd)
-            }
-        };
+        let console = req.console_socket.map(connect_console).transpose()?;
         let created = launch_create(
             &t.spec,
             CreateOptions {
@@ -445,6 +445,72 @@ impl Root {
             });
         }
         Ok(())
+    }
+
+    /// Run `process` in running container `id` (the OCI `exec`), with the
+    /// container's confinement: its pid once it runs. With `wait`, this
+    /// process becomes a subreaper, waits for it and returns its exit code
+    /// (128+N for signal N); otherwise the process goes to the caller's
+    /// subreaper.
+    pub fn exec(
+        &self,
+        id: &str,
+        process: super::config::Process,
+        pid_file: Option<&Path>,
+        console_socket: Option<&Path>,
+        wait: bool,
+    ) -> Result<i32, OciError> {
+        let r = self.load(id)?;
+        let status = self.status(&r);
+        if status != Status::Running {
+            return Err(OciError::WrongState {
+                id: id.into(),
+                status: status.as_str(),
+                message: "container not running",
+            });
+        }
+        let bundle = Path::new(&r.bundle);
+        let mut config = read_config(bundle)?;
+        if process.terminal != console_socket.is_some() {
+            return Err(OciError::Config {
+                key: "process.terminal".into(),
+                message: "a terminal needs --console-socket, and --console-socket a terminal"
+                    .into(),
+            });
+        }
+        config.process = Some(process);
+        let mut t = super::translate::translate(&config, bundle)?;
+        if t.seccomp_profile.is_some() {
+            t.spec.security.seccomp = self.dir(id)?.join("seccomp.json").display().to_string();
+        }
+        // The egress doors are the container's: the process joins its
+        // network namespace and needs no proxy of its own.
+        if matches!(t.spec.network, crate::spec::Network::Proxy(_)) {
+            t.spec.network = crate::spec::Network::None;
+        }
+        let console = console_socket.map(connect_console).transpose()?;
+        if wait {
+            sys::set_child_subreaper().map_err(|e| OciError::Io {
+                what: "becoming a subreaper".into(),
+                source: std::io::Error::from_raw_os_error(e.errno as i32),
+            })?;
+        }
+        let pid = crate::launch::exec::exec(
+            &t.spec,
+            r.pid,
+            crate::launch::exec::ExecOptions { console },
+        )?;
+        if let Some(pid_file) = pid_file {
+            write_atomic(pid_file, pid.to_string().as_bytes())?;
+        }
+        if !wait {
+            return Ok(0);
+        }
+        match sys::raw::waitpid(pid, 0) {
+            Ok(Some((_, s))) if libc::WIFEXITED(s) => Ok(libc::WEXITSTATUS(s)),
+            Ok(Some((_, s))) if libc::WIFSIGNALED(s) => Ok(128 + libc::WTERMSIG(s)),
+            _ => Ok(1),
+        }
     }
 
     /// Send `signal` to the container's hutch init (forwarded to the
