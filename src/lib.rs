@@ -44,6 +44,8 @@ pub mod net;
 pub mod oci;
 #[doc(hidden)]
 pub mod probe;
+#[doc(hidden)]
+pub mod registry;
 mod static_words;
 #[doc(hidden)]
 pub mod sys;
@@ -81,5 +83,5 @@ pub fn supervisor_main() -> Option<i32> {
 /// fuzzers. Nothing here is stable.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::{audit, cgroup, cli, confine, fs, image, net, oci, probe, sys};
+    pub use crate::{audit, cgroup, cli, confine, fs, image, net, oci, probe, registry, sys};
 }

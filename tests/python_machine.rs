@@ -146,8 +146,46 @@ fn verbs(unprivileged: bool) -> Result<()> {
         v["result"],
         serde_json::json!({"removed": [], "failed": []})
     );
-    let (_, v) = session_json(&state, &["close", &id], unprivileged);
-    assert_eq!(v["result"], serde_json::json!({"id": id, "closed": true}));
+    // seal, show, rm, audit.
+    let (code, v) = session_json(&state, &["seal", &id], unprivileged);
+    assert_eq!(
+        (code, &v["verb"], &v["ok"]),
+        (Some(0), &"session.seal".into(), &true.into())
+    );
+    assert_eq!(v["result"]["index"], 1);
+    assert_eq!(v["result"]["network_none"], false);
+    assert_eq!(v["result"]["fingerprint"].as_str().unwrap().len(), 64);
+    let (_, v) = session_json(&state, &["show", &id], unprivileged);
+    assert_eq!(v["verb"], "session.show");
+    assert_eq!(v["result"]["id"], id.as_str());
+    assert_eq!(v["result"]["seals"].as_array().unwrap().len(), 1);
+    assert_eq!(v["result"]["workspace_path"], "/workspace");
+    let (_, v) = session_json(&state, &["rm", &id, "a.txt"], unprivileged);
+    assert_eq!(v["result"], serde_json::json!({"removed": ["a.txt"]}));
+    let (_, v) = session_json(&state, &["diff", &id, "--format", "json"], unprivileged);
+    let files = v["result"]["diff"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{v}");
+    assert_eq!(files[0]["status"], "deleted");
+    let (_, v) = session_json(&state, &["audit", &id], unprivileged);
+    assert_eq!(v["verb"], "session.audit");
+    let events: Vec<_> = v["result"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap_or(""))
+        .collect();
+    for want in ["create", "write", "diff", "export", "seal", "rm"] {
+        assert!(events.contains(&want), "{want} in {events:?}");
+    }
+    let (code, v) = session_json(&state, &["close", &id], unprivileged);
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        v["result"],
+        serde_json::json!({
+            "id": id, "closed": true, "killed": [], "audit_kept": [], "remaining": [],
+            "verified": true,
+        })
+    );
     let (_, v) = session_json(&state, &["close", &id], unprivileged);
     assert_eq!(v["result"]["closed"], false);
     let (_, v) = session_json(&state, &["read", &id, "a.txt"], unprivileged);

@@ -23,6 +23,7 @@ fn sigkill_during_a_proxy_mode_launch_leaves_nothing_in_the_temp_dir() {
     for who in BOTH {
         require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
         let tmp = TempDir::new("sigkill-tmp", who);
+        let runtime = TempDir::new("sigkill-runtime", who);
         let ws = TempDir::new("sigkill-ws", who);
         let marker = format!(
             "{}",
@@ -51,6 +52,9 @@ fn sigkill_during_a_proxy_mode_launch_leaves_nothing_in_the_temp_dir() {
                 .current_dir(ws.path())
                 .env("TMPDIR", tmp.path())
                 .env("XDG_RUNTIME_DIR", tmp.path())
+                // The registry's records (`hutch ps`) have a directory of
+                // their own, checked below.
+                .env("HUTCH_RUNTIME_DIR", runtime.path())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -85,5 +89,39 @@ fn sigkill_during_a_proxy_mode_launch_leaves_nothing_in_the_temp_dir() {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert!(left.is_empty(), "{who:?}: left in the temp dir: {left:?}");
+        // The records of the killed supervisors are stale: the next
+        // `hutch ps` recognises and removes them, and lists none as live.
+        let mut ps = match who {
+            As::Root => Command::new(hutch_bin()),
+            As::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(hutch_bin());
+                c
+            }
+        };
+        let out = ps
+            .args(["ps", "--json"])
+            .env("HUTCH_RUNTIME_DIR", runtime.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{who:?}: hutch ps: {out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let live: Vec<_> = v["result"]["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["state"] != "stale")
+            .collect();
+        assert!(live.is_empty(), "{who:?}: live after the kills: {live:?}");
+        let records: Vec<_> = std::fs::read_dir(runtime.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| !n.to_string_lossy().starts_with(".tmp-"))
+            .collect();
+        assert!(
+            records.is_empty(),
+            "{who:?}: left in the runtime dir: {records:?}"
+        );
     }
 }

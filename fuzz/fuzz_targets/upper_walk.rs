@@ -70,10 +70,10 @@ fuzz_target!(|data: &[u8]| {
                 .map(|()| files.push(p.clone())),
         };
     }
-    let layers = Layers {
-        base: hutch::internals::sys::open_dir_path(&root.join("base")).unwrap(),
-        upper: hutch::internals::sys::open_dir_path(&upper).unwrap(),
-    };
+    let layers = Layers::new(
+        hutch::internals::sys::open_dir_path(&root.join("base")).unwrap(),
+        hutch::internals::sys::open_dir_path(&upper).unwrap(),
+    );
     let spool = hutch::internals::sys::open_dir_path(&root.join("spool")).unwrap();
     let limit = 64 * 1024;
     for f in [DiffFormat::Unified, DiffFormat::Json, DiffFormat::Stat] {
@@ -121,6 +121,7 @@ fuzz_target!(|data: &[u8]| {
         max_total_bytes: 1 << 20,
         max_file_bytes: 256 << 10,
         max_entries: 64,
+        ..Default::default()
     };
     let mut manifest = Vec::new();
     let archive = root.join("out.tar");

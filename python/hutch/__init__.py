@@ -21,6 +21,7 @@ from ._binary import binary, set_binary
 from ._check import check
 from ._errors import (
     BinaryNotFound,
+    CleanupIncomplete,
     CommandFailed,
     DiffTooLarge,
     FingerprintMismatch,
@@ -40,7 +41,7 @@ from ._errors import (
 )
 from ._options import Bind, Options
 from ._run import Command, run
-from ._session import Session
+from ._session import Session, kill, ps
 from ._types import (
     Changes,
     CheckReport,
@@ -56,8 +57,11 @@ from ._types import (
     GcReport,
     GlobMatch,
     GrepMatch,
+    Killed,
     LimitSupport,
     Result,
+    Sandbox,
+    SealInfo,
     SearchResult,
     SessionInfo,
     SessionResult,
@@ -84,6 +88,7 @@ __all__ = [
     "Bind",
     "Changes",
     "CheckReport",
+    "CleanupIncomplete",
     "Command",
     "CommandFailed",
     "DiffFile",
@@ -103,12 +108,15 @@ __all__ = [
     "HostIOError",
     "HutchError",
     "InternalError",
+    "Killed",
     "LimitSupport",
     "NotFound",
     "Options",
     "PolicyError",
     "Refused",
     "Result",
+    "Sandbox",
+    "SealInfo",
     "SearchResult",
     "Session",
     "SessionBusy",
@@ -126,6 +134,8 @@ __all__ = [
     "__version__",
     "binary",
     "check",
+    "kill",
+    "ps",
     "run",
     "set_binary",
 ]

@@ -154,6 +154,18 @@ class Timeout(CommandFailed):
     kind = "timed-out"
 
 
+class CleanupIncomplete(HutchError):
+    """``Session.close()`` removed the session but found something of it
+    still there (a process, mount, cgroup or runtime record; ``remaining``
+    names each). The host should be quarantined until it is cleaned."""
+
+    kind = "cleanup-incomplete"
+
+    def __init__(self, what: str, remaining: tuple[str, ...], **kw: Any) -> None:
+        super().__init__(what, **kw)
+        self.remaining = remaining
+
+
 _BY_KIND: dict[str, type[HutchError]] = {
     "usage": UsageError,
     "spec": SpecError,

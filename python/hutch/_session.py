@@ -18,6 +18,9 @@ from ._types import (
     GcReport,
     GlobMatch,
     GrepMatch,
+    Killed,
+    Sandbox,
+    SealInfo,
     SearchResult,
     SessionInfo,
     SessionResult,
@@ -247,9 +250,23 @@ class Session(core.Target):
         adds the unified diff. Caps fail the export whole."""
         return call(core.export(self, paths, out, patch, max_bytes, max_file_bytes, max_entries))
 
+    def seal(self, *, network_none: bool = False) -> SealInfo:
+        """Freeze the changes so far as a read-only layer (provisioning
+        done): ``diff`` and ``export`` show what comes after it.
+        ``network_none=True``: no later command may have egress (a run
+        asking for it raises ``Refused``)."""
+        return call(core.seal(self, network_none))
+
+    def show(self) -> SessionInfo:
+        """The session now: ``raw`` holds all of ``session show`` (seals,
+        disk use, budget, deadline, live commands; docs/machine.md)."""
+        return call(core.show(self))
+
     def close(self) -> bool:
-        """Remove the session and everything in it. Idempotent: returns
-        whether this call removed it."""
+        """Kill the session's live commands, remove the session and
+        everything in it, and verify nothing of it is left (else
+        ``CleanupIncomplete``). Idempotent: returns whether this call
+        removed it."""
         if self.closed:
             return False
         removed = call(core.close(self))
@@ -269,3 +286,17 @@ class Session(core.Target):
 
     def __repr__(self) -> str:
         return f"hutch.Session({self.id!r})"
+
+
+def ps() -> builtins.list[Sandbox]:
+    """The running sandboxes (``hutch ps``): the caller's own; root sees
+    every user's."""
+    return call(core.ps())
+
+
+def kill(
+    *sandboxes: str, session: str | None = None, label: str | None = None, all: bool = False
+) -> builtins.list[Killed]:
+    """End sandboxes and every process in them (``hutch kill``): by id,
+    all of a session, all with a label ``KEY=VALUE``, or ``all=True``."""
+    return call(core.kill(sandboxes, session, label, all))

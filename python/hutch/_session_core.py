@@ -13,6 +13,7 @@ from typing import Any, Callable, Generic, TypeVar
 
 from . import _binary
 from ._core import state_args
+from ._errors import CleanupIncomplete
 from ._options import PathLike, Seconds, Size, duration, size
 from ._types import (
     DiffReport,
@@ -20,6 +21,9 @@ from ._types import (
     GcReport,
     GlobMatch,
     GrepMatch,
+    Killed,
+    Sandbox,
+    SealInfo,
     SearchResult,
     SessionInfo,
 )
@@ -163,7 +167,57 @@ def export(
 
 
 def close(s: Target) -> Verb[bool]:
-    return s.verb("close", [], None, lambda r: bool(r["closed"]))
+    def parse(r: Any) -> bool:
+        remaining = tuple(str(x) for x in r.get("remaining") or ())
+        if remaining:
+            raise CleanupIncomplete(
+                f"hutch session close {s.id}: still there after it: {'; '.join(remaining)}",
+                remaining,
+                where=s.id,
+                verb="session.close",
+            )
+        return bool(r["closed"])
+
+    return s.verb("close", [], None, parse)
+
+
+def seal(s: Target, network_none: bool) -> Verb[SealInfo]:
+    return s.verb("seal", ["--network", "none"] if network_none else [], None, SealInfo.from_dict)
+
+
+def show(s: Target) -> Verb[SessionInfo]:
+    return s.verb("show", [], None, SessionInfo.from_dict)
+
+
+def ps() -> Verb[list[Sandbox]]:
+    return Verb(
+        "ps",
+        [_binary.binary(), "ps", "--json"],
+        None,
+        lambda r: [Sandbox.from_dict(d) for d in r["sandboxes"]],
+    )
+
+
+def kill(
+    sandboxes: Sequence[str], session: str | None, label: str | None, all: bool
+) -> Verb[list[Killed]]:
+    if isinstance(sandboxes, str):
+        raise TypeError("sandboxes must be a list of sandbox ids, not one string")
+    a = [str(x) for x in sandboxes]
+    if session is not None:
+        a += ["--session", session]
+    if label is not None:
+        a += ["--label", label]
+    if all:
+        a.append("--all")
+    if not a:
+        raise TypeError("kill needs sandbox ids, session=, label= or all=True")
+    return Verb(
+        "kill",
+        [_binary.binary(), "kill", *a, "--json"],
+        None,
+        lambda r: [Killed.from_dict(d) for d in r["killed"]],
+    )
 
 
 def search_args(

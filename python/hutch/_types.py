@@ -539,3 +539,67 @@ class CheckReport:
             landlock_abi=_int(d.get("landlock_abi")),
             raw=d,
         )
+
+
+@dataclass(frozen=True)
+class SealInfo:
+    """A seal of a session (``session seal``): the layer it froze."""
+
+    index: int
+    fingerprint: str
+    changes: int
+    network_none: bool
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> SealInfo:
+        return SealInfo(
+            index=int(d["index"]),
+            fingerprint=str(d.get("fingerprint", "")),
+            changes=int(d.get("changes", 0)),
+            network_none=bool(d.get("network_none", False)),
+            raw=d,
+        )
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """A running sandbox, as ``hutch ps`` lists it."""
+
+    sandbox_id: str
+    state: str
+    session: str | None
+    labels: dict[str, str]
+    pid: int | None
+    command: tuple[str, ...]
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Sandbox:
+        return Sandbox(
+            sandbox_id=str(d["sandbox_id"]),
+            state=str(d.get("state", "")),
+            session=_str(d.get("session")),
+            labels={str(k): str(v) for k, v in (d.get("labels") or {}).items()},
+            pid=_int(d.get("pid")),
+            command=tuple(str(a) for a in d.get("command") or ()),
+            raw=d,
+        )
+
+
+@dataclass(frozen=True)
+class Killed:
+    """One sandbox ``hutch kill`` dealt with: ``outcome`` is ``killed``,
+    ``gone`` (it ended by itself) or ``still-running``."""
+
+    sandbox_id: str
+    session: str | None
+    outcome: str
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Killed:
+        return Killed(
+            sandbox_id=str(d["sandbox_id"]),
+            session=_str(d.get("session")),
+            outcome=str(d.get("outcome", "")),
+        )

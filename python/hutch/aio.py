@@ -38,6 +38,7 @@ from ._types import (
     GlobMatch,
     GrepMatch,
     Result,
+    SealInfo,
     SearchResult,
     SessionInfo,
     SessionResult,
@@ -773,6 +774,12 @@ class Session(core.Target):
         return await _exec(
             core.export(self, paths, out, patch, max_bytes, max_file_bytes, max_entries)
         )
+
+    async def seal(self, *, network_none: bool = False) -> SealInfo:
+        return await _exec(core.seal(self, network_none))
+
+    async def show(self) -> SessionInfo:
+        return await _exec(core.show(self))
 
     async def close(self) -> bool:
         if self.closed:

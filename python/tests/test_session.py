@@ -342,3 +342,35 @@ def test_gc_removes_unused_sessions(work: Path, state_dir: Path) -> None:
     assert report.removed == (old.id,)
     assert [i.id for i in hutch.Session.list(state_dir=state_dir)] == [keep.id]
     keep.close()
+
+
+def test_seal_show_ps_kill_and_a_verified_close(work: Path, state_dir: Path) -> None:
+    async def main() -> None:
+        s = await hutch.aio.Session.create(from_dir=work, state_dir=state_dir)
+        async with s:
+            assert (await s.run(["sh", "-c", "echo dep > dep.txt"])).ok
+            seal = await s.seal(network_none=True)
+            assert seal.index == 1 and seal.network_none and len(seal.fingerprint) == 64
+            shown = await s.show()
+            assert shown.id == s.id and shown.raw["network_sealed"] is True
+            assert [x["index"] for x in shown.raw["seals"]] == [1]
+            # The diff starts at the seal: provisioning is not in it.
+            assert await s.diff() == b""
+            with pytest.raises(hutch.Refused):
+                await s.run(["true"], allow_hosts=["example.com"])
+            proc = await s.spawn(["sh", "-c", "sleep 1000 & sleep 1000"]).__aenter__()
+            assert await proc.started() is not None
+            mine = [x for x in await asyncio.to_thread(hutch.ps) if x.session == s.id]
+            assert len(mine) == 1 and mine[0].state == "live", mine
+            killed = await asyncio.to_thread(hutch.kill, session=s.id)
+            assert [(k.sandbox_id, k.outcome) for k in killed] == [(mine[0].sandbox_id, "killed")]
+            report = await proc.wait()
+            assert report.status == 137 and report.reason == "killed"
+            assert [x for x in await asyncio.to_thread(hutch.ps) if x.session == s.id] == []
+            # The reaper's lever is idempotent; a named sandbox that is gone is not.
+            assert await asyncio.to_thread(hutch.kill, session=s.id) == []
+            with pytest.raises(hutch.NotFound):
+                await asyncio.to_thread(hutch.kill, mine[0].sandbox_id)
+        assert s.closed
+
+    asyncio.run(main())

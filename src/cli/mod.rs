@@ -6,6 +6,7 @@ mod image;
 pub mod machine;
 pub mod oci;
 mod proxy;
+mod ps;
 mod run;
 mod search;
 mod session;
@@ -13,7 +14,7 @@ mod supervise;
 
 use std::ffi::OsString;
 
-pub use run::{USAGE as RUN_USAGE, parse as parse_run, run_spec};
+pub use run::{USAGE as RUN_USAGE, parse as parse_run, parse_onto as parse_run_onto, run_spec};
 
 const USAGE: &str = "\
 usage: hutch <command> [ARGS...]
@@ -23,6 +24,8 @@ commands:
   check [--json]            which kernel features hutch needs work here, and fixes
   proxy ...                 run the egress proxy alone
   session ...               persistent workspaces over a sealed baseline
+  ps [--json]               the running sandboxes (root: every user's)
+  kill SANDBOX|--session ID|--label K=V|--all   end sandboxes and all their processes
   image ...                 import, list, inspect, rm, gc container images
   version [--json]          print the version (with --json: also the machine
                             interface's version, docs/machine.md)";
@@ -37,6 +40,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("proxy") => proxy::main(rest),
         Some("check") => check::main(rest),
         Some("session") => session::main(rest),
+        Some("ps") => ps::ps_main(rest),
+        Some("kill") => ps::kill_main(rest),
         Some("image") => image::main(rest),
         Some(supervise::SUBCOMMAND) => supervise::main(rest),
         // Inside a session's sandbox only (`hutch session glob|grep`).

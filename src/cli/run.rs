@@ -22,7 +22,8 @@ environment, no capabilities.
 Profile:
   --profile FILE          start from a TOML or JSON profile instead of the default
   --bare                  start from an empty root (no default profile, no workspace)
-  --workspace DIR         overlay DIR instead of the current directory
+  --workspace DIR[:DEST]  overlay DIR instead of the current directory, at DEST
+                          inside (default: the same path)
   --changes DIR           keep the workspace overlay's upper in DIR/upper (work in DIR/work)
   --changes-size SIZE     size cap of a discarded upper (default 4G)
 Filesystem (applied in order):
@@ -33,6 +34,9 @@ Filesystem (applied in order):
   --chmod OCTAL DEST  --remount-ro DEST
 Process:
   --chdir DIR  --setenv KEY VALUE  --unsetenv KEY  --uid N  --gid N  --hostname NAME
+                          (a relative --chdir is inside the workspace)
+  --pass-env NAME         copy NAME from hutch's environment (nothing else of it enters)
+  --label KEY=VALUE       shown by `hutch ps`, matched by `hutch kill --label`
   --share-net             use the host's network (default: none)
 Egress (network through the allow-list proxy; see docs/egress.md):
   --allow-host PATTERN    allow host, *.x (subdomains), **.x (apex too), [:PORT] (default 443)
@@ -69,6 +73,36 @@ Exit status: the command's; 128+N when killed by signal N; 124 on timeout;
 
 /// A change to the Spec, applied after the base profile is chosen.
 type SpecEdit = Box<dyn FnOnce(&mut Spec) -> Result<()>>;
+
+/// How many values the `hutch run` option `flag` takes, `None` when it is
+/// not one (for front ends that forward run options, like `session
+/// create`).
+pub fn value_count(flag: &str) -> Option<usize> {
+    Some(match flag {
+        "--bare" | "--share-net" | "--quiet" | "--json" => 0,
+        "--ro-bind" | "--bind" | "--dev-bind" | "--ro-bind-try" | "--bind-try"
+        | "--dev-bind-try" | "--setenv" | "--symlink" | "--overlay" | "--chmod" => 2,
+        "--profile" | "--workspace" | "--changes" | "--changes-size" | "--size" | "--tmpfs"
+        | "--proc" | "--dev" | "--mqueue" | "--dir" | "--remount-ro" | "--chdir" | "--unsetenv"
+        | "--uid" | "--gid" | "--hostname" | "--timeout" | "--output-limit" | "--memory"
+        | "--pids" | "--cpus" | "--io-max" | "--rlimit" | "--seccomp" | "--landlock-min-abi"
+        | "--cap-add" | "--cap-drop" | "--allow-host" | "--allow-address" | "--resolve"
+        | "--egress-policy" | "--egress-profile" | "--audit" | "--status-file"
+        | "--cgroup-parent" | "--pass-env" | "--label" | "--status-fd" | "--result-fd" => 1,
+        _ => return None,
+    })
+}
+
+/// `--workspace DIR[:DEST]`: DEST is what follows the last `:` when it is
+/// an absolute path.
+fn workspace_arg(cwd: &Path, v: &str) -> (PathBuf, Option<PathBuf>) {
+    match v.rsplit_once(':') {
+        Some((dir, dest)) if dest.starts_with('/') && !dir.is_empty() => {
+            (absolute(cwd, dir), Some(PathBuf::from(dest)))
+        }
+        _ => (absolute(cwd, v), None),
+    }
+}
 
 /// How a run reports to the program that started it (docs/machine.md).
 #[derive(Debug, Clone, Default)]
@@ -107,16 +141,32 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
     parse_reporting(args, &mut Reporting::default())
 }
 
+/// [`parse`], starting from `base` (as a `--profile` would) instead of the
+/// default profile when given.
+pub fn parse_onto(args: &[OsString], base: Option<Spec>) -> Result<(Spec, RunOptions)> {
+    parse_reporting_onto(args, base, &mut Reporting::default())
+}
+
 /// [`parse`], also filling `rep` with the reporting flags as they come.
 pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, RunOptions)> {
+    parse_reporting_onto(args, None, rep)
+}
+
+/// [`parse_onto`] and [`parse_reporting`] in one.
+pub fn parse_reporting_onto(
+    args: &[OsString],
+    base: Option<Spec>,
+    rep: &mut Reporting,
+) -> Result<(Spec, RunOptions)> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let mut it = args.iter().map(|a| {
         a.to_str()
             .ok_or_else(|| anyhow!("argument {a:?} is not valid UTF-8"))
     });
-    let mut base: Option<Spec> = None;
+    let mut base: Option<Spec> = base;
     let mut bare = false;
     let mut workspace: Option<PathBuf> = None;
+    let mut workspace_dest: Option<PathBuf> = None;
     let mut changes: Option<PathBuf> = None;
     let mut pending_size: Option<ByteSize> = None;
     let mut ops: Vec<FsOp> = Vec::new();
@@ -150,7 +200,11 @@ pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, 
                 base = Some(profile);
             }
             "--bare" => bare = true,
-            "--workspace" => workspace = Some(absolute(&cwd, &value(arg)?)),
+            "--workspace" => {
+                let (dir, dest) = workspace_arg(&cwd, &value(arg)?);
+                workspace = Some(dir);
+                workspace_dest = dest;
+            }
             "--changes" => changes = Some(absolute(&cwd, &value(arg)?)),
             "--changes-size" => {
                 let s = size(arg, &value(arg)?)?;
@@ -232,7 +286,35 @@ pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, 
             "--chdir" => {
                 let dir = PathBuf::from(value(arg)?);
                 edits.push(Box::new(move |s| {
-                    s.cwd = Some(dir);
+                    // Relative: inside the workspace (the cwd it set).
+                    s.cwd = Some(match (&s.cwd, dir.is_relative()) {
+                        (Some(ws), true) => ws.join(dir),
+                        _ => dir,
+                    });
+                    Ok(())
+                }));
+            }
+            "--pass-env" => {
+                let name = value(arg)?;
+                let v = std::env::var(&name).map_err(|_| {
+                    anyhow!("--pass-env {name}: not set (or not UTF-8) in hutch's environment")
+                })?;
+                edits.push(Box::new(move |s| {
+                    s.env.insert(name, v);
+                    Ok(())
+                }));
+            }
+            "--label" => {
+                let kv = value(arg)?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| anyhow!("--label: expected KEY=VALUE, got {kv:?}"))?;
+                if k.starts_with("hutch.") {
+                    bail!("--label: keys under hutch. are hutch's own");
+                }
+                let (k, v) = (k.to_string(), v.to_string());
+                edits.push(Box::new(move |s| {
+                    s.labels.insert(k, v);
                     Ok(())
                 }));
             }
@@ -442,8 +524,11 @@ pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, 
                 );
             }
             let mut s = spec::default_profile();
-            s.fs.push(spec::workspace_overlay(&dir, changes.as_deref()));
-            s.cwd = Some(dir);
+            let mut overlay = spec::workspace_overlay(&dir, changes.as_deref());
+            let dest = workspace_dest.unwrap_or_else(|| dir.clone());
+            set_dest(&mut overlay, dest.clone());
+            s.fs.push(overlay);
+            s.cwd = Some(dest);
             s
         }
     };
@@ -514,6 +599,14 @@ impl Egress {
         spec.network = Network::Proxy(p);
         spec.namespaces.net = true;
         Ok(())
+    }
+}
+
+/// Mount the workspace overlay at `dest`.
+fn set_dest(op: &mut FsOp, to: PathBuf) {
+    match op {
+        FsOp::Overlay { dest, .. } | FsOp::TmpOverlay { dest, .. } => *dest = to,
+        _ => {}
     }
 }
 

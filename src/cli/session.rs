@@ -15,7 +15,8 @@ use super::machine::{self, ErrorKind, MachineError};
 
 use crate::spec::{ByteSize, Duration};
 use crate::workspace::{
-    CreateOptions, DiffFormat, ExportOptions, GitPolicy, ImportLimits, Source, StateDir,
+    CloseOptions, CreateOptions, DiffFormat, DiffOptions, ExportOptions, GitPolicy, ImportLimits,
+    Lock, Since, Source, StateDir,
 };
 
 const USAGE: &str = "usage: hutch session [--state-dir DIR] [--wait] [--json] COMMAND ...
@@ -23,11 +24,15 @@ const USAGE: &str = "usage: hutch session [--state-dir DIR] [--wait] [--json] CO
   run ID [hutch run options] -- CMD...
   read ID PATH [--max-bytes N]
   write ID PATH [--max-bytes N] < DATA
+  rm ID PATH...
   glob ID PATTERN [--path P] [--max-matches N]
   grep ID REGEX [--path P] [--glob G] [-i] [-F] [-l] [--max-matches N]
-  diff ID [--format unified|json|stat] [--max-bytes N]
+  diff ID [--format unified|json|stat] [--since baseline|N] [--exclude GLOB] [--include-ignored] [--max-bytes N]
   export ID --out FILE.zip|FILE.tar [--patch] [caps] PATH...
-  close ID
+  seal ID [--network none]
+  show ID [--json]
+  audit ID [--audit-dir DIR]
+  close ID [--keep-audit DIR]
   list
   gc --older-than DUR
 --json prints one JSON document per command (docs/machine.md); for `run` it
@@ -48,6 +53,21 @@ Import a baseline and print the new session's id.
   --expect-fingerprint HEX    refuse any other baseline
   --deadline DUR              no command runs past this (e.g. 2h)
   --max-commands N            number of commands the session may run
+  --workspace-path PATH       where commands see the workspace (default /workspace)
+  --disk-max SIZE             hard cap of what the session writes (root: an
+                              ext4 image of that size; unprivileged: refused)
+  --disk-max-preferred SIZE   the same where it can be enforced, else accounted
+                              after each command (over it, commands are refused
+                              until files are removed with `session rm`)
+  --audit-dir DIR             keep the audit there (ID.audit.jsonl) when closed
+  --lock egress|binds|env|limits|confinement|all
+                              commands may narrow the defaults below, never widen
+                              what is locked (repeatable)
+Defaults of every command: the `hutch run` options of binds, environment
+(--setenv, --pass-env), egress (--allow-host, --egress-policy/--egress-profile,
+...), limits (--memory, --pids, --cpus, --rlimit, --timeout), confinement
+(--seccomp, --cap-add, --profile) may be given here; `session run` starts
+from them.
 Import caps (exceeding one refuses the import whole, nothing is kept):
   --max-files N               entries: files, links, directories (default 1000000)
   --max-bytes SIZE            all file contents (default 16G)
@@ -58,9 +78,11 @@ Import caps (exceeding one refuses the import whole, nothing is kept):
     (
         "run",
         "usage: hutch session run ID [hutch run options] -- CMD...
-Run CMD in a fresh sandbox whose /workspace (and cwd) is the session's
-workspace. Takes the options of `hutch run` (e.g. --timeout, --status-file,
---allow-host), except --workspace, --changes and --bare. Exits with CMD's status.",
+Run CMD in a fresh sandbox whose workspace path (and cwd) is the session's
+workspace, starting from the options given at create. Takes the options of
+`hutch run` (e.g. --timeout, --status-file, --allow-host, --pass-env), except
+--workspace, --changes and --bare; a relative --chdir is inside the
+workspace. Exits with CMD's status.",
     ),
     (
         "read",
@@ -105,10 +127,16 @@ followed, hidden and ignored files are searched.
     ),
     (
         "diff",
-        "usage: hutch session diff ID [--format unified|json|stat] [--max-bytes N]
-Print the changes of the workspace against its baseline.
-  --format F      unified (default, applies with git apply), json or stat
-  --max-bytes N   fail, printing nothing, when the output would be longer",
+        "usage: hutch session diff ID [options]
+Print the changes of the workspace since the last seal (the baseline when
+there is none). Untracked paths the baseline's .gitignore files (and a git
+import's .git/info/exclude) ignore are left out, as `git add -A` would;
+--format json lists them.
+  --format F          unified (default, applies with git apply), json or stat
+  --since baseline|N  changes since the baseline, or since seal N
+  --exclude GLOB      also leave out GLOB (gitignore syntax; repeatable)
+  --include-ignored   leave out nothing the ignore files name
+  --max-bytes N       fail, printing nothing, when the output would be longer",
     ),
     (
         "export",
@@ -116,14 +144,44 @@ Print the changes of the workspace against its baseline.
 Write the named workspace paths (directories recursively) and a manifest
 into an archive; print the manifest.
   --patch                also add the unified diff as .hutch/changes.patch
+                         (as `session diff`: --since, --exclude, --include-ignored)
   --max-bytes SIZE       all contents and names (default 1G)
   --max-file-bytes SIZE  one file (default 256M)
   --max-entries N        entries (default 100000)",
     ),
     (
         "close",
-        "usage: hutch session close ID
-Remove the session and everything in it (closing a closed session succeeds).",
+        "usage: hutch session close ID [--keep-audit DIR] [--json]
+Kill the session's live commands, remove the session and everything in it,
+then verify that no process, mount, cgroup or runtime record of it is left:
+exit 0 only then (else 125, naming what remains). Closing a closed session
+succeeds.
+  --keep-audit DIR   keep the audit as DIR/ID.audit.jsonl (mode 0600)",
+    ),
+    (
+        "rm",
+        "usage: hutch session rm ID PATH...
+Remove workspace paths (directories with their content), as rm -rf in a
+command would; frees what a disk quota counts.",
+    ),
+    (
+        "seal",
+        "usage: hutch session seal ID [--network none] [--json]
+Freeze the changes so far as a read-only layer (fingerprinted; `show` lists
+seals) and start a fresh upper: `diff` then shows what came after.
+  --network none   from now on no command of the session may have network",
+    ),
+    (
+        "show",
+        "usage: hutch session show ID [--json]
+Describe the session: source, fingerprint, seals, disk use, commands used
+and budget, deadline, workspace path, live commands.",
+    ),
+    (
+        "audit",
+        "usage: hutch session audit ID [--audit-dir DIR]
+Print the session's audit (JSON lines); of a closed session, the copy kept
+in DIR.",
     ),
     (
         "list",
@@ -350,6 +408,10 @@ fn run(args: Vec<OsString>) -> Result<i32> {
         "diff" => diff(&state, &mut a, wait),
         "export" => export(&state, &mut a, wait),
         "close" => close(&state, &mut a, wait),
+        "rm" => rm(&state, &mut a, wait),
+        "seal" => seal(&state, &mut a, wait),
+        "show" => show(&state, &mut a),
+        "audit" => audit(&state, &mut a),
         "list" => list(&state),
         "gc" => gc(&state, &mut a),
         "run" => run_command(&state, &mut a, wait),
@@ -366,6 +428,18 @@ fn id_arg(a: &mut Args) -> Result<String> {
         .map_err(|_| anyhow::anyhow!("session ID is not UTF-8"))
 }
 
+/// `hutch run` options that make no sense as session defaults (they are
+/// per command, or the session provides them).
+const NOT_A_DEFAULT: &[&str] = &[
+    "--workspace",
+    "--changes",
+    "--changes-size",
+    "--bare",
+    "--status-file",
+    "--audit",
+    "--quiet",
+];
+
 fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
     let mut from: Option<PathBuf> = None;
     let mut git: Option<PathBuf> = None;
@@ -375,6 +449,11 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
     let mut deadline = None;
     let mut max_commands = None;
     let mut limits = ImportLimits::default();
+    let mut workspace_path = PathBuf::from(crate::workspace::WORKSPACE_DIR);
+    let mut disk = None;
+    let mut audit_dir = None;
+    let mut locks = Vec::new();
+    let mut run_options: Vec<OsString> = Vec::new();
     while let Some(arg) = a.next() {
         match arg.to_str() {
             Some("--from") => from = Some(a.value("--from")?.into()),
@@ -393,6 +472,34 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
             Some("--max-path-bytes") => {
                 limits.max_path_bytes = a.count("--max-path-bytes")? as usize
             }
+            Some("--workspace-path") => workspace_path = a.value("--workspace-path")?.into(),
+            Some("--disk-max") => disk = Some((a.size("--disk-max")?, true)),
+            Some("--disk-max-preferred") => disk = Some((a.size("--disk-max-preferred")?, false)),
+            Some("--audit-dir") => {
+                let d: PathBuf = a.value("--audit-dir")?.into();
+                audit_dir = Some(std::path::absolute(&d).context("--audit-dir")?);
+            }
+            Some("--lock") => {
+                let v = a.string("--lock")?;
+                if v == "all" {
+                    locks.extend(Lock::ALL);
+                } else {
+                    locks.push(Lock::parse(&v).with_context(|| {
+                        format!(
+                            "--lock: {v:?} is not egress, binds, env, limits, confinement or all"
+                        )
+                    })?);
+                }
+            }
+            Some(flag) if super::run::value_count(flag).is_some() => {
+                if NOT_A_DEFAULT.contains(&flag) {
+                    bail!("create: {flag} is not a session default (give it to `session run`)");
+                }
+                run_options.push(arg.clone());
+                for _ in 0..super::run::value_count(flag).unwrap_or(0) {
+                    run_options.push(a.value(flag)?);
+                }
+            }
             _ => bail!("create: unexpected argument {arg:?}"),
         }
     }
@@ -407,6 +514,13 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
         (None, Some(_), None) => bail!("--from-git needs --rev COMMIT (a full commit id)"),
         _ => bail!("create needs exactly one of --from DIR or --from-git REPO --rev COMMIT"),
     };
+    let defaults = if run_options.is_empty() {
+        None
+    } else {
+        Some(session_defaults(run_options)?)
+    };
+    locks.sort_by_key(|l| l.name());
+    locks.dedup();
     let opts = CreateOptions {
         source,
         git_policy: policy,
@@ -414,6 +528,11 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
         deadline,
         max_commands,
         limits,
+        workspace_path,
+        disk,
+        defaults,
+        locks,
+        audit_dir,
     };
     let session = state.create(&opts)?;
     if json_mode() {
@@ -422,6 +541,30 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
         out_line(session.id())?;
     }
     Ok(0)
+}
+
+/// The Spec of `hutch run` options given at create: every command's
+/// defaults (no workspace, no command).
+fn session_defaults(options: Vec<OsString>) -> Result<crate::spec::Spec> {
+    let mut full: Vec<OsString> = vec!["--workspace".into(), PLACEHOLDER.into()];
+    full.extend(options);
+    full.extend(["--".into(), "true".into()]);
+    let (mut spec, _) = super::parse_run(&full)?;
+    spec.fs
+        .retain(|op| op.dest() != std::path::Path::new(PLACEHOLDER));
+    spec.cwd = match spec.cwd.take() {
+        Some(c) if c == std::path::Path::new(PLACEHOLDER) => None,
+        Some(c) => match c.strip_prefix(PLACEHOLDER) {
+            Ok(rel) => Some(rel.to_path_buf()),
+            Err(_) => Some(c),
+        },
+        None => None,
+    };
+    // Checked now, against a stand-in command, so a mistake fails create.
+    crate::launch::validate(&spec)
+        .map_err(|e| anyhow::anyhow!(super::run::with_flags(&e.to_string())))?;
+    spec.command.clear();
+    Ok(spec)
 }
 
 fn read(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
@@ -478,29 +621,31 @@ fn write(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
 
 fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     let id = id_arg(a)?;
-    let mut format = DiffFormat::Unified;
-    let mut max = None;
+    let mut opts = DiffOptions::default();
     while let Some(arg) = a.next() {
         match arg.to_str() {
             Some("--format") => {
-                format = a
+                opts.format = a
                     .string("--format")?
                     .parse()
                     .map_err(|e: String| anyhow::anyhow!(e))?
             }
-            Some("--max-bytes") => max = Some(a.size("--max-bytes")?),
+            Some("--max-bytes") => opts.max_bytes = Some(a.size("--max-bytes")?),
+            Some(o) if diff_option(o, a, &mut opts)? => {}
             _ => bail!("diff: unexpected argument {arg:?}"),
         }
     }
     if json_mode() {
         // The document holds the output: it is built in memory, so it is
         // bounded even when the caller names no bound.
-        let max = max.unwrap_or(JSON_DIFF_MAX_BYTES);
-        let (data, skipped) = state
+        opts.max_bytes = Some(opts.max_bytes.unwrap_or(JSON_DIFF_MAX_BYTES));
+        let mut data = Vec::new();
+        let summary = state
             .open_session(&id)?
             .with_wait(wait)
-            .diff(format, Some(max))?;
-        let skipped: Vec<_> = skipped
+            .diff_with(&opts, &mut data)?;
+        let skipped: Vec<_> = summary
+            .skipped
             .iter()
             .map(|s| {
                 json!({
@@ -510,41 +655,74 @@ fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
                 })
             })
             .collect();
+        let ignored = json!({
+            "count": summary.ignored.count,
+            "paths": summary.ignored.paths.iter().map(|(p, dir)| json!({
+                "path": String::from_utf8_lossy(p), "dir": dir,
+            })).collect::<Vec<_>>(),
+        });
         let bytes = data.len();
-        let result = match format {
+        let result = match opts.format {
             DiffFormat::Json => {
                 let doc: serde_json::Value =
                     serde_json::from_slice(&data).context("session diff: the JSON diff")?;
-                json!({"format": "json", "bytes": bytes, "diff": doc, "skipped": skipped})
+                json!({
+                    "format": "json", "bytes": bytes, "diff": doc, "skipped": skipped,
+                    "ignored": ignored,
+                })
             }
             DiffFormat::Unified | DiffFormat::Stat => {
                 let c = machine::Content::new(data);
-                let name = if format == DiffFormat::Stat {
+                let name = if opts.format == DiffFormat::Stat {
                     "stat"
                 } else {
                     "unified"
                 };
                 json!({
                     "format": name, "bytes": bytes, "encoding": c.encoding,
-                    "content": c.content, "skipped": skipped,
+                    "content": c.content, "skipped": skipped, "ignored": ignored,
                 })
             }
         };
         emit("diff", &result)?;
         return Ok(0);
     }
-    let skipped = state
+    let summary = state
         .open_session(&id)?
         .with_wait(wait)
-        .diff_to(format, max, &mut Stdout)?;
-    for s in skipped {
+        .diff_with(&opts, &mut Stdout)?;
+    for s in summary.skipped {
         eprintln!(
             "hutch session: {} is a {} and is not part of the diff",
             crate::workspace::display_name(&s.path),
             s.kind
         );
     }
+    if summary.ignored.count > 0 && opts.format != DiffFormat::Json {
+        eprintln!(
+            "hutch session: {} untracked path{} the baseline's ignore rules name left out (--format json lists them; --include-ignored keeps them)",
+            summary.ignored.count,
+            if summary.ignored.count == 1 { "" } else { "s" }
+        );
+    }
     Ok(0)
+}
+
+/// The diff options `session diff` and `export --patch` share
+/// (`--since`, `--exclude`, `--include-ignored`); whether `flag` was one.
+fn diff_option(flag: &str, a: &mut Args, opts: &mut DiffOptions) -> Result<bool> {
+    match flag {
+        "--since" => {
+            opts.since = a
+                .string("--since")?
+                .parse::<Since>()
+                .map_err(|e| anyhow::anyhow!(e))?
+        }
+        "--exclude" => opts.exclude.push(a.string("--exclude")?),
+        "--include-ignored" => opts.include_ignored = true,
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 /// The bound of `diff --json` when `--max-bytes` names none.
@@ -554,12 +732,14 @@ fn export(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     let id = id_arg(a)?;
     let mut out: Option<PathBuf> = None;
     let mut patch = false;
+    let mut diff_opts = DiffOptions::default();
     let mut opts = ExportOptions::default();
     let mut paths = Vec::new();
     while let Some(arg) = a.next() {
         match arg.to_str() {
             Some("--out") => out = Some(a.value("--out")?.into()),
             Some("--patch") => patch = true,
+            Some(o) if diff_option(o, a, &mut diff_opts)? => {}
             Some("--max-bytes") => opts.max_total_bytes = a.size("--max-bytes")?,
             Some("--max-file-bytes") => opts.max_file_bytes = a.size("--max-file-bytes")?,
             Some("--max-entries") => opts.max_entries = a.count("--max-entries")? as usize,
@@ -571,12 +751,16 @@ fn export(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     if paths.is_empty() && !patch {
         bail!("export: name at least one PATH (or --patch)");
     }
+    let patch_opts = patch.then_some(diff_opts);
     if json_mode() {
         let mut manifest = Vec::new();
-        let summary = state
-            .open_session(&id)?
-            .with_wait(wait)
-            .export_with_manifest(&out, &paths, patch, &opts, &mut manifest)?;
+        let summary = state.open_session(&id)?.with_wait(wait).export_with(
+            &out,
+            &paths,
+            patch_opts,
+            &opts,
+            Some(&mut manifest),
+        )?;
         let manifest: serde_json::Value =
             serde_json::from_slice(&manifest).context("session export: the manifest")?;
         emit(
@@ -589,24 +773,241 @@ fn export(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
         )?;
         return Ok(0);
     }
-    state
-        .open_session(&id)?
-        .with_wait(wait)
-        .export_with_manifest(&out, &paths, patch, &opts, &mut Stdout)?;
+    state.open_session(&id)?.with_wait(wait).export_with(
+        &out,
+        &paths,
+        patch_opts,
+        &opts,
+        Some(&mut Stdout),
+    )?;
     Ok(0)
 }
 
 fn close(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     let id = id_arg(a)?;
-    if let Some(extra) = a.next() {
-        bail!("close: unexpected argument {extra:?}");
+    let mut opts = CloseOptions {
+        wait,
+        keep_audit: None,
+        kill_live: true,
+    };
+    while let Some(arg) = a.next() {
+        match arg.to_str() {
+            Some("--keep-audit") => {
+                let d: PathBuf = a.value("--keep-audit")?.into();
+                opts.keep_audit = Some(std::path::absolute(&d).context("--keep-audit")?);
+            }
+            _ => bail!("close: unexpected argument {arg:?}"),
+        }
     }
-    let closed = state.close(&id, wait)?;
-    if !closed {
+    let report = state.close_with(&id, &opts)?;
+    if !report.existed {
         eprintln!("hutch session: {id} was already closed");
     }
+    for k in &report.killed {
+        eprintln!("hutch session: killed the live command in sandbox {k}");
+    }
     if json_mode() {
-        emit("close", &json!({"id": id, "closed": closed}))?;
+        emit(
+            "close",
+            &json!({
+                "id": id, "closed": report.existed, "killed": report.killed,
+                "audit_kept": report.audit_kept, "remaining": report.remaining,
+                "verified": report.remaining.is_empty(),
+            }),
+        )?;
+    }
+    if !report.remaining.is_empty() {
+        eprintln!(
+            "hutch session: close of {id}: still there after it: {} (quarantine this host until it is cleaned)",
+            report.remaining.join("; ")
+        );
+        return Ok(EXIT_FAILURE);
+    }
+    Ok(0)
+}
+
+/// `session rm ID PATH...`.
+fn rm(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
+    let id = id_arg(a)?;
+    let paths: Vec<PathBuf> = a.rest().into_iter().map(PathBuf::from).collect();
+    if paths.is_empty() {
+        bail!("rm: name at least one PATH");
+    }
+    state.open_session(&id)?.with_wait(wait).rm(&paths)?;
+    if json_mode() {
+        let removed: Vec<_> = paths.iter().map(|p| p.to_string_lossy()).collect();
+        emit("rm", &json!({"removed": removed}))?;
+    }
+    Ok(0)
+}
+
+/// Print `result` as the `--json` envelope of `session.VERB`, or `human`.
+fn print_result(verb: &str, result: &serde_json::Value, human: &str) -> Result<()> {
+    if json_mode() {
+        emit(verb, result)
+    } else {
+        out(human.as_bytes())
+    }
+}
+
+/// `session seal ID [--network none] [--json]`.
+fn seal(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
+    let id = id_arg(a)?;
+    let mut network_none = false;
+    while let Some(arg) = a.next() {
+        match arg.to_str() {
+            Some("--network") => match a.string("--network")?.as_str() {
+                "none" => network_none = true,
+                other => bail!("seal: --network takes `none`, not {other:?}"),
+            },
+            _ => bail!("seal: unexpected argument {arg:?}"),
+        }
+    }
+    let seal = state
+        .open_session(&id)?
+        .with_wait(wait)
+        .seal(network_none)?;
+    let human = format!(
+        "sealed layer {} ({} changes, fingerprint {}){}\n",
+        seal.index,
+        seal.changes,
+        seal.fingerprint,
+        if network_none {
+            "; no command may have network from now on"
+        } else {
+            ""
+        }
+    );
+    print_result("seal", &serde_json::to_value(&seal)?, &human)?;
+    Ok(0)
+}
+
+/// `session show ID [--json]`.
+fn show(state: &StateDir, a: &mut Args) -> Result<i32> {
+    let id = id_arg(a)?;
+    if let Some(arg) = a.next() {
+        bail!("show: unexpected argument {arg:?}");
+    }
+    let session = state.open_session(&id)?;
+    let doc = session.describe()?;
+    let human = describe_human(&doc);
+    print_result("show", &doc, &human)?;
+    Ok(0)
+}
+
+fn describe_human(d: &serde_json::Value) -> String {
+    let mut out = String::new();
+    let field = |k: &str| d.get(k).cloned().unwrap_or(serde_json::Value::Null);
+    out += &format!("session      {}\n", field("id").as_str().unwrap_or(""));
+    out += &format!("source       {}\n", field("source"));
+    out += &format!(
+        "fingerprint  {}\n",
+        field("fingerprint").as_str().unwrap_or("")
+    );
+    out += &format!(
+        "workspace    {}\n",
+        field("workspace_path").as_str().unwrap_or("")
+    );
+    if let Some(seals) = field("seals").as_array() {
+        for s in seals {
+            out += &format!(
+                "seal {}       {} changes, fingerprint {}{}\n",
+                s["index"],
+                s["changes"],
+                s["fingerprint"].as_str().unwrap_or(""),
+                if s["network_none"] == true {
+                    ", --network none"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    out += &format!(
+        "network      {}\n",
+        if field("network_sealed") == true {
+            "sealed (none)"
+        } else {
+            "as each command asks"
+        }
+    );
+    let budget = match field("max_commands").as_u64() {
+        Some(n) => format!("of {n}"),
+        None => "(no budget)".into(),
+    };
+    out += &format!("commands     {} {budget}\n", field("commands_run"));
+    let deadline = match field("deadline_unix_ms").as_u64() {
+        Some(ms) => {
+            let left = ms.saturating_sub(crate::workspace::now_ms()) / 1000;
+            format!("in {left} s (unix ms {ms})")
+        }
+        None => "none".into(),
+    };
+    out += &format!("deadline     {deadline}\n");
+    let used = field("disk_usage")["used_bytes"].as_u64();
+    let disk = field("disk");
+    let limit = match disk["max_bytes"].as_u64() {
+        Some(max) => format!(
+            "limit {} ({}, {})",
+            crate::workspace::human_bytes(max),
+            disk["mechanism"].as_str().unwrap_or("?"),
+            if disk["required"] == true {
+                "required"
+            } else {
+                "preferred"
+            }
+        ),
+        None => "no limit".into(),
+    };
+    let used = used.map_or("usage not measured".into(), |u| {
+        format!("{} used", crate::workspace::human_bytes(u))
+    });
+    let hit = if field("disk_usage")["limit_hit"] == true {
+        ", limit reached"
+    } else {
+        ""
+    };
+    out += &format!("disk         {used}, {limit}{hit}\n");
+    if let Some(live) = field("live_commands").as_array() {
+        for l in live {
+            out += &format!(
+                "live         sandbox {} pid {}\n",
+                l["sandbox_id"].as_str().unwrap_or(""),
+                l["pid"]
+            );
+        }
+    }
+    out
+}
+
+/// `session audit ID [--audit-dir DIR]`.
+fn audit(state: &StateDir, a: &mut Args) -> Result<i32> {
+    let id = id_arg(a)?;
+    let mut dir: Option<PathBuf> = None;
+    while let Some(arg) = a.next() {
+        match arg.to_str() {
+            Some("--audit-dir") => dir = Some(a.value("--audit-dir")?.into()),
+            _ => bail!("audit: unexpected argument {arg:?}"),
+        }
+    }
+    let data = crate::workspace::read_audit(state, &id, dir.as_deref())?;
+    if json_mode() {
+        // One JSON object per line; a line that is not one (a torn last
+        // line) is counted, not echoed.
+        let mut events = Vec::new();
+        let mut unreadable = 0u64;
+        for line in data.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            match serde_json::from_slice::<serde_json::Value>(line) {
+                Ok(v) => events.push(v),
+                Err(_) => unreadable += 1,
+            }
+        }
+        emit(
+            "audit",
+            &json!({"id": id, "events": events, "unreadable_lines": unreadable}),
+        )?;
+    } else {
+        out(&data)?;
     }
     Ok(0)
 }
@@ -705,7 +1106,7 @@ fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     let args = a.rest();
     for arg in args.iter().take_while(|x| *x != "--") {
         if let Some(bad) = NOT_IN_SESSION.iter().find(|b| arg == **b) {
-            bail!("session run: {bad} does not apply (the session provides /workspace)");
+            bail!("session run: {bad} does not apply (the session provides the workspace)");
         }
     }
     let mut full: Vec<OsString> = vec!["--workspace".into(), PLACEHOLDER.into()];
@@ -728,7 +1129,17 @@ fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
         }
         e
     };
-    let (mut spec, opts) = match super::run::parse_reporting(&full, &mut rep) {
+    // The session's defaults are the base the run's options narrow.
+    let mut session = match state.open_session(&id) {
+        Ok(s) => s.with_wait(wait),
+        Err(e) => {
+            // Parsed only to learn where the status lines go.
+            let _ = super::run::parse_reporting(&full, &mut rep);
+            return Err(fail(&rep, e.into()));
+        }
+    };
+    let base = session.base_spec();
+    let (mut spec, opts) = match super::run::parse_reporting_onto(&full, Some(base), &mut rep) {
         Ok(v) => v,
         Err(e) => return Err(fail(&rep, e)),
     };
@@ -737,15 +1148,15 @@ fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     if spec.cwd.as_deref() == Some(std::path::Path::new(PLACEHOLDER)) {
         spec.cwd = None;
     }
+    // A relative --chdir is inside the session's workspace.
+    if let Some(c) = spec.cwd.take() {
+        spec.cwd = Some(session.info.workspace_path.join(c));
+    }
     // Checked here, so that a Spec error reaches the caller typed (the
     // session's launch reports launch errors as text).
     if let Err(e) = crate::launch::validate(&spec) {
         return Err(fail(&rep, anyhow::Error::new(e)));
     }
-    let mut session = match state.open_session(&id) {
-        Ok(s) => s.with_wait(wait),
-        Err(e) => return Err(fail(&rep, e.into())),
-    };
     let record = match session.run_with_status(spec, opts.status_file) {
         Ok(r) => r,
         Err(e) => return Err(fail(&rep, e.into())),

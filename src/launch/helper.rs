@@ -183,6 +183,12 @@ impl HelperChild {
         let (ours, theirs) = UnixStream::pair().map_err(|e| fail(format!("socketpair: {e}")))?;
         let mut cmd = std::process::Command::new(binary);
         cmd.arg(SUBCOMMAND).env_clear();
+        // The helper registers the sandbox where `hutch ps` looks.
+        for key in [crate::registry::RUNTIME_DIR_ENV, "XDG_RUNTIME_DIR"] {
+            if let Some(v) = std::env::var_os(key) {
+                cmd.env(key, v);
+            }
+        }
         let [stdin, stdout, stderr] = stdio;
         cmd.stdin(stdin).stdout(stdout).stderr(stderr);
         crate::sys::command_with_fds(&mut cmd, vec![(OwnedFd::from(theirs), CONTROL_FD)])

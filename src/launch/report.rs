@@ -25,6 +25,9 @@ pub enum Outcome {
     OomKilled,
     /// The pid limit was hit.
     PidsLimitHit,
+    /// A session command filled the session's disk quota (set by the
+    /// session layer after the command, see `docs/sessions.md`).
+    DiskLimitHit,
     /// hutch could not build the sandbox (exit 125).
     SetupFailed,
     /// The command could not be executed (126/127).
@@ -40,6 +43,34 @@ pub struct ChangesReport {
     pub changed_paths: u64,
     /// Where the upper directory was kept, or `None` when discarded.
     pub kept_in: Option<PathBuf>,
+    /// The host directories shown there (the overlay's lowers, top
+    /// first): with `dest`, where the workspace was mapped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lowers: Vec<PathBuf>,
+}
+
+/// Fill in [`ChangesReport::lowers`] from the Spec's overlays.
+pub fn with_lowers(
+    mut changes: Vec<ChangesReport>,
+    spec: &crate::spec::Spec,
+) -> Vec<ChangesReport> {
+    use crate::spec::FsOp;
+    for c in &mut changes {
+        c.lowers = spec
+            .fs
+            .iter()
+            .rev()
+            .find_map(|op| match op {
+                FsOp::Overlay { lowers, dest, .. } | FsOp::TmpOverlay { lowers, dest, .. }
+                    if *dest == c.dest =>
+                {
+                    Some(lowers.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_default();
+    }
+    changes
 }
 
 /// What hutch enforced (and what it could not).

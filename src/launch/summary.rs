@@ -30,14 +30,19 @@ pub(super) fn report(
     seen.facts.limit_event = limits.as_ref().and_then(|l| l.ended_by);
     let ending = ending_of(&seen.facts);
     let failure = seen.failure_record();
+    // `hutch kill` leaves a mark naming who killed the sandbox's pid 1.
+    let kill_mark = (ending.reason == Outcome::Killed && seen.facts.init_signaled.is_some())
+        .then(|| crate::registry::take_kill_mark(&p.sandbox_id))
+        .flatten();
     let error = match seen.failure {
         Some((_, line)) => Some(line),
         None if ending.reason == Outcome::SetupFailed => {
             Some("the sandbox ended before its workload reported an exit status".into())
         }
-        None => None,
+        None => kill_mark.map(|m| format!("killed by `{}` (uid {})", m.by, m.by_uid)),
     };
     let changes = changes_report(p, seen.changed_paths.as_deref());
+    let changes = super::report::with_lowers(changes, spec);
     let unenforced = unenforced(p, limits.as_ref());
     if !opts.quiet {
         notices(
@@ -145,6 +150,7 @@ pub(super) fn changes_report(p: &LaunchPlan, counted: Option<&[u64]>) -> Vec<Cha
             dest: dest.clone(),
             changed_paths: counted.and_then(|c| c.get(i)).copied().unwrap_or(0),
             kept_in: None,
+            lowers: Vec::new(),
         })
         .collect();
     for (dest, upper) in &p.kept_uppers {
@@ -156,6 +162,7 @@ pub(super) fn changes_report(p: &LaunchPlan, counted: Option<&[u64]>) -> Vec<Cha
             dest: dest.clone(),
             changed_paths: count,
             kept_in: Some(upper.clone()),
+            lowers: Vec::new(),
         });
     }
     out

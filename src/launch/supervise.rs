@@ -219,6 +219,9 @@ fn supervise(
         let _ = sys::raw::waitpid(sb.pid, 0);
         e
     };
+    // In the runtime registry (`hutch ps`, `hutch kill`) until it is gone.
+    let _registration = crate::registry::register(&p.sandbox_id, spec, sb.pid, p.cgroup.as_ref())
+        .map_err(|e| kill_and_reap(LaunchError::Prepare(e.to_string())))?;
     // Read while pid 1 is still dumpable and ours (it becomes neither).
     let namespaces = status_file.as_ref().map(|_| namespace_inodes(sb.pid));
     write_id_maps(sb.pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;

@@ -74,6 +74,12 @@ pub struct Spec {
     pub limits: Limits,
     pub security: Security,
     pub network: Network,
+    /// Labels of the running sandbox, shown by `hutch ps` and matched by
+    /// `hutch kill --label`: never seen by the workload. Keys under
+    /// `hutch.` are set by hutch itself (`hutch.session`: the session a
+    /// command belongs to).
+    #[serde(deserialize_with = "load::unique_map")]
+    pub labels: BTreeMap<String, String>,
     /// A host directory bound (recursively) as the new root instead of an
     /// empty tmpfs; `fs` operations then apply inside it (their mount
     /// points are created in it) and `root_readonly` makes it read-only
@@ -127,6 +133,7 @@ impl Default for Spec {
             limits: Limits::default(),
             security: Security::default(),
             network: Network::None,
+            labels: BTreeMap::new(),
             root: None,
             umask: None,
             sysctl: BTreeMap::new(),

@@ -372,3 +372,22 @@ fn size_rlimits_take_suffixes() {
     assert_eq!(parse_rlimit("nproc", "100"), Ok(100));
     assert!(parse_rlimit("cpu", "10s").is_err());
 }
+
+#[test]
+fn labels_are_checked_and_read_back() {
+    let mut s = default_profile();
+    s.command = vec!["true".into()];
+    s.labels.insert("job".into(), "issue-123".into());
+    s.labels.insert("hutch.session".into(), "ab".repeat(16));
+    assert!(validate(&s).is_ok());
+    let json = serde_json::to_string(&s).unwrap();
+    assert_eq!(parse_json(&json).unwrap(), s, "{json}");
+    let mut bad = s.clone();
+    bad.labels.insert("has space".into(), "x".into());
+    assert_eq!(validate(&bad).unwrap_err().path, "labels.\"has space\"");
+    let mut bad = s.clone();
+    bad.labels.insert("job".into(), "a\u{1b}[2J".into());
+    assert_eq!(validate(&bad).unwrap_err().path, "labels.job");
+    let e = parse_json(r#"{"labels": {"a": "1", "a": "2"}}"#).unwrap_err();
+    assert!(e.to_string().contains("labels"), "{e}");
+}

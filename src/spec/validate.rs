@@ -115,7 +115,44 @@ pub fn validate(spec: &Spec) -> Result<(), SpecError> {
         super::process::validate_root_options(&root.options)?;
     }
     super::process::validate_process(spec)?;
+    validate_labels(spec)?;
     validate_limits(spec)?;
+    Ok(())
+}
+
+/// Most labels a sandbox carries.
+pub const MAX_LABELS: usize = 32;
+
+/// Labels: a key of 1 to 64 bytes of `[A-Za-z0-9._/-]`, a value of at most
+/// 4096 bytes (a path) without control characters (they are printed by
+/// `hutch ps`).
+fn validate_labels(spec: &Spec) -> Result<(), SpecError> {
+    if spec.labels.len() > MAX_LABELS {
+        return Err(SpecError::new(
+            "labels",
+            format!("at most {MAX_LABELS} labels"),
+        ));
+    }
+    for (k, v) in &spec.labels {
+        let at = format!("labels.{}", key_segment(k));
+        if k.is_empty()
+            || k.len() > 64
+            || !k
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'-'))
+        {
+            return Err(SpecError::new(
+                at,
+                "label keys are 1 to 64 characters of A-Z a-z 0-9 . _ / -",
+            ));
+        }
+        if v.len() > 4096 || v.chars().any(char::is_control) {
+            return Err(SpecError::new(
+                at,
+                "label values are at most 4096 bytes without control characters",
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -30,6 +30,10 @@ pub struct Meta {
     pub ino: u64,
     /// Modification time, seconds since the epoch.
     pub mtime: i64,
+    /// 512-byte blocks allocated (`st_blocks`).
+    pub blocks: u64,
+    /// Hard links (`st_nlink`).
+    pub nlink: u64,
 }
 
 impl Meta {
@@ -43,6 +47,8 @@ impl Meta {
             dev: st.st_dev,
             ino: st.st_ino,
             mtime: st.st_mtime,
+            blocks: st.st_blocks as u64,
+            nlink: st.st_nlink,
         }
     }
 
@@ -454,4 +460,59 @@ pub fn tmpfile_in(dir: BorrowedFd<'_>) -> Result<OwnedFd, SysError> {
         Mode::from_raw_mode(0o600),
     )
     .map_err(|e| err(format!("openat({}, \".\", O_TMPFILE|O_RDWR)", fdn(dir)), e))
+}
+
+/// What `getdents64` says of an entry's type (`d_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    /// A FIFO, socket or device.
+    Other,
+    /// The filesystem did not say (`DT_UNKNOWN`): lstat it.
+    Unknown,
+}
+
+/// The entries of directory `fd` with their `d_type` and `d_ino`, without
+/// `.` and `..`: a walk needs no lstat for most entries.
+pub fn list_dir_typed(fd: BorrowedFd<'_>) -> Result<Vec<(CString, EntryKind, u64)>, SysError> {
+    let mut dir =
+        rustix::fs::Dir::read_from(fd).map_err(|e| err(format!("opendir({})", fdn(fd)), e))?;
+    let mut out = Vec::new();
+    while let Some(entry) = dir.read() {
+        let entry = entry.map_err(|e| err(format!("getdents64({})", fdn(fd)), e))?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let kind = match entry.file_type() {
+            FileType::RegularFile => EntryKind::File,
+            FileType::Directory => EntryKind::Dir,
+            FileType::Symlink => EntryKind::Symlink,
+            FileType::Unknown => EntryKind::Unknown,
+            _ => EntryKind::Other,
+        };
+        out.push((name.to_owned(), kind, entry.ino()));
+    }
+    Ok(out)
+}
+
+/// ioctl(dst, FICLONE, src): share `src`'s extents (btrfs, XFS with
+/// reflink, ...). Fails with EOPNOTSUPP/EXDEV/EINVAL where unsupported.
+pub fn ficlone(dst: BorrowedFd<'_>, src: BorrowedFd<'_>) -> Result<(), SysError> {
+    rustix::fs::ioctl_ficlone(dst, src)
+        .map_err(|e| err(format!("ioctl({}, FICLONE, {})", fdn(dst), fdn(src)), e))
+}
+
+/// The process's umask, from `/proc/self/status` (0o022 when unreadable).
+pub fn current_umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
 }

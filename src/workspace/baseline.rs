@@ -7,10 +7,13 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
-use crate::sys;
+use crate::sys::{self, EntryKind};
 
 use super::error::{Result, WorkspaceError};
 use super::layers::lstat_opt;
@@ -104,16 +107,98 @@ impl ImportLimits {
     }
 }
 
+/// Files at most this large are read whole with one call (most of a
+/// source tree); larger ones are copied in chunks (or cloned).
+const SMALL_FILE: u64 = 1 << 20;
+/// Contents at most this large may be handed to the writers as bytes
+/// (queued jobs stay bounded in memory: [`QUEUE`] × this).
+pub(crate) const QUEUED_BYTES_MAX: u64 = 64 << 10;
+/// Jobs handed to a writer thread at once (one wake-up per batch): the
+/// files of one directory, so two writers never create files in the same
+/// directory at once (they would contend for its lock).
+const BATCH: usize = 128;
+/// Batches waiting for a writer thread (bounded: memory and fds).
+const QUEUE: usize = 2;
+/// Writer threads at most (hashing and copying are parallel; the walk is
+/// not).
+const MAX_WRITERS: usize = 4;
+
+/// What the writer threads share: the byte budget, the first failure.
+struct Shared {
+    limits: ImportLimits,
+    bytes: AtomicU64,
+    failed: AtomicBool,
+    error: Mutex<Option<WorkspaceError>>,
+    /// The process's umask: a created file needs an fchmod only when it
+    /// would strip bits of the mode asked for.
+    umask: u32,
+    /// Whether FICLONE may work here (cleared at its first refusal).
+    reflink: AtomicBool,
+}
+
+impl Shared {
+    fn count_bytes(&self, n: u64) -> Result<()> {
+        let total = self.bytes.fetch_add(n, Ordering::Relaxed).saturating_add(n);
+        if total > self.limits.max_bytes {
+            return Err(self.limits.too_much());
+        }
+        Ok(())
+    }
+
+    fn fail(&self, e: WorkspaceError) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert(e);
+        self.failed.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Where a queued file's content comes from.
+pub(crate) enum Content {
+    /// Read already (a git blob).
+    Bytes(Vec<u8>),
+    /// The regular file `name` in the host directory `dir`, which must
+    /// still be inode `ino` when opened.
+    Host {
+        dir: Arc<OwnedFd>,
+        name: CString,
+        ino: u64,
+    },
+}
+
+/// One file for a writer thread.
+struct Job {
+    dir: Arc<OwnedFd>,
+    name: CString,
+    /// Its path in the tree (for the manifest and messages).
+    path: Vec<u8>,
+    /// Executable (`None`: as the host file is).
+    exec: Option<bool>,
+    content: Content,
+}
+
+/// The writer threads.
+struct Pool {
+    tx: Option<SyncSender<Vec<Job>>>,
+    /// Jobs not sent yet.
+    batch: Vec<Job>,
+    workers: Vec<std::thread::JoinHandle<Vec<ManifestEntry>>>,
+}
+
 /// Writes a baseline tree and collects its manifest, within
-/// [`ImportLimits`].
+/// [`ImportLimits`]. Files may be written by a few threads (hashing and
+/// copying in parallel), started on the first queued file and joined by
+/// [`BaselineWriter::finish`].
 pub struct BaselineWriter {
     /// The directory chain currently open, from the tree's root.
     chain: sys::DirChain,
     /// The names of the chain's levels below the root.
     names: Vec<CString>,
+    /// The chain's current directory, shared with queued jobs.
+    current: Option<Arc<OwnedFd>>,
     limits: ImportLimits,
     entries: u64,
-    bytes: u64,
+    shared: Arc<Shared>,
+    pool: Option<Pool>,
     pub manifest: Manifest,
 }
 
@@ -128,9 +213,18 @@ impl BaselineWriter {
         Ok(BaselineWriter {
             chain: sys::DirChain::new(root)?,
             names: Vec::new(),
+            current: None,
             limits,
             entries: 0,
-            bytes: 0,
+            shared: Arc::new(Shared {
+                limits,
+                bytes: AtomicU64::new(0),
+                failed: AtomicBool::new(false),
+                error: Mutex::new(None),
+                umask: sys::current_umask(),
+                reflink: AtomicBool::new(true),
+            }),
+            pool: None,
             manifest: Manifest::default(),
         })
     }
@@ -149,11 +243,7 @@ impl BaselineWriter {
     }
 
     fn count_bytes(&mut self, n: u64) -> Result<()> {
-        self.bytes = self.bytes.saturating_add(n);
-        if self.bytes > self.limits.max_bytes {
-            return Err(self.limits.too_much());
-        }
-        Ok(())
+        self.shared.count_bytes(n)
     }
 
     /// Make `parents` the open directory chain, creating what is missing
@@ -166,6 +256,10 @@ impl BaselineWriter {
             .zip(parents)
             .take_while(|(a, b)| a == b)
             .count();
+        if common == self.names.len() && common == parents.len() {
+            return Ok(());
+        }
+        self.current = None;
         while self.names.len() > common {
             self.chain.pop()?;
             self.names.pop();
@@ -177,7 +271,9 @@ impl BaselineWriter {
                     let cur = self.chain.current();
                     sys::mkdirat(cur, c, 0o755)?;
                     let fd = sys::open_dir_beneath(cur, c)?;
-                    sys::fchmod(fd.as_fd(), 0o755)?;
+                    if self.shared.umask & 0o755 != 0 {
+                        sys::fchmod(fd.as_fd(), 0o755)?;
+                    }
                     self.chain.push_fd(fd)?;
                 }
                 Some(m) if m.is_dir() => self.chain.push(c)?,
@@ -211,6 +307,7 @@ impl BaselineWriter {
 
     /// A regular file with the content read from `src`, executable or not.
     pub fn add_file(&mut self, path: &[CString], exec: bool, src: &mut dyn Read) -> Result<()> {
+        self.check_failed()?;
         let (name, shown) = self.start_entry(path)?;
         let fd = sys::open_beneath(
             self.chain.current(),
@@ -249,8 +346,88 @@ impl BaselineWriter {
         Ok(())
     }
 
+    /// A regular file written by a writer thread (in order of nothing:
+    /// the manifest is sorted at the end). Its content is bytes read
+    /// already, or a host file opened by the thread.
+    pub(crate) fn queue_file(
+        &mut self,
+        path: &[CString],
+        exec: Option<bool>,
+        content: Content,
+    ) -> Result<()> {
+        self.check_failed()?;
+        let (name, shown) = self.start_entry(path)?;
+        let dir = match &self.current {
+            Some(d) => d.clone(),
+            None => {
+                let d = Arc::new(
+                    self.chain
+                        .current()
+                        .try_clone_to_owned()
+                        .map_err(|e| WorkspaceError::io("dup a directory fd", e))?,
+                );
+                self.current = Some(d.clone());
+                d
+            }
+        };
+        let job = Job {
+            dir,
+            name: name.to_owned(),
+            path: shown,
+            exec,
+            content,
+        };
+        let pool = match &mut self.pool {
+            Some(p) => p,
+            None => {
+                let threads = std::thread::available_parallelism()
+                    .map_or(1, |n| n.get())
+                    .min(MAX_WRITERS);
+                if threads <= 1 {
+                    // One CPU: no thread, the job is done here.
+                    let entry = write_job(&self.shared, job)?;
+                    self.manifest.entries.push(entry);
+                    return Ok(());
+                }
+                self.pool.insert(Pool::start(&self.shared, threads)?)
+            }
+        };
+        // A batch holds one directory's files.
+        let other_dir = pool
+            .batch
+            .last()
+            .is_some_and(|j| !Arc::ptr_eq(&j.dir, &job.dir));
+        if other_dir || pool.batch.len() >= BATCH {
+            let batch = std::mem::replace(&mut pool.batch, Vec::with_capacity(BATCH));
+            let tx = pool.tx.as_ref().expect("open until finish");
+            if tx.send(batch).is_err() {
+                // Every writer stopped: one failed.
+                return Err(self.take_error());
+            }
+        }
+        pool.batch.push(job);
+        Ok(())
+    }
+
+    fn check_failed(&self) -> Result<()> {
+        if self.shared.failed.load(Ordering::Relaxed) {
+            return Err(self.take_error());
+        }
+        Ok(())
+    }
+
+    fn take_error(&self) -> WorkspaceError {
+        self.shared
+            .error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_else(|| WorkspaceError::Launch("a baseline writer thread failed".into()))
+    }
+
     /// A symlink with `target` (stored, never resolved).
     pub fn add_symlink(&mut self, path: &[CString], target: &[u8]) -> Result<()> {
+        self.check_failed()?;
         let (name, shown) = self.start_entry(path)?;
         self.count_bytes(target.len() as u64)?;
         let t = CString::new(target).map_err(|_| WorkspaceError::Unsupported {
@@ -271,12 +448,223 @@ impl BaselineWriter {
     /// never being written again: it is only ever an overlay lower, and
     /// the manifest's digest fingerprints it.
     pub fn finish(mut self) -> Result<Manifest> {
+        if let Some(mut pool) = self.pool.take() {
+            let batch = std::mem::take(&mut pool.batch);
+            if let Some(tx) = pool.tx.take()
+                && !batch.is_empty()
+            {
+                let _ = tx.send(batch);
+            }
+            for w in pool.workers.drain(..) {
+                match w.join() {
+                    Ok(entries) => self.manifest.entries.extend(entries),
+                    Err(_) => self.shared.fail(WorkspaceError::Launch(
+                        "a baseline writer thread panicked".into(),
+                    )),
+                }
+            }
+        }
+        self.check_failed()?;
+        self.current = None;
         while !self.names.is_empty() {
             self.chain.pop()?;
             self.names.pop();
         }
         sys::fchmod(self.chain.current(), 0o755)?;
-        Ok(self.manifest)
+        Ok(std::mem::take(&mut self.manifest))
+    }
+}
+
+impl Drop for BaselineWriter {
+    /// An import that failed midway: stop and join the writers.
+    fn drop(&mut self) {
+        if let Some(mut pool) = self.pool.take() {
+            self.shared.failed.store(true, Ordering::Relaxed);
+            drop(pool.tx.take());
+            for w in pool.workers.drain(..) {
+                let _ = w.join();
+            }
+        }
+    }
+}
+
+impl Pool {
+    fn start(shared: &Arc<Shared>, threads: usize) -> Result<Pool> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Job>>(QUEUE);
+        let rx = Arc::new(Mutex::new(rx));
+        let mut workers = Vec::with_capacity(threads);
+        for i in 0..threads {
+            let (rx, shared) = (rx.clone(), shared.clone());
+            let w = std::thread::Builder::new()
+                .name(format!("hutch-baseline-{i}"))
+                .spawn(move || {
+                    let mut out = Vec::new();
+                    loop {
+                        let batch = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
+                            Ok(b) => b,
+                            Err(_) => break,
+                        };
+                        for job in batch {
+                            if shared.failed.load(Ordering::Relaxed) {
+                                // Drain without work; the import fails whole.
+                                continue;
+                            }
+                            match write_job(&shared, job) {
+                                Ok(e) => out.push(e),
+                                Err(e) => shared.fail(e),
+                            }
+                        }
+                    }
+                    out
+                })
+                .map_err(|e| WorkspaceError::io("start a baseline writer thread", e))?;
+            workers.push(w);
+        }
+        Ok(Pool {
+            tx: Some(tx),
+            batch: Vec::with_capacity(BATCH),
+            workers,
+        })
+    }
+}
+
+/// Write one queued file: read (or take) its content, hash it, create it.
+fn write_job(shared: &Shared, job: Job) -> Result<ManifestEntry> {
+    let shown = || display_name(&job.path);
+    let limits = &shared.limits;
+    let create = |mode: u32| -> Result<std::fs::File> {
+        let fd = sys::open_beneath(
+            job.dir.as_fd(),
+            &job.name,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            mode,
+        )?;
+        if shared.umask & mode != 0 {
+            sys::fchmod(fd.as_fd(), mode)?;
+        }
+        Ok(std::fs::File::from(fd))
+    };
+    let entry = |mode: u32, size: u64, sha256: [u8; 32]| ManifestEntry {
+        path: job.path.clone(),
+        mode: git_file_mode(mode),
+        size,
+        sha256,
+    };
+    match &job.content {
+        Content::Bytes(data) => {
+            let size = data.len() as u64;
+            if size > limits.max_file_bytes {
+                return Err(limits.too_big(&job.path));
+            }
+            shared.count_bytes(size)?;
+            let mode = if job.exec == Some(true) { 0o755 } else { 0o644 };
+            let mut f = create(mode)?;
+            f.write_all(data)
+                .map_err(|e| WorkspaceError::io(format!("write {}", shown()), e))?;
+            Ok(entry(mode, size, Sha256::digest(data).into()))
+        }
+        Content::Host { dir, name, ino } => {
+            let fd = sys::open_beneath(
+                dir.as_fd(),
+                name,
+                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+                0,
+            )?;
+            let m = sys::fstat(fd.as_fd())?;
+            if m.ino != *ino || !m.is_file() {
+                return Err(WorkspaceError::Unsupported {
+                    path: shown(),
+                    reason: "changed while being copied".into(),
+                });
+            }
+            if m.size > limits.max_file_bytes {
+                return Err(limits.too_big(&job.path));
+            }
+            shared.count_bytes(m.size)?;
+            let exec = job.exec.unwrap_or(m.mode & 0o100 != 0);
+            let mode = if exec { 0o755 } else { 0o644 };
+            let mut src = std::fs::File::from(fd);
+            let mut out = create(mode)?;
+            let (size, sha256) = if m.size <= SMALL_FILE {
+                // One read of the size fstat gave (and one more only if
+                // it came short).
+                let mut data = vec![0u8; m.size as usize];
+                let mut got = 0;
+                while got < data.len() {
+                    let n = src
+                        .read(&mut data[got..])
+                        .map_err(|e| WorkspaceError::io(format!("read {}", shown()), e))?;
+                    if n == 0 {
+                        break;
+                    }
+                    got += n;
+                }
+                data.truncate(got);
+                out.write_all(&data)
+                    .map_err(|e| WorkspaceError::io(format!("write {}", shown()), e))?;
+                (got as u64, Sha256::digest(&data).into())
+            } else {
+                copy_large(shared, &mut src, &mut out, &job.path)?
+            };
+            if size != m.size {
+                return Err(WorkspaceError::Unsupported {
+                    path: shown(),
+                    reason: "changed while being copied".into(),
+                });
+            }
+            Ok(entry(mode, size, sha256))
+        }
+    }
+}
+
+/// A large file: cloned where the filesystem shares extents (then hashed
+/// from the copy), else copied in chunks, hashed on the way.
+fn copy_large(
+    shared: &Shared,
+    src: &mut std::fs::File,
+    out: &mut std::fs::File,
+    path: &[u8],
+) -> Result<(u64, [u8; 32])> {
+    let io = |what: &str, e| WorkspaceError::io(format!("{what} {}", display_name(path)), e);
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut size = 0u64;
+    if shared.reflink.load(Ordering::Relaxed) {
+        match sys::ficlone(out.as_fd(), src.as_fd()) {
+            Ok(()) => {
+                loop {
+                    let n = out.read_at_all(&mut buf, size).map_err(|e| io("read", e))?;
+                    if n == 0 {
+                        break;
+                    }
+                    hasher.update(&buf[..n]);
+                    size += n as u64;
+                }
+                return Ok((size, hasher.finalize().into()));
+            }
+            Err(_) => shared.reflink.store(false, Ordering::Relaxed),
+        }
+    }
+    loop {
+        let n = src.read(&mut buf).map_err(|e| io("read", e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n]).map_err(|e| io("write", e))?;
+        size += n as u64;
+    }
+    Ok((size, hasher.finalize().into()))
+}
+
+/// Positioned reads (`pread`) into a buffer.
+trait ReadAt {
+    fn read_at_all(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize>;
+}
+
+impl ReadAt for std::fs::File {
+    fn read_at_all(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(self, buf, offset)
     }
 }
 
@@ -295,16 +683,20 @@ fn split(path: &[CString]) -> Result<(&CStr, &[CString])> {
 /// workspace carries no repository metadata); FIFOs, sockets and devices
 /// are refused (never opened). The walk is iterative with a bounded number
 /// of open fds, whatever the depth; the writer's caps bound the rest.
+/// Entry types come from the directory listing (`d_type`), so most
+/// entries need no lstat; files are opened, hashed and copied by the
+/// writer's threads, each checked to be the inode the listing named.
 pub fn import_dir(src: &Path, writer: &mut BaselineWriter) -> Result<()> {
     let root = sys::open_dir_path(src)?;
     let mut chain = sys::DirChain::new(root)?;
     let mut path: Vec<CString> = Vec::new();
-    let mut top = sys::list_dir(chain.current())?;
-    top.retain(|n| n.as_bytes() != b".git");
-    // Names left per level (reverse-sorted: `pop` gives the next).
-    let mut pending = vec![sorted_rev(top)];
-    while let Some(names) = pending.last_mut() {
-        let Some(name) = names.pop() else {
+    let mut top = sys::list_dir_typed(chain.current())?;
+    top.retain(|(n, _, _)| n.as_bytes() != b".git");
+    // Names left per level (reverse-sorted: `pop` gives the next), with
+    // the level's directory shared with queued jobs once one needs it.
+    let mut pending: Vec<(Vec<Listed>, Option<Arc<OwnedFd>>)> = vec![(sorted_rev(top), None)];
+    while let Some((names, shared_dir)) = pending.last_mut() {
+        let Some((name, kind, ino)) = names.pop() else {
             pending.pop();
             if !pending.is_empty() {
                 chain.pop()?;
@@ -313,8 +705,15 @@ pub fn import_dir(src: &Path, writer: &mut BaselineWriter) -> Result<()> {
             continue;
         };
         let dir = chain.current();
-        let Some(meta) = lstat_opt(dir, &name)? else {
-            continue;
+        let kind = match kind {
+            EntryKind::Unknown => match lstat_opt(dir, &name)? {
+                None => continue,
+                Some(m) if m.is_dir() => EntryKind::Dir,
+                Some(m) if m.is_file() => EntryKind::File,
+                Some(m) if m.is_symlink() => EntryKind::Symlink,
+                Some(_) => EntryKind::Other,
+            },
+            k => k,
         };
         path.push(name.clone());
         let shown = || {
@@ -323,38 +722,49 @@ pub fn import_dir(src: &Path, writer: &mut BaselineWriter) -> Result<()> {
             p.extend_from_slice(&join(&path));
             display_name(&p)
         };
-        if meta.is_dir() {
-            writer.add_dir(&path)?;
-            chain.push(&name)?;
-            pending.push(sorted_rev(sys::list_dir(chain.current())?));
-            continue;
-        } else if meta.is_file() {
-            let fd = sys::open_beneath(dir, &name, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
-            let now = sys::fstat(fd.as_fd())?;
-            if now.ino != meta.ino || !now.is_file() {
+        match kind {
+            EntryKind::Dir => {
+                writer.add_dir(&path)?;
+                chain.push(&name)?;
+                let names = sorted_rev(sys::list_dir_typed(chain.current())?);
+                pending.push((names, None));
+                continue;
+            }
+            EntryKind::File => {
+                let d = match shared_dir {
+                    Some(d) => d.clone(),
+                    None => {
+                        let d = Arc::new(
+                            dir.try_clone_to_owned()
+                                .map_err(|e| WorkspaceError::io("dup a directory fd", e))?,
+                        );
+                        *shared_dir = Some(d.clone());
+                        d
+                    }
+                };
+                writer.queue_file(&path, None, Content::Host { dir: d, name, ino })?;
+            }
+            EntryKind::Symlink => {
+                let target = sys::readlink_at(dir, &name)?;
+                writer.add_symlink(&path, &target)?;
+            }
+            EntryKind::Other | EntryKind::Unknown => {
                 return Err(WorkspaceError::Unsupported {
                     path: shown(),
-                    reason: "changed while being copied".into(),
+                    reason: "FIFOs, sockets and device nodes cannot be part of a baseline".into(),
                 });
             }
-            let mut file = std::fs::File::from(fd);
-            writer.add_file(&path, meta.mode & 0o100 != 0, &mut file)?;
-        } else if meta.is_symlink() {
-            let target = sys::readlink_at(dir, &name)?;
-            writer.add_symlink(&path, &target)?;
-        } else {
-            return Err(WorkspaceError::Unsupported {
-                path: shown(),
-                reason: "FIFOs, sockets and device nodes cannot be part of a baseline".into(),
-            });
         }
         path.pop();
     }
     Ok(())
 }
 
-fn sorted_rev(mut names: Vec<CString>) -> Vec<CString> {
-    names.sort_unstable_by(|a, b| b.cmp(a));
+/// A directory entry as listed: name, `d_type`, `d_ino`.
+type Listed = (CString, EntryKind, u64);
+
+fn sorted_rev(mut names: Vec<Listed>) -> Vec<Listed> {
+    names.sort_unstable_by(|a, b| b.0.cmp(&a.0));
     names
 }
 

@@ -7,7 +7,7 @@ use crate::sys::SysError;
 /// Everything a session operation can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
-    #[error("{0}")]
+    #[error(transparent)]
     Sys(#[from] SysError),
     #[error("{what}: {source}")]
     Io {

@@ -10,8 +10,9 @@
 //! separator), and no entry lies below a symlink entry (links are never
 //! walked into).
 //!
-//! Bounded whatever the tree: the merged view is walked iteratively over
-//! two [`sys::DirChain`]s, file contents stream from their fd into the
+//! Bounded whatever the tree: the merged view (every layer of the stack,
+//! see `stack.rs`) is walked iteratively over one [`sys::DirChain`] per
+//! layer, file contents stream from their fd into the
 //! archive (hashed on the way), manifest entries are spooled, and the caps
 //! are checked before each entry is written, counting what it will emit
 //! (a hardlinked or sparse file by its full size), so an export stops as
@@ -31,16 +32,16 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::sys::{self, DirChain, Meta};
+use crate::sys::{self, Meta};
 
 use super::changes::special_kind;
 use super::error::{Result, WorkspaceError};
 use super::json;
-use super::layers::Layers;
-use super::layers::{is_opaque, lstat_opt};
+use super::layers::{Layers, lstat_opt};
 use super::quote::{display_name, git_quote};
 use super::relpath::{RelPath, child_path, join};
 use super::spool::Spool;
+use super::stack::{Chains, Resolved, members};
 
 /// Prefix of the entries hutch adds to an archive.
 pub const RESERVED_DIR: &str = ".hutch";
@@ -82,6 +83,8 @@ pub struct ExportOptions {
     pub max_file_bytes: u64,
     /// Number of entries.
     pub max_entries: usize,
+    /// What the manifest says the archive comes from (sessions set it).
+    pub origin: Option<ExportOrigin>,
 }
 
 impl Default for ExportOptions {
@@ -90,8 +93,24 @@ impl Default for ExportOptions {
             max_total_bytes: 1 << 30,
             max_file_bytes: 256 << 20,
             max_entries: 100_000,
+            origin: None,
         }
     }
+}
+
+/// Where an export comes from, as its manifest names it: the session, the
+/// commit and the fingerprints, never a host path.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ExportOrigin {
+    pub session: String,
+    /// The commit of a git baseline.
+    pub commit: Option<String>,
+    /// The baseline's fingerprint.
+    pub fingerprint: String,
+    /// The sealed layers: index and fingerprint.
+    pub seals: Vec<(usize, String)>,
+    /// Where the patch starts (`baseline` or the seal index), with --patch.
+    pub patch_since: Option<String>,
 }
 
 /// One manifest entry.
@@ -265,41 +284,33 @@ impl Read for ExactReader<'_> {
 struct Frame {
     /// Length of the walk's path buffer at this directory's parent.
     parent_len: usize,
-    /// Whether it has a part on the upper / baseline chain.
-    upper: bool,
-    base: bool,
-    /// Entries left (name, metadata, from the upper?), reverse-sorted.
-    items: Vec<(CString, Meta, bool)>,
+    /// The layers holding it (each entered on its chain).
+    set: u64,
+    /// Entries left (name, metadata, layer), reverse-sorted.
+    items: Vec<(CString, Meta, usize)>,
 }
 
-/// The visible entries of a merged directory (whiteouts hide, the upper
-/// wins), reverse-sorted with directories keyed as `name/`.
-fn merged_items(
-    upper: Option<BorrowedFd<'_>>,
-    base: Option<BorrowedFd<'_>>,
-) -> Result<Vec<(CString, Meta, bool)>> {
+/// The visible entries of the merged directory `set` (the first layer
+/// holding a name wins; whiteouts hide), reverse-sorted with directories
+/// keyed as `name/`.
+fn merged_items(chains: &Chains, set: u64) -> Result<Vec<(CString, Meta, usize)>> {
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
-    if let Some(u) = upper {
-        for n in sys::list_dir(u)? {
-            if let Some(m) = lstat_opt(u, &n)? {
+    for i in members(set) {
+        let dir = chains.dir(i);
+        for n in sys::list_dir(dir)? {
+            if seen.contains(&n) {
+                continue;
+            }
+            if let Some(m) = lstat_opt(dir, &n)? {
                 if !m.is_whiteout() {
-                    out.push((n.clone(), m, true));
+                    out.push((n.clone(), m, i));
                 }
                 seen.insert(n);
             }
         }
     }
-    if let Some(b) = base {
-        for n in sys::list_dir(b)? {
-            if !seen.contains(&n)
-                && let Some(m) = lstat_opt(b, &n)?
-            {
-                out.push((n, m, false));
-            }
-        }
-    }
-    let key = |(n, m, _): &(CString, Meta, bool)| {
+    let key = |(n, m, _): &(CString, Meta, usize)| {
         let mut k = n.as_bytes().to_vec();
         if m.is_dir() {
             k.push(b'/');
@@ -315,8 +326,8 @@ struct Exporter<'a> {
     opts: &'a ExportOptions,
     kind: ArchiveKind,
     archive: Archive,
-    upper: DirChain,
-    base: DirChain,
+    /// One chain per layer, top first.
+    chains: Chains,
     manifest: Spool,
     entries: u64,
     skipped: u64,
@@ -408,14 +419,10 @@ impl Exporter<'_> {
         self.record(&e)
     }
 
-    /// Export the non-directory `name` (in the upper or baseline chain's
+    /// Export the non-directory `name` (in layer `layer`'s chain's
     /// current directory) at `path`.
-    fn add_leaf(&mut self, path: &[u8], name: &CStr, meta: &Meta, in_upper: bool) -> Result<()> {
-        let dir = if in_upper {
-            self.upper.current()
-        } else {
-            self.base.current()
-        };
+    fn add_leaf(&mut self, path: &[u8], name: &CStr, meta: &Meta, layer: usize) -> Result<()> {
+        let dir = self.chains.dir(layer);
         if meta.is_file() {
             if meta.size > self.opts.max_file_bytes {
                 return Err(WorkspaceError::TooLarge {
@@ -472,81 +479,40 @@ impl Exporter<'_> {
         }
     }
 
-    /// Enter the merged directory `name` below the chains' current
-    /// directories. `in_upper`: it is a directory in the upper (else in the
-    /// baseline only); `base_visible`: the current directory has a visible
-    /// baseline part. Returns (upper pushed, base pushed).
-    fn enter(&mut self, name: &CStr, in_upper: bool, base_visible: bool) -> Result<(bool, bool)> {
-        let mut up = false;
-        let mut opaque = false;
-        if in_upper {
-            self.upper.push(name)?;
-            up = true;
-            opaque = is_opaque(self.upper.current())?;
-        }
-        let mut down = false;
-        if base_visible
-            && !opaque
-            && lstat_opt(self.base.current(), name)?.is_some_and(|m| m.is_dir())
-        {
-            self.base.push(name)?;
-            down = true;
-        }
-        Ok((up, down))
-    }
-
-    /// Export the tree below the merged directory the chains are at.
-    fn tree(&mut self, prefix: Vec<u8>, upper: bool, base: bool) -> Result<()> {
+    /// Export the tree below the merged directory `set` the chains are at.
+    fn tree(&mut self, prefix: Vec<u8>, set: u64) -> Result<()> {
         // One path buffer for the walk: memory linear in the depth.
         let mut dir_path = prefix;
-        let items = merged_items(
-            upper.then(|| self.upper.current()),
-            base.then(|| self.base.current()),
-        )?;
+        let items = merged_items(&self.chains, set)?;
         let mut stack = vec![Frame {
             parent_len: 0,
-            upper,
-            base,
+            set,
             items,
         }];
         while let Some(frame) = stack.last_mut() {
-            let Some((name, meta, in_upper)) = frame.items.pop() else {
+            let Some((name, meta, layer)) = frame.items.pop() else {
                 let done = stack.pop().expect("a frame");
                 if stack.is_empty() {
                     break;
                 }
                 dir_path.truncate(done.parent_len);
-                if done.upper {
-                    self.upper.pop()?;
-                }
-                if done.base {
-                    self.base.pop()?;
-                }
+                self.chains.leave(done.set)?;
                 continue;
             };
             let path = child_path(&dir_path, name.as_bytes());
-            let base_visible = frame.base;
             if !meta.is_dir() {
-                self.add_leaf(&path, &name, &meta, in_upper)?;
+                self.add_leaf(&path, &name, &meta, layer)?;
                 continue;
             }
             self.add_dir(&path)?;
-            let (up, down) = if in_upper {
-                self.enter(&name, true, base_visible)?
-            } else {
-                self.base.push(&name)?;
-                (false, true)
-            };
-            let items = merged_items(
-                up.then(|| self.upper.current()),
-                down.then(|| self.base.current()),
-            )?;
+            let parent = frame.set;
+            let (child, _) = self.chains.enter(parent, &name)?;
+            let items = merged_items(&self.chains, child)?;
             let parent_len = dir_path.len();
             dir_path = path;
             stack.push(Frame {
                 parent_len,
-                upper: up,
-                base: down,
+                set: child,
                 items,
             });
         }
@@ -566,82 +532,42 @@ impl Exporter<'_> {
             path: display_name(&join(&comps[..=i])),
             reason: "is not a directory (links are not followed)".into(),
         };
-        let (mut ups, mut downs) = (0usize, 0usize);
-        let mut upper = true;
-        let mut base = !is_opaque(self.upper.current())?;
+        let (mut set, _) = self.chains.root_set(0, self.chains.chains.len())?;
+        // The sets entered, to leave them again.
+        let mut entered: Vec<u64> = Vec::new();
         let result = (|| -> Result<()> {
             let Some((last, parents)) = comps.split_last() else {
                 return Err(missing());
             };
             for (i, c) in parents.iter().enumerate() {
-                let um = if upper {
-                    lstat_opt(self.upper.current(), c)?
-                } else {
-                    None
-                };
-                let (in_upper, visible) = match um {
-                    Some(m) if m.is_whiteout() => return Err(missing()),
-                    Some(m) if !m.is_dir() => return Err(not_dir(i)),
-                    Some(_) => (true, base),
-                    None => match base
-                        .then(|| lstat_opt(self.base.current(), c))
-                        .transpose()?
-                    {
-                        Some(Some(m)) if m.is_dir() => (false, true),
-                        Some(Some(_)) => return Err(not_dir(i)),
-                        _ => return Err(missing()),
-                    },
-                };
-                let (up, down) = if in_upper {
-                    self.enter(c, true, visible)?
-                } else {
-                    self.base.push(c)?;
-                    (false, true)
-                };
-                ups += usize::from(up);
-                downs += usize::from(down);
-                upper = up;
-                base = down;
+                match self.chains.resolve(set, c)? {
+                    Resolved::Missing | Resolved::Deleted => return Err(missing()),
+                    Resolved::Leaf(..) => return Err(not_dir(i)),
+                    Resolved::Dir => {}
+                }
+                let (child, _) = self.chains.enter(set, c)?;
+                entered.push(child);
+                set = child;
                 let parent = join(&comps[..=i]);
                 if !self.dirs.contains(&parent) {
                     self.add_dir(&parent)?;
                     self.dirs.insert(parent);
                 }
             }
-            let um = if upper {
-                lstat_opt(self.upper.current(), last)?
-            } else {
-                None
-            };
-            let found = match um {
-                Some(m) if m.is_whiteout() => None,
-                Some(m) => Some((m, true)),
-                None if base => lstat_opt(self.base.current(), last)?.map(|m| (m, false)),
-                None => None,
-            };
-            let Some((meta, in_upper)) = found else {
-                return Err(missing());
-            };
-            if !meta.is_dir() {
-                return self.add_leaf(&shown, last, &meta, in_upper);
+            match self.chains.resolve(set, last)? {
+                Resolved::Missing | Resolved::Deleted => Err(missing()),
+                Resolved::Leaf(layer, meta) => self.add_leaf(&shown, last, &meta, layer),
+                Resolved::Dir => {
+                    self.add_dir(&shown)?;
+                    self.dirs.insert(shown.clone());
+                    let (child, _) = self.chains.enter(set, last)?;
+                    entered.push(child);
+                    self.tree(shown.clone(), child)
+                }
             }
-            self.add_dir(&shown)?;
-            self.dirs.insert(shown.clone());
-            let (up, down) = if in_upper {
-                self.enter(last, true, base)?
-            } else {
-                self.base.push(last)?;
-                (false, true)
-            };
-            ups += usize::from(up);
-            downs += usize::from(down);
-            self.tree(shown.clone(), up, down)
         })();
-        for _ in 0..ups {
-            self.upper.pop()?;
-        }
-        for _ in 0..downs {
-            self.base.pop()?;
+        for s in entered.into_iter().rev() {
+            self.chains.leave(s)?;
         }
         result
     }
@@ -726,8 +652,7 @@ pub fn export(
             opts,
             kind,
             archive,
-            upper: DirChain::new(sys::open_dir_beneath(layers.upper.as_fd(), c".")?)?,
-            base: DirChain::new(sys::open_dir_beneath(layers.base.as_fd(), c".")?)?,
+            chains: Chains::new(&layers.stack())?,
             manifest: Spool::new(spool_dir)?,
             entries: 0,
             skipped: 0,
@@ -753,7 +678,7 @@ pub fn export(
             total_bytes: ex.content,
             patch_sha256: patch_sha256.clone(),
         };
-        let (head, tail) = manifest_frame(&summary, ex.entries > 0)?;
+        let (head, tail) = manifest_frame(&summary, opts.origin.as_ref(), ex.entries > 0)?;
         let size = head.len() as u64 + ex.manifest.len() + tail.len() as u64;
         {
             let body = ex
@@ -791,10 +716,33 @@ pub fn export(
 
 /// The manifest's JSON before and after its entries (which are spooled):
 /// `{"archive": ..., "entries": [ ... ], "patch_sha256": ..., "total_bytes": N}`.
-fn manifest_frame(s: &ExportSummary, has_entries: bool) -> Result<(Vec<u8>, Vec<u8>)> {
-    let mut head = b"{\n  \"archive\": ".to_vec();
-    head.extend_from_slice(&json::to_vec(&s.archive)?);
-    head.extend_from_slice(b",\n  \"entries\": [");
+fn manifest_frame(
+    s: &ExportSummary,
+    origin: Option<&ExportOrigin>,
+    has_entries: bool,
+) -> Result<(Vec<u8>, Vec<u8>)> {
+    let mut head = b"{".to_vec();
+    if let Some(o) = origin {
+        head.extend_from_slice(b"\n  \"session\": ");
+        head.extend_from_slice(&json::to_vec(&o.session)?);
+        head.extend_from_slice(b",\n  \"commit\": ");
+        head.extend_from_slice(&json::to_vec(&o.commit)?);
+        head.extend_from_slice(b",\n  \"fingerprint\": ");
+        head.extend_from_slice(&json::to_vec(&o.fingerprint)?);
+        head.extend_from_slice(b",\n  \"seals\": ");
+        let seals: Vec<_> = o
+            .seals
+            .iter()
+            .map(|(i, f)| serde_json::json!({"index": i, "fingerprint": f}))
+            .collect();
+        head.extend_from_slice(&json::to_vec(&seals)?);
+        if let Some(since) = &o.patch_since {
+            head.extend_from_slice(b",\n  \"patch_since\": ");
+            head.extend_from_slice(&json::to_vec(since)?);
+        }
+        head.push(b',');
+    }
+    head.extend_from_slice(b"\n  \"entries\": [");
     let mut tail = if has_entries {
         b"\n  ],".to_vec()
     } else {

@@ -40,7 +40,7 @@ use crate::launch::{self, ExitReport, Outcome, RunOptions};
 use crate::spec::{Duration, FsOp, Network, Spec};
 use crate::sys;
 
-use super::baseline::{BaselineWriter, split_components};
+use super::baseline::{BaselineWriter, Content, QUEUED_BYTES_MAX, split_components};
 use super::error::{Result, WorkspaceError};
 use super::quote::{display_name, git_quote};
 use super::repo::RepoDir;
@@ -329,14 +329,15 @@ struct TreeEntry {
 }
 
 /// Export commit `rev` of `repo` into `writer`, running git in hutch
-/// sandboxes whose output lands in subdirectories of `staging`.
+/// sandboxes whose output lands in subdirectories of `staging`. Returns
+/// the repository's `info/exclude` (at most 1 MiB), if it has one.
 pub fn import_git(
     repo: &Path,
     rev: &str,
     policy: GitPolicy,
     staging: GitStaging<'_>,
     writer: &mut BaselineWriter,
-) -> Result<()> {
+) -> Result<Option<Vec<u8>>> {
     if !is_full_rev(rev) {
         return Err(WorkspaceError::Git(format!(
             "--rev must be a full commit id (40 or 64 hex digits), not {rev:?}"
@@ -347,6 +348,22 @@ pub fn import_git(
     let gd = repo_dir.git_dir()?;
     let git = SandboxGit::new(gd.path.clone(), &gd.meta, staging);
     drop(gd.fd);
+    // The repository's own ignore rules (for diffs), read like the other
+    // metadata: beneath the repository, no link, regular, capped.
+    let exclude = match gd.path.strip_prefix(repo_dir.path()) {
+        Ok(rel) => {
+            let mut rel = rel.as_os_str().as_bytes().to_vec();
+            if !rel.is_empty() {
+                rel.push(b'/');
+            }
+            rel.extend_from_slice(b"info/exclude");
+            repo_dir
+                .read_capped(&rel, super::ignore::IGNORE_FILE_MAX_BYTES)
+                .ok()
+                .flatten()
+        }
+        Err(_) => None,
+    };
     let limits = *writer.limits();
     let max_records = limits.max_files.saturating_add(1);
     let max_listing = max_records.saturating_mul(limits.max_path_bytes as u64 + 128);
@@ -529,7 +546,8 @@ pub fn import_git(
         &blobs,
         policy,
         writer,
-    )
+    )?;
+    Ok(exclude)
 }
 
 /// Parse `git cat-file --batch` output for `blobs` into the writer.
@@ -615,6 +633,18 @@ fn read_blobs(
                 }
                 writer.add_file(&path, blob.mode == 0o100755, &mut &data[..])?;
             }
+        } else if size <= QUEUED_BYTES_MAX {
+            // Small: read here, hashed and written by the writer threads.
+            let mut data = Vec::with_capacity(size as usize);
+            reader
+                .by_ref()
+                .take(size)
+                .read_to_end(&mut data)
+                .map_err(|e| WorkspaceError::io("read git cat-file output", e))?;
+            if data.len() as u64 != size {
+                return Err(truncated(blob));
+            }
+            writer.queue_file(&path, Some(blob.mode == 0o100755), Content::Bytes(data))?;
         } else {
             let mut body = CountingReader {
                 inner: reader.by_ref().take(size),

@@ -83,7 +83,9 @@ pub fn read_regular(dir: BorrowedFd<'_>, name: &CStr, limit: u64, what: &[u8]) -
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layer {
     Upper,
-    Baseline,
+    /// A read-only layer: its index in [`Layers::lowers`] (sealed layers
+    /// newest first, the baseline last).
+    Lower(usize),
 }
 
 /// One entry of the merged view: its parent directory fd, its name there,
@@ -97,18 +99,26 @@ pub struct Found {
 }
 
 /// A directory of the merged view: its upper part (if any) and its
-/// baseline part (if visible: not under an opaque directory).
+/// visible read-only parts, top first (those not hidden by an opaque
+/// directory or a whiteout above them).
 #[derive(Debug)]
 pub struct MergedDir {
     pub upper: Option<OwnedFd>,
-    pub base: Option<OwnedFd>,
+    pub lowers: Vec<OwnedFd>,
 }
 
-/// The two roots of a session's workspace.
+/// The layers of a session's workspace.
 #[derive(Debug)]
 pub struct Layers {
-    pub base: OwnedFd,
+    /// The writable layer.
     pub upper: OwnedFd,
+    /// The read-only layers below it, top first: sealed layers newest
+    /// first, the baseline last.
+    pub lowers: Vec<OwnedFd>,
+    /// Where a diff starts: the old side of a diff is `lowers[diff_from..]`
+    /// (0: changes since the last seal; `lowers.len() - 1`: since the
+    /// baseline).
+    pub diff_from: usize,
 }
 
 fn dup(fd: &OwnedFd) -> Result<OwnedFd> {
@@ -117,12 +127,36 @@ fn dup(fd: &OwnedFd) -> Result<OwnedFd> {
 }
 
 impl Layers {
+    /// An upper over one baseline (a session without seals).
+    pub fn new(base: OwnedFd, upper: OwnedFd) -> Layers {
+        Layers {
+            upper,
+            lowers: vec![base],
+            diff_from: 0,
+        }
+    }
+
+    /// Every layer, top first.
+    pub fn stack(&self) -> Vec<BorrowedFd<'_>> {
+        std::iter::once(self.upper.as_fd())
+            .chain(self.lowers.iter().map(|l| l.as_fd()))
+            .collect()
+    }
+
     /// The merged root directory.
     pub fn root(&self) -> Result<MergedDir> {
-        let opaque = is_opaque(self.upper.as_fd())?;
+        let mut lowers = Vec::new();
+        if !is_opaque(self.upper.as_fd())? {
+            for l in &self.lowers {
+                lowers.push(dup(l)?);
+                if is_opaque(l.as_fd())? {
+                    break;
+                }
+            }
+        }
         Ok(MergedDir {
             upper: Some(dup(&self.upper)?),
-            base: if opaque { None } else { Some(dup(&self.base)?) },
+            lowers,
         })
     }
 
@@ -151,28 +185,24 @@ impl Layers {
 impl MergedDir {
     /// The entry `name` of this directory in the merged view.
     pub fn entry(&self, name: &CStr) -> Result<Option<Found>> {
-        if let Some(up) = &self.upper
-            && let Some(meta) = lstat_opt(up.as_fd(), name)?
-        {
-            if meta.is_whiteout() {
-                return Ok(None);
+        let parts = self.upper.iter().map(|u| (u, Layer::Upper)).chain(
+            self.lowers
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (l, Layer::Lower(i))),
+        );
+        for (fd, layer) in parts {
+            if let Some(meta) = lstat_opt(fd.as_fd(), name)? {
+                if meta.is_whiteout() {
+                    return Ok(None);
+                }
+                return Ok(Some(Found {
+                    dir: dup(fd)?,
+                    name: name.to_owned(),
+                    meta,
+                    layer,
+                }));
             }
-            return Ok(Some(Found {
-                dir: dup(up)?,
-                name: name.to_owned(),
-                meta,
-                layer: Layer::Upper,
-            }));
-        }
-        if let Some(base) = &self.base
-            && let Some(meta) = lstat_opt(base.as_fd(), name)?
-        {
-            return Ok(Some(Found {
-                dir: dup(base)?,
-                name: name.to_owned(),
-                meta,
-                layer: Layer::Baseline,
-            }));
         }
         Ok(None)
     }
@@ -185,7 +215,7 @@ impl MergedDir {
             reason: "is not a directory (links are not followed)".into(),
         };
         let mut upper = None;
-        let mut base_visible = true;
+        let mut lowers_visible = true;
         if let Some(up) = &self.upper
             && let Some(meta) = lstat_opt(up.as_fd(), name)?
         {
@@ -196,30 +226,53 @@ impl MergedDir {
                 return Err(not_dir());
             }
             let fd = sys::open_dir_beneath(up.as_fd(), name)?;
-            base_visible = !is_opaque(fd.as_fd())?;
+            lowers_visible = !is_opaque(fd.as_fd())?;
             upper = Some(fd);
         }
-        let mut base = None;
-        if base_visible && let Some(b) = &self.base {
-            match lstat_opt(b.as_fd(), name)? {
-                Some(m) if m.is_dir() => base = Some(sys::open_dir_beneath(b.as_fd(), name)?),
-                Some(_) if upper.is_none() => return Err(not_dir()),
-                _ => {}
+        let mut lowers = Vec::new();
+        if lowers_visible {
+            for l in &self.lowers {
+                match lstat_opt(l.as_fd(), name)? {
+                    None => continue,
+                    Some(m) if m.is_dir() => {
+                        let fd = sys::open_dir_beneath(l.as_fd(), name)?;
+                        let opaque = is_opaque(fd.as_fd())?;
+                        lowers.push(fd);
+                        if opaque {
+                            break;
+                        }
+                    }
+                    Some(m) if m.is_whiteout() => {
+                        if upper.is_none() && lowers.is_empty() {
+                            return Ok(None);
+                        }
+                        break;
+                    }
+                    Some(_) => {
+                        if upper.is_none() && lowers.is_empty() {
+                            return Err(not_dir());
+                        }
+                        break;
+                    }
+                }
             }
         }
-        if upper.is_none() && base.is_none() {
+        if upper.is_none() && lowers.is_empty() {
             return Ok(None);
         }
-        Ok(Some(MergedDir { upper, base }))
+        Ok(Some(MergedDir { upper, lowers }))
     }
 
     /// Names visible in this directory (sorted bytewise), whiteouts removed.
     pub fn names(&self) -> Result<Vec<CString>> {
         let mut names = std::collections::BTreeSet::new();
         let mut hidden = std::collections::BTreeSet::new();
-        if let Some(up) = &self.upper {
-            for n in sys::list_dir(up.as_fd())? {
-                match lstat_opt(up.as_fd(), &n)? {
+        for fd in self.upper.iter().chain(self.lowers.iter()) {
+            for n in sys::list_dir(fd.as_fd())? {
+                if hidden.contains(&n) || names.contains(&n) {
+                    continue;
+                }
+                match lstat_opt(fd.as_fd(), &n)? {
                     Some(m) if m.is_whiteout() => {
                         hidden.insert(n);
                     }
@@ -227,13 +280,6 @@ impl MergedDir {
                         names.insert(n);
                     }
                     None => {}
-                }
-            }
-        }
-        if let Some(b) = &self.base {
-            for n in sys::list_dir(b.as_fd())? {
-                if !hidden.contains(&n) {
-                    names.insert(n);
                 }
             }
         }

@@ -23,6 +23,12 @@ impl RelPath {
     /// `/workspace` are accepted; `.` components are dropped; `..`, NUL and
     /// other absolute paths are refused.
     pub fn parse(path: &Path) -> Result<RelPath> {
+        Self::parse_in(path, Path::new(WORKSPACE_DIR))
+    }
+
+    /// [`RelPath::parse`] for a workspace mounted at `workspace`: absolute
+    /// paths must be under it.
+    pub fn parse_in(path: &Path, workspace: &Path) -> Result<RelPath> {
         let bytes = path.as_os_str().as_bytes();
         let bad = |reason: &str| WorkspaceError::BadPath {
             path: display_name(bytes),
@@ -32,13 +38,16 @@ impl RelPath {
             return Err(bad("contains a NUL byte"));
         }
         let rest: &[u8] = if bytes.first() == Some(&b'/') {
-            let ws = WORKSPACE_DIR.as_bytes();
+            let ws = workspace.as_os_str().as_bytes();
             if bytes == ws {
                 b""
             } else if bytes.starts_with(ws) && bytes.get(ws.len()) == Some(&b'/') {
                 &bytes[ws.len() + 1..]
             } else {
-                return Err(bad("absolute paths must be under /workspace"));
+                return Err(WorkspaceError::BadPath {
+                    path: display_name(bytes),
+                    reason: format!("absolute paths must be under {}", workspace.display()),
+                });
             }
         } else {
             bytes

@@ -51,6 +51,9 @@ pub fn remove_tree(dir: BorrowedFd<'_>, name: &CStr) -> Result<()> {
         Err(e) if e.errno == Errno::ENOENT => return Ok(()),
         other => other?,
     };
+    // Never into another filesystem (a session's mounted disk image must
+    // be unmounted first, not emptied).
+    let root_dev = sys::fstat(std::os::fd::AsFd::as_fd(&root))?.dev;
     let mut chain = sys::DirChain::new(root)?;
     // Per level below the root: the directory's name and its names left.
     let mut pending: Vec<(CString, Vec<CString>)> =
@@ -74,6 +77,12 @@ pub fn remove_tree(dir: BorrowedFd<'_>, name: &CStr) -> Result<()> {
         if !m.is_dir() {
             absent_ok(sys::unlink_at(cur, &child, false))?;
             continue;
+        }
+        if m.dev != root_dev {
+            return Err(super::error::WorkspaceError::Unsupported {
+                path: child.to_string_lossy().into_owned(),
+                reason: "is a mount point: not removed (unmount it first)".into(),
+            });
         }
         let fd = match open_removable(cur, &child) {
             Err(e) if e.errno == Errno::ENOENT => continue,

@@ -28,8 +28,9 @@ use similar::{Algorithm, DiffOp, capture_diff_slices_deadline, group_diff_ops};
 
 use crate::sys;
 
-use super::changes::{ChangeRef, DEFAULT_MAX_FILE_BYTES, SideRef, Skipped, walk};
+use super::changes::{ChangeRef, DEFAULT_MAX_FILE_BYTES, SideRef, Skipped, Visitor, walk};
 use super::error::{Result, WorkspaceError};
+use super::ignore::IgnoreRules;
 use super::json;
 use super::layers::Layers;
 use super::manifest::{MODE_LINK, git_file_mode};
@@ -50,8 +51,9 @@ const CHUNK: usize = 64 * 1024;
 const BINARY_PROBE: u64 = 8000;
 
 /// Output format of `diff`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DiffFormat {
+    #[default]
     Unified,
     Json,
     Stat,
@@ -733,7 +735,7 @@ impl Renderer {
     }
 
     /// Write the whole output to `out` (nothing was written before).
-    fn finish(mut self, skipped: &[Skipped], out: &mut dyn Write) -> Result<()> {
+    fn finish(mut self, skipped: &[Skipped], ignored: &Ignored, out: &mut dyn Write) -> Result<()> {
         let werr = |e| WorkspaceError::io("write the diff", e);
         match self.format {
             DiffFormat::Unified => {
@@ -774,6 +776,30 @@ impl Renderer {
                     if b == b'\n' {
                         tail.extend_from_slice(b"  ");
                     }
+                }
+                if ignored.active {
+                    let list: Vec<_> = ignored
+                        .paths
+                        .iter()
+                        .map(|(p, dir)| {
+                            json!({
+                                "path": String::from_utf8_lossy(p),
+                                "path_quoted": git_quote(p),
+                                "kind": if *dir { "dir" } else { "file" },
+                            })
+                        })
+                        .collect();
+                    tail.extend_from_slice(b",\n  \"ignored\": ");
+                    let ig = json::to_vec_pretty(&list)?;
+                    for &b in &ig {
+                        tail.push(b);
+                        if b == b'\n' {
+                            tail.extend_from_slice(b"  ");
+                        }
+                    }
+                    tail.extend_from_slice(
+                        format!(",\n  \"ignored_count\": {}", ignored.count).as_bytes(),
+                    );
                 }
                 tail.extend_from_slice(
                     format!(
@@ -955,6 +981,94 @@ fn write_stat(out: &mut dyn Write, stats: &[Stat]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Paths a diff left out because the baseline's ignore rules name them
+/// (directories once, not what is inside).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ignored {
+    /// Whether rules were applied at all.
+    pub active: bool,
+    /// The first [`IGNORED_LISTED`] paths left out, with whether each is a
+    /// directory.
+    pub paths: Vec<(Vec<u8>, bool)>,
+    /// All paths left out.
+    pub count: u64,
+}
+
+/// Ignored paths listed by name in a JSON diff (the rest are counted).
+pub const IGNORED_LISTED: usize = 10_000;
+
+/// What a diff reported beside the changes.
+#[derive(Debug, Clone, Default)]
+pub struct DiffSummary {
+    /// Entries git cannot represent (never opened).
+    pub skipped: Vec<Skipped>,
+    pub ignored: Ignored,
+}
+
+/// The walk's visitor: untracked paths the rules ignore are left out (an
+/// ignored untracked directory is not even walked), the rest rendered.
+struct Filtered<'r> {
+    renderer: &'r mut Renderer,
+    rules: Option<&'r IgnoreRules>,
+    /// The path of the deepest directory entered (its ancestors are its
+    /// prefixes), and per level its length and whether it is ignored:
+    /// memory linear in the depth, not quadratic.
+    dir: Vec<u8>,
+    levels: Vec<(usize, bool)>,
+    ignored: Ignored,
+}
+
+impl Filtered<'_> {
+    /// Whether a directory containing `path` is ignored (levels that do
+    /// not contain it are left).
+    fn parent_ignored(&mut self, path: &[u8]) -> bool {
+        while let Some(&(len, _)) = self.levels.last() {
+            if path.len() > len && path[len] == b'/' && path[..len] == self.dir[..len] {
+                break;
+            }
+            self.levels.pop();
+        }
+        self.levels.last().is_some_and(|(_, ig)| *ig)
+    }
+
+    fn leave_out(&mut self, path: &[u8], dir: bool) {
+        self.ignored.count += 1;
+        if self.ignored.paths.len() < IGNORED_LISTED {
+            self.ignored.paths.push((path.to_vec(), dir));
+        }
+    }
+}
+
+impl Visitor for Filtered<'_> {
+    fn change(&mut self, c: &ChangeRef<'_>) -> Result<()> {
+        if let Some(rules) = self.rules {
+            let parent = self.parent_ignored(c.path);
+            let left_out = rules.is_excluded(c.path, false)
+                || (!c.tracked && (parent || rules.is_ignored(c.path, false)));
+            if left_out {
+                self.leave_out(c.path, false);
+                return Ok(());
+            }
+        }
+        self.renderer.change(c)
+    }
+
+    fn enter(&mut self, path: &[u8], tracked: bool) -> Result<bool> {
+        let Some(rules) = self.rules else {
+            return Ok(true);
+        };
+        let ignored = self.parent_ignored(path) || rules.is_ignored(path, true);
+        if rules.is_excluded(path, true) || (ignored && !tracked) {
+            self.leave_out(path, true);
+            return Ok(false);
+        }
+        self.dir.clear();
+        self.dir.extend_from_slice(path);
+        self.levels.push((path.len(), ignored));
+        Ok(true)
+    }
+}
+
 /// Render the diff of `layers` in `format` into `out`, whole or not at
 /// all: with `max_bytes`, a longer diff is an error (detected as soon as
 /// it is certain) and nothing is written. Temporary output beyond 1 MiB
@@ -967,6 +1081,19 @@ pub fn diff(
     spool_dir: BorrowedFd<'_>,
     out: &mut dyn Write,
 ) -> Result<Vec<Skipped>> {
+    diff_filtered(layers, format, max_bytes, None, spool_dir, out).map(|s| s.skipped)
+}
+
+/// [`diff`], leaving out the untracked paths `rules` ignore (as `git add
+/// -A` would) and reporting them.
+pub fn diff_filtered(
+    layers: &Layers,
+    format: DiffFormat,
+    max_bytes: Option<u64>,
+    rules: Option<&IgnoreRules>,
+    spool_dir: BorrowedFd<'_>,
+    out: &mut dyn Write,
+) -> Result<DiffSummary> {
     let mut r = Renderer {
         format,
         max_file: DEFAULT_MAX_FILE_BYTES,
@@ -979,7 +1106,18 @@ pub fn diff(
         ins: 0,
         del: 0,
     };
-    let skipped = walk(layers, &mut |c| r.change(c))?;
-    r.finish(&skipped, out)?;
-    Ok(skipped)
+    let mut visitor = Filtered {
+        renderer: &mut r,
+        rules: rules.filter(|r| !r.is_empty()),
+        dir: Vec::new(),
+        levels: Vec::new(),
+        ignored: Ignored {
+            active: rules.is_some(),
+            ..Ignored::default()
+        },
+    };
+    let skipped = walk(layers, &mut visitor)?;
+    let ignored = visitor.ignored;
+    r.finish(&skipped, &ignored, out)?;
+    Ok(DiffSummary { skipped, ignored })
 }

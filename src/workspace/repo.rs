@@ -123,6 +123,11 @@ impl RepoDir {
     /// FIFO, a device, a directory, a larger file) is an error that names
     /// the file, never its content.
     pub fn read_small(&self, rel: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.read_capped(rel, METADATA_MAX_BYTES)
+    }
+
+    /// [`RepoDir::read_small`] with a cap of `cap` bytes.
+    pub fn read_capped(&self, rel: &[u8], cap: u64) -> Result<Option<Vec<u8>>> {
         // Look (O_PATH) before opening: a device node is never opened.
         let Some(before) = self.lstat(rel)? else {
             return Ok(None);
@@ -143,20 +148,20 @@ impl RepoDir {
                 self.shown(rel)
             )));
         }
-        if meta.size > METADATA_MAX_BYTES {
+        if meta.size > cap {
             return Err(git_err(format!(
-                "{} is larger than {METADATA_MAX_BYTES} bytes; not a git metadata file",
+                "{} is larger than {cap} bytes; not a git metadata file hutch reads",
                 self.shown(rel)
             )));
         }
         let mut data = Vec::new();
         std::fs::File::from(fd)
-            .take(METADATA_MAX_BYTES + 1)
+            .take(cap + 1)
             .read_to_end(&mut data)
             .map_err(|e| WorkspaceError::io(format!("read {}", self.shown(rel)), e))?;
-        if data.len() as u64 > METADATA_MAX_BYTES {
+        if data.len() as u64 > cap {
             return Err(git_err(format!(
-                "{} is larger than {METADATA_MAX_BYTES} bytes; not a git metadata file",
+                "{} is larger than {cap} bytes; not a git metadata file hutch reads",
                 self.shown(rel)
             )));
         }

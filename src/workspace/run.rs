@@ -9,6 +9,7 @@
 use std::ffi::CStr;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -18,9 +19,9 @@ use crate::launch::{self, ExitReport, Outcome, RunOptions};
 use crate::spec::{Duration, FsOp, Network, Spec};
 use crate::sys;
 
+use super::disk::DiskUsage;
 use super::error::{Result, WorkspaceError};
-use super::relpath::WORKSPACE_DIR;
-use super::session::{Session, now_ms};
+use super::session::{RunningCommand, Session, now_ms};
 
 /// Bytes of the head and of the tail of stdout/stderr kept in the audit.
 pub const AUDIT_CAPTURE_BYTES: usize = 4096;
@@ -44,25 +45,43 @@ pub struct RunRecord {
     pub deadline_hit: bool,
     /// Egress decisions, when the command used the proxy.
     pub egress: Option<EgressSummary>,
+    /// The session's disk use after the command, when it has a quota.
+    pub disk: Option<DiskUsage>,
 }
 
 impl Session {
-    /// The Spec of one command: `base` (e.g. `spec::default_profile()` or
-    /// what `hutch run` options built, without a workspace) plus the
-    /// session overlay at `/workspace`, cwd `/workspace` unless set, and a
-    /// wall clock never beyond the session deadline. Returns the spec and
-    /// whether the deadline is what bounds the wall clock.
-    pub fn command_spec(&self, mut spec: Spec) -> Result<(Spec, bool)> {
-        let (lower, upper, work) = self.overlay_dirs();
+    /// The Spec of one command: `base` (start from
+    /// [`Session::base_spec`], the session's defaults, and change what the
+    /// command needs; no workspace) plus the overlay of the session's
+    /// layers at its workspace path, which is also the cwd unless `base`
+    /// sets one (a relative one is inside it), and a wall clock never
+    /// beyond the session deadline. Returns the spec and whether the
+    /// deadline is what bounds the wall clock.
+    pub fn command_spec(&self, spec: Spec) -> Result<(Spec, bool)> {
+        let dest = self.info.workspace_path.clone();
+        self.command_spec_at(spec, &dest)
+    }
+
+    /// [`Session::command_spec`] with the workspace at `dest` instead of
+    /// the session's workspace path (hutch's own helpers, e.g. `session
+    /// glob`, which report paths relative to the workspace).
+    pub fn command_spec_at(&self, mut spec: Spec, dest: &Path) -> Result<(Spec, bool)> {
+        // A quota's image is attached again if it is not (after a reboot).
+        drop(self.rw()?);
+        let (lowers, upper, work) = self.overlay_dirs();
+        let dest = dest.to_path_buf();
         spec.fs.push(FsOp::Overlay {
-            lowers: vec![lower],
+            lowers,
             upper,
             work,
-            dest: WORKSPACE_DIR.into(),
+            dest: dest.clone(),
         });
-        if spec.cwd.is_none() {
-            spec.cwd = Some(PathBuf::from(WORKSPACE_DIR));
-        }
+        spec.cwd = Some(match spec.cwd.take() {
+            None => dest,
+            // A relative --chdir is inside the workspace.
+            Some(c) if c.is_relative() => dest.join(c),
+            Some(c) => c,
+        });
         let mut bounded_by_deadline = false;
         if let Some(deadline) = self.info.deadline_unix_ms {
             let now = now_ms();
@@ -85,7 +104,9 @@ impl Session {
     }
 
     /// Run `base.command` in the session (see [`Session::command_spec`]).
-    /// The launcher relays the workload's stdout/stderr to ours.
+    /// The launcher relays the workload's stdout/stderr to ours. Refused
+    /// (and audited) when the budget, deadline, disk quota, a `--network
+    /// none` seal or a lock of the session's defaults forbids it.
     pub fn run(&mut self, base: Spec) -> Result<RunRecord> {
         self.run_with_status(base, None)
     }
@@ -99,15 +120,21 @@ impl Session {
     ) -> Result<RunRecord> {
         let _lock = self.lock()?;
         self.update_info(|_| {})?;
-        if let Some(max) = self.info.max_commands
-            && self.info.commands_run >= max
-        {
-            return Err(WorkspaceError::Budget {
-                id: self.info.id.clone(),
-                reason: format!("the command budget ({max}) is spent"),
-            });
+        let argv = base.command.clone();
+        if let Err(e) = self.admit(&base) {
+            self.audit(&json!({
+                "event": "refused", "what": "run", "time_unix_ms": now_ms(),
+                "argv": argv, "reason": e.to_string(),
+            }))?;
+            return Err(e);
         }
         let (mut spec, bounded) = self.command_spec(base)?;
+        spec.labels
+            .insert(crate::registry::SESSION_LABEL.into(), self.info.id.clone());
+        if let Some(state) = self.path.parent().and_then(|p| p.to_str()) {
+            spec.labels
+                .insert(crate::registry::STATE_LABEL.into(), state.to_string());
+        }
         // The proxy's decisions go to a file of the session first; the
         // caller's own `--audit` file, if any, gets them all afterwards.
         let user_audit = match &mut spec.network {
@@ -120,18 +147,30 @@ impl Session {
             _ => None,
         };
         let start = now_ms();
+        let me = crate::registry::ProcessRef::of(std::process::id() as i32);
         self.update_info(|i| {
             i.commands_run += 1;
             i.used_unix_ms = start;
+            i.running = me.map(|me| RunningCommand {
+                command_seq: i.commands_run,
+                pid: me.pid,
+                start_time: me.start_time,
+                start_unix_ms: start,
+            });
         })?;
         let seq = self.info.commands_run;
         self.audit(&json!({
             "event": "command-start", "command_seq": seq, "time_unix_ms": start,
             "argv": spec.command,
             "timeout_ms": spec.limits.wall_clock.map(|d| d.0.as_millis() as u64),
+            "workspace": {
+                "path": self.info.workspace_path,
+                "layers": self.info.seals.len() + 1,
+                "cwd": spec.cwd,
+            },
         }))?;
         let opts = RunOptions {
-            status_file,
+            status_file: status_file.clone(),
             capture_bytes: Some(AUDIT_CAPTURE_BYTES),
             quiet: true,
             ..Default::default()
@@ -144,18 +183,43 @@ impl Session {
             Some(user) => Some(self.collect_egress(seq, user.as_deref())?),
             None => None,
         };
-        let (report, captured) = match result {
+        let disk = self.measure_disk().ok().flatten();
+        let (mut report, captured) = match result {
             Ok(r) => r,
             Err(e) => {
                 self.audit(&json!({
                     "event": "command", "command_seq": seq, "argv": spec.command,
                     "start_unix_ms": start, "end_unix_ms": end, "error": e.to_string(),
-                    "egress": egress,
+                    "egress": egress, "disk": disk,
                 }))?;
+                self.update_info(|i| {
+                    i.running = None;
+                    i.disk_usage = disk.or(i.disk_usage);
+                })?;
                 return Err(WorkspaceError::Launch(e.to_string()));
             }
         };
         let deadline_hit = bounded && report.reason == Outcome::TimedOut;
+        let disk_limit_hit = disk.is_some_and(|d| d.limit_hit);
+        if disk_limit_hit && matches!(report.reason, Outcome::Exited | Outcome::Signaled) {
+            let limit = self.info.disk.map_or(0, |d| d.max_bytes);
+            report.reason = Outcome::DiskLimitHit;
+            report.error.get_or_insert_with(|| {
+                format!(
+                    "the session's disk limit ({}) was reached: {}",
+                    super::disk::human(limit),
+                    match self.info.disk.map(|d| d.mechanism) {
+                        Some(super::disk::DiskMechanism::LoopExt4) =>
+                            "writes beyond it failed with ENOSPC".to_string(),
+                        _ => "further commands are refused until files are removed (session rm)"
+                            .to_string(),
+                    }
+                )
+            });
+            if let Some(path) = &status_file {
+                rewrite_exit_line(path, &report);
+            }
+        }
         let stream = |c: &Option<launch::Captured>| match c {
             None => serde_json::Value::Null,
             Some(c) => json!({
@@ -167,16 +231,99 @@ impl Session {
         self.audit(&json!({
             "event": "command", "command_seq": seq, "argv": spec.command,
             "start_unix_ms": start, "end_unix_ms": end, "deadline_hit": deadline_hit,
-            "egress": egress,
+            "egress": egress, "disk": disk,
             "exit": serde_json::to_value(&report).unwrap_or(serde_json::Value::Null),
             "stdout": stream(&captured[0]), "stderr": stream(&captured[1]),
         }))?;
-        self.update_info(|i| i.used_unix_ms = end)?;
+        self.update_info(|i| {
+            i.used_unix_ms = end;
+            i.running = None;
+            i.disk_usage = disk.or(i.disk_usage);
+        })?;
         Ok(RunRecord {
             report,
             deadline_hit,
             egress,
+            disk,
         })
+    }
+
+    /// Whether a command with `spec` may start now: budget, disk quota,
+    /// seal and locked defaults. The caller holds the lock.
+    fn admit(&mut self, spec: &Spec) -> Result<()> {
+        if let Some(max) = self.info.max_commands
+            && self.info.commands_run >= max
+        {
+            return Err(WorkspaceError::Budget {
+                id: self.info.id.clone(),
+                reason: format!("the command budget ({max}) is spent"),
+            });
+        }
+        if let Some(d) = self.info.disk
+            && d.mechanism == super::disk::DiskMechanism::Accounted
+            && self.info.disk_usage.is_some_and(|u| u.limit_hit)
+        {
+            // Files may have been removed since (session rm).
+            let now = self.measure_disk()?;
+            self.update_info(|i| i.disk_usage = now)?;
+            if let Some(u) = now.filter(|u| u.limit_hit) {
+                return Err(WorkspaceError::Budget {
+                    id: self.info.id.clone(),
+                    reason: format!(
+                        "the session uses {} of its {} disk limit (--disk-max-preferred): remove files (hutch session rm) before running more commands",
+                        super::disk::human(u.used_bytes),
+                        super::disk::human(d.max_bytes)
+                    ),
+                });
+            }
+        }
+        if let Some(why) = super::defaults::widening(&self.info, spec) {
+            return Err(WorkspaceError::Budget {
+                id: self.info.id.clone(),
+                reason: why,
+            });
+        }
+        Ok(())
+    }
+
+    /// The session's disk use now, when it has a quota.
+    pub fn measure_disk(&self) -> Result<Option<DiskUsage>> {
+        let Some(d) = self.info.disk else {
+            return Ok(None);
+        };
+        let rw = self.rw()?;
+        Ok(Some(match d.mechanism {
+            super::disk::DiskMechanism::LoopExt4 => super::disk::image_usage(rw.as_fd())?,
+            super::disk::DiskMechanism::Accounted => {
+                let upper = sys::open_dir_beneath(rw.as_fd(), c"upper")?;
+                let sealed: u64 = self.info.seals.iter().map(|s| s.disk_bytes).sum();
+                let used = super::disk::allocated_bytes(upper.as_fd())?.saturating_add(sealed);
+                DiskUsage {
+                    used_bytes: used,
+                    limit_bytes: d.max_bytes,
+                    limit_hit: used > d.max_bytes,
+                }
+            }
+        }))
+    }
+}
+
+/// Replace the exit line of a status file with `report` (the session
+/// layer changed it after the launcher wrote it).
+fn rewrite_exit_line(path: &Path, report: &ExitReport) {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return;
+    };
+    let mut out: String = text
+        .lines()
+        .filter(|l| !l.contains("\"event\":\"exit\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    out += &serde_json::to_string(report).unwrap_or_default();
+    out.push('\n');
+    let tmp = path.with_extension("hutch-tmp");
+    if std::fs::write(&tmp, out).is_ok() {
+        let _ = std::fs::rename(&tmp, path);
     }
 }
 

@@ -9,21 +9,25 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
+use crate::spec::Spec;
 use crate::sys;
 
 use super::baseline::{BaselineWriter, ImportLimits, import_dir};
 use super::changes::Skipped;
+use super::disk::{DiskMechanism, DiskPolicy, DiskUsage};
 use super::error::{Result, WorkspaceError};
-use super::export::{ExportOptions, ExportSummary, export};
+use super::export::{ExportOptions, ExportOrigin, ExportSummary, export};
 use super::git::{GitPolicy, GitStaging, import_git};
+use super::ignore::{IGNORE_FILE_MAX_BYTES, IgnoreFiles, IgnoreRules};
 use super::json::json_line;
 use super::layers::{Layers, MergedDir, lstat_opt, read_regular};
 use super::manifest::fingerprint;
 use super::quote::display_name;
-use super::relpath::RelPath;
+use super::relpath::{RelPath, WORKSPACE_DIR};
 use super::remove::remove_tree;
-use super::render::{DiffFormat, diff};
+use super::render::{DiffFormat, DiffSummary, diff_filtered};
 use super::spool::Spool;
 
 /// Host uid (and gid) of the workload when root launches (the launcher's
@@ -56,6 +60,19 @@ pub struct CreateOptions {
     pub max_commands: Option<u64>,
     /// Caps of the baseline import.
     pub limits: ImportLimits,
+    /// Where the workspace appears in the session's sandboxes (absolute;
+    /// default `/workspace`).
+    pub workspace_path: PathBuf,
+    /// Quota of the writable layers: bytes, and whether it is required
+    /// (`--disk-max`, fail closed) or preferred (`--disk-max-preferred`).
+    pub disk: Option<(u64, bool)>,
+    /// Defaults of every command (binds, env, egress, limits, seccomp):
+    /// a Spec without workspace and command.
+    pub defaults: Option<Spec>,
+    /// What commands may not widen beyond `defaults` (see [`Lock`]).
+    pub locks: Vec<Lock>,
+    /// A directory that receives the audit when the session closes.
+    pub audit_dir: Option<PathBuf>,
 }
 
 impl CreateOptions {
@@ -67,8 +84,82 @@ impl CreateOptions {
             deadline: None,
             max_commands: None,
             limits: ImportLimits::default(),
+            workspace_path: PathBuf::from(WORKSPACE_DIR),
+            disk: None,
+            defaults: None,
+            locks: Vec::new(),
+            audit_dir: None,
         }
     }
+}
+
+/// What a session command may not widen beyond the session's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Lock {
+    /// No egress beyond the session's (no other host, no host network).
+    Egress,
+    /// No host path bound beyond the session's.
+    Binds,
+    /// The environment stays the session's.
+    Env,
+    /// Memory, CPU, process caps and rlimits stay at most the session's.
+    Limits,
+    /// Seccomp, Landlock and capabilities stay at least as strict.
+    Confinement,
+}
+
+impl Lock {
+    pub const ALL: [Lock; 5] = [
+        Lock::Egress,
+        Lock::Binds,
+        Lock::Env,
+        Lock::Limits,
+        Lock::Confinement,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Lock::Egress => "egress",
+            Lock::Binds => "binds",
+            Lock::Env => "env",
+            Lock::Limits => "limits",
+            Lock::Confinement => "confinement",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Lock> {
+        Lock::ALL.into_iter().find(|l| l.name() == s)
+    }
+}
+
+/// One sealed layer of a session (`session seal`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealInfo {
+    /// 1 for the first seal.
+    pub index: usize,
+    pub time_unix_ms: u64,
+    /// sha256 of the layer's manifest (`seals/N`): the changes it holds,
+    /// one line each, as the baseline's manifest lists files (deletions
+    /// with mode 0).
+    pub fingerprint: String,
+    /// Paths the layer changes.
+    pub changes: usize,
+    /// Sealed with `--network none`: no later command may have egress.
+    pub network_none: bool,
+    /// Bytes the layer holds on disk (accounted quotas add them up).
+    pub disk_bytes: u64,
+}
+
+/// A command that started and has not recorded its end (its supervisor
+/// may have been killed: then the next operation records it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningCommand {
+    pub command_seq: u64,
+    /// The process running it (pid and start time).
+    pub pid: i32,
+    pub start_time: u64,
+    pub start_unix_ms: u64,
 }
 
 /// The persistent description of a session (`session.json`).
@@ -85,6 +176,125 @@ pub struct SessionInfo {
     pub deadline_unix_ms: Option<u64>,
     pub max_commands: Option<u64>,
     pub commands_run: u64,
+    /// Where the workspace appears in the session's sandboxes.
+    #[serde(default = "default_workspace_path")]
+    pub workspace_path: PathBuf,
+    /// Sealed layers, oldest first.
+    #[serde(default)]
+    pub seals: Vec<SealInfo>,
+    /// A seal with `--network none` happened: no command may have egress.
+    #[serde(default)]
+    pub network_sealed: bool,
+    #[serde(default)]
+    pub disk: Option<DiskPolicy>,
+    /// Disk use measured after the last command (or seal).
+    #[serde(default)]
+    pub disk_usage: Option<DiskUsage>,
+    /// Defaults of every command (see [`CreateOptions::defaults`]).
+    #[serde(default)]
+    pub defaults: Option<Spec>,
+    #[serde(default)]
+    pub locks: Vec<Lock>,
+    #[serde(default)]
+    pub audit_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub running: Option<RunningCommand>,
+}
+
+fn default_workspace_path() -> PathBuf {
+    PathBuf::from(WORKSPACE_DIR)
+}
+
+/// Where a diff starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Since {
+    /// Changes since the last seal (the baseline when there is none).
+    #[default]
+    LastSeal,
+    /// Every change since the baseline.
+    Baseline,
+    /// Changes since seal N (1 is the first).
+    Seal(usize),
+}
+
+impl std::str::FromStr for Since {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Since, String> {
+        match s {
+            "baseline" | "0" => Ok(Since::Baseline),
+            "last-seal" | "seal" => Ok(Since::LastSeal),
+            n => n.parse::<usize>().map(Since::Seal).map_err(|_| {
+                format!("--since: {n:?} is not `baseline`, `last-seal` or a seal number")
+            }),
+        }
+    }
+}
+
+/// A workspace path must be absolute, normal (no `.`/`..`), not `/`.
+fn check_workspace_path(p: &Path) -> Result<()> {
+    let ok = p.is_absolute()
+        && p != Path::new("/")
+        && p.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::RootDir | std::path::Component::Normal(_)
+            )
+        })
+        && !p.as_os_str().as_encoded_bytes().contains(&0);
+    if ok {
+        Ok(())
+    } else {
+        Err(WorkspaceError::BadPath {
+            path: p.display().to_string(),
+            reason:
+                "--workspace-path must be an absolute path other than / without . or .. components"
+                    .into(),
+        })
+    }
+}
+
+/// The baseline's `.gitignore` files (those of at most 1 MiB) and a git
+/// import's `info/exclude`, for diffs (see `ignore.rs`).
+fn collect_ignore_files(
+    baseline: std::os::fd::BorrowedFd<'_>,
+    manifest: &super::manifest::Manifest,
+    exclude: Option<Vec<u8>>,
+) -> Result<IgnoreFiles> {
+    let tree = sys::open_dir_beneath(baseline, c"tree")?;
+    let mut out = IgnoreFiles {
+        gitignore: Vec::new(),
+        exclude: exclude.map(|e| String::from_utf8_lossy(&e).into_owned()),
+    };
+    for e in &manifest.entries {
+        let dir: &[u8] = if e.path == b".gitignore" {
+            b""
+        } else if let Some(d) = e.path.strip_suffix(b"/.gitignore") {
+            d
+        } else {
+            continue;
+        };
+        if e.mode == super::manifest::MODE_LINK || e.size > IGNORE_FILE_MAX_BYTES {
+            continue;
+        }
+        let rel = RelPath::parse(Path::new(
+            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&e.path),
+        ))?;
+        let layers = Layers::new(dup_fd(&tree)?, dup_fd(&tree)?);
+        let Some(found) = layers.lookup(&rel)? else {
+            continue;
+        };
+        let text = read_regular(
+            found.dir.as_fd(),
+            &found.name,
+            IGNORE_FILE_MAX_BYTES,
+            &e.path,
+        )?;
+        out.gitignore.push((
+            String::from_utf8_lossy(dir).into_owned(),
+            String::from_utf8_lossy(&text).into_owned(),
+        ));
+    }
+    Ok(out)
 }
 
 /// Milliseconds since the epoch.
@@ -181,6 +391,9 @@ impl StateDir {
                 self.open_session(&id)
             }
             Err(e) => {
+                if let Ok(dir) = sys::open_dir_beneath(self.fd.as_fd(), &tmp) {
+                    let _ = super::disk::detach(dir.as_fd(), &self.path.join(&tmp_name));
+                }
                 let _ = remove_tree(self.fd.as_fd(), &tmp);
                 Err(e)
             }
@@ -189,22 +402,53 @@ impl StateDir {
 
     fn populate(&self, name: &CString, id: &str, opts: &CreateOptions) -> Result<()> {
         let dir = sys::open_dir_beneath(self.fd.as_fd(), name)?;
-        for sub in [c"baseline", c"upper", c"work"] {
-            sys::mkdirat(dir.as_fd(), sub, 0o755)?;
+        let shown = self
+            .path
+            .join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name.to_bytes()));
+        check_workspace_path(&opts.workspace_path)?;
+        if let Some(d) = &opts.audit_dir
+            && !std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir())
+        {
+            return Err(WorkspaceError::BadPath {
+                path: d.display().to_string(),
+                reason: "--audit-dir must name an existing directory".into(),
+            });
+        }
+        let disk = opts
+            .disk
+            .map(|(bytes, required)| super::disk::choose(bytes, required))
+            .transpose()?;
+        sys::mkdirat(dir.as_fd(), c"baseline", 0o755)?;
+        sys::mkdirat(dir.as_fd(), c"seals", 0o700)?;
+        // The writable layers: in the session directory, or on the image
+        // of a hard quota.
+        let rw = match disk.map(|d| d.mechanism) {
+            Some(DiskMechanism::LoopExt4) => {
+                let bytes = disk.expect("set").max_bytes;
+                super::disk::create_image(dir.as_fd(), &shown, bytes, 0)?;
+                super::disk::attach(dir.as_fd())?;
+                sys::open_dir_beneath(dir.as_fd(), super::disk::MOUNT)?
+            }
+            _ => dup_fd(&dir)?,
+        };
+        for sub in [c"upper", c"work", c"layers"] {
+            sys::mkdirat(rw.as_fd(), sub, 0o755)?;
         }
         if sys::geteuid() == 0 {
             // Root launches run the workload as host uid 65534 (the
             // launcher's default); what hutch writes into the upper takes
             // the upper's owner, so it stays writable by the workload.
             for sub in [c"upper", c"work"] {
-                let fd = sys::open_dir_beneath(dir.as_fd(), sub)?;
+                let fd = sys::open_dir_beneath(rw.as_fd(), sub)?;
                 sys::fchown(fd.as_fd(), ROOT_LAUNCH_UID, ROOT_LAUNCH_UID)?;
             }
         }
+        drop(rw);
         let baseline = sys::open_dir_beneath(dir.as_fd(), c"baseline")?;
         sys::mkdirat(baseline.as_fd(), c"tree", 0o755)?;
         let tree = sys::open_dir_beneath(baseline.as_fd(), c"tree")?;
         let mut writer = BaselineWriter::with_limits(tree, opts.limits)?;
+        let mut exclude = None;
         match &opts.source {
             Source::Dir { path } => import_dir(path, &mut writer)?,
             Source::Git { repo, rev } => {
@@ -227,7 +471,7 @@ impl StateDir {
                 let result = import_git(repo, rev, opts.git_policy, staging_ref, &mut writer);
                 drop(staging);
                 remove_tree(dir.as_fd(), c"git")?;
-                result?
+                exclude = result?;
             }
         }
         let mut manifest = writer.finish()?;
@@ -242,6 +486,10 @@ impl StateDir {
             });
         }
         write_new(baseline.as_fd(), c"manifest", &text, 0o444)?;
+        let ignore = collect_ignore_files(baseline.as_fd(), &manifest, exclude)?;
+        let ignore = serde_json::to_vec(&ignore)
+            .map_err(|e| WorkspaceError::io("encode baseline/ignore", e.into()))?;
+        write_new(baseline.as_fd(), c"ignore", &ignore, 0o444)?;
         sys::fchmod(baseline.as_fd(), 0o555)?;
         let now = now_ms();
         let info = SessionInfo {
@@ -256,8 +504,32 @@ impl StateDir {
                 .map(|d| now.saturating_add(d.as_millis() as u64)),
             max_commands: opts.max_commands,
             commands_run: 0,
+            workspace_path: opts.workspace_path.clone(),
+            seals: Vec::new(),
+            network_sealed: false,
+            disk,
+            disk_usage: None,
+            defaults: opts.defaults.clone(),
+            locks: opts.locks.clone(),
+            audit_dir: opts.audit_dir.clone(),
+            running: None,
         };
         write_new(dir.as_fd(), c"audit.jsonl", b"", 0o600)?;
+        append_audit(
+            dir.as_fd(),
+            &serde_json::json!({
+                "event": "create", "time_unix_ms": now, "session": id,
+                "source": match &info.source {
+                    Source::Git { rev, .. } => serde_json::json!({"kind": "git", "commit": rev}),
+                    Source::Dir { .. } => serde_json::json!({"kind": "dir"}),
+                },
+                "fingerprint": info.fingerprint, "files": info.files,
+                "workspace_path": info.workspace_path, "disk": info.disk,
+                "deadline_unix_ms": info.deadline_unix_ms, "max_commands": info.max_commands,
+                "defaults": info.defaults.is_some(), "locks": info.locks,
+                "audit_dir": info.audit_dir,
+            }),
+        )?;
         write_new(dir.as_fd(), c"lock", b"", 0o600)?;
         save_info(dir.as_fd(), &info)?;
         Ok(())
@@ -288,30 +560,35 @@ impl StateDir {
         })
     }
 
-    /// Remove session `id` and everything in it. Closing a session that
-    /// does not exist (any more) succeeds.
+    /// Remove session `id` and everything in it (killing its live
+    /// commands first, see [`StateDir::close_with`]). Closing a session
+    /// that does not exist (any more) succeeds: `Ok(false)`. Something of
+    /// it left behind is an error naming it.
     pub fn close(&self, id: &str, wait: bool) -> Result<bool> {
-        if !valid_id(id) {
-            return Err(WorkspaceError::BadId(id.to_string()));
+        let report = self.close_with(
+            id,
+            &super::close::CloseOptions {
+                wait,
+                keep_audit: None,
+                kill_live: true,
+            },
+        )?;
+        if !report.remaining.is_empty() {
+            return Err(WorkspaceError::State {
+                path: self.path.join(id),
+                reason: format!("still there after close: {}", report.remaining.join("; ")),
+            });
         }
-        let name = CString::new(id).map_err(|_| WorkspaceError::BadId(id.into()))?;
-        let session = match self.open_session(id) {
-            Ok(s) => s,
-            Err(WorkspaceError::NoSession { .. }) => return Ok(false),
-            Err(WorkspaceError::State { .. }) => {
-                // Unreadable state: still removable.
-                self.trash(&name, id)?;
-                return Ok(true);
-            }
-            Err(e) => return Err(e),
-        };
-        let _lock = session.with_wait(wait).lock()?;
-        self.trash(&name, id)?;
-        Ok(true)
+        Ok(report.existed)
+    }
+
+    /// The state directory's fd.
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// Rename the session out of sight, then remove it through fds.
-    fn trash(&self, name: &CString, id: &str) -> Result<()> {
+    pub(crate) fn trash(&self, name: &CString, id: &str) -> Result<()> {
         let trash = CString::new(format!(".trash-{id}-{}", random_id()?))
             .map_err(|_| WorkspaceError::BadId(id.into()))?;
         match sys::rename_at(self.fd.as_fd(), name, self.fd.as_fd(), &trash) {
@@ -385,8 +662,14 @@ impl StateDir {
         if !old {
             return Ok(false);
         }
-        match self.close(id, false) {
-            Ok(_) => Ok(true),
+        // A session with a live command is in use, whatever its age.
+        let opts = super::close::CloseOptions::default();
+        match self.close_with(id, &opts) {
+            Ok(r) if r.remaining.is_empty() => Ok(true),
+            Ok(r) => Err(WorkspaceError::State {
+                path: self.path.join(id),
+                reason: format!("still there after close: {}", r.remaining.join("; ")),
+            }),
             Err(WorkspaceError::Busy(_)) => Ok(false),
             Err(e) => Err(e),
         }
@@ -402,7 +685,7 @@ pub struct GcReport {
     pub failed: Vec<(String, WorkspaceError)>,
 }
 
-fn write_new(
+pub(crate) fn write_new(
     dir: std::os::fd::BorrowedFd<'_>,
     name: &std::ffi::CStr,
     data: &[u8],
@@ -419,6 +702,16 @@ fn write_new(
         .map_err(|e| WorkspaceError::io(format!("write {}", name.to_string_lossy()), e))?;
     sys::fchmod(f.as_fd(), mode)?;
     Ok(())
+}
+
+/// Append one JSON line to the `audit.jsonl` of the session directory
+/// `dir` (one write: lines of concurrent writers never mix).
+fn append_audit(dir: std::os::fd::BorrowedFd<'_>, event: &serde_json::Value) -> Result<()> {
+    let fd = sys::open_beneath(dir, c"audit.jsonl", libc::O_WRONLY | libc::O_APPEND, 0)?;
+    let line = json_line(event)?;
+    std::fs::File::from(fd)
+        .write_all(&line)
+        .map_err(|e| WorkspaceError::io("append to audit.jsonl", e))
 }
 
 fn save_info(dir: std::os::fd::BorrowedFd<'_>, info: &SessionInfo) -> Result<()> {
@@ -468,21 +761,87 @@ impl Session {
 
     /// Take the session's lock: one operation at a time, so no command
     /// runs while the upper is read or written.
+    ///
+    /// Holding it, the session is repaired from what a killed process left
+    /// behind: an unfinished seal is rolled back, and a command whose
+    /// process died before recording its end gets its end line.
     pub fn lock(&self) -> Result<SessionLock> {
         let fd = sys::open_beneath(self.dir.as_fd(), c"lock", libc::O_RDWR, 0)?;
         if !sys::flock_exclusive(fd.as_fd(), self.wait)? {
             return Err(WorkspaceError::Busy(self.info.id.clone()));
         }
+        self.recover()?;
         Ok(SessionLock { _fd: fd })
     }
 
-    /// The host paths of the overlay: (baseline tree, upper, work).
-    pub fn overlay_dirs(&self) -> (PathBuf, PathBuf, PathBuf) {
-        (
-            self.path.join("baseline/tree"),
-            self.path.join("upper"),
-            self.path.join("work"),
-        )
+    /// See [`Session::lock`].
+    fn recover(&self) -> Result<()> {
+        let mut info = load_info(self.dir.as_fd(), &self.path)?;
+        let rw = self.rw()?;
+        if super::seal::recover(self.dir.as_fd(), rw.as_fd(), info.seals.len())? {
+            self.audit(&serde_json::json!({
+                "event": "seal-rolled-back", "time_unix_ms": now_ms(),
+                "seal": info.seals.len() + 1,
+                "reason": "the process sealing the session ended before the seal was recorded",
+            }))?;
+        }
+        if let Some(r) = info.running.take() {
+            let end = now_ms();
+            self.audit(&serde_json::json!({
+                "event": "command", "command_seq": r.command_seq,
+                "start_unix_ms": r.start_unix_ms, "end_unix_ms": end,
+                "exit": null, "supervisor_lost": true,
+                "error": format!(
+                    "the process running the command (pid {}) ended before recording its end (killed?); its sandbox ended with it",
+                    r.pid
+                ),
+            }))?;
+            info.used_unix_ms = end;
+            save_info(self.dir.as_fd(), &info)?;
+            // Its runtime record, if any, is stale now.
+            if let Ok(entries) = crate::registry::list() {
+                let mine: Vec<_> = entries
+                    .into_iter()
+                    .filter(|e| e.record.session() == Some(info.id.as_str()))
+                    .collect();
+                crate::registry::clean_stale(&mine);
+            }
+        }
+        Ok(())
+    }
+
+    /// The host path of the directory holding the writable layers
+    /// (`upper`, `work`, `layers/N`): the session directory, or the mount
+    /// point of its disk image.
+    pub fn rw_path(&self) -> PathBuf {
+        match self.info.disk.map(|d| d.mechanism) {
+            Some(DiskMechanism::LoopExt4) => self.path.join("disk"),
+            _ => self.path.clone(),
+        }
+    }
+
+    /// The directory holding the writable layers, attaching the disk
+    /// image first if it is not (after a reboot).
+    pub(crate) fn rw(&self) -> Result<OwnedFd> {
+        match self.info.disk.map(|d| d.mechanism) {
+            Some(DiskMechanism::LoopExt4) => {
+                super::disk::attach(self.dir.as_fd())?;
+                Ok(sys::open_dir_beneath(self.dir.as_fd(), super::disk::MOUNT)?)
+            }
+            _ => dup_fd(&self.dir),
+        }
+    }
+
+    /// The host paths of the overlay: (lowers top first: sealed layers
+    /// newest first, then the baseline tree; upper; work).
+    pub fn overlay_dirs(&self) -> (Vec<PathBuf>, PathBuf, PathBuf) {
+        let rw = self.rw_path();
+        let mut lowers: Vec<PathBuf> = (1..=self.info.seals.len())
+            .rev()
+            .map(|n| rw.join("layers").join(n.to_string()))
+            .collect();
+        lowers.push(self.path.join("baseline/tree"));
+        (lowers, rw.join("upper"), rw.join("work"))
     }
 
     /// The session directory fd.
@@ -490,12 +849,41 @@ impl Session {
         self.dir.as_fd()
     }
 
-    fn layers(&self) -> Result<Layers> {
+    /// The layers, a diff of which starts at `since`.
+    pub(crate) fn layers_since(&self, since: Since) -> Result<Layers> {
+        let seals = self.info.seals.len();
+        let diff_from = match since {
+            Since::LastSeal => 0,
+            Since::Baseline => seals,
+            Since::Seal(k) if (1..=seals).contains(&k) => seals - k,
+            Since::Seal(k) => {
+                return Err(WorkspaceError::BadPath {
+                    path: format!("--since {k}"),
+                    reason: format!(
+                        "the session has {seals} seal{}",
+                        if seals == 1 { "" } else { "s" }
+                    ),
+                });
+            }
+        };
+        let rw = self.rw()?;
+        let layers_dir = sys::open_dir_beneath(rw.as_fd(), c"layers")?;
+        let mut lowers = Vec::with_capacity(seals + 1);
+        for n in (1..=seals).rev() {
+            let name = CString::new(n.to_string()).expect("digits");
+            lowers.push(sys::open_dir_beneath(layers_dir.as_fd(), &name)?);
+        }
         let baseline = sys::open_dir_beneath(self.dir.as_fd(), c"baseline")?;
+        lowers.push(sys::open_dir_beneath(baseline.as_fd(), c"tree")?);
         Ok(Layers {
-            base: sys::open_dir_beneath(baseline.as_fd(), c"tree")?,
-            upper: sys::open_dir_beneath(self.dir.as_fd(), c"upper")?,
+            upper: sys::open_dir_beneath(rw.as_fd(), c"upper")?,
+            lowers,
+            diff_from,
         })
+    }
+
+    fn layers(&self) -> Result<Layers> {
+        self.layers_since(Since::LastSeal)
     }
 
     /// Reload `session.json` (under the lock) and save it after `f`.
@@ -509,22 +897,13 @@ impl Session {
 
     /// Append one JSON line to `audit.jsonl`.
     pub fn audit(&self, event: &serde_json::Value) -> Result<()> {
-        let fd = sys::open_beneath(
-            self.dir.as_fd(),
-            c"audit.jsonl",
-            libc::O_WRONLY | libc::O_APPEND,
-            0,
-        )?;
-        let line = json_line(event)?;
-        std::fs::File::from(fd)
-            .write_all(&line)
-            .map_err(|e| WorkspaceError::io("append to audit.jsonl", e))
+        append_audit(self.dir.as_fd(), event)
     }
 
     /// The content of `path` in the workspace (at most `max_bytes`; a
     /// larger file is an error). Links are not followed.
     pub fn read(&self, path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
-        let rel = RelPath::parse(path)?;
+        let rel = RelPath::parse_in(path, &self.info.workspace_path)?;
         let _lock = self.lock()?;
         let layers = self.layers()?;
         let shown = rel.to_bytes();
@@ -544,7 +923,7 @@ impl Session {
     /// workload made to another file. On failure nothing is left behind,
     /// not even the parent directories it created.
     pub fn write(&mut self, path: &Path, data: &mut dyn Read, max_bytes: u64) -> Result<u64> {
-        let rel = RelPath::parse(path)?;
+        let rel = RelPath::parse_in(path, &self.info.workspace_path)?;
         let shown = rel.to_bytes();
         let mut buf = Vec::new();
         data.take(max_bytes.saturating_add(1))
@@ -570,15 +949,58 @@ impl Session {
         self.audit(&serde_json::json!({
             "event": "write", "time_unix_ms": now_ms(),
             "path": String::from_utf8_lossy(&shown), "bytes": buf.len(),
+            "sha256": hex::encode(Sha256::digest(&buf)),
         }))?;
         Ok(buf.len() as u64)
     }
 
-    /// The diff of the workspace against its baseline, rendered in
-    /// `format`, and the entries git cannot represent (FIFOs, sockets,
-    /// devices: reported, never opened). With `max_bytes`, a longer diff
-    /// is an error, never a truncated one. The output is held in memory:
-    /// see [`Session::diff_to`] for large diffs.
+    /// Remove `paths` from the workspace (directories with what they hold),
+    /// as `rm -rf` in a command would: what the upper has goes, what the
+    /// lower layers have is hidden by a whiteout. For freeing the disk a
+    /// quota counts when commands are refused for it.
+    pub fn rm(&mut self, paths: &[PathBuf]) -> Result<()> {
+        let rels = paths
+            .iter()
+            .map(|p| RelPath::parse_in(p, &self.info.workspace_path))
+            .collect::<Result<Vec<_>>>()?;
+        if rels.iter().any(RelPath::is_root) {
+            return Err(WorkspaceError::BadPath {
+                path: self.info.workspace_path.display().to_string(),
+                reason: "names the workspace itself".into(),
+            });
+        }
+        let _lock = self.lock()?;
+        let layers = self.layers()?;
+        for rel in &rels {
+            let mut created = None;
+            let result = remove_at(&layers, rel, &mut created);
+            if result.is_err()
+                && let Some((parent, name)) = created
+            {
+                let _ = remove_tree(parent.as_fd(), &name);
+            }
+            result?;
+        }
+        let disk = self.measure_disk()?;
+        self.update_info(|i| {
+            i.used_unix_ms = now_ms();
+            i.disk_usage = disk.or(i.disk_usage);
+        })?;
+        self.audit(&serde_json::json!({
+            "event": "rm", "time_unix_ms": now_ms(),
+            "paths": rels.iter().map(|r| String::from_utf8_lossy(&r.to_bytes()).into_owned()).collect::<Vec<_>>(),
+            "disk": disk,
+        }))?;
+        Ok(())
+    }
+
+    /// The diff of the workspace since the last seal (the baseline when
+    /// there is none), rendered in `format`, leaving out untracked paths
+    /// the baseline's ignore rules name, and the entries git cannot
+    /// represent (FIFOs, sockets, devices: reported, never opened). With
+    /// `max_bytes`, a longer diff is an error, never a truncated one. The
+    /// output is held in memory: see [`Session::diff_to`] for large diffs
+    /// and [`Session::diff_with`] for the other options.
     pub fn diff(
         &self,
         format: DiffFormat,
@@ -598,8 +1020,93 @@ impl Session {
         max_bytes: Option<u64>,
         out: &mut dyn Write,
     ) -> Result<Vec<Skipped>> {
+        let opts = DiffOptions {
+            format,
+            max_bytes,
+            ..DiffOptions::default()
+        };
+        self.diff_with(&opts, out).map(|s| s.skipped)
+    }
+
+    /// The diff with every option (see [`DiffOptions`]).
+    pub fn diff_with(&self, opts: &DiffOptions, out: &mut dyn Write) -> Result<DiffSummary> {
         let _lock = self.lock()?;
-        diff(&self.layers()?, format, max_bytes, self.dir.as_fd(), out)
+        let rules = self.ignore_rules(opts.include_ignored, &opts.exclude)?;
+        let mut counted = Counted {
+            inner: out,
+            bytes: 0,
+            hash: Sha256::new(),
+        };
+        let result = diff_filtered(
+            &self.layers_since(opts.since)?,
+            opts.format,
+            opts.max_bytes,
+            rules.as_ref(),
+            self.dir.as_fd(),
+            &mut counted,
+        );
+        let mut event = serde_json::json!({
+            "event": "diff", "time_unix_ms": now_ms(),
+            "format": format!("{:?}", opts.format).to_lowercase(),
+            "since": since_name(opts.since), "include_ignored": opts.include_ignored,
+            "exclude": opts.exclude,
+        });
+        match &result {
+            Ok(summary) => {
+                event["bytes"] = counted.bytes.into();
+                event["sha256"] = hex::encode(counted.hash.finalize()).into();
+                event["ignored"] = summary.ignored.count.into();
+            }
+            Err(e) => event["error"] = e.to_string().into(),
+        }
+        self.audit(&event)?;
+        result
+    }
+
+    /// The ignore rules of a diff: the baseline's, plus `exclude`; none
+    /// with `include_ignored` (then only `exclude` applies).
+    fn ignore_rules(
+        &self,
+        include_ignored: bool,
+        exclude: &[String],
+    ) -> Result<Option<IgnoreRules>> {
+        let files = if include_ignored {
+            IgnoreFiles::default()
+        } else {
+            let baseline = sys::open_dir_beneath(self.dir.as_fd(), c"baseline")?;
+            match read_regular(baseline.as_fd(), c"ignore", 64 << 20, b"baseline/ignore") {
+                Ok(data) => serde_json::from_slice(&data).map_err(|e| WorkspaceError::State {
+                    path: self.path.join("baseline/ignore"),
+                    reason: e.to_string(),
+                })?,
+                // A session created before ignore rules were kept.
+                Err(WorkspaceError::Sys(e)) if e.errno == sys::Errno::ENOENT => {
+                    IgnoreFiles::default()
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let rules = IgnoreRules::new(&files, exclude);
+        Ok((!include_ignored || !exclude.is_empty()).then_some(rules))
+    }
+
+    /// What the export manifest says of the session.
+    fn origin(&self, patch_since: Option<Since>) -> ExportOrigin {
+        ExportOrigin {
+            session: self.info.id.clone(),
+            commit: match &self.info.source {
+                Source::Git { rev, .. } => Some(rev.clone()),
+                Source::Dir { .. } => None,
+            },
+            fingerprint: self.info.fingerprint.clone(),
+            seals: self
+                .info
+                .seals
+                .iter()
+                .map(|s| (s.index, s.fingerprint.clone()))
+                .collect(),
+            patch_since: patch_since.map(|s| since_name(s).to_string()),
+        }
     }
 
     /// Export `paths` (and with `patch`, the unified diff) into `out`.
@@ -610,7 +1117,7 @@ impl Session {
         patch: bool,
         opts: &ExportOptions,
     ) -> Result<ExportSummary> {
-        self.export_inner(out, paths, patch, opts, None)
+        self.export_inner(out, paths, patch.then(DiffOptions::default), opts, None)
     }
 
     /// [`Session::export`], also writing the manifest JSON (the archive's
@@ -623,50 +1130,126 @@ impl Session {
         opts: &ExportOptions,
         manifest: &mut dyn Write,
     ) -> Result<ExportSummary> {
-        self.export_inner(out, paths, patch, opts, Some(manifest))
+        self.export_inner(
+            out,
+            paths,
+            patch.then(DiffOptions::default),
+            opts,
+            Some(manifest),
+        )
+    }
+
+    /// [`Session::export_with_manifest`] with the patch's diff options
+    /// (`None`: no patch; its format is always unified).
+    pub fn export_with(
+        &self,
+        out: &Path,
+        paths: &[PathBuf],
+        patch: Option<DiffOptions>,
+        opts: &ExportOptions,
+        manifest: Option<&mut dyn Write>,
+    ) -> Result<ExportSummary> {
+        self.export_inner(out, paths, patch, opts, manifest)
     }
 
     fn export_inner(
         &self,
         out: &Path,
         paths: &[PathBuf],
-        patch: bool,
+        patch: Option<DiffOptions>,
         opts: &ExportOptions,
         manifest: Option<&mut dyn Write>,
     ) -> Result<ExportSummary> {
         let rels = paths
             .iter()
-            .map(|p| RelPath::parse(p))
+            .map(|p| RelPath::parse_in(p, &self.info.workspace_path))
             .collect::<Result<Vec<_>>>()?;
         let _lock = self.lock()?;
-        let layers = self.layers()?;
-        let mut spooled = None;
-        if patch {
-            let mut spool = Spool::new(self.dir.as_fd())?;
-            diff(
+        let result = (|| {
+            let layers = self.layers()?;
+            let mut spooled = None;
+            if let Some(p) = &patch {
+                let mut spool = Spool::new(self.dir.as_fd())?;
+                let rules = self.ignore_rules(p.include_ignored, &p.exclude)?;
+                diff_filtered(
+                    &self.layers_since(p.since)?,
+                    DiffFormat::Unified,
+                    Some(opts.max_total_bytes),
+                    rules.as_ref(),
+                    self.dir.as_fd(),
+                    &mut spool,
+                )?;
+                spooled = Some(spool);
+            }
+            let mut opts = opts.clone();
+            opts.origin = Some(self.origin(patch.as_ref().map(|p| p.since)));
+            export(
                 &layers,
-                DiffFormat::Unified,
-                Some(opts.max_total_bytes),
+                &rels,
+                spooled.as_mut(),
+                out,
+                &opts,
                 self.dir.as_fd(),
-                &mut spool,
-            )?;
-            spooled = Some(spool);
-        }
-        let summary = export(
-            &layers,
-            &rels,
-            spooled.as_mut(),
-            out,
-            opts,
-            self.dir.as_fd(),
-            manifest,
-        )?;
-        self.audit(&serde_json::json!({
+                manifest,
+            )
+        })();
+        let mut event = serde_json::json!({
             "event": "export", "time_unix_ms": now_ms(),
-            "archive": out.display().to_string(), "entries": summary.entries,
-            "total_bytes": summary.total_bytes,
-        }))?;
-        Ok(summary)
+            "archive": out.display().to_string(),
+            "paths": paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            "patch": patch.as_ref().map(|p| since_name(p.since)),
+        });
+        match &result {
+            Ok(summary) => {
+                event["entries"] = summary.entries.into();
+                event["total_bytes"] = summary.total_bytes.into();
+                event["patch_sha256"] = summary.patch_sha256.clone().into();
+            }
+            Err(e) => event["error"] = e.to_string().into(),
+        }
+        self.audit(&event)?;
+        result
+    }
+}
+
+/// Options of a diff (and of an export's patch).
+#[derive(Debug, Clone, Default)]
+pub struct DiffOptions {
+    pub format: DiffFormat,
+    pub max_bytes: Option<u64>,
+    /// Where the diff starts (default: the last seal).
+    pub since: Since,
+    /// Do not leave out what the baseline's ignore rules name.
+    pub include_ignored: bool,
+    /// Also leave out these (gitignore syntax), tracked paths excepted.
+    pub exclude: Vec<String>,
+}
+
+/// `baseline`, `last-seal` or the seal number.
+fn since_name(s: Since) -> String {
+    match s {
+        Since::LastSeal => "last-seal".into(),
+        Since::Baseline => "baseline".into(),
+        Since::Seal(n) => n.to_string(),
+    }
+}
+
+/// A writer that counts and hashes what passes through it.
+struct Counted<'a> {
+    inner: &'a mut dyn Write,
+    bytes: u64,
+    hash: Sha256,
+}
+
+impl Write for Counted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 
@@ -685,14 +1268,15 @@ fn dup_fd(fd: &OwnedFd) -> Result<OwnedFd> {
         .map_err(|e| WorkspaceError::io("dup a directory fd", e))
 }
 
-/// The body of [`Session::write`]: create the missing parents in the upper
-/// (`created` gets the first one, for cleanup), then replace the file.
-fn write_at(
+/// The parent of `rel` in the upper, created like overlayfs's copy-up
+/// where missing (`created` gets the first directory made, for cleanup):
+/// its fd, the merged view of it, the last component and the upper's
+/// owner.
+fn upper_parent<'r>(
     layers: &Layers,
-    rel: &RelPath,
-    data: &[u8],
+    rel: &'r RelPath,
     created: &mut Option<(OwnedFd, CString)>,
-) -> Result<()> {
+) -> Result<(OwnedFd, MergedDir, &'r CString, sys::Meta)> {
     let shown = rel.to_bytes();
     let bad = |reason: &str| WorkspaceError::BadPath {
         path: display_name(&shown),
@@ -709,8 +1293,8 @@ fn write_at(
     let mut up = dup_fd(&layers.upper)?;
     for (i, c) in parents.iter().enumerate() {
         let walked = &rel.components()[..=i];
-        // The merged view of `c` before anything is created: its baseline
-        // part (if visible) stays the lower of what the upper gets.
+        // The merged view of `c` before anything is created: its lower
+        // parts (if visible) stay the lowers of what the upper gets.
         let next = merged.child_dir(c, walked)?;
         match lstat_opt(up.as_fd(), c)? {
             Some(m) if m.is_dir() => {}
@@ -720,8 +1304,8 @@ fn write_at(
             Some(_) => return Err(bad("a parent is not a directory")),
             None => {
                 // Like overlayfs copy-up: the directory appears in the
-                // upper with the baseline's mode (or 0755 when new).
-                let mode = match next.as_ref().and_then(|d| d.base.as_ref()) {
+                // upper with the lower's mode (or 0755 when new).
+                let mode = match next.as_ref().and_then(|d| d.lowers.first()) {
                     Some(b) => sys::fstat(b.as_fd())?.mode & 0o777 | 0o700,
                     None => 0o755,
                 };
@@ -737,9 +1321,54 @@ fn write_at(
         up = sys::open_dir_beneath(up.as_fd(), c)?;
         merged = MergedDir {
             upper: Some(dup_fd(&up)?),
-            base: next.and_then(|n| n.base),
+            lowers: next.map(|n| n.lowers).unwrap_or_default(),
         };
     }
+    Ok((up, merged, name, owner))
+}
+
+/// The body of [`Session::rm`]: remove `rel` from the upper, and hide what
+/// the lower layers have there with a whiteout.
+fn remove_at(
+    layers: &Layers,
+    rel: &RelPath,
+    created: &mut Option<(OwnedFd, CString)>,
+) -> Result<()> {
+    let shown = rel.to_bytes();
+    let (up, merged, name, _) = upper_parent(layers, rel, created)?;
+    if merged.entry(name)?.is_none() {
+        return Err(WorkspaceError::BadPath {
+            path: display_name(&shown),
+            reason: "does not exist in the workspace".into(),
+        });
+    }
+    if lstat_opt(up.as_fd(), name)?.is_some() {
+        remove_tree(up.as_fd(), name)?;
+    }
+    let below = MergedDir {
+        upper: None,
+        lowers: merged.lowers,
+    };
+    if below.entry(name)?.is_some() {
+        sys::mknod_whiteout(up.as_fd(), name)?;
+    }
+    Ok(())
+}
+
+/// The body of [`Session::write`]: create the missing parents in the upper
+/// (`created` gets the first one, for cleanup), then replace the file.
+fn write_at(
+    layers: &Layers,
+    rel: &RelPath,
+    data: &[u8],
+    created: &mut Option<(OwnedFd, CString)>,
+) -> Result<()> {
+    let shown = rel.to_bytes();
+    let bad = |reason: &str| WorkspaceError::BadPath {
+        path: display_name(&shown),
+        reason: reason.into(),
+    };
+    let (up, merged, name, owner) = upper_parent(layers, rel, created)?;
     let mode = match merged.entry(name)? {
         Some(f) if f.meta.is_file() => f.meta.mode & 0o777,
         Some(_) => return Err(bad("exists and is not a regular file")),

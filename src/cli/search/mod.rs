@@ -87,7 +87,7 @@ pub fn search(
     let started = now_ms();
     let (report, stdout) = {
         let _lock = session.lock()?;
-        let (mut spec, _) = session.command_spec(spec)?;
+        let (mut spec, _) = session.command_spec_at(spec, std::path::Path::new(WORKSPACE_DIR))?;
         // Searching never changes the workspace.
         spec.fs.push(FsOp::RemountRo {
             dest: WORKSPACE_DIR.into(),
