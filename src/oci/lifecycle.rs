@@ -39,6 +39,8 @@ pub const MAX_CONFIG: u64 = 4 << 20;
 const STATE_FILE: &str = "state.json";
 const HOLD_SOCKET: &str = "hold.sock";
 const STARTED_MARK: &str = "started";
+/// Written once `create` is complete (before it: `creating`).
+const CREATED_MARK: &str = "created";
 
 /// A container's record in its state directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,6 +58,7 @@ pub struct Record {
 /// A container's status (`runtime.md`, "State").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
+    Creating,
     Created,
     Running,
     Stopped,
@@ -64,6 +67,7 @@ pub enum Status {
 impl Status {
     pub fn as_str(self) -> &'static str {
         match self {
+            Status::Creating => "creating",
             Status::Created => "created",
             Status::Running => "running",
             Status::Stopped => "stopped",
@@ -273,7 +277,8 @@ impl Root {
         }
         match self.dir(&r.id) {
             Ok(dir) if dir.join(STARTED_MARK).exists() => Status::Running,
-            _ => Status::Created,
+            Ok(dir) if dir.join(CREATED_MARK).exists() => Status::Created,
+            _ => Status::Creating,
         }
     }
 
@@ -358,7 +363,21 @@ impl Root {
                 console,
                 status_file: t.status_file.clone(),
             },
-            &mut |_| Ok(()),
+            // The record exists from the moment hutch init does (before it
+            // builds the root): a `delete` finds it even if this process
+            // is killed now.
+            &mut |pid| {
+                let early = Record {
+                    id: id.into(),
+                    pid,
+                    start_time: start_time(pid).unwrap_or(0),
+                    bundle: bundle.display().to_string(),
+                    annotations: config.annotations.clone(),
+                    keeper: None,
+                };
+                let json = serde_json::to_vec(&early).expect("record serializes");
+                write_atomic(&dir.join(STATE_FILE), &json).map_err(|e| e.to_string())
+            },
         )?;
         let stamp = |pid| start_time(pid).unwrap_or(0);
         let record = Record {
@@ -383,6 +402,10 @@ impl Root {
         if let Some(pid_file) = req.pid_file
             && let Err(e) = write_atomic(pid_file, created.pid.to_string().as_bytes())
         {
+            kill();
+            return Err(e);
+        }
+        if let Err(e) = write_atomic(&dir.join(CREATED_MARK), b"") {
             kill();
             return Err(e);
         }
