@@ -539,3 +539,39 @@ fn caller_id(who: As) -> u32 {
         nix::unistd::getuid().as_raw()
     }
 }
+
+/// Without a device cgroup, a device node works only where hutch made it:
+/// one shipped in the rootfs, or made with CAP_MKNOD on a tmpfs, opens
+/// nothing (the root, binds and tmpfs mounts are nodev).
+#[test]
+fn device_nodes_work_only_where_hutch_made_them() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let script = "echo x > /dev/null && echo dev-null-ok; \
+                  echo x > /shipped 2>/dev/null || echo shipped-denied; \
+                  mknod /tmp/made c 1 3 && { echo x > /tmp/made 2>/dev/null || echo made-denied; }";
+    let mut config = base_config(&["sh", "-c", script]);
+    let caps = json!(["CAP_KILL", "CAP_MKNOD"]);
+    for set in ["bounding", "effective", "permitted"] {
+        config["process"]["capabilities"][set] = caps.clone();
+    }
+    let b = Bundle::new("oci-nodev", &config);
+    let shipped =
+        std::ffi::CString::new(b.path().join("rootfs/shipped").to_str().unwrap()).unwrap();
+    // SAFETY: a valid path; mknod of /dev/null's numbers.
+    let r = unsafe { libc::mknod(shipped.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+    assert_eq!(r, 0, "mknod in the test rootfs");
+    let id = format!("nodev-{}", std::process::id());
+    let o = b
+        .oci(&["run", "--bundle"])
+        .arg(b.path())
+        .arg(&id)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&o),
+        "dev-null-ok\nshipped-denied\nmade-denied\n",
+        "{}",
+        stderr(&o)
+    );
+}

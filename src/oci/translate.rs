@@ -147,7 +147,13 @@ pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
     if root.path.is_empty() {
         return Err(err("root.path", "required"));
     }
-    spec.root = Some(RootDir::new(host_path("root.path", bundle, &root.path)?));
+    // No device cgroup: a device node is usable only where hutch made it
+    // (the default set and linux.devices, each a mount of its own). The
+    // root, binds and tmpfs mounts are nodev, so a node an image ships or
+    // a workload with CAP_MKNOD makes opens nothing.
+    let mut root_dir = RootDir::new(host_path("root.path", bundle, &root.path)?);
+    root_dir.options.push("nodev".into());
+    spec.root = Some(root_dir);
     spec.root_readonly = root.readonly;
 
     let linux = cfg.linux.clone().unwrap_or_default();
@@ -458,6 +464,10 @@ fn translate_mount(at: &str, m: &Mount, bundle: &Path) -> Result<FsOp, OciError>
         }
     };
     let mut options = m.options.clone();
+    // Last, so that it wins over a `dev` (see the root above).
+    if fstype == "bind" || fstype == "tmpfs" {
+        options.push("nodev".into());
+    }
     if fstype != "bind" {
         // devpts always gets a new instance; `newinstance` is implied.
         options.retain(|o| o != "newinstance" || fstype == "devpts");
