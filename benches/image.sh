@@ -1,8 +1,21 @@
 #!/bin/sh
-# Image import: `hutch image import` of a Debian-sized OCI layout against
-# `umoci unpack` of the same layout, in one run (part (a) of issue 12).
+# Images (issue 12's benchmark), in one run:
+#   (a) `hutch image import` of a Debian-sized OCI layout against `umoci
+#       unpack` of the same layout (target hutch <= 1.0x umoci);
+#   (b) `hutch run --image D -- true` against `hutch run -- true` on the
+#       host's system directories (target <= 1.1x);
+#   (c) the same image run by crun (else runc) from a bundle whose rootfs
+#       is a read-only overlay of the same unpacked layers, as containerd
+#       would stack them (target hutch <= 1.0x the peer).
 #
-#   benches/image.sh [--rounds N] [--rootfs DIR] [--keep]
+#   benches/image.sh [--parts a,b,c] [--rounds N] [--runs N] [--rootfs DIR] [--keep]
+#
+# (b) and (c) run in one hyperfine invocation (--shell=none, --runs N,
+# default 300, in a fresh temporary directory as the workspace) and print
+# the mean of each row and the ratios. D is the part-(a) image (or
+# --rootfs DIR) when it has /bin/true and runs (as root, a tree with files
+# of several owners needs root's range in /etc/subuid), else a static
+# busybox tree.
 #
 # The image: `debootstrap --variant=minbase bookworm` from the Debian
 # mirror apt uses, when it can be reached; otherwise (or with --rootfs
@@ -18,19 +31,27 @@
 set -eu
 
 rounds=5
+runs=300
+parts=a,b,c
 rootfs=""
 keep=0
 while [ $# -gt 0 ]; do
     case "$1" in
+        --parts) parts=$2; shift 2 ;;
+        --runs) runs=$2; shift 2 ;;
         --rounds) rounds=$2; shift 2 ;;
         --rootfs) rootfs=$2; shift 2 ;;
         --keep) keep=1; shift ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "image.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
+part() { case ",$parts," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 [ "$(id -u)" = 0 ] || { echo "image.sh: run as root" >&2; exit 2; }
-command -v umoci >/dev/null || { echo "image.sh: umoci is needed (apt-get install umoci)" >&2; exit 2; }
+! part a || command -v umoci >/dev/null || { echo "image.sh: umoci is needed (apt-get install umoci)" >&2; exit 2; }
+if part b || part c; then
+    command -v hyperfine >/dev/null || { echo "image.sh: hyperfine is needed" >&2; exit 2; }
+fi
 
 cd "$(dirname "$0")/.."
 hutch=${HUTCH_BIN:-$(benches/hutch-path.sh --release)}
@@ -38,7 +59,9 @@ work=$(mktemp -d "${TMPDIR:-/var/tmp}/hutch-image-bench.XXXXXX")
 [ $keep = 1 ] || trap 'rm -rf "$work"' EXIT
 
 what="--rootfs $rootfs"
-if [ -z "$rootfs" ]; then
+if [ -z "$rootfs" ] && ! part a; then
+    :
+elif [ -z "$rootfs" ]; then
     rootfs=$work/rootfs
     mirror=http://deb.debian.org/debian
     if command -v debootstrap >/dev/null &&
@@ -61,48 +84,134 @@ if [ -z "$rootfs" ]; then
         what="host files ($(du -sh "$rootfs" | cut -f1))"
     fi
 fi
-size=$(du -sh "$rootfs" | cut -f1)
-files=$(find "$rootfs" | wc -l)
-echo "image: $what: $size, $files entries"
+import_bench() {
+    size=$(du -sh "$rootfs" | cut -f1)
+    files=$(find "$rootfs" | wc -l)
+    echo "image: $what: $size, $files entries"
 
-layout=$work/layout
-umoci init --layout "$layout"
-umoci new --image "$layout:bench"
-umoci insert --image "$layout:bench" "$rootfs" / >/dev/null
-echo "layout: $(du -sh "$layout" | cut -f1) (gzip)"
+    layout=$work/layout
+    umoci init --layout "$layout"
+    umoci new --image "$layout:bench"
+    umoci insert --image "$layout:bench" "$rootfs" / >/dev/null
+    echo "layout: $(du -sh "$layout" | cut -f1) (gzip)"
 
-now() { date +%s.%N; }
-time_hutch() {
-    rm -rf "$work/store"
-    t0=$(now)
-    "$hutch" image --image-store "$work/store" import "$layout" >/dev/null
-    t1=$(now)
-    awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
+    now() { date +%s.%N; }
+    time_hutch() {
+        rm -rf "$work/store"
+        t0=$(now)
+        "$hutch" image --image-store "$work/store" import "$layout" >/dev/null
+        t1=$(now)
+        awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
+    }
+    time_umoci() {
+        rm -rf "$work/bundle"
+        t0=$(now)
+        umoci unpack --image "$layout:bench" "$work/bundle" >/dev/null 2>&1
+        t1=$(now)
+        awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
+    }
+    # Warm the page cache and check both work.
+    time_hutch >/dev/null
+    time_umoci >/dev/null
+    : >"$work/h"
+    : >"$work/u"
+    i=0
+    while [ $i -lt "$rounds" ]; do
+        if [ $((i % 2)) = 0 ]; then
+            time_hutch >>"$work/h"; time_umoci >>"$work/u"
+        else
+            time_umoci >>"$work/u"; time_hutch >>"$work/h"
+        fi
+        i=$((i + 1))
+    done
+    median() { sort -n "$1" | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+    h=$(median "$work/h")
+    u=$(median "$work/u")
+    echo "hutch image import: median ${h}s over $rounds rounds ($(tr '\n' ' ' <"$work/h"))"
+    echo "umoci unpack:       median ${u}s over $rounds rounds ($(tr '\n' ' ' <"$work/u"))"
+    awk -v h="$h" -v u="$u" 'BEGIN { printf "ratio hutch/umoci: %.2fx (target <= 1.0)\n", h / u }'
 }
-time_umoci() {
-    rm -rf "$work/bundle"
-    t0=$(now)
-    umoci unpack --image "$layout:bench" "$work/bundle" >/dev/null 2>&1
-    t1=$(now)
-    awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
-}
-# Warm the page cache and check both work.
-time_hutch >/dev/null
-time_umoci >/dev/null
-: >"$work/h"
-: >"$work/u"
-i=0
-while [ $i -lt "$rounds" ]; do
-    if [ $((i % 2)) = 0 ]; then
-        time_hutch >>"$work/h"; time_umoci >>"$work/u"
+part a && import_bench
+
+if part b || part c; then
+    # The spawn image: D itself when it can run `true` (a Debian tree has
+    # files of several owners: as root that needs a subordinate range in
+    # /etc/subuid, else hutch refuses it), else a static busybox tree.
+    busybox_root() {
+        [ -x /bin/busybox ] || { echo "image.sh: /bin/busybox (busybox-static) is needed" >&2; exit 2; }
+        spawnroot=$work/spawnroot
+        # Mount points: the peer cannot create them in a read-only root.
+        mkdir -p "$spawnroot/bin" "$spawnroot/etc" "$spawnroot/proc" "$spawnroot/dev" "$spawnroot/sys" "$spawnroot/tmp"
+        cp /bin/busybox "$spawnroot/bin/busybox"
+        for t in sh true; do ln -sf busybox "$spawnroot/bin/$t"; done
+    }
+    store=$work/spawn-store
+    import_spawn() {
+        rm -rf "$store"
+        digest=$("$hutch" image --image-store "$store" import --rootfs "$spawnroot" --name spawn | head -n 1)
+    }
+    mkdir -p "$work/ws"
+    spawnroot=$rootfs
+    if [ -n "$spawnroot" ] && [ -x "$spawnroot/bin/true" ]; then
+        import_spawn
+        if ! (cd "$work/ws" && "$hutch" run --quiet --image-store "$store" --image "$digest" -- true) 2>"$work/try.log"; then
+            echo "image.sh: the part-(a) image does not run here ($(cat "$work/try.log")); using busybox" >&2
+            busybox_root
+            import_spawn
+        fi
     else
-        time_umoci >>"$work/u"; time_hutch >>"$work/h"
+        busybox_root
+        import_spawn
     fi
-    i=$((i + 1))
-done
-median() { sort -n "$1" | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-h=$(median "$work/h")
-u=$(median "$work/u")
-echo "hutch image import: median ${h}s over $rounds rounds ($(tr '\n' ' ' <"$work/h"))"
-echo "umoci unpack:       median ${u}s over $rounds rounds ($(tr '\n' ' ' <"$work/u"))"
-awk -v h="$h" -v u="$u" 'BEGIN { printf "ratio hutch/umoci: %.2fx (target <= 1.0)\n", h / u }'
+    echo "spawn image: $digest ($(du -sh "$spawnroot" | cut -f1))"
+    ws=$work/ws
+    cd "$ws"
+    set -- --shell=none --warmup 10 --runs "$runs" --export-csv "$work/spawn.csv"
+    set -- "$@" -n host "$hutch run --quiet -- true"
+    set -- "$@" -n image "$hutch run --quiet --image-store $store --image $digest -- true"
+    if part c; then
+        bundle=$work/bundle-spawn
+        mkdir -p "$bundle/rootfs"
+        # The same layers as a read-only overlay (no upper); a one-layer
+        # image (overlayfs wants two lowers then) as a read-only bind.
+        # A --rootfs image has one layer, so their order does not arise.
+        lowers=$(ls -d "$store"/layers/*/root | tr '\n' ':' | sed 's/:$//')
+        case $lowers in
+            *:*) mount -t overlay overlay -o "ro,lowerdir=$lowers" "$bundle/rootfs" ;;
+            *) mount --bind "$lowers" "$bundle/rootfs" && mount -o remount,bind,ro "$bundle/rootfs" ;;
+        esac
+        trap 'umount "$bundle/rootfs" 2>/dev/null || true; [ $keep = 1 ] || rm -rf "$work"' EXIT
+        (cd "$bundle" && crun spec 2>/dev/null || runc spec)
+        python3 - "$bundle/config.json" <<'PY'
+import json, sys
+p = sys.argv[1]
+c = json.load(open(p))
+c["process"]["args"] = ["/bin/true"]
+c["process"]["terminal"] = False
+json.dump(c, open(p, "w"))
+PY
+        # crun first; runc when crun cannot run here (e.g. crun refuses a
+        # hybrid cgroup hierarchy).
+        peer=""
+        for p in crun runc; do
+            command -v $p >/dev/null || continue
+            if $p run --bundle "$bundle" "hutch-bench-probe-$$" >"$work/$p.log" 2>&1; then
+                peer=$(command -v $p)
+                break
+            fi
+            echo "image.sh: $p cannot run the bundle here: $(head -c 200 "$work/$p.log")" >&2
+        done
+        [ -n "$peer" ] || { echo "image.sh: part (c) needs crun or runc that can run a bundle" >&2; exit 2; }
+        set -- "$@" -n "$(basename "$peer")" "$peer run --bundle $bundle hutch-bench-$$"
+    fi
+    hyperfine "$@" >"$work/hyperfine.log" 2>&1 || { cat "$work/hyperfine.log" >&2; exit 1; }
+    cd - >/dev/null
+    # command,mean,stddev,median,user,system,min,max (seconds)
+    awk -F, 'NR > 1 { printf "%-8s mean %.2f ms, median %.2f ms (min %.2f, max %.2f) over '"$runs"' runs\n", $1, $2 * 1000, $4 * 1000, $7 * 1000, $8 * 1000 }' "$work/spawn.csv"
+    awk -F, 'NR > 1 { m[$1] = $2 }
+        END {
+            printf "ratio image/host (b): %.2fx (target <= 1.1)\n", m["image"] / m["host"]
+            for (k in m) if (k != "image" && k != "host")
+                printf "ratio image/%s (c): %.2fx (target <= 1.0)\n", k, m["image"] / m[k]
+        }' "$work/spawn.csv"
+fi

@@ -171,6 +171,18 @@ impl Command {
         self
     }
 
+    /// Run on a container image from the store instead of the host's
+    /// system directories ([`spec::use_image`]): `reference` is
+    /// `sha256:<hex>` or `NAME@sha256:<hex>`; set the Spec's `image` table
+    /// (through [`Command::from_spec`]) for a store, platform or override.
+    /// The image's Env and User are defaults under [`Command::env`] and the
+    /// Spec's identity; its WorkingDir applies when no working directory is
+    /// set ([`Command::workspace`] and [`Command::current_dir`] set one).
+    pub fn image(&mut self, reference: &str) -> &mut Self {
+        spec::use_image(&mut self.spec, spec::ImageRef::new(reference));
+        self
+    }
+
     pub fn ro_bind(&mut self, src: impl AsRef<Path>, dest: impl AsRef<Path>) -> &mut Self {
         self.spec.fs.push(FsOp::RoBind {
             src: src.as_ref().into(),

@@ -122,10 +122,13 @@ DIGEST may be a unique prefix of the manifest digest."
             "usage: hutch image rm NAME|DIGEST
 
 Removes a name; the image goes with its last name, or at once when given by
-digest. Its layers and blobs stay until `hutch image gc`."
+digest. Its layers and blobs stay until `hutch image gc`. An image a live
+session uses (`hutch session create --image`) is not removed."
         }
         "gc" => {
-            "usage: hutch image gc\n\nRemoves every layer and blob no image references, and leftovers of interrupted imports."
+            "usage: hutch image gc\n\nRemoves every layer and blob no image references (an image a live session uses \
+             stays), leftovers of interrupted imports, and references of sessions that are gone. \
+             Waits for running imports and for sandboxes running an image of the store."
         }
         other => bail!(
             "unknown command {}; see `hutch image --help`",
@@ -450,10 +453,11 @@ fn gc(store: Store, rest: Vec<OsString>) -> Result<i32> {
         json_out(&r)?;
     } else {
         print(&format!(
-            "removed {} layer(s), {} blob(s), {} staging leftover(s)\n",
+            "removed {} layer(s), {} blob(s), {} staging leftover(s), {} stale session reference(s)\n",
             r.layers.len(),
             r.blobs.len(),
-            r.staging
+            r.staging,
+            r.stale_refs
         ));
     }
     Ok(0)

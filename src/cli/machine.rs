@@ -193,9 +193,13 @@ impl MachineError {
                 m.errno = Some(format!("{errno:?}"));
                 m
             }
+            // The Spec's image: not in the store, refused by a check, or
+            // a damaged store; the line says which and what to do.
+            LaunchError::Image(_) => MachineError::new(ErrorKind::Refused, what),
             LaunchError::Failed(f) => {
                 let kind = match f.kind {
                     crate::launch::FailureKind::InvalidSpec => ErrorKind::Spec,
+                    crate::launch::FailureKind::Image => ErrorKind::Refused,
                     _ => ErrorKind::Setup,
                 };
                 let mut m = MachineError::new(kind, what);

@@ -32,6 +32,14 @@ Filesystem (applied in order):
   --proc DEST  --dev DEST  --mqueue DEST  --dir DEST  --symlink TARGET DEST
   --overlay LOWER DEST    overlay with a discarded upper
   --chmod OCTAL DEST  --remount-ro DEST
+Image (the system directories from a container image; see docs/images.md):
+  --image REF             sha256:DIGEST or NAME@sha256:DIGEST from the image store
+                          (a bare NAME only with --allow-unpinned); its Env, WorkingDir,
+                          User and Entrypoint/Cmd (when no command is given) are defaults
+  --image-store DIR       the store (default $HUTCH_IMAGE_STORE, else the user's)
+  --platform OS/ARCH      the platform the image must be for (default the host's)
+  --allow-unpinned  --allow-platform-mismatch  --allow-volumes  --allow-secret-env
+  --allow-devices         accept what the corresponding check refuses
 Process:
   --chdir DIR  --setenv KEY VALUE  --unsetenv KEY  --uid N  --gid N  --hostname NAME
                           (a relative --chdir is inside the workspace)
@@ -175,6 +183,7 @@ pub fn parse_reporting_onto(
     let mut command: Vec<String> = Vec::new();
     let mut egress = Egress::default();
     let mut io_max: Vec<spec::IoMax> = Vec::new();
+    let mut image = ImageFlags::default();
 
     while let Some(arg) = it.next() {
         let arg = arg?;
@@ -283,7 +292,16 @@ pub fn parse_reporting_onto(
             "--remount-ro" => ops.push(FsOp::RemountRo {
                 dest: value(arg)?.into(),
             }),
+            "--image" => image.reference = Some(value(arg)?),
+            "--image-store" => image.store = Some(absolute(&cwd, &value(arg)?)),
+            "--platform" => image.platform = Some(value(arg)?),
+            "--allow-unpinned" => image.allow_unpinned = true,
+            "--allow-platform-mismatch" => image.overrides.allow_platform_mismatch = true,
+            "--allow-volumes" => image.overrides.allow_volumes = true,
+            "--allow-secret-env" => image.overrides.allow_secret_env = true,
+            "--allow-devices" => image.overrides.allow_devices = true,
             "--chdir" => {
+                image.chdir = true;
                 let dir = PathBuf::from(value(arg)?);
                 edits.push(Box::new(move |s| {
                     // Relative: inside the workspace (the cwd it set).
@@ -505,6 +523,7 @@ pub fn parse_reporting_onto(
         );
     }
 
+    let default_base = base.is_none() && !bare;
     let mut spec = match (base, bare) {
         (Some(_), true) => bail!("--bare and --profile exclude each other"),
         (Some(profile), false) => profile,
@@ -536,6 +555,7 @@ pub fn parse_reporting_onto(
     for edit in edits {
         edit(&mut spec)?;
     }
+    image.apply(&mut spec, default_base)?;
     if !io_max.is_empty() {
         spec.limits.io = Some(Limit::Required(io_max));
     }
@@ -544,11 +564,62 @@ pub fn parse_reporting_onto(
     if !command.is_empty() {
         spec.command = command;
     }
-    if spec.command.is_empty() {
+    if spec.command.is_empty() && spec.image.is_none() {
         bail!("no command given: hutch run [OPTIONS] -- COMMAND [ARGS...]");
     }
     // Validation happens once, in the launcher's prepare step.
     Ok((spec, opts))
+}
+
+/// Image flags: `--image` makes the image the system layer
+/// ([`spec::use_image`]); the others set options of the Spec's image,
+/// whether `--image` or the profile named it.
+#[derive(Default)]
+struct ImageFlags {
+    reference: Option<String>,
+    store: Option<PathBuf>,
+    platform: Option<String>,
+    allow_unpinned: bool,
+    overrides: spec::ImageOverrides,
+    chdir: bool,
+}
+
+impl ImageFlags {
+    fn apply(self, spec: &mut Spec, default_base: bool) -> Result<()> {
+        let any_option = self.store.is_some()
+            || self.platform.is_some()
+            || self.allow_unpinned
+            || self.overrides != spec::ImageOverrides::default();
+        if let Some(reference) = &self.reference {
+            let mut r = spec::ImageRef::new(reference);
+            // The workspace stays the working directory of images without
+            // a WorkingDir; --chdir wins over both.
+            r.use_working_dir = default_base && !self.chdir;
+            spec::use_image(spec, r);
+        }
+        let Some(r) = spec.image.as_mut() else {
+            if any_option {
+                bail!("the image options need --image REF (or a profile with an image)");
+            }
+            return Ok(());
+        };
+        if self.store.is_some() {
+            r.store = self.store;
+        }
+        if self.platform.is_some() {
+            r.platform = self.platform;
+        }
+        r.allow_unpinned |= self.allow_unpinned;
+        let (o, f) = (&mut r.overrides, self.overrides);
+        o.allow_platform_mismatch |= f.allow_platform_mismatch;
+        o.allow_volumes |= f.allow_volumes;
+        o.allow_secret_env |= f.allow_secret_env;
+        o.allow_devices |= f.allow_devices;
+        if self.chdir {
+            r.use_working_dir = false;
+        }
+        Ok(())
+    }
 }
 
 /// Egress flags: any of them switches the network to the proxy mode.
@@ -805,6 +876,11 @@ const FLAGS: &[(&str, &str)] = &[
     ("network.allow_address", "--allow-address"),
     ("network.resolve", "--resolve"),
     ("network.audit", "--audit"),
+    ("image.digest", "--image"),
+    ("image.name", "--image"),
+    ("image.platform", "--platform"),
+    ("image.store", "--image-store"),
+    ("image.allow_unpinned", "--allow-unpinned"),
 ];
 
 /// The `hutch run` flag that sets the key path `key` (`limits.io[0].wbps`

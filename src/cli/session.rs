@@ -68,6 +68,10 @@ Defaults of every command: the `hutch run` options of binds, environment
 ...), limits (--memory, --pids, --cpus, --rlimit, --timeout), confinement
 (--seccomp, --cap-add, --profile) may be given here; `session run` starts
 from them.
+  --image REF                 every command runs on this image (sha256:DIGEST or
+                              NAME@sha256:DIGEST; resolved now, recorded pinned)
+  --image-store DIR  --platform OS/ARCH  --allow-unpinned  --allow-platform-mismatch
+  --allow-volumes  --allow-secret-env  --allow-devices   as for `hutch run`
 Import caps (exceeding one refuses the import whole, nothing is kept):
   --max-files N               entries: files, links, directories (default 1000000)
   --max-bytes SIZE            all file contents (default 16G)
@@ -454,7 +458,11 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
     let mut audit_dir = None;
     let mut locks = Vec::new();
     let mut run_options: Vec<OsString> = Vec::new();
+    let mut image = SessionImage::default();
     while let Some(arg) = a.next() {
+        if image.flag(&arg, a)? {
+            continue;
+        }
         match arg.to_str() {
             Some("--from") => from = Some(a.value("--from")?.into()),
             Some("--from-git") => git = Some(a.value("--from-git")?.into()),
@@ -533,6 +541,7 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
         defaults,
         locks,
         audit_dir,
+        image: image.finish()?,
     };
     let session = state.create(&opts)?;
     if json_mode() {
@@ -565,6 +574,55 @@ fn session_defaults(options: Vec<OsString>) -> Result<crate::spec::Spec> {
         .map_err(|e| anyhow::anyhow!(super::run::with_flags(&e.to_string())))?;
     spec.command.clear();
     Ok(spec)
+}
+
+/// `session create`'s image flags: the same as `hutch run`'s.
+#[derive(Default)]
+struct SessionImage {
+    reference: Option<String>,
+    store: Option<PathBuf>,
+    platform: Option<String>,
+    allow_unpinned: bool,
+    overrides: crate::spec::ImageOverrides,
+}
+
+impl SessionImage {
+    /// Take `arg` (and its value) if it is an image flag.
+    fn flag(&mut self, arg: &OsString, a: &mut Args) -> Result<bool> {
+        match arg.to_str() {
+            Some("--image") => self.reference = Some(a.string("--image")?),
+            Some("--image-store") => {
+                self.store = Some(std::path::absolute(a.value("--image-store")?)?)
+            }
+            Some("--platform") => self.platform = Some(a.string("--platform")?),
+            Some("--allow-unpinned") => self.allow_unpinned = true,
+            Some("--allow-platform-mismatch") => self.overrides.allow_platform_mismatch = true,
+            Some("--allow-volumes") => self.overrides.allow_volumes = true,
+            Some("--allow-secret-env") => self.overrides.allow_secret_env = true,
+            Some("--allow-devices") => self.overrides.allow_devices = true,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn finish(self) -> Result<Option<crate::spec::ImageRef>> {
+        let Some(reference) = self.reference else {
+            if self.store.is_some()
+                || self.platform.is_some()
+                || self.allow_unpinned
+                || self.overrides != crate::spec::ImageOverrides::default()
+            {
+                bail!("create: the image options need --image REF");
+            }
+            return Ok(None);
+        };
+        let mut r = crate::spec::ImageRef::new(&reference);
+        r.store = self.store;
+        r.platform = self.platform;
+        r.allow_unpinned = self.allow_unpinned;
+        r.overrides = self.overrides;
+        Ok(Some(r))
+    }
 }
 
 fn read(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
@@ -908,6 +966,9 @@ fn describe_human(d: &serde_json::Value) -> String {
         "workspace    {}\n",
         field("workspace_path").as_str().unwrap_or("")
     );
+    if let Some(digest) = field("image")["digest"].as_str() {
+        out += &format!("image        {digest}\n");
+    }
     if let Some(seals) = field("seals").as_array() {
         for s in seals {
             out += &format!(

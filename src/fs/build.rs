@@ -2,7 +2,8 @@
 //!
 //! Order (fixed; the caller made `/` a slave mount first): open sources →
 //! (the caller switches identity) → staging tmpfs → root tmpfs → attach
-//! the supervisor's detached mounts (idmapped lowers) → steps in order →
+//! the supervisor's detached mounts (idmapped lowers) → (an image run) the
+//! overlay of the image's layers becomes the root → steps in order →
 //! (proxy mode) the Unix door → root read-only → pivot_root → detach the
 //! old root.
 //!
@@ -344,6 +345,17 @@ pub fn build<S: FsSys>(
             .open(None, &at, flags, 0, 0)
             .map_err(err("opening a mount handed over by the supervisor"))?;
         b.source_fds[index] = Some(opened);
+    }
+    if !plan.image_lowers.is_empty() {
+        let lowers: Vec<BorrowedFd<'_>> = plan
+            .image_lowers
+            .iter()
+            .filter_map(|i| b.source_fds[*i].as_ref().map(|fd| fd.as_fd()))
+            .collect();
+        let root = super::image_root::mount(b.sys, staging.as_fd(), b.root.as_fd(), &lowers)
+            .map_err(err("mounting the image's layers as the new root"))?;
+        drop(lowers);
+        b.root = root;
     }
 
     let mut built = Built::default();

@@ -3,6 +3,7 @@
 
 pub mod build;
 pub mod count;
+mod image_root;
 pub mod plan;
 
 #[cfg(test)]

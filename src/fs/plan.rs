@@ -154,6 +154,9 @@ pub struct Plan {
     /// Index (into `steps`) of the overlays whose upper is a private tmpfs,
     /// so the sandbox can count what the workload changed.
     pub tmp_uppers: Vec<usize>,
+    /// A container image's layers (source indices, top first): the new root
+    /// is an overlay of them over a private upper, under every step.
+    pub image_lowers: Vec<usize>,
 }
 
 /// Attributes of a read-only bind.
@@ -443,6 +446,23 @@ fn fs_data(fstype: &str, o: &crate::spec::mount::MountOptions) -> Option<CString
         parts.push(format!("gid={g}"));
     }
     (!parts.is_empty()).then(|| CString::new(parts.join(",")).expect("digits only"))
+}
+
+/// Make an image's layer trees (`top_first`) the lowers of the new root.
+/// `handed_over`: root launches, where the supervisor hands each layer
+/// over as an idmapped, read-only, nosuid, nodev mount.
+pub fn add_image_lowers(plan: &mut Plan, top_first: &[std::path::PathBuf], handed_over: bool) {
+    for dir in top_first {
+        plan.sources.push(Source {
+            path: cstring(dir),
+            optional: false,
+            directory: true,
+            no_follow: false,
+            idmapped: false,
+            handed_over,
+        });
+        plan.image_lowers.push(plan.sources.len() - 1);
+    }
 }
 
 /// tmpfs mount data from numbers only (never from paths).

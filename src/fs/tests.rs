@@ -473,3 +473,76 @@ fn proc_masks_and_dev_nodes_are_flagged_before_they_are_attached() {
         .count();
     assert_eq!(binds, super::build::PROC_MASKED_FILE_COUNT - 1, "{c:#?}");
 }
+
+/// An image run: the layers (handed over, as in a root launch) are
+/// attached first, then the overlay of them, top first, over an upper on
+/// the root tmpfs becomes the root: every step resolves in it, it is made
+/// read-only, and it is what pivot_root enters.
+#[test]
+fn image_layers_become_the_root_overlay_under_every_step() {
+    let spec = spec_with(vec![crate::spec::FsOp::Proc {
+        dest: "/proc".into(),
+    }]);
+    let mut p = plan(&spec, true);
+    super::plan::add_image_lowers(
+        &mut p,
+        &[
+            "/store/layers/top/root".into(),
+            "/store/layers/low/root".into(),
+        ],
+        true,
+    );
+    assert_eq!(p.image_lowers, vec![0, 1]);
+    assert!(p.sources.iter().all(|s| s.handed_over && s.directory));
+    let mut rec = Recorder::default();
+    let (top, low) = (rec.fd(), rec.fd());
+    let (t, l) = (top.as_raw_fd(), low.as_raw_fd());
+    run(&mut rec, &p, vec![(0, top), (1, low)], &spec).unwrap();
+    let c = &rec.calls;
+    assert!(
+        !c.iter().any(|c| c.contains("/store/")),
+        "handed-over layers are not opened by path: {c:#?}"
+    );
+    let root_tmpfs = c
+        .iter()
+        .find_map(|c| c.strip_prefix("open -100 /tmp/root = "))
+        .unwrap()
+        .to_string();
+    // The attached layers, reopened, in the order given (top first).
+    let reopened = |fd: RawFd| -> String {
+        let at = c
+            .iter()
+            .find_map(|x| x.strip_prefix(&format!("move_mount {fd} ")))
+            .unwrap();
+        c.iter()
+            .find_map(|x| x.strip_prefix(&format!("open -100 {at} = ")))
+            .unwrap()
+            .to_string()
+    };
+    let (rt, rl) = (reopened(t), reopened(l));
+    let overlay = pos(c, "mount overlay /tmp/image overlay");
+    assert!(pos(c, &format!("mkdir {root_tmpfs} upper")) < overlay);
+    assert!(pos(c, &format!("mkdir {root_tmpfs} work")) < overlay);
+    assert!(
+        c[overlay].contains(&format!(
+            "lowerdir=/proc/self/fd/{rt}:/proc/self/fd/{rl},upperdir=/proc/self/fd/"
+        )) && c[overlay].ends_with(",userxattr,metacopy=off"),
+        "{}",
+        c[overlay]
+    );
+    let flags = libc::MS_NOSUID | libc::MS_NODEV;
+    assert!(
+        c[overlay].contains(&format!(" {flags:#x} ")),
+        "{}",
+        c[overlay]
+    );
+    let new_root = c
+        .iter()
+        .find_map(|c| c.strip_prefix("open -100 /tmp/image = "))
+        .unwrap()
+        .to_string();
+    // The step and the end of the build use the overlay, not the tmpfs.
+    assert!(pos(c, &format!("open {new_root} proc =")) > overlay);
+    assert!(pos(c, &format!("setattr {new_root} false")) > overlay);
+    assert!(pos(c, &format!("fchdir {new_root}")) < pos(c, "pivot_root"));
+}

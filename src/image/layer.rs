@@ -170,11 +170,9 @@ impl Store {
             max_file_bytes: limits.unpacked,
             allow_devices: limits.allow_devices,
             keep_owners: euid == 0,
-            opaque_xattr: if euid == 0 {
-                OpaqueXattr::Trusted
-            } else {
-                OpaqueXattr::User
-            },
+            // hutch mounts every overlay inside the sandbox's user
+            // namespace, with `userxattr`: root's layers too.
+            opaque_xattr: OpaqueXattr::User,
         };
         let blob_limit = input.expected.as_ref().map_or(u64::MAX, |(_, s)| *s);
         let mut blob = HashingReader::new(input.reader, blob_limit, "descriptor size");

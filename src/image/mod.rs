@@ -13,9 +13,12 @@ mod error;
 mod import;
 pub mod layer;
 pub mod oci;
+pub mod passwd;
+mod refs;
 mod resolve;
 mod rootfs;
 mod source;
+pub mod spec;
 pub mod store;
 pub mod tar;
 pub mod unpack;
@@ -29,8 +32,9 @@ pub use import::{
 };
 pub use layer::LayerMeta;
 pub use oci::Platform;
+pub use refs::ImageUse;
 pub use resolve::{GcReport, Inspection, Reference, Removed, ResolvedImage, ResolvedLayer};
-pub use store::{ImageRecord, STORE_ENV, Store, default_root};
+pub use store::{ImageRecord, Lock, STORE_ENV, Store, default_root};
 
 /// Resolve `reference` in the store at `store` (None: the default store)
 /// for a run on `platform` with `overrides`: what the launcher calls.

@@ -83,6 +83,8 @@ pub struct ResolvedLayer {
     /// (`kind mode uid gid escaped-path` lines).
     pub entries: PathBuf,
     pub opaque_xattr: OpaqueXattr,
+    /// Directories marked opaque (the layer's root included).
+    pub opaque_dirs: u64,
     /// Files carry the archive's owners (root import); otherwise every
     /// file belongs to `unpacked_by` and `uids`/`gids` are only recorded.
     pub owners_kept: bool,
@@ -136,6 +138,9 @@ pub struct GcReport {
     pub blobs: Vec<Digest>,
     /// Leftovers of interrupted imports in `tmp/`.
     pub staging: usize,
+    /// References of sessions that no longer exist.
+    #[serde(default)]
+    pub stale_refs: usize,
 }
 
 impl Store {
@@ -260,6 +265,7 @@ impl Store {
                 dir: self.layer_root(&m.digest),
                 entries: self.layer_dir(&m.digest).join("entries"),
                 opaque_xattr: m.opaque_xattr,
+                opaque_dirs: m.summary.opaque_dirs,
                 owners_kept: m.owners_kept,
                 unpacked_by: m.unpacked_by,
                 uids: m.summary.uids.clone(),
@@ -299,10 +305,22 @@ impl Store {
     /// Remove a name (the image goes when its last name does) or, given
     /// a digest, the image and all its names. Layers wait for `gc`.
     pub fn remove(&self, text: &str) -> Result<Removed> {
-        let _index = self.lock_index()?;
         let img = self.find_loose(text)?;
-        let mut images = self.images()?;
         let by_name = img.names.iter().any(|n| n == text);
+        if !(by_name && img.names.len() > 1)
+            && let Some(u) = self
+                .live_refs()?
+                .into_iter()
+                .find(|u| u.manifest == img.manifest)
+        {
+            return Err(ImageError::Invalid(format!(
+                "image {} is used by {} (a session): close it first",
+                img.manifest,
+                u.holder.display()
+            )));
+        }
+        let _index = self.lock_index()?;
+        let mut images = self.images()?;
         let removed = if by_name && img.names.len() > 1 {
             for i in images.iter_mut().filter(|i| i.manifest == img.manifest) {
                 i.names.retain(|n| n != text);
@@ -337,7 +355,24 @@ impl Store {
             keep_blobs.insert(i.config.hex());
             keep_layers.extend(i.layers.iter().map(|l| l.hex()));
         }
-        let mut report = GcReport::default();
+        let mut report = GcReport {
+            stale_refs: self.drop_stale_refs()?,
+            ..GcReport::default()
+        };
+        // A session's image stays whole even if its index entry went.
+        for u in self.live_refs()? {
+            if keep_blobs.contains(&u.manifest.hex()) {
+                continue;
+            }
+            if let Ok(m) = self.blob(&u.manifest).and_then(|b| {
+                serde_json::from_slice::<Manifest>(&b)
+                    .map_err(|e| ImageError::Invalid(e.to_string()))
+            }) {
+                keep_blobs.insert(u.manifest.hex());
+                keep_blobs.insert(m.config.digest.hex());
+                keep_layers.extend(m.layers.iter().map(|l| l.digest.hex()));
+            }
+        }
         let layers_dir = self.root().join("layers");
         for name in list(&layers_dir)? {
             if keep_layers.contains(&name) {

@@ -9,8 +9,9 @@
 //!     meta.json           digests, sizes, what the checks need, the xattr kind
 //!     entries             one line per entry: kind mode uid gid escaped-path
 //!   locks/HEX             flock held while a layer is being unpacked
+//!   refs/HEX              an image a session uses (see `refs.rs`)
 //!   tmp/                  staging; everything is built here and renamed into place
-//!   lock                  shared by imports, exclusive for gc
+//!   lock                  shared by imports and runs, exclusive for gc
 //!   index.lock            held while index.json is rewritten
 //! ```
 //!
@@ -133,11 +134,29 @@ impl Store {
                 ),
             });
         }
-        for sub in ["blobs/sha256", "layers", "locks", "tmp"] {
+        for sub in ["blobs/sha256", "layers", "locks", "refs", "tmp"] {
             let p = root.join(sub);
             std::fs::create_dir_all(&p).map_err(|e| io_err(&p, e))?;
         }
         Ok(Store { root })
+    }
+
+    /// [`Store::open`] for a run: a store that does not exist yet is an
+    /// error (a run creates nothing in the state directory).
+    pub fn open_existing(root: Option<&Path>) -> Result<Store> {
+        let root = match root {
+            Some(r) => std::path::absolute(r).map_err(|e| io_err(r, e))?,
+            None => default_root()?,
+        };
+        if std::fs::symlink_metadata(&root).is_err() {
+            return Err(ImageError::Store {
+                path: root.display().to_string(),
+                why: "does not exist: import an image into it first (`hutch image import`), or \
+                      name another store (--image-store DIR)"
+                    .into(),
+            });
+        }
+        Store::open(Some(&root))
     }
 
     pub fn root(&self) -> &Path {

@@ -33,11 +33,14 @@ use crate::sys::{self, Errno, SysError};
 /// Which xattr marks an opaque directory in this layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OpaqueXattr {
-    /// `trusted.overlay.opaque`: layers root made; overlays mounted by root.
+    /// `trusted.overlay.opaque`: what root's imports of an earlier hutch
+    /// wrote. A run cannot use it (its overlays live in a user namespace,
+    /// with `userxattr`): such a layer with opaque directories must be
+    /// imported again.
     #[serde(rename = "trusted.overlay.opaque")]
     Trusted,
-    /// `user.overlay.opaque`: layers an unprivileged caller made; its
-    /// overlays mount with `userxattr`.
+    /// `user.overlay.opaque`: what every import writes (root's too), read
+    /// by overlays mounted with `userxattr`, as hutch's runs are.
     #[serde(rename = "user.overlay.opaque")]
     User,
 }

@@ -138,6 +138,9 @@ pub(super) fn init<S: ChildSys>(
     }
     if let Some((uid, gid)) = plan.ids.init_ids {
         sys.set_gid(gid).at(Stage::SetGid)?;
+        if plan.ids.keep_caps_on_setuid() {
+            sys.keep_caps_on_setuid().at(Stage::SetUid)?;
+        }
         sys.set_uid(uid).at(Stage::SetUid)?;
     }
     // Changing credentials cleared the parent-death signal: set it again,

@@ -33,6 +33,9 @@ pub trait ChildSys: FsSys {
     fn clear_groups(&mut self) -> Result<(), Errno>;
     fn set_gid(&mut self, gid: u32) -> Result<(), Errno>;
     fn set_uid(&mut self, uid: u32) -> Result<(), Errno>;
+    /// `SECBIT_NO_SETUID_FIXUP`: the next uid change away from root keeps
+    /// the capabilities (hutch init needs them to build the root).
+    fn keep_caps_on_setuid(&mut self) -> Result<(), Errno>;
     /// Whether the supervisor's end of the socket is still open.
     fn supervisor_alive(&mut self, sock: BorrowedFd<'_>) -> bool;
     /// `user.max_user_namespaces = 0` in the sandbox's user namespace.

@@ -84,6 +84,7 @@ pub(super) fn ids(spec: &Spec, caller_uid: u32, caller_gid: u32) -> Result<Ids, 
             clear_groups: false,
             init_ids: Some(init),
             workload_ids,
+            subordinate: None,
             maps: Some(IdMaps {
                 uid_map: map_text(&id.uid_map),
                 gid_map: map_text(&id.gid_map),
@@ -129,6 +130,7 @@ pub(super) fn ids(spec: &Spec, caller_uid: u32, caller_gid: u32) -> Result<Ids, 
         init_ids,
         workload_ids,
         maps: None,
+        subordinate: None,
     })
 }
 

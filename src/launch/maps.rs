@@ -1,5 +1,10 @@
 //! What the supervisor does for the sandbox once it exists and before
 //! `Go`: the id maps, and the idmapped workspace layers of root launches.
+//!
+//! The maps are one id (`inside host 1`) unless an image needs more
+//! ([`Subordinate`], see `docs/images.md`): root then writes a range of
+//! `/etc/subuid` itself; an unprivileged caller has `newuidmap` and
+//! `newgidmap` write its own id and its range.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
@@ -8,14 +13,61 @@ use super::LaunchError;
 use super::prepare::LaunchPlan;
 use crate::sys::{self, Errno, SysError};
 
+/// One line of a uid or gid map: `inside host count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Extent {
+    pub inside: u32,
+    pub host: u32,
+    pub count: u32,
+}
+
+/// Maps with more than one id, from a subordinate range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subordinate {
+    /// The extents of the uid and gid maps (`len` of each used).
+    pub uid: [Extent; 2],
+    pub gid: [Extent; 2],
+    pub len: usize,
+    /// Unprivileged: written by newuidmap/newgidmap, and the caller's own
+    /// id is root inside (so hutch init keeps its capabilities when it
+    /// switches to the workload's uid).
+    pub helpers: bool,
+}
+
+impl Subordinate {
+    /// The host id inside id `id` maps to, if any.
+    pub fn host_of(extents: &[Extent], id: u32) -> Option<u32> {
+        extents
+            .iter()
+            .find(|e| id >= e.inside && id - e.inside < e.count)
+            .map(|e| e.host + (id - e.inside))
+    }
+
+    fn lines(extents: &[Extent]) -> String {
+        extents
+            .iter()
+            .map(|e| format!("{} {} {}\n", e.inside, e.host, e.count))
+            .collect()
+    }
+}
+
 pub(super) fn write_id_maps(pid: libc::pid_t, p: &LaunchPlan) -> Result<(), SysError> {
     let proc = format!("/proc/{pid}");
-    let Some(maps) = &p.child.ids.maps else {
-        return Ok(());
-    };
+    let ids = &p.child.ids;
     let write = |file: &str, data: &str| {
         std::fs::write(format!("{proc}/{file}"), data.as_bytes())
             .map_err(|e| sys::io_err(format!("write(\"{proc}/{file}\", {data:?})"), e))
+    };
+    if let Some(s) = &ids.subordinate {
+        let (uids, gids) = (&s.uid[..s.len], &s.gid[..s.len]);
+        if !s.helpers {
+            write("uid_map", &Subordinate::lines(uids))?;
+            return write("gid_map", &Subordinate::lines(gids));
+        }
+        return super::image::write_maps_with_helpers(pid, uids, gids);
+    }
+    let Some(maps) = &ids.maps else {
+        return Ok(());
     };
     if let Some(setgroups) = maps.setgroups {
         write("setgroups", setgroups)?;

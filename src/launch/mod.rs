@@ -18,6 +18,7 @@ pub mod ending;
 pub mod exec;
 pub mod helper;
 mod identity;
+mod image;
 mod join;
 mod maps;
 pub mod message;
@@ -27,6 +28,7 @@ mod relay;
 pub mod report;
 pub mod stage;
 mod steps;
+mod subid;
 mod summary;
 mod supervise;
 #[cfg(test)]
@@ -37,6 +39,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use image::ImageReport;
 pub use prepare::{DEFAULT_ROOT_HOST_ID, network_name};
 pub use relay::Captured;
 pub use report::{ChangesReport, Enforcement, ExitReport, Outcome, SetupFailure};
@@ -108,6 +111,10 @@ pub enum LaunchError {
         "creating the sandbox: {0} (user namespaces may be disabled or restricted here: run `hutch check`)"
     )]
     Clone(SysError),
+    /// The Spec's image could not be used (resolution, a check, its
+    /// config, the id maps it needs).
+    #[error("{0}")]
+    Image(String),
     #[error("idmapping workspace layer {}: {err} (idmapped mounts need Linux 5.12+ and a filesystem that supports them)", path.display())]
     Idmap { path: PathBuf, err: SysError },
     #[error(
@@ -150,6 +157,8 @@ pub enum FailureKind {
     Namespaces,
     /// A workspace layer could not be idmapped (`where` is its path).
     Idmap,
+    /// The Spec's image was refused or could not be used.
+    Image,
     /// The helper could not be found, started or understood.
     Helper,
 }
@@ -188,6 +197,7 @@ impl LaunchError {
                 Some("use Mode::Auto or hutch::Command".into()),
             ),
             LaunchError::Prepare(_) => (FailureKind::Prepare, None, None, None),
+            LaunchError::Image(_) => (FailureKind::Image, None, None, None),
             LaunchError::Cgroup(_) => (FailureKind::Limits, None, None, None),
             LaunchError::Sys(e) => (FailureKind::System, Some(e.call.clone()), errno(e), None),
             LaunchError::Clone(e) => (

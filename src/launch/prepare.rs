@@ -49,6 +49,8 @@ pub struct Ids {
     /// The maps the supervisor writes (None: no user namespace of the
     /// sandbox's own).
     pub maps: Option<IdMaps>,
+    /// More than one id mapped (an image's owners or user need it).
+    pub subordinate: Option<super::maps::Subordinate>,
 }
 
 /// The ids a workload switches to itself.
@@ -67,6 +69,31 @@ pub struct IdMaps {
     pub gid_map: String,
     /// Written to `/proc/PID/setgroups` first (unprivileged: `deny`).
     pub setgroups: Option<&'static str>,
+}
+
+impl Ids {
+    /// An image run's ids (always a user namespace of the sandbox's own):
+    /// hutch init becomes the inside ids, the supervisor writes the one-id
+    /// maps unless a subordinate range is mapped.
+    pub fn for_image(mut self) -> Ids {
+        self.init_ids = Some((self.inside_uid, self.inside_gid));
+        if self.subordinate.is_none() {
+            self.maps = Some(IdMaps {
+                uid_map: format!("{} {} 1", self.inside_uid, self.host_uid),
+                gid_map: format!("{} {} 1", self.inside_gid, self.host_gid),
+                setgroups: (!self.root_launch).then_some("deny"),
+            });
+        }
+        self
+    }
+
+    /// hutch init is root inside before it switches to the workload's
+    /// uid (an unprivileged caller mapped to 0 with a subordinate range):
+    /// the switch must keep its capabilities, which it needs to build the
+    /// root.
+    pub fn keep_caps_on_setuid(&self) -> bool {
+        self.subordinate.is_some_and(|s| s.helpers) && self.inside_uid != 0
+    }
 }
 
 /// argv/envp and the paths execve tries, as C strings and pointer arrays
@@ -204,6 +231,8 @@ pub struct LaunchPlan {
     pub idmap_sources: Vec<(usize, PathBuf)>,
     /// Network mode `proxy`: the compiled policy.
     pub proxy: Option<ProxyPrep>,
+    /// An image run: the store lock held until the end, and the report.
+    pub image: Option<super::image::Held>,
 }
 
 /// The egress proxy of a `proxy`-mode sandbox, prepared before clone; the
@@ -251,13 +280,18 @@ pub fn prepare_with(
     own_leaf: bool,
 ) -> Result<LaunchPlan, LaunchError> {
     super::validate(spec)?;
+    let image = super::image::prepare(spec)?;
+    let spec = image.as_ref().map_or(spec, |i| &i.held.spec);
     if spec.command.is_empty() {
         return Err(LaunchError::Spec(crate::spec::SpecError::new(
             "command",
             "no command to run",
         )));
     }
-    let ids = ids(spec)?;
+    let ids = match &image {
+        Some(i) => i.ids.clone().for_image(),
+        None => ids(spec)?,
+    };
     let sandbox_id = sandbox_id();
     let mut with_proxy = spec.clone();
     let proxy = prepare_proxy(&mut with_proxy)?;
@@ -266,7 +300,10 @@ pub fn prepare_with(
     // What does not depend on the command.
     // Idmapped workspace layers belong to hutch's single-id namespace.
     let idmap_layers = ids.root_launch && spec.namespaces.user && spec.identity.uid_map.is_empty();
-    let plan = fs::plan(spec, idmap_layers);
+    let mut plan = fs::plan(spec, idmap_layers);
+    if let Some(i) = &image {
+        super::image::add_lowers(&mut plan, i);
+    }
     let idmap_sources = plan
         .sources
         .iter()
@@ -378,6 +415,7 @@ pub fn prepare_with(
         kept_uppers,
         idmap_sources,
         proxy,
+        image: image.map(|i| i.held),
     })
 }
 
@@ -403,6 +441,7 @@ fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
         clear_groups: root_launch,
         init_ids: Some((inside_uid, inside_gid)),
         workload_ids: None,
+        subordinate: None,
         maps: Some(IdMaps {
             uid_map: format!("{inside_uid} {host_uid} 1"),
             gid_map: format!("{inside_gid} {host_gid} 1"),

@@ -209,6 +209,13 @@ impl ChildSys for RealSys {
         raw::setresuid(uid)
     }
 
+    fn keep_caps_on_setuid(&mut self) -> Result<(), Errno> {
+        const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+        // SAFETY: prctl with integer arguments only.
+        let r = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) };
+        if r == 0 { Ok(()) } else { Err(Errno::last()) }
+    }
+
     fn supervisor_alive(&mut self, sock: BorrowedFd<'_>) -> bool {
         !sys::peer_hung_up(sock)
     }

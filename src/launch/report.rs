@@ -103,6 +103,10 @@ pub struct Enforcement {
     /// id: what only their owner may read stays unreadable to it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layers_without_idmap: Vec<PathBuf>,
+    /// The container image the sandbox's system came from (manifest
+    /// digest, platform, whether it was pinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<super::image::ImageReport>,
 }
 
 /// Which step of the sandbox's setup failed, for programs (the `error`

@@ -199,6 +199,7 @@ pub(super) fn enforcement(p: &LaunchPlan, spec: &Spec) -> Enforcement {
         confinement: Some(confinement),
         limits: None,
         layers_without_idmap: Vec::new(),
+        image: p.image.as_ref().map(|i| i.report.clone()),
     }
 }
 

@@ -227,7 +227,8 @@ fn supervise(
     write_id_maps(sb.pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     super::maps::write_oom_score_adj(sb.pid, spec.limits.oom_score_adj)
         .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
-    let (handed, layers_without_idmap) = idmapped_layers(sb.pid, p).map_err(kill_and_reap)?;
+    let (mut handed, layers_without_idmap) = idmapped_layers(sb.pid, p).map_err(kill_and_reap)?;
+    handed.extend(super::image::layer_mounts(sb.pid, p).map_err(kill_and_reap)?);
     let fds: Vec<BorrowedFd<'_>> = handed.iter().map(|(_, fd)| fd.as_fd()).collect();
     message::send(
         &sb.sock,
@@ -441,7 +442,10 @@ impl Watch<'_, '_> {
                 Message::Go { .. } | Message::Held => {}
             },
             Ok(Some(Incoming::Failure(f, text))) => {
-                let line = failure_line(&f, text.as_deref(), self.p, self.spec);
+                // An image run describes the Spec it launched (the image's
+                // command and PATH), not the caller's.
+                let spec = self.p.image.as_ref().map_or(self.spec, |i| &i.spec);
+                let line = failure_line(&f, text.as_deref(), self.p, spec);
                 if f.stage == Stage::Exec {
                     self.seen.facts.exec_failed = Some((f.errno, f.interpreter_missing));
                     self.seen.failure.get_or_insert((Some(f), line));

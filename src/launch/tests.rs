@@ -82,6 +82,10 @@ impl ChildSys for Recorder {
         self.note(format!("setresuid {uid}"));
         Ok(())
     }
+    fn keep_caps_on_setuid(&mut self) -> Result<(), Errno> {
+        self.note("securebits NO_SETUID_FIXUP".into());
+        Ok(())
+    }
     fn supervisor_alive(&mut self, _sock: BorrowedFd<'_>) -> bool {
         self.note("supervisor alive".into());
         true
@@ -280,6 +284,7 @@ fn ids(root_launch: bool) -> Ids {
         init_ids: Some((0, 0)),
         workload_ids: None,
         maps: None,
+        subordinate: None,
     }
 }
 
@@ -490,6 +495,67 @@ fn the_child_runs_every_step_in_the_documented_order() {
         .position(|c| c.starts_with("pivot_root"))
         .unwrap();
     assert!(door < pivot);
+}
+
+/// An unprivileged image run with a subordinate range: hutch init is root
+/// inside (the caller's own id) and must keep its capabilities when it
+/// becomes the image's user, so the securebit comes right before the uid
+/// switch; with single-id maps it is never set.
+#[test]
+fn init_keeps_its_capabilities_into_a_subordinate_uid() {
+    use super::maps::{Extent, Subordinate};
+    let spec = test_spec();
+    let run = |ids: Ids| {
+        let mut plan = plan_for(&spec, false, 0);
+        plan.ids = ids;
+        let mut rec = Recorder::default();
+        let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
+        assert!(child::init(&mut rec, &plan, sock.as_fd()).is_ok());
+        rec.calls
+    };
+    let e = |inside, host, count| Extent {
+        inside,
+        host,
+        count,
+    };
+    let mapped = Ids {
+        inside_uid: 1000,
+        inside_gid: 1000,
+        host_uid: 200999,
+        host_gid: 200999,
+        root_launch: false,
+        clear_groups: true,
+        subordinate: Some(Subordinate {
+            uid: [e(0, 65534, 1), e(1, 200000, 65536)],
+            gid: [e(0, 65534, 1), e(1, 200000, 65536)],
+            len: 2,
+            helpers: true,
+        }),
+        init_ids: Some((1000, 1000)),
+        workload_ids: None,
+        maps: None,
+    };
+    let calls = run(mapped.clone());
+    let secure = pos_of(&calls, "child securebits NO_SETUID_FIXUP");
+    assert!(pos_of(&calls, "child setresgid 1000") < secure);
+    assert_eq!(calls[secure + 1], "child setresuid 1000");
+    assert!(pos_of(&calls, "child setgroups") < secure);
+    let calls = run(ids(false));
+    assert!(
+        !calls.iter().any(|c| c.contains("securebits")),
+        "{calls:#?}"
+    );
+    assert_eq!(
+        Subordinate::host_of(&mapped.subordinate.unwrap().uid, 1000),
+        Some(200999)
+    );
+}
+
+fn pos_of(calls: &[String], call: &str) -> usize {
+    calls
+        .iter()
+        .position(|c| c.starts_with(call))
+        .unwrap_or_else(|| panic!("no {call:?} in {calls:#?}"))
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //! `spec` validates only its own shape (paths, modes, namespaces, NUL
 //! bytes); each concern that enforces a part of the Spec checks that part
 //! itself: confinement (`security`), cgroup and rlimits (`limits`), the
-//! egress policy (`network`). This module calls them in order, so `spec`
-//! depends on none of them. Every error is a [`SpecError`] naming the key
+//! egress policy (`network`), the image reference (`image`). This module
+//! calls them in order, so `spec` depends on none of them. Every error is a [`SpecError`] naming the key
 //! path; front ends translate key paths to their own vocabulary (the CLI
 //! names the flag).
 
@@ -18,6 +18,9 @@ pub fn validate(spec: &Spec) -> Result<(), SpecError> {
     crate::confine::validate(&spec.security)?;
     crate::cgroup::validate_limits(&spec.limits)?;
     crate::net::validate_spec(spec)?;
+    if let Some(image) = &spec.image {
+        crate::image::spec::validate(image)?;
+    }
     Ok(())
 }
 

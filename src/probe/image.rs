@@ -1,9 +1,10 @@
 //! `image_store`: the image store is writable, its filesystem holds the
-//! layers' whiteouts and opaque xattrs, stacks them as overlay lowers the
-//! way a run will (with `userxattr` in a user namespace when not root),
-//! and, for root, can be idmapped. The probe layers live in the store's
-//! `tmp/` and are removed afterwards; the mount exists only in the child's
-//! private mount namespace.
+//! layers' whiteouts and `user.overlay.opaque` marks, and stacks them as
+//! overlay lowers the way a run does: in a user namespace with
+//! `userxattr`, and for root over layers idmapped through another user
+//! namespace (as the supervisor hands them to the sandbox). The probe
+//! layers live in the store's `tmp/` and are removed afterwards; the
+//! mounts exist only in the child's private mount namespace.
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -13,27 +14,32 @@ use crate::image::Store;
 use crate::sys::Errno;
 use crate::sys::raw;
 
-use super::userns::{self, Maps, NEXT};
+use super::userns::{self, Maps};
 use super::{Feature, HostSettings, Status, in_child};
 
 const NAME: &str = "image_store";
 
-const OVERLAY_STEPS: [&str; 6] = [
-    "unshare(CLONE_NEWNS)",
-    "mount(NULL, \"/\", MS_REC|MS_PRIVATE)",
-    "mount(\"overlay\", lowerdir=TOP:BOTTOM) of two probe layers in the store",
-    "open a file of the bottom layer through the overlay",
-    "a whiteout in the top layer hides a bottom file",
-    "an opaque directory in the top layer hides a bottom directory's contents",
-];
-
-const IDMAP_STEPS: [&str; 6] = [
+/// Root only, first: the layers become idmapped detached mounts.
+const IDMAP_STEPS: [&str; 8] = [
+    "open_tree(top probe layer, OPEN_TREE_CLONE)",
+    "open_tree(bottom probe layer, OPEN_TREE_CLONE)",
     "fork() a child with unshare(CLONE_NEWUSER)",
     "write /proc/PID/uid_map \"0 65534 1\"",
     "write /proc/PID/gid_map \"0 65534 1\"",
     "open /proc/PID/ns/user",
-    "open_tree(probe layer, OPEN_TREE_CLONE)",
-    "mount_setattr(MOUNT_ATTR_IDMAP)",
+    "mount_setattr(top layer, MOUNT_ATTR_IDMAP)",
+    "mount_setattr(bottom layer, MOUNT_ATTR_IDMAP)",
+];
+
+/// After the user namespace is entered.
+const OVERLAY_STEPS: [&str; 7] = [
+    "unshare(CLONE_NEWNS)",
+    "mount(NULL, \"/\", MS_REC|MS_PRIVATE)",
+    "move_mount(idmapped layers) onto mount points in the store",
+    "mount(\"overlay\", lowerdir=TOP:BOTTOM,userxattr) of two probe layers in the store",
+    "open a file of the bottom layer through the overlay",
+    "a whiteout in the top layer hides a bottom file",
+    "an opaque directory in the top layer hides a bottom directory's contents",
 ];
 
 fn bad(status: Status, detail: String, fix: &str) -> Feature {
@@ -42,11 +48,17 @@ fn bad(status: Status, detail: String, fix: &str) -> Feature {
 
 /// Make the two probe layers: bottom/{keep, victim, d/hidden}; top with a
 /// whiteout over `victim` and `d` opaque.
-fn layers(dir: &Path, root: bool) -> Result<(), String> {
+fn layers(dir: &Path) -> Result<(), String> {
     let mk =
         |p: &Path| std::fs::create_dir_all(p).map_err(|e| format!("mkdir {}: {e}", p.display()));
     let (bottom, top) = (dir.join("bottom"), dir.join("top"));
-    for d in [bottom.join("d"), top.join("d"), dir.join("m")] {
+    for d in [
+        bottom.join("d"),
+        top.join("d"),
+        dir.join("m"),
+        dir.join("mt"),
+        dir.join("mb"),
+    ] {
         mk(&d)?;
     }
     for f in [
@@ -59,11 +71,8 @@ fn layers(dir: &Path, root: bool) -> Result<(), String> {
     let top_fd = crate::sys::open_dir_path(&top).map_err(|e| e.to_string())?;
     crate::sys::mknod_whiteout(top_fd.as_fd(), c"victim").map_err(|e| e.to_string())?;
     let d = crate::sys::open_dir_path(&top.join("d")).map_err(|e| e.to_string())?;
-    let xattr = if root {
-        crate::image::unpack::OpaqueXattr::Trusted
-    } else {
-        crate::image::unpack::OpaqueXattr::User
-    };
+    // What every import writes: runs mount with `userxattr`.
+    let xattr = crate::image::unpack::OpaqueXattr::User;
     crate::sys::set_xattr(d.as_fd(), xattr.name(), b"y").map_err(|e| e.to_string())?;
     Ok(())
 }
@@ -93,7 +102,7 @@ pub(super) fn probe(host: &HostSettings) -> Feature {
             .join(format!("check-{}-{}", std::process::id(), hex::encode(rnd)));
     let root = host.uid == 0;
     let shown = store.root().display().to_string();
-    let made = layers(&dir, root);
+    let made = layers(&dir);
     let res = made.clone().map(|()| run(&dir, root, host));
     if let Ok(fd) = crate::sys::open_dir_path(&store.root().join("tmp"))
         && let Some(n) = dir.file_name()
@@ -120,15 +129,24 @@ fn run(dir: &Path, root: bool, host: &HostSettings) -> Feature {
         .unwrap_or(dir)
         .display()
         .to_string();
-    let (Some(bottom), Some(m)) = (cpath(&dir.join("bottom")), cpath(&dir.join("m"))) else {
+    let paths = ["top", "bottom", "m", "mt", "mb"].map(|n| cpath(&dir.join(n)));
+    let [Some(top), Some(bottom), Some(m), Some(mt), Some(mb)] = paths else {
         return bad(
             Status::Skipped,
             format!("{shown}: path too long for the probe"),
             "",
         );
     };
-    let t = dir.join("top").into_os_string().into_encoded_bytes();
-    let b = dir.join("bottom").into_os_string().into_encoded_bytes();
+    // Root stacks the idmapped mounts; the unprivileged path the layers.
+    let (t, b) = if root {
+        (dir.join("mt"), dir.join("mb"))
+    } else {
+        (dir.join("top"), dir.join("bottom"))
+    };
+    let (t, b) = (
+        t.into_os_string().into_encoded_bytes(),
+        b.into_os_string().into_encoded_bytes(),
+    );
     if t.iter().chain(&b).any(|c| b",:\\".contains(c)) {
         return bad(
             Status::Skipped,
@@ -138,20 +156,47 @@ fn run(dir: &Path, root: bool, host: &HostSettings) -> Feature {
             "",
         );
     }
-    let userxattr: &[u8] = if root { b"" } else { b",userxattr" };
-    let data = CBuf::new(&[b"lowerdir=", &t, b":", &b, userxattr]);
+    let data = CBuf::new(&[b"lowerdir=", &t, b":", &b, b",userxattr"]);
     let mdir = dir.join("m");
-    let keep = cpath(&mdir.join("keep")).unwrap_or(m);
-    let victim = cpath(&mdir.join("victim")).unwrap_or(m);
-    let hidden = cpath(&mdir.join("d/hidden")).unwrap_or(m);
+    let keep = cpath(&mdir.join("keep")).unwrap_or(CBuf::new(&[]));
+    let victim = cpath(&mdir.join("victim")).unwrap_or(CBuf::new(&[]));
+    let hidden = cpath(&mdir.join("d/hidden")).unwrap_or(CBuf::new(&[]));
     let maps = Maps::new(host);
-    let base = if root { 0 } else { NEXT };
+    let idmap_steps = if root { IDMAP_STEPS.len() as u32 } else { 0 };
+    let base = idmap_steps + userns::NEXT;
     let res = in_child(|| {
-        if !root {
-            userns::enter(&maps)?;
+        let mut trees = None;
+        if root {
+            let ttree = raw::open_tree_clone(None, top.as_cstr(), 0).step(0)?;
+            let btree = raw::open_tree_clone(None, bottom.as_cstr(), 0).step(1)?;
+            let holder = fork_userns_holder(2)?;
+            let mut digits = [0u8; 10];
+            let pid_s = decimal(holder.pid as u32, &mut digits);
+            let uid_map = CBuf::new(&[b"/proc/", pid_s, b"/uid_map"]);
+            let gid_map = CBuf::new(&[b"/proc/", pid_s, b"/gid_map"]);
+            let ns = CBuf::new(&[b"/proc/", pid_s, b"/ns/user"]);
+            raw::write_file(uid_map.as_cstr(), b"0 65534 1\n").step(3)?;
+            raw::write_file(gid_map.as_cstr(), b"0 65534 1\n").step(4)?;
+            let nsfd = raw::open(ns.as_cstr(), libc::O_RDONLY).step(5)?;
+            for (tree, n) in [(&ttree, 6), (&btree, 7)] {
+                raw::mount_setattr(
+                    tree.as_fd(),
+                    false,
+                    crate::sys::MOUNT_ATTR_IDMAP,
+                    0,
+                    Some(nsfd.as_fd()),
+                )
+                .step(n)?;
+            }
+            trees = Some((ttree, btree));
         }
+        userns::enter(&maps).map_err(|(n, e)| (n + idmap_steps, e))?;
         raw::unshare(libc::CLONE_NEWNS).step(base)?;
         raw::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None).step(base + 1)?;
+        if let Some((ttree, btree)) = &trees {
+            raw::move_mount(ttree.as_fd(), None, mt.as_cstr()).step(base + 2)?;
+            raw::move_mount(btree.as_fd(), None, mb.as_cstr()).step(base + 2)?;
+        }
         raw::mount(
             Some(c"overlay"),
             m.as_cstr(),
@@ -159,52 +204,27 @@ fn run(dir: &Path, root: bool, host: &HostSettings) -> Feature {
             libc::MS_RDONLY,
             Some(data.as_cstr()),
         )
-        .step(base + 2)?;
-        drop(raw::open(keep.as_cstr(), libc::O_PATH | libc::O_NOFOLLOW).step(base + 3)?);
-        for (p, n) in [(&victim, base + 4), (&hidden, base + 5)] {
+        .step(base + 3)?;
+        drop(raw::open(keep.as_cstr(), libc::O_PATH | libc::O_NOFOLLOW).step(base + 4)?);
+        for (p, n) in [(&victim, base + 5), (&hidden, base + 6)] {
             match raw::open(p.as_cstr(), libc::O_PATH | libc::O_NOFOLLOW) {
                 Ok(_) => return Err((n, Errno::EEXIST)),
                 Err(Errno::ENOENT) => {}
                 Err(e) => return Err((n, e)),
             }
         }
-        if !root {
-            return Ok(0);
-        }
-        let n = base + 6;
-        let holder = fork_userns_holder(n)?;
-        let mut digits = [0u8; 10];
-        let pid_s = decimal(holder.pid as u32, &mut digits);
-        let uid_map = CBuf::new(&[b"/proc/", pid_s, b"/uid_map"]);
-        let gid_map = CBuf::new(&[b"/proc/", pid_s, b"/gid_map"]);
-        let ns = CBuf::new(&[b"/proc/", pid_s, b"/ns/user"]);
-        raw::write_file(uid_map.as_cstr(), b"0 65534 1\n").step(n + 1)?;
-        raw::write_file(gid_map.as_cstr(), b"0 65534 1\n").step(n + 2)?;
-        let nsfd = raw::open(ns.as_cstr(), libc::O_RDONLY).step(n + 3)?;
-        let tree = raw::open_tree_clone(None, bottom.as_cstr(), 0).step(n + 4)?;
-        raw::mount_setattr(
-            tree.as_fd(),
-            false,
-            crate::sys::MOUNT_ATTR_IDMAP,
-            0,
-            Some(nsfd.as_fd()),
-        )
-        .step(n + 5)?;
         Ok(0)
     });
-    let mut steps: Vec<&'static str> = if root {
-        Vec::new()
-    } else {
-        userns::STEPS.to_vec()
-    };
-    steps.extend(OVERLAY_STEPS);
+    let mut steps: Vec<&'static str> = Vec::new();
     if root {
         steps.extend(IDMAP_STEPS);
     }
+    steps.extend(userns::STEPS);
+    steps.extend(OVERLAY_STEPS);
     let how = if root {
-        "overlay lowers with trusted.overlay.* whiteouts/opaque dirs, idmapped"
+        "idmapped layers stack as overlay lowers in a user namespace (userxattr, user.overlay.opaque)"
     } else {
-        "overlay lowers with userxattr (user.overlay.opaque) in a user namespace"
+        "layers stack as overlay lowers in a user namespace (userxattr, user.overlay.opaque)"
     };
     userns::verdict(
         NAME,
@@ -214,22 +234,30 @@ fn run(dir: &Path, root: bool, host: &HostSettings) -> Feature {
         host,
         &format!("{shown}: writable; {how}"),
         &|n, errno| {
-            let n = n.wrapping_sub(base);
-            match (n, errno) {
-                (4 | 5, Errno::EEXIST) => Some((
+            if root && n < idmap_steps {
+                return match (n, errno) {
+                    (6 | 7, Errno::EINVAL | Errno::EOPNOTSUPP) => Some((
+                        Status::Missing,
+                        format!("{shown}: its filesystem does not support idmapped mounts"),
+                        "put the store on ext4, xfs, btrfs or tmpfs (6.3+)".into(),
+                    )),
+                    _ => None,
+                };
+            }
+            match (n.wrapping_sub(base), errno) {
+                (5 | 6, Errno::EEXIST) => Some((
                     Status::Missing,
                     format!("{shown}: the overlay ignores the layers' whiteouts or opaque xattrs"),
-                    "put the store on ext4, xfs or btrfs (user xattrs on tmpfs need Linux 6.6+)".into(),
+                    "put the store on ext4, xfs or btrfs (user xattrs on tmpfs need Linux 6.6+)"
+                        .into(),
                 )),
-                (2, Errno::EINVAL) => Some((
+                (3, Errno::EINVAL) => Some((
                     Status::Missing,
-                    format!("{shown}: its filesystem cannot be an overlay lower"),
-                    "put the store (HUTCH_IMAGE_STORE) on a local filesystem such as ext4, xfs or btrfs".into(),
-                )),
-                (10 | 11, Errno::EINVAL | Errno::EOPNOTSUPP) if root => Some((
-                    Status::Missing,
-                    format!("{shown}: its filesystem does not support idmapped mounts"),
-                    "put the store on ext4, xfs, btrfs or tmpfs (6.3+)".into(),
+                    format!(
+                        "{shown}: its filesystem cannot be an overlay lower{}",
+                        if root { " (idmapped)" } else { "" }
+                    ),
+                    "put the store (HUTCH_IMAGE_STORE) on a local filesystem such as ext4, xfs or btrfs (Linux 5.19+ for idmapped lowers)".into(),
                 )),
                 _ => None,
             }

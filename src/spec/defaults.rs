@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{ByteSize, Duration, FsOp, Limit, Spec};
+use super::{ByteSize, Duration, FsOp, ImageRef, Limit, Spec};
 
 /// `PATH` given to workloads by the default profile.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -79,6 +79,41 @@ pub fn default_profile() -> Spec {
     spec.limits.pids = Some(Limit::preferred(DEFAULT_PIDS));
     spec.limits.wall_clock = Some(Duration(std::time::Duration::from_secs(300)));
     spec
+}
+
+/// Use `image` as the system layer of `spec`: the default profile's host
+/// system directories (the read-only binds and merged-/usr links of
+/// `/usr`, `/etc`, `/opt`, `/bin`, `/lib*`...) and its environment (`PATH`,
+/// `HOME`, `LANG` with their default values) are removed, so the image's
+/// own directories and `Env` show; every other operation stays and applies
+/// on top of the image. With an image the launcher starts from the
+/// image's `Env` (`PATH` defaulting to [`DEFAULT_PATH`], `HOME` to `/tmp`)
+/// and puts `spec.env` over it.
+pub fn use_image(spec: &mut Spec, image: ImageRef) {
+    spec.fs.retain(|op| !is_default_system_dir(op));
+    for (key, default) in [
+        ("PATH", DEFAULT_PATH),
+        ("HOME", "/tmp"),
+        ("LANG", "C.UTF-8"),
+    ] {
+        if spec.env.get(key).is_some_and(|v| v == default) {
+            spec.env.remove(key);
+        }
+    }
+    spec.image = Some(image);
+}
+
+/// One of the default profile's host system directories.
+fn is_default_system_dir(op: &FsOp) -> bool {
+    match op {
+        FsOp::RoBind {
+            src,
+            dest,
+            optional: true,
+        } => src == dest && SYSTEM_DIRS.iter().any(|d| dest == Path::new(d)),
+        FsOp::Symlink { dest, .. } => SYSTEM_DIRS.iter().any(|d| dest == Path::new(d)),
+        _ => false,
+    }
 }
 
 /// The workspace operation for `dir`: an overlay at the same path whose

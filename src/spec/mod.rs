@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use defaults::{
-    DEFAULT_MEMORY, DEFAULT_PATH, DEFAULT_PIDS, TMP_INODES, TMP_SIZE, default_profile,
+    DEFAULT_MEMORY, DEFAULT_PATH, DEFAULT_PIDS, TMP_INODES, TMP_SIZE, default_profile, use_image,
     workspace_overlay,
 };
 pub use load::{load_profile, parse_json, parse_toml};
@@ -94,6 +94,12 @@ pub struct Spec {
     /// `net.*` (with a network namespace of the sandbox's own).
     #[serde(deserialize_with = "load::unique_map")]
     pub sysctl: BTreeMap<String, String>,
+    /// A container image as the system layer: its layers are stacked as
+    /// the read-only bottom of the new root, under every `fs` operation
+    /// (see `docs/images.md`). Its config supplies defaults for `env`,
+    /// `cwd`, `identity` and `command`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageRef>,
 }
 
 /// The new root as a host directory (see [`Spec::root`]).
@@ -119,6 +125,64 @@ impl RootDir {
     }
 }
 
+/// Which image of the store a sandbox uses (`image = { digest = ... }`).
+/// `digest` pins the manifest; a `name` alone is resolved only with
+/// `allow_unpinned` (the exit report records the digest used).
+#[non_exhaustive]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImageRef {
+    /// `sha256:<64 hex>`: exactly this manifest.
+    pub digest: Option<String>,
+    /// A name in the store. With `digest` it is only informational.
+    pub name: Option<String>,
+    /// `os/arch[/variant]` the image must be for (default: the host's).
+    pub platform: Option<String>,
+    /// The image store (default: `$HUTCH_IMAGE_STORE`, else the caller's
+    /// default store, see `docs/images.md`).
+    pub store: Option<PathBuf>,
+    /// Resolve a bare `name` (not a pin).
+    pub allow_unpinned: bool,
+    /// Checks to let pass (each refusal names its override).
+    pub overrides: ImageOverrides,
+    /// The image's `WorkingDir`, when its config names one, is the working
+    /// directory even when `cwd` is set (`hutch run --image` sets this
+    /// unless `--chdir` is given, so the workspace is the fallback).
+    pub use_working_dir: bool,
+}
+
+impl ImageRef {
+    /// A reference as a person writes it: `sha256:<hex>`, `NAME@sha256:<hex>`
+    /// or `NAME` (checked when the Spec is validated).
+    pub fn new(reference: &str) -> ImageRef {
+        let (name, digest) = match reference.split_once('@') {
+            Some((n, d)) => (Some(n.to_string()), Some(d.to_string())),
+            None if reference.starts_with("sha256:") => (None, Some(reference.to_string())),
+            None => (Some(reference.to_string()), None),
+        };
+        ImageRef {
+            digest,
+            name,
+            ..ImageRef::default()
+        }
+    }
+}
+
+/// The image checks a Spec lets pass (`--allow-...` of `hutch run`).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImageOverrides {
+    /// An OS/architecture other than `platform`.
+    pub allow_platform_mismatch: bool,
+    /// A config that declares `Volumes` (hutch provides none).
+    pub allow_volumes: bool,
+    /// Secret-like `Env` keys in the config.
+    pub allow_secret_env: bool,
+    /// Device nodes other than whiteouts in the layers (mounted `nodev`).
+    pub allow_devices: bool,
+}
+
 impl Default for Spec {
     fn default() -> Self {
         Spec {
@@ -137,6 +201,7 @@ impl Default for Spec {
             root: None,
             umask: None,
             sysctl: BTreeMap::new(),
+            image: None,
         }
     }
 }

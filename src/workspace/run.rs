@@ -66,6 +66,20 @@ impl Session {
     /// the session's workspace path (hutch's own helpers, e.g. `session
     /// glob`, which report paths relative to the workspace).
     pub fn command_spec_at(&self, mut spec: Spec, dest: &Path) -> Result<(Spec, bool)> {
+        if let Some(image) = &self.info.image {
+            if spec
+                .image
+                .as_ref()
+                .is_some_and(|i| i.digest != image.digest)
+            {
+                return Err(WorkspaceError::Launch(format!(
+                    "session {} runs every command with its image {}; a command cannot name another",
+                    self.info.id,
+                    image.digest.as_deref().unwrap_or("")
+                )));
+            }
+            crate::spec::use_image(&mut spec, image.clone());
+        }
         // A quota's image is attached again if it is not (after a reboot).
         drop(self.rw()?);
         let (lowers, upper, work) = self.overlay_dirs();

@@ -73,6 +73,9 @@ pub struct CreateOptions {
     pub locks: Vec<Lock>,
     /// A directory that receives the audit when the session closes.
     pub audit_dir: Option<PathBuf>,
+    /// A container image every command of the session uses: resolved
+    /// (and checked) at creation, recorded pinned in `session.json`.
+    pub image: Option<crate::spec::ImageRef>,
 }
 
 impl CreateOptions {
@@ -89,6 +92,7 @@ impl CreateOptions {
             defaults: None,
             locks: Vec::new(),
             audit_dir: None,
+            image: None,
         }
     }
 }
@@ -199,6 +203,9 @@ pub struct SessionInfo {
     pub audit_dir: Option<PathBuf>,
     #[serde(default)]
     pub running: Option<RunningCommand>,
+    /// The image of every command, pinned (its manifest digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<crate::spec::ImageRef>,
 }
 
 fn default_workspace_path() -> PathBuf {
@@ -388,7 +395,14 @@ impl StateDir {
                 let final_name =
                     CString::new(id.clone()).map_err(|_| WorkspaceError::BadId(id.clone()))?;
                 sys::rename_at(self.fd.as_fd(), &tmp, self.fd.as_fd(), &final_name)?;
-                self.open_session(&id)
+                let session = self.open_session(&id)?;
+                if let Some(image) = &session.info.image
+                    && let Err(e) = crate::image::spec::hold_for(image, &session.path)
+                {
+                    let _ = self.trash(&final_name, &id);
+                    return Err(WorkspaceError::Launch(e.to_string()));
+                }
+                Ok(session)
             }
             Err(e) => {
                 if let Ok(dir) = sys::open_dir_beneath(self.fd.as_fd(), &tmp) {
@@ -401,6 +415,12 @@ impl StateDir {
     }
 
     fn populate(&self, name: &CString, id: &str, opts: &CreateOptions) -> Result<()> {
+        let image = match &opts.image {
+            Some(i) => Some(
+                crate::image::spec::pin(i).map_err(|e| WorkspaceError::Launch(e.to_string()))?,
+            ),
+            None => None,
+        };
         let dir = sys::open_dir_beneath(self.fd.as_fd(), name)?;
         let shown = self
             .path
@@ -513,6 +533,7 @@ impl StateDir {
             locks: opts.locks.clone(),
             audit_dir: opts.audit_dir.clone(),
             running: None,
+            image,
         };
         write_new(dir.as_fd(), c"audit.jsonl", b"", 0o600)?;
         append_audit(
@@ -528,6 +549,7 @@ impl StateDir {
                 "deadline_unix_ms": info.deadline_unix_ms, "max_commands": info.max_commands,
                 "defaults": info.defaults.is_some(), "locks": info.locks,
                 "audit_dir": info.audit_dir,
+                "image": info.image.as_ref().and_then(|m| m.digest.as_deref()),
             }),
         )?;
         write_new(dir.as_fd(), c"lock", b"", 0o600)?;

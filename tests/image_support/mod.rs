@@ -24,7 +24,7 @@ pub struct Tar(pub Vec<u8>);
 
 impl Tar {
     fn entry(
-        mut self,
+        self,
         typeflag: u8,
         path: &[u8],
         link: &[u8],
@@ -32,13 +32,26 @@ impl Tar {
         data: &[u8],
         dev: (u32, u32),
     ) -> Self {
+        self.owned_entry(typeflag, path, link, mode, data, dev, (0, 0))
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn owned_entry(
+        mut self,
+        typeflag: u8,
+        path: &[u8],
+        link: &[u8],
+        mode: u32,
+        data: &[u8],
+        dev: (u32, u32),
+        owner: (u32, u32),
+    ) -> Self {
         self.0.extend(header(&Header {
             typeflag,
             path,
             link,
             mode,
-            uid: 0,
-            gid: 0,
+            uid: owner.0,
+            gid: owner.1,
             size: data.len() as u64,
             mtime: 1_700_000_000,
             dev_major: dev.0,
@@ -47,6 +60,31 @@ impl Tar {
         self.0.extend_from_slice(data);
         self.0.resize(self.0.len() + padding(data.len() as u64), 0);
         self
+    }
+    /// A directory owned by `uid:gid` with `mode`.
+    pub fn owned_dir(self, path: &str, mode: u32, uid: u32, gid: u32) -> Self {
+        self.owned_entry(b'5', path.as_bytes(), b"", mode, b"", (0, 0), (uid, gid))
+    }
+    /// A file owned by `uid:gid` with `mode`.
+    pub fn owned_file(self, path: &str, data: &str, mode: u32, uid: u32, gid: u32) -> Self {
+        self.owned_entry(
+            b'0',
+            path.as_bytes(),
+            b"",
+            mode,
+            data.as_bytes(),
+            (0, 0),
+            (uid, gid),
+        )
+    }
+    /// The host's static busybox as /bin/busybox, with `tools` linked to it.
+    pub fn busybox(self, tools: &[&str]) -> Self {
+        let bb = std::fs::read("/bin/busybox").unwrap();
+        let mut t = self.dir("bin").file_bytes(b"bin/busybox", &bb, 0o755);
+        for tool in tools {
+            t = t.symlink(&format!("bin/{tool}"), "busybox");
+        }
+        t
     }
     pub fn dir(self, path: &str) -> Self {
         self.entry(b'5', path.as_bytes(), b"", 0o755, b"", (0, 0))
@@ -346,4 +384,117 @@ pub fn layer_roots(store: &Path) -> Vec<PathBuf> {
 /// A directory everyone may read (for sources imported as uid 65534).
 pub fn open_up(path: &Path) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The busybox tools image tests use.
+pub const TOOLS: &[&str] = &[
+    "sh", "cat", "ls", "id", "pwd", "env", "find", "sort", "touch", "echo", "mkdir", "rm", "test",
+    "[", "stat", "sleep", "head", "grep", "true", "false",
+];
+
+/// `hutch ARGS` as `who` in `cwd`, with no store from the environment.
+pub fn hutch_in(who: As, cwd: &Path, args: &[&str]) -> Output {
+    let mut cmd = match who {
+        As::Root => Command::new(hutch_bin()),
+        As::Nobody => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(hutch_bin());
+            c
+        }
+    };
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_remove("HUTCH_IMAGE_STORE")
+        .stdin(std::process::Stdio::null());
+    cmd.output().expect("spawn hutch")
+}
+
+/// `hutch run --quiet --image-store STORE ARGS` as `who` in `cwd`.
+pub fn run_image(who: As, store: &Path, cwd: &Path, args: &[&str]) -> Output {
+    let store = store.display().to_string();
+    let mut a = vec!["run", "--quiet", "--image-store", &store];
+    a.extend_from_slice(args);
+    hutch_in(who, cwd, &a)
+}
+
+/// `argv` run in a private mount namespace (root only) whose /etc is an
+/// overlay of the host's with `/etc/subuid` and `/etc/subgid` holding
+/// `ranges` (e.g. `nobody:200000:65536`): the host's files are never
+/// touched. `scratch` holds the overlay's upper and work directories.
+pub fn with_subids(scratch: &Path, ranges: &str, argv: &[&str]) -> Command {
+    let (u, w) = (scratch.join("etc-upper"), scratch.join("etc-work"));
+    std::fs::create_dir_all(&u).unwrap();
+    std::fs::create_dir_all(&w).unwrap();
+    let script = format!(
+        "set -e; mount -t overlay overlay -o lowerdir=/etc,upperdir={},workdir={} /etc; \
+         printf '%s' \"$1\" > /etc/subuid; printf '%s' \"$1\" > /etc/subgid; \
+         chmod 644 /etc/subuid /etc/subgid; shift; exec \"$@\"",
+        u.display(),
+        w.display()
+    );
+    let mut c = Command::new("unshare");
+    c.args([
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+        "sh",
+        ranges,
+    ])
+    .args(argv)
+    .env_remove("HUTCH_IMAGE_STORE")
+    .stdin(std::process::Stdio::null());
+    c
+}
+
+/// A digest of every entry of the store's layer trees: path, type, mode,
+/// owner, size, content, link target and xattrs.
+pub fn layers_digest(store: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    fn walk(dir: &Path, h: &mut Sha256) {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        for p in names {
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            h.update(p.as_os_str().as_encoded_bytes());
+            h.update(
+                format!(
+                    " {:o} {} {} {} {}\n",
+                    m.mode(),
+                    m.uid(),
+                    m.gid(),
+                    m.size(),
+                    m.rdev()
+                )
+                .as_bytes(),
+            );
+            let mut names = [0u8; 1024];
+            if let Ok(n) = rustix::fs::llistxattr(&p, &mut names[..]) {
+                h.update(&names[..n]);
+            }
+            if m.file_type().is_symlink() {
+                h.update(
+                    std::fs::read_link(&p)
+                        .unwrap()
+                        .as_os_str()
+                        .as_encoded_bytes(),
+                );
+            } else if m.is_file() {
+                h.update(std::fs::read(&p).unwrap());
+            } else if m.is_dir() {
+                walk(&p, h);
+            }
+        }
+    }
+    let mut h = Sha256::new();
+    for root in layer_roots(store) {
+        walk(&root, &mut h);
+    }
+    hex::encode(h.finalize())
 }
