@@ -13,7 +13,7 @@ use super::stage::Failure;
 use crate::sys::{self, SysError};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Message {
@@ -35,6 +35,9 @@ pub enum Message {
     /// inside the sandbox (attached, in this order: the TCP door in its
     /// network namespace, the Unix door in its root), served by the host.
     ListenerReady { doors: Vec<String> },
+    /// Sandbox → supervisor: the sandbox is built and its command found;
+    /// hutch init now waits for the start request (a created container).
+    Held,
 }
 
 #[derive(Serialize, Deserialize)]

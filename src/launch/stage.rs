@@ -25,23 +25,28 @@ pub enum Stage {
     SetUid,
     ParentDeathSignalAgain,
     LockUserNamespaces,
+    Sysctl,
     BuildRoot,
     Hostname,
     Loopback,
     ProxyDoors,
     Rlimits,
+    Terminal,
     NonDumpable,
     BlockSignals,
+    Hold,
     StartWorkload,
     CloseInitFds,
     InitSeccomp,
     // the workload, between clone and execve
     WorkloadSession,
     Stdio,
+    ControllingTerminal,
     CloseFds,
     WorkingDirectory,
     NoNewPrivs,
     BoundingSet,
+    WorkloadIds,
     Capabilities,
     AmbientCapabilities,
     LandlockRuleset,
@@ -53,7 +58,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    const ALL: [Stage; 34] = [
+    const ALL: [Stage; 39] = [
         Stage::ParentDeathSignal,
         Stage::CloseInheritedFds,
         Stage::InitSession,
@@ -64,22 +69,27 @@ impl Stage {
         Stage::SetUid,
         Stage::ParentDeathSignalAgain,
         Stage::LockUserNamespaces,
+        Stage::Sysctl,
         Stage::BuildRoot,
         Stage::Hostname,
         Stage::Loopback,
         Stage::ProxyDoors,
         Stage::Rlimits,
+        Stage::Terminal,
         Stage::NonDumpable,
         Stage::BlockSignals,
+        Stage::Hold,
         Stage::StartWorkload,
         Stage::CloseInitFds,
         Stage::InitSeccomp,
         Stage::WorkloadSession,
         Stage::Stdio,
+        Stage::ControllingTerminal,
         Stage::CloseFds,
         Stage::WorkingDirectory,
         Stage::NoNewPrivs,
         Stage::BoundingSet,
+        Stage::WorkloadIds,
         Stage::Capabilities,
         Stage::AmbientCapabilities,
         Stage::LandlockRuleset,
@@ -108,6 +118,11 @@ impl Stage {
             Stage::SetGid => "switching to the sandbox's group",
             Stage::SetUid => "switching to the sandbox's user",
             Stage::LockUserNamespaces => "locking nested user namespaces",
+            Stage::Sysctl => "writing a sysctl",
+            Stage::Terminal => "handing the terminal to the console socket",
+            Stage::Hold => "waiting for the start request",
+            Stage::ControllingTerminal => "making the terminal the controlling terminal",
+            Stage::WorkloadIds => "switching to the workload's user and groups",
             Stage::BuildRoot => "building the new root",
             Stage::Hostname => "setting the hostname",
             Stage::Loopback => "bringing up lo",
@@ -194,7 +209,7 @@ impl<T> At<T> for Result<T, Errno> {
 /// First bytes of a failure record (a JSON message starts with `{`).
 const MAGIC: [u8; 2] = *b"HF";
 /// Bumped whenever the record changes shape.
-pub const FAILURE_VERSION: u8 = 1;
+pub const FAILURE_VERSION: u8 = 2;
 /// Size of the encoded record (text, from pid 1 only, follows it).
 pub const FAILURE_LEN: usize = 16;
 

@@ -90,6 +90,7 @@ pub(super) fn run(
         .map_err(|e| SysError::new("sigprocmask(SIG_BLOCK)", e))?;
     let signals = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| LaunchError::Sys(SysError::new("signalfd()", e)));
+    let joins = super::join::open_joins(spec);
     let result = signals.and_then(|signals| {
         // Prepare ran code that could have started a thread: look again
         // right before the fork.
@@ -97,6 +98,7 @@ pub(super) fn run(
         if threads != 1 {
             return Err(LaunchError::MultiThreaded(threads));
         }
+        joins?.enter()?;
         let cgroup_fd = p.cgroup.as_ref().and_then(|c| c.cgroup_fd());
         // SAFETY: the process is single-threaded (checked just above).
         match unsafe { sys::clone3(p.clone_flags, cgroup_fd) } {
@@ -122,12 +124,12 @@ pub(super) fn run(
 }
 
 /// The running sandbox, as the supervisor holds it.
-struct Sandbox {
-    pid: libc::pid_t,
-    pidfd: OwnedFd,
-    sock: OwnedFd,
-    signals: SignalFd,
-    started: Instant,
+pub(super) struct Sandbox {
+    pub pid: libc::pid_t,
+    pub pidfd: OwnedFd,
+    pub sock: OwnedFd,
+    pub signals: SignalFd,
+    pub started: Instant,
 }
 
 impl Sandbox {
@@ -150,6 +152,60 @@ pub(super) struct Seen {
     pub hurry: bool,
 }
 
+/// The supervision of a created container after its `Held`, in its
+/// keeper (a process that is not the sandbox's parent): serve the egress
+/// proxy on the doors the sandbox sent, write the start event and the exit
+/// report. Ends when the sandbox does.
+pub(super) fn keep(
+    p: &mut LaunchPlan,
+    spec: &Spec,
+    opts: &RunOptions,
+    sb: Sandbox,
+    mut status_file: Option<std::fs::File>,
+    doors: Option<(Vec<String>, Vec<OwnedFd>)>,
+) -> Result<Finished, LaunchError> {
+    let namespaces = status_file.as_ref().map(|_| namespace_inodes(sb.pid));
+    let mut watch = Watch {
+        relay: Relay::new([None, None], None, None),
+        p,
+        spec,
+        sb: &sb,
+        deadline: None,
+        control: None,
+        status_file: status_file.as_mut(),
+        namespaces: namespaces.unwrap_or_default(),
+        seen: Seen::default(),
+        proxy: None,
+        init_done: false,
+        sock_open: true,
+    };
+    if let Some((names, fds)) = doors
+        && let Err(e) = start_proxy(watch.p, &names, fds, &mut watch.proxy)
+    {
+        watch.seen.failed(None, e);
+        sb.kill(watch.p);
+    }
+    watch.run()?;
+    let Watch {
+        relay, seen, proxy, ..
+    } = watch;
+    drop(proxy);
+    drop(p.proxy.take());
+    let duration_ms = sb.started.elapsed().as_millis() as u64;
+    let report = report(p, spec, opts, seen, &relay, Vec::new(), duration_ms);
+    if let Some(f) = status_file.as_mut() {
+        let _ = writeln!(
+            f,
+            "{}",
+            serde_json::to_string(&report).expect("report serializes")
+        );
+    }
+    Ok(Finished {
+        report,
+        captured: [None, None],
+    })
+}
+
 fn supervise(
     p: &mut LaunchPlan,
     spec: &Spec,
@@ -169,6 +225,8 @@ fn supervise(
     // Read while pid 1 is still dumpable and ours (it becomes neither).
     let namespaces = status_file.as_ref().map(|_| namespace_inodes(sb.pid));
     write_id_maps(sb.pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
+    super::maps::write_oom_score_adj(sb.pid, spec.limits.oom_score_adj)
+        .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     let (mut handed, layers_without_idmap) = idmapped_layers(sb.pid, p).map_err(kill_and_reap)?;
     handed.extend(super::image::layer_mounts(sb.pid, p).map_err(kill_and_reap)?);
     let fds: Vec<BorrowedFd<'_>> = handed.iter().map(|(_, fd)| fd.as_fd()).collect();
@@ -381,7 +439,7 @@ impl Watch<'_, '_> {
                         self.sb.kill(self.p);
                     }
                 }
-                Message::Go { .. } => {}
+                Message::Go { .. } | Message::Held => {}
             },
             Ok(Some(Incoming::Failure(f, text))) => {
                 // An image run describes the Spec it launched (the image's
