@@ -41,6 +41,8 @@ pub mod image;
 #[doc(hidden)]
 pub mod net;
 #[doc(hidden)]
+pub mod oci;
+#[doc(hidden)]
 pub mod probe;
 #[doc(hidden)]
 pub mod registry;
@@ -81,5 +83,5 @@ pub fn supervisor_main() -> Option<i32> {
 /// fuzzers. Nothing here is stable.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::{audit, cgroup, cli, confine, fs, image, net, probe, registry, sys};
+    pub use crate::{audit, cgroup, cli, confine, fs, image, net, oci, probe, registry, sys};
 }

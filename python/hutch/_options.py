@@ -46,13 +46,17 @@ class Options(TypedDict, total=False):
     ``egress_policy`` (a policy file) and ``egress_profile``, ``egress_audit``
     (also copy every decision to this file), ``share_net`` (the host's
     network instead).
+    System: ``image`` (``"sha256:..."`` or ``"name@sha256:..."`` from the
+    image store: the image is the read-only system layer, see
+    docs/images.md), ``image_store``.
     Confinement: ``profile`` (a TOML/JSON Spec), ``bare``, ``seccomp``
     (``default``, ``strict``, ``log``, ``unconfined`` or a JSON file),
     ``landlock_min_abi``, ``cap_add``.
     Filesystem: ``binds`` (``Bind`` or ``(src, dest)`` read-only),
     ``tmpfs`` (``"/scratch"`` or ``("/scratch", "1G")``), ``workspace`` and
     ``changes`` / ``changes_size`` (``run`` only; sessions bring their own).
-    Process: ``env`` (set), ``unsetenv``, ``cwd``, ``uid``, ``gid``,
+    Process: ``env`` (set), ``pass_env`` (names copied from the caller's
+    environment; nothing else of it enters), ``unsetenv``, ``cwd``, ``uid``, ``gid``,
     ``hostname``. ``status_file``: also write the launcher's start event
     and exit report there (JSON lines). ``extra_args``: more ``hutch run``
     flags, verbatim.
@@ -73,6 +77,8 @@ class Options(TypedDict, total=False):
     egress_profile: str
     egress_audit: PathLike
     share_net: bool
+    image: str
+    image_store: PathLike
     profile: PathLike
     bare: bool
     seccomp: str | PathLike
@@ -84,6 +90,7 @@ class Options(TypedDict, total=False):
     changes: PathLike
     changes_size: Size
     env: Mapping[str, str]
+    pass_env: Sequence[str]
     unsetenv: Sequence[str]
     cwd: str
     uid: int
@@ -139,6 +146,10 @@ def to_args(options: Mapping[str, Any], *, session: bool = False) -> list[str]:
         a += ["--profile", _flag_value(o["profile"])]
     if o.get("bare"):
         a.append("--bare")
+    if "image" in o:
+        a += ["--image", str(o["image"])]
+    if "image_store" in o:
+        a += ["--image-store", _flag_value(o["image_store"])]
     if "workspace" in o:
         a += ["--workspace", _flag_value(o["workspace"])]
     if "changes" in o:
@@ -195,6 +206,8 @@ def to_args(options: Mapping[str, Any], *, session: bool = False) -> list[str]:
         a += ["--cap-add", cap]
     for k, v in o.get("env", {}).items():
         a += ["--setenv", k, v]
+    for k in o.get("pass_env", ()):
+        a += ["--pass-env", k]
     for k in o.get("unsetenv", ()):
         a += ["--unsetenv", k]
     if "cwd" in o:

@@ -90,6 +90,14 @@ class Session(core.Target):
         max_file_bytes: Size | None = None,
         max_depth: int | None = None,
         max_path_bytes: int | None = None,
+        image: str | None = None,
+        image_store: PathLike | None = None,
+        workspace_path: str | None = None,
+        disk_max: Size | None = None,
+        disk_max_preferred: Size | None = None,
+        audit_dir: PathLike | None = None,
+        defaults: Options | None = None,
+        locks: Sequence[str] = (),
         state_dir: PathLike | None = None,
         wait: bool = False,
     ) -> Session:
@@ -100,7 +108,18 @@ class Session(core.Target):
         attributes. ``expect_fingerprint`` refuses any other baseline
         (``FingerprintMismatch``); ``deadline`` (seconds or ``"1h"``) and
         ``max_commands`` bound the session; the ``max_*`` caps bound the
-        import (``TooLarge``, nothing kept)."""
+        import (``TooLarge``, nothing kept).
+
+        For production jobs: ``image`` (a pinned image of the store) is the
+        system of every command; ``workspace_path`` (default
+        ``/workspace``) is where commands see the workspace; ``disk_max``
+        is a hard cap of what the session writes (root only; refused
+        otherwise) and ``disk_max_preferred`` the same where it can be
+        enforced, else accounted after each command; ``audit_dir`` keeps
+        the audit after close; ``defaults`` (``hutch.run``'s options) apply
+        to every command, which may narrow them but never widen what
+        ``locks`` names (``"egress"``, ``"binds"``, ``"env"``, ``"limits"``,
+        ``"confinement"``, ``"all"``)."""
         info = call(
             core.create(
                 state_dir,
@@ -118,6 +137,16 @@ class Session(core.Target):
                 max_file_bytes=max_file_bytes,
                 max_depth=max_depth,
                 max_path_bytes=max_path_bytes,
+                production=core.CreateExtras(
+                    image=image,
+                    image_store=image_store,
+                    workspace_path=workspace_path,
+                    disk_max=disk_max,
+                    disk_max_preferred=disk_max_preferred,
+                    audit_dir=audit_dir,
+                    defaults=defaults,
+                    locks=locks,
+                ),
             )
         )
         return cls(info.id, state_dir=state_dir, wait=wait, info=info)

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
 from . import _binary
 from ._core import state_args
 from ._errors import CleanupIncomplete
-from ._options import PathLike, Seconds, Size, duration, size
+from ._options import PathLike, Seconds, Size, duration, size, to_args
 from ._types import (
     DiffReport,
     ExportManifest,
@@ -44,6 +44,51 @@ class Verb(Generic[T]):
     argv: list[str]
     input: bytes | None
     parse: Callable[[Any], T]
+
+
+LOCKS = frozenset({"egress", "binds", "env", "limits", "confinement", "all"})
+
+
+@dataclass(frozen=True)
+class CreateExtras:
+    """What ``Session.create`` takes for production jobs (docs/sessions.md):
+    the image, where the workspace appears, the disk quota, the audit's
+    home, and the defaults of every command with what they lock."""
+
+    image: str | None = None
+    image_store: PathLike | None = None
+    workspace_path: str | None = None
+    disk_max: Size | None = None
+    disk_max_preferred: Size | None = None
+    audit_dir: PathLike | None = None
+    defaults: Mapping[str, Any] | None = None
+    locks: Sequence[str] = ()
+
+    def to_args(self) -> list[str]:
+        a: list[str] = []
+        if self.image is not None:
+            a += ["--image", self.image]
+        if self.image_store is not None:
+            a += ["--image-store", os.fspath(self.image_store)]
+        if self.workspace_path is not None:
+            a += ["--workspace-path", self.workspace_path]
+        if self.disk_max is not None and self.disk_max_preferred is not None:
+            raise TypeError("give disk_max= (a hard cap) or disk_max_preferred=, not both")
+        if self.disk_max is not None:
+            a += ["--disk-max", size(self.disk_max)]
+        if self.disk_max_preferred is not None:
+            a += ["--disk-max-preferred", size(self.disk_max_preferred)]
+        if self.audit_dir is not None:
+            a += ["--audit-dir", os.fspath(self.audit_dir)]
+        if isinstance(self.locks, str):
+            raise TypeError("locks= is a list of names, e.g. ['egress']")
+        for lock in self.locks:
+            if lock not in LOCKS:
+                raise ValueError(f"locks: {lock!r} is not one of {', '.join(sorted(LOCKS))}")
+            a += ["--lock", lock]
+        if self.defaults:
+            a += to_args(self.defaults, session=True)
+        return a
 
 
 def session_argv(
@@ -77,6 +122,7 @@ def create(
     max_file_bytes: Size | None,
     max_depth: int | None,
     max_path_bytes: int | None,
+    production: CreateExtras,
 ) -> Verb[SessionInfo]:
     a: list[str] = []
     if (from_dir is None) == (from_git is None):
@@ -112,6 +158,7 @@ def create(
         a += ["--max-depth", str(int(max_depth))]
     if max_path_bytes is not None:
         a += ["--max-path-bytes", str(int(max_path_bytes))]
+    a += production.to_args()
     return Verb(
         "session.create", session_argv("create", state_dir, False, a), None, SessionInfo.from_dict
     )

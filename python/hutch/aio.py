@@ -609,6 +609,14 @@ class Session(core.Target):
         max_file_bytes: Size | None = None,
         max_depth: int | None = None,
         max_path_bytes: int | None = None,
+        image: str | None = None,
+        image_store: PathLike | None = None,
+        workspace_path: str | None = None,
+        disk_max: Size | None = None,
+        disk_max_preferred: Size | None = None,
+        audit_dir: PathLike | None = None,
+        defaults: Options | None = None,
+        locks: Sequence[str] = (),
         state_dir: PathLike | None = None,
         wait: bool = False,
     ) -> Session:
@@ -630,6 +638,16 @@ class Session(core.Target):
                 max_file_bytes=max_file_bytes,
                 max_depth=max_depth,
                 max_path_bytes=max_path_bytes,
+                production=core.CreateExtras(
+                    image=image,
+                    image_store=image_store,
+                    workspace_path=workspace_path,
+                    disk_max=disk_max,
+                    disk_max_preferred=disk_max_preferred,
+                    audit_dir=audit_dir,
+                    defaults=defaults,
+                    locks=locks,
+                ),
             )
         )
         return cls(info.id, state_dir=state_dir, wait=wait, info=info)

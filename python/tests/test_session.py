@@ -374,3 +374,52 @@ def test_seal_show_ps_kill_and_a_verified_close(work: Path, state_dir: Path) -> 
         assert s.closed
 
     asyncio.run(main())
+
+
+def test_production_create_options_image_path_defaults_and_locks(
+    work: Path, state_dir: Path, tmp_path: Path
+) -> None:
+    # A one-layer image of the host's static busybox, imported the way a
+    # platform would (`hutch image import --rootfs`) into a private store.
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "bin").mkdir(parents=True)
+    (rootfs / "tmp").mkdir()
+    shutil.copy("/bin/busybox", rootfs / "bin" / "busybox")
+    for tool in ["sh", "cat", "echo", "pwd", "test", "ls"]:
+        (rootfs / "bin" / tool).symlink_to("busybox")
+    store = tmp_path / "images"
+    imported = subprocess.run(
+        [hutch.binary(), "image", "import", "--rootfs", str(rootfs), "--image-store", str(store)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    digest = imported.stdout.split()[0]
+    assert digest.startswith("sha256:"), imported.stdout
+
+    probe = 'echo "$GREETING"; pwd; test -e /usr/bin/python3 && echo host-usr || echo image-only'
+    res = hutch.run(["sh", "-c", probe], workspace=work, image=digest, image_store=store)
+    assert res.ok, res.stderr
+    assert res.stdout.decode().splitlines()[-1] == "image-only"
+    assert res.report.raw["enforced"]["image"]["manifest_digest"] == digest
+
+    with hutch.Session.create(
+        from_dir=work,
+        state_dir=state_dir,
+        image=digest,
+        image_store=store,
+        workspace_path="/workspace/app",
+        defaults={"env": {"GREETING": "hi"}},
+        locks=["env"],
+    ) as s:
+        out = s.run(["sh", "-c", probe])
+        assert out.ok, out.stderr
+        assert out.stdout.decode().splitlines() == ["hi", "/workspace/app", "image-only"]
+        shown = s.show()
+        assert shown.raw["workspace_path"] == "/workspace/app"
+        assert shown.raw["image"]["digest"] == digest
+        # The session's defaults may be narrowed, never widened where locked.
+        with pytest.raises(hutch.HutchError):
+            s.run(["true"], env={"OTHER": "x"})
+    with pytest.raises(ValueError):
+        hutch.Session.create(from_dir=work, state_dir=state_dir, locks=["everything"])

@@ -448,6 +448,38 @@ fn write_limit(
     }
 }
 
+/// No cgroup of hutch's own: the caller places the sandbox in a cgroup it
+/// manages (an OCI engine's `cgroupsPath`). Only the rlimits are planned;
+/// a cgroup limit in `limits` cannot be enforced here (required: an
+/// error; preferred: reported unenforced).
+pub fn rlimits_only(limits: &Limits) -> Result<Leaf, CgroupError> {
+    let mut p = Leaf {
+        leaf: None,
+        rlimits: Vec::new(),
+        enforced: Vec::new(),
+        unenforced: Vec::new(),
+        owner: std::process::id(),
+    };
+    for w in wanted(limits) {
+        let found = "the sandbox joins a cgroup its caller manages".to_string();
+        if w.required {
+            return Err(CgroupError::Unavailable {
+                limit: w.key,
+                controller: w.controller,
+                found,
+                fix: "set the limit on the caller's cgroup instead".into(),
+            });
+        }
+        p.unenforced.push(Unenforced {
+            limit: w.key.into(),
+            value: w.value.clone(),
+            reason: found,
+        });
+    }
+    plan_rlimits(limits, &mut p)?;
+    Ok(p)
+}
+
 /// `cpu.max` text for a number of CPUs: quota and period in µs.
 pub fn cpu_max(cpus: f64) -> String {
     let quota = ((cpus * CPU_PERIOD_US as f64).round() as u64).max(1000);

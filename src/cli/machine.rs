@@ -188,6 +188,11 @@ impl MachineError {
             LaunchError::HelperNotFound | LaunchError::Helper { .. } => {
                 MachineError::new(ErrorKind::Setup, what)
             }
+            LaunchError::Setup { errno, .. } => {
+                let mut m = MachineError::new(ErrorKind::Setup, what);
+                m.errno = Some(format!("{errno:?}"));
+                m
+            }
             // The Spec's image: not in the store, refused by a check, or
             // a damaged store; the line says which and what to do.
             LaunchError::Image(_) => MachineError::new(ErrorKind::Refused, what),

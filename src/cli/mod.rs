@@ -4,6 +4,7 @@
 mod check;
 mod image;
 pub mod machine;
+pub mod oci;
 mod proxy;
 mod ps;
 mod run;

@@ -1133,6 +1133,9 @@ fn describe_human(d: &serde_json::Value) -> String {
         "workspace    {}\n",
         field("workspace_path").as_str().unwrap_or("")
     );
+    if let Some(digest) = field("image")["digest"].as_str() {
+        out += &format!("image        {digest}\n");
+    }
     if let Some(seals) = field("seals").as_array() {
         for s in seals {
             out += &format!(

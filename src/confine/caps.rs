@@ -26,6 +26,23 @@ pub fn parse_cap_list(names: &[String]) -> Result<CapsHashSet, String> {
     Ok(set)
 }
 
+/// The five named sets of `security.capabilities`, in the order
+/// bounding, effective, permitted, inheritable, ambient.
+pub fn sets(s: &crate::spec::CapabilitySets) -> [(&'static str, &Vec<String>); 5] {
+    [
+        ("bounding", &s.bounding),
+        ("effective", &s.effective),
+        ("permitted", &s.permitted),
+        ("inheritable", &s.inheritable),
+        ("ambient", &s.ambient),
+    ]
+}
+
+/// Bit N for capability N.
+pub fn mask(set: &CapsHashSet) -> u64 {
+    set.iter().fold(0, |m, c| m | c.bitmask())
+}
+
 /// Drop every capability not in `keep` from the bounding set (up to the
 /// kernel's `cap_last_cap`, not a fixed list), then the ambient, effective,
 /// permitted and inheritable sets. Kept capabilities stay in all of them

@@ -148,11 +148,30 @@ impl LandlockPlan {
                     add(dest, READ_EXEC | WRITE_FILE | TRUNCATE | IOCTL_DEV);
                     add(&dest.join("shm"), all);
                 }
-                // No new mount, or only makes things read-only.
-                FsOp::Symlink { .. } | FsOp::Chmod { .. } | FsOp::RemountRo { .. } => {}
+                FsOp::Mount {
+                    fstype, options, ..
+                } => {
+                    let ro = crate::spec::mount::parse_options(fstype, options)
+                        .is_ok_and(|o| o.readonly);
+                    let access = match (fstype.as_str(), ro) {
+                        (_, true) => READ_EXEC,
+                        ("proc" | "sysfs" | "cgroup2", false) => READ_EXEC | WRITE_FILE | TRUNCATE,
+                        ("devpts", false) => READ_EXEC | WRITE_FILE | TRUNCATE | IOCTL_DEV,
+                        _ => all,
+                    };
+                    add(dest, access);
+                }
+                FsOp::Device { .. } => add(dest, READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV),
+                // No new mount, or only makes things read-only or hidden.
+                FsOp::Symlink { .. }
+                | FsOp::Chmod { .. }
+                | FsOp::RemountRo { .. }
+                | FsOp::Mask { .. }
+                | FsOp::ReadonlyPath { .. } => {}
             }
         }
-        let (handled_net, ports) = if abi >= 4 {
+        let policy = &spec.security.landlock;
+        let (handled_net, ports) = if abi >= 4 && policy.network {
             match spec.network {
                 Network::Host => (0, Vec::new()),
                 Network::None => (BIND_TCP | CONNECT_TCP, Vec::new()),
@@ -161,7 +180,7 @@ impl LandlockPlan {
         } else {
             (0, Vec::new())
         };
-        let scoped = if abi >= 6 {
+        let scoped = if abi >= 6 && policy.scope {
             SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
         } else {
             0

@@ -47,14 +47,15 @@ pub fn validate(sec: &Security) -> Result<(), SpecError> {
             );
         }
     }
-    if !sec.no_new_privs {
-        return err(
-            "no_new_privs",
-            "no_new_privs = false is not supported".into(),
-        );
-    }
     if let Err(m) = caps::parse_cap_list(&sec.cap_add) {
         return err("cap_add", m);
+    }
+    if let Some(sets) = &sec.capabilities {
+        for (name, list) in caps::sets(sets) {
+            if let Err(m) = caps::parse_cap_list(list) {
+                return err(&format!("capabilities.{name}"), m);
+            }
+        }
     }
     Ok(())
 }
@@ -104,6 +105,10 @@ pub struct Confinement {
     landlock_min_abi: Option<u32>,
     landlock_available: u32,
     keep_caps: ::caps::CapsHashSet,
+    /// `security.capabilities` as masks: bounding, effective, permitted,
+    /// inheritable, ambient.
+    cap_sets: Option<[u64; 5]>,
+    no_new_privs: bool,
 }
 
 /// What was enforced, for the exit report and `hutch check`.
@@ -153,6 +158,16 @@ pub fn prepare(spec: &Spec) -> Result<Confinement, ConfineError> {
         None
     };
     let keep_caps = caps::parse_cap_list(&sec.cap_add).map_err(ConfineError::Caps)?;
+    let cap_sets = match &sec.capabilities {
+        None => None,
+        Some(sets) => {
+            let mut masks = [0u64; 5];
+            for (mask, (_, list)) in masks.iter_mut().zip(caps::sets(sets)) {
+                *mask = caps::mask(&caps::parse_cap_list(list).map_err(ConfineError::Caps)?);
+            }
+            Some(masks)
+        }
+    };
     Ok(Confinement {
         seccomp_profile: sec.seccomp.clone(),
         workload_filter,
@@ -161,6 +176,8 @@ pub fn prepare(spec: &Spec) -> Result<Confinement, ConfineError> {
         landlock_min_abi: sec.landlock.min_abi,
         landlock_available: available,
         keep_caps,
+        cap_sets,
+        no_new_privs: sec.no_new_privs,
     })
 }
 
@@ -168,6 +185,18 @@ impl Confinement {
     /// Capabilities the workload keeps (`security.cap_add`).
     pub fn keep_caps(&self) -> &::caps::CapsHashSet {
         &self.keep_caps
+    }
+
+    /// The workload's capability sets as masks (bit N for capability N):
+    /// bounding, effective, permitted, inheritable, ambient. With
+    /// `security.cap_add`, every set holds the kept capabilities.
+    pub fn cap_sets(&self) -> [u64; 5] {
+        self.cap_sets.unwrap_or([caps::mask(&self.keep_caps); 5])
+    }
+
+    /// Whether the workload sets no-new-privs (`security.no_new_privs`).
+    pub fn no_new_privs(&self) -> bool {
+        self.no_new_privs
     }
 
     /// The compiled workload filter (None for `unconfined`).
@@ -220,7 +249,14 @@ impl Confinement {
                 scoped: Vec::new(),
             },
         };
-        let mut caps_kept: Vec<String> = self.keep_caps.iter().map(|c| c.to_string()).collect();
+        let mut caps_kept: Vec<String> = match self.cap_sets {
+            None => self.keep_caps.iter().map(|c| c.to_string()).collect(),
+            Some([_, _, permitted, _, _]) => ::caps::all()
+                .into_iter()
+                .filter(|c| permitted & c.bitmask() != 0)
+                .map(|c| c.to_string())
+                .collect(),
+        };
         caps_kept.sort();
         ConfinementReport {
             seccomp: SeccompReport::of(&self.seccomp_profile, self.workload_filter.as_ref()),

@@ -16,6 +16,8 @@ use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
+mod mounts;
+
 use super::plan::{DEV_BIND, PROC_ATTRS, Plan, RO_BIND, Step, Upper, tmpfs_data};
 use crate::sys::{
     Errno, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, RESOLVE_IN_ROOT,
@@ -100,6 +102,25 @@ pub trait FsSys {
     /// The filesystem of a context, as a detached mount with MOUNT_ATTR_*
     /// `attrs`: FSCONFIG_CMD_CREATE, fsmount.
     fn fs_mount(&mut self, fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd, SysError>;
+    /// mknodat(dir, name, mode (S_IF* | permissions), rdev).
+    fn mknodat(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<(), SysError>;
+    /// fchownat(dir, name, uid, gid, AT_SYMLINK_NOFOLLOW).
+    fn lchown_at(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        uid: u32,
+        gid: u32,
+    ) -> Result<(), SysError>;
+    fn stat(&mut self, fd: BorrowedFd<'_>) -> Result<crate::sys::Meta, SysError>;
+    /// Whether the directory `fd` (O_PATH) has no entry but `.` and `..`.
+    fn dir_is_empty(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError>;
 }
 
 /// A failed build step: which operation, the failed call, and a hint.
@@ -171,6 +192,8 @@ pub(super) struct Builder<'a, S: FsSys> {
     pub(super) holders: Vec<(usize, OwnedFd)>,
     host_dev: Option<OwnedFd>,
     scratch: usize,
+    /// The device tmpfs of `device` steps is mounted.
+    nodes_mounted: bool,
 }
 
 /// A directory found inside the new root: the root itself (borrowed from
@@ -311,18 +334,23 @@ pub fn build<S: FsSys>(
         .map_err(err("opening the staging tmpfs"))?;
     sys.mkdirat(staging.as_fd(), c"root", 0o755)
         .map_err(err("creating the new root"))?;
-    let root_data = tmpfs_data(0o755, (staging_size + data_size) as u64, 16384);
-    sys.mount(
-        Some(c"tmpfs"),
-        STAGING_ROOT,
-        Some(c"tmpfs"),
-        BASE,
-        Some(&root_data),
-    )
-    .map_err(err("mounting the root tmpfs"))?;
-    let root = sys
-        .open(None, STAGING_ROOT, O_PATH_DIR, 0, 0)
-        .map_err(err("opening the new root"))?;
+    let root = match &plan.root {
+        Some(r) => mounts::bind_root(sys, source_fds[r.source].as_ref(), STAGING_ROOT, r.attrs)
+            .map_err(err("binding the root directory"))?,
+        None => {
+            let root_data = tmpfs_data(0o755, (staging_size + data_size) as u64, 16384);
+            sys.mount(
+                Some(c"tmpfs"),
+                STAGING_ROOT,
+                Some(c"tmpfs"),
+                BASE,
+                Some(&root_data),
+            )
+            .map_err(err("mounting the root tmpfs"))?;
+            sys.open(None, STAGING_ROOT, O_PATH_DIR, 0, 0)
+                .map_err(err("opening the new root"))?
+        }
+    };
 
     let mut b = Builder {
         sys,
@@ -331,6 +359,7 @@ pub fn build<S: FsSys>(
         holders,
         host_dev: None,
         scratch: 0,
+        nodes_mounted: false,
     };
     for (index, fd) in handed {
         let dir = b
@@ -406,12 +435,14 @@ pub fn build<S: FsSys>(
     }
 
     if plan.root_readonly {
+        // A bound root keeps its own flags; the root tmpfs is nosuid,nodev.
+        let attrs = if plan.root.is_some() {
+            MOUNT_ATTR_RDONLY
+        } else {
+            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | crate::sys::MOUNT_ATTR_NODEV
+        };
         b.sys
-            .mount_setattr(
-                b.root.as_fd(),
-                false,
-                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | crate::sys::MOUNT_ATTR_NODEV,
-            )
+            .mount_setattr(b.root.as_fd(), false, attrs)
             .map_err(err("making the new root read-only"))?;
     }
     let Builder { sys, root, .. } = b;
@@ -550,6 +581,37 @@ impl<S: FsSys> Builder<'_, S> {
                 plain(self.sys.chmod(&fd_path(fd.as_fd()), *mode))?;
             }
             Step::RemountRo { dest } => self.set_attrs(dest, MOUNT_ATTR_RDONLY)?,
+            Step::BindMount {
+                source,
+                dest,
+                recursive,
+                attrs,
+                propagation,
+            } => self.bind_mount(*source, dest, *recursive, *attrs, *propagation)?,
+            Step::FsMount {
+                fstype,
+                dest,
+                flags,
+                data,
+                propagation,
+                copy_up,
+            } => self.fs_mount(
+                fstype,
+                dest,
+                *flags,
+                data.as_deref(),
+                *propagation,
+                *copy_up,
+            )?,
+            Step::Device {
+                dest,
+                mode,
+                rdev,
+                host_path,
+                owner,
+            } => self.device(staging, dest, *mode, *rdev, host_path, *owner)?,
+            Step::Mask { dest } => self.mask(dest)?,
+            Step::ReadonlyPath { dest } => self.readonly_path(dest)?,
         }
         Ok(None)
     }

@@ -94,6 +94,52 @@ pub enum Step {
     RemountRo {
         dest: CString,
     },
+    /// A bind with the attributes its options ask for (`mount` op).
+    BindMount {
+        source: usize,
+        dest: CString,
+        recursive: bool,
+        /// MOUNT_ATTR_* set on the bind (and its submounts when recursive).
+        attrs: u64,
+        /// MS_PRIVATE / MS_SLAVE / MS_UNBINDABLE (| MS_REC), or 0.
+        propagation: libc::c_ulong,
+    },
+    /// A new filesystem mount (`mount` op): tmpfs, proc, sysfs, devpts,
+    /// mqueue, cgroup2.
+    FsMount {
+        fstype: CString,
+        dest: CString,
+        flags: libc::c_ulong,
+        /// Options built from numbers only.
+        data: Option<CString>,
+        propagation: libc::c_ulong,
+        /// `tmpcopyup`: the mount point must be an empty directory.
+        copy_up: bool,
+    },
+    /// A device node (`device` op): S_IF* | permission bits, and rdev.
+    Device {
+        dest: CString,
+        mode: u32,
+        rdev: u64,
+        /// The host's node at this path, bound when mknod is not allowed.
+        host_path: CString,
+        owner: Option<(u32, u32)>,
+    },
+    Mask {
+        dest: CString,
+    },
+    ReadonlyPath {
+        dest: CString,
+    },
+}
+
+/// The new root when it is a host directory (`Spec::root`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RootPlan {
+    /// Index of the directory in `sources`.
+    pub source: usize,
+    /// MOUNT_ATTR_* set on it (recursively) once it is bound.
+    pub attrs: u64,
 }
 
 /// Everything the child needs to build the new root.
@@ -101,6 +147,8 @@ pub enum Step {
 pub struct Plan {
     pub sources: Vec<Source>,
     pub steps: Vec<Step>,
+    /// A host directory as the new root instead of an empty tmpfs.
+    pub root: Option<RootPlan>,
     /// Remount the root tmpfs read-only at the end.
     pub root_readonly: bool,
     /// Index (into `steps`) of the overlays whose upper is a private tmpfs,
@@ -131,6 +179,18 @@ pub fn plan(spec: &Spec, idmap_overlay_lowers: bool) -> Plan {
         root_readonly: spec.root_readonly,
         ..Plan::default()
     };
+    if let Some(root) = &spec.root {
+        let source = p.source(&root.path, false, true, false);
+        let attrs = root.options.iter().fold(0, |a, o| {
+            a | match o.as_str() {
+                "nosuid" => MOUNT_ATTR_NOSUID,
+                "nodev" => MOUNT_ATTR_NODEV,
+                "noexec" => MOUNT_ATTR_NOEXEC,
+                _ => 0, // validated
+            }
+        });
+        p.root = Some(RootPlan { source, attrs });
+    }
     let upper_default = spec.limits.upper_size.unwrap_or(DEFAULT_UPPER_SIZE).0;
     for op in &spec.fs {
         let dest = rel(op.dest());
@@ -220,6 +280,60 @@ pub fn plan(spec: &Spec, idmap_overlay_lowers: bool) -> Plan {
             },
             FsOp::Chmod { mode, .. } => Step::Chmod { dest, mode: *mode },
             FsOp::RemountRo { .. } => Step::RemountRo { dest },
+            FsOp::Mount {
+                fstype,
+                src,
+                options,
+                optional,
+                ..
+            } => {
+                let o = crate::spec::mount::parse_options(fstype, options)
+                    .expect("validated mount options");
+                match (fstype.as_str(), src) {
+                    ("bind", Some(src)) => Step::BindMount {
+                        source: p.source(src, *optional, false, false),
+                        dest,
+                        recursive: o.recursive,
+                        attrs: bind_attrs(&o),
+                        propagation: propagation(&o),
+                    },
+                    _ => Step::FsMount {
+                        fstype: CString::new(fstype.as_str()).expect("validated fstype"),
+                        dest,
+                        flags: mount_flags(&o),
+                        data: fs_data(fstype, &o),
+                        propagation: propagation(&o),
+                        copy_up: o.copy_up,
+                    },
+                }
+            }
+            FsOp::Device {
+                dest: abs,
+                kind,
+                major,
+                minor,
+                mode,
+                uid,
+                gid,
+            } => {
+                let kind = match kind.as_str() {
+                    "char" => libc::S_IFCHR,
+                    "block" => libc::S_IFBLK,
+                    _ => libc::S_IFIFO,
+                };
+                Step::Device {
+                    dest,
+                    mode: kind | mode.unwrap_or(0o666),
+                    rdev: libc::makedev(*major, *minor),
+                    host_path: cstring(abs),
+                    owner: match (uid, gid) {
+                        (None, None) => None,
+                        (u, g) => Some((u.unwrap_or(0), g.unwrap_or(0))),
+                    },
+                }
+            }
+            FsOp::Mask { .. } => Step::Mask { dest },
+            FsOp::ReadonlyPath { .. } => Step::ReadonlyPath { dest },
         };
         p.steps.push(step);
     }
@@ -257,6 +371,85 @@ impl Plan {
             .map(|l| self.source(l, false, true, idmapped))
             .collect()
     }
+}
+
+/// MOUNT_ATTR_* of a bind's options.
+fn bind_attrs(o: &crate::spec::mount::MountOptions) -> u64 {
+    [
+        (o.readonly, MOUNT_ATTR_RDONLY),
+        (o.nosuid, MOUNT_ATTR_NOSUID),
+        (o.nodev, MOUNT_ATTR_NODEV),
+        (o.noexec, MOUNT_ATTR_NOEXEC),
+        (o.nosymfollow, crate::sys::MOUNT_ATTR_NOSYMFOLLOW),
+        (o.nodiratime, crate::sys::MOUNT_ATTR_NODIRATIME),
+    ]
+    .iter()
+    .fold(0, |a, (on, f)| if *on { a | f } else { a })
+}
+
+/// MS_* flags of a new mount's options.
+fn mount_flags(o: &crate::spec::mount::MountOptions) -> libc::c_ulong {
+    use crate::spec::mount::Atime;
+    let mut f = [
+        (o.readonly, libc::MS_RDONLY),
+        (o.nosuid, libc::MS_NOSUID),
+        (o.nodev, libc::MS_NODEV),
+        (o.noexec, libc::MS_NOEXEC),
+        (o.nosymfollow, crate::sys::MS_NOSYMFOLLOW),
+        (o.nodiratime, libc::MS_NODIRATIME),
+    ]
+    .iter()
+    .fold(0, |a, (on, f)| if *on { a | f } else { a });
+    f |= match o.atime {
+        Some(Atime::Relatime) => libc::MS_RELATIME,
+        Some(Atime::Noatime) => libc::MS_NOATIME,
+        Some(Atime::Strictatime) => libc::MS_STRICTATIME,
+        None => 0,
+    };
+    f
+}
+
+fn propagation(o: &crate::spec::mount::MountOptions) -> libc::c_ulong {
+    use crate::spec::mount::Propagation;
+    match o.propagation {
+        None => 0,
+        Some((kind, rec)) => {
+            let f = match kind {
+                Propagation::Private => libc::MS_PRIVATE,
+                Propagation::Slave => libc::MS_SLAVE,
+                Propagation::Unbindable => libc::MS_UNBINDABLE,
+            };
+            if rec { f | libc::MS_REC } else { f }
+        }
+    }
+}
+
+/// Filesystem options of a new mount, from numbers only.
+fn fs_data(fstype: &str, o: &crate::spec::mount::MountOptions) -> Option<CString> {
+    let mut parts: Vec<String> = Vec::new();
+    if fstype == "devpts" {
+        parts.push("newinstance".into());
+        parts.push(format!("ptmxmode={:04o}", o.ptmxmode.unwrap_or(0o666)));
+        if let Some(m) = o.max {
+            parts.push(format!("max={m}"));
+        }
+    }
+    if let Some(m) = o.mode {
+        parts.push(format!("mode={m:o}"));
+    }
+    if let Some(s) = o.size {
+        parts.push(format!("size={s}"));
+    }
+    if let Some(n) = o.nr_inodes {
+        parts.push(format!("nr_inodes={n}"));
+    }
+    if let Some(u) = o.uid {
+        parts.push(format!("uid={u}"));
+    }
+    if let Some(g) = o.gid {
+        parts.push(format!("gid={g}"));
+    }
+    (!parts.is_empty()).then(|| CString::new(parts.join(",")).expect("digits only"))
 }
 
 /// Make an image's layer trees (`top_first`) the lowers of the new root.

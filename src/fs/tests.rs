@@ -210,6 +210,37 @@ impl FsSys for Recorder {
         ));
         Ok(fd)
     }
+
+    fn mknodat(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<(), SysError> {
+        self.calls
+            .push(format!("mknod {} {} {mode:#o} {rdev:#x}", n(dir), s(name)));
+        Ok(())
+    }
+    fn lchown_at(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        uid: u32,
+        gid: u32,
+    ) -> Result<(), SysError> {
+        self.calls
+            .push(format!("chown {} {} {uid}:{gid}", n(dir), s(name)));
+        Ok(())
+    }
+    fn stat(&mut self, fd: BorrowedFd<'_>) -> Result<crate::sys::Meta, SysError> {
+        self.calls.push(format!("stat {}", n(fd)));
+        crate::sys::fstat(fd)
+    }
+    fn dir_is_empty(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError> {
+        self.calls.push(format!("empty? {}", n(fd)));
+        Ok(true)
+    }
 }
 
 fn run(

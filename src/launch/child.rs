@@ -66,17 +66,6 @@ pub const FORWARDED: [libc::c_int; 6] = [
     libc::SIGUSR2,
 ];
 
-/// Signals pid 1 blocks (and `sigwait`s for).
-const BLOCKED: [libc::c_int; 7] = [
-    libc::SIGCHLD,
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
-
 /// Resolution of every path the Spec names, after `pivot_root`: inside
 /// the new root, never through a `/proc/.../fd` magic link.
 const IN_ROOT: u64 = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
@@ -110,6 +99,10 @@ pub(super) struct Running {
     pub workload: libc::pid_t,
     /// The private overlay uppers, to count what the workload changed.
     pub uppers: Vec<OwnedFd>,
+    /// Signals forwarded to the workload (bit N-1 for signal N).
+    pub forwarded: u64,
+    /// pid 1 of the sandbox's own pid namespace.
+    pub pid_namespace_init: bool,
 }
 
 /// The sandbox's pid 1. Never returns.
@@ -133,7 +126,10 @@ pub(super) fn init<S: ChildSys>(
     let stdio = &plan.command.stdio.fds;
     let mut keep = vec![sock];
     keep.extend(stdio.iter().flatten().map(|fd| fd.as_fd()));
-    sys.set_parent_death_signal().at(Stage::ParentDeathSignal)?;
+    keep.extend(plan.console.iter().chain(&plan.hold).map(|fd| fd.as_fd()));
+    if !plan.detached {
+        sys.set_parent_death_signal().at(Stage::ParentDeathSignal)?;
+    }
     sys.close_fds_except(&keep).at(Stage::CloseInheritedFds)?;
     sys.new_session().at(Stage::InitSession)?;
     let handed = sys.recv_go(sock).ok_or(Stop::SupervisorGone)?;
@@ -143,19 +139,28 @@ pub(super) fn init<S: ChildSys>(
     if plan.ids.clear_groups {
         sys.clear_groups().at(Stage::SetGroups)?;
     }
-    sys.set_gid(plan.ids.inside_gid).at(Stage::SetGid)?;
-    if plan.ids.keep_caps_on_setuid() {
-        sys.keep_caps_on_setuid().at(Stage::SetUid)?;
+    if let Some((uid, gid)) = plan.ids.init_ids {
+        sys.set_gid(gid).at(Stage::SetGid)?;
+        if plan.ids.keep_caps_on_setuid() {
+            sys.keep_caps_on_setuid().at(Stage::SetUid)?;
+        }
+        sys.set_uid(uid).at(Stage::SetUid)?;
     }
-    sys.set_uid(plan.ids.inside_uid).at(Stage::SetUid)?;
     // Changing credentials cleared the parent-death signal: set it again,
     // then make sure the supervisor did not die in between.
-    sys.set_parent_death_signal()
-        .at(Stage::ParentDeathSignalAgain)?;
+    if !plan.detached {
+        sys.set_parent_death_signal()
+            .at(Stage::ParentDeathSignalAgain)?;
+    }
     if !sys.supervisor_alive(sock) {
         return Err(Stop::SupervisorGone);
     }
-    sys.lock_user_namespaces().at(Stage::LockUserNamespaces)?;
+    // Only the sandbox's own user namespace is locked (a shared or joined
+    // one is not hutch's to change).
+    if plan.own_userns {
+        sys.lock_user_namespaces().at(Stage::LockUserNamespaces)?;
+    }
+    super::steps::write_sysctls(sys, plan)?;
     let door = plan.proxy_doors.then_some(PROXY_DOOR_IN_ROOT);
     let mut built = fs::build(sys, &plan.fs, sources, handed, &plan.op_names, door)
         .map_err(built(Stage::BuildRoot))?;
@@ -196,9 +201,25 @@ pub(super) fn init<S: ChildSys>(
         sys.set_rlimit(*resource, *value)
             .map_err(|e| Failure::new(Stage::Rlimits, e).at(i))?;
     }
+    for (i, (resource, soft)) in plan.rlimits_soft.iter().enumerate() {
+        sys.set_rlimit_soft(*resource, *soft)
+            .map_err(|e| Failure::new(Stage::Rlimits, e).at(plan.rlimits.len() + i))?;
+    }
+    super::steps::hand_terminal(sys, plan)?;
     sys.set_dumpable(false).at(Stage::NonDumpable)?;
-    sys.block_signals(&BLOCKED).at(Stage::BlockSignals)?;
-    let workload = sys.start_workload(plan, sock).at(Stage::StartWorkload)?;
+    let blocked = super::steps::signal_list(plan.forwarded_signals | 1 << (libc::SIGCHLD - 1));
+    sys.block_signals(&blocked).at(Stage::BlockSignals)?;
+    if !plan.pid_namespace_init {
+        // Not pid 1: orphans of the workload come back to hutch init.
+        sys.set_subreaper().at(Stage::BlockSignals)?;
+    }
+    // A created container waits here (its command found) for `start`; the
+    // workload then reports an exec failure to whoever started it.
+    let start = super::steps::hold(sys, plan, sock)?;
+    let report_to = start.as_ref().map_or(sock, |c| c.as_fd());
+    let workload = sys
+        .start_workload(plan, report_to)
+        .at(Stage::StartWorkload)?;
     if plan.report_started {
         let _ = sys.send(
             sock,
@@ -208,6 +229,16 @@ pub(super) fn init<S: ChildSys>(
             &[],
         );
     }
+    if let Some(conn) = &start {
+        let _ = sys.send(
+            conn.as_fd(),
+            &Message::Started {
+                workload_pid: workload,
+            },
+            &[],
+        );
+    }
+    drop(start);
     // Keep only the socket and the uppers to count; stdio relays and the
     // doors are the workload's and the supervisor's business, not init's.
     let mut keep = vec![sock];
@@ -219,6 +250,8 @@ pub(super) fn init<S: ChildSys>(
     Ok(Running {
         workload,
         uppers: built.tmp_upper_fds,
+        forwarded: plan.forwarded_signals,
+        pid_namespace_init: plan.pid_namespace_init,
     })
 }
 
@@ -249,20 +282,34 @@ fn workload_steps<S: ChildSys>(
             sys.dup2(fd.as_fd(), target as RawFd).at(Stage::Stdio)?;
         }
     }
+    if cmd.controlling_tty {
+        sys.set_controlling_tty().at(Stage::ControllingTerminal)?;
+    }
     // The socket stays open (close-on-exec) to report an execve failure.
     sys.close_fds_except(&[sock]).at(Stage::CloseFds)?;
+    if let Some(mask) = cmd.umask {
+        sys.set_umask(mask);
+    }
     let root = sys
         .openat2(None, c"/", libc::O_PATH | libc::O_DIRECTORY, 0)
         .at(Stage::WorkingDirectory)?;
     enter_working_directory(sys, &cmd.cwd, root.as_fd())?;
-    sys.set_no_new_privs().at(Stage::NoNewPrivs)?;
-    drop_capabilities(sys, plan.caps)?;
-    // Landlock, then seccomp: the very last steps before execve.
+    let nnp = plan.confinement.no_new_privs();
+    if nnp {
+        sys.set_no_new_privs().at(Stage::NoNewPrivs)?;
+        drop_capabilities(sys, plan)?;
+    }
+    // Landlock, then seccomp: the very last steps before execve. Without
+    // no-new-privs they need CAP_SYS_ADMIN, so they come before the
+    // capabilities are dropped (the filter must then allow the drop).
     if let Some(ll) = plan.confinement.landlock_plan() {
         enforce_landlock(sys, ll, root.as_fd())?;
     }
     if let Some(filter) = plan.confinement.workload_filter() {
         sys.seccomp(&filter.program).at(Stage::Seccomp)?;
+    }
+    if !nnp {
+        drop_capabilities(sys, plan)?;
     }
     Err(exec(sys, &cmd.exec, root.as_fd()))
 }
@@ -285,21 +332,27 @@ fn enter_working_directory<S: ChildSys>(
     Ok(())
 }
 
-/// Every capability not kept leaves the bounding set (up to the kernel's
-/// `cap_last_cap`), then the effective, permitted and inheritable sets
-/// hold only the kept ones, then the ambient set (kept ones raised, so
-/// they survive execve).
-fn drop_capabilities<S: ChildSys>(sys: &mut S, caps: CapPlan) -> Result<(), Failure> {
-    let kept = |cap: u32| cap < 64 && caps.keep & (1u64 << cap) != 0;
+/// Every capability not in the bounding set leaves it (up to the kernel's
+/// `cap_last_cap`), then the workload becomes its own ids when it has
+/// them (keeping its permitted set across), then the effective, permitted
+/// and inheritable sets hold only theirs, then the ambient set (raised,
+/// so they survive execve).
+fn drop_capabilities<S: ChildSys>(sys: &mut S, plan: &ChildPlan) -> Result<(), Failure> {
+    let caps: CapPlan = plan.caps;
+    let has = |set: u64, cap: u32| cap < 64 && set & (1u64 << cap) != 0;
     for cap in 0..=caps.last {
-        if !kept(cap) {
+        if !has(caps.bounding, cap) {
             sys.drop_bounding_cap(cap)
                 .map_err(|e| Failure::new(Stage::BoundingSet, e).at(cap as usize))?;
         }
     }
-    sys.set_caps(caps.keep).at(Stage::Capabilities)?;
+    if let Some(w) = &plan.ids.workload_ids {
+        super::steps::switch_ids(sys, w)?;
+    }
+    sys.set_caps(caps.effective, caps.permitted, caps.inheritable)
+        .at(Stage::Capabilities)?;
     sys.clear_ambient_caps().at(Stage::AmbientCapabilities)?;
-    for cap in (0..=caps.last).filter(|c| kept(*c)) {
+    for cap in (0..=caps.last).filter(|c| has(caps.ambient, *c)) {
         sys.raise_ambient_cap(cap)
             .map_err(|e| Failure::new(Stage::AmbientCapabilities, e).at(cap as usize))?;
     }
@@ -339,6 +392,21 @@ fn enforce_landlock<S: ChildSys>(
     }
     sys.landlock_restrict(ruleset.as_fd())
         .at(Stage::LandlockRestrict)
+}
+
+/// Whether an execve candidate exists in the new root (hutch init, after
+/// `pivot_root`; a relative candidate from its working directory, `/`).
+pub(super) fn exists_in_root<S: ChildSys>(sys: &mut S, candidate: &CStr) -> bool {
+    let Ok(root) = sys.openat2(None, c"/", libc::O_PATH | libc::O_DIRECTORY, 0) else {
+        return false;
+    };
+    let absolute = candidate.to_bytes().starts_with(b"/");
+    let (dir, resolve) = if absolute {
+        (Some(root.as_fd()), IN_ROOT)
+    } else {
+        (None, RESOLVE_NO_MAGICLINKS)
+    };
+    sys.openat2(dir, candidate, libc::O_PATH, resolve).is_ok()
 }
 
 /// Try each execve candidate like execvp, each resolved inside the root
@@ -389,7 +457,8 @@ fn exec<S: ChildSys>(sys: &mut S, exec: &Exec, root: BorrowedFd<'_>) -> Failure 
 /// left, count the changes, report `Exited`. Never returns.
 fn init_loop(running: Running, sock: &OwnedFd) -> ! {
     let mut set = SigSet::empty();
-    for s in BLOCKED {
+    set.add(Signal::SIGCHLD);
+    for s in super::steps::signal_list(running.forwarded) {
         if let Ok(sig) = Signal::try_from(s) {
             set.add(sig);
         }
@@ -411,8 +480,12 @@ fn init_loop(running: Running, sock: &OwnedFd) -> ! {
         }
     }
     // The workload is gone: nothing else in the sandbox may outlive it.
-    let _ = sys::raw::kill(-1, libc::SIGKILL);
-    while let Ok(Some(_)) = sys::raw::waitpid(-1, 0) {}
+    // (Sharing a pid namespace, kill(-1) would reach beyond the sandbox:
+    // what is left there is the cgroup's to end.)
+    if running.pid_namespace_init {
+        let _ = sys::raw::kill(-1, libc::SIGKILL);
+        while let Ok(Some(_)) = sys::raw::waitpid(-1, 0) {}
+    }
     let changed_paths = running
         .uppers
         .iter()
@@ -426,5 +499,8 @@ fn init_loop(running: Running, sock: &OwnedFd) -> ! {
         },
         &[],
     );
-    sys::exit_now(0)
+    // hutch init ends as its workload did (128+N for signal N), for a
+    // parent that reads its status rather than the report (an engine
+    // running a created container).
+    sys::exit_now(super::steps::exit_code(status.unwrap_or(0)))
 }

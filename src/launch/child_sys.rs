@@ -58,6 +58,19 @@ pub trait ChildSys: FsSys {
     /// syscall layer) and return its pid.
     fn start_workload(&mut self, plan: &ChildPlan, sock: BorrowedFd<'_>) -> Result<i32, Errno>;
     fn confine_init(&mut self, confinement: &crate::confine::Confinement) -> Result<(), Errno>;
+    /// Write a `/proc/sys` file (a namespaced sysctl).
+    fn write_sysctl(&mut self, path: &CStr, value: &[u8]) -> Result<(), Errno>;
+    /// Lower an rlimit's soft value (the hard one stays).
+    fn set_rlimit_soft(&mut self, resource: libc::c_int, soft: u64) -> Result<(), Errno>;
+    /// PR_SET_CHILD_SUBREAPER (hutch init when it is not pid 1).
+    fn set_subreaper(&mut self) -> Result<(), Errno>;
+    /// A new terminal of the new root's devpts: (master, the other end).
+    fn open_terminal(&mut self) -> Result<(OwnedFd, OwnedFd), Errno>;
+    /// Send `fd` over a connected Unix socket (SCM_RIGHTS).
+    fn send_fd(&mut self, sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> Result<(), Errno>;
+    /// Wait for one connection on a listening socket, and its first
+    /// datagram.
+    fn accept_start(&mut self, listener: BorrowedFd<'_>) -> Result<OwnedFd, Errno>;
 
     // the workload
     fn reset_signals(&mut self, non_default: u64);
@@ -74,9 +87,15 @@ pub trait ChildSys: FsSys {
     /// Whether the working directory is reachable from the process's root
     /// (getcwd(2) does not say `(unreachable)`).
     fn cwd_inside_root(&mut self) -> Result<bool, Errno>;
+    fn set_umask(&mut self, mask: u32);
+    /// TIOCSCTTY on stdin.
+    fn set_controlling_tty(&mut self) -> Result<(), Errno>;
     fn set_no_new_privs(&mut self) -> Result<(), Errno>;
     fn drop_bounding_cap(&mut self, cap: u32) -> Result<(), Errno>;
-    fn set_caps(&mut self, keep: u64) -> Result<(), Errno>;
+    /// PR_SET_KEEPCAPS: keep the permitted set across the uid switch.
+    fn keep_caps(&mut self) -> Result<(), Errno>;
+    fn set_groups(&mut self, groups: &[libc::gid_t]) -> Result<(), Errno>;
+    fn set_caps(&mut self, effective: u64, permitted: u64, inheritable: u64) -> Result<(), Errno>;
     fn clear_ambient_caps(&mut self) -> Result<(), Errno>;
     fn raise_ambient_cap(&mut self, cap: u32) -> Result<(), Errno>;
     fn landlock_ruleset(&mut self, fs: u64, net: u64, scoped: u64) -> Result<OwnedFd, Errno>;

@@ -164,6 +164,9 @@ pub struct WireCommand {
     pub envp: Vec<String>,
     /// Bytes: a working directory need not be UTF-8.
     pub cwd: Vec<u8>,
+    /// The workload's umask (the Spec's).
+    #[serde(default)]
+    pub umask: Option<u32>,
 }
 
 impl WireCommand {
@@ -178,6 +181,7 @@ impl WireCommand {
             argv: strings(&plan.exec.argv),
             envp: strings(&plan.exec.envp),
             cwd: plan.cwd.as_bytes().to_vec(),
+            umask: plan.umask,
         }
     }
 
@@ -202,6 +206,8 @@ impl WireCommand {
                 fds: [Some(a), Some(b), Some(c)],
             },
             non_default_signals,
+            umask: self.umask,
+            controlling_tty: false,
         })
     }
 }
@@ -424,6 +430,7 @@ mod tests {
             argv: vec!["true".into()],
             envp: vec![],
             cwd: b"/".to_vec(),
+            umask: None,
         };
         assert!(matches!(
             decode(Some(wire.clone()), false, vec![null(), null()], 0),

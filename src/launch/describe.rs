@@ -26,7 +26,7 @@ pub(super) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
     let q = |s: &std::ffi::CStr| format!("{:?}", s.to_string_lossy());
     let (what, call, hint): (String, String, Option<&str>) = match f.stage {
         Stage::SetGid => {
-            let g = c.ids.inside_gid;
+            let g = c.ids.init_ids.map_or(c.ids.inside_gid, |(_, g)| g);
             (
                 f.stage.what().into(),
                 format!("setresgid({g}, {g}, {g})"),
@@ -34,7 +34,7 @@ pub(super) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
             )
         }
         Stage::SetUid => {
-            let u = c.ids.inside_uid;
+            let u = c.ids.init_ids.map_or(c.ids.inside_uid, |(u, _)| u);
             (
                 f.stage.what().into(),
                 format!("setresuid({u}, {u}, {u})"),
@@ -66,10 +66,52 @@ pub(super) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
             None,
         ),
         Stage::Rlimits => {
-            let (r, v) = c.rlimits.get(f.index as usize).copied().unwrap_or((-1, 0));
+            let i = f.index as usize;
+            let call = match c.rlimits.get(i) {
+                Some((r, v)) => format!("setrlimit({}, {v})", sys::rlimit_name(*r)),
+                None => {
+                    let (r, v) = c
+                        .rlimits_soft
+                        .get(i.saturating_sub(c.rlimits.len()))
+                        .copied()
+                        .unwrap_or((-1, 0));
+                    format!("setrlimit({}, soft {v})", sys::rlimit_name(r))
+                }
+            };
+            (f.stage.what().into(), call, None)
+        }
+        Stage::Sysctl => {
+            let path = c
+                .sysctls
+                .get(f.index as usize)
+                .map(|(p, _)| q(p))
+                .unwrap_or_default();
             (
                 f.stage.what().into(),
-                format!("setrlimit({}, {v})", sys::rlimit_name(r)),
+                format!("write({path})"),
+                Some("the sysctl must exist and belong to the sandbox's own namespaces"),
+            )
+        }
+        Stage::Terminal => (
+            f.stage.what().into(),
+            "open(\"/dev/ptmx\") and sendmsg(SCM_RIGHTS) to the console socket".into(),
+            Some("the root needs a devpts at /dev/pts and /dev/ptmx pointing at pts/ptmx"),
+        ),
+        Stage::Hold => (
+            f.stage.what().into(),
+            "accept() on the start socket".into(),
+            None,
+        ),
+        Stage::ControllingTerminal => (f.stage.what().into(), "ioctl(0, TIOCSCTTY)".into(), None),
+        Stage::WorkloadIds => {
+            let (u, g) = c
+                .ids
+                .workload_ids
+                .as_ref()
+                .map_or((0, 0), |w| (w.uid, w.gid));
+            (
+                f.stage.what().into(),
+                format!("setgroups/setresgid({g})/setresuid({u})"),
                 None,
             )
         }
@@ -133,7 +175,10 @@ pub(super) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
         ),
         Stage::Capabilities => (
             f.stage.what().into(),
-            format!("capset({:#x})", c.caps.keep),
+            format!(
+                "capset(effective {:#x}, permitted {:#x}, inheritable {:#x})",
+                c.caps.effective, c.caps.permitted, c.caps.inheritable
+            ),
             None,
         ),
         Stage::AmbientCapabilities => (f.stage.what().into(), "prctl(PR_CAP_AMBIENT)".into(), None),

@@ -285,6 +285,10 @@ fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, Stri
             root_launch: true,
             clear_groups: true,
             subordinate: None,
+            // Completed by prepare (`Ids::for_image`).
+            init_ids: None,
+            workload_ids: None,
+            maps: None,
         });
     }
     if !root && single {
@@ -301,6 +305,10 @@ fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, Stri
             root_launch: false,
             clear_groups: false,
             subordinate: None,
+            // Completed by prepare (`Ids::for_image`).
+            init_ids: None,
+            workload_ids: None,
+            maps: None,
         });
     }
     if host_ids {
@@ -347,6 +355,10 @@ fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, Stri
             root_launch: true,
             clear_groups: true,
             subordinate: Some(s),
+            // Completed by prepare (`Ids::for_image`).
+            init_ids: None,
+            workload_ids: None,
+            maps: None,
         });
     }
     let name = subid::user_name(caller.0);
@@ -399,6 +411,10 @@ fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, Stri
         root_launch: false,
         clear_groups: true,
         subordinate: Some(s),
+        // Completed by prepare (`Ids::for_image`).
+        init_ids: None,
+        workload_ids: None,
+        maps: None,
     })
 }
 

@@ -54,23 +54,36 @@ impl Subordinate {
 pub(super) fn write_id_maps(pid: libc::pid_t, p: &LaunchPlan) -> Result<(), SysError> {
     let proc = format!("/proc/{pid}");
     let ids = &p.child.ids;
-    let write = |file: &str, data: String| {
+    let write = |file: &str, data: &str| {
         std::fs::write(format!("{proc}/{file}"), data.as_bytes())
             .map_err(|e| sys::io_err(format!("write(\"{proc}/{file}\", {data:?})"), e))
     };
     if let Some(s) = &ids.subordinate {
         let (uids, gids) = (&s.uid[..s.len], &s.gid[..s.len]);
         if !s.helpers {
-            write("uid_map", Subordinate::lines(uids))?;
-            return write("gid_map", Subordinate::lines(gids));
+            write("uid_map", &Subordinate::lines(uids))?;
+            return write("gid_map", &Subordinate::lines(gids));
         }
         return super::image::write_maps_with_helpers(pid, uids, gids);
     }
-    if !ids.root_launch {
-        write("setgroups", "deny".into())?;
+    let Some(maps) = &ids.maps else {
+        return Ok(());
+    };
+    if let Some(setgroups) = maps.setgroups {
+        write("setgroups", setgroups)?;
     }
-    write("uid_map", format!("{} {} 1", ids.inside_uid, ids.host_uid))?;
-    write("gid_map", format!("{} {} 1", ids.inside_gid, ids.host_gid))
+    write("uid_map", &maps.uid_map)?;
+    write("gid_map", &maps.gid_map)
+}
+
+/// `oom_score_adj` of the sandbox (its children inherit it).
+pub(super) fn write_oom_score_adj(pid: libc::pid_t, value: Option<i32>) -> Result<(), SysError> {
+    let Some(v) = value else {
+        return Ok(());
+    };
+    let path = format!("/proc/{pid}/oom_score_adj");
+    std::fs::write(&path, v.to_string())
+        .map_err(|e| sys::io_err(format!("write(\"{path}\", {v})"), e))
 }
 
 /// Root launches: each overlay lower becomes an idmapped mount whose

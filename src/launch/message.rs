@@ -46,6 +46,9 @@ pub enum Message {
         command: Option<super::claim::WireCommand>,
         report_started: bool,
     },
+    /// Sandbox → supervisor: the sandbox is built and its command found;
+    /// hutch init now waits for the start request (a created container).
+    Held,
 }
 
 #[derive(Serialize, Deserialize)]

@@ -13,10 +13,14 @@
 mod child;
 mod child_sys;
 pub mod claim;
+pub mod create;
 mod describe;
 pub mod ending;
+pub mod exec;
 pub mod helper;
+mod identity;
 mod image;
+mod join;
 mod maps;
 pub mod message;
 pub mod pool;
@@ -25,6 +29,7 @@ mod real_sys;
 mod relay;
 pub mod report;
 pub mod stage;
+mod steps;
 mod subid;
 mod summary;
 mod supervise;
@@ -124,6 +129,16 @@ pub enum LaunchError {
     /// The helper could not launch the sandbox; the failure it reported.
     #[error(transparent)]
     Failed(LaunchFailure),
+    /// A step of the sandbox's own setup failed (a created sandbox reports
+    /// it this way; `exit_status` is what the workload would have exited
+    /// with: 125, or 126/127 when its command cannot be executed or found).
+    #[error("{line}")]
+    Setup {
+        stage: Stage,
+        errno: crate::sys::Errno,
+        exit_status: i32,
+        line: String,
+    },
 }
 
 /// What kind of failure a [`LaunchFailure`] is, for programs (the Python
@@ -215,6 +230,12 @@ impl LaunchError {
                 None,
             ),
             LaunchError::Failed(f) => return f.clone(),
+            LaunchError::Setup { stage, errno, .. } => (
+                FailureKind::System,
+                Some(stage.what().to_string()),
+                Some(format!("{errno:?}")),
+                None,
+            ),
         };
         LaunchFailure {
             kind,

@@ -29,21 +29,65 @@ pub const DEFAULT_ROOT_HOST_ID: u32 = 65534;
 pub const PROXY_DOOR_IN_ROOT: &std::ffi::CStr = c"run/hutch/proxy.sock";
 
 /// Who the sandbox is, inside and on the host.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Ids {
+    /// The workload's ids (inside the sandbox's user namespace, if any).
     pub inside_uid: u32,
     pub inside_gid: u32,
+    /// The host ids of the workload's ids.
     pub host_uid: u32,
     pub host_gid: u32,
-    /// Root launched: the map points at an unprivileged host id.
+    /// Root launched.
     pub root_launch: bool,
-    /// Drop root's supplementary groups inside (allowed only for root).
+    /// hutch init drops root's supplementary groups (allowed only for root).
     pub clear_groups: bool,
+    /// The ids hutch init switches to before building the root (None:
+    /// it keeps the launcher's).
+    pub init_ids: Option<(u32, u32)>,
+    /// The ids (and groups) the workload switches to itself, after the
+    /// bounding set is dropped and keeping its capabilities across.
+    pub workload_ids: Option<WorkloadIds>,
+    /// The maps the supervisor writes (None: no user namespace of the
+    /// sandbox's own).
+    pub maps: Option<IdMaps>,
     /// More than one id mapped (an image's owners or user need it).
     pub subordinate: Option<super::maps::Subordinate>,
 }
 
+/// The ids a workload switches to itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadIds {
+    pub uid: u32,
+    pub gid: u32,
+    /// setgroups(2) with these (None: leave the groups alone).
+    pub groups: Option<Vec<libc::gid_t>>,
+}
+
+/// The user namespace's maps, as written to `/proc/PID/{uid,gid}_map`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdMaps {
+    pub uid_map: String,
+    pub gid_map: String,
+    /// Written to `/proc/PID/setgroups` first (unprivileged: `deny`).
+    pub setgroups: Option<&'static str>,
+}
+
 impl Ids {
+    /// An image run's ids (always a user namespace of the sandbox's own):
+    /// hutch init becomes the inside ids, the supervisor writes the one-id
+    /// maps unless a subordinate range is mapped.
+    pub fn for_image(mut self) -> Ids {
+        self.init_ids = Some((self.inside_uid, self.inside_gid));
+        if self.subordinate.is_none() {
+            self.maps = Some(IdMaps {
+                uid_map: format!("{} {} 1", self.inside_uid, self.host_uid),
+                gid_map: format!("{} {} 1", self.inside_gid, self.host_gid),
+                setgroups: (!self.root_launch).then_some("deny"),
+            });
+        }
+        self
+    }
+
     /// hutch init is root inside before it switches to the workload's
     /// uid (an unprivileged caller mapped to 0 with a subordinate range):
     /// the switch must keep its capabilities, which it needs to build the
@@ -82,15 +126,39 @@ pub struct CommandPlan {
     /// for signal N): those the workload resets. Every signal unless the
     /// caller knows better.
     pub non_default_signals: u64,
+    /// The workload's umask.
+    pub umask: Option<u32>,
+    /// Make stdin (a terminal hutch init opened) the workload's
+    /// controlling terminal.
+    pub controlling_tty: bool,
 }
 
-/// Capabilities the workload keeps, as numbers the child can use.
+/// The workload's capability sets, as numbers the child can use (bit N
+/// for capability N).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CapPlan {
-    /// Bit N for capability N.
-    pub keep: u64,
+    pub bounding: u64,
+    pub effective: u64,
+    pub permitted: u64,
+    pub inheritable: u64,
+    pub ambient: u64,
     /// The kernel's highest capability number, read before clone.
     pub last: u32,
+}
+
+impl CapPlan {
+    /// The same capabilities in every set (`security.cap_add`).
+    #[cfg(test)]
+    pub fn keeping(keep: u64, last: u32) -> CapPlan {
+        CapPlan {
+            bounding: keep,
+            effective: keep,
+            permitted: keep,
+            inheritable: keep,
+            ambient: keep,
+            last,
+        }
+    }
 }
 
 /// Everything the post-clone code (hutch init and the workload until its
@@ -119,6 +187,35 @@ pub struct ChildPlan {
     /// command ([`super::claim`]).
     pub warm: bool,
     pub command: CommandPlan,
+    /// The sandbox outlives the process that launched it (a created
+    /// container): no parent-death signal.
+    pub detached: bool,
+    /// The sandbox has a user namespace of its own.
+    pub own_userns: bool,
+    /// hutch init is pid 1 of a pid namespace of its own (else it only
+    /// reaps what it started and leaves the rest alone).
+    pub pid_namespace_init: bool,
+    /// `/proc/sys/...` paths and values, written in the sandbox's
+    /// namespaces before the root is built.
+    pub sysctls: Vec<(CString, Vec<u8>)>,
+    /// (resource, soft value) lowered after `rlimits` are set.
+    pub rlimits_soft: Vec<(libc::c_int, u64)>,
+    /// Signals pid 1 blocks and forwards to the workload (bit N-1 for
+    /// signal N).
+    pub forwarded_signals: u64,
+    /// A connected Unix socket: open a terminal in the new root, send its
+    /// master here (SCM_RIGHTS), and give its other end to the workload
+    /// as stdio and controlling terminal.
+    pub console: Option<OwnedFd>,
+    /// A listening SOCK_SEQPACKET socket: once the sandbox is built, report
+    /// `Held` and wait for a connection (the start request) before
+    /// starting the workload.
+    pub hold: Option<OwnedFd>,
+}
+
+/// The default set of forwarded signals as a mask.
+pub fn signal_mask(signals: &[libc::c_int]) -> u64 {
+    signals.iter().fold(0, |m, s| m | 1u64 << (s - 1))
 }
 
 /// The prepared launch: the child's plan and what the supervisor keeps.
@@ -176,6 +273,17 @@ pub fn prepare(
     relay: bool,
     workload_stdio: WorkloadStdio,
 ) -> Result<LaunchPlan, LaunchError> {
+    prepare_with(spec, relay, workload_stdio, true)
+}
+
+/// [`prepare`]; `own_leaf: false` when the caller places the sandbox in a
+/// cgroup of its own (no leaf of hutch's; only rlimits).
+pub fn prepare_with(
+    spec: &Spec,
+    relay: bool,
+    workload_stdio: WorkloadStdio,
+    own_leaf: bool,
+) -> Result<LaunchPlan, LaunchError> {
     super::validate(spec)?;
     let image = super::image::prepare(spec)?;
     // The image's config fills the command part (an image run only).
@@ -187,7 +295,7 @@ pub fn prepare(
             "no command to run",
         )));
     }
-    let mut p = prepare_sandbox(spec, image, false)?;
+    let mut p = prepare_sandbox(spec, image, false, own_leaf)?;
     let (command, relay) = prepare_command(spec, p.proxy.is_some(), relay, workload_stdio)?;
     p.child.command = command;
     p.relay = relay;
@@ -204,9 +312,10 @@ pub(super) fn prepare_sandbox(
     spec: &Spec,
     image: Option<super::image::Prepared>,
     warm: bool,
+    own_leaf: bool,
 ) -> Result<LaunchPlan, LaunchError> {
     let ids = match &image {
-        Some(i) => i.ids,
+        Some(i) => i.ids.clone().for_image(),
         None => ids(spec)?,
     };
     let sandbox_id = sandbox_id();
@@ -214,7 +323,10 @@ pub(super) fn prepare_sandbox(
     let proxy = prepare_proxy(&mut with_proxy)?;
     let spec = if proxy.is_some() { &with_proxy } else { spec };
 
-    let mut plan = fs::plan(spec, ids.root_launch);
+    // What does not depend on the command.
+    // Idmapped workspace layers belong to hutch's single-id namespace.
+    let idmap_layers = ids.root_launch && spec.namespaces.user && spec.identity.uid_map.is_empty();
+    let mut plan = fs::plan(spec, idmap_layers);
     if let Some(i) = &image {
         super::image::add_lowers(&mut plan, i);
     }
@@ -248,8 +360,10 @@ pub(super) fn prepare_sandbox(
         }
     }
     let ns = &spec.namespaces;
-    let mut clone_flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID;
+    let mut clone_flags = CLONE_NEWNS;
     for (on, flag) in [
+        (ns.user, CLONE_NEWUSER),
+        (ns.pid, CLONE_NEWPID),
         (ns.ipc, CLONE_NEWIPC),
         (ns.uts, CLONE_NEWUTS),
         (ns.net, CLONE_NEWNET),
@@ -261,16 +375,22 @@ pub(super) fn prepare_sandbox(
     }
     let confinement =
         crate::confine::prepare(spec).map_err(|e| LaunchError::Prepare(e.to_string()))?;
+    let [bounding, effective, permitted, inheritable, ambient] = confinement.cap_sets();
     let caps = CapPlan {
-        keep: confinement
-            .keep_caps()
-            .iter()
-            .fold(0, |m, c| m | c.bitmask()),
+        bounding,
+        effective,
+        permitted,
+        inheritable,
+        ambient,
         last: sys::cap_last_cap(),
     };
 
     // Last: from here on the leaf exists (dropping it removes it again).
-    let cgroup = crate::cgroup::prepare(&spec.limits, &sandbox_id)?;
+    let cgroup = if own_leaf {
+        crate::cgroup::prepare(&spec.limits, &sandbox_id)?
+    } else {
+        crate::cgroup::rlimits_only(&spec.limits)?
+    };
     let child = ChildPlan {
         ids,
         op_names: fs::op_names(spec),
@@ -288,6 +408,14 @@ pub(super) fn prepare_sandbox(
         report_started: true,
         warm,
         command: CommandPlan::placeholder(),
+        detached: false,
+        own_userns: ns.user,
+        pid_namespace_init: ns.pid,
+        sysctls: sysctls(spec),
+        rlimits_soft: rlimits_soft(spec),
+        forwarded_signals: signal_mask(&super::child::FORWARDED),
+        console: None,
+        hold: None,
     };
     Ok(LaunchPlan {
         child,
@@ -333,6 +461,8 @@ pub(super) fn prepare_command(
         .expect("validated: no NUL"),
         stdio,
         non_default_signals: u64::MAX,
+        umask: spec.umask,
+        controlling_tty: false,
     };
     Ok((command, relay))
 }
@@ -345,6 +475,8 @@ impl CommandPlan {
             cwd: CString::from(c"/"),
             stdio: StdioPlan::default(),
             non_default_signals: u64::MAX,
+            umask: None,
+            controlling_tty: false,
         }
     }
 }
@@ -353,16 +485,39 @@ fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
     let uid = nix::unistd::getuid().as_raw();
     let gid = nix::unistd::getgid().as_raw();
     let id = &spec.identity;
+    if !spec.namespaces.user || !id.uid_map.is_empty() {
+        return super::identity::ids(spec, uid, gid);
+    }
+    if id.groups.as_ref().is_some_and(|g| !g.is_empty()) {
+        return Err(LaunchError::Spec(crate::spec::SpecError::new(
+            "identity.groups",
+            "supplementary groups need a gid map holding them (identity.gid_map)",
+        )));
+    }
+    let single = |inside_uid, inside_gid, host_uid, host_gid, root_launch: bool| Ids {
+        inside_uid,
+        inside_gid,
+        host_uid,
+        host_gid,
+        root_launch,
+        clear_groups: root_launch,
+        init_ids: Some((inside_uid, inside_gid)),
+        workload_ids: None,
+        subordinate: None,
+        maps: Some(IdMaps {
+            uid_map: format!("{inside_uid} {host_uid} 1"),
+            gid_map: format!("{inside_gid} {host_gid} 1"),
+            setgroups: (!root_launch).then_some("deny"),
+        }),
+    };
     if uid == 0 {
-        return Ok(Ids {
-            inside_uid: id.uid.unwrap_or(0),
-            inside_gid: id.gid.unwrap_or(0),
-            host_uid: id.host_uid.unwrap_or(DEFAULT_ROOT_HOST_ID),
-            host_gid: id.host_gid.unwrap_or(DEFAULT_ROOT_HOST_ID),
-            root_launch: true,
-            clear_groups: true,
-            subordinate: None,
-        });
+        return Ok(single(
+            id.uid.unwrap_or(0),
+            id.gid.unwrap_or(0),
+            id.host_uid.unwrap_or(DEFAULT_ROOT_HOST_ID),
+            id.host_gid.unwrap_or(DEFAULT_ROOT_HOST_ID),
+            true,
+        ));
     }
     if id.host_uid.is_some_and(|h| h != uid) || id.host_gid.is_some_and(|h| h != gid) {
         return Err(LaunchError::Spec(crate::spec::SpecError::new(
@@ -370,15 +525,35 @@ fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
             "only root can choose the host id the sandbox runs as",
         )));
     }
-    Ok(Ids {
-        inside_uid: id.uid.unwrap_or(uid),
-        inside_gid: id.gid.unwrap_or(gid),
-        host_uid: uid,
-        host_gid: gid,
-        root_launch: false,
-        clear_groups: false,
-        subordinate: None,
-    })
+    Ok(single(
+        id.uid.unwrap_or(uid),
+        id.gid.unwrap_or(gid),
+        uid,
+        gid,
+        false,
+    ))
+}
+
+/// The Spec's sysctls as `/proc/sys` paths.
+fn sysctls(spec: &Spec) -> Vec<(CString, Vec<u8>)> {
+    spec.sysctl
+        .iter()
+        .map(|(k, v)| {
+            let path = format!("/proc/sys/{}", k.replace('.', "/"));
+            (
+                CString::new(path).expect("validated: no NUL"),
+                v.as_bytes().to_vec(),
+            )
+        })
+        .collect()
+}
+
+fn rlimits_soft(spec: &Spec) -> Vec<(libc::c_int, u64)> {
+    spec.limits
+        .rlimits_soft
+        .iter()
+        .filter_map(|(name, v)| crate::cgroup::rlimits::resource(name).map(|r| (r, *v)))
+        .collect()
 }
 
 /// A kept upper and its work dir must exist, be directories we can use,

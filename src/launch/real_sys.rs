@@ -2,7 +2,7 @@
 
 use std::convert::Infallible;
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use super::child_sys::ChildSys;
 use super::message::{self, Incoming, Message};
@@ -127,6 +127,49 @@ impl FsSys for RealSys {
 
     fn fs_mount(&mut self, fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd, SysError> {
         sys::fs_mount(fs, attrs)
+    }
+
+    fn mknodat(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<(), SysError> {
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFCHR => sys::image::NodeKind::Char,
+            libc::S_IFBLK => sys::image::NodeKind::Block,
+            _ => sys::image::NodeKind::Fifo,
+        };
+        sys::image::mknod_at(
+            dir,
+            name,
+            kind,
+            mode & 0o7777,
+            libc::major(rdev),
+            libc::minor(rdev),
+        )
+    }
+
+    fn lchown_at(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        uid: u32,
+        gid: u32,
+    ) -> Result<(), SysError> {
+        sys::image::lchown_at(dir, name, uid, gid)
+    }
+
+    fn stat(&mut self, fd: BorrowedFd<'_>) -> Result<sys::Meta, SysError> {
+        sys::fstat(fd)
+    }
+
+    fn dir_is_empty(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError> {
+        let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let mut entries =
+            std::fs::read_dir(&path).map_err(|e| sys::io_err(format!("opendir({path:?})"), e))?;
+        Ok(entries.next().is_none())
     }
 }
 
@@ -267,6 +310,33 @@ impl ChildSys for RealSys {
         confinement.apply_init().map_err(|e| e.errno)
     }
 
+    fn write_sysctl(&mut self, path: &CStr, value: &[u8]) -> Result<(), Errno> {
+        raw::write_file(path, value)
+    }
+
+    fn set_rlimit_soft(&mut self, resource: libc::c_int, soft: u64) -> Result<(), Errno> {
+        raw::setrlimit_soft(resource, soft)
+    }
+
+    fn set_subreaper(&mut self) -> Result<(), Errno> {
+        raw::set_child_subreaper()
+    }
+
+    fn open_terminal(&mut self) -> Result<(OwnedFd, OwnedFd), Errno> {
+        raw::open_pty(c"/dev/ptmx")
+    }
+
+    fn send_fd(&mut self, sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> Result<(), Errno> {
+        raw::send_fd(sock, b"/dev/ptmx", fd)
+    }
+
+    fn accept_start(&mut self, listener: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+        let conn = raw::accept(listener)?;
+        let mut request = [0u8; 64];
+        raw::read(conn.as_fd(), &mut request)?;
+        Ok(conn)
+    }
+
     fn reset_signals(&mut self, non_default: u64) {
         raw::reset_signals(non_default)
     }
@@ -299,16 +369,32 @@ impl ChildSys for RealSys {
         Ok(n > 0 && buf[0] == b'/')
     }
 
+    fn set_umask(&mut self, mask: u32) {
+        raw::umask(mask)
+    }
+
+    fn set_controlling_tty(&mut self) -> Result<(), Errno> {
+        raw::set_controlling_tty(0)
+    }
+
     fn set_no_new_privs(&mut self) -> Result<(), Errno> {
         raw::set_no_new_privs()
+    }
+
+    fn keep_caps(&mut self) -> Result<(), Errno> {
+        raw::set_keepcaps()
+    }
+
+    fn set_groups(&mut self, groups: &[libc::gid_t]) -> Result<(), Errno> {
+        raw::setgroups(groups)
     }
 
     fn drop_bounding_cap(&mut self, cap: u32) -> Result<(), Errno> {
         raw::capbset_drop(cap)
     }
 
-    fn set_caps(&mut self, keep: u64) -> Result<(), Errno> {
-        raw::capset(keep, keep, keep)
+    fn set_caps(&mut self, effective: u64, permitted: u64, inheritable: u64) -> Result<(), Errno> {
+        raw::capset(effective, permitted, inheritable)
     }
 
     fn clear_ambient_caps(&mut self) -> Result<(), Errno> {

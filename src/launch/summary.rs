@@ -172,9 +172,9 @@ pub(super) fn changes_report(p: &LaunchPlan, counted: Option<&[u64]>) -> Vec<Cha
 pub(super) fn enforcement(p: &LaunchPlan, spec: &Spec) -> Enforcement {
     let ns = &spec.namespaces;
     let namespaces = [
-        ("user", true),
+        ("user", ns.user),
         ("mount", true),
-        ("pid", true),
+        ("pid", ns.pid),
         ("ipc", ns.ipc),
         ("uts", ns.uts),
         ("net", ns.net),

@@ -89,10 +89,10 @@ pub(super) fn run(
     p.child.command.non_default_signals = status.non_default_signals;
     p.child.report_started = opts.status_file.is_some();
     let mut status_file = open_status_file(opts)?;
-    let sb = fork_sandbox(&mut p, started)?;
+    let sb = fork_sandbox(&mut p, spec, started)?;
     // Read while pid 1 is still dumpable and ours (it becomes neither).
     let namespaces = status_file.as_ref().map(|_| namespace_inodes(sb.pid));
-    let result = go(&p, &sb).and_then(|layers_without_idmap| {
+    let result = go(&p, spec, &sb).and_then(|layers_without_idmap| {
         let with = Supervising {
             layers_without_idmap,
             namespaces: namespaces.unwrap_or_default(),
@@ -117,7 +117,11 @@ pub(super) fn open_status_file(opts: &RunOptions) -> Result<Option<std::fs::File
 /// signals blocked and queued on a signalfd (the sandbox inherits the mask
 /// and its pid 1 keeps them blocked for sigwait), clone3. The caller
 /// restores the signal mask ([`Sandbox::restore_mask`]) when it is done.
-pub(super) fn fork_sandbox(p: &mut LaunchPlan, started: Instant) -> Result<Sandbox, LaunchError> {
+pub(super) fn fork_sandbox(
+    p: &mut LaunchPlan,
+    spec: &Spec,
+    started: Instant,
+) -> Result<Sandbox, LaunchError> {
     let (sup_sock, child_sock) = sys::socket::seqpacket_pair()?;
     let mut forwarded = SigSet::empty();
     for s in FORWARDED {
@@ -128,6 +132,7 @@ pub(super) fn fork_sandbox(p: &mut LaunchPlan, started: Instant) -> Result<Sandb
         .map_err(|e| SysError::new("sigprocmask(SIG_BLOCK)", e))?;
     let signals = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| LaunchError::Sys(SysError::new("signalfd()", e)));
+    let joins = super::join::open_joins(spec);
     let result = signals.and_then(|signals| {
         // Prepare ran code that could have started a thread: look again
         // right before the fork.
@@ -135,6 +140,7 @@ pub(super) fn fork_sandbox(p: &mut LaunchPlan, started: Instant) -> Result<Sandb
         if threads != 1 {
             return Err(LaunchError::MultiThreaded(threads));
         }
+        joins?.enter()?;
         let cgroup_fd = p.cgroup.as_ref().and_then(|c| c.cgroup_fd());
         // SAFETY: the process is single-threaded (checked just above).
         match unsafe { sys::clone3(p.clone_flags, cgroup_fd) } {
@@ -169,7 +175,7 @@ pub(super) struct Sandbox {
     pub signals: SignalFd,
     /// When the command started (a warm sandbox: when it was claimed).
     pub started: Instant,
-    old_mask: SigSet,
+    pub old_mask: SigSet,
 }
 
 impl Sandbox {
@@ -202,14 +208,73 @@ pub(super) struct Seen {
     pub hurry: bool,
 }
 
+/// The supervision of a created container after its `Held`, in its
+/// keeper (a process that is not the sandbox's parent): serve the egress
+/// proxy on the doors the sandbox sent, write the start event and the exit
+/// report. Ends when the sandbox does.
+pub(super) fn keep(
+    p: &mut LaunchPlan,
+    spec: &Spec,
+    opts: &RunOptions,
+    sb: Sandbox,
+    mut status_file: Option<std::fs::File>,
+    doors: Option<(Vec<String>, Vec<OwnedFd>)>,
+) -> Result<Finished, LaunchError> {
+    let namespaces = status_file.as_ref().map(|_| namespace_inodes(sb.pid));
+    let mut watch = Watch {
+        relay: Relay::new([None, None], None, None),
+        p,
+        spec,
+        sb: &sb,
+        deadline: None,
+        control: None,
+        status_file: status_file.as_mut(),
+        namespaces: namespaces.unwrap_or_default(),
+        seen: Seen::default(),
+        proxy: None,
+        init_done: false,
+        sock_open: true,
+    };
+    if let Some((names, fds)) = doors
+        && let Err(e) = start_proxy(watch.p, &names, fds, &mut watch.proxy)
+    {
+        watch.seen.failed(None, e);
+        sb.kill(watch.p);
+    }
+    watch.run()?;
+    let Watch {
+        relay, seen, proxy, ..
+    } = watch;
+    drop(proxy);
+    drop(p.proxy.take());
+    let duration_ms = sb.started.elapsed().as_millis() as u64;
+    let report = report(p, spec, opts, seen, &relay, Vec::new(), duration_ms);
+    if let Some(f) = status_file.as_mut() {
+        let _ = writeln!(
+            f,
+            "{}",
+            serde_json::to_string(&report).expect("report serializes")
+        );
+    }
+    Ok(Finished {
+        report,
+        captured: [None, None],
+    })
+}
 /// The id maps, the idmapped layers and `Go`; returns the layers that
 /// could not be idmapped. On failure the sandbox is killed and reaped.
-pub(super) fn go(p: &LaunchPlan, sb: &Sandbox) -> Result<Vec<std::path::PathBuf>, LaunchError> {
+pub(super) fn go(
+    p: &LaunchPlan,
+    spec: &Spec,
+    sb: &Sandbox,
+) -> Result<Vec<std::path::PathBuf>, LaunchError> {
     let kill_and_reap = |e: LaunchError| {
         sb.kill_and_reap();
         e
     };
     write_id_maps(sb.pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
+    super::maps::write_oom_score_adj(sb.pid, spec.limits.oom_score_adj)
+        .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     let (mut handed, layers_without_idmap) = idmapped_layers(sb.pid, p).map_err(kill_and_reap)?;
     handed.extend(super::image::layer_mounts(sb.pid, p).map_err(kill_and_reap)?);
     let fds: Vec<BorrowedFd<'_>> = handed.iter().map(|(_, fd)| fd.as_fd()).collect();
@@ -460,8 +525,8 @@ impl Watch<'_, '_> {
                         self.sb.kill(self.p);
                     }
                 }
-                // Sent by the supervisor, or only before a claim.
-                Message::Go { .. } | Message::Claim { .. } | Message::Ready => {}
+                // Sent by the supervisor, or only before a claim or a start.
+                Message::Go { .. } | Message::Claim { .. } | Message::Ready | Message::Held => {}
             },
             Ok(Some(Incoming::Failure(f, text))) => {
                 // An image run describes the Spec it launched (the image's

@@ -67,6 +67,7 @@ impl ChildSys for Recorder {
             Message::Go { .. } => "Go",
             Message::Ready => "Ready",
             Message::Claim { .. } => "Claim",
+            Message::Held => "Held",
         };
         self.note(format!("send {name} {}", fds.len()));
         Ok(())
@@ -123,6 +124,8 @@ impl ChildSys for Recorder {
                     fds: [Some(self.fd()), Some(self.fd()), Some(self.fd())],
                 },
                 non_default_signals,
+                umask: spec.umask,
+                controlling_tty: false,
             },
             report_started: true,
         }))
@@ -194,9 +197,53 @@ impl ChildSys for Recorder {
         self.note(format!("capbset_drop {cap}"));
         Ok(())
     }
-    fn set_caps(&mut self, keep: u64) -> Result<(), Errno> {
-        self.note(format!("capset {keep:#x}"));
+    fn set_caps(&mut self, effective: u64, permitted: u64, inheritable: u64) -> Result<(), Errno> {
+        assert_eq!((effective, inheritable), (permitted, permitted));
+        self.note(format!("capset {permitted:#x}"));
         Ok(())
+    }
+    fn keep_caps(&mut self) -> Result<(), Errno> {
+        self.note("keepcaps".into());
+        Ok(())
+    }
+    fn set_groups(&mut self, groups: &[libc::gid_t]) -> Result<(), Errno> {
+        self.note(format!("setgroups {groups:?}"));
+        Ok(())
+    }
+    fn set_umask(&mut self, mask: u32) {
+        self.note(format!("umask {mask:o}"));
+    }
+    fn set_controlling_tty(&mut self) -> Result<(), Errno> {
+        self.note("tiocsctty".into());
+        Ok(())
+    }
+    fn write_sysctl(&mut self, path: &CStr, value: &[u8]) -> Result<(), Errno> {
+        self.note(format!(
+            "sysctl {} {}",
+            s(path),
+            String::from_utf8_lossy(value)
+        ));
+        Ok(())
+    }
+    fn set_rlimit_soft(&mut self, resource: libc::c_int, soft: u64) -> Result<(), Errno> {
+        self.note(format!("setrlimit soft {resource} {soft}"));
+        Ok(())
+    }
+    fn set_subreaper(&mut self) -> Result<(), Errno> {
+        self.note("subreaper".into());
+        Ok(())
+    }
+    fn open_terminal(&mut self) -> Result<(OwnedFd, OwnedFd), Errno> {
+        self.note("open pty".into());
+        Ok((self.fd(), self.fd()))
+    }
+    fn send_fd(&mut self, _sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> Result<(), Errno> {
+        self.note(format!("send fd {}", n(fd)));
+        Ok(())
+    }
+    fn accept_start(&mut self, _listener: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+        self.note("accept start".into());
+        Ok(self.fd())
     }
     fn clear_ambient_caps(&mut self) -> Result<(), Errno> {
         self.note("ambient clear".into());
@@ -258,6 +305,9 @@ fn ids(root_launch: bool) -> Ids {
         host_gid: 65534,
         root_launch,
         clear_groups: root_launch,
+        init_ids: Some((0, 0)),
+        workload_ids: None,
+        maps: None,
         subordinate: None,
     }
 }
@@ -273,10 +323,7 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         net_namespace: true,
         proxy_doors: proxy,
         rlimits: vec![(libc::RLIMIT_CORE as libc::c_int, 0)],
-        caps: CapPlan {
-            keep: keep_caps,
-            last: 40,
-        },
+        caps: CapPlan::keeping(keep_caps, 40),
         confinement: crate::confine::prepare(spec).unwrap(),
         report_started: true,
         warm: false,
@@ -285,7 +332,17 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
             cwd: CString::new(spec.cwd.as_ref().unwrap().as_os_str().as_encoded_bytes()).unwrap(),
             stdio: StdioPlan::default(),
             non_default_signals: u64::MAX,
+            umask: None,
+            controlling_tty: false,
         },
+        detached: false,
+        own_userns: true,
+        pid_namespace_init: true,
+        sysctls: Vec::new(),
+        rlimits_soft: Vec::new(),
+        forwarded_signals: super::prepare::signal_mask(&child::FORWARDED),
+        console: None,
+        hold: None,
     }
 }
 
@@ -670,8 +727,11 @@ fn init_keeps_its_capabilities_into_a_subordinate_uid() {
             len: 2,
             helpers: true,
         }),
+        init_ids: Some((1000, 1000)),
+        workload_ids: None,
+        maps: None,
     };
-    let calls = run(mapped);
+    let calls = run(mapped.clone());
     let secure = pos_of(&calls, "child securebits NO_SETUID_FIXUP");
     assert!(pos_of(&calls, "child setresgid 1000") < secure);
     assert_eq!(calls[secure + 1], "child setresuid 1000");

@@ -134,11 +134,11 @@ pub(crate) fn warm_up(
     claim::warmable(spec).map_err(LaunchError::Spec)?;
     let shape = claim::shape(spec);
     let digest = claim::shape_digest(spec);
-    let mut p = prepare_sandbox(&shape, None, true)?;
+    let mut p = prepare_sandbox(&shape, None, true, true)?;
     p.child.command.non_default_signals = status.non_default_signals;
-    let sb = fork_sandbox(&mut p, Instant::now())?;
+    let sb = fork_sandbox(&mut p, &shape, Instant::now())?;
     let namespaces = namespace_inodes(sb.pid);
-    let layers_without_idmap = match go(&p, &sb) {
+    let layers_without_idmap = match go(&p, &shape, &sb) {
         Ok(l) => l,
         Err(e) => {
             sb.restore_mask();

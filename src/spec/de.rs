@@ -71,6 +71,13 @@ struct FsOpFields {
     mode: Option<u32>,
     content: Option<String>,
     target: Option<PathBuf>,
+    fstype: Option<String>,
+    options: Option<Vec<String>>,
+    kind: Option<String>,
+    major: Option<u32>,
+    minor: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
 }
 
 /// The `op` names, as written in profiles.
@@ -91,6 +98,10 @@ const OPS: &[&str] = &[
     "symlink",
     "chmod",
     "remount-ro",
+    "mount",
+    "device",
+    "mask",
+    "readonly-path",
 ];
 
 impl FsOpFields {
@@ -108,6 +119,13 @@ impl FsOpFields {
             ("mode", self.mode.is_some()),
             ("content", self.content.is_some()),
             ("target", self.target.is_some()),
+            ("fstype", self.fstype.is_some()),
+            ("options", self.options.is_some()),
+            ("kind", self.kind.is_some()),
+            ("major", self.major.is_some()),
+            ("minor", self.minor.is_some()),
+            ("uid", self.uid.is_some()),
+            ("gid", self.gid.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -122,7 +140,9 @@ impl FsOpFields {
             "tmp-overlay" => &["lowers", "dest", "size"],
             "ro-overlay" => &["lowers", "dest"],
             "tmpfs" => &["dest", "size", "nr_inodes", "mode"],
-            "proc" | "dev" | "mqueue" | "remount-ro" => &["dest"],
+            "proc" | "dev" | "mqueue" | "remount-ro" | "mask" | "readonly-path" => &["dest"],
+            "mount" => &["fstype", "src", "dest", "options", "optional"],
+            "device" => &["dest", "kind", "major", "minor", "mode", "uid", "gid"],
             "dir" => &["dest", "mode"],
             "file" | "bind-data" => &["dest", "content", "mode"],
             "symlink" => &["target", "dest"],
@@ -204,6 +224,24 @@ impl FsOpFields {
                 target: need(self.target, "target")?,
                 dest,
             },
+            "mount" => FsOp::Mount {
+                fstype: need(self.fstype, "fstype")?,
+                src: self.src,
+                dest,
+                options: self.options.unwrap_or_default(),
+                optional,
+            },
+            "device" => FsOp::Device {
+                dest,
+                kind: need(self.kind, "kind")?,
+                major: need(self.major, "major")?,
+                minor: need(self.minor, "minor")?,
+                mode: self.mode,
+                uid: self.uid,
+                gid: self.gid,
+            },
+            "mask" => FsOp::Mask { dest },
+            "readonly-path" => FsOp::ReadonlyPath { dest },
             _ => FsOp::Chmod {
                 dest,
                 mode: need(self.mode, "mode")?,

@@ -13,6 +13,8 @@
 mod de;
 mod defaults;
 mod load;
+pub mod mount;
+mod process;
 mod size;
 mod toml_path;
 mod validate;
@@ -78,12 +80,49 @@ pub struct Spec {
     /// command belongs to).
     #[serde(deserialize_with = "load::unique_map")]
     pub labels: BTreeMap<String, String>,
+    /// A host directory bound (recursively) as the new root instead of an
+    /// empty tmpfs; `fs` operations then apply inside it (their mount
+    /// points are created in it) and `root_readonly` makes it read-only
+    /// at the end. The OCI runtime's `root.path`.
+    pub root: Option<RootDir>,
+    /// The workload's umask (default: the launcher's).
+    pub umask: Option<u32>,
+    /// Namespaced kernel parameters written in the sandbox's own
+    /// namespaces before its root is built (`"net.ipv4.ip_forward" =
+    /// "1"`): `kernel.msg*`, `kernel.sem`, `kernel.shm*`, `fs.mqueue.*`,
+    /// `kernel.hostname`/`kernel.domainname` (with a UTS namespace) and
+    /// `net.*` (with a network namespace of the sandbox's own).
+    #[serde(deserialize_with = "load::unique_map")]
+    pub sysctl: BTreeMap<String, String>,
     /// A container image as the system layer: its layers are stacked as
     /// the read-only bottom of the new root, under every `fs` operation
     /// (see `docs/images.md`). Its config supplies defaults for `env`,
     /// `cwd`, `identity` and `command`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<ImageRef>,
+}
+
+/// The new root as a host directory (see [`Spec::root`]).
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RootDir {
+    /// Host directory (absolute).
+    pub path: PathBuf,
+    /// Mount attributes set on the bound root and everything under it:
+    /// any of `nosuid`, `nodev`, `noexec` (default: none, the directory's
+    /// own flags).
+    #[serde(default)]
+    pub options: Vec<String>,
+}
+
+impl RootDir {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        RootDir {
+            path: path.into(),
+            options: Vec::new(),
+        }
+    }
 }
 
 /// Which image of the store a sandbox uses (`image = { digest = ... }`).
@@ -159,6 +198,9 @@ impl Default for Spec {
             security: Security::default(),
             network: Network::None,
             labels: BTreeMap::new(),
+            root: None,
+            umask: None,
+            sysctl: BTreeMap::new(),
             image: None,
         }
     }
@@ -258,6 +300,52 @@ pub enum FsOp {
     RemountRo {
         dest: PathBuf,
     },
+    /// A mount in mount(8)'s terms, doing exactly what its options say
+    /// (no flag of hutch's own): `fstype` is `bind` (of `src`; `rbind`
+    /// in the options for its submounts too), `tmpfs`, `proc`, `sysfs`,
+    /// `devpts` (always a new instance), `mqueue` or `cgroup2`; options
+    /// are mount(8) words (`ro`, `nosuid`, `nodev`, `noexec`, `relatime`,
+    /// `rprivate`, ...) and the filesystem's numeric ones (`size=`,
+    /// `mode=`, `nr_inodes=`, `uid=`, `gid=`, `ptmxmode=`). See
+    /// [`mount::parse_options`].
+    Mount {
+        fstype: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        src: Option<PathBuf>,
+        dest: PathBuf,
+        options: Vec<String>,
+        /// bind: skip when `src` does not exist.
+        optional: bool,
+    },
+    /// A device node at `dest`: made with mknod where the sandbox may
+    /// (no user namespace of its own), else the host's node at the same
+    /// path (it must be that device) is bound there. Either way the node
+    /// is its own mount, so the directory holding it may be `nodev`.
+    Device {
+        dest: PathBuf,
+        /// `char`, `block` or `fifo`.
+        kind: String,
+        major: u32,
+        minor: u32,
+        /// Permission bits (default 0o666).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mode: Option<u32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        gid: Option<u32>,
+    },
+    /// Hide what is at `dest`: a file is covered with a read-only
+    /// `/dev/null`, a directory with an empty read-only tmpfs; nothing
+    /// there, nothing to do.
+    Mask {
+        dest: PathBuf,
+    },
+    /// A read-only (`ro,nosuid,nodev,noexec`) view of the subtree at
+    /// `dest`, whether or not it is a mount point; skipped when missing.
+    ReadonlyPath {
+        dest: PathBuf,
+    },
 }
 
 impl FsOp {
@@ -279,7 +367,11 @@ impl FsOp {
             | FsOp::BindData { dest, .. }
             | FsOp::Symlink { dest, .. }
             | FsOp::Chmod { dest, .. }
-            | FsOp::RemountRo { dest } => dest,
+            | FsOp::RemountRo { dest }
+            | FsOp::Mount { dest, .. }
+            | FsOp::Device { dest, .. }
+            | FsOp::Mask { dest }
+            | FsOp::ReadonlyPath { dest } => dest,
         }
     }
 
@@ -302,11 +394,20 @@ impl FsOp {
             FsOp::Symlink { .. } => "symlink",
             FsOp::Chmod { .. } => "chmod",
             FsOp::RemountRo { .. } => "remount-ro",
+            FsOp::Mount { .. } => "mount",
+            FsOp::Device { .. } => "device",
+            FsOp::Mask { .. } => "mask",
+            FsOp::ReadonlyPath { .. } => "readonly-path",
         }
     }
 }
 
-/// Which namespaces to create. user, mount and pid are always created.
+/// Which namespaces to create (`true`) and which the sandbox shares with
+/// the launcher (`false`) or joins (`join`). A mount namespace is always
+/// created. Without a user namespace of its own the sandbox keeps the
+/// launcher's credentials (root stays host root, with the capabilities
+/// `security` keeps); without a pid namespace of its own hutch init is not
+/// pid 1 and leaves the workload's stray processes alone.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -318,6 +419,77 @@ pub struct Namespaces {
     pub uts: bool,
     pub net: bool,
     pub cgroup: bool,
+    /// Existing namespaces to join (setns, before the sandbox's own ones
+    /// are created); each needs its flag above `false`.
+    pub join: NamespaceJoins,
+}
+
+/// Existing namespaces to join, by kind (`mount` cannot be joined).
+#[non_exhaustive]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NamespaceJoins {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<NamespaceRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<NamespaceRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ipc: Option<NamespaceRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uts: Option<NamespaceRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net: Option<NamespaceRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<NamespaceRef>,
+}
+
+impl NamespaceJoins {
+    /// (kind, reference) of every namespace to join, user first (the
+    /// order setns needs).
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &NamespaceRef)> {
+        [
+            ("user", &self.user),
+            ("pid", &self.pid),
+            ("ipc", &self.ipc),
+            ("uts", &self.uts),
+            ("net", &self.net),
+            ("cgroup", &self.cgroup),
+        ]
+        .into_iter()
+        .filter_map(|(k, r)| r.as_ref().map(|r| (k, r)))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.iter().next().is_none()
+    }
+}
+
+/// An existing namespace: a path (`/proc/PID/ns/net`, `/run/netns/NAME`)
+/// or an fd of the launching process (front ends that run in-process
+/// only); exactly one of the two.
+#[non_exhaustive]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NamespaceRef {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fd: Option<i32>,
+}
+
+impl NamespaceRef {
+    pub fn path(path: impl Into<PathBuf>) -> Self {
+        NamespaceRef {
+            path: Some(path.into()),
+            fd: None,
+        }
+    }
+    pub fn fd(fd: i32) -> Self {
+        NamespaceRef {
+            path: None,
+            fd: Some(fd),
+        }
+    }
 }
 
 impl Default for Namespaces {
@@ -330,6 +502,7 @@ impl Default for Namespaces {
             uts: true,
             net: true,
             cgroup: true,
+            join: NamespaceJoins::default(),
         }
     }
 }
@@ -349,6 +522,38 @@ pub struct Identity {
     pub host_uid: Option<u32>,
     /// Host gid the workload runs as when root launches (default 65534).
     pub host_gid: Option<u32>,
+    /// The user namespace's uid map (root launches; default: the one id
+    /// `uid` → `host_uid`). With a map, hutch init works as the
+    /// namespace's root (uid 0 must be mapped) and the workload switches
+    /// to `uid`/`gid` itself.
+    pub uid_map: Vec<IdMapping>,
+    /// The gid map, like `uid_map` (both or neither).
+    pub gid_map: Vec<IdMapping>,
+    /// The workload's supplementary groups (ids inside; default: none).
+    pub groups: Option<Vec<u32>>,
+}
+
+/// One line of a user namespace's id map.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdMapping {
+    /// First id inside the namespace.
+    pub inside: u32,
+    /// First id on the host.
+    pub host: u32,
+    /// How many consecutive ids.
+    pub count: u32,
+}
+
+impl IdMapping {
+    pub fn new(inside: u32, host: u32, count: u32) -> Self {
+        IdMapping {
+            inside,
+            host,
+            count,
+        }
+    }
 }
 
 /// A limit value and whether the host must enforce it (read by `de.rs`).
@@ -431,6 +636,12 @@ pub struct Limits {
     /// Delegated cgroup v2 directory under which the sandbox's leaf is
     /// created (default: hutch's own cgroup when it is delegated).
     pub cgroup_parent: Option<PathBuf>,
+    /// Soft values of rlimits set in `rlimits` (same names), at most the
+    /// hard value there; without one, soft = hard.
+    #[serde(deserialize_with = "load::rlimit_map")]
+    pub rlimits_soft: BTreeMap<String, u64>,
+    /// `oom_score_adj` of the sandbox's processes (-1000..=1000).
+    pub oom_score_adj: Option<i32>,
 }
 
 /// Bandwidth and IOPS caps on one block device (one `io.max` line). At
@@ -479,8 +690,26 @@ pub struct Security {
     pub landlock: LandlockPolicy,
     /// Capabilities kept by the workload (default none). `ALL` keeps all.
     pub cap_add: Vec<String>,
-    /// Always true (the bwrap-compatible surface may one day ask otherwise).
+    /// The workload's five capability sets, each given whole (instead of
+    /// `cap_add`, which keeps the same capabilities in all of them).
+    pub capabilities: Option<CapabilitySets>,
+    /// Set no-new-privs on the workload (default true). With `false`,
+    /// Landlock and seccomp are installed before capabilities are dropped
+    /// (they then need CAP_SYS_ADMIN, which the workload still holds), and
+    /// setuid programs keep working.
     pub no_new_privs: bool,
+}
+
+/// The capability sets of the workload (names like `CAP_NET_RAW`).
+#[non_exhaustive]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CapabilitySets {
+    pub bounding: Vec<String>,
+    pub effective: Vec<String>,
+    pub permitted: Vec<String>,
+    pub inheritable: Vec<String>,
+    pub ambient: Vec<String>,
 }
 
 impl Default for Security {
@@ -489,6 +718,7 @@ impl Default for Security {
             seccomp: "default".into(),
             landlock: LandlockPolicy::default(),
             cap_add: Vec::new(),
+            capabilities: None,
             no_new_privs: true,
         }
     }
@@ -501,6 +731,13 @@ pub struct LandlockPolicy {
     pub enabled: bool,
     /// Refuse to run when the kernel's Landlock ABI is below this.
     pub min_abi: Option<u32>,
+    /// TCP rules from the network mode (none: no TCP; proxy: only the
+    /// proxy's port). `false` leaves TCP to the network namespace.
+    pub network: bool,
+    /// Scope abstract Unix sockets and signals to the sandbox's Landlock
+    /// domain (ABI 6). `false` lets processes started into the sandbox
+    /// later (each its own domain) talk to and signal each other.
+    pub scope: bool,
 }
 
 impl Default for LandlockPolicy {
@@ -508,6 +745,8 @@ impl Default for LandlockPolicy {
         LandlockPolicy {
             enabled: true,
             min_abi: None,
+            network: true,
+            scope: true,
         }
     }
 }

@@ -72,14 +72,13 @@ pub fn validate(spec: &Spec) -> Result<(), SpecError> {
         validate_fs_op(op, &format!("fs[{i}]"))?;
     }
     let ns = &spec.namespaces;
-    for (name, on) in [("user", ns.user), ("mount", ns.mount), ("pid", ns.pid)] {
-        if !on {
-            return Err(SpecError::new(
-                format!("namespaces.{name}"),
-                "hutch always creates user, mount and pid namespaces; `false` is not supported",
-            ));
-        }
+    if !ns.mount {
+        return Err(SpecError::new(
+            "namespaces.mount",
+            "hutch always creates a mount namespace; `false` is not supported",
+        ));
     }
+    super::process::validate_namespaces(spec)?;
     match (&spec.network, ns.net) {
         (Network::Host, true) | (Network::None | Network::Proxy(_), false) => {
             return Err(SpecError::new(
@@ -111,6 +110,11 @@ pub fn validate(spec: &Spec) -> Result<(), SpecError> {
     if let Some(cwd) = &spec.cwd {
         absolute("cwd", cwd)?;
     }
+    if let Some(root) = &spec.root {
+        absolute("root.path", &root.path)?;
+        super::process::validate_root_options(&root.options)?;
+    }
+    super::process::validate_process(spec)?;
     validate_labels(spec)?;
     validate_limits(spec)?;
     Ok(())
@@ -259,6 +263,56 @@ fn validate_fs_op(op: &FsOp, at: &str) -> Result<(), SpecError> {
             }
         }
         FsOp::Proc { .. } | FsOp::Dev { .. } | FsOp::Mqueue { .. } | FsOp::RemountRo { .. } => {}
+        FsOp::Mask { .. } | FsOp::ReadonlyPath { .. } => {}
+        FsOp::Mount {
+            fstype,
+            src,
+            options,
+            optional,
+            ..
+        } => {
+            super::mount::parse_options(fstype, options)
+                .map_err(|m| SpecError::new(format!("{at}.options"), m))?;
+            match (fstype.as_str(), src) {
+                ("bind", Some(src)) => absolute(&format!("{at}.src"), src)?,
+                ("bind", None) => {
+                    return Err(SpecError::new(
+                        format!("{at}.src"),
+                        "a bind mount needs a source",
+                    ));
+                }
+                (_, Some(_)) => {
+                    return Err(SpecError::new(
+                        format!("{at}.src"),
+                        format!("fstype {fstype:?} takes no source"),
+                    ));
+                }
+                (_, None) if *optional => {
+                    return Err(SpecError::new(
+                        format!("{at}.optional"),
+                        "only a bind mount can be optional",
+                    ));
+                }
+                _ => {}
+            }
+        }
+        FsOp::Device { kind, mode, .. } => {
+            if !super::mount::DEVICE_KINDS.contains(&kind.as_str()) {
+                return Err(SpecError::new(
+                    format!("{at}.kind"),
+                    format!(
+                        "unknown device kind, expected one of {}",
+                        super::mount::DEVICE_KINDS.join(", ")
+                    ),
+                ));
+            }
+            if mode.is_some_and(|m| m > 0o777) {
+                return Err(SpecError::new(
+                    format!("{at}.mode"),
+                    "a device's mode holds permission bits only (up to 0o777)",
+                ));
+            }
+        }
     }
     Ok(())
 }

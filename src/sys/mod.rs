@@ -21,6 +21,7 @@ mod rlimit;
 mod seccomp;
 pub mod socket;
 pub use socket::peer_hung_up;
+mod tty;
 mod walk;
 
 /// Every syscall wrapper, allocation-free: results carry the bare errno.
@@ -32,6 +33,7 @@ pub mod raw {
     pub use super::process::raw::*;
     pub use super::seccomp::raw::*;
     pub use super::socket::raw::*;
+    pub use super::tty::raw::*;
 }
 
 use std::ffi::CStr;
@@ -46,6 +48,7 @@ pub use net::*;
 pub use process::*;
 pub use rlimit::*;
 pub use seccomp::*;
+pub use tty::setns;
 pub use walk::*;
 
 pub use nix::errno::Errno;

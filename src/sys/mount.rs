@@ -13,7 +13,11 @@ pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
 pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
 pub const MOUNT_ATTR_NODEV: u64 = 0x4;
 pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+pub const MOUNT_ATTR_NODIRATIME: u64 = 0x80;
 pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+pub const MOUNT_ATTR_NOSYMFOLLOW: u64 = 0x0020_0000;
+/// mount(2)'s MS_NOSYMFOLLOW (Linux 5.10; not in every libc).
+pub const MS_NOSYMFOLLOW: libc::c_ulong = 256;
 
 pub const RESOLVE_NO_XDEV: u64 = 0x01;
 pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
@@ -33,6 +37,7 @@ pub mod raw {
 
     const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
     const FSCONFIG_SET_FLAG: libc::c_uint = 0;
+    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
     const FSCONFIG_SET_STRING: libc::c_uint = 1;
     const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
 
@@ -151,6 +156,12 @@ pub mod raw {
         to_dir: Option<BorrowedFd<'_>>,
         to: &CStr,
     ) -> Result<(), Errno> {
+        // An empty `to` under `to_dir` is `to_dir` itself.
+        let flags = if to.is_empty() && to_dir.is_some() {
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH
+        } else {
+            MOVE_MOUNT_F_EMPTY_PATH
+        };
         // SAFETY: both paths are valid C strings.
         ret(unsafe {
             libc::syscall(
@@ -159,7 +170,7 @@ pub mod raw {
                 c"".as_ptr(),
                 dirfd(to_dir),
                 to.as_ptr(),
-                MOVE_MOUNT_F_EMPTY_PATH,
+                flags,
             )
         })
         .map(drop)

@@ -549,6 +549,7 @@ impl StateDir {
                 "deadline_unix_ms": info.deadline_unix_ms, "max_commands": info.max_commands,
                 "defaults": info.defaults.is_some(), "locks": info.locks,
                 "audit_dir": info.audit_dir,
+                "image": info.image.as_ref().and_then(|m| m.digest.as_deref()),
             }),
         )?;
         write_new(dir.as_fd(), c"lock", b"", 0o600)?;

@@ -56,7 +56,9 @@ impl Session {
             },
             "fingerprint": i.fingerprint,
             "files": i.files,
-            "image": null,
+            "image": i.image.as_ref().map(|m| json!({
+                "digest": m.digest, "name": m.name, "platform": m.platform,
+            })),
             "workspace_path": i.workspace_path,
             "seals": i.seals,
             "network_sealed": i.network_sealed,

@@ -1,0 +1,63 @@
+#!/bin/sh
+# OCI runtime cost (issue 16): the same bundle (a busybox rootfs, `true`,
+# the config `runc spec` writes) through create + start + wait + delete
+# (`RUNTIME run`, which is exactly that) with hutch-oci, crun and runc,
+# interleaved in one hyperfine run; then `podman run --rm IMAGE true` with
+# each runtime. Prints hyperfine's summary (mean and median per command).
+# Target: hutch-oci <= crun (the fastest peer).
+#
+#   benches/oci.sh [--runs N]
+#
+# HUTCH_OCI=/path/to/hutch-oci skips the build. Run as root on a quiet
+# machine (the lead runs benchmarks, not the tests).
+set -eu
+
+runs=50
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --runs) runs=$2; shift 2 ;;
+        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        *) echo "oci.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+for tool in hyperfine runc crun podman python3 /bin/busybox; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "oci.sh: $tool is needed" >&2; exit 2; }
+done
+cd "$(dirname "$0")/.."
+if [ -z "${HUTCH_OCI:-}" ]; then
+    cargo build --release --bin hutch-oci >&2
+    HUTCH_OCI=$PWD/target/x86_64-unknown-linux-gnu/release/hutch-oci
+fi
+
+work=$(mktemp -d /tmp/hutch-oci-bench.XXXXXX)
+trap 'podman --root "$work/storage" --runroot "$work/run" rmi -a -f >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+bundle=$work/bundle
+mkdir -p "$bundle/rootfs/bin"
+cp /bin/busybox "$bundle/rootfs/bin/"
+for a in sh true; do ln -s busybox "$bundle/rootfs/bin/$a"; done
+(cd "$bundle" && runc spec)
+python3 - "$bundle/config.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["process"]["terminal"] = False
+c["process"]["args"] = ["true"]
+json.dump(c, open(sys.argv[1], "w"))
+EOF
+
+# A unique id per run: each command gets its own counter file.
+run_cmd() { # NAME BINARY
+    echo "n=\$(cat $work/$1.n 2>/dev/null || echo 0); echo \$((n+1)) > $work/$1.n; $2 --root $work/$1-state run --bundle $bundle $1-\$n"
+}
+hyperfine --warmup 5 --runs "$runs" -S sh \
+    -n hutch-oci "$(run_cmd hutch "$HUTCH_OCI")" \
+    -n crun "$(run_cmd crun crun)" \
+    -n runc "$(run_cmd runc runc)"
+
+tar -C "$bundle/rootfs" -cf "$work/rootfs.tar" .
+p="podman --root $work/storage --runroot $work/run --storage-driver vfs --cgroup-manager cgroupfs --events-backend file"
+$p import -q "$work/rootfs.tar" localhost/hutch-oci-bench:latest >/dev/null
+flags="--rm --network none --pids-limit 0 --ulimit nofile=1024:1024 --ulimit nproc=4096:4096"
+hyperfine --warmup 2 --runs "$((runs / 5 + 1))" \
+    -n "podman hutch-oci" "$p --runtime $HUTCH_OCI run $flags localhost/hutch-oci-bench true" \
+    -n "podman crun" "$p --runtime crun run $flags localhost/hutch-oci-bench true" \
+    -n "podman runc" "$p --runtime runc run $flags localhost/hutch-oci-bench true"

@@ -1,0 +1,104 @@
+//! Steps of the post-clone path that only some sandboxes take: namespaced
+//! sysctls, a terminal handed to a console socket, the create/start hold
+//! (hutch init), and the workload switching to its own ids. Each is one
+//! hook in [`super::child`], tagged with its [`Stage`].
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use super::child::{Stop, exists_in_root};
+use super::child_sys::ChildSys;
+use super::message::Message;
+use super::prepare::{ChildPlan, WorkloadIds};
+use super::stage::{At, Failure, Stage};
+
+/// The sysctls of the plan, through the procfs hutch init still sees (the
+/// host's mount, showing the sandbox's own namespaces' values).
+pub(super) fn write_sysctls<S: ChildSys>(sys: &mut S, plan: &ChildPlan) -> Result<(), Stop> {
+    for (i, (path, value)) in plan.sysctls.iter().enumerate() {
+        sys.write_sysctl(path, value)
+            .map_err(|e| Failure::new(Stage::Sysctl, e).at(i))?;
+    }
+    Ok(())
+}
+
+/// A terminal of the new root's devpts: the master goes to the console
+/// socket, the other end becomes hutch init's stdio (which the workload
+/// inherits, and makes its controlling terminal).
+pub(super) fn hand_terminal<S: ChildSys>(sys: &mut S, plan: &ChildPlan) -> Result<(), Stop> {
+    let Some(console) = &plan.console else {
+        return Ok(());
+    };
+    let (master, peer) = sys.open_terminal().at(Stage::Terminal)?;
+    sys.send_fd(console.as_fd(), master.as_fd())
+        .at(Stage::Terminal)?;
+    for target in 0..3 {
+        sys.dup2(peer.as_fd(), target).at(Stage::Terminal)?;
+    }
+    Ok(())
+}
+
+/// A created container: make sure its command exists in the new root,
+/// report `Held`, wait for the start request. The connection it came on
+/// is returned: the workload reports an exec failure there and hutch
+/// init confirms the start on it.
+pub(super) fn hold<S: ChildSys>(
+    sys: &mut S,
+    plan: &ChildPlan,
+    sock: BorrowedFd<'_>,
+) -> Result<Option<OwnedFd>, Stop> {
+    let Some(listener) = &plan.hold else {
+        return Ok(None);
+    };
+    let candidates = &plan.command.exec.candidates;
+    if !candidates.iter().any(|c| exists_in_root(sys, c)) {
+        return Err(Failure::new(Stage::Exec, crate::sys::Errno::ENOENT).into());
+    }
+    sys.send(sock, &Message::Held, &[]).at(Stage::Hold)?;
+    let conn = sys.accept_start(listener.as_fd()).at(Stage::Hold)?;
+    Ok(Some(conn))
+}
+
+/// The workload becomes its own uid, gid and groups, keeping its
+/// permitted capabilities across (the capability sets come next).
+pub(super) fn switch_ids<S: ChildSys>(sys: &mut S, w: &WorkloadIds) -> Result<(), Failure> {
+    sys.keep_caps().at(Stage::WorkloadIds)?;
+    if let Some(groups) = &w.groups {
+        sys.set_groups(groups).at(Stage::WorkloadIds)?;
+    }
+    sys.set_gid(w.gid).at(Stage::WorkloadIds)?;
+    sys.set_uid(w.uid).at(Stage::WorkloadIds)
+}
+
+/// The signal numbers of a mask (bit N-1 for signal N).
+pub(super) fn signal_list(mask: u64) -> Vec<libc::c_int> {
+    (1..=64).filter(|s| mask & (1u64 << (s - 1)) != 0).collect()
+}
+
+/// Every signal an engine may send a container's init that hutch init
+/// forwards to the workload: all but the uncatchable ones, SIGCHLD, and
+/// the synchronous faults.
+pub fn forward_all_signals() -> u64 {
+    let skip = [
+        libc::SIGKILL,
+        libc::SIGSTOP,
+        libc::SIGCHLD,
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+    ];
+    (1..=31)
+        .filter(|s| !skip.contains(s))
+        .fold(0, |m, s| m | 1u64 << (s - 1))
+}
+
+/// A wait status as an exit code: the code, or 128+N for signal N.
+pub(super) fn exit_code(status: libc::c_int) -> i32 {
+    if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        libc::WEXITSTATUS(status)
+    }
+}

@@ -1,0 +1,643 @@
+//! The container lifecycle of the OCI runtime spec (`runtime.md`) over
+//! hutch's create mode ([`crate::launch::create`]):
+//!
+//! - `create` builds the sandbox; hutch init waits on a hold socket in the
+//!   container's state directory; its pid goes to the pid file and to
+//!   `state.json` (with its start time, so that a reused pid is never
+//!   taken for the container);
+//! - `start` connects to the hold socket: hutch init starts the workload
+//!   and answers `Started` (or the workload's exec failure record);
+//! - `state` reads the record and looks at the process: alive and started
+//!   is `running`, alive is `created`, gone is `stopped`;
+//! - `kill` signals hutch init (which forwards to the workload);
+//! - `delete` kills what is left (hutch init, its keeper) and removes the
+//!   state directory.
+//!
+//! State lives under a root directory (default `/run/hutch-oci`), one
+//! directory per container, so it survives hutch-oci's own restarts.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+use serde::{Deserialize, Serialize};
+
+use super::OciError;
+use super::config::{Config, State};
+use crate::launch::create::{CreateOptions, create as launch_create};
+use crate::launch::message::{self, Incoming, Message};
+use crate::sys;
+
+/// The default state root.
+pub const DEFAULT_ROOT: &str = "/run/hutch-oci";
+/// The largest config.json hutch-oci reads.
+pub const MAX_CONFIG: u64 = 4 << 20;
+const STATE_FILE: &str = "state.json";
+const HOLD_SOCKET: &str = "hold.sock";
+const STARTED_MARK: &str = "started";
+/// Written once `create` is complete (before it: `creating`).
+const CREATED_MARK: &str = "created";
+
+/// A container's record in its state directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub id: String,
+    /// hutch init's pid, and its start time (`/proc/PID/stat` field 22).
+    pub pid: i32,
+    pub start_time: u64,
+    pub bundle: String,
+    pub annotations: BTreeMap<String, String>,
+    /// The keeper (egress proxy, status file), when there is one.
+    pub keeper: Option<(i32, u64)>,
+}
+
+/// A container's status (`runtime.md`, "State").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Creating,
+    Created,
+    Running,
+    Stopped,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Creating => "creating",
+            Status::Created => "created",
+            Status::Running => "running",
+            Status::Stopped => "stopped",
+        }
+    }
+}
+
+/// What `create` needs besides the id.
+pub struct CreateRequest<'a> {
+    pub bundle: &'a Path,
+    pub pid_file: Option<&'a Path>,
+    pub console_socket: Option<&'a Path>,
+}
+
+/// The state root.
+#[derive(Debug, Clone)]
+pub struct Root(PathBuf);
+
+/// A container id usable as a directory name.
+pub fn check_id(id: &str) -> Result<(), OciError> {
+    let ok = !id.is_empty()
+        && id.len() <= 1024
+        && !id.starts_with('.')
+        && !id.starts_with('-')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(OciError::BadId(id.chars().take(64).collect()))
+    }
+}
+
+/// `/proc/PID/stat` field 22 (start time in clock ticks), if the process
+/// exists and is not a zombie.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let mut buf = String::new();
+    std::fs::File::open(format!("/proc/{pid}/stat"))
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut buf)
+        .ok()?;
+    // The command name (field 2) may hold spaces and parentheses: the
+    // fields after it follow the last ')'.
+    let rest = &buf[buf.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state).
+    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+fn alive(pid: i32, start: u64) -> bool {
+    pid > 0 && start_time(pid) == Some(start)
+}
+
+/// Write `data` to `path` through a temporary file and a rename.
+fn write_atomic(path: &Path, data: &[u8]) -> Result<(), OciError> {
+    let tmp = path.with_extension("tmp");
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        std::io::Write::write_all(&mut f, data)?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(OciError::io(format!("writing {}", path.display())))
+}
+
+/// Read `bundle/config.json`: a regular file (no symlink followed), at
+/// most [`MAX_CONFIG`] bytes, JSON of the runtime spec.
+pub fn read_config(bundle: &Path) -> Result<Config, OciError> {
+    let bad = |message: String| OciError::Bundle {
+        bundle: bundle.display().to_string(),
+        message,
+    };
+    let path = bundle.join("config.json");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(|e| bad(format!("cannot open config.json: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| bad(format!("config.json: {e}")))?;
+    if !meta.is_file() {
+        return Err(bad("config.json is not a regular file".into()));
+    }
+    if meta.len() > MAX_CONFIG {
+        return Err(bad(format!(
+            "config.json is larger than {MAX_CONFIG} bytes"
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad(format!("reading config.json: {e}")))?;
+    // The message names the place, never echoes the content.
+    serde_json::from_slice(&bytes).map_err(|e| {
+        bad(format!(
+            "config.json is not a runtime-spec config (line {}, column {}: {})",
+            e.line(),
+            e.column(),
+            match e.classify() {
+                serde_json::error::Category::Data => "a value of the wrong type",
+                serde_json::error::Category::Syntax => "malformed JSON",
+                serde_json::error::Category::Eof => "unexpected end",
+                serde_json::error::Category::Io => "read error",
+            }
+        ))
+    })
+}
+
+/// A connection to the engine's console socket.
+fn connect_console(path: &Path) -> Result<OwnedFd, OciError> {
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| OciError::io("socket(AF_UNIX, SOCK_STREAM)")(e.into()))?;
+    rustix::net::connect(&fd, &unix_addr(path)?).map_err(|e| {
+        OciError::io(format!(
+            "connecting to the console socket {}",
+            path.display()
+        ))(e.into())
+    })?;
+    Ok(fd)
+}
+
+fn seqpacket() -> Result<OwnedFd, OciError> {
+    rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| OciError::io("socket(AF_UNIX, SOCK_SEQPACKET)")(e.into()))
+}
+
+fn unix_addr(path: &Path) -> Result<SocketAddrUnix, OciError> {
+    SocketAddrUnix::new(path).map_err(|e| {
+        OciError::io(format!("socket address {} (too long?)", path.display()))(e.into())
+    })
+}
+
+/// The hold socket of a state directory, addressed through an fd of the
+/// directory (`/proc/self/fd/N/hold.sock`), so that a long state root
+/// never exceeds sun_path's 108 bytes. Returns the fd with the address.
+fn hold_addr(dir: &Path) -> Result<(OwnedFd, SocketAddrUnix), OciError> {
+    let fd: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dir)
+        .map_err(OciError::io(format!("opening {}", dir.display())))?
+        .into();
+    let path = format!(
+        "/proc/self/fd/{}/{HOLD_SOCKET}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    );
+    let addr = unix_addr(Path::new(&path))?;
+    Ok((fd, addr))
+}
+
+impl Root {
+    pub fn new(path: impl Into<PathBuf>) -> Root {
+        Root(path.into())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    fn dir(&self, id: &str) -> Result<PathBuf, OciError> {
+        check_id(id)?;
+        Ok(self.0.join(id))
+    }
+
+    /// The record of container `id`.
+    pub fn load(&self, id: &str) -> Result<Record, OciError> {
+        let dir = self.dir(id)?;
+        let path = dir.join(STATE_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(OciError::NotExist(id.into()));
+            }
+            Err(e) => return Err(OciError::io(format!("reading {}", path.display()))(e)),
+        };
+        serde_json::from_slice(&bytes).map_err(|e| OciError::Io {
+            what: format!("reading {}", path.display()),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        })
+    }
+
+    /// The status of a loaded container.
+    pub fn status(&self, r: &Record) -> Status {
+        if !alive(r.pid, r.start_time) {
+            return Status::Stopped;
+        }
+        match self.dir(&r.id) {
+            Ok(dir) if dir.join(STARTED_MARK).exists() => Status::Running,
+            Ok(dir) if dir.join(CREATED_MARK).exists() => Status::Created,
+            _ => Status::Creating,
+        }
+    }
+
+    /// The OCI state of container `id`.
+    pub fn state(&self, id: &str) -> Result<State, OciError> {
+        let r = self.load(id)?;
+        let status = self.status(&r);
+        Ok(State {
+            oci_version: super::config::OCI_VERSION_MAX.into(),
+            id: r.id.clone(),
+            status: status.as_str().into(),
+            pid: (status != Status::Stopped).then_some(r.pid),
+            bundle: r.bundle.clone(),
+            annotations: r.annotations.clone(),
+        })
+    }
+
+    /// Create container `id` from its bundle: the sandbox is built and
+    /// waits for [`Root::start`]. The process must be single-threaded.
+    pub fn create(&self, id: &str, req: &CreateRequest<'_>) -> Result<Record, OciError> {
+        let dir = self.dir(id)?;
+        let bundle = std::path::absolute(req.bundle)
+            .map_err(OciError::io(format!("bundle {}", req.bundle.display())))?;
+        let config = read_config(&bundle)?;
+        let t = super::translate::translate(&config, &bundle)?;
+        if t.terminal != req.console_socket.is_some() {
+            return Err(OciError::Config {
+                key: "process.terminal".into(),
+                message: if t.terminal {
+                    "a terminal needs --console-socket".into()
+                } else {
+                    "--console-socket is given but the process has no terminal".into()
+                },
+            });
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.0)
+            .map_err(OciError::io(format!("creating {}", self.0.display())))?;
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(OciError::Exists(id.into()));
+            }
+            Err(e) => return Err(OciError::io(format!("creating {}", dir.display()))(e)),
+        }
+        let result = self.create_in(id, &dir, &bundle, &config, t, req);
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        result
+    }
+
+    fn create_in(
+        &self,
+        id: &str,
+        dir: &Path,
+        bundle: &Path,
+        config: &Config,
+        mut t: super::translate::Translated,
+        req: &CreateRequest<'_>,
+    ) -> Result<Record, OciError> {
+        if let Some(json) = &t.seccomp_profile {
+            let path = dir.join("seccomp.json");
+            write_atomic(&path, json.as_bytes())?;
+            t.spec.security.seccomp = path.display().to_string();
+        }
+        let hold_path = dir.join(HOLD_SOCKET);
+        let hold = seqpacket()?;
+        let (_dir_fd, addr) = hold_addr(dir)?;
+        rustix::net::bind(&hold, &addr)
+            .map_err(|e| OciError::io(format!("bind({})", hold_path.display()))(e.into()))?;
+        rustix::net::listen(&hold, 1)
+            .map_err(|e| OciError::io(format!("listen({})", hold_path.display()))(e.into()))?;
+        let console = req.console_socket.map(connect_console).transpose()?;
+        let created = launch_create(
+            &t.spec,
+            CreateOptions {
+                cgroup: None,
+                hold,
+                console,
+                status_file: t.status_file.clone(),
+            },
+            // The record exists from the moment hutch init does (before it
+            // builds the root): a `delete` finds it even if this process
+            // is killed now.
+            &mut |pid| {
+                let early = Record {
+                    id: id.into(),
+                    pid,
+                    start_time: start_time(pid).unwrap_or(0),
+                    bundle: bundle.display().to_string(),
+                    annotations: config.annotations.clone(),
+                    keeper: None,
+                };
+                let json = serde_json::to_vec(&early).expect("record serializes");
+                write_atomic(&dir.join(STATE_FILE), &json).map_err(|e| e.to_string())
+            },
+        )?;
+        let stamp = |pid| start_time(pid).unwrap_or(0);
+        let record = Record {
+            id: id.into(),
+            pid: created.pid,
+            start_time: stamp(created.pid),
+            bundle: bundle.display().to_string(),
+            annotations: config.annotations.clone(),
+            keeper: created.keeper.map(|k| (k, stamp(k))),
+        };
+        let kill = || {
+            let _ = sys::raw::kill(created.pid, libc::SIGKILL);
+            if let Some(k) = created.keeper {
+                let _ = sys::raw::kill(k, libc::SIGKILL);
+            }
+        };
+        let json = serde_json::to_vec(&record).expect("record serializes");
+        if let Err(e) = write_atomic(&dir.join(STATE_FILE), &json) {
+            kill();
+            return Err(e);
+        }
+        if let Some(pid_file) = req.pid_file
+            && let Err(e) = write_atomic(pid_file, created.pid.to_string().as_bytes())
+        {
+            kill();
+            return Err(e);
+        }
+        if let Err(e) = write_atomic(&dir.join(CREATED_MARK), b"") {
+            kill();
+            return Err(e);
+        }
+        Ok(record)
+    }
+
+    /// Start a created container: its workload runs once this returns.
+    pub fn start(&self, id: &str) -> Result<(), OciError> {
+        let r = self.load(id)?;
+        match self.status(&r) {
+            Status::Created => {}
+            s => {
+                return Err(OciError::WrongState {
+                    id: id.into(),
+                    status: s.as_str(),
+                    message: "only a created container can be started",
+                });
+            }
+        }
+        let dir = self.dir(id)?;
+        let sock = seqpacket()?;
+        let hold_path = dir.join(HOLD_SOCKET);
+        let (_dir_fd, addr) = hold_addr(&dir)?;
+        rustix::net::connect(&sock, &addr).map_err(|e| {
+            OciError::io(format!("connecting to {}", hold_path.display()))(e.into())
+        })?;
+        sys::socket::send(sock.as_fd(), b"start", &[]).map_err(|e| OciError::Io {
+            what: "sending the start request".into(),
+            source: std::io::Error::from_raw_os_error(e.errno as i32),
+        })?;
+        // Mark it first: `state` says running from the moment the
+        // workload may run.
+        write_atomic(&dir.join(STARTED_MARK), b"")?;
+        let mut started = false;
+        loop {
+            match message::recv(&sock) {
+                Ok(Some(Incoming::Message(Message::Started { .. }, _))) => started = true,
+                Ok(Some(Incoming::Message(..))) => {}
+                Ok(Some(Incoming::Failure(f, _))) => {
+                    return Err(OciError::Start {
+                        id: id.into(),
+                        line: format!("{} failed: {}", f.stage.what(), f.errno.desc()),
+                    });
+                }
+                // Closed: hutch init dropped its end, the workload's copy
+                // closed on execve.
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(OciError::Start {
+                        id: id.into(),
+                        line: e.to_string(),
+                    });
+                }
+            }
+        }
+        if !started {
+            return Err(OciError::Start {
+                id: id.into(),
+                line: "the container ended before its workload started".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Run `process` in running container `id` (the OCI `exec`), with the
+    /// container's confinement: its pid once it runs. With `wait`, this
+    /// process becomes a subreaper, waits for it and returns its exit code
+    /// (128+N for signal N); otherwise the process goes to the caller's
+    /// subreaper.
+    pub fn exec(
+        &self,
+        id: &str,
+        process: super::config::Process,
+        pid_file: Option<&Path>,
+        console_socket: Option<&Path>,
+        wait: bool,
+    ) -> Result<i32, OciError> {
+        let r = self.load(id)?;
+        let status = self.status(&r);
+        if status != Status::Running {
+            return Err(OciError::WrongState {
+                id: id.into(),
+                status: status.as_str(),
+                message: "container not running",
+            });
+        }
+        let bundle = Path::new(&r.bundle);
+        let mut config = read_config(bundle)?;
+        if process.terminal != console_socket.is_some() {
+            return Err(OciError::Config {
+                key: "process.terminal".into(),
+                message: "a terminal needs --console-socket, and --console-socket a terminal"
+                    .into(),
+            });
+        }
+        config.process = Some(process);
+        let mut t = super::translate::translate(&config, bundle)?;
+        if t.seccomp_profile.is_some() {
+            t.spec.security.seccomp = self.dir(id)?.join("seccomp.json").display().to_string();
+        }
+        // The egress doors are the container's: the process joins its
+        // network namespace and needs no proxy of its own.
+        if matches!(t.spec.network, crate::spec::Network::Proxy(_)) {
+            t.spec.network = crate::spec::Network::None;
+        }
+        let console = console_socket.map(connect_console).transpose()?;
+        if wait {
+            sys::set_child_subreaper().map_err(|e| OciError::Io {
+                what: "becoming a subreaper".into(),
+                source: std::io::Error::from_raw_os_error(e.errno as i32),
+            })?;
+        }
+        let pid = crate::launch::exec::exec(
+            &t.spec,
+            r.pid,
+            crate::launch::exec::ExecOptions { console },
+        )?;
+        if let Some(pid_file) = pid_file {
+            write_atomic(pid_file, pid.to_string().as_bytes())?;
+        }
+        if !wait {
+            return Ok(0);
+        }
+        match sys::raw::waitpid(pid, 0) {
+            Ok(Some((_, s))) if libc::WIFEXITED(s) => Ok(libc::WEXITSTATUS(s)),
+            Ok(Some((_, s))) if libc::WIFSIGNALED(s) => Ok(128 + libc::WTERMSIG(s)),
+            _ => Ok(1),
+        }
+    }
+
+    /// Send `signal` to the container's hutch init (forwarded to the
+    /// workload; SIGKILL ends the whole container).
+    pub fn kill(&self, id: &str, signal: i32) -> Result<(), OciError> {
+        let r = self.load(id)?;
+        let status = self.status(&r);
+        if status == Status::Stopped {
+            return Err(OciError::WrongState {
+                id: id.into(),
+                status: status.as_str(),
+                message: "container not running",
+            });
+        }
+        let pidfd = sys::raw::pidfd_open(r.pid).map_err(|e| OciError::Io {
+            what: format!("pidfd_open({})", r.pid),
+            source: std::io::Error::from_raw_os_error(e as i32),
+        })?;
+        // The pidfd pins the process: check it is still the container's.
+        if !alive(r.pid, r.start_time) {
+            return Err(OciError::WrongState {
+                id: id.into(),
+                status: "stopped",
+                message: "container not running",
+            });
+        }
+        sys::raw::pidfd_send_signal(pidfd.as_fd(), signal).map_err(|e| OciError::Io {
+            what: format!("sending signal {signal} to {}", r.pid),
+            source: std::io::Error::from_raw_os_error(e as i32),
+        })
+    }
+
+    /// Remove container `id`: a running one only with `force`; its
+    /// processes are killed and waited for, its state directory removed.
+    /// A missing container with `force` is not an error.
+    pub fn delete(&self, id: &str, force: bool) -> Result<(), OciError> {
+        let dir = self.dir(id)?;
+        let r = match self.load(id) {
+            Ok(r) => r,
+            Err(OciError::NotExist(_)) if force => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Ok(());
+            }
+            Err(OciError::NotExist(_)) if dir.exists() => {
+                // An aborted create: nothing runs, the directory goes.
+                let _ = std::fs::remove_dir_all(&dir);
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let status = self.status(&r);
+        if status == Status::Running && !force {
+            return Err(OciError::WrongState {
+                id: id.into(),
+                status: status.as_str(),
+                message: "stop it first or delete --force",
+            });
+        }
+        let mut left = vec![(r.pid, r.start_time)];
+        left.extend(r.keeper);
+        for (pid, start) in left {
+            end_process(pid, start)?;
+        }
+        std::fs::remove_dir_all(&dir).map_err(OciError::io(format!("removing {}", dir.display())))
+    }
+
+    /// The ids of every container under the root.
+    pub fn list(&self) -> Vec<String> {
+        let mut ids: Vec<String> = std::fs::read_dir(&self.0)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|id| check_id(id).is_ok())
+            .collect();
+        ids.sort();
+        ids
+    }
+}
+
+/// SIGKILL `pid` if it is still the process started at `start`, and wait
+/// (up to 10 s) until it is gone.
+fn end_process(pid: i32, start: u64) -> Result<(), OciError> {
+    let Ok(pidfd) = sys::raw::pidfd_open(pid) else {
+        return Ok(());
+    };
+    if !alive(pid, start) {
+        return Ok(());
+    }
+    let _ = sys::raw::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // A pidfd is readable once the process has exited.
+        let left = deadline.saturating_duration_since(Instant::now());
+        match sys::raw::poll_one(pidfd.as_fd(), libc::POLLIN, left.as_millis() as i32) {
+            Ok(r) if r != 0 => return Ok(()),
+            Err(sys::Errno::EINTR) => continue,
+            _ if Instant::now() < deadline => continue,
+            _ => {
+                return Err(OciError::Io {
+                    what: format!("waiting for process {pid} to end after SIGKILL"),
+                    source: std::io::Error::from(std::io::ErrorKind::TimedOut),
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,806 @@
+//! `config.json` → [`Spec`]: every property hutch reads is translated,
+//! every property it cannot enforce is refused by its key path
+//! (`linux.resources.pids.limit: ...`), nothing is ignored silently. The
+//! differences from runc are listed in docs/oci.md.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use super::OciError;
+use super::config::{Config, Linux, Mount, Process};
+use crate::spec::{
+    CapabilitySets, FsOp, IdMapping, NamespaceRef, Network, ProxyPolicy, RootDir, Spec,
+};
+
+/// A bundle's config as hutch runs it.
+#[derive(Debug, Clone)]
+pub struct Translated {
+    pub spec: Spec,
+    /// `process.terminal`: the console socket gets the terminal.
+    pub terminal: bool,
+    /// `run.hutch.status-file`: the start event and exit report go there.
+    pub status_file: Option<PathBuf>,
+    /// `linux.cgroupsPath`, as given.
+    pub cgroups_path: Option<String>,
+    /// `linux.seccomp` as a hutch profile (JSON): the runtime writes it to
+    /// the container's state directory and points `security.seccomp` at it.
+    pub seccomp_profile: Option<String>,
+}
+
+/// The annotations hutch reads (every other `run.hutch.*` is refused, so
+/// that a typo never runs a container with less confinement than asked).
+pub const ANNOTATIONS: &[&str] = &[
+    "run.hutch.egress.allow",
+    "run.hutch.landlock",
+    "run.hutch.seccomp",
+    "run.hutch.status-file",
+];
+
+/// The device nodes every container gets (runtime-spec `config-linux.md`,
+/// "Default Devices"): (path, major, minor).
+const DEFAULT_DEVICES: &[(&str, u32, u32)] = &[
+    ("/dev/null", 1, 3),
+    ("/dev/zero", 1, 5),
+    ("/dev/full", 1, 7),
+    ("/dev/random", 1, 8),
+    ("/dev/urandom", 1, 9),
+    ("/dev/tty", 5, 0),
+];
+
+/// The symlinks every container's /dev gets: (path, target).
+const DEFAULT_LINKS: &[(&str, &str)] = &[
+    ("/dev/fd", "/proc/self/fd"),
+    ("/dev/stdin", "/proc/self/fd/0"),
+    ("/dev/stdout", "/proc/self/fd/1"),
+    ("/dev/stderr", "/proc/self/fd/2"),
+    ("/dev/ptmx", "pts/ptmx"),
+];
+
+fn err(key: impl Into<String>, message: impl Into<String>) -> OciError {
+    OciError::Config {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+fn unsupported(key: &str) -> OciError {
+    err(key, "not supported by hutch-oci (see docs/oci.md)")
+}
+
+/// An absolute path inside the container: absolute, no `..`.
+fn container_path(key: &str, p: &str) -> Result<PathBuf, OciError> {
+    let path = Path::new(p);
+    if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
+        return Err(err(key, "must be an absolute path without `..`"));
+    }
+    if p.len() > 4096 || p.contains('\0') {
+        return Err(err(key, "not a usable path"));
+    }
+    Ok(path.to_path_buf())
+}
+
+/// A host path of the config: absolute as given, or relative to the bundle.
+fn host_path(key: &str, bundle: &Path, p: &str) -> Result<PathBuf, OciError> {
+    if p.is_empty() || p.len() > 4096 || p.contains('\0') {
+        return Err(err(key, "not a usable path"));
+    }
+    let path = Path::new(p);
+    if path.is_absolute() {
+        return Ok(path.to_path_buf());
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Err(err(
+            key,
+            "a path relative to the bundle must stay inside it (no `..`)",
+        ));
+    }
+    Ok(bundle.join(path))
+}
+
+/// Translate `cfg` (from the bundle at `bundle`, an absolute path).
+pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
+    if !cfg.oci_version.starts_with("1.") {
+        return Err(err(
+            "ociVersion",
+            format!(
+                "hutch-oci reads runtime-spec {}..{}",
+                super::config::OCI_VERSION_MIN,
+                super::config::OCI_VERSION_MAX
+            ),
+        ));
+    }
+    for (key, v) in [
+        ("solaris", &cfg.solaris),
+        ("windows", &cfg.windows),
+        ("vm", &cfg.vm),
+        ("zos", &cfg.zos),
+    ] {
+        if v.is_some() {
+            return Err(unsupported(key));
+        }
+    }
+    if let Some(h) = &cfg.hooks {
+        for (key, list) in [
+            ("prestart", &h.prestart),
+            ("createRuntime", &h.create_runtime),
+            ("createContainer", &h.create_container),
+            ("startContainer", &h.start_container),
+            ("poststart", &h.poststart),
+            ("poststop", &h.poststop),
+        ] {
+            if !list.is_empty() {
+                return Err(unsupported(&format!("hooks.{key}")));
+            }
+        }
+    }
+    let mut spec = Spec::default();
+    let process = cfg.process.as_ref().ok_or_else(|| {
+        err(
+            "process",
+            "required: hutch-oci runs one process per container",
+        )
+    })?;
+    let terminal = process.terminal;
+    translate_process(process, &mut spec)?;
+
+    let root = cfg.root.as_ref().ok_or_else(|| err("root", "required"))?;
+    if root.path.is_empty() {
+        return Err(err("root.path", "required"));
+    }
+    // No device cgroup: a device node is usable only where hutch made it
+    // (the default set and linux.devices, each a mount of its own). The
+    // root, binds and tmpfs mounts are nodev, so a node an image ships or
+    // a workload with CAP_MKNOD makes opens nothing.
+    let mut root_dir = RootDir::new(host_path("root.path", bundle, &root.path)?);
+    root_dir.options.push("nodev".into());
+    spec.root = Some(root_dir);
+    spec.root_readonly = root.readonly;
+
+    let linux = cfg.linux.clone().unwrap_or_default();
+    translate_namespaces(&linux, &mut spec)?;
+    if let Some(h) = &cfg.hostname
+        && !h.is_empty()
+    {
+        if !(spec.namespaces.uts || spec.namespaces.join.uts.is_some()) {
+            return Err(err(
+                "hostname",
+                "needs a uts namespace of the container's own",
+            ));
+        }
+        spec.identity.hostname = Some(h.clone());
+    }
+    if let Some(d) = &cfg.domainname
+        && !d.is_empty()
+    {
+        spec.sysctl.insert("kernel.domainname".into(), d.clone());
+    }
+    for (i, m) in cfg.mounts.iter().enumerate() {
+        spec.fs
+            .push(translate_mount(&format!("mounts[{i}]"), m, bundle)?);
+    }
+    translate_devices(&linux, &mut spec)?;
+    for (i, p) in linux.masked_paths.iter().enumerate() {
+        let dest = container_path(&format!("linux.maskedPaths[{i}]"), p)?;
+        spec.fs.push(FsOp::Mask { dest });
+    }
+    for (i, p) in linux.readonly_paths.iter().enumerate() {
+        let dest = container_path(&format!("linux.readonlyPaths[{i}]"), p)?;
+        spec.fs.push(FsOp::ReadonlyPath { dest });
+    }
+    translate_linux_rest(&linux, &mut spec)?;
+    for (k, v) in &linux.sysctl {
+        spec.sysctl.insert(k.clone(), v.clone());
+    }
+
+    let mut status_file = None;
+    spec.security.seccomp = "default".into();
+    let mut seccomp_chosen = false;
+    for (key, value) in &cfg.annotations {
+        if !key.starts_with("run.hutch.") {
+            continue;
+        }
+        let at = format!("annotations.{key}");
+        match key.as_str() {
+            "run.hutch.egress.allow" => {
+                let allow: Vec<String> = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|h| !h.is_empty())
+                    .map(String::from)
+                    .collect();
+                let policy = ProxyPolicy {
+                    allow,
+                    ..ProxyPolicy::default()
+                };
+                // The container gets an empty network namespace of its
+                // own plus the proxy doors, not the engine's network.
+                spec.network = Network::Proxy(policy);
+                spec.namespaces.net = true;
+                spec.namespaces.join.net = None;
+            }
+            "run.hutch.landlock" => {
+                let ll = &mut spec.security.landlock;
+                match value.as_str() {
+                    "off" => ll.enabled = false,
+                    "best-effort" => {
+                        ll.enabled = true;
+                        ll.min_abi = None;
+                    }
+                    v => match v
+                        .strip_prefix("min-abi=")
+                        .and_then(|n| n.parse::<u32>().ok())
+                    {
+                        Some(n) if (1..=64).contains(&n) => {
+                            ll.enabled = true;
+                            ll.min_abi = Some(n);
+                        }
+                        _ => return Err(err(at, "expected off, best-effort or min-abi=N")),
+                    },
+                }
+            }
+            "run.hutch.seccomp" => {
+                if value.is_empty() || value.len() > 4096 {
+                    return Err(err(at, "expected a hutch seccomp profile name or path"));
+                }
+                spec.security.seccomp = value.clone();
+                seccomp_chosen = true;
+            }
+            "run.hutch.status-file" => {
+                let p = Path::new(value);
+                if !p.is_absolute() {
+                    return Err(err(at, "must be an absolute path"));
+                }
+                status_file = Some(p.to_path_buf());
+            }
+            _ => {
+                return Err(err(
+                    at,
+                    format!(
+                        "unknown hutch annotation; known: {}",
+                        ANNOTATIONS.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    // The config's profile, unless an annotation chose hutch's own; without
+    // one, hutch's `default` profile.
+    let mut seccomp_profile = None;
+    if let Some(s) = &linux.seccomp
+        && !seccomp_chosen
+    {
+        match super::seccomp::profile(s)? {
+            Some(json) => seccomp_profile = Some(json),
+            None => spec.security.seccomp = "unconfined".into(),
+        }
+    }
+    Ok(Translated {
+        spec,
+        terminal,
+        status_file,
+        cgroups_path: linux.cgroups_path.clone(),
+        seccomp_profile,
+    })
+}
+
+fn translate_process(p: &Process, spec: &mut Spec) -> Result<(), OciError> {
+    if p.args.is_empty() {
+        return Err(err("process.args", "required: at least the program"));
+    }
+    if p.command_line.is_some() {
+        return Err(unsupported("process.commandLine"));
+    }
+    spec.command = p.args.clone();
+    let mut env = BTreeMap::new();
+    for (i, kv) in p.env.iter().enumerate() {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(err(format!("process.env[{i}]"), "expected NAME=VALUE"));
+        };
+        env.insert(k.to_string(), v.to_string());
+    }
+    spec.env = env;
+    spec.cwd = Some(container_path("process.cwd", &p.cwd)?);
+    let u = &p.user;
+    if u.username.is_some() {
+        return Err(unsupported("process.user.username"));
+    }
+    spec.identity.uid = Some(u.uid);
+    spec.identity.gid = Some(u.gid);
+    spec.identity.groups = Some(u.additional_gids.clone());
+    spec.umask = u.umask;
+    let caps = p.capabilities.clone().unwrap_or_default();
+    // The kernel raises an ambient capability only when it is permitted
+    // and inheritable too; runc warns and goes on without the others
+    // (`runc spec`'s own config lists ambient ones that are not
+    // inheritable). Leaving them out only ever means fewer capabilities.
+    let ambient = caps
+        .ambient
+        .iter()
+        .filter(|c| caps.inheritable.contains(c) && caps.permitted.contains(c))
+        .cloned()
+        .collect();
+    spec.security.capabilities = Some(CapabilitySets {
+        bounding: caps.bounding,
+        effective: caps.effective,
+        permitted: caps.permitted,
+        inheritable: caps.inheritable,
+        ambient,
+    });
+    for (i, r) in p.rlimits.iter().enumerate() {
+        let at = format!("process.rlimits[{i}]");
+        let name = r
+            .kind
+            .strip_prefix("RLIMIT_")
+            .map(str::to_ascii_lowercase)
+            .filter(|n| crate::cgroup::rlimits::resource(n).is_some())
+            .ok_or_else(|| err(format!("{at}.type"), "not an rlimit hutch knows"))?;
+        if r.soft > r.hard {
+            return Err(err(at, "soft is above hard"));
+        }
+        spec.limits.rlimits.insert(name.clone(), r.hard);
+        if r.soft != r.hard {
+            spec.limits.rlimits_soft.insert(name, r.soft);
+        }
+    }
+    spec.security.no_new_privs = p.no_new_privileges;
+    spec.limits.oom_score_adj = p.oom_score_adj;
+    for (key, set) in [
+        (
+            "process.apparmorProfile",
+            p.apparmor_profile.as_ref().is_some_and(|s| !s.is_empty()),
+        ),
+        (
+            "process.selinuxLabel",
+            p.selinux_label.as_ref().is_some_and(|s| !s.is_empty()),
+        ),
+        ("process.ioPriority", p.io_priority.is_some()),
+        ("process.scheduler", p.scheduler.is_some()),
+        ("process.execCPUAffinity", p.exec_cpu_affinity.is_some()),
+    ] {
+        if set {
+            return Err(unsupported(key));
+        }
+    }
+    Ok(())
+}
+
+fn translate_namespaces(linux: &Linux, spec: &mut Spec) -> Result<(), OciError> {
+    let ns = &mut spec.namespaces;
+    // Only what the config lists; a mount namespace always.
+    ns.user = false;
+    ns.pid = false;
+    ns.ipc = false;
+    ns.uts = false;
+    ns.net = false;
+    ns.cgroup = false;
+    ns.mount = true;
+    let mut seen: Vec<&str> = Vec::new();
+    for (i, n) in linux.namespaces.iter().enumerate() {
+        let at = format!("linux.namespaces[{i}]");
+        if seen.contains(&n.kind.as_str()) {
+            return Err(err(format!("{at}.type"), "listed twice"));
+        }
+        seen.push(n.kind.as_str());
+        let join = match &n.path {
+            Some(p) if !p.is_empty() => Some(NamespaceRef::path(container_path(
+                &format!("{at}.path"),
+                p,
+            )?)),
+            _ => None,
+        };
+        let (flag, slot) = match n.kind.as_str() {
+            "pid" => (&mut ns.pid, &mut ns.join.pid),
+            "network" => (&mut ns.net, &mut ns.join.net),
+            "ipc" => (&mut ns.ipc, &mut ns.join.ipc),
+            "uts" => (&mut ns.uts, &mut ns.join.uts),
+            "user" => (&mut ns.user, &mut ns.join.user),
+            "cgroup" => (&mut ns.cgroup, &mut ns.join.cgroup),
+            "mount" => {
+                if join.is_some() {
+                    return Err(err(
+                        format!("{at}.path"),
+                        "a mount namespace cannot be joined",
+                    ));
+                }
+                continue;
+            }
+            "time" => return Err(unsupported(&format!("{at} (time)"))),
+            _ => return Err(err(format!("{at}.type"), "unknown namespace type")),
+        };
+        match join {
+            Some(r) => *slot = Some(r),
+            None => *flag = true,
+        }
+    }
+    spec.network = if ns.net { Network::None } else { Network::Host };
+    if ns.user {
+        if linux.uid_mappings.is_empty() || linux.gid_mappings.is_empty() {
+            return Err(err(
+                "linux.uidMappings",
+                "a user namespace of the container's own needs uidMappings and gidMappings",
+            ));
+        }
+        let map = |m: &[super::config::IdMapping]| {
+            m.iter()
+                .map(|m| IdMapping::new(m.container_id, m.host_id, m.size))
+                .collect()
+        };
+        spec.identity.uid_map = map(&linux.uid_mappings);
+        spec.identity.gid_map = map(&linux.gid_mappings);
+    } else if !linux.uid_mappings.is_empty() || !linux.gid_mappings.is_empty() {
+        return Err(err(
+            "linux.uidMappings",
+            "id mappings need a user namespace of the container's own",
+        ));
+    }
+    Ok(())
+}
+
+fn translate_mount(at: &str, m: &Mount, bundle: &Path) -> Result<FsOp, OciError> {
+    let dest = container_path(&format!("{at}.destination"), &m.destination)?;
+    if m.uid_mappings.is_some() || m.gid_mappings.is_some() {
+        return Err(unsupported(&format!("{at}.uidMappings")));
+    }
+    let is_bind =
+        m.kind.as_deref() == Some("bind") || m.options.iter().any(|o| o == "bind" || o == "rbind");
+    let fstype = if is_bind {
+        "bind".to_string()
+    } else {
+        match m.kind.as_deref() {
+            Some("cgroup") | Some("cgroup2") => "cgroup2".into(),
+            Some(t) if crate::spec::mount::FSTYPES.contains(&t) => t.to_string(),
+            Some(_) => {
+                return Err(err(
+                    format!("{at}.type"),
+                    "a filesystem type hutch-oci does not mount",
+                ));
+            }
+            None => {
+                return Err(err(
+                    format!("{at}.type"),
+                    "required unless the options say bind",
+                ));
+            }
+        }
+    };
+    let mut options = m.options.clone();
+    // Last, so that it wins over a `dev` (see the root above).
+    if fstype == "bind" || fstype == "tmpfs" {
+        options.push("nodev".into());
+    }
+    if fstype != "bind" {
+        // devpts always gets a new instance; `newinstance` is implied.
+        options.retain(|o| o != "newinstance" || fstype == "devpts");
+    }
+    crate::spec::mount::parse_options(&fstype, &options)
+        .map_err(|e| err(format!("{at}.options"), e))?;
+    let src = if fstype == "bind" {
+        let s = m
+            .source
+            .as_deref()
+            .ok_or_else(|| err(format!("{at}.source"), "a bind mount needs a source"))?;
+        Some(host_path(&format!("{at}.source"), bundle, s)?)
+    } else {
+        None
+    };
+    Ok(FsOp::Mount {
+        fstype,
+        src,
+        dest,
+        options,
+        optional: false,
+    })
+}
+
+fn translate_devices(linux: &Linux, spec: &mut Spec) -> Result<(), OciError> {
+    let listed: Vec<&str> = linux.devices.iter().map(|d| d.path.as_str()).collect();
+    for (path, major, minor) in DEFAULT_DEVICES {
+        if listed.contains(path) {
+            continue;
+        }
+        spec.fs.push(FsOp::Device {
+            dest: PathBuf::from(path),
+            kind: "char".into(),
+            major: *major,
+            minor: *minor,
+            mode: Some(0o666),
+            uid: None,
+            gid: None,
+        });
+    }
+    for (i, d) in linux.devices.iter().enumerate() {
+        let at = format!("linux.devices[{i}]");
+        let kind = match d.kind.as_str() {
+            "c" | "u" => "char",
+            "b" => "block",
+            "p" => "fifo",
+            _ => return Err(err(format!("{at}.type"), "expected c, u, b or p")),
+        };
+        let num = |key: &str, v: i64| {
+            u32::try_from(v).map_err(|_| err(format!("{at}.{key}"), "out of range"))
+        };
+        spec.fs.push(FsOp::Device {
+            dest: container_path(&format!("{at}.path"), &d.path)?,
+            kind: kind.into(),
+            major: num("major", d.major)?,
+            minor: num("minor", d.minor)?,
+            mode: Some(d.file_mode.unwrap_or(0o666) & 0o777),
+            uid: d.uid,
+            gid: d.gid,
+        });
+    }
+    for (path, target) in DEFAULT_LINKS {
+        spec.fs.push(FsOp::Symlink {
+            target: PathBuf::from(target),
+            dest: PathBuf::from(path),
+        });
+    }
+    Ok(())
+}
+
+fn translate_linux_rest(linux: &Linux, _spec: &mut Spec) -> Result<(), OciError> {
+    for (key, set) in [
+        ("linux.timeOffsets", linux.time_offsets.is_some()),
+        ("linux.intelRdt", linux.intel_rdt.is_some()),
+        ("linux.personality", linux.personality.is_some()),
+        ("linux.memoryPolicy", linux.memory_policy.is_some()),
+        ("linux.netDevices", linux.net_devices.is_some()),
+        (
+            "linux.mountLabel",
+            linux.mount_label.as_ref().is_some_and(|s| !s.is_empty()),
+        ),
+    ] {
+        if set {
+            return Err(unsupported(key));
+        }
+    }
+    match linux.rootfs_propagation.as_deref() {
+        None | Some("") | Some("private" | "rprivate" | "slave" | "rslave") => {}
+        Some(_) => {
+            return Err(err(
+                "linux.rootfsPropagation",
+                "hutch-oci never propagates the container's mounts to the host: only private or slave",
+            ));
+        }
+    }
+    let Some(r) = &linux.resources else {
+        return Ok(());
+    };
+    // Device access is what the container's /dev holds (the default set
+    // and linux.devices); a device cgroup rule is not needed for that.
+    let no_limit = "hutch-oci cannot enforce cgroup limits yet (docs/oci.md); run without this limit (podman: --pids-limit 0)";
+    if let Some(m) = &r.memory
+        && (m.limit.is_some_and(|v| v > 0)
+            || m.reservation.is_some_and(|v| v > 0)
+            || m.swap.is_some_and(|v| v > 0)
+            || m.kernel.is_some()
+            || m.kernel_tcp.is_some()
+            || m.swappiness.is_some()
+            || m.disable_oom_killer == Some(true))
+    {
+        return Err(err("linux.resources.memory", no_limit));
+    }
+    if let Some(p) = &r.pids
+        && p.limit > 0
+    {
+        return Err(err("linux.resources.pids.limit", no_limit));
+    }
+    if let Some(c) = &r.cpu
+        // 1024 shares is the kernel's default weight: no limit.
+        && (c.shares.is_some_and(|s| s > 0 && s != 1024)
+            || c.quota.is_some_and(|q| q > 0)
+            || c.burst.is_some()
+            || c.realtime_runtime.is_some()
+            || c.cpus.as_ref().is_some_and(|s| !s.is_empty())
+            || c.mems.as_ref().is_some_and(|s| !s.is_empty())
+            || c.idle.is_some())
+    {
+        return Err(err("linux.resources.cpu", no_limit));
+    }
+    for (key, set) in [
+        ("linux.resources.blockIO", r.block_io.is_some()),
+        (
+            "linux.resources.hugepageLimits",
+            !r.hugepage_limits.is_empty(),
+        ),
+        ("linux.resources.network", r.network.is_some()),
+        ("linux.resources.rdma", r.rdma.is_some()),
+        ("linux.resources.unified", !r.unified.is_empty()),
+    ] {
+        if set {
+            return Err(err(key, no_limit));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shape of the runtime spec's own example (config.md), trimmed
+    /// to what a Linux container without hooks or cgroup limits holds.
+    const EXAMPLE: &str = r#"{
+        "ociVersion": "1.0.1",
+        "process": {
+            "terminal": true,
+            "user": {"uid": 1, "gid": 1, "additionalGids": [5, 6], "umask": 18},
+            "args": ["sh"],
+            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm"],
+            "cwd": "/",
+            "capabilities": {
+                "bounding": ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"],
+                "permitted": ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"],
+                "inheritable": ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"],
+                "effective": ["CAP_AUDIT_WRITE", "CAP_KILL"],
+                "ambient": ["CAP_NET_BIND_SERVICE"]
+            },
+            "rlimits": [{"type": "RLIMIT_CORE", "hard": 1024, "soft": 1024},
+                        {"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 512}],
+            "noNewPrivileges": true,
+            "oomScoreAdj": 100
+        },
+        "root": {"path": "rootfs", "readonly": true},
+        "hostname": "slartibartfast",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+             "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]},
+            {"destination": "/data", "type": "bind", "source": "volumes/data", "options": ["rbind", "ro"]}
+        ],
+        "linux": {
+            "devices": [{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229, "fileMode": 438, "uid": 0, "gid": 0}],
+            "uidMappings": [{"containerID": 0, "hostID": 1000, "size": 32000}],
+            "gidMappings": [{"containerID": 0, "hostID": 1000, "size": 32000}],
+            "sysctl": {"net.ipv4.ip_forward": "1", "net.core.somaxconn": "256"},
+            "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"},
+                           {"type": "mount"}, {"type": "user"}, {"type": "cgroup"}],
+            "maskedPaths": ["/proc/kcore"],
+            "readonlyPaths": ["/proc/sys"],
+            "rootfsPropagation": "slave"
+        },
+        "annotations": {"com.example.key1": "value1"}
+    }"#;
+
+    fn config(text: &str) -> Config {
+        serde_json::from_str(text).unwrap()
+    }
+
+    fn t(c: &Config) -> Result<Translated, OciError> {
+        translate(c, Path::new("/bundle"))
+    }
+
+    #[test]
+    fn the_runtime_spec_example_becomes_a_valid_spec() {
+        let tr = t(&config(EXAMPLE)).unwrap();
+        let s = &tr.spec;
+        assert!(tr.terminal);
+        assert_eq!(s.root.as_ref().unwrap().path, Path::new("/bundle/rootfs"));
+        assert!(s.root_readonly);
+        assert_eq!(s.command, ["sh"]);
+        assert_eq!(s.env["TERM"], "xterm");
+        assert_eq!((s.identity.uid, s.identity.gid), (Some(1), Some(1)));
+        assert_eq!(s.identity.groups, Some(vec![5, 6]));
+        assert_eq!(s.umask, Some(0o22));
+        assert_eq!(s.identity.uid_map, [IdMapping::new(0, 1000, 32000)]);
+        assert_eq!(s.limits.rlimits["nofile"], 1024);
+        assert_eq!(s.limits.rlimits_soft["nofile"], 512);
+        assert!(!s.limits.rlimits_soft.contains_key("core"));
+        assert_eq!(s.limits.oom_score_adj, Some(100));
+        let caps = s.security.capabilities.as_ref().unwrap();
+        assert_eq!(caps.ambient, ["CAP_NET_BIND_SERVICE"]);
+        assert!(s.namespaces.user && s.namespaces.net && s.namespaces.cgroup);
+        assert_eq!(s.network, Network::None);
+        assert_eq!(s.sysctl["net.core.somaxconn"], "256");
+        let data =
+            s.fs.iter()
+                .find(|op| op.dest() == Path::new("/data"))
+                .unwrap();
+        assert!(matches!(data, FsOp::Mount { fstype, src: Some(src), .. }
+            if fstype == "bind" && src == Path::new("/bundle/volumes/data")));
+        assert!(s.fs.iter().any(|op| matches!(
+            op,
+            FsOp::Device {
+                major: 10,
+                minor: 229,
+                ..
+            }
+        )));
+        assert!(s.fs.iter().any(|op| matches!(
+            op,
+            FsOp::Device {
+                major: 1,
+                minor: 3,
+                ..
+            }
+        )));
+        assert!(matches!(s.fs.last(), Some(FsOp::ReadonlyPath { .. })));
+        crate::spec::validate(s).unwrap();
+        // An ambient capability that is not inheritable is left out.
+        let mut c = config(EXAMPLE);
+        let caps = c.process.as_mut().unwrap().capabilities.as_mut().unwrap();
+        caps.inheritable.clear();
+        let tr = t(&c).unwrap();
+        assert!(tr.spec.security.capabilities.unwrap().ambient.is_empty());
+    }
+
+    #[test]
+    fn hostile_and_unenforceable_configs_are_refused_by_key() {
+        let base: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
+        let cases: &[(&str, serde_json::Value, &str)] = &[
+            ("/mounts/3/source", "../../etc".into(), "mounts[3].source"),
+            (
+                "/mounts/0/destination",
+                "proc".into(),
+                "mounts[0].destination",
+            ),
+            (
+                "/mounts/0/destination",
+                "/a/../../b".into(),
+                "mounts[0].destination",
+            ),
+            (
+                "/mounts/1/options/0",
+                "context=x".into(),
+                "mounts[1].options",
+            ),
+            ("/root/path", "../outside".into(), "root.path"),
+            (
+                "/linux/namespaces/0/type",
+                "time".into(),
+                "linux.namespaces[0]",
+            ),
+            (
+                "/linux/namespaces/1/type",
+                "pid".into(),
+                "linux.namespaces[1].type",
+            ),
+            (
+                "/linux/devices/0/major",
+                (-1).into(),
+                "linux.devices[0].major",
+            ),
+            ("/linux/devices/0/type", "x".into(), "linux.devices[0].type"),
+            (
+                "/process/rlimits/0/type",
+                "RLIMIT_BOGUS".into(),
+                "process.rlimits[0].type",
+            ),
+            ("/process/env/0", "NOEQUALS".into(), "process.env[0]"),
+            ("/process/args", serde_json::json!([]), "process.args"),
+            ("/ociVersion", "2.0.0".into(), "ociVersion"),
+            (
+                "/linux/rootfsPropagation",
+                "shared".into(),
+                "linux.rootfsPropagation",
+            ),
+        ];
+        for (pointer, value, key) in cases {
+            let mut v = base.clone();
+            *v.pointer_mut(pointer).unwrap() = value.clone();
+            let c: Config = serde_json::from_value(v).unwrap();
+            let e = t(&c).expect_err(key).to_string();
+            assert!(e.contains(key), "{pointer}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+        let mut c = config(EXAMPLE);
+        c.linux.as_mut().unwrap().uid_mappings.clear();
+        assert!(t(&c).unwrap_err().to_string().contains("linux.uidMappings"));
+        c = config(EXAMPLE);
+        c.annotations
+            .insert("run.hutch.landlock".into(), "sometimes".into());
+        assert!(
+            t(&c)
+                .unwrap_err()
+                .to_string()
+                .contains("run.hutch.landlock")
+        );
+        c = config(EXAMPLE);
+        c.annotations
+            .insert("run.hutch.egress.allow".into(), "pypi.org".into());
+        let tr = t(&c).unwrap();
+        assert!(matches!(&tr.spec.network, Network::Proxy(p) if p.allow == ["pypi.org"]));
+    }
+}

@@ -1,0 +1,577 @@
+//! `hutch-oci` driven the way an engine drives it, without an engine: a
+//! bundle (a busybox rootfs and a config.json) through `create`, `state`,
+//! `start`, `kill`, `delete`, with this test process as the subreaper that
+//! reads the container's exit status (as conmon or containerd's shim do);
+//! the annotations; and bad bundles, which fail with one line and leave no
+//! state behind.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+
+fn hutch_oci() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_hutch-oci"))
+}
+
+const BUSYBOX: &str = "/bin/busybox";
+
+/// A bundle: `rootfs/` with busybox and its applets, and a config.json.
+struct Bundle {
+    dir: TempDir,
+    state_root: PathBuf,
+    /// Containers created, deleted (--force) when the test ends, even by
+    /// a failed assertion.
+    ids: std::cell::RefCell<Vec<String>>,
+}
+
+impl Drop for Bundle {
+    fn drop(&mut self) {
+        for id in self.ids.borrow().iter() {
+            let _ = self.run(&["delete", "--force", id]);
+        }
+    }
+}
+
+fn base_config(args: &[&str]) -> Value {
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "args": args,
+            "env": ["PATH=/bin", "HOME=/"],
+            "cwd": "/",
+            "user": {"uid": 0, "gid": 0},
+            "capabilities": {
+                "bounding": ["CAP_KILL"], "effective": ["CAP_KILL"], "permitted": ["CAP_KILL"]
+            },
+            "noNewPrivileges": true
+        },
+        "root": {"path": "rootfs"},
+        "hostname": "oci-test",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"]}
+        ],
+        "linux": {
+            "namespaces": [
+                {"type": "pid"}, {"type": "mount"}, {"type": "ipc"},
+                {"type": "uts"}, {"type": "network"}
+            ],
+            "maskedPaths": ["/proc/kcore"],
+            "readonlyPaths": ["/proc/sys"]
+        }
+    })
+}
+
+impl Bundle {
+    fn new(tag: &str, config: &Value) -> Bundle {
+        let dir = TempDir::new(tag, As::Root);
+        let bin = dir.path().join("rootfs/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::copy(BUSYBOX, bin.join("busybox")).unwrap();
+        for applet in ["sh", "echo", "cat", "sleep", "ls", "id", "hostname", "true"] {
+            std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
+        }
+        let state_root = dir.path().join("state");
+        let b = Bundle {
+            dir,
+            state_root,
+            ids: Default::default(),
+        };
+        b.write_config(config);
+        b
+    }
+
+    fn write_config(&self, config: &Value) {
+        std::fs::write(
+            self.dir.path().join("config.json"),
+            serde_json::to_vec_pretty(config).unwrap(),
+        )
+        .unwrap();
+    }
+
+    fn oci(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(hutch_oci());
+        c.arg("--root").arg(&self.state_root).args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.oci(args).output().unwrap()
+    }
+
+    /// `create` with the container's stdout and stderr in files (a pipe
+    /// would stay open as long as the container runs).
+    /// Returns the exit status, hutch-oci's stderr (which the container
+    /// shares) and the path of the container's stdout.
+    fn create(&self, id: &str) -> (std::process::ExitStatus, String, PathBuf) {
+        let out = self.dir.path().join(format!("{id}.out"));
+        let err = self.dir.path().join(format!("{id}.err"));
+        let pid_file = self.dir.path().join(format!("{id}.pid"));
+        self.ids.borrow_mut().push(id.to_string());
+        let status = self
+            .oci(&["create", "--bundle"])
+            .arg(self.dir.path())
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .arg(id)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .status()
+            .unwrap();
+        (status, std::fs::read_to_string(&err).unwrap(), out)
+    }
+
+    fn pid(&self, id: &str) -> i32 {
+        std::fs::read_to_string(self.dir.path().join(format!("{id}.pid")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    fn state(&self, id: &str) -> Value {
+        let o = self.run(&["state", id]);
+        assert!(o.status.success(), "state: {}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Be the subreaper of what `hutch-oci create` leaves behind, like an
+/// engine's shim.
+fn become_subreaper() {
+    // SAFETY: integer arguments only.
+    let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    assert_eq!(r, 0);
+}
+
+/// The exit status of `pid` (a child after reparenting), waited for.
+fn wait_exit(pid: i32) -> i32 {
+    let mut status = 0;
+    wait_until(
+        Duration::from_secs(30),
+        &format!("process {pid} to end"),
+        || {
+            // SAFETY: a valid out-pointer.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            assert!(r == 0 || r == pid, "waitpid({pid}) = {r}");
+            r == pid
+        },
+    );
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    }
+}
+
+fn requirements() -> Result<(), String> {
+    if !is_root() {
+        return Err("hutch-oci runs containers as root (the engines it serves run as root)".into());
+    }
+    if !Path::new(BUSYBOX).exists() {
+        return Err(format!("{BUSYBOX} (busybox-static) builds the test rootfs"));
+    }
+    Ok(())
+}
+
+#[test]
+fn create_start_state_delete_follow_the_runtime_spec() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let config = base_config(&[
+        "sh",
+        "-c",
+        "echo hello from $(hostname) as $(id -u); exit 7",
+    ]);
+    let b = Bundle::new("oci-lifecycle", &config);
+    let id = format!("lifecycle-{}", std::process::id());
+    let (st, err, out) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let pid = b.pid(&id);
+    let s = b.state(&id);
+    assert_eq!(s["status"], "created", "{s}");
+    assert_eq!(s["pid"], pid);
+    assert_eq!(s["id"], id.as_str());
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "",
+        "nothing runs before start"
+    );
+    let o = b.run(&["start", &id]);
+    assert!(o.status.success(), "start: {}", stderr(&o));
+    assert_eq!(wait_exit(pid), 7, "the engine reads the workload's code");
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "hello from oci-test as 0\n"
+    );
+    assert_eq!(b.state(&id)["status"], "stopped");
+    let o = b.run(&["kill", &id, "KILL"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("container not running"),
+        "{}",
+        stderr(&o)
+    );
+    let o = b.run(&["start", &id]);
+    assert!(
+        !o.status.success(),
+        "a stopped container does not start again"
+    );
+    let o = b.run(&["delete", &id]);
+    assert!(o.status.success(), "delete: {}", stderr(&o));
+    assert!(!b.state_root.join(&id).exists(), "delete removes the state");
+    let o = b.run(&["state", &id]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    let o = b.run(&["delete", "--force", &id]);
+    assert!(o.status.success(), "delete --force of nothing succeeds");
+}
+
+#[test]
+fn kill_signals_the_workload_and_delete_force_ends_a_running_container() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let b = Bundle::new("oci-kill", &base_config(&["sleep", "1000"]));
+    let id = format!("kill-{}", std::process::id());
+    let (st, err, _) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let pid = b.pid(&id);
+    assert!(b.run(&["start", &id]).status.success());
+    assert_eq!(b.state(&id)["status"], "running");
+    // exec: in the container's namespaces, its code back, flags after the
+    // id belong to the command.
+    let o = b.run(&["exec", &id, "sh", "-c", "hostname; exit 4"]);
+    assert_eq!(o.status.code(), Some(4), "exec: {}", stderr(&o));
+    assert_eq!(stdout(&o), "oci-test\n");
+    let o = b.run(&["exec", &id, "/bin/not-there"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("executing the command failed"),
+        "{}",
+        stderr(&o)
+    );
+    let o = b.run(&["delete", &id]);
+    assert!(!o.status.success(), "a running container needs --force");
+    // CRI-O's form: the name without SIG.
+    let o = b.run(&["kill", &id, "TERM"]);
+    assert!(o.status.success(), "kill: {}", stderr(&o));
+    assert_eq!(wait_exit(pid), 128 + libc::SIGTERM);
+    assert!(b.run(&["delete", &id]).status.success());
+
+    // A second one, never started, then one running: delete --force.
+    let id2 = format!("kill2-{}", std::process::id());
+    let (st, err, _) = b.create(&id2);
+    assert!(st.success(), "create: {err}");
+    let pid2 = b.pid(&id2);
+    assert!(b.run(&["start", &id2]).status.success());
+    let o = b.run(&["delete", "--force", &id2]);
+    assert!(o.status.success(), "delete --force: {}", stderr(&o));
+    assert_eq!(wait_exit(pid2), 128 + libc::SIGKILL);
+    assert!(!b.state_root.join(&id2).exists());
+}
+
+#[test]
+fn run_is_create_and_start_and_reports_the_exit_code() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let mut b = Bundle::new("oci-run", &base_config(&["sh", "-c", "echo ran; exit 5"]));
+    // A state root whose hold socket's path is longer than sun_path.
+    b.state_root = b.path().join("s".repeat(110));
+    let id = format!("run-{}", std::process::id());
+    let o = b
+        .oci(&["run", "--bundle"])
+        .arg(b.path())
+        .arg(&id)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "ran\n");
+    assert!(!b.state_root.join(&id).exists(), "run removes its state");
+}
+
+#[test]
+fn annotations_choose_landlock_and_the_egress_proxy() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let script = "ls /sys/class/net 2>/dev/null; test -S /run/hutch/proxy.sock && echo door; echo $HTTP_PROXY";
+    for (landlock, egress) in [("off", false), ("best-effort", true)] {
+        let mut config = base_config(&["sh", "-c", script]);
+        let b = Bundle::new("oci-annotations", &config);
+        let status = b.path().join("status.jsonl");
+        config["mounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["ro", "nosuid", "nodev", "noexec"]}));
+        let mut ann = json!({
+            "run.hutch.landlock": landlock,
+            "run.hutch.status-file": status.to_str().unwrap(),
+        });
+        if egress {
+            ann["run.hutch.egress.allow"] = json!("example.invalid");
+        }
+        config["annotations"] = ann;
+        b.write_config(&config);
+        let id = format!("ann-{landlock}-{}", std::process::id());
+        let (st, err, out) = b.create(&id);
+        assert!(st.success(), "create: {err}");
+        let pid = b.pid(&id);
+        assert!(b.run(&["start", &id]).status.success());
+        assert_eq!(wait_exit(pid), 0);
+        let text = std::fs::read_to_string(&out).unwrap();
+        // The keeper writes the report once the sandbox is gone.
+        wait_until(Duration::from_secs(10), "the exit report", || {
+            std::fs::read_to_string(&status)
+                .is_ok_and(|t| t.lines().any(|l| l.contains("\"exit_code\"")))
+        });
+        let report = exit_report(&status);
+        assert_eq!(
+            report["enforced"]["namespaces"],
+            json!(["mount", "pid", "ipc", "uts", "net"]),
+            "the container's own namespaces (no user namespace in the config)"
+        );
+        let ll = &report["enforced"]["confinement"]["landlock"];
+        if landlock == "off" {
+            assert_eq!(ll["enforced_abi"], Value::Null, "{report}");
+        } else {
+            assert!(ll["enforced_abi"].is_u64(), "{report}");
+        }
+        if egress {
+            assert!(text.contains("door"), "the proxy door is there: {text}");
+            assert!(text.contains("127.0.0.1:3128"), "{text}");
+            assert_eq!(text.lines().next(), Some("lo"), "an empty netns: {text}");
+        }
+        assert!(b.run(&["delete", &id]).status.success());
+    }
+}
+
+#[test]
+fn bad_bundles_fail_with_one_line_and_leave_nothing() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let good = base_config(&["true"]);
+    let b = Bundle::new("oci-bad", &good);
+    let mut cases: Vec<(Value, &str)> = Vec::new();
+    let mut with = |f: &dyn Fn(&mut Value), expect: &'static str| {
+        let mut c = good.clone();
+        f(&mut c);
+        cases.push((c, expect));
+    };
+    with(&|c| c["mounts"][0]["type"] = json!("nfs"), "mounts[0].type");
+    with(
+        &|c| {
+            c["mounts"].as_array_mut().unwrap().push(
+                json!({"destination": "/x", "type": "bind", "source": "../../etc", "options": ["rbind"]}),
+            )
+        },
+        "mounts[3].source",
+    );
+    with(
+        &|c| c["linux"]["namespaces"][0]["type"] = json!("bogus"),
+        "linux.namespaces[0].type",
+    );
+    with(
+        &|c| c["linux"]["resources"] = json!({"pids": {"limit": 100}}),
+        "linux.resources.pids.limit",
+    );
+    with(
+        &|c| c["linux"]["seccomp"] = json!({"defaultAction": "SCMP_ACT_NOTIFY"}),
+        "linux.seccomp.defaultAction",
+    );
+    with(
+        &|c| c["hooks"] = json!({"prestart": [{"path": "/bin/true"}]}),
+        "hooks.prestart",
+    );
+    with(
+        &|c| c["annotations"] = json!({"run.hutch.landlok": "off"}),
+        "run.hutch.landlok",
+    );
+    with(
+        &|c| c["process"]["rlimits"] = json!([{"type": "RLIMIT_NOFILE", "hard": 10, "soft": 20}]),
+        "process.rlimits[0]",
+    );
+    with(&|c| c["process"]["cwd"] = json!("relative"), "process.cwd");
+    with(
+        &|c| {
+            c["mounts"].as_array_mut().unwrap().push(
+                json!({"destination": "/bin", "type": "tmpfs", "source": "tmpfs", "options": ["tmpcopyup"]}),
+            )
+        },
+        "tmpcopyup works only over an empty or missing directory",
+    );
+    with(
+        &|c| c["process"]["args"] = json!(["/bin/not-there"]),
+        "command not found",
+    );
+    for (i, (config, expect)) in cases.iter().enumerate() {
+        b.write_config(config);
+        let id = format!("bad{i}-{}", std::process::id());
+        let (st, err, _) = b.create(&id);
+        assert!(!st.success(), "case {expect}: accepted");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(err.contains(expect), "case {expect}: {err}");
+        assert!(
+            !b.state_root.join(&id).exists(),
+            "case {expect}: state left"
+        );
+    }
+    // Not JSON, and JSON of the wrong shape: the place, never the content.
+    for text in ["{\"ociVersion\": \x1b[31m", "{\"process\": 7}"] {
+        std::fs::write(b.path().join("config.json"), text).unwrap();
+        let (st, err, _) = b.create("notjson");
+        assert!(!st.success());
+        assert!(
+            err.contains("config.json is not a runtime-spec config"),
+            "{err}"
+        );
+        assert!(!err.contains('\x1b'), "{err}");
+    }
+    let o = b.run(&["state", "../escape"]);
+    assert!(
+        stderr(&o).contains("invalid container id"),
+        "{}",
+        stderr(&o)
+    );
+    let o = b.run(&["checkpoint", "x"]);
+    assert!(!o.status.success(), "unsupported commands fail");
+}
+
+#[test]
+fn features_name_the_versions_engines_check() {
+    let o = Command::new(hutch_oci()).arg("features").output().unwrap();
+    assert!(o.status.success());
+    let f: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(f["ociVersionMin"], "1.0.0");
+    assert!(f["ociVersionMax"].as_str().unwrap().starts_with("1."));
+    assert!(
+        f["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("network"))
+    );
+}
+
+/// A config with a user namespace of its own (root inside mapped to the
+/// launcher), run as root and as uid 65534: hutch-oci's unprivileged path.
+#[test]
+fn a_user_namespace_container_runs_as_root_and_as_nobody() {
+    for who in [As::Root, As::Nobody] {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        require!(
+            Path::new(BUSYBOX).exists(),
+            "busybox-static builds the rootfs"
+        );
+        let host = if who == As::Root { 0 } else { caller_id(who) };
+        let mut config = base_config(&[
+            "sh",
+            "-c",
+            "echo uid $(id -u); cat /proc/self/uid_map; exit 6",
+        ]);
+        config["linux"]["namespaces"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "user"}));
+        let map = json!([{"containerID": 0, "hostID": host, "size": 1}]);
+        config["linux"]["uidMappings"] = map.clone();
+        config["linux"]["gidMappings"] = map;
+        let b = Bundle::new("oci-userns", &config);
+        // A rootless engine's rootfs belongs to its user.
+        let rootfs = b.path().join("rootfs");
+        let mut owned = vec![b.path().to_path_buf(), b.path().join("config.json")];
+        owned.push(rootfs.clone());
+        owned.push(rootfs.join("bin"));
+        owned.extend(
+            std::fs::read_dir(rootfs.join("bin"))
+                .unwrap()
+                .map(|e| e.unwrap().path()),
+        );
+        for p in owned {
+            own_as(&p, who);
+        }
+        let id = format!("userns-{}-{}", host, std::process::id());
+        let mut cmd = if who.drops_to_nobody() {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(hutch_oci());
+            c
+        } else {
+            Command::new(hutch_oci())
+        };
+        let o = cmd
+            .arg("--root")
+            .arg(&b.state_root)
+            .args(["run", "--bundle"])
+            .arg(b.path())
+            .arg(&id)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(6), "{who:?}: {}", stderr(&o));
+        let out = stdout(&o);
+        let map: Vec<&str> = out
+            .lines()
+            .nth(1)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        assert_eq!(out.lines().next(), Some("uid 0"), "{out}");
+        assert_eq!(map, ["0", &host.to_string(), "1"], "{out}");
+        assert!(!b.state_root.join(&id).exists());
+    }
+}
+
+/// The host uid `who` launches as.
+fn caller_id(who: As) -> u32 {
+    if who.drops_to_nobody() {
+        NOBODY
+    } else {
+        nix::unistd::getuid().as_raw()
+    }
+}
+
+/// Without a device cgroup, a device node works only where hutch made it:
+/// one shipped in the rootfs, or made with CAP_MKNOD on a tmpfs, opens
+/// nothing (the root, binds and tmpfs mounts are nodev).
+#[test]
+fn device_nodes_work_only_where_hutch_made_them() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let script = "echo x > /dev/null && echo dev-null-ok; \
+                  echo x > /shipped 2>/dev/null || echo shipped-denied; \
+                  mknod /tmp/made c 1 3 && { echo x > /tmp/made 2>/dev/null || echo made-denied; }";
+    let mut config = base_config(&["sh", "-c", script]);
+    let caps = json!(["CAP_KILL", "CAP_MKNOD"]);
+    for set in ["bounding", "effective", "permitted"] {
+        config["process"]["capabilities"][set] = caps.clone();
+    }
+    let b = Bundle::new("oci-nodev", &config);
+    let shipped =
+        std::ffi::CString::new(b.path().join("rootfs/shipped").to_str().unwrap()).unwrap();
+    // SAFETY: a valid path; mknod of /dev/null's numbers.
+    let r = unsafe { libc::mknod(shipped.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+    assert_eq!(r, 0, "mknod in the test rootfs");
+    let id = format!("nodev-{}", std::process::id());
+    let o = b
+        .oci(&["run", "--bundle"])
+        .arg(b.path())
+        .arg(&id)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&o),
+        "dev-null-ok\nshipped-denied\nmade-denied\n",
+        "{}",
+        stderr(&o)
+    );
+}

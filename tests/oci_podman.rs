@@ -1,0 +1,366 @@
+//! podman runs its containers through `hutch-oci` (`podman --runtime`):
+//! a busybox image built here (no registry), `run --rm` exit codes and
+//! output, the flags users rely on observed from inside, a terminal
+//! through the console socket, `run -d` + `exec` + `stop` + `rm`, and nothing left
+//! behind. Each test has its own podman storage (`--root`/`--runroot`,
+//! vfs driver: no mounts to leak).
+//!
+//! The podman flags every run needs on this kind of host (docs/oci.md):
+//! `--ulimit nofile=1024:1024 --ulimit nproc=4096:4096` (root lacks
+//! CAP_SYS_RESOURCE here, so podman's default rlimits cannot be set),
+//! `--cgroup-manager cgroupfs`, `--pids-limit 0` (hutch-oci refuses the
+//! cgroup limit it cannot enforce). podman's own seccomp profile is
+//! translated and enforced in every run.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+const BUSYBOX: &str = "/bin/busybox";
+const IMAGE: &str = "localhost/hutch-oci-busybox:test";
+
+struct Podman {
+    dir: TempDir,
+}
+
+impl Podman {
+    /// Fresh storage with the busybox image imported.
+    fn new(tag: &str) -> Podman {
+        let dir = TempDir::new(tag, As::Root);
+        let p = Podman { dir };
+        let rootfs = p.dir.path().join("rootfs");
+        let bin = rootfs.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::copy(BUSYBOX, bin.join("busybox")).unwrap();
+        for applet in [
+            "sh", "echo", "cat", "sleep", "ls", "id", "touch", "grep", "tty", "test", "hostname",
+        ] {
+            std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
+        }
+        for d in ["etc", "proc", "sys", "dev", "tmp", "run"] {
+            std::fs::create_dir_all(rootfs.join(d)).unwrap();
+        }
+        let tar = p.dir.path().join("rootfs.tar");
+        let o = Command::new("tar")
+            .arg("-C")
+            .arg(&rootfs)
+            .arg("-cf")
+            .arg(&tar)
+            .arg(".")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "tar: {}", stderr(&o));
+        let o = p
+            .podman(&["import", "-q"])
+            .arg(&tar)
+            .arg(IMAGE)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "podman import: {}", stderr(&o));
+        p
+    }
+
+    fn podman(&self, args: &[&str]) -> Command {
+        let d = self.dir.path();
+        let mut c = Command::new("podman");
+        c.arg("--root")
+            .arg(d.join("storage"))
+            .arg("--runroot")
+            .arg(d.join("run"))
+            .arg("--tmpdir")
+            .arg(d.join("tmp"))
+            .args(["--storage-driver", "vfs", "--cgroup-manager", "cgroupfs"])
+            .args(["--events-backend", "file"])
+            .arg("--runtime")
+            .arg(env!("CARGO_BIN_EXE_hutch-oci"))
+            .args(args)
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `podman run` with the flags this host needs, then `extra`.
+    fn run(&self, extra: &[&str]) -> Output {
+        self.podman(&["run"])
+            .args(RUN_FLAGS)
+            .args(extra)
+            .output()
+            .unwrap()
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        // Whatever a failed assertion left: containers, then the storage
+        // (vfs: plain directories).
+        let _ = self.podman(&["rm", "-a", "-f", "-t", "0"]).output();
+        let _ = self.podman(&["system", "reset", "-f"]).output();
+    }
+}
+
+const RUN_FLAGS: &[&str] = &[
+    "--ulimit",
+    "nofile=1024:1024",
+    "--ulimit",
+    "nproc=4096:4096",
+    "--pids-limit",
+    "0",
+];
+
+fn requirements() -> Result<(), String> {
+    if !is_root() {
+        return Err("rootful podman (the tests run as root in CI)".into());
+    }
+    for tool in ["podman", "conmon", "tar"] {
+        if !have(tool) {
+            return Err(format!("{tool} is needed (apt: podman, conmon)"));
+        }
+    }
+    if !Path::new(BUSYBOX).exists() {
+        return Err(format!("{BUSYBOX} (busybox-static) builds the test image"));
+    }
+    Ok(())
+}
+
+/// No state directory of a hutch-oci container is left for any of `ids`,
+/// and no process of theirs.
+fn assert_nothing_left(ids: &[String]) {
+    for id in ids {
+        let dir = PathBuf::from("/run/hutch-oci").join(id);
+        assert!(!dir.exists(), "state left: {}", dir.display());
+    }
+}
+
+fn container_ids(p: &Podman) -> Vec<String> {
+    let o = p
+        .podman(&["ps", "-a", "--no-trunc", "-q"])
+        .output()
+        .unwrap();
+    stdout(&o).lines().map(String::from).collect()
+}
+
+#[test]
+fn run_rm_passes_output_and_exit_codes_like_runc() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let p = Podman::new("podman-rm");
+    // The default (bridge) network: podman hands a netns path to join.
+    let o = p.run(&["--rm", IMAGE, "sh", "-c", "echo out; echo err >&2; exit 3"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "out\n");
+    assert!(stderr(&o).contains("err"), "{}", stderr(&o));
+    // A signal death: 128+N, as podman reports it with runc.
+    let o = p.run(&[
+        "--rm",
+        "--network",
+        "none",
+        IMAGE,
+        "sh",
+        "-c",
+        "kill -TERM $$",
+    ]);
+    assert_eq!(o.status.code(), Some(143), "{}", stderr(&o));
+    assert!(container_ids(&p).is_empty(), "--rm removed the containers");
+}
+
+#[test]
+fn podman_flags_are_observed_inside_the_container() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let p = Podman::new("podman-flags");
+    let vol = p.path().join("vol");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join("f"), "from the host\n").unwrap();
+    let volume = format!("{}:/vol:ro", vol.display());
+    let script = "id -u; id -g; cat /vol/f; touch /vol/x 2>/dev/null || echo vol-ro; \
+                  touch /new 2>/dev/null || echo root-ro; ls /sys/class/net; \
+                  grep CapEff /proc/self/status; hostname; touch /tmp/t /run/r /var/tmp/v && echo tmpfs-rw";
+    let o = p.run(&[
+        "--rm",
+        "--network",
+        "none",
+        "-v",
+        &volume,
+        // podman's tmpfs over /tmp, /run, /var/tmp (`tmpcopyup`).
+        "--read-only",
+        "--user",
+        "1000:1000",
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "inside",
+        IMAGE,
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<String> = stdout(&o).lines().map(String::from).collect();
+    assert_eq!(
+        lines,
+        [
+            "1000",
+            "1000",
+            "from the host",
+            "vol-ro",
+            "root-ro",
+            "lo",
+            "CapEff:\t0000000000000000",
+            "inside",
+            "tmpfs-rw"
+        ],
+        "{}",
+        stderr(&o)
+    );
+    assert!(!vol.join("x").exists());
+}
+
+#[test]
+fn a_tty_run_gets_a_terminal_through_the_console_socket() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    require!(
+        have("script"),
+        "script (util-linux/bsdutils) drives the pty"
+    );
+    let p = Podman::new("podman-tty");
+    let mut cmd = p.podman(&["run", "--rm", "-t"]);
+    cmd.args(RUN_FLAGS).args([
+        "--network",
+        "none",
+        IMAGE,
+        "sh",
+        "-c",
+        "tty; test -t 0 && test -t 1 && echo both-ttys; exit 4",
+    ]);
+    // script gives podman a terminal of its own; -e passes the exit code.
+    let quote = |s: &std::ffi::OsStr| format!("'{}'", s.to_str().unwrap().replace('\'', "'\\''"));
+    let line = std::iter::once(quote(cmd.get_program()))
+        .chain(cmd.get_args().map(quote))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let o = Command::new("script")
+        .args(["-qefc", &line, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(4), "{out} {}", stderr(&o));
+    assert!(out.contains("/dev/pts/0"), "{out}");
+    assert!(out.contains("both-ttys"), "{out}");
+}
+
+#[test]
+fn detached_run_exec_stop_and_rm_leave_nothing() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let p = Podman::new("podman-detached");
+    let mut ids = Vec::new();
+    // One that ends on SIGTERM, one that ignores it (SIGKILL after -t 1).
+    for script in ["sleep 1000", "trap '' TERM; while :; do sleep 1; done"] {
+        let o = p.run(&["-d", "--network", "none", IMAGE, "sh", "-c", script]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let id = stdout(&o).trim().to_string();
+        let o = p
+            .podman(&["inspect", "--format", "{{.State.Status}}", &id])
+            .output()
+            .unwrap();
+        assert_eq!(stdout(&o).trim(), "running", "{}", stderr(&o));
+        let state = PathBuf::from("/run/hutch-oci").join(&id).join("state.json");
+        assert!(state.exists(), "hutch-oci holds its state");
+        // podman exec: a process in the same container, its code back.
+        let o = p
+            .podman(&[
+                "exec",
+                "--user",
+                "1000:1000",
+                &id,
+                "sh",
+                "-c",
+                "id -u; ls /proc | grep -c '^[0-9]'; exit 5",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(5), "exec: {}", stderr(&o));
+        let out = stdout(&o);
+        assert_eq!(out.lines().next(), Some("1000"), "{out}");
+        // Its own pid namespace: hutch init, the workload and the exec'd
+        // processes only.
+        let pids: u32 = out
+            .lines()
+            .nth(1)
+            .unwrap_or("0")
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        assert!((3..10).contains(&pids), "{out}");
+        let o = p.podman(&["stop", "-t", "1", &id]).output().unwrap();
+        assert!(o.status.success(), "stop: {}", stderr(&o));
+        let o = p
+            .podman(&["inspect", "--format", "{{.State.Status}}", &id])
+            .output()
+            .unwrap();
+        assert_eq!(stdout(&o).trim(), "exited");
+        let o = p.podman(&["rm", &id]).output().unwrap();
+        assert!(o.status.success(), "rm: {}", stderr(&o));
+        ids.push(id);
+    }
+    wait_until(Duration::from_secs(10), "podman rm to finish", || {
+        container_ids(&p).is_empty()
+    });
+    assert_nothing_left(&ids);
+    for id in &ids {
+        let o = Command::new("pgrep").args(["-f", id]).output().unwrap();
+        assert_eq!(stdout(&o), "", "a process of {id} is left");
+    }
+}
+
+#[test]
+fn podman_seccomp_profiles_are_enforced() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let p = Podman::new("podman-seccomp");
+    // podman's default profile: a filter is installed.
+    let o = p.run(&[
+        "--rm",
+        "--network",
+        "none",
+        IMAGE,
+        "grep",
+        "^Seccomp:",
+        "/proc/self/status",
+    ]);
+    assert_eq!(stdout(&o), "Seccomp:\t2\n", "{}", stderr(&o));
+    // A profile of the user's: mkdir answers EPERM, the rest is allowed.
+    let profile = p.path().join("deny-mkdir.json");
+    std::fs::write(
+        &profile,
+        r#"{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+            {"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]}"#,
+    )
+    .unwrap();
+    let opt = format!("seccomp={}", profile.display());
+    let o = p.run(&[
+        "--rm",
+        "--network",
+        "none",
+        "--security-opt",
+        &opt,
+        IMAGE,
+        "sh",
+        "-c",
+        "mkdir /tmp/d 2>&1; echo made=$?; echo still-runs",
+    ]);
+    let out = stdout(&o);
+    assert!(
+        out.contains("Operation not permitted"),
+        "{out} {}",
+        stderr(&o)
+    );
+    assert!(
+        out.contains("made=1") && out.contains("still-runs"),
+        "{out}"
+    );
+}
