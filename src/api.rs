@@ -35,7 +35,10 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use std::os::fd::OwnedFd;
+
 use crate::launch::ExitReport;
+use crate::launch::claim::ClaimCommand;
 use crate::launch::helper::HelperChild;
 use crate::launch::{LaunchError, LaunchFailure, RunOptions};
 use crate::spec::{self, ByteSize, Duration, FsOp, Network, Spec};
@@ -318,7 +321,10 @@ impl Command {
             self.stderr.take().unwrap_or_else(Stdio::inherit),
         ];
         let inner = HelperChild::spawn(&binary, &self.spec, &options, stdio)?;
-        Ok(Child { inner })
+        Ok(Child {
+            inner,
+            pipes: Pipes::default(),
+        })
     }
 
     /// Spawn and wait.
@@ -343,6 +349,16 @@ fn is_workspace(op: &FsOp, dir: &Path) -> bool {
 /// A running sandbox.
 pub struct Child {
     inner: HelperChild,
+    /// Pipes of a pooled command ([`PoolCommand`]), whose helper was
+    /// started before the command existed.
+    pipes: Pipes,
+}
+
+#[derive(Default)]
+struct Pipes {
+    stdin: Option<std::process::ChildStdin>,
+    stdout: Option<std::process::ChildStdout>,
+    stderr: Option<std::process::ChildStderr>,
 }
 
 impl Child {
@@ -351,17 +367,26 @@ impl Child {
         self.inner.process.id()
     }
 
-    /// The supervisor's stdout when [`Command::stdout`] was piped.
+    /// The workload's stdout when it was piped.
     pub fn stdout(&mut self) -> Option<std::process::ChildStdout> {
-        self.inner.process.stdout.take()
+        self.pipes
+            .stdout
+            .take()
+            .or_else(|| self.inner.process.stdout.take())
     }
 
     pub fn stderr(&mut self) -> Option<std::process::ChildStderr> {
-        self.inner.process.stderr.take()
+        self.pipes
+            .stderr
+            .take()
+            .or_else(|| self.inner.process.stderr.take())
     }
 
     pub fn stdin(&mut self) -> Option<std::process::ChildStdin> {
-        self.inner.process.stdin.take()
+        self.pipes
+            .stdin
+            .take()
+            .or_else(|| self.inner.process.stdin.take())
     }
 
     /// End the sandbox: its supervisor kills every process in it, removes
@@ -442,4 +467,281 @@ impl Child {
 /// Where the `hutch` binary is (see the module docs for the order).
 pub fn find_binary() -> Option<PathBuf> {
     crate::launch::helper::find_binary()
+}
+
+/// Where a pooled command's stdin, stdout or stderr goes ([`PoolCommand`]:
+/// its sandbox exists before the command, so its stdio is passed as fds).
+#[derive(Debug)]
+pub enum Redirect {
+    /// This process's own.
+    Inherit,
+    /// `/dev/null`.
+    Null,
+    /// A pipe to this process ([`Child::stdin`], [`Child::stdout`],
+    /// [`Child::stderr`]).
+    Piped,
+    /// This file or fd.
+    Fd(OwnedFd),
+}
+
+impl From<std::fs::File> for Redirect {
+    fn from(f: std::fs::File) -> Redirect {
+        Redirect::Fd(f.into())
+    }
+}
+
+impl From<OwnedFd> for Redirect {
+    fn from(fd: OwnedFd) -> Redirect {
+        Redirect::Fd(fd)
+    }
+}
+
+/// Warm sandboxes of one Spec, built before they are asked for: each
+/// command claims one (a fresh sandbox, a fresh pid namespace, a fresh
+/// execve), which then ends; the pool builds a replacement in the
+/// background. Commands may differ from the Spec only in what does not
+/// change the sandbox: argv, environment, working directory, wall clock,
+/// output cap ([`crate::launch::claim`]). Dropping the pool ends every
+/// sandbox it holds; nothing outlives it.
+///
+/// ```no_run
+/// let mut spec = hutch::spec::default_profile();
+/// spec.command = vec!["true".into()];
+/// let pool = hutch::Pool::new(spec, 4)?;
+/// let report = pool.command(["make", "test"]).status()?;
+/// assert!(report.warm);
+/// # Ok::<(), hutch::SpawnError>(())
+/// ```
+pub struct Pool {
+    inner: crate::launch::pool::Pool,
+    binary: PathBuf,
+}
+
+impl Pool {
+    /// Keep `size` warm sandboxes of `spec` (its `command`, if any, is
+    /// only a default: each [`Pool::command`] brings its own).
+    pub fn new(spec: Spec, size: usize) -> Result<Pool, SpawnError> {
+        let binary = crate::launch::helper::find_binary().ok_or(SpawnError::BinaryNotFound)?;
+        Pool::with_binary(spec, size, binary)
+    }
+
+    /// [`Pool::new`] with this `hutch` binary (or a program that calls
+    /// [`crate::supervisor_main`]) as the sandboxes' supervisor.
+    pub fn with_binary(
+        spec: Spec,
+        size: usize,
+        binary: impl AsRef<Path>,
+    ) -> Result<Pool, SpawnError> {
+        let binary = binary.as_ref().to_path_buf();
+        let inner = crate::launch::pool::Pool::new(&binary, &spec, size, None)?;
+        Ok(Pool { inner, binary })
+    }
+
+    /// A command to run in one of the pool's sandboxes (the Spec's
+    /// environment, working directory and limits unless changed).
+    pub fn command<I: IntoIterator<Item = S>, S: AsRef<str>>(&self, argv: I) -> PoolCommand<'_> {
+        let mut command = self.inner.defaults().clone();
+        command.command = argv.into_iter().map(|a| a.as_ref().to_string()).collect();
+        PoolCommand {
+            pool: self,
+            command,
+            status_file: None,
+            quiet: true,
+            stdio: [None, None, None],
+        }
+    }
+
+    /// Keep `size` warm sandboxes from now on.
+    pub fn resize(&self, size: usize) {
+        self.inner.resize(size);
+    }
+
+    /// How many sandboxes are ready, warming, taken.
+    pub fn status(&self) -> crate::launch::pool::PoolStatus {
+        self.inner.status()
+    }
+
+    /// Wait up to `timeout` until `n` sandboxes are ready; whether they are.
+    pub fn wait_ready(&self, n: usize, timeout: std::time::Duration) -> bool {
+        self.inner.wait_ready(n, timeout)
+    }
+}
+
+/// A command for a [`Pool`], built like [`Command`].
+pub struct PoolCommand<'a> {
+    pool: &'a Pool,
+    command: ClaimCommand,
+    status_file: Option<PathBuf>,
+    quiet: bool,
+    stdio: [Option<Redirect>; 3],
+}
+
+impl PoolCommand<'_> {
+    pub fn arg(&mut self, arg: impl AsRef<str>) -> &mut Self {
+        self.command.command.push(arg.as_ref().to_string());
+        self
+    }
+
+    pub fn args<I: IntoIterator<Item = S>, S: AsRef<str>>(&mut self, args: I) -> &mut Self {
+        for a in args {
+            self.arg(a);
+        }
+        self
+    }
+
+    pub fn env(&mut self, key: impl Into<String>, value: impl Into<String>) -> &mut Self {
+        self.command.env.insert(key.into(), value.into());
+        self
+    }
+
+    pub fn env_remove(&mut self, key: &str) -> &mut Self {
+        self.command.env.remove(key);
+        self
+    }
+
+    pub fn current_dir(&mut self, dir: impl AsRef<Path>) -> &mut Self {
+        self.command.cwd = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Wall-clock limit from the claim on (the whole tree is killed;
+    /// status 124).
+    pub fn timeout(&mut self, limit: std::time::Duration) -> &mut Self {
+        self.command.wall_clock = Some(Duration(limit));
+        self
+    }
+
+    pub fn no_timeout(&mut self) -> &mut Self {
+        self.command.wall_clock = None;
+        self
+    }
+
+    pub fn output_limit(&mut self, bytes: u64) -> &mut Self {
+        self.command.output_bytes = Some(ByteSize(bytes));
+        self
+    }
+
+    /// Also write the status events (JSON lines) to this file.
+    pub fn status_file(&mut self, path: impl AsRef<Path>) -> &mut Self {
+        self.status_file = Some(path.as_ref().into());
+        self
+    }
+
+    /// Print the notices (changed paths, limits not enforced here) on
+    /// stderr (off by default).
+    pub fn notify_changes(&mut self, on: bool) -> &mut Self {
+        self.quiet = !on;
+        self
+    }
+
+    pub fn stdin(&mut self, r: impl Into<Redirect>) -> &mut Self {
+        self.stdio[0] = Some(r.into());
+        self
+    }
+
+    pub fn stdout(&mut self, r: impl Into<Redirect>) -> &mut Self {
+        self.stdio[1] = Some(r.into());
+        self
+    }
+
+    pub fn stderr(&mut self, r: impl Into<Redirect>) -> &mut Self {
+        self.stdio[2] = Some(r.into());
+        self
+    }
+
+    /// The whole Spec this command runs (the pool's shape with this
+    /// command).
+    pub fn to_spec(&self) -> Spec {
+        self.command.apply(self.pool.inner.shape())
+    }
+
+    /// Claim a warm sandbox and start the command in it; launched cold
+    /// (the report then says `warm: false`) when the pool has none.
+    pub fn spawn(&mut self) -> Result<Child, SpawnError> {
+        let spec = self.to_spec();
+        crate::launch::validate(&spec)?;
+        if spec.command.is_empty() {
+            return Err(spec::SpecError::new("command", "no command to run").into());
+        }
+        let options = RunOptions {
+            status_file: match &self.status_file {
+                // The supervisor runs elsewhere: name the file absolutely.
+                Some(p) => Some(std::path::absolute(p)?),
+                None => None,
+            },
+            quiet: self.quiet,
+            ..Default::default()
+        };
+        let (fds, pipes) = pooled_stdio(std::mem::take(&mut self.stdio))?;
+        if let Some(mut helper) = self.pool.inner.take() {
+            let claimed = helper.link.claim(
+                self.pool.inner.digest(),
+                self.command.clone(),
+                &options,
+                [fds[0].as_fd(), fds[1].as_fd(), fds[2].as_fd()],
+            );
+            if claimed.is_ok() {
+                return Ok(Child {
+                    inner: helper,
+                    pipes,
+                });
+            }
+            // The helper went away before its claim: launch cold.
+        }
+        let [a, b, c] = fds;
+        let stdio = [Stdio::from(a), Stdio::from(b), Stdio::from(c)];
+        let inner = HelperChild::spawn(&self.pool.binary, &spec, &options, stdio)?;
+        Ok(Child { inner, pipes })
+    }
+
+    /// Spawn and wait.
+    pub fn status(&mut self) -> Result<ExitReport, SpawnError> {
+        self.spawn()?.wait()
+    }
+
+    /// Spawn with stdout and stderr piped (unless set) and stdin from
+    /// /dev/null (unless set), and collect them.
+    pub fn output(&mut self) -> Result<Output, SpawnError> {
+        self.stdio[0].get_or_insert(Redirect::Null);
+        self.stdio[1].get_or_insert(Redirect::Piped);
+        self.stdio[2].get_or_insert(Redirect::Piped);
+        self.spawn()?.wait_with_output()
+    }
+}
+
+/// The workload's three stdio fds and this side's pipe ends.
+fn pooled_stdio(stdio: [Option<Redirect>; 3]) -> Result<([OwnedFd; 3], Pipes), SpawnError> {
+    let mut pipes = Pipes::default();
+    let mut fds = Vec::with_capacity(3);
+    for (i, r) in stdio.into_iter().enumerate() {
+        let fd = match r.unwrap_or(Redirect::Inherit) {
+            Redirect::Inherit => crate::sys::dup_fd(i as i32)
+                .map_err(|e| std::io::Error::from_raw_os_error(e.errno as i32))?,
+            Redirect::Null => OwnedFd::from(
+                std::fs::OpenOptions::new()
+                    .read(i == 0)
+                    .write(i != 0)
+                    .open("/dev/null")?,
+            ),
+            Redirect::Piped => {
+                let (r, w) = std::io::pipe()?;
+                if i == 0 {
+                    pipes.stdin = Some(OwnedFd::from(w).into());
+                    OwnedFd::from(r)
+                } else {
+                    let ours = OwnedFd::from(r);
+                    if i == 1 {
+                        pipes.stdout = Some(ours.into());
+                    } else {
+                        pipes.stderr = Some(ours.into());
+                    }
+                    OwnedFd::from(w)
+                }
+            }
+            Redirect::Fd(fd) => fd,
+        };
+        fds.push(fd);
+    }
+    let [a, b, c]: [OwnedFd; 3] = fds.try_into().expect("three stdio fds");
+    Ok(([a, b, c], pipes))
 }

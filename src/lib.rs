@@ -54,7 +54,7 @@ mod api;
 #[cfg(test)]
 mod test_support;
 
-pub use api::{Child, Command, Output, SpawnError, find_binary};
+pub use api::{Child, Command, Output, Pool, PoolCommand, Redirect, SpawnError, find_binary};
 pub use launch::{ExitReport, LaunchFailure, Outcome};
 pub use spec::Spec;
 pub use workspace::{Session, StateDir};

@@ -44,6 +44,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("kill") => ps::kill_main(rest),
         Some("image") => image::main(rest),
         Some(supervise::SUBCOMMAND) => supervise::main(rest),
+        Some(session::WARM_SERVER) => session::warm_server_main(rest),
         // Inside a session's sandbox only (`hutch session glob|grep`).
         Some("__glob") => search::helper::main("glob", rest),
         Some("__grep") => search::helper::main("grep", rest),

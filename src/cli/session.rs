@@ -2,6 +2,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 
 use std::sync::OnceLock;
@@ -22,6 +23,7 @@ use crate::workspace::{
 const USAGE: &str = "usage: hutch session [--state-dir DIR] [--wait] [--json] COMMAND ...
   create --from DIR | --from-git REPO --rev COMMIT [options]   prints the session id
   run ID [hutch run options] -- CMD...
+  warm ID N [--warm-idle DUR]                                  keep N sandboxes ready
   read ID PATH [--max-bytes N]
   write ID PATH [--max-bytes N] < DATA
   rm ID PATH...
@@ -53,6 +55,10 @@ Import a baseline and print the new session's id.
   --expect-fingerprint HEX    refuse any other baseline
   --deadline DUR              no command runs past this (e.g. 2h)
   --max-commands N            number of commands the session may run
+  --warm N                    keep N sandboxes ready for `session run`
+                              (a server of the session's own, docs/warm.md)
+  --warm-idle DUR             stop that server after DUR without a command
+                              (default 10m)
   --workspace-path PATH       where commands see the workspace (default /workspace)
   --disk-max SIZE             hard cap of what the session writes (root: an
                               ext4 image of that size; unprivileged: refused)
@@ -87,6 +93,16 @@ workspace, starting from the options given at create. Takes the options of
 `hutch run` (e.g. --timeout, --status-file, --allow-host, --pass-env), except
 --workspace, --changes and --bare; a relative --chdir is inside the
 workspace. Exits with CMD's status.",
+    ),
+    (
+        "warm",
+        "usage: hutch session warm ID N [--warm-idle DUR]
+Start the session's warm server: N sandboxes kept ready, built before the
+commands that use them; `session run` takes one when its options do not
+change the sandbox, and launches cold otherwise (the report says which:
+`warm`). The server stops with `session close`, at the session deadline,
+after --warm-idle without a command (default 10m), or when killed, and
+every sandbox goes with it (docs/warm.md). Prints nothing.",
     ),
     (
         "read",
@@ -419,6 +435,7 @@ fn run(args: Vec<OsString>) -> Result<i32> {
         "list" => list(&state),
         "gc" => gc(&state, &mut a),
         "run" => run_command(&state, &mut a, wait),
+        "warm" => warm(&state, &mut a),
         "glob" => search(&state, "glob", &mut a, wait),
         "grep" => search(&state, "grep", &mut a, wait),
         other => bail!("unknown session command {other:?}\n{USAGE}"),
@@ -453,6 +470,8 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
     let mut deadline = None;
     let mut max_commands = None;
     let mut limits = ImportLimits::default();
+    let mut warm_size = None;
+    let mut idle = crate::workspace::warm::DEFAULT_IDLE;
     let mut workspace_path = PathBuf::from(crate::workspace::WORKSPACE_DIR);
     let mut disk = None;
     let mut audit_dir = None;
@@ -464,6 +483,8 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
             continue;
         }
         match arg.to_str() {
+            Some("--warm") => warm_size = Some(a.count("--warm")? as usize),
+            Some("--warm-idle") => idle = a.duration("--warm-idle")?,
             Some("--from") => from = Some(a.value("--from")?.into()),
             Some("--from-git") => git = Some(a.value("--from-git")?.into()),
             Some("--rev") => rev = Some(a.string("--rev")?),
@@ -544,12 +565,158 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
         image: image.finish()?,
     };
     let session = state.create(&opts)?;
+    if let Some(n) = warm_size.filter(|n| *n > 0)
+        && let Err(e) = start_warm_server(state, session.id(), n, idle)
+    {
+        // No half-made session: the caller gets an error and no id.
+        let _ = state.close(session.id(), true);
+        return Err(e);
+    }
     if json_mode() {
         emit("create", &session.info)?;
     } else {
         out_line(session.id())?;
     }
     Ok(0)
+}
+
+/// `hutch session warm ID N [--warm-idle DUR]`.
+fn warm(state: &StateDir, a: &mut Args) -> Result<i32> {
+    let id = id_arg(a)?;
+    let n = a
+        .next()
+        .and_then(|n| n.to_str()?.parse::<usize>().ok())
+        .context("warm: N (the number of ready sandboxes) is missing or not a number")?;
+    let mut idle = crate::workspace::warm::DEFAULT_IDLE;
+    while let Some(arg) = a.next() {
+        match arg.to_str() {
+            Some("--warm-idle") => idle = a.duration("--warm-idle")?,
+            _ => bail!("warm: unexpected argument {arg:?}"),
+        }
+    }
+    // The session must exist and its plain command be warmable.
+    state.open_session(&id)?;
+    start_warm_server(state, &id, n, idle)?;
+    Ok(0)
+}
+
+/// The Spec a plain `session run ID -- CMD` starts from (the session's
+/// defaults, before the session adds its workspace): the shape of its warm
+/// sandboxes.
+fn plain_run_spec(session: &crate::workspace::Session) -> Result<crate::spec::Spec> {
+    let args: Vec<OsString> = vec![
+        "--workspace".into(),
+        PLACEHOLDER.into(),
+        "--".into(),
+        "true".into(),
+    ];
+    let mut rep = super::run::Reporting::default();
+    let (mut spec, _) =
+        super::run::parse_reporting_onto(&args, Some(session.base_spec()), &mut rep)?;
+    spec.fs
+        .retain(|op| op.dest() != std::path::Path::new(PLACEHOLDER));
+    spec.cwd = None;
+    Ok(spec)
+}
+
+/// How long `create --warm` and `warm` wait for the server to listen.
+const WARM_START: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Start the session's warm server (`hutch __session-warm`, a process
+/// group of its own, detached from this one) and wait until it listens.
+fn start_warm_server(
+    state: &StateDir,
+    id: &str,
+    n: usize,
+    idle: std::time::Duration,
+) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("finding the hutch binary")?;
+    let mut child = std::process::Command::new(exe)
+        .arg(WARM_SERVER)
+        .arg(&state.path)
+        .args([id.to_string(), n.to_string(), idle.as_millis().to_string()])
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("starting the warm server")?;
+    let mut pipe = child.stdout.take().context("the warm server's stdout")?;
+    let deadline = std::time::Instant::now() + WARM_START;
+    let mut said = Vec::new();
+    while !said.contains(&b'\n') && said.len() < 4096 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        if ms == 0
+            || !matches!(crate::sys::raw::poll_one(pipe.as_fd(), libc::POLLIN, ms), Ok(n) if n > 0)
+        {
+            break;
+        }
+        let mut buf = [0u8; 512];
+        match std::io::Read::read(&mut pipe, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => said.extend_from_slice(&buf[..k]),
+        }
+    }
+    let said = String::from_utf8_lossy(&said).trim().to_string();
+    if said == "ready" {
+        return Ok(());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    if said.is_empty() {
+        bail!("the warm server of session {id} did not start within {WARM_START:?}");
+    }
+    bail!(
+        "the warm server of session {id} failed: {}",
+        said.trim_start_matches("error: ")
+    );
+}
+
+/// The hidden subcommand running a session's warm server.
+pub const WARM_SERVER: &str = "__session-warm";
+
+/// `hutch __session-warm STATE_DIR ID N IDLE_MS`: the server itself. Says
+/// `ready` (or `error: ...`) on stdout, then serves until it stops.
+pub fn warm_server_main(args: Vec<OsString>) -> i32 {
+    let fail = |e: anyhow::Error| {
+        println!("error: {e:#}");
+        EXIT_FAILURE
+    };
+    let [state, id, n, idle] = args.as_slice() else {
+        return fail(anyhow::anyhow!(
+            "usage: hutch {WARM_SERVER} STATE_DIR ID N IDLE_MS"
+        ));
+    };
+    let parse = |s: &OsString| s.to_str().and_then(|s| s.parse::<u64>().ok());
+    let (Some(n), Some(idle)) = (parse(n), parse(idle)) else {
+        return fail(anyhow::anyhow!("N and IDLE_MS must be numbers"));
+    };
+    let run = || -> Result<()> {
+        let state = StateDir::open(std::path::Path::new(state))?;
+        let id = id.to_str().context("the session id is not UTF-8")?;
+        let session = state.open_session(id)?;
+        let (spec, _) = session.command_spec(plain_run_spec(&session)?)?;
+        let opts = crate::workspace::warm::ServeOptions {
+            size: n as usize,
+            idle: std::time::Duration::from_millis(idle),
+            binary: std::env::current_exe().context("finding the hutch binary")?,
+        };
+        crate::workspace::warm::serve(&session, &spec, &opts, || {
+            println!("ready");
+            // Nobody reads on: stdout becomes /dev/null.
+            if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+                let _ = crate::sys::dup2(null.as_fd(), 1);
+            }
+        })?;
+        Ok(())
+    };
+    match run() {
+        Ok(()) => 0,
+        Err(e) => fail(e),
+    }
 }
 
 /// The Spec of `hutch run` options given at create: every command's

@@ -25,7 +25,7 @@ use crate::sys::{
 };
 
 /// `/proc/self/fd/N` of an fd the builder holds.
-fn fd_path(fd: BorrowedFd<'_>) -> CString {
+pub(super) fn fd_path(fd: BorrowedFd<'_>) -> CString {
     crate::sys::fd_path(std::os::fd::AsRawFd::as_raw_fd(&fd))
 }
 
@@ -84,12 +84,24 @@ pub trait FsSys {
     fn write_all(&mut self, fd: BorrowedFd<'_>, data: &[u8]) -> Result<(), SysError>;
     fn chmod(&mut self, path: &CStr, mode: u32) -> Result<(), SysError>;
     fn is_dir(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError>;
+    /// Whether two fds name the same file (device and inode).
+    fn same_file(&mut self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<bool, SysError>;
     fn fchdir(&mut self, fd: BorrowedFd<'_>) -> Result<(), SysError>;
     fn pivot_root(&mut self, new_root: &CStr, put_old: &CStr) -> Result<(), SysError>;
     fn umount2(&mut self, target: &CStr, flags: libc::c_int) -> Result<(), SysError>;
     fn chdir(&mut self, path: &CStr) -> Result<(), SysError>;
     /// A listening Unix stream socket bound at `name` under `dir`.
     fn unix_listener(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, SysError>;
+    /// A context of a new `fstype` with these options (a value, or a flag
+    /// when None): fsopen, fsconfig.
+    fn fs_context(
+        &mut self,
+        fstype: &CStr,
+        options: &[(&CStr, Option<&CStr>)],
+    ) -> Result<OwnedFd, SysError>;
+    /// The filesystem of a context, as a detached mount with MOUNT_ATTR_*
+    /// `attrs`: FSCONFIG_CMD_CREATE, fsmount.
+    fn fs_mount(&mut self, fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd, SysError>;
     /// mknodat(dir, name, mode (S_IF* | permissions), rdev).
     fn mknodat(
         &mut self,
@@ -127,6 +139,9 @@ pub struct BuildError {
 pub struct Built {
     pub tmp_upper_fds: Vec<OwnedFd>,
     pub unix_door: Option<OwnedFd>,
+    /// Overlays staged for a claim ([`Plan::claim_overlays`]), in plan
+    /// order: mounted by [`super::claim::attach`].
+    pub staged: Vec<super::claim::Staged>,
 }
 
 /// Where the child stages the new root in its private copy of the host
@@ -134,8 +149,8 @@ pub struct Built {
 const STAGING: &CStr = c"/tmp";
 const STAGING_ROOT: &CStr = c"/tmp/root";
 
-const O_PATH_DIR: libc::c_int = libc::O_PATH | libc::O_DIRECTORY;
-const BASE: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV;
+pub(super) const O_PATH_DIR: libc::c_int = libc::O_PATH | libc::O_DIRECTORY;
+pub(super) const BASE: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV;
 
 /// Files of /proc that leak host state: covered with /dev/null.
 const PROC_MASKED_FILES: &[&CStr] = &[
@@ -169,10 +184,12 @@ const DEV_LINKS: &[(&CStr, &CStr)] = &[
     (c"pts/ptmx", c"ptmx"),
 ];
 
-struct Builder<'a, S: FsSys> {
-    sys: &'a mut S,
-    root: OwnedFd,
-    source_fds: Vec<Option<OwnedFd>>,
+pub(super) struct Builder<'a, S: FsSys> {
+    pub(super) sys: &'a mut S,
+    pub(super) root: OwnedFd,
+    pub(super) source_fds: Vec<Option<OwnedFd>>,
+    /// Warm sandboxes: (step, detached mount of a host upper's directory).
+    pub(super) holders: Vec<(usize, OwnedFd)>,
     host_dev: Option<OwnedFd>,
     scratch: usize,
     /// The device tmpfs of `device` steps is mounted.
@@ -181,12 +198,12 @@ struct Builder<'a, S: FsSys> {
 
 /// A directory found inside the new root: the root itself (borrowed from
 /// the builder) or one the builder opened.
-enum Dir {
+pub(super) enum Dir {
     Root,
     Opened(OwnedFd),
 }
 
-fn dir_fd<'a>(root: &'a OwnedFd, d: &'a Dir) -> BorrowedFd<'a> {
+pub(super) fn dir_fd<'a>(root: &'a OwnedFd, d: &'a Dir) -> BorrowedFd<'a> {
     match d {
         Dir::Root => root.as_fd(),
         Dir::Opened(fd) => fd.as_fd(),
@@ -197,7 +214,7 @@ fn dir_fd<'a>(root: &'a OwnedFd, d: &'a Dir) -> BorrowedFd<'a> {
 /// handed over by the supervisor as detached mounts, attached by
 /// [`build`]).
 #[derive(Debug, Default)]
-pub struct Sources(pub Vec<Option<OwnedFd>>);
+pub struct Sources(pub Vec<Option<OwnedFd>>, pub Vec<(usize, OwnedFd)>);
 
 /// First part of the fixed order (once `/` is a slave mount): open every
 /// host source. This runs with the caller's filesystem identity (before the
@@ -246,7 +263,28 @@ pub fn open_sources<S: FsSys>(sys: &mut S, plan: &Plan) -> Result<Sources, Build
             }
         }
     }
-    Ok(Sources(source_fds))
+    // Warm sandboxes: a host upper's directory as a detached mount, made
+    // with this identity (it may be the launcher's own 0700 directory).
+    let mut holders = Vec::new();
+    for &i in &plan.claim_overlays {
+        if let Some(Step::Overlay {
+            upper: Upper::Host { upper, work },
+            ..
+        }) = plan.steps.get(i)
+        {
+            let held = super::claim::hold_upper(sys, plan, &mut source_fds, *upper, *work)
+                .map_err(|(err, hint)| BuildError {
+                    what: format!(
+                        "staging the upper {} for a warm sandbox",
+                        String::from_utf8_lossy(plan.sources[*upper].path.as_bytes())
+                    ),
+                    err,
+                    hint,
+                })?;
+            holders.push((i, held));
+        }
+    }
+    Ok(Sources(source_fds, holders))
 }
 
 /// Second part: build the new root and pivot into it. `handed` pairs a
@@ -272,7 +310,7 @@ pub fn build<S: FsSys>(
             hint: None,
         }
     };
-    let source_fds = sources.0;
+    let Sources(source_fds, holders) = sources;
     let staging_size = 1 << 20;
     let data_size: usize = plan
         .steps
@@ -318,6 +356,7 @@ pub fn build<S: FsSys>(
         sys,
         root,
         source_fds,
+        holders,
         host_dev: None,
         scratch: 0,
         nodes_mounted: false,
@@ -364,9 +403,23 @@ pub fn build<S: FsSys>(
             .get(i)
             .cloned()
             .unwrap_or_else(|| format!("fs[{i}]"));
-        let tmp_upper = b
-            .step(step, staging.as_fd())
-            .map_err(|(err, hint)| BuildError { what, err, hint })?;
+        let tmp_upper = if plan.claim_overlays.contains(&i) {
+            // A warm sandbox: the overlay is mounted when a command claims
+            // it (only its filesystem context is made now: fs::claim).
+            b.stage_overlay(step, i)
+                .map(|(staged, counted)| {
+                    built.staged.push(staged);
+                    counted
+                })
+                .map_err(|(err, hint)| BuildError {
+                    what: what.clone(),
+                    err,
+                    hint,
+                })?
+        } else {
+            b.step(step, staging.as_fd())
+                .map_err(|(err, hint)| BuildError { what, err, hint })?
+        };
         if let Some(fd) = tmp_upper {
             built.tmp_upper_fds.push(fd);
         }
@@ -407,9 +460,9 @@ pub fn build<S: FsSys>(
 }
 
 /// An fs operation's result: the failed call and a hint.
-type OpResult<T> = Result<T, (SysError, Option<&'static str>)>;
+pub(super) type OpResult<T> = Result<T, (SysError, Option<&'static str>)>;
 
-fn plain<T>(r: Result<T, SysError>) -> OpResult<T> {
+pub(super) fn plain<T>(r: Result<T, SysError>) -> OpResult<T> {
     r.map_err(|e| (e, None))
 }
 
@@ -849,7 +902,7 @@ impl<S: FsSys> Builder<'_, S> {
 
     /// Make sure `dest` exists in the new root (creating parents), as a
     /// directory or a regular file, and return an O_PATH fd to it.
-    fn ensure(&mut self, dest: &CStr, dir: bool) -> OpResult<OwnedFd> {
+    pub(super) fn ensure(&mut self, dest: &CStr, dir: bool) -> OpResult<OwnedFd> {
         if dest.to_bytes() == b"." {
             return plain(
                 self.sys
@@ -905,7 +958,7 @@ impl<S: FsSys> Builder<'_, S> {
     /// Each prefix is resolved once, inside the new root; a missing one is
     /// created in the directory resolved just before it. The parent of a
     /// top-level name is the new root itself.
-    fn parent_of(&mut self, dest: &CStr) -> OpResult<(Dir, CString)> {
+    pub(super) fn parent_of(&mut self, dest: &CStr) -> OpResult<(Dir, CString)> {
         let bytes = dest.to_bytes();
         let (parent, name) = match bytes.iter().rposition(|b| *b == b'/') {
             Some(i) => (&bytes[..i], &bytes[i + 1..]),

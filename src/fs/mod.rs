@@ -2,6 +2,7 @@
 //! [`build`] in the child through the mockable [`FsSys`] layer.
 
 pub mod build;
+pub mod claim;
 pub mod count;
 mod image_root;
 pub mod plan;

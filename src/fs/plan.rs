@@ -154,6 +154,10 @@ pub struct Plan {
     /// Index (into `steps`) of the overlays whose upper is a private tmpfs,
     /// so the sandbox can count what the workload changed.
     pub tmp_uppers: Vec<usize>,
+    /// Warm sandboxes: index (into `steps`) of the writable overlays that
+    /// are staged when the root is built and mounted only when a command
+    /// claims the sandbox (see `fs::claim`).
+    pub claim_overlays: Vec<usize>,
     /// A container image's layers (source indices, top first): the new root
     /// is an overlay of them over a private upper, under every step.
     pub image_lowers: Vec<usize>,

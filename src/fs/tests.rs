@@ -149,6 +149,10 @@ impl FsSys for Recorder {
     fn is_dir(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError> {
         Ok(!self.files.contains(&n(fd)))
     }
+    fn same_file(&mut self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<bool, SysError> {
+        self.calls.push(format!("same_file {} {}", n(a), n(b)));
+        Ok(true)
+    }
     fn fchdir(&mut self, fd: BorrowedFd<'_>) -> Result<(), SysError> {
         self.calls.push(format!("fchdir {}", n(fd)));
         Ok(())
@@ -176,6 +180,37 @@ impl FsSys for Recorder {
         ));
         Ok(fd)
     }
+    fn fs_context(
+        &mut self,
+        fstype: &CStr,
+        options: &[(&CStr, Option<&CStr>)],
+    ) -> Result<OwnedFd, SysError> {
+        let fd = self.fd();
+        let opts: Vec<String> = options
+            .iter()
+            .map(|(k, v)| match v {
+                Some(v) => format!("{}={}", s(k), s(v)),
+                None => s(k),
+            })
+            .collect();
+        self.calls.push(format!(
+            "fs_context {} {} = {}",
+            s(fstype),
+            opts.join(","),
+            fd.as_raw_fd()
+        ));
+        Ok(fd)
+    }
+    fn fs_mount(&mut self, fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd, SysError> {
+        let fd = self.fd();
+        self.calls.push(format!(
+            "fs_mount {} {attrs:#x} = {}",
+            n(fs),
+            fd.as_raw_fd()
+        ));
+        Ok(fd)
+    }
+
     fn mknodat(
         &mut self,
         dir: BorrowedFd<'_>,

@@ -21,6 +21,9 @@
 //!     Unix door), `pivot_root`, detach the old root.
 //!  7. Hostname; `lo` up; (proxy mode) the TCP door, both doors handed
 //!     over (`ListenerReady`).
+//!     A warm sandbox stops here: it reports `Ready`, waits for the
+//!     `Claim` that brings the command and its stdio, and mounts the
+//!     writable overlays staged in step 6 (`fs::claim`).
 //!  8. rlimits (RLIMIT_CORE = 0).
 //!  9. Non-dumpable; signals blocked; start the workload (vfork-style: it
 //!     shares init's memory until its execve, so init waits until then);
@@ -103,7 +106,7 @@ pub(super) struct Running {
 }
 
 /// The sandbox's pid 1. Never returns.
-pub fn sandbox_main(plan: &ChildPlan, sock: OwnedFd) -> ! {
+pub fn sandbox_main(plan: &mut ChildPlan, sock: OwnedFd) -> ! {
     match init(&mut RealSys, plan, sock.as_fd()) {
         Ok(running) => init_loop(running, &sock),
         Err(Stop::Failed(f, text)) => {
@@ -117,7 +120,7 @@ pub fn sandbox_main(plan: &ChildPlan, sock: OwnedFd) -> ! {
 /// hutch init's setup, steps 1 to 10, in order.
 pub(super) fn init<S: ChildSys>(
     sys: &mut S,
-    plan: &ChildPlan,
+    plan: &mut ChildPlan,
     sock: BorrowedFd<'_>,
 ) -> Result<Running, Stop> {
     let stdio = &plan.command.stdio.fds;
@@ -176,6 +179,23 @@ pub(super) fn init<S: ChildSys>(
         };
         sys.send(sock, &ready, &[tcp.as_fd(), unix.as_fd()])
             .at(Stage::ProxyDoors)?;
+    }
+    if plan.warm {
+        // Everything that does not depend on the command is done: wait for
+        // the command that claims this sandbox, then mount what it brings.
+        sys.send(sock, &Message::Ready, &[]).at(Stage::Claim)?;
+        let claimed = sys
+            .recv_claim(sock, plan.command.non_default_signals)
+            .at(Stage::Claim)?
+            .ok_or(Stop::SupervisorGone)?;
+        plan.command = claimed.command;
+        plan.report_started = claimed.report_started;
+        fs::claim::attach(sys, std::mem::take(&mut built.staged), &plan.op_names).map_err(|e| {
+            Stop::Failed(
+                Failure::new(Stage::ClaimMounts, e.err.errno),
+                Some(e.to_string()),
+            )
+        })?;
     }
     for (i, (resource, value)) in plan.rlimits.iter().enumerate() {
         sys.set_rlimit(*resource, *value)

@@ -44,6 +44,13 @@ pub trait ChildSys: FsSys {
     fn loopback_up(&mut self) -> Result<(), Errno>;
     /// The egress proxy's TCP door, listening in this network namespace.
     fn tcp_door(&mut self) -> Result<OwnedFd, Errno>;
+    /// A warm sandbox: wait for the claim (the command and its stdio);
+    /// None when the supervisor went away instead.
+    fn recv_claim(
+        &mut self,
+        sock: BorrowedFd<'_>,
+        non_default_signals: u64,
+    ) -> Result<Option<super::claim::Claimed>, Errno>;
     fn set_rlimit(&mut self, resource: libc::c_int, value: u64) -> Result<(), Errno>;
     fn set_dumpable(&mut self, on: bool) -> Result<(), Errno>;
     fn block_signals(&mut self, signals: &[libc::c_int]) -> Result<(), Errno>;

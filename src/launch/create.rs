@@ -89,7 +89,7 @@ pub fn create(
     let cgroup_fd: Option<BorrowedFd<'_>> = opts.cgroup.as_ref().map(|f| f.as_fd());
     // SAFETY: the process is single-threaded (checked just above).
     let (pid, pidfd) = match unsafe { sys::clone3(p.clone_flags, cgroup_fd) } {
-        Ok(Forked::Child) => child::sandbox_main(&p.child, child_sock),
+        Ok(Forked::Child) => child::sandbox_main(&mut p.child, child_sock),
         Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
         Err(e) => return Err(LaunchError::Clone(e)),
     };
@@ -169,6 +169,7 @@ pub fn create(
                         sock: sup_sock,
                         signals,
                         started,
+                        old_mask: SigSet::empty(),
                     };
                     match keep(&mut p, spec, &opts, sb, status_file, doors) {
                         Ok(_) => 0,

@@ -16,7 +16,9 @@ pub(super) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
     }
     match (f.stage, text) {
         // Build errors already say which operation, the call and a hint.
-        (Stage::OpenHostSources | Stage::BuildRoot, Some(text)) => return text.to_string(),
+        (Stage::OpenHostSources | Stage::BuildRoot | Stage::ClaimMounts, Some(text)) => {
+            return text.to_string();
+        }
         (stage, Some(text)) => return format!("{}: {text}", stage.what()),
         _ => {}
     }
@@ -219,9 +221,16 @@ pub(super) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
                 None,
             )
         }
-        Stage::MountPropagation | Stage::OpenHostSources | Stage::BuildRoot | Stage::Exec => {
-            (f.stage.what().into(), "?".into(), None)
-        }
+        Stage::Claim => (
+            f.stage.what().into(),
+            "recvmsg(the supervisor's socket)".into(),
+            None,
+        ),
+        Stage::MountPropagation
+        | Stage::OpenHostSources
+        | Stage::BuildRoot
+        | Stage::ClaimMounts
+        | Stage::Exec => (f.stage.what().into(), "?".into(), None),
     };
     let mut line = format!("{what}: {}", why(&call));
     if let Some(h) = hint {

@@ -1,11 +1,24 @@
 //! The helper: `hutch __supervise`, a supervisor in a process of its own,
-//! for callers that cannot fork (every multi-threaded program).
+//! for callers that cannot fork (every multi-threaded program), and the
+//! holder of one warm sandbox.
 //!
 //! The caller starts the helper with one end of a `SOCK_STREAM` socketpair
-//! as its fd [`CONTROL_FD`] (and the sandbox's stdio as its own stdio).
-//! Both sides speak length-prefixed frames (a little-endian u32, then a
-//! JSON envelope `{"v": PROTOCOL_VERSION, "msg": ...}`): the caller sends
-//! [`ToHelper::Run`] once, then may send [`ToHelper::Kill`]; the helper
+//! as its fd [`CONTROL_FD`] (and, for [`ToHelper::Run`], the sandbox's
+//! stdio as its own stdio). Both sides speak length-prefixed frames (a
+//! little-endian u32, then a JSON envelope `{"v": PROTOCOL_VERSION, "msg":
+//! ...}`); fds travel with a frame by SCM_RIGHTS. The caller sends one
+//! request:
+//!
+//! - [`ToHelper::Run`]: launch and supervise a sandbox now;
+//! - [`ToHelper::Warm`]: build a warm sandbox of the Spec's shape
+//!   ([`super::claim`]), answer [`FromHelper::Ready`], then wait for
+//!   [`ToHelper::Claim`], which brings the command and the workload's
+//!   stdin, stdout and stderr (the warm sandbox's owner may hand the
+//!   control socket to whoever claims it; with `lifeline`, fd
+//!   [`LIFELINE_FD`] is a pipe whose write end only the owner holds, and
+//!   its end ends the sandbox too);
+//!
+//! then may send [`ToHelper::Kill`] or [`ToHelper::Signal`]; the helper
 //! answers a kill with [`FromHelper::Killing`] and, at the end, sends
 //! [`FromHelper::Finished`] or [`FromHelper::Failed`]. A kill ends the
 //! sandbox through its supervisor (SIGKILL to pid 1, `cgroup.kill`) and
@@ -14,7 +27,6 @@
 //! answer. When the caller's end closes before the end (it went away, or
 //! dropped its child), the sandbox is killed the same way.
 
-use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -22,9 +34,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::claim::ClaimCommand;
 use super::relay::Captured;
 use super::report::ExitReport;
 use super::supervise::{self, Control, ControlRequest, Finished};
+use super::warm::{self, ClaimRequest, WarmError};
 use super::{LaunchError, LaunchFailure, RunOptions};
 use crate::spec::Spec;
 
@@ -32,8 +46,10 @@ use crate::spec::Spec;
 pub const SUBCOMMAND: &str = "__supervise";
 /// The helper's end of the control socket.
 pub const CONTROL_FD: i32 = 3;
+/// A warm sandbox's lifeline (see [`ToHelper::Warm`]).
+pub const LIFELINE_FD: i32 = 4;
 /// Bumped whenever a frame changes shape.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest frame either side accepts (a Spec can carry file contents).
 pub const MAX_FRAME: usize = 64 << 20;
 /// How long [`HelperChild::kill`] waits for the helper to say it is
@@ -43,11 +59,34 @@ const KILL_ANSWER: Duration = Duration::from_secs(2);
 /// Caller → helper.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToHelper {
+    /// Launch this Spec now and supervise it.
     Run {
         spec: Box<Spec>,
         options: RunOptions,
     },
+    /// Build a warm sandbox of this Spec's shape; answer `Ready` and wait
+    /// for `Claim`. `lifeline`: fd [`LIFELINE_FD`] is a pipe whose write
+    /// end only the sandbox's owner holds; when it closes, the sandbox
+    /// ends (even while someone else holds the control socket).
+    Warm {
+        spec: Box<Spec>,
+        lifeline: bool,
+    },
+    /// Run this command in the warm sandbox. The frame carries the
+    /// workload's stdin, stdout and stderr. `shape`: the
+    /// [`super::claim::shape_digest`] the command was made for; any other
+    /// is refused.
+    Claim {
+        shape: String,
+        command: Box<ClaimCommand>,
+        options: RunOptions,
+    },
     Kill,
+    /// Forward this signal to the sandbox (as a supervisor forwards the
+    /// signals it gets itself).
+    Signal {
+        signo: i32,
+    },
 }
 
 /// Helper → caller.
@@ -55,6 +94,10 @@ pub enum ToHelper {
 pub enum FromHelper {
     /// The sandbox is being killed, as asked; its report follows.
     Killing,
+    /// The warm sandbox is ready for its claim.
+    Ready {
+        sandbox_id: String,
+    },
     Finished {
         report: Box<ExitReport>,
         captured: [Option<Captured>; 2],
@@ -79,13 +122,21 @@ fn encode<M: Serialize>(msg: &M) -> Vec<u8> {
     frame
 }
 
-/// Bytes read so far, cut into frames.
+/// Bytes read so far, cut into frames, and the fds that came with them.
 #[derive(Default)]
 struct Frames {
     buf: Vec<u8>,
+    fds: std::collections::VecDeque<OwnedFd>,
 }
 
 impl Frames {
+    /// Whether a whole frame is buffered.
+    fn has_frame(&self) -> bool {
+        self.buf.len() >= 4
+            && self.buf.len()
+                >= 4 + u32::from_le_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize
+    }
+
     /// The next whole frame, decoded.
     fn next<M: for<'de> Deserialize<'de>>(&mut self) -> Option<Result<M, String>> {
         if self.buf.len() < 4 {
@@ -115,20 +166,31 @@ impl Frames {
         )
     }
 
-    /// One read from `sock` into the buffer; false at EOF or on error.
-    fn fill(&mut self, sock: &mut UnixStream) -> bool {
+    /// One read from `sock` into the buffer (fds into the queue); false at
+    /// EOF or on error.
+    fn fill(&mut self, sock: BorrowedFd<'_>) -> bool {
         let mut chunk = [0u8; 16 * 1024];
-        match sock.read(&mut chunk) {
-            Ok(0) => false,
-            Ok(n) => {
+        match crate::sys::socket::recv_stream(sock, &mut chunk) {
+            Ok((0, _)) => false,
+            Ok((n, fds)) => {
                 self.buf.extend_from_slice(&chunk[..n]);
-                self.buf.len() <= MAX_FRAME + 4
+                self.fds.extend(fds);
+                self.buf.len() <= MAX_FRAME + 4 && self.fds.len() <= 16
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => true,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
-            Err(_) => false,
+            Err(e) => e.errno == crate::sys::Errno::EAGAIN,
         }
     }
+}
+
+/// Send a whole frame, its fds attached to the first byte.
+fn send_frame(sock: &UnixStream, frame: &[u8], fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+    let mut sent = crate::sys::socket::send_stream(sock.as_fd(), frame, fds)
+        .map_err(|e| std::io::Error::from_raw_os_error(e.errno as i32))?;
+    while sent < frame.len() {
+        sent += crate::sys::socket::send_stream(sock.as_fd(), &frame[sent..], &[])
+            .map_err(|e| std::io::Error::from_raw_os_error(e.errno as i32))?;
+    }
+    Ok(())
 }
 
 /// Where the `hutch` binary is: the `HUTCH_BIN` environment variable; a
@@ -154,10 +216,12 @@ pub fn find_binary() -> Option<PathBuf> {
     })
 }
 
-/// A sandbox supervised by a helper process.
-pub struct HelperChild {
+/// The caller's side of a helper's control socket: the frames it sent and
+/// what they said. Also what holds a claimed warm sandbox whose helper is
+/// not the holder's child (a session's warm server hands the socket over).
+pub struct Link {
+    /// The helper, for error lines.
     binary: PathBuf,
-    pub process: std::process::Child,
     sock: UnixStream,
     frames: Frames,
     result: Option<Result<Finished, LaunchError>>,
@@ -165,58 +229,22 @@ pub struct HelperChild {
     closed: bool,
     /// The helper said it is killing the sandbox.
     killing: bool,
+    /// A warm helper said its sandbox is ready (its id).
+    ready: Option<String>,
 }
 
-impl HelperChild {
-    /// Start `binary` as the helper for `spec`, with `stdio` as the
-    /// helper's (and so the sandbox's) stdin, stdout and stderr.
-    pub fn spawn(
-        binary: &Path,
-        spec: &Spec,
-        opts: &RunOptions,
-        stdio: [std::process::Stdio; 3],
-    ) -> Result<HelperChild, LaunchError> {
-        let fail = |why: String| LaunchError::Helper {
+impl Link {
+    /// The caller's end of a helper's control socket.
+    pub fn new(binary: &Path, sock: UnixStream) -> Link {
+        Link {
             binary: binary.to_path_buf(),
-            why,
-        };
-        let (ours, theirs) = UnixStream::pair().map_err(|e| fail(format!("socketpair: {e}")))?;
-        let mut cmd = std::process::Command::new(binary);
-        cmd.arg(SUBCOMMAND).env_clear();
-        // The helper registers the sandbox where `hutch ps` looks.
-        for key in [crate::registry::RUNTIME_DIR_ENV, "XDG_RUNTIME_DIR"] {
-            if let Some(v) = std::env::var_os(key) {
-                cmd.env(key, v);
-            }
-        }
-        let [stdin, stdout, stderr] = stdio;
-        cmd.stdin(stdin).stdout(stdout).stderr(stderr);
-        crate::sys::command_with_fds(&mut cmd, vec![(OwnedFd::from(theirs), CONTROL_FD)])
-            .map_err(|e| fail(e.to_string()))?;
-        let process = cmd
-            .spawn()
-            .map_err(|e| fail(format!("cannot start: {e}")))?;
-        // Dropping the std Command closes our copy of the helper's end.
-        drop(cmd);
-        let mut child = HelperChild {
-            binary: binary.to_path_buf(),
-            process,
-            sock: ours,
+            sock,
             frames: Frames::default(),
             result: None,
             closed: false,
             killing: false,
-        };
-        let run = ToHelper::Run {
-            spec: Box::new(spec.clone()),
-            options: opts.clone(),
-        };
-        if let Err(e) = child.sock.write_all(&encode(&run)) {
-            let _ = child.process.kill();
-            let _ = child.process.wait();
-            return Err(fail(format!("sending the request: {e}")));
+            ready: None,
         }
-        Ok(child)
     }
 
     fn protocol_error(&self, why: String) -> LaunchError {
@@ -226,18 +254,25 @@ impl HelperChild {
         }
     }
 
+    fn send(&mut self, msg: &ToHelper, fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+        self.sock.set_nonblocking(false)?;
+        send_frame(&self.sock, &encode(msg), fds)
+    }
+
     /// Read what the helper sent; `block`: wait for at least one read.
     fn pump(&mut self, block: bool) {
         if self.result.is_some() || self.closed {
             return;
         }
         let _ = self.sock.set_nonblocking(!block);
-        if !self.frames.fill(&mut self.sock) {
+        if !self.frames.fill(self.sock.as_fd()) {
             self.closed = true;
         }
+        self.frames.fds.clear();
         while let Some(frame) = self.frames.next::<FromHelper>() {
             match frame {
                 Ok(FromHelper::Killing) => self.killing = true,
+                Ok(FromHelper::Ready { sandbox_id }) => self.ready = Some(sandbox_id),
                 Ok(FromHelper::Finished { report, captured }) => {
                     self.result = Some(Ok(Finished {
                         report: *report,
@@ -255,30 +290,225 @@ impl HelperChild {
         }
     }
 
-    /// The result once the helper has answered and exited.
-    fn finish(&mut self) -> Result<Finished, LaunchError> {
-        let status = self.process.wait();
-        match self.result.take() {
-            Some(r) => r,
-            None => Err(self.protocol_error(match status {
-                Ok(s) => format!("ended without a report ({s})"),
-                Err(e) => format!("cannot be waited for: {e}"),
-            })),
+    /// Whether the helper has answered (a result, or its end closed).
+    pub fn answered(&self) -> bool {
+        self.result.is_some() || self.closed
+    }
+
+    /// The warm sandbox's id once it said it is ready (without waiting).
+    pub fn ready(&mut self) -> Option<&str> {
+        if self.ready.is_none() {
+            self.pump(false);
+        }
+        self.ready.as_deref()
+    }
+
+    /// Wait until the helper answers.
+    pub fn wait_answer(&mut self) {
+        while !self.answered() {
+            self.pump(true);
         }
     }
 
-    /// Wait for the sandbox to end.
-    pub fn wait(&mut self) -> Result<Finished, LaunchError> {
-        while self.result.is_none() && !self.closed {
-            self.pump(true);
+    /// The result (once answered); a helper that closed without one is an
+    /// error that `why` describes.
+    fn take_result(&mut self, why: impl FnOnce() -> String) -> Result<Finished, LaunchError> {
+        match self.result.take() {
+            Some(r) => r,
+            None => Err(self.protocol_error(why())),
         }
-        self.finish()
+    }
+
+    /// Wait for the sandbox to end (for a link without the helper process).
+    pub fn wait(&mut self) -> Result<Finished, LaunchError> {
+        self.wait_answer();
+        self.take_result(|| "ended without a report".into())
     }
 
     /// The result if the sandbox has ended, without waiting.
     pub fn try_wait(&mut self) -> Result<Option<Finished>, LaunchError> {
         self.pump(false);
-        if self.result.is_none() && !self.closed {
+        if !self.answered() {
+            return Ok(None);
+        }
+        self.take_result(|| "ended without a report".into())
+            .map(Some)
+    }
+
+    /// Claim the warm sandbox: `shape` is the claim's
+    /// [`super::claim::shape_digest`], `stdio` the workload's stdin,
+    /// stdout and stderr.
+    pub fn claim(
+        &mut self,
+        shape: &str,
+        command: ClaimCommand,
+        options: &RunOptions,
+        stdio: [BorrowedFd<'_>; 3],
+    ) -> Result<(), LaunchError> {
+        let msg = ToHelper::Claim {
+            shape: shape.to_string(),
+            command: Box::new(command),
+            options: options.clone(),
+        };
+        self.send(&msg, &stdio)
+            .map_err(|e| self.protocol_error(format!("sending the claim: {e}")))
+    }
+
+    /// Forward `signo` to the sandbox.
+    pub fn signal(&mut self, signo: i32) -> std::io::Result<()> {
+        if self.answered() {
+            return Ok(());
+        }
+        self.send(&ToHelper::Signal { signo }, &[])
+    }
+
+    /// Ask the helper to kill the sandbox; true once it said it does (or
+    /// the sandbox is over), false when it did not answer in time.
+    pub fn kill(&mut self) -> bool {
+        if self.answered() {
+            return true;
+        }
+        if self.send(&ToHelper::Kill, &[]).is_err() {
+            return false;
+        }
+        let deadline = Instant::now() + KILL_ANSWER;
+        while !self.killing && !self.answered() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+            match crate::sys::raw::poll_one(self.sock.as_fd(), libc::POLLIN, ms) {
+                Ok(0) => break,
+                Ok(_) => self.pump(false),
+                Err(crate::sys::Errno::EINTR) => {}
+                Err(_) => break,
+            }
+        }
+        self.killing || self.answered()
+    }
+
+    /// The control socket (to hand it over, or to poll it).
+    pub fn socket(&self) -> &UnixStream {
+        &self.sock
+    }
+
+    /// Give up the link, keeping the socket (to hand it over).
+    pub fn into_socket(self) -> UnixStream {
+        self.sock
+    }
+}
+
+/// A sandbox supervised by a helper process.
+pub struct HelperChild {
+    pub process: std::process::Child,
+    pub link: Link,
+}
+
+impl HelperChild {
+    /// Start `binary` as the helper with `stdio` as its stdin, stdout and
+    /// stderr, and send it `request` (with fd [`LIFELINE_FD`] when
+    /// `lifeline` is given).
+    fn start(
+        binary: &Path,
+        request: &ToHelper,
+        stdio: [std::process::Stdio; 3],
+        lifeline: Option<BorrowedFd<'_>>,
+    ) -> Result<HelperChild, LaunchError> {
+        let fail = |why: String| LaunchError::Helper {
+            binary: binary.to_path_buf(),
+            why,
+        };
+        let (ours, theirs) = UnixStream::pair().map_err(|e| fail(format!("socketpair: {e}")))?;
+        let mut cmd = std::process::Command::new(binary);
+        cmd.arg(SUBCOMMAND).env_clear();
+        // The helper registers the sandbox where `hutch ps` looks.
+        for key in [crate::registry::RUNTIME_DIR_ENV, "XDG_RUNTIME_DIR"] {
+            if let Some(v) = std::env::var_os(key) {
+                cmd.env(key, v);
+            }
+        }
+        let [stdin, stdout, stderr] = stdio;
+        cmd.stdin(stdin).stdout(stdout).stderr(stderr);
+        let mut fds = vec![(OwnedFd::from(theirs), CONTROL_FD)];
+        if let Some(l) = lifeline {
+            let l = l
+                .try_clone_to_owned()
+                .map_err(|e| fail(format!("dup of the lifeline: {e}")))?;
+            fds.push((l, LIFELINE_FD));
+        }
+        crate::sys::command_with_fds(&mut cmd, fds).map_err(|e| fail(e.to_string()))?;
+        let process = cmd
+            .spawn()
+            .map_err(|e| fail(format!("cannot start: {e}")))?;
+        // Dropping the std Command closes our copy of the helper's end.
+        drop(cmd);
+        let mut child = HelperChild {
+            process,
+            link: Link::new(binary, ours),
+        };
+        if let Err(e) = child.link.send(request, &[]) {
+            let _ = child.process.kill();
+            let _ = child.process.wait();
+            return Err(fail(format!("sending the request: {e}")));
+        }
+        Ok(child)
+    }
+
+    /// Start `binary` as the helper for `spec`, with `stdio` as the
+    /// helper's (and so the sandbox's) stdin, stdout and stderr.
+    pub fn spawn(
+        binary: &Path,
+        spec: &Spec,
+        opts: &RunOptions,
+        stdio: [std::process::Stdio; 3],
+    ) -> Result<HelperChild, LaunchError> {
+        let run = ToHelper::Run {
+            spec: Box::new(spec.clone()),
+            options: opts.clone(),
+        };
+        HelperChild::start(binary, &run, stdio, None)
+    }
+
+    /// Start `binary` as the holder of a warm sandbox of `spec`'s shape
+    /// (its stdio /dev/null until a claim brings the command's).
+    pub fn spawn_warm(
+        binary: &Path,
+        spec: &Spec,
+        lifeline: Option<BorrowedFd<'_>>,
+    ) -> Result<HelperChild, LaunchError> {
+        use std::process::Stdio;
+        let warm = ToHelper::Warm {
+            spec: Box::new(spec.clone()),
+            lifeline: lifeline.is_some(),
+        };
+        HelperChild::start(
+            binary,
+            &warm,
+            [Stdio::null(), Stdio::null(), Stdio::null()],
+            lifeline,
+        )
+    }
+
+    /// The result once the helper has answered and exited.
+    fn finish(&mut self) -> Result<Finished, LaunchError> {
+        let status = self.process.wait();
+        self.link.take_result(|| match status {
+            Ok(s) => format!("ended without a report ({s})"),
+            Err(e) => format!("cannot be waited for: {e}"),
+        })
+    }
+
+    /// Wait for the sandbox to end.
+    pub fn wait(&mut self) -> Result<Finished, LaunchError> {
+        self.link.wait_answer();
+        self.finish()
+    }
+
+    /// The result if the sandbox has ended, without waiting.
+    pub fn try_wait(&mut self) -> Result<Option<Finished>, LaunchError> {
+        self.link.pump(false);
+        if !self.link.answered() {
             return Ok(None);
         }
         self.finish().map(Some)
@@ -288,27 +518,8 @@ impl HelperChild {
     /// when it does not answer. The report of a killed sandbox says
     /// `killed` (or how it ended, if it was over already).
     pub fn kill(&mut self) -> std::io::Result<()> {
-        if self.result.is_some() || self.closed {
+        if self.link.kill() {
             return Ok(());
-        }
-        if self.sock.write_all(&encode(&ToHelper::Kill)).is_ok() {
-            let deadline = Instant::now() + KILL_ANSWER;
-            while !self.killing && self.result.is_none() && !self.closed {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-                match crate::sys::raw::poll_one(self.sock.as_fd(), libc::POLLIN, ms) {
-                    Ok(0) => break,
-                    Ok(_) => self.pump(false),
-                    Err(crate::sys::Errno::EINTR) => {}
-                    Err(_) => break,
-                }
-            }
-            if self.killing || self.result.is_some() {
-                return Ok(());
-            }
         }
         self.process.kill()
     }
@@ -319,6 +530,7 @@ impl HelperChild {
 struct Channel {
     sock: UnixStream,
     frames: Frames,
+    lifeline: Option<OwnedFd>,
 }
 
 impl Control for Channel {
@@ -326,20 +538,62 @@ impl Control for Channel {
         self.sock.as_fd()
     }
 
+    fn lifeline(&self) -> Option<BorrowedFd<'_>> {
+        self.lifeline.as_ref().map(|l| l.as_fd())
+    }
+
+    fn buffered(&self) -> bool {
+        self.frames.has_frame()
+    }
+
     fn read(&mut self) -> ControlRequest {
-        if !self.frames.fill(&mut self.sock) {
+        if !self.frames.has_frame() && !self.frames.fill(self.sock.as_fd()) {
             return ControlRequest::Gone;
         }
         match self.frames.next::<ToHelper>() {
             None => ControlRequest::None,
             Some(Ok(ToHelper::Kill)) => ControlRequest::Kill,
+            Some(Ok(ToHelper::Signal { signo })) => ControlRequest::Signal(signo),
+            Some(Ok(ToHelper::Claim {
+                shape,
+                command,
+                options,
+            })) => {
+                let fds = &mut self.frames.fds;
+                match (fds.pop_front(), fds.pop_front(), fds.pop_front()) {
+                    (Some(a), Some(b), Some(c)) => ControlRequest::Claim(Box::new(ClaimRequest {
+                        shape,
+                        command: *command,
+                        options,
+                        stdio: [a, b, c],
+                    })),
+                    // A claim without its stdio: the caller is confused.
+                    _ => ControlRequest::Kill,
+                }
+            }
             // A second request, or nonsense: the caller is confused; end.
             Some(_) => ControlRequest::Kill,
         }
     }
 
     fn acknowledge_kill(&mut self) {
-        let _ = self.sock.write_all(&encode(&FromHelper::Killing));
+        let _ = send_frame(&self.sock, &encode(&FromHelper::Killing), &[]);
+    }
+}
+
+impl Channel {
+    fn answer(&self, msg: &FromHelper) {
+        let _ = send_frame(&self.sock, &encode(msg), &[]);
+    }
+}
+
+/// The lifeline a warm request names: fd [`LIFELINE_FD`], which must be a
+/// pipe (an fd left open by accident is never taken for one).
+fn adopt_lifeline() -> Option<OwnedFd> {
+    let fd = crate::sys::adopt_inherited_fd(LIFELINE_FD)?;
+    match crate::sys::fstat(fd.as_fd()) {
+        Ok(m) if m.mode & libc::S_IFMT == libc::S_IFIFO => Some(fd),
+        _ => None,
     }
 }
 
@@ -356,29 +610,47 @@ pub fn serve() -> i32 {
     let mut channel = Channel {
         sock: UnixStream::from(fd),
         frames: Frames::default(),
+        lifeline: None,
     };
     let request = loop {
         match channel.frames.next::<ToHelper>() {
             Some(r) => break r,
-            None if channel.frames.fill(&mut channel.sock) => continue,
+            None if channel.frames.fill(channel.sock.as_fd()) => continue,
             None => return 125,
         }
     };
-    let answer = match request {
-        Ok(ToHelper::Run { spec, options }) => {
-            match supervise::run(&spec, &options, Some(&mut channel)) {
-                Ok(Finished { report, captured }) => FromHelper::Finished {
-                    report: Box::new(report),
-                    captured,
-                },
-                Err(e) => FromHelper::Failed(e.failure()),
+    let result = match request {
+        Ok(ToHelper::Run { spec, options }) => supervise::run(&spec, &options, Some(&mut channel)),
+        Ok(ToHelper::Warm { spec, lifeline }) => {
+            if lifeline {
+                match adopt_lifeline() {
+                    Some(l) => channel.lifeline = Some(l),
+                    None => {
+                        eprintln!(
+                            "hutch: {SUBCOMMAND}: the warm request names a lifeline (fd {LIFELINE_FD}) that is not a pipe"
+                        );
+                        return 125;
+                    }
+                }
+            }
+            match serve_warm(&spec, &mut channel) {
+                Some(r) => r,
+                // Its owner went away: nobody to answer.
+                None => return 125,
             }
         }
-        Ok(ToHelper::Kill) => return 125,
+        Ok(ToHelper::Kill | ToHelper::Signal { .. } | ToHelper::Claim { .. }) => return 125,
         Err(why) => {
             eprintln!("hutch: {SUBCOMMAND}: the request was {why}");
             return 125;
         }
+    };
+    let answer = match result {
+        Ok(Finished { report, captured }) => FromHelper::Finished {
+            report: Box::new(report),
+            captured,
+        },
+        Err(e) => FromHelper::Failed(e.failure()),
     };
     let code = match &answer {
         FromHelper::Finished { report, .. } => report.status,
@@ -386,10 +658,32 @@ pub fn serve() -> i32 {
             eprintln!("hutch: {f}");
             125
         }
-        FromHelper::Killing => 125,
+        _ => 125,
     };
-    let _ = channel.sock.write_all(&encode(&answer));
+    channel.answer(&answer);
     code
+}
+
+/// A warm sandbox: build it, say `Ready`, serve the claim. None when its
+/// owner went away before claiming it.
+fn serve_warm(spec: &Spec, channel: &mut Channel) -> Option<Result<Finished, LaunchError>> {
+    let (warm, pending) = match warm::warm_up(spec, channel) {
+        Ok(w) => w,
+        Err(WarmError::Gone) => return None,
+        Err(WarmError::Launch(e)) => return Some(Err(e)),
+    };
+    channel.answer(&FromHelper::Ready {
+        sandbox_id: warm.sandbox_id().to_string(),
+    });
+    let (warm, claim) = match pending {
+        Some(c) => (warm, c),
+        None => match warm.wait_claim(channel) {
+            Ok(w) => w,
+            Err(WarmError::Gone) => return None,
+            Err(WarmError::Launch(e)) => return Some(Err(e)),
+        },
+    };
+    Some(warm.claim(claim, channel))
 }
 
 #[cfg(test)]

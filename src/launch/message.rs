@@ -35,6 +35,17 @@ pub enum Message {
     /// inside the sandbox (attached, in this order: the TCP door in its
     /// network namespace, the Unix door in its root), served by the host.
     ListenerReady { doors: Vec<String> },
+    /// Sandbox → supervisor (warm sandboxes): everything that does not
+    /// depend on the command is done; hutch init waits for `Claim`.
+    Ready,
+    /// Supervisor → sandbox (warm sandboxes): the command that claims the
+    /// sandbox. Carries the workload's stdin, stdout and stderr, then,
+    /// when `command` is None (it did not fit in a datagram), a memfd
+    /// holding it as JSON. `report_started`: send `Started`.
+    Claim {
+        command: Option<super::claim::WireCommand>,
+        report_started: bool,
+    },
     /// Sandbox → supervisor: the sandbox is built and its command found;
     /// hutch init now waits for the start request (a created container).
     Held,

@@ -12,6 +12,7 @@
 
 mod child;
 mod child_sys;
+pub mod claim;
 pub mod create;
 mod describe;
 pub mod ending;
@@ -22,6 +23,7 @@ mod image;
 mod join;
 mod maps;
 pub mod message;
+pub mod pool;
 mod prepare;
 mod real_sys;
 mod relay;
@@ -34,6 +36,7 @@ mod supervise;
 #[cfg(test)]
 mod tests;
 mod validate;
+mod warm;
 
 use std::path::PathBuf;
 

@@ -8,6 +8,7 @@
 //! root, confinement, limits) and the [`CommandPlan`] (argv, env, cwd,
 //! stdio).
 
+use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -181,6 +182,10 @@ pub struct ChildPlan {
     /// Whether pid 1 reports `Started` (only a status file's start event
     /// needs it; otherwise it would be one more wake-up per spawn).
     pub report_started: bool,
+    /// A warm sandbox: after the root, hostname, loopback and doors, hutch
+    /// init reports `Ready` and waits for the `Claim` that brings the
+    /// command ([`super::claim`]).
+    pub warm: bool,
     pub command: CommandPlan,
     /// The sandbox outlives the process that launched it (a created
     /// container): no parent-death signal.
@@ -281,13 +286,34 @@ pub fn prepare_with(
 ) -> Result<LaunchPlan, LaunchError> {
     super::validate(spec)?;
     let image = super::image::prepare(spec)?;
-    let spec = image.as_ref().map_or(spec, |i| &i.held.spec);
+    // The image's config fills the command part (an image run only).
+    let with_image = image.as_ref().map(|i| i.held.spec.clone());
+    let spec = with_image.as_ref().unwrap_or(spec);
     if spec.command.is_empty() {
         return Err(LaunchError::Spec(crate::spec::SpecError::new(
             "command",
             "no command to run",
         )));
     }
+    let mut p = prepare_sandbox(spec, image, false, own_leaf)?;
+    let (command, relay) = prepare_command(spec, p.proxy.is_some(), relay, workload_stdio)?;
+    p.child.command = command;
+    p.relay = relay;
+    Ok(p)
+}
+
+/// What does not depend on the command: ids, the mount plan (with the
+/// image's layers, if any), namespaces, confinement, the proxy's policy,
+/// and (last: from here on the leaf exists, dropping the plan removes it)
+/// the cgroup leaf. The command part is a placeholder. `warm`: the sandbox
+/// waits for a claim, and its writable overlays are mounted then (see
+/// [`super::claim`]).
+pub(super) fn prepare_sandbox(
+    spec: &Spec,
+    image: Option<super::image::Prepared>,
+    warm: bool,
+    own_leaf: bool,
+) -> Result<LaunchPlan, LaunchError> {
     let ids = match &image {
         Some(i) => i.ids.clone().for_image(),
         None => ids(spec)?,
@@ -303,6 +329,9 @@ pub fn prepare_with(
     let mut plan = fs::plan(spec, idmap_layers);
     if let Some(i) = &image {
         super::image::add_lowers(&mut plan, i);
+    }
+    if warm {
+        plan.claim_overlays = super::claim::claim_overlays(spec);
     }
     let idmap_sources = plan
         .sources
@@ -356,24 +385,6 @@ pub fn prepare_with(
         last: sys::cap_last_cap(),
     };
 
-    // What does.
-    let (stdio, relay) = stdio(relay || spec.limits.output_bytes.is_some(), workload_stdio)?;
-    let command = CommandPlan {
-        exec: exec(spec),
-        cwd: CString::new(
-            spec.cwd
-                .as_deref()
-                .unwrap_or(Path::new("/"))
-                .as_os_str()
-                .as_bytes(),
-        )
-        .expect("validated: no NUL"),
-        stdio,
-        non_default_signals: u64::MAX,
-        umask: spec.umask,
-        controlling_tty: false,
-    };
-
     // Last: from here on the leaf exists (dropping it removes it again).
     let cgroup = if own_leaf {
         crate::cgroup::prepare(&spec.limits, &sandbox_id)?
@@ -395,7 +406,8 @@ pub fn prepare_with(
         caps,
         confinement,
         report_started: true,
-        command,
+        warm,
+        command: CommandPlan::placeholder(),
         detached: false,
         own_userns: ns.user,
         pid_namespace_init: ns.pid,
@@ -410,13 +422,63 @@ pub fn prepare_with(
         sandbox_id,
         clone_flags,
         cgroup: Some(cgroup),
-        relay,
+        relay: [None, None],
         tmp_overlay_dests,
         kept_uppers,
         idmap_sources,
         proxy,
         image: image.map(|i| i.held),
     })
+}
+
+/// What depends on the command: argv/envp and the execve candidates, the
+/// working directory, the workload's stdio (and the read ends the
+/// supervisor relays). `proxy`: the sandbox's network is the egress proxy,
+/// whose environment the workload gets.
+pub(super) fn prepare_command(
+    spec: &Spec,
+    proxy: bool,
+    relay: bool,
+    workload_stdio: WorkloadStdio,
+) -> Result<(CommandPlan, [Option<OwnedFd>; 2]), LaunchError> {
+    let (stdio, relay) = stdio(relay || spec.limits.output_bytes.is_some(), workload_stdio)?;
+    let exec = if proxy {
+        let mut env = spec.env.clone();
+        env.extend(crate::net::proxy_env());
+        exec_of(&spec.command, &env)
+    } else {
+        exec_of(&spec.command, &spec.env)
+    };
+    let command = CommandPlan {
+        exec,
+        cwd: CString::new(
+            spec.cwd
+                .as_deref()
+                .unwrap_or(Path::new("/"))
+                .as_os_str()
+                .as_bytes(),
+        )
+        .expect("validated: no NUL"),
+        stdio,
+        non_default_signals: u64::MAX,
+        umask: spec.umask,
+        controlling_tty: false,
+    };
+    Ok((command, relay))
+}
+
+impl CommandPlan {
+    /// No command yet (a warm sandbox, until it is claimed).
+    pub fn placeholder() -> CommandPlan {
+        CommandPlan {
+            exec: Exec::from_strings(Vec::new(), Vec::new(), Vec::new()),
+            cwd: CString::from(c"/"),
+            stdio: StdioPlan::default(),
+            non_default_signals: u64::MAX,
+            umask: None,
+            controlling_tty: false,
+        }
+    }
 }
 
 fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
@@ -525,36 +587,43 @@ fn prepare_upper(upper: &Path, work: &Path, ids: &Ids) -> Result<(), LaunchError
     Ok(())
 }
 
-pub(super) fn exec(spec: &Spec) -> Exec {
-    let to_c = |s: &str| CString::new(s).expect("validated: no NUL");
-    let argv: Vec<CString> = spec.command.iter().map(|a| to_c(a)).collect();
-    let envp: Vec<CString> = spec
-        .env
-        .iter()
-        .map(|(k, v)| to_c(&format!("{k}={v}")))
-        .collect();
-    let program = &spec.command[0];
+/// argv/envp and the execve candidates (the PATH search is done here, in
+/// the supervisor).
+pub(super) fn exec_of(command: &[String], env: &BTreeMap<String, String>) -> Exec {
+    let argv: Vec<String> = command.to_vec();
+    let envp: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let program = &command[0];
     let candidates = if program.contains('/') {
-        vec![to_c(program)]
+        vec![program.clone()]
     } else {
-        let path = spec.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
+        let path = env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
         path.split(':')
             .map(|dir| if dir.is_empty() { "." } else { dir })
-            .map(|dir| to_c(&format!("{}/{program}", dir.trim_end_matches('/'))))
+            .map(|dir| format!("{}/{program}", dir.trim_end_matches('/')))
             .collect()
     };
-    let ptrs = |v: &[CString]| {
-        v.iter()
-            .map(|c| c.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect()
-    };
-    Exec {
-        argv_ptrs: ptrs(&argv),
-        envp_ptrs: ptrs(&envp),
-        candidates,
-        argv,
-        envp,
+    Exec::from_strings(candidates, argv, envp)
+}
+
+impl Exec {
+    /// From validated strings (no NUL).
+    pub fn from_strings(candidates: Vec<String>, argv: Vec<String>, envp: Vec<String>) -> Exec {
+        let to_c = |s: String| CString::new(s).expect("validated: no NUL");
+        let argv: Vec<CString> = argv.into_iter().map(to_c).collect();
+        let envp: Vec<CString> = envp.into_iter().map(to_c).collect();
+        let ptrs = |v: &[CString]| {
+            v.iter()
+                .map(|c| c.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        Exec {
+            argv_ptrs: ptrs(&argv),
+            envp_ptrs: ptrs(&envp),
+            candidates: candidates.into_iter().map(to_c).collect(),
+            argv,
+            envp,
+        }
     }
 }
 
@@ -562,7 +631,7 @@ pub(super) fn exec(spec: &Spec) -> Exec {
 /// when they are terminals (the workload never gets the user's tty); a
 /// terminal stdin becomes /dev/null. Returns the workload's stdio and the
 /// read ends the supervisor relays.
-fn stdio(
+pub(super) fn stdio(
     relay: bool,
     workload_stdio: WorkloadStdio,
 ) -> Result<(StdioPlan, [Option<OwnedFd>; 2]), LaunchError> {

@@ -92,6 +92,11 @@ impl FsSys for RealSys {
         sys::is_dir(fd)
     }
 
+    fn same_file(&mut self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<bool, SysError> {
+        let (a, b) = (sys::fstat(a)?, sys::fstat(b)?);
+        Ok((a.dev, a.ino) == (b.dev, b.ino))
+    }
+
     fn fchdir(&mut self, fd: BorrowedFd<'_>) -> Result<(), SysError> {
         sys::fchdir(fd)
     }
@@ -110,6 +115,18 @@ impl FsSys for RealSys {
 
     fn unix_listener(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, SysError> {
         crate::net::unix_door(dir, name)
+    }
+
+    fn fs_context(
+        &mut self,
+        fstype: &CStr,
+        options: &[(&CStr, Option<&CStr>)],
+    ) -> Result<OwnedFd, SysError> {
+        sys::fs_context(fstype, options)
+    }
+
+    fn fs_mount(&mut self, fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd, SysError> {
+        sys::fs_mount(fs, attrs)
     }
 
     fn mknodat(
@@ -238,6 +255,28 @@ impl ChildSys for RealSys {
 
     fn tcp_door(&mut self) -> Result<OwnedFd, Errno> {
         crate::net::tcp_door_in_current_netns().map_err(|e| e.errno)
+    }
+
+    fn recv_claim(
+        &mut self,
+        sock: BorrowedFd<'_>,
+        non_default_signals: u64,
+    ) -> Result<Option<super::claim::Claimed>, Errno> {
+        match message::recv(&sock) {
+            Ok(None) => Ok(None),
+            Ok(Some(Incoming::Message(
+                Message::Claim {
+                    command,
+                    report_started,
+                },
+                fds,
+            ))) => {
+                super::claim::decode(command, report_started, fds, non_default_signals).map(Some)
+            }
+            Ok(Some(_)) => Err(Errno::EPROTO),
+            Err(super::message::MessageError::Sys(e)) => Err(e.errno),
+            Err(_) => Err(Errno::EPROTO),
+        }
     }
 
     fn set_rlimit(&mut self, resource: libc::c_int, value: u64) -> Result<(), Errno> {

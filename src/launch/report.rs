@@ -147,6 +147,10 @@ pub struct ExitReport {
     pub enforced: Enforcement,
     /// Limits or features requested as *preferred* that were not enforced.
     pub unenforced: Vec<String>,
+    /// The command ran in a warm sandbox (built before it was asked for,
+    /// from a pool of its shape), not one launched for it.
+    #[serde(default)]
+    pub warm: bool,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -30,6 +30,10 @@ pub enum Stage {
     Hostname,
     Loopback,
     ProxyDoors,
+    /// A warm sandbox: waiting for the command that claims it.
+    Claim,
+    /// A warm sandbox: mounting the staged overlays for the claim.
+    ClaimMounts,
     Rlimits,
     Terminal,
     NonDumpable,
@@ -58,7 +62,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    const ALL: [Stage; 39] = [
+    const ALL: [Stage; 41] = [
         Stage::ParentDeathSignal,
         Stage::CloseInheritedFds,
         Stage::InitSession,
@@ -74,6 +78,8 @@ impl Stage {
         Stage::Hostname,
         Stage::Loopback,
         Stage::ProxyDoors,
+        Stage::Claim,
+        Stage::ClaimMounts,
         Stage::Rlimits,
         Stage::Terminal,
         Stage::NonDumpable,
@@ -127,6 +133,8 @@ impl Stage {
             Stage::Hostname => "setting the hostname",
             Stage::Loopback => "bringing up lo",
             Stage::ProxyDoors => "handing the egress proxy's doors over",
+            Stage::Claim => "receiving the command that claims the warm sandbox",
+            Stage::ClaimMounts => "mounting the workspace for the claim",
             Stage::Rlimits => "setting resource limits",
             Stage::NonDumpable => "making hutch init non-dumpable",
             Stage::BlockSignals => "blocking signals",

@@ -73,6 +73,7 @@ pub(super) fn report(
             ..enforcement(p, spec)
         },
         unenforced,
+        warm: p.child.warm,
     }
 }
 

@@ -41,19 +41,36 @@ pub struct Finished {
 /// helper's control channel, [`super::helper`]).
 pub(super) trait Control {
     fn fd(&self) -> BorrowedFd<'_>;
-    /// The fd is readable: read the request.
+    /// A pipe whose other end only the sandbox's owner holds: readable
+    /// (hung up) once the owner is gone, even when the control channel
+    /// itself was handed to someone else (a session's warm server).
+    fn lifeline(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+    /// A whole request already read (it came in one read with an earlier
+    /// one): [`Control::read`] returns it without reading the fd, and
+    /// nobody may wait for the fd to become readable first.
+    fn buffered(&self) -> bool {
+        false
+    }
+    /// The fd is readable (or [`Control::buffered`]): read the request.
     fn read(&mut self) -> ControlRequest;
     /// The sandbox is being killed as asked (sent before the report).
     fn acknowledge_kill(&mut self);
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(super) enum ControlRequest {
     None,
     /// End the sandbox now (then clean up and report as usual).
     Kill,
     /// The other end went away: nobody will read the report.
     Gone,
+    /// Forward this signal to the sandbox, as the supervisor forwards its
+    /// own (a warm sandbox's client is not its supervisor's caller).
+    Signal(i32),
+    /// A warm sandbox: the command that claims it.
+    Claim(Box<super::warm::ClaimRequest>),
 }
 
 /// Run a sandbox to completion from this (single-threaded) process.
@@ -71,16 +88,41 @@ pub(super) fn run(
     // Read before prepare, which installs no signal handler.
     p.child.command.non_default_signals = status.non_default_signals;
     p.child.report_started = opts.status_file.is_some();
-    let mut status_file = match &opts.status_file {
-        Some(path) => Some(std::fs::File::create(path).map_err(|e| {
-            LaunchError::Prepare(format!("cannot write status file {}: {e}", path.display()))
-        })?),
-        None => None,
-    };
-    let (sup_sock, child_sock) = sys::socket::seqpacket_pair()?;
+    let mut status_file = open_status_file(opts)?;
+    let sb = fork_sandbox(&mut p, spec, started)?;
+    // Read while pid 1 is still dumpable and ours (it becomes neither).
+    let namespaces = status_file.as_ref().map(|_| namespace_inodes(sb.pid));
+    let result = go(&p, spec, &sb).and_then(|layers_without_idmap| {
+        let with = Supervising {
+            layers_without_idmap,
+            namespaces: namespaces.unwrap_or_default(),
+            proxy: None,
+        };
+        supervise(&mut p, spec, opts, &sb, status_file.as_mut(), control, with)
+    });
+    sb.restore_mask();
+    result
+}
 
-    // Forwarded signals queue on a signalfd; the sandbox inherits the mask
-    // and its pid 1 keeps them blocked for sigwait.
+pub(super) fn open_status_file(opts: &RunOptions) -> Result<Option<std::fs::File>, LaunchError> {
+    match &opts.status_file {
+        Some(path) => Ok(Some(std::fs::File::create(path).map_err(|e| {
+            LaunchError::Prepare(format!("cannot write status file {}: {e}", path.display()))
+        })?)),
+        None => Ok(None),
+    }
+}
+
+/// Create the sandbox of a prepared plan: the socketpair, the forwarded
+/// signals blocked and queued on a signalfd (the sandbox inherits the mask
+/// and its pid 1 keeps them blocked for sigwait), clone3. The caller
+/// restores the signal mask ([`Sandbox::restore_mask`]) when it is done.
+pub(super) fn fork_sandbox(
+    p: &mut LaunchPlan,
+    spec: &Spec,
+    started: Instant,
+) -> Result<Sandbox, LaunchError> {
+    let (sup_sock, child_sock) = sys::socket::seqpacket_pair()?;
     let mut forwarded = SigSet::empty();
     for s in FORWARDED {
         forwarded.add(Signal::try_from(s).expect("a valid signal"));
@@ -102,24 +144,26 @@ pub(super) fn run(
         let cgroup_fd = p.cgroup.as_ref().and_then(|c| c.cgroup_fd());
         // SAFETY: the process is single-threaded (checked just above).
         match unsafe { sys::clone3(p.clone_flags, cgroup_fd) } {
-            Ok(Forked::Child) => child::sandbox_main(&p.child, child_sock),
+            Ok(Forked::Child) => child::sandbox_main(&mut p.child, child_sock),
             Ok(Forked::Parent { pid, pidfd }) => {
                 drop(child_sock);
                 // The workload's ends of its stdio pipes are the child's now.
                 p.child.command.stdio = Default::default();
-                let sandbox = Sandbox {
+                Ok(Sandbox {
                     pid,
                     pidfd,
                     sock: sup_sock,
                     signals,
                     started,
-                };
-                supervise(&mut p, spec, opts, sandbox, status_file.as_mut(), control)
+                    old_mask,
+                })
             }
             Err(e) => Err(LaunchError::Clone(e)),
         }
     });
-    let _ = old_mask.thread_set_mask();
+    if result.is_err() {
+        let _ = old_mask.thread_set_mask();
+    }
     result
 }
 
@@ -129,15 +173,27 @@ pub(super) struct Sandbox {
     pub pidfd: OwnedFd,
     pub sock: OwnedFd,
     pub signals: SignalFd,
+    /// When the command started (a warm sandbox: when it was claimed).
     pub started: Instant,
+    pub old_mask: SigSet,
 }
 
 impl Sandbox {
-    fn kill(&self, p: &LaunchPlan) {
+    pub(super) fn kill(&self, p: &LaunchPlan) {
         let _ = sys::raw::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL);
         if let Some(c) = &p.cgroup {
             c.kill();
         }
+    }
+
+    /// Kill pid 1 and reap it (a failure before the poll loop).
+    pub(super) fn kill_and_reap(&self) {
+        let _ = sys::raw::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL);
+        let _ = sys::raw::waitpid(self.pid, 0);
+    }
+
+    pub(super) fn restore_mask(&self) {
+        let _ = self.old_mask.thread_set_mask();
     }
 }
 
@@ -205,25 +261,17 @@ pub(super) fn keep(
         captured: [None, None],
     })
 }
-
-fn supervise(
-    p: &mut LaunchPlan,
+/// The id maps, the idmapped layers and `Go`; returns the layers that
+/// could not be idmapped. On failure the sandbox is killed and reaped.
+pub(super) fn go(
+    p: &LaunchPlan,
     spec: &Spec,
-    opts: &RunOptions,
-    sb: Sandbox,
-    mut status_file: Option<&mut std::fs::File>,
-    control: Option<&mut dyn Control>,
-) -> Result<Finished, LaunchError> {
+    sb: &Sandbox,
+) -> Result<Vec<std::path::PathBuf>, LaunchError> {
     let kill_and_reap = |e: LaunchError| {
-        let _ = sys::raw::pidfd_send_signal(sb.pidfd.as_fd(), libc::SIGKILL);
-        let _ = sys::raw::waitpid(sb.pid, 0);
+        sb.kill_and_reap();
         e
     };
-    // In the runtime registry (`hutch ps`, `hutch kill`) until it is gone.
-    let _registration = crate::registry::register(&p.sandbox_id, spec, sb.pid, p.cgroup.as_ref())
-        .map_err(|e| kill_and_reap(LaunchError::Prepare(e.to_string())))?;
-    // Read while pid 1 is still dumpable and ours (it becomes neither).
-    let namespaces = status_file.as_ref().map(|_| namespace_inodes(sb.pid));
     write_id_maps(sb.pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     super::maps::write_oom_score_adj(sb.pid, spec.limits.oom_score_adj)
         .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
@@ -238,9 +286,36 @@ fn supervise(
         &fds,
     )
     .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
-    drop(fds);
-    drop(handed);
+    Ok(layers_without_idmap)
+}
 
+/// What the supervisor brings to the poll loop besides the plan.
+#[derive(Default)]
+pub(super) struct Supervising {
+    pub layers_without_idmap: Vec<std::path::PathBuf>,
+    /// The namespaces' inodes, for the status file's start event.
+    pub namespaces: serde_json::Map<String, serde_json::Value>,
+    /// The egress proxy, when it was started before the loop.
+    pub proxy: Option<crate::net::ProxyHandle>,
+}
+
+/// The poll loop until the sandbox is gone, then the report.
+pub(super) fn supervise(
+    p: &mut LaunchPlan,
+    spec: &Spec,
+    opts: &RunOptions,
+    sb: &Sandbox,
+    mut status_file: Option<&mut std::fs::File>,
+    control: Option<&mut dyn Control>,
+    with: Supervising,
+) -> Result<Finished, LaunchError> {
+    // In the runtime registry (`hutch ps`, `hutch kill`) until it is gone
+    // (a warm sandbox from its claim on, with the command's Spec).
+    let _registration = crate::registry::register(&p.sandbox_id, spec, sb.pid, p.cgroup.as_ref())
+        .map_err(|e| {
+        sb.kill_and_reap();
+        LaunchError::Prepare(e.to_string())
+    })?;
     let deadline = spec.limits.wall_clock.map(|d| sb.started + d.0);
     let relay = Relay::new(
         std::mem::take(&mut p.relay),
@@ -250,25 +325,26 @@ fn supervise(
     let mut watch = Watch {
         p,
         spec,
-        sb: &sb,
+        sb,
         deadline,
         relay,
         control,
         status_file: status_file.as_deref_mut(),
-        namespaces: namespaces.unwrap_or_default(),
+        namespaces: with.namespaces,
         seen: Seen::default(),
-        proxy: None,
+        proxy: with.proxy,
         init_done: false,
         sock_open: true,
     };
-    watch.run().map_err(kill_and_reap)?;
+    watch.run().inspect_err(|_| sb.kill_and_reap())?;
     let Watch {
+        p,
         mut relay,
         seen,
         proxy,
         ..
     } = watch;
-    flush(&mut relay, &sb, deadline, seen.hurry);
+    flush(&mut relay, sb, deadline, seen.hurry);
     // Every tunnel closes (and writes its audit line) with the sandbox.
     drop(proxy);
     drop(p.proxy.take());
@@ -279,7 +355,7 @@ fn supervise(
         opts,
         seen,
         &relay,
-        layers_without_idmap,
+        with.layers_without_idmap,
         duration_ms,
     );
     if let Some(f) = status_file {
@@ -319,6 +395,7 @@ enum Ready {
     Signals,
     Socket,
     Control,
+    Lifeline,
     Pipe(usize),
     Out(usize),
 }
@@ -333,7 +410,12 @@ impl Watch<'_, '_> {
             }
             let timing = !self.seen.facts.timed_out && !self.init_done;
             let timeout = poll_timeout(self.deadline.filter(|_| timing));
-            let ready = self.wait(timeout)?;
+            let buffered = self.control.as_ref().is_some_and(|c| c.buffered());
+            let ready = if buffered {
+                vec![Ready::Control]
+            } else {
+                self.wait(timeout)?
+            };
             if ready.is_empty() {
                 if timing && self.deadline.is_some_and(|d| Instant::now() >= d) {
                     self.seen.facts.timed_out = true;
@@ -354,6 +436,7 @@ impl Watch<'_, '_> {
                     Ready::Signals => self.forward_signals(),
                     Ready::Socket => self.receive(),
                     Ready::Control => self.control_request(),
+                    Ready::Lifeline => self.owner_gone(),
                     Ready::Pipe(i) => self.relay.read(i),
                     Ready::Out(i) => self.relay.write(i),
                 }
@@ -378,6 +461,9 @@ impl Watch<'_, '_> {
         }
         if let Some(c) = &self.control {
             add(Ready::Control, c.fd(), PollFlags::POLLIN);
+            if let Some(l) = c.lifeline() {
+                add(Ready::Lifeline, l, PollFlags::POLLIN);
+            }
         }
         for i in 0..2 {
             let want = self.relay.interest(i);
@@ -439,7 +525,8 @@ impl Watch<'_, '_> {
                         self.sb.kill(self.p);
                     }
                 }
-                Message::Go { .. } | Message::Held => {}
+                // Sent by the supervisor, or only before a claim or a start.
+                Message::Go { .. } | Message::Claim { .. } | Message::Ready | Message::Held => {}
             },
             Ok(Some(Incoming::Failure(f, text))) => {
                 // An image run describes the Spec it launched (the image's
@@ -471,8 +558,16 @@ impl Watch<'_, '_> {
             return;
         };
         let request = control.read();
-        if request == ControlRequest::None {
-            return;
+        match request {
+            ControlRequest::None => return,
+            ControlRequest::Signal(signo) => {
+                if !self.init_done {
+                    self.seen.hurry = true;
+                    let _ = sys::raw::pidfd_send_signal(self.sb.pidfd.as_fd(), signo);
+                }
+                return;
+            }
+            _ => {}
         }
         if !self.init_done {
             self.seen.facts.killed = true;
@@ -481,8 +576,19 @@ impl Watch<'_, '_> {
         self.seen.hurry = true;
         match request {
             ControlRequest::Kill => control.acknowledge_kill(),
+            // Gone, or a claim of a sandbox that runs: nobody to answer.
             _ => self.control = None,
         }
+    }
+
+    /// The owner went away (its lifeline hung up): end as for `Gone`.
+    fn owner_gone(&mut self) {
+        if !self.init_done {
+            self.seen.facts.killed = true;
+            self.sb.kill(self.p);
+        }
+        self.seen.hurry = true;
+        self.control = None;
     }
 }
 
@@ -570,7 +676,7 @@ fn flush(relay: &mut Relay, sb: &Sandbox, deadline: Option<Instant>, hurry: bool
 }
 
 /// Serve the egress proxy on the doors the sandbox just sent.
-fn start_proxy(
+pub(super) fn start_proxy(
     p: &mut LaunchPlan,
     doors: &[String],
     fds: Vec<OwnedFd>,

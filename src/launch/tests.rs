@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::child::{self, Stop};
 use super::child_sys::ChildSys;
 use super::message::Message;
-use super::prepare::{CapPlan, ChildPlan, CommandPlan, Ids, StdioPlan, exec};
+use super::prepare::{CapPlan, ChildPlan, CommandPlan, Ids, StdioPlan, exec_of};
 use super::stage::{Failure, Stage};
 use crate::fs::tests::Recorder;
 use crate::spec::{FsOp, Spec};
@@ -65,6 +65,8 @@ impl ChildSys for Recorder {
             Message::ListenerReady { .. } => "ListenerReady",
             Message::Exited { .. } => "Exited",
             Message::Go { .. } => "Go",
+            Message::Ready => "Ready",
+            Message::Claim { .. } => "Claim",
             Message::Held => "Held",
         };
         self.note(format!("send {name} {}", fds.len()));
@@ -105,6 +107,28 @@ impl ChildSys for Recorder {
     fn tcp_door(&mut self) -> Result<OwnedFd, Errno> {
         self.note("tcp door".into());
         Ok(self.fd())
+    }
+    fn recv_claim(
+        &mut self,
+        _sock: BorrowedFd<'_>,
+        non_default_signals: u64,
+    ) -> Result<Option<super::claim::Claimed>, Errno> {
+        self.note("recv Claim".into());
+        let mut spec = test_spec();
+        spec.command = vec!["/usr/bin/true".into(), "claimed".into()];
+        Ok(Some(super::claim::Claimed {
+            command: CommandPlan {
+                exec: exec_of(&spec.command, &spec.env),
+                cwd: CString::new("/work").unwrap(),
+                stdio: StdioPlan {
+                    fds: [Some(self.fd()), Some(self.fd()), Some(self.fd())],
+                },
+                non_default_signals,
+                umask: spec.umask,
+                controlling_tty: false,
+            },
+            report_started: true,
+        }))
     }
     fn set_rlimit(&mut self, resource: libc::c_int, value: u64) -> Result<(), Errno> {
         self.note(format!("setrlimit {resource} {value}"));
@@ -302,8 +326,9 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         caps: CapPlan::keeping(keep_caps, 40),
         confinement: crate::confine::prepare(spec).unwrap(),
         report_started: true,
+        warm: false,
         command: CommandPlan {
-            exec: exec(spec),
+            exec: exec_of(&spec.command, &spec.env),
             cwd: CString::new(spec.cwd.as_ref().unwrap().as_os_str().as_encoded_bytes()).unwrap(),
             stdio: StdioPlan::default(),
             non_default_signals: u64::MAX,
@@ -385,10 +410,10 @@ fn kinds(calls: &[String]) -> Vec<String> {
 #[test]
 fn the_child_runs_every_step_in_the_documented_order() {
     let spec = test_spec();
-    let plan = plan_for(&spec, true, 0);
+    let mut plan = plan_for(&spec, true, 0);
     let mut rec = Recorder::default();
     let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
-    let running = match child::init(&mut rec, &plan, sock.as_fd()) {
+    let running = match child::init(&mut rec, &mut plan, sock.as_fd()) {
         Ok(r) => r,
         Err(Stop::Failed(f, text)) => panic!("{f:?} {text:?}"),
         Err(Stop::SupervisorGone) => panic!("supervisor gone"),
@@ -497,6 +522,177 @@ fn the_child_runs_every_step_in_the_documented_order() {
     assert!(door < pivot);
 }
 
+/// A warm sandbox: the same steps, with `Ready` and the claim between the
+/// doors and the rlimits; its writable overlay is staged (a tmpfs at its
+/// destination, binds of its layers, the overlay's context) before
+/// `pivot_root`, and created and moved into place after the claim.
+#[test]
+fn a_warm_sandbox_waits_for_its_claim_then_mounts_its_workspace() {
+    let mut spec = test_spec();
+    spec.fs.push(crate::spec::workspace_overlay(
+        std::path::Path::new("/w"),
+        None,
+    ));
+    let mut plan = plan_for(&spec, true, 0);
+    plan.warm = true;
+    plan.fs.claim_overlays = super::claim::claim_overlays(&spec);
+    assert_eq!(plan.fs.claim_overlays, vec![spec.fs.len() - 1]);
+    let mut rec = Recorder::default();
+    let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
+    let running = match child::init(&mut rec, &mut plan, sock.as_fd()) {
+        Ok(r) => r,
+        Err(Stop::Failed(f, text)) => panic!("{f:?} {text:?}"),
+        Err(Stop::SupervisorGone) => panic!("supervisor gone"),
+    };
+    assert_eq!(running.workload, 2);
+    assert_eq!(running.uppers.len(), 1, "the discarded upper is counted");
+    let calls = &rec.calls;
+    let at = |needle: &str| {
+        calls
+            .iter()
+            .position(|c| c.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} in {calls:#?}"))
+    };
+    let got = kinds(calls);
+    let order = [
+        "send ListenerReady",
+        "send Ready",
+        "recv",
+        "build",
+        "setrlimit",
+        "dumpable",
+        "block",
+        "start",
+    ];
+    let from = got.iter().position(|k| k == "send ListenerReady").unwrap();
+    assert_eq!(&got[from..from + order.len()], &order, "{calls:#?}");
+    // Staged before pivot_root: a private tmpfs at the destination, the
+    // lower (opened from /w before the build) bound onto it, and the
+    // overlay's context naming the bind.
+    let pivot = at("pivot_root");
+    let source = calls
+        .iter()
+        .find_map(|c| c.strip_prefix("open -100 /w = "))
+        .expect("the workspace's source opened");
+    let stage = calls
+        .iter()
+        .position(|c| c.contains(" tmpfs ") && c.contains("mode=700,size=65536"))
+        .expect("the stage tmpfs");
+    let bind = calls
+        .iter()
+        .position(|c| {
+            c.starts_with(&format!("mount /proc/self/fd/{source} ")) && c.contains(" 0x1000 ")
+        })
+        .expect("a bind onto the stage");
+    let lower = calls[bind + 1]
+        .strip_prefix("open ")
+        .and_then(|c| c.rsplit_once(" = "))
+        .map(|(_, fd)| fd.to_string())
+        .expect("the bind opened");
+    let context = at(&format!(
+        "fs_context overlay lowerdir=/proc/self/fd/{lower},upperdir=/proc/self/fd/"
+    ));
+    assert!(
+        calls[context].contains(",userxattr,metacopy=off = "),
+        "{}",
+        calls[context]
+    );
+    assert!(
+        stage < bind && bind < context && context < pivot,
+        "{calls:#?}"
+    );
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.starts_with("mount ") && c.contains(" overlay ")),
+        "no overlay is mounted with mount(2): {calls:#?}"
+    );
+    // Mounted after the claim: the filesystem created, the stage detached,
+    // the overlay moved onto the destination, before the workload starts.
+    let claim = at("child recv Claim");
+    let created = at("fs_mount ");
+    assert!(
+        calls[created].contains(" 0x6 = "),
+        "nosuid,nodev: {}",
+        calls[created]
+    );
+    let detach = calls
+        .iter()
+        .enumerate()
+        .position(|(i, c)| i > created && c.starts_with("umount2 . "))
+        .expect("the stage detached");
+    let moved = calls
+        .iter()
+        .enumerate()
+        .position(|(i, c)| i > detach && c.starts_with("move_mount_at ") && c.ends_with(" w"))
+        .expect("the overlay moved onto /w");
+    let workload = at("child start workload");
+    assert!(
+        claim < created && created < detach && detach < moved && moved < workload,
+        "{calls:#?}"
+    );
+    // The claimed command is the one executed.
+    assert!(calls.iter().any(|c| c == "child execve /usr/bin/true"));
+}
+
+/// The warm path is the cold path with a pause: the same steps, in the
+/// same order (ids, root, hostname, loopback, doors, rlimits, setsid,
+/// stdio, cwd, no-new-privs, capabilities, Landlock, seccomp, execve, the
+/// init filter), with only `Ready`, the claim and the overlay's mount
+/// between the doors and the rlimits.
+#[test]
+fn a_warm_sandbox_runs_the_same_setup_steps_as_a_cold_one() {
+    let mut spec = test_spec();
+    spec.fs.push(crate::spec::workspace_overlay(
+        std::path::Path::new("/w"),
+        None,
+    ));
+    let run = |warm: bool| {
+        let mut plan = plan_for(&spec, true, 0);
+        let mut rec = Recorder::default();
+        if warm {
+            plan.warm = true;
+            plan.fs.claim_overlays = super::claim::claim_overlays(&spec);
+        } else {
+            // A claim always brings explicit stdio; so does this launch.
+            plan.command.stdio = StdioPlan {
+                fds: [Some(rec.fd()), Some(rec.fd()), Some(rec.fd())],
+            };
+        }
+        let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
+        match child::init(&mut rec, &mut plan, sock.as_fd()) {
+            Ok(r) => assert_eq!(r.uppers.len(), 1),
+            Err(Stop::Failed(f, text)) => panic!("{f:?} {text:?}"),
+            Err(Stop::SupervisorGone) => panic!("supervisor gone"),
+        }
+        kinds(&rec.calls)
+    };
+    let cold = run(false);
+    let warm = run(true);
+    let mut expected = cold.clone();
+    let doors = expected
+        .iter()
+        .position(|k| k == "send ListenerReady")
+        .expect("the doors");
+    expected.splice(
+        doors + 1..doors + 1,
+        ["send Ready", "recv", "build"].map(String::from),
+    );
+    assert_eq!(warm, expected);
+    for step in [
+        "landlock restrict",
+        "seccomp",
+        "capbset_drop",
+        "execve",
+        "init",
+    ] {
+        assert!(
+            warm.iter().any(|k| k.starts_with(step)),
+            "{step}: {warm:#?}"
+        );
+    }
+}
+
 /// An unprivileged image run with a subordinate range: hutch init is root
 /// inside (the caller's own id) and must keep its capabilities when it
 /// becomes the image's user, so the securebit comes right before the uid
@@ -510,7 +706,7 @@ fn init_keeps_its_capabilities_into_a_subordinate_uid() {
         plan.ids = ids;
         let mut rec = Recorder::default();
         let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
-        assert!(child::init(&mut rec, &plan, sock.as_fd()).is_ok());
+        assert!(child::init(&mut rec, &mut plan, sock.as_fd()).is_ok());
         rec.calls
     };
     let e = |inside, host, count| Extent {

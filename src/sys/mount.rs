@@ -36,6 +36,7 @@ pub mod raw {
     use super::OPEN_TREE_CLONE;
 
     const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    const FSCONFIG_SET_FLAG: libc::c_uint = 0;
     const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
     const FSCONFIG_SET_STRING: libc::c_uint = 1;
     const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
@@ -198,6 +199,23 @@ pub mod raw {
         .map(drop)
     }
 
+    /// fsconfig(fd, FSCONFIG_SET_FLAG, key).
+    pub fn fsconfig_flag(fd: BorrowedFd<'_>, key: &CStr) -> Result<(), Errno> {
+        // SAFETY: key is a valid C string; the value is null, as the flag
+        // form requires.
+        ret(unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                fd.as_raw_fd(),
+                FSCONFIG_SET_FLAG,
+                key.as_ptr(),
+                std::ptr::null::<libc::c_void>(),
+                0,
+            )
+        })
+        .map(drop)
+    }
+
     /// fsconfig(fd, FSCONFIG_CMD_CREATE).
     pub fn fsconfig_create(fd: BorrowedFd<'_>) -> Result<(), Errno> {
         // SAFETY: integer arguments and null pointers.
@@ -216,9 +234,21 @@ pub mod raw {
 
     /// fsmount(2).
     pub fn fsmount(fd: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+        fsmount_with(fd, 0)
+    }
+
+    /// fsmount(2) with MOUNT_ATTR_* flags on the new mount.
+    pub fn fsmount_with(fd: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd, Errno> {
         // SAFETY: integer arguments only.
-        ret(unsafe { libc::syscall(libc::SYS_fsmount, fd.as_raw_fd(), libc::FSMOUNT_CLOEXEC, 0) })
-            .map(owned)
+        ret(unsafe {
+            libc::syscall(
+                libc::SYS_fsmount,
+                fd.as_raw_fd(),
+                libc::FSMOUNT_CLOEXEC,
+                attrs as libc::c_uint,
+            )
+        })
+        .map(owned)
     }
 
     #[repr(C)]
@@ -443,6 +473,35 @@ pub fn move_mount_at(
             to_dir.as_raw_fd(),
             q(to_name)
         )
+    })
+}
+
+/// A filesystem context (fsopen, then one fsconfig per option: a value,
+/// or a flag when None), to be made a mount later by [`fs_mount`].
+/// overlayfs (Linux 6.5+) resolves its layer paths here, at fsconfig.
+pub fn fs_context(fstype: &CStr, options: &[(&CStr, Option<&CStr>)]) -> Result<OwnedFd, SysError> {
+    let fs = described(raw::fsopen(fstype), || format!("fsopen({})", q(fstype)))?;
+    for (key, value) in options {
+        let set = match value {
+            Some(v) => raw::fsconfig_string(std::os::fd::AsFd::as_fd(&fs), key, v),
+            None => raw::fsconfig_flag(std::os::fd::AsFd::as_fd(&fs), key),
+        };
+        described(set, || match value {
+            Some(v) => format!("fsconfig({}, {}={})", q(fstype), q(key), q(v)),
+            None => format!("fsconfig({}, {})", q(fstype), q(key)),
+        })?;
+    }
+    Ok(fs)
+}
+
+/// Create the filesystem of a context and a detached mount of it with
+/// MOUNT_ATTR_* `attrs` (FSCONFIG_CMD_CREATE, fsmount).
+pub fn fs_mount(fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd, SysError> {
+    described(raw::fsconfig_create(fs), || {
+        "fsconfig(FSCONFIG_CMD_CREATE)".to_string()
+    })?;
+    described(raw::fsmount_with(fs, attrs), || {
+        format!("fsmount({attrs:#x})")
     })
 }
 

@@ -775,6 +775,18 @@ pub fn kernel_release() -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// A close-on-exec duplicate of fd number `fd` (numbered 3 or above, so it
+/// never lands on a stdio slot).
+pub fn dup_fd(fd: RawFd) -> Result<OwnedFd, SysError> {
+    // SAFETY: fcntl with F_DUPFD_CLOEXEC only reads its integer arguments.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    super::check(new as libc::c_long, || {
+        format!("fcntl({fd}, F_DUPFD_CLOEXEC, 3)")
+    })?;
+    // SAFETY: F_DUPFD_CLOEXEC returned a new fd that nobody else owns.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(new) })
+}
+
 /// Take ownership of an inherited fd number, if it is open.
 pub fn adopt_inherited_fd(fd: RawFd) -> Option<OwnedFd> {
     if !fd_is_open(fd) {

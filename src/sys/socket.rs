@@ -146,3 +146,100 @@ pub fn peer_hung_up(sock: BorrowedFd<'_>) -> bool {
             .revents()
             .is_some_and(|r| r.intersects(rdhup | PollFlags::POLLHUP))
 }
+
+/// One sendmsg on a stream socket, with fds attached to its first byte
+/// (MSG_NOSIGNAL, retrying on EINTR); returns the bytes sent (a stream
+/// may take fewer than given: send the rest without the fds).
+pub fn send_stream(
+    sock: BorrowedFd<'_>,
+    bytes: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> Result<usize, SysError> {
+    if fds.len() > MAX_FDS {
+        return Err(SysError::new(
+            format!("sendmsg(fd {}, {} fds)", sock.as_raw_fd(), fds.len()),
+            nix::errno::Errno::EMSGSIZE,
+        ));
+    }
+    let mut raw = [-1 as RawFd; MAX_FDS];
+    for (r, fd) in raw.iter_mut().zip(fds) {
+        *r = fd.as_raw_fd();
+    }
+    let fds = &raw[..fds.len()];
+    let iov = [IoSlice::new(bytes)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
+    loop {
+        match socket::sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(n) => return Ok(n),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                return Err(SysError::new(
+                    format!(
+                        "sendmsg(fd {}, {} bytes, {} fds)",
+                        sock.as_raw_fd(),
+                        bytes.len(),
+                        fds.len()
+                    ),
+                    e,
+                ));
+            }
+        }
+    }
+}
+
+/// One recvmsg on a stream socket into `buf`, with the fds that came
+/// along (close-on-exec); `Ok((0, []))` at the end of the stream.
+pub fn recv_stream(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+) -> Result<(usize, Vec<OwnedFd>), SysError> {
+    let mut cmsg_space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    loop {
+        let mut iov = [IoSliceMut::new(buf)];
+        let msg = match socket::recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg_space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(m) => m,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                return Err(SysError::new(
+                    format!("recvmsg(fd {})", sock.as_raw_fd()),
+                    e,
+                ));
+            }
+        };
+        let mut fds = Vec::new();
+        for c in msg
+            .cmsgs()
+            .map_err(|e| SysError::new("recvmsg: control data", e))?
+        {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: SCM_RIGHTS installed these fds in our table; we own them.
+                fds.extend(raw.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
+            }
+        }
+        if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+            return Err(SysError::new(
+                format!("recvmsg(fd {}): too many fds", sock.as_raw_fd()),
+                nix::errno::Errno::EMSGSIZE,
+            ));
+        }
+        return Ok((msg.bytes, fds));
+    }
+}
+
+/// The uid of the process at the other end of a Unix socket (SO_PEERCRED).
+pub fn peer_uid(sock: BorrowedFd<'_>) -> Result<u32, SysError> {
+    socket::getsockopt(&sock, socket::sockopt::PeerCredentials)
+        .map(|c| c.uid())
+        .map_err(|e| {
+            SysError::new(
+                format!("getsockopt(fd {}, SO_PEERCRED)", sock.as_raw_fd()),
+                e,
+            )
+        })
+}

@@ -243,6 +243,8 @@ impl StateDir {
             }
         };
         let session = self.open_session(id)?;
+        // Its warm sandboxes, and the server holding them, go first.
+        super::warm::stop(&session);
         session.audit(&json!({
             "event": "close", "time_unix_ms": now_ms(), "killed": report.killed,
         }))?;

@@ -32,6 +32,7 @@ mod session;
 mod show;
 mod spool;
 mod stack;
+pub mod warm;
 
 pub use baseline::{BaselineWriter, ImportLimits, import_dir};
 pub use changes::{

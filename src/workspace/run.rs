@@ -189,9 +189,14 @@ impl Session {
             quiet: true,
             ..Default::default()
         };
-        // In-process from a single-threaded caller, else through the helper.
-        let result =
-            launch::launch(&spec, &opts, launch::Mode::Auto).map(|f| (f.report, f.captured));
+        // From the session's warm server when it has a sandbox of this
+        // command's shape (docs/warm.md); else launched now: in-process
+        // from a single-threaded caller, else through the helper.
+        let result = match super::warm::claim(self, &spec, &opts) {
+            Some(r) => r,
+            None => launch::launch(&spec, &opts, launch::Mode::Auto),
+        }
+        .map(|f| (f.report, f.captured));
         let end = now_ms();
         let egress = match user_audit {
             Some(user) => Some(self.collect_egress(seq, user.as_deref())?),

@@ -1,0 +1,92 @@
+//! benches/warm.sh's driver: in one process, interleaved, the latency of
+//! spawning `/bin/true` with no sandbox (the floor) and of running `true`
+//! in a warm sandbox of a `hutch::Pool`; then sustained warm commands per
+//! second and the RSS of one warm sandbox. Prints one JSON object.
+//!
+//!   warm_bench HUTCH_BINARY ROUNDS POOL_SIZE
+
+use std::time::{Duration, Instant};
+
+fn percentile(v: &mut [Duration], p: f64) -> f64 {
+    v.sort();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i].as_secs_f64() * 1e3
+}
+
+/// Resident set of `pid` and its descendants, KiB.
+fn rss_tree_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let own = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0);
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    own + children
+        .split_whitespace()
+        .filter_map(|c| c.parse::<u32>().ok())
+        .map(rss_tree_kib)
+        .sum::<u64>()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(binary), Some(rounds), Some(size)) = (
+        args.get(1),
+        args.get(2).and_then(|r| r.parse::<usize>().ok()),
+        args.get(3).and_then(|s| s.parse::<usize>().ok()),
+    ) else {
+        eprintln!("usage: warm_bench HUTCH_BINARY ROUNDS POOL_SIZE");
+        std::process::exit(2);
+    };
+    let mut spec = hutch::spec::default_profile();
+    spec.command = vec!["true".into()];
+    let pool = hutch::Pool::with_binary(spec, size, binary).expect("a pool");
+    assert!(
+        pool.wait_ready(size, Duration::from_secs(60)),
+        "{:?}",
+        pool.status()
+    );
+    // Memory of one ready sandbox: its helper and hutch init.
+    let me = std::process::id();
+    let helpers: Vec<u32> = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect();
+    let rss = helpers.iter().map(|p| rss_tree_kib(*p)).sum::<u64>() / helpers.len().max(1) as u64;
+    let (mut floor, mut warm) = (Vec::new(), Vec::new());
+    let mut cold = 0;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        std::process::Command::new("/bin/true")
+            .status()
+            .expect("spawn");
+        floor.push(t.elapsed());
+        // A command finds a ready sandbox, as a tool runner's would
+        // between its commands.
+        pool.wait_ready(1, Duration::from_secs(10));
+        let t = Instant::now();
+        let r = pool.command(["true"]).status().expect("a warm command");
+        warm.push(t.elapsed());
+        if !r.warm {
+            cold += 1;
+        }
+        assert!(r.success(), "{r:?}");
+    }
+    // Sustained: back to back, as fast as the pool refills.
+    let n = rounds.max(50);
+    let t = Instant::now();
+    for _ in 0..n {
+        pool.command(["true"]).status().expect("a warm command");
+    }
+    let per_second = n as f64 / t.elapsed().as_secs_f64();
+    let (f50, f99) = (percentile(&mut floor, 0.5), percentile(&mut floor, 0.99));
+    let (w50, w99) = (percentile(&mut warm, 0.5), percentile(&mut warm, 0.99));
+    println!(
+        "{{\"floor_p50_ms\":{f50:.3},\"floor_p99_ms\":{f99:.3},\"warm_p50_ms\":{w50:.3},\"warm_p99_ms\":{w99:.3},\"ratio_p50\":{:.2},\"ratio_p99\":{:.2},\"served_cold\":{cold},\"sustained_per_s\":{per_second:.0},\"warm_sandbox_rss_kib\":{rss}}}",
+        w50 / f50,
+        w99 / f99
+    );
+}

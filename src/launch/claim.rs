@@ -1,0 +1,456 @@
+//! Claiming a warm sandbox: what a command brings to a sandbox that was
+//! built before the command was known, and what it must not change.
+//!
+//! A Spec splits in two. Its **shape** ([`shape`]) is everything that makes
+//! the sandbox what it is: the mount plan, namespaces, ids, confinement,
+//! the resource limits of the cgroup leaf and the rlimits, the network and
+//! the egress policy. A warm sandbox is built from a shape and serves only
+//! a command of that exact shape ([`shape_digest`] is compared by whoever
+//! hands sandboxes out and again by the sandbox's supervisor). The
+//! **command** ([`ClaimCommand`]) is what may differ between commands
+//! served by one pool, because it does not change the sandbox: argv, the
+//! environment, the working directory, the wall clock and the output cap
+//! (enforced by the supervisor), where the egress proxy's audit goes, and
+//! the labels (the command's record in the runtime registry).
+//! A command whose shape differs (an extra bind, another limit, other
+//! egress) is served by a pool of its own shape or launched cold, never
+//! by a sandbox built for something else.
+//!
+//! When a sandbox is claimed, its supervisor turns the command into a
+//! [`WireCommand`] (execve candidates found in the supervisor, as for a
+//! cold launch) and sends it to hutch init with the workload's stdio fds;
+//! init mounts the staged writable overlays (`fs::claim`) and starts the
+//! workload exactly as a cold launch does.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::io::{Read, Seek, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::message::{self, Message};
+use super::prepare::{CommandPlan, Exec, StdioPlan};
+use crate::spec::{ByteSize, Duration, FsOp, Network, Spec, SpecError};
+use crate::sys::{self, Errno, SysError};
+
+/// Largest command (argv, environment, candidates) a claim carries; the
+/// kernel's own execve limit is lower than this.
+pub const MAX_COMMAND_BYTES: u64 = 8 << 20;
+
+/// What a command brings when it claims a warm sandbox: the parts of a
+/// Spec that do not change the sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimCommand {
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+    /// The command's wall-clock limit (from the claim on).
+    pub wall_clock: Option<Duration>,
+    /// The command's output cap.
+    pub output_bytes: Option<ByteSize>,
+    /// Network mode `proxy`: the egress proxy's audit log for this command.
+    pub proxy_audit: Option<PathBuf>,
+    /// The command's labels (its record in the runtime registry).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+impl ClaimCommand {
+    /// The command part of `spec`.
+    pub fn of(spec: &Spec) -> ClaimCommand {
+        ClaimCommand {
+            command: spec.command.clone(),
+            env: spec.env.clone(),
+            cwd: spec.cwd.clone(),
+            wall_clock: spec.limits.wall_clock,
+            output_bytes: spec.limits.output_bytes,
+            proxy_audit: match &spec.network {
+                Network::Proxy(p) => p.audit.clone(),
+                _ => None,
+            },
+            labels: spec.labels.clone(),
+        }
+    }
+
+    /// The whole Spec: `shape` (as [`shape`] made it) with this command.
+    pub fn apply(&self, shape: &Spec) -> Spec {
+        let mut spec = shape.clone();
+        spec.command = self.command.clone();
+        spec.env = self.env.clone();
+        spec.cwd = self.cwd.clone();
+        spec.limits.wall_clock = self.wall_clock;
+        spec.limits.output_bytes = self.output_bytes;
+        spec.labels = self.labels.clone();
+        if let Network::Proxy(p) = &mut spec.network {
+            p.audit = self.proxy_audit.clone();
+        }
+        spec
+    }
+}
+
+/// `spec` without its command part: what a warm sandbox is built from.
+pub fn shape(spec: &Spec) -> Spec {
+    ClaimCommand::default().apply(spec)
+}
+
+/// The sha256 (hex) of [`shape`]'s JSON: equal for two Specs exactly when
+/// one's warm sandbox may serve the other's command.
+pub fn shape_digest(spec: &Spec) -> String {
+    let json = serde_json::to_vec(&shape(spec)).expect("a Spec serializes");
+    hex::encode(Sha256::digest(&json))
+}
+
+/// The fs operations a warm sandbox mounts at claim time: every writable
+/// overlay (its upper may be shared with other sandboxes of the pool, and
+/// its lowers may change until the command starts).
+pub fn claim_overlays(spec: &Spec) -> Vec<usize> {
+    spec.fs
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| matches!(op, FsOp::Overlay { .. } | FsOp::TmpOverlay { .. }))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Whether a warm sandbox can be built from `spec`: an overlay mounted at
+/// claim time comes after every other operation, so no later operation
+/// may be inside it (a tmpfs at `/workspace/target` after the workspace)
+/// or above it, and it cannot be the root.
+pub fn warmable(spec: &Spec) -> Result<(), SpecError> {
+    if spec.image.is_some() {
+        return Err(SpecError::new(
+            "image",
+            "warm sandboxes of an image are not supported yet (its config fills the command part); launch it cold",
+        ));
+    }
+    for i in claim_overlays(spec) {
+        let dest = spec.fs[i].dest();
+        if dest.parent().is_none() {
+            return Err(SpecError::new(
+                format!("fs[{i}]"),
+                "a warm sandbox cannot mount a writable overlay at / (launch it cold)",
+            ));
+        }
+        for (j, later) in spec.fs.iter().enumerate().skip(i + 1) {
+            let other = later.dest();
+            if other.starts_with(dest) || dest.starts_with(other) {
+                return Err(SpecError::new(
+                    format!("fs[{j}]"),
+                    format!(
+                        "a warm sandbox mounts the overlay fs[{i}] ({}) when a command claims it, \
+                         after every other operation, so fs[{j}] ({} {}) cannot be inside or above it \
+                         (move it before fs[{i}], or launch cold)",
+                        dest.display(),
+                        later.name(),
+                        other.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The command as the supervisor sends it to hutch init (which may
+/// allocate; the workload then reads the [`CommandPlan`] built from it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireCommand {
+    pub candidates: Vec<String>,
+    pub argv: Vec<String>,
+    pub envp: Vec<String>,
+    /// Bytes: a working directory need not be UTF-8.
+    pub cwd: Vec<u8>,
+    /// The workload's umask (the Spec's).
+    #[serde(default)]
+    pub umask: Option<u32>,
+}
+
+impl WireCommand {
+    pub(super) fn of(plan: &CommandPlan) -> WireCommand {
+        let strings = |v: &[CString]| {
+            v.iter()
+                .map(|c| String::from_utf8_lossy(c.as_bytes()).into_owned())
+                .collect()
+        };
+        WireCommand {
+            candidates: strings(&plan.exec.candidates),
+            argv: strings(&plan.exec.argv),
+            envp: strings(&plan.exec.envp),
+            cwd: plan.cwd.as_bytes().to_vec(),
+            umask: plan.umask,
+        }
+    }
+
+    fn into_plan(
+        self,
+        stdio: [OwnedFd; 3],
+        non_default_signals: u64,
+    ) -> Result<CommandPlan, Errno> {
+        let has_nul = |v: &[String]| v.iter().any(|s| s.contains('\0'));
+        if has_nul(&self.candidates) || has_nul(&self.argv) || has_nul(&self.envp) {
+            return Err(Errno::EINVAL);
+        }
+        if self.argv.is_empty() || self.candidates.is_empty() {
+            return Err(Errno::EINVAL);
+        }
+        let cwd = CString::new(self.cwd).map_err(|_| Errno::EINVAL)?;
+        let [a, b, c] = stdio;
+        Ok(CommandPlan {
+            exec: Exec::from_strings(self.candidates, self.argv, self.envp),
+            cwd,
+            stdio: StdioPlan {
+                fds: [Some(a), Some(b), Some(c)],
+            },
+            non_default_signals,
+            umask: self.umask,
+            controlling_tty: false,
+        })
+    }
+}
+
+/// What hutch init got from a claim.
+pub struct Claimed {
+    pub command: CommandPlan,
+    /// Whether to report `Started` (the claim has a status file).
+    pub report_started: bool,
+}
+
+/// Supervisor side: send the claim to hutch init, with the workload's
+/// stdin, stdout and stderr. A command too large for one datagram goes
+/// in a memfd attached after them.
+pub(super) fn send(
+    sock: &impl AsFd,
+    command: &WireCommand,
+    report_started: bool,
+    stdio: [&OwnedFd; 3],
+) -> Result<(), SysError> {
+    let fds = stdio.map(|f| f.as_fd());
+    let inline = Message::Claim {
+        command: Some(command.clone()),
+        report_started,
+    };
+    let size = serde_json::to_vec(&inline).map_or(usize::MAX, |v| v.len());
+    // The envelope adds a few bytes.
+    if size + 64 <= sys::socket::MAX_MESSAGE {
+        return message::send(sock, &inline, &fds);
+    }
+    let json = serde_json::to_vec(command).expect("a command serializes");
+    let memfd =
+        rustix::fs::memfd_create("hutch-claim", rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| {
+            SysError::new(
+                "memfd_create(\"hutch-claim\")",
+                Errno::from_raw(e.raw_os_error()),
+            )
+        })?;
+    let mut file = std::fs::File::from(memfd);
+    file.write_all(&json)
+        .and_then(|()| file.rewind())
+        .map_err(|e| sys::io_err("write(memfd \"hutch-claim\")".into(), e))?;
+    let [a, b, c] = fds;
+    message::send(
+        sock,
+        &Message::Claim {
+            command: None,
+            report_started,
+        },
+        &[a, b, c, file.as_fd()],
+    )
+}
+
+/// hutch init's side: the claim's command (inline, or read from the memfd
+/// after the three stdio fds), as the plan the workload reads.
+pub(super) fn decode(
+    command: Option<WireCommand>,
+    report_started: bool,
+    fds: Vec<OwnedFd>,
+    non_default_signals: u64,
+) -> Result<Claimed, Errno> {
+    let mut fds = fds.into_iter();
+    let (Some(a), Some(b), Some(c)) = (fds.next(), fds.next(), fds.next()) else {
+        return Err(Errno::EPROTO);
+    };
+    let command = match (command, fds.next()) {
+        (Some(c), None) => c,
+        (None, Some(memfd)) => {
+            let mut text = Vec::new();
+            std::fs::File::from(memfd)
+                .take(MAX_COMMAND_BYTES + 1)
+                .read_to_end(&mut text)
+                .map_err(|_| Errno::EIO)?;
+            if text.len() as u64 > MAX_COMMAND_BYTES {
+                return Err(Errno::E2BIG);
+            }
+            serde_json::from_slice(&text).map_err(|_| Errno::EPROTO)?
+        }
+        _ => return Err(Errno::EPROTO),
+    };
+    if fds.next().is_some() {
+        return Err(Errno::EPROTO);
+    }
+    Ok(Claimed {
+        command: command.into_plan([a, b, c], non_default_signals)?,
+        report_started,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{Limit, default_profile, workspace_overlay};
+    use std::path::Path;
+
+    fn session_like() -> Spec {
+        let mut s = default_profile();
+        s.fs.push(FsOp::Overlay {
+            lowers: vec!["/s/baseline/tree".into()],
+            upper: "/s/upper".into(),
+            work: "/s/work".into(),
+            dest: "/workspace".into(),
+        });
+        s
+    }
+
+    /// The command part moves freely; anything that changes the sandbox
+    /// changes the shape.
+    #[test]
+    fn the_shape_holds_what_changes_the_sandbox() {
+        let base = session_like();
+        let mut cmd = base.clone();
+        cmd.command = vec!["make".into(), "test".into()];
+        cmd.env.insert("X".into(), "1".into());
+        cmd.cwd = Some("/workspace/sub".into());
+        cmd.limits.wall_clock = Some(Duration(std::time::Duration::from_secs(7)));
+        cmd.limits.output_bytes = Some(ByteSize(10));
+        assert_eq!(shape_digest(&base), shape_digest(&cmd));
+        assert_eq!(ClaimCommand::of(&cmd).apply(&shape(&cmd)), cmd);
+
+        type Change = Box<dyn Fn(&mut Spec)>;
+        let changed: Vec<Change> = vec![
+            Box::new(|s| {
+                s.fs.insert(
+                    0,
+                    FsOp::RoBind {
+                        src: "/srv".into(),
+                        dest: "/srv".into(),
+                        optional: false,
+                    },
+                )
+            }),
+            Box::new(|s| s.limits.memory = Some(Limit::Required(ByteSize(1 << 28)))),
+            Box::new(|s| {
+                s.limits.rlimits.insert("nofile".into(), 64);
+            }),
+            Box::new(|s| s.network = Network::Host),
+            Box::new(|s| s.security.seccomp = "unconfined".into()),
+            Box::new(|s| s.identity.uid = Some(1000)),
+            Box::new(|s| s.security.landlock.enabled = !s.security.landlock.enabled),
+        ];
+        for (i, change) in changed.iter().enumerate() {
+            let mut other = base.clone();
+            change(&mut other);
+            assert_ne!(shape_digest(&base), shape_digest(&other), "change {i}");
+        }
+    }
+
+    #[test]
+    fn writable_overlays_mount_at_claim_and_must_come_last_in_their_subtree() {
+        let s = session_like();
+        assert_eq!(claim_overlays(&s), vec![s.fs.len() - 1]);
+        assert_eq!(warmable(&s), Ok(()));
+        let mut inside = s.clone();
+        inside.fs.push(FsOp::Tmpfs {
+            dest: "/workspace/target".into(),
+            size: None,
+            nr_inodes: None,
+            mode: None,
+        });
+        let e = warmable(&inside).unwrap_err();
+        assert_eq!(e.path, format!("fs[{}]", inside.fs.len() - 1));
+        assert!(e.message.contains("inside or above"), "{e}");
+        let mut above = default_profile();
+        above.fs.push(workspace_overlay(Path::new("/w/x"), None));
+        above.fs.push(FsOp::Dir {
+            dest: "/w".into(),
+            mode: None,
+        });
+        assert!(warmable(&above).is_err());
+        let mut beside = default_profile();
+        beside.fs.push(workspace_overlay(Path::new("/w/x"), None));
+        beside.fs.push(FsOp::Dir {
+            dest: "/w/xy".into(),
+            mode: None,
+        });
+        assert_eq!(warmable(&beside), Ok(()));
+        let mut root = Spec::default();
+        root.fs.push(workspace_overlay(Path::new("/"), None));
+        assert!(warmable(&root).is_err());
+    }
+
+    #[test]
+    fn a_claim_round_trips_inline_and_through_a_memfd() {
+        for big in [false, true] {
+            let (a, b) = sys::socket::seqpacket_pair().unwrap();
+            let mut spec = default_profile();
+            spec.command = vec!["echo".into(), "x".repeat(if big { 100_000 } else { 10 })];
+            let (plan, _) =
+                super::super::prepare::prepare_command(&spec, false, false, Default::default())
+                    .unwrap();
+            let wire = WireCommand::of(&plan);
+            let null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+            let stdio = [null(), null(), null()];
+            send(&a, &wire, true, [&stdio[0], &stdio[1], &stdio[2]]).unwrap();
+            let Some(message::Incoming::Message(
+                Message::Claim {
+                    command,
+                    report_started,
+                },
+                fds,
+            )) = message::recv(&b).unwrap()
+            else {
+                panic!("not a claim")
+            };
+            assert_eq!(command.is_none(), big);
+            let claimed = decode(command, report_started, fds, 5).unwrap();
+            assert!(claimed.report_started);
+            assert_eq!(WireCommand::of(&claimed.command), wire);
+            assert_eq!(claimed.command.non_default_signals, 5);
+            assert!(claimed.command.stdio.fds.iter().all(Option::is_some));
+        }
+    }
+
+    #[test]
+    fn a_malformed_claim_is_refused() {
+        let null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let wire = WireCommand {
+            candidates: vec!["/bin/true".into()],
+            argv: vec!["true".into()],
+            envp: vec![],
+            cwd: b"/".to_vec(),
+            umask: None,
+        };
+        assert!(matches!(
+            decode(Some(wire.clone()), false, vec![null(), null()], 0),
+            Err(Errno::EPROTO)
+        ));
+        assert!(matches!(
+            decode(
+                Some(wire.clone()),
+                false,
+                vec![null(), null(), null(), null()],
+                0
+            ),
+            Err(Errno::EPROTO)
+        ));
+        let mut nul = wire.clone();
+        nul.argv.push("a\0b".into());
+        assert!(matches!(
+            decode(Some(nul), false, vec![null(), null(), null()], 0),
+            Err(Errno::EINVAL)
+        ));
+        assert!(decode(Some(wire), false, vec![null(), null(), null()], 0).is_ok());
+    }
+}

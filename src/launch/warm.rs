@@ -1,0 +1,369 @@
+//! The supervisor of a warm sandbox: the same prepare, clone, id maps, poll
+//! loop and report as a cold launch ([`super::supervise`]), with a pause.
+//!
+//! [`warm_up`] prepares the sandbox from the Spec's shape
+//! ([`super::claim::shape`]), forks it and lets hutch init build
+//! everything that does not depend on the command, up to `Ready`; the
+//! egress proxy's doors are made then, and served from the claim on.
+//! [`Warm::wait_claim`] waits for the command; [`Warm::claim`] checks
+//! that it is of the sandbox's shape, prepares the command part exactly as
+//! a cold launch does (the workload's stdio become this process's own
+//! 0/1/2 first, so the relay and the notices go to the claimer), sends it
+//! to hutch init and supervises to the report, which says `warm: true`.
+//! One warm sandbox serves one command: the helper exits after it.
+
+use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use super::claim::{self, ClaimCommand, WireCommand};
+use super::describe::failure_line;
+use super::message::{self, Incoming, Message};
+use super::prepare::{LaunchPlan, prepare_command, prepare_sandbox};
+use super::summary::namespace_inodes;
+use super::supervise::{
+    self, Control, ControlRequest, Finished, Sandbox, Supervising, fork_sandbox, go,
+    open_status_file,
+};
+use super::{LaunchError, RunOptions};
+use crate::spec::Spec;
+use crate::sys::{self, Errno, SysError};
+
+/// A claim: the shape it was made for, the command, how to run it, and
+/// the workload's stdin, stdout and stderr.
+#[derive(Debug)]
+pub(crate) struct ClaimRequest {
+    pub shape: String,
+    pub command: ClaimCommand,
+    pub options: RunOptions,
+    pub stdio: [OwnedFd; 3],
+}
+
+/// Why a warm sandbox ends without serving a command.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WarmError {
+    /// Its owner went away, or asked it to end.
+    #[error("the owner of the warm sandbox went away")]
+    Gone,
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+}
+
+/// A sandbox ready for its command.
+pub(crate) struct Warm {
+    p: LaunchPlan,
+    shape: Spec,
+    digest: String,
+    sb: Sandbox,
+    layers_without_idmap: Vec<PathBuf>,
+    namespaces: serde_json::Map<String, serde_json::Value>,
+    /// The egress proxy's doors, served from the claim on.
+    doors: Option<(Vec<String>, Vec<OwnedFd>)>,
+}
+
+impl Drop for Warm {
+    fn drop(&mut self) {
+        self.sb.restore_mask();
+    }
+}
+
+/// What a poll of a warm sandbox's fds saw first.
+enum Event {
+    Init,
+    Socket,
+    Control,
+    Owner,
+}
+
+/// Wait for the first of hutch init's exit, its socket, the control
+/// channel, the owner's lifeline or a signal to this process.
+fn wait(sb: &Sandbox, control: &dyn Control) -> Result<Event, LaunchError> {
+    if control.buffered() {
+        return Ok(Event::Control);
+    }
+    loop {
+        let mut fds = vec![
+            PollFd::new(sb.pidfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(sb.sock.as_fd(), PollFlags::POLLIN),
+            PollFd::new(control.fd(), PollFlags::POLLIN),
+            PollFd::new(sb.signals.as_fd(), PollFlags::POLLIN),
+        ];
+        if let Some(l) = control.lifeline() {
+            fds.push(PollFd::new(l, PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(LaunchError::Sys(SysError::new("poll()", e))),
+        }
+        let ready = |i: usize| {
+            fds.get(i)
+                .and_then(|f| f.revents())
+                .is_some_and(|r| !r.is_empty())
+        };
+        // A signal to an unclaimed sandbox's supervisor, or its owner's
+        // end: there is nobody to serve.
+        if ready(3) || ready(4) {
+            return Ok(Event::Owner);
+        }
+        if ready(2) {
+            return Ok(Event::Control);
+        }
+        if ready(1) {
+            return Ok(Event::Socket);
+        }
+        if ready(0) {
+            return Ok(Event::Init);
+        }
+    }
+}
+
+/// Prepare and fork a sandbox of `spec`'s shape and wait until hutch init
+/// reports `Ready`. A claim that arrives meanwhile is returned with it.
+/// This process must be single-threaded (it forks the sandbox).
+pub(crate) fn warm_up(
+    spec: &Spec,
+    control: &mut dyn Control,
+) -> Result<(Warm, Option<Box<ClaimRequest>>), WarmError> {
+    let status = sys::self_status();
+    if status.threads != 1 {
+        return Err(LaunchError::MultiThreaded(status.threads).into());
+    }
+    super::validate(spec).map_err(LaunchError::Spec)?;
+    claim::warmable(spec).map_err(LaunchError::Spec)?;
+    let shape = claim::shape(spec);
+    let digest = claim::shape_digest(spec);
+    let mut p = prepare_sandbox(&shape, None, true, true)?;
+    p.child.command.non_default_signals = status.non_default_signals;
+    let sb = fork_sandbox(&mut p, &shape, Instant::now())?;
+    let namespaces = namespace_inodes(sb.pid);
+    let layers_without_idmap = match go(&p, &shape, &sb) {
+        Ok(l) => l,
+        Err(e) => {
+            sb.restore_mask();
+            return Err(e.into());
+        }
+    };
+    let mut warm = Warm {
+        p,
+        shape,
+        digest,
+        sb,
+        layers_without_idmap,
+        namespaces,
+        doors: None,
+    };
+    let mut pending = None;
+    let mut failure: Option<String> = None;
+    loop {
+        match wait(&warm.sb, control)? {
+            Event::Socket => match message::recv(&warm.sb.sock) {
+                Ok(Some(Incoming::Message(Message::Ready, _))) if failure.is_none() => break,
+                Ok(Some(Incoming::Message(Message::ListenerReady { doors }, fds)))
+                    if warm.p.proxy.is_some() && warm.doors.is_none() =>
+                {
+                    warm.doors = Some((doors, fds));
+                }
+                Ok(Some(Incoming::Failure(f, text))) => {
+                    failure.get_or_insert_with(|| {
+                        failure_line(&f, text.as_deref(), &warm.p, &warm.shape)
+                    });
+                }
+                Ok(Some(Incoming::Message(..))) => {
+                    failure.get_or_insert("the sandbox sent an unexpected message".into());
+                    warm.sb.kill(&warm.p);
+                }
+                Ok(None) => return Err(warm.ended_early(failure)),
+                Err(e) => {
+                    failure.get_or_insert(e.to_string());
+                    warm.sb.kill(&warm.p);
+                }
+            },
+            Event::Init => return Err(warm.ended_early(failure)),
+            Event::Control => match control.read() {
+                ControlRequest::Claim(c) if pending.is_none() => pending = Some(c),
+                ControlRequest::None | ControlRequest::Signal(_) => {}
+                _ => return Err(warm.end()),
+            },
+            Event::Owner => return Err(warm.end()),
+        }
+    }
+    Ok((warm, pending))
+}
+
+impl Warm {
+    /// The sandbox's id (its cgroup leaf's name).
+    pub fn sandbox_id(&self) -> &str {
+        &self.p.sandbox_id
+    }
+
+    /// Kill and reap the sandbox (its owner went away): nothing to report.
+    fn end(self) -> WarmError {
+        self.sb.kill(&self.p);
+        let _ = sys::raw::waitpid(self.sb.pid, 0);
+        WarmError::Gone
+    }
+
+    /// hutch init ended before it was ready.
+    fn ended_early(self, failure: Option<String>) -> WarmError {
+        self.sb.kill(&self.p);
+        let _ = sys::raw::waitpid(self.sb.pid, 0);
+        let line = failure.unwrap_or_else(|| "the warm sandbox ended before it was ready".into());
+        WarmError::Launch(LaunchError::Prepare(line))
+    }
+
+    /// Wait for the command that claims this sandbox.
+    pub fn wait_claim(
+        self,
+        control: &mut dyn Control,
+    ) -> Result<(Warm, Box<ClaimRequest>), WarmError> {
+        loop {
+            match wait(&self.sb, control)? {
+                Event::Control => match control.read() {
+                    ControlRequest::Claim(c) => return Ok((self, c)),
+                    ControlRequest::None | ControlRequest::Signal(_) => {}
+                    _ => return Err(self.end()),
+                },
+                // Nothing is expected from an idle sandbox: it ended.
+                Event::Socket | Event::Init => {
+                    return Err(self.ended_early(Some(
+                        "the warm sandbox ended while it waited for a command".into(),
+                    )));
+                }
+                Event::Owner => return Err(self.end()),
+            }
+        }
+    }
+
+    /// Serve the claim: the command part prepared as for a cold launch,
+    /// sent to hutch init, then the poll loop and the report.
+    pub fn claim(
+        mut self,
+        req: Box<ClaimRequest>,
+        control: &mut dyn Control,
+    ) -> Result<Finished, LaunchError> {
+        let refuse = |w: &Warm, e: LaunchError| {
+            w.sb.kill(&w.p);
+            let _ = sys::raw::waitpid(w.sb.pid, 0);
+            Err(e)
+        };
+        let ClaimRequest {
+            shape,
+            command,
+            options,
+            stdio,
+        } = *req;
+        if shape != self.digest {
+            // Never run a command in a sandbox built for another shape.
+            return refuse(
+                &self,
+                LaunchError::Prepare(
+                    "this warm sandbox was built for another sandbox shape (binds, limits, network, confinement); launch the command cold or from a pool of its shape".into(),
+                ),
+            );
+        }
+        let spec = command.apply(&self.shape);
+        if let Err(e) = super::validate(&spec) {
+            return refuse(&self, e.into());
+        }
+        if spec.command.is_empty() {
+            return refuse(
+                &self,
+                LaunchError::Spec(crate::spec::SpecError::new("command", "no command to run")),
+            );
+        }
+        self.sb.started = Instant::now();
+        // The claimer's stdio become this supervisor's own: the relay, the
+        // notices and the workload's inherited stdio then go to the
+        // claimer, exactly as a cold launch's go to its caller.
+        for (target, fd) in stdio.iter().enumerate() {
+            if let Err(e) = sys::dup2(fd.as_fd(), target as RawFd) {
+                return refuse(&self, e.into());
+            }
+        }
+        drop(stdio);
+        let prepared = prepare_command(
+            &spec,
+            self.p.proxy.is_some(),
+            options.capture_bytes.is_some(),
+            options.stdio,
+        )
+        .and_then(|c| open_status_file(&options).map(|f| (c, f)));
+        let ((mut cmd, relay), mut status_file) = match prepared {
+            Ok(v) => v,
+            Err(e) => return refuse(&self, e),
+        };
+        cmd.non_default_signals = self.p.child.command.non_default_signals;
+        // Every slot explicit: hutch init's own stdio are this process's
+        // from before the claim.
+        let mut fds = Vec::with_capacity(3);
+        for (i, slot) in cmd.stdio.fds.iter_mut().enumerate() {
+            match slot.take() {
+                Some(fd) => fds.push(fd),
+                None => match sys::dup_fd(i as RawFd) {
+                    Ok(fd) => fds.push(fd),
+                    Err(e) => return refuse(&self, e.into()),
+                },
+            }
+        }
+        let proxy = match self.start_proxy(&command) {
+            Ok(p) => p,
+            Err(e) => return refuse(&self, e),
+        };
+        let wire = WireCommand::of(&cmd);
+        if let Err(e) = claim::send(
+            &self.sb.sock,
+            &wire,
+            options.status_file.is_some(),
+            [&fds[0], &fds[1], &fds[2]],
+        ) {
+            return refuse(&self, e.into());
+        }
+        drop(fds);
+        // Kept for the failure lines (the execve candidates).
+        self.p.child.command = cmd;
+        self.p.relay = relay;
+        let with = Supervising {
+            layers_without_idmap: std::mem::take(&mut self.layers_without_idmap),
+            namespaces: std::mem::take(&mut self.namespaces),
+            proxy,
+        };
+        supervise::supervise(
+            &mut self.p,
+            &spec,
+            &options,
+            &self.sb,
+            status_file.as_mut(),
+            Some(control),
+            with,
+        )
+    }
+
+    /// Network mode `proxy`: serve the doors the sandbox made, with this
+    /// command's audit log.
+    fn start_proxy(
+        &mut self,
+        command: &ClaimCommand,
+    ) -> Result<Option<crate::net::ProxyHandle>, LaunchError> {
+        let Some(prep) = self.p.proxy.as_mut() else {
+            return Ok(None);
+        };
+        if let Some(path) = &command.proxy_audit {
+            let cap = Some(prep.policy.limits().max_audit_bytes);
+            prep.audit = Some(
+                crate::audit::AuditSink::open_capped(path, cap)
+                    .map_err(|e| LaunchError::Prepare(e.to_string()))?,
+            );
+        }
+        let Some((doors, fds)) = self.doors.take() else {
+            return Err(LaunchError::Prepare(
+                "the warm sandbox did not hand over the egress proxy's doors".into(),
+            ));
+        };
+        let mut slot = None;
+        supervise::start_proxy(&mut self.p, &doors, fds, &mut slot)
+            .map_err(LaunchError::Prepare)?;
+        Ok(slot)
+    }
+}

@@ -1,0 +1,316 @@
+//! A session's warm server: ready sandboxes for the session's commands,
+//! held by a process of the session's own (`hutch session create --warm
+//! N`, `hutch session warm ID N`), not by a system daemon.
+//!
+//! The server keeps a [`crate::launch::pool::Pool`] of the shape of the
+//! session's plain `session run` Spec and listens on `warm.sock` in the
+//! session directory (0700: only the session's owner reaches it; the
+//! peer's uid is checked too). A `session run` (holding the session lock,
+//! so commands never overlap) connects and asks for a sandbox of its
+//! command's shape; the server answers with the control socket of a warm
+//! helper (SCM_RIGHTS), which the client claims and supervises to the end
+//! itself, or says to launch cold (another shape, no sandbox left). Every
+//! helper holds the read end of a pipe whose write end only the server
+//! has (the lifeline): when the server ends, even by SIGKILL, the helpers
+//! kill their sandboxes, claimed or not, and the commands end with a
+//! report saying `killed`.
+//!
+//! The server stops when the session is closed (`close` asks it and waits
+//! for it to be gone; a session removed otherwise is noticed within a
+//! tick), when the session deadline passes, or when no command came for
+//! the idle time; it then ends every sandbox, removes its socket and
+//! exits. Killed by a signal, it leaves its sandboxes to the lifeline and
+//! only a dead `warm.sock` (refused on connect: commands launch cold; the
+//! next server replaces it, `close` removes it with the session).
+
+use std::ffi::CStr;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{Result, WorkspaceError};
+use super::session::{Session, now_ms};
+use crate::launch::claim::{ClaimCommand, shape_digest};
+use crate::launch::helper::{HelperChild, Link};
+use crate::launch::pool::Pool;
+use crate::launch::{Finished, LaunchError, RunOptions};
+use crate::spec::Spec;
+use crate::sys;
+
+/// The server's socket, in the session directory.
+pub const SOCKET: &CStr = c"warm.sock";
+/// Default idle time after which the server stops (`--warm-idle`).
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);
+/// How often the server looks at the session, the deadline and its idle time.
+const TICK: Duration = Duration::from_millis(200);
+/// How long either side waits for the other's one line.
+const LINE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest request or answer line.
+const MAX_LINE: usize = 4096;
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Request {
+    /// A sandbox of this [`shape_digest`], please.
+    Claim { shape: String },
+    /// End now (the session is being closed).
+    Stop,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Answer {
+    /// The helper's control socket is attached.
+    Sandbox,
+    /// Launch cold, because...
+    Cold { why: String },
+    /// Every sandbox is gone; the server exits.
+    Stopped,
+}
+
+/// How a server runs.
+pub struct ServeOptions {
+    /// Ready sandboxes to keep.
+    pub size: usize,
+    /// Stop after this long without a command.
+    pub idle: Duration,
+    /// The `hutch` binary the helpers run.
+    pub binary: std::path::PathBuf,
+}
+
+/// The socket's address through the session directory's fd (a session's
+/// path may be longer than a socket address can be).
+fn socket_path(session: &Session) -> String {
+    format!(
+        "/proc/self/fd/{}/{}",
+        session.dir_fd().as_raw_fd(),
+        SOCKET.to_str().expect("ASCII")
+    )
+}
+
+fn io(what: &str) -> impl FnOnce(std::io::Error) -> WorkspaceError + '_ {
+    move |e| WorkspaceError::io(what, e)
+}
+
+/// Serve the session's commands from `opts.size` warm sandboxes of
+/// `spec`'s shape (`spec`: what a plain `session run` of this session
+/// launches). `ready` is called once the socket listens. Returns when the
+/// server stops (see the module docs).
+pub fn serve(
+    session: &Session,
+    spec: &Spec,
+    opts: &ServeOptions,
+    ready: impl FnOnce(),
+) -> Result<()> {
+    let (lifeline, keep) = std::io::pipe().map_err(io("pipe for the warm sandboxes' lifeline"))?;
+    let pool = Pool::new(&opts.binary, spec, opts.size, Some(OwnedFd::from(lifeline)))
+        .map_err(|e| WorkspaceError::Launch(e.to_string()))?;
+    let _keep = keep;
+    match sys::unlink_at(session.dir_fd(), SOCKET, false) {
+        Ok(()) => {}
+        Err(e) if e.errno == sys::Errno::ENOENT => {}
+        Err(e) => return Err(e.into()),
+    }
+    let listener = UnixListener::bind(socket_path(session)).map_err(io("bind warm.sock"))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(io("set warm.sock non-blocking"))?;
+    ready();
+    let mut claimed: Vec<std::process::Child> = Vec::new();
+    let mut last_used = Instant::now();
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut stop_reply: Option<UnixStream> = None;
+    loop {
+        claimed.retain_mut(|h| !matches!(h.try_wait(), Ok(Some(_))));
+        if !claimed.is_empty() {
+            last_used = Instant::now();
+        }
+        let deadline_passed = session.info.deadline_unix_ms.is_some_and(|d| now_ms() >= d);
+        if deadline_passed || last_used.elapsed() >= opts.idle || !session_exists(session) {
+            break;
+        }
+        let mut fds = [nix::poll::PollFd::new(
+            listener.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let tick = nix::poll::PollTimeout::try_from(TICK.as_millis() as i32)
+            .unwrap_or(nix::poll::PollTimeout::NONE);
+        match nix::poll::poll(&mut fds, tick) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(sys::SysError::new("poll(warm.sock)", e).into()),
+        }
+        let Ok((conn, _)) = listener.accept() else {
+            continue;
+        };
+        // Only the session's owner (the directory is 0700 too).
+        if sys::socket::peer_uid(conn.as_fd()).ok() != Some(uid) {
+            continue;
+        }
+        last_used = Instant::now();
+        match serve_one(conn, &pool) {
+            Served::Claimed(h) => claimed.push(h),
+            Served::Answered => {}
+            Served::Stop(conn) => {
+                stop_reply = Some(conn);
+                break;
+            }
+        }
+    }
+    drop(listener);
+    let _ = sys::unlink_at(session.dir_fd(), SOCKET, false);
+    // Unclaimed sandboxes end with the pool; claimed ones with the
+    // lifeline (`_keep`), closed when this returns.
+    drop(pool);
+    drop(_keep);
+    for mut h in claimed {
+        let _ = h.wait();
+    }
+    if let Some(mut conn) = stop_reply {
+        let _ = send_line(&mut conn, &Answer::Stopped, &[]);
+    }
+    Ok(())
+}
+
+/// Whether the session still exists (closing removes its files).
+fn session_exists(session: &Session) -> bool {
+    match sys::open_beneath(session.dir_fd(), c"session.json", libc::O_RDONLY, 0) {
+        Ok(_) => true,
+        Err(e) => e.errno != sys::Errno::ENOENT,
+    }
+}
+
+enum Served {
+    /// The helper process (this process's child, to reap).
+    Claimed(std::process::Child),
+    Answered,
+    Stop(UnixStream),
+}
+
+fn serve_one(mut conn: UnixStream, pool: &Pool) -> Served {
+    let _ = conn.set_nonblocking(false);
+    let _ = conn.set_read_timeout(Some(LINE_TIMEOUT));
+    let _ = conn.set_write_timeout(Some(LINE_TIMEOUT));
+    let request: Request = match read_line(&mut conn).and_then(|(l, _)| {
+        serde_json::from_slice(&l).map_err(|e| WorkspaceError::Launch(e.to_string()))
+    }) {
+        Ok(r) => r,
+        Err(_) => return Served::Answered,
+    };
+    let shape = match request {
+        Request::Stop => return Served::Stop(conn),
+        Request::Claim { shape } => shape,
+    };
+    if shape != pool.digest() {
+        let why = "the command changes the sandbox (binds, limits, network or confinement): the warm sandboxes are of the session's plain shape".into();
+        let _ = send_line(&mut conn, &Answer::Cold { why }, &[]);
+        return Served::Answered;
+    }
+    let Some(helper) = pool.take() else {
+        let why = "no warm sandbox is left (warm-ups keep failing)".into();
+        let _ = send_line(&mut conn, &Answer::Cold { why }, &[]);
+        return Served::Answered;
+    };
+    let HelperChild { process, link } = helper;
+    let sent = send_line(&mut conn, &Answer::Sandbox, &[link.socket().as_fd()]);
+    // The client holds the control socket now (or nobody, if sending
+    // failed: then the helper sees it close and ends its sandbox).
+    drop(link);
+    let _ = sent;
+    Served::Claimed(process)
+}
+
+fn send_line(
+    conn: &mut UnixStream,
+    msg: &impl Serialize,
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> Result<()> {
+    let mut line = serde_json::to_vec(msg).expect("a message serializes");
+    line.push(b'\n');
+    let sent = sys::socket::send_stream(conn.as_fd(), &line, fds)?;
+    conn.write_all(&line[sent..])
+        .map_err(io("write to warm.sock"))
+}
+
+/// One line (without its newline) and the fds that came with it.
+fn read_line(conn: &mut UnixStream) -> Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let mut line = Vec::new();
+    let mut fds = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        let (n, got) = sys::socket::recv_stream(conn.as_fd(), &mut buf)?;
+        fds.extend(got);
+        if n == 0 {
+            return Err(WorkspaceError::Launch(
+                "the warm server closed the connection".into(),
+            ));
+        }
+        line.extend_from_slice(&buf[..n]);
+        if let Some(end) = line.iter().position(|b| *b == b'\n') {
+            line.truncate(end);
+            return Ok((line, fds));
+        }
+        if line.len() > MAX_LINE || fds.len() > 4 {
+            return Err(WorkspaceError::Launch(
+                "an oversized line on warm.sock".into(),
+            ));
+        }
+    }
+}
+
+/// Connect to the session's server, if one listens.
+fn connect(session: &Session) -> Option<UnixStream> {
+    let conn = UnixStream::connect(socket_path(session)).ok()?;
+    conn.set_read_timeout(Some(LINE_TIMEOUT)).ok()?;
+    conn.set_write_timeout(Some(LINE_TIMEOUT)).ok()?;
+    Some(conn)
+}
+
+/// Run the command of `spec` (a whole session command Spec) in one of the
+/// server's warm sandboxes, supervising it from here to its report. None
+/// when there is no server, or it says to launch cold: then launch cold.
+pub fn claim(
+    session: &Session,
+    spec: &Spec,
+    opts: &RunOptions,
+) -> Option<std::result::Result<Finished, LaunchError>> {
+    let mut conn = connect(session)?;
+    let shape = shape_digest(spec);
+    send_line(
+        &mut conn,
+        &Request::Claim {
+            shape: shape.clone(),
+        },
+        &[],
+    )
+    .ok()?;
+    let (line, mut fds) = read_line(&mut conn).ok()?;
+    match serde_json::from_slice::<Answer>(&line).ok()? {
+        Answer::Sandbox if fds.len() == 1 => {}
+        _ => return None,
+    }
+    let control = UnixStream::from(fds.pop()?);
+    let binary = std::env::current_exe().unwrap_or_else(|_| "hutch".into());
+    let mut link = Link::new(&binary, control);
+    let stdio = match (sys::dup_fd(0), sys::dup_fd(1), sys::dup_fd(2)) {
+        (Ok(a), Ok(b), Ok(c)) => [a, b, c],
+        _ => return None,
+    };
+    let stdio = [stdio[0].as_fd(), stdio[1].as_fd(), stdio[2].as_fd()];
+    if let Err(e) = link.claim(&shape, ClaimCommand::of(spec), opts, stdio) {
+        return Some(Err(e));
+    }
+    Some(link.wait())
+}
+
+/// Ask the session's server to stop and wait until it has ended every
+/// warm sandbox. Without a server, nothing to do.
+pub fn stop(session: &Session) {
+    let Some(mut conn) = connect(session) else {
+        return;
+    };
+    if send_line(&mut conn, &Request::Stop, &[]).is_ok() {
+        let mut rest = Vec::new();
+        let _ = conn.read_to_end(&mut rest);
+    }
+}

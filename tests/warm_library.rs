@@ -1,0 +1,287 @@
+//! hutch::Pool: warm sandboxes from the library, as root and as uid 65534.
+//! Each pooled command gets a sandbox of its own (fresh pid namespace,
+//! /tmp, ipc, network namespace, execve), confined exactly as a cold one;
+//! only the workspace carries over.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+
+// The unprivileged path first: when the tests do not run as root it runs,
+// and the root launch after it skips.
+const BOTH: [As; 2] = [As::Nobody, As::Root];
+
+fn binary(who: As, tools: &TempDir) -> std::path::PathBuf {
+    if who == As::Nobody {
+        nobody_wrapper(tools.path())
+    } else {
+        hutch_bin()
+    }
+}
+
+/// The default profile with `ws` as the workspace, its changes kept in
+/// `changes` (a session's shape).
+fn workspace_spec(ws: &std::path::Path, changes: &std::path::Path) -> hutch::Spec {
+    let mut c = hutch::Command::new("true");
+    c.workspace(ws).changes(changes).current_dir(ws);
+    c.as_spec().clone()
+}
+
+const READY: Duration = Duration::from_secs(30);
+
+/// What one command sees of what earlier ones left, then what it leaves
+/// for the next: a file in /tmp, a SysV shm segment, a POSIX shm object,
+/// an abstract socket held by a background process, a double-forked
+/// daemon, and one more line in the workspace.
+const PROBE: &str = r#"
+echo "pid $$"
+echo "procs" /proc/[0-9]*
+echo "tmp $(ls -A /tmp | tr '\n' ' ')"
+echo "shm $(ls -A /dev/shm | tr '\n' ' ')"
+echo "sysv $(tail -n +2 /proc/sysvipc/shm | wc -l) $(tail -n +2 /proc/sysvipc/msg | wc -l) $(tail -n +2 /proc/sysvipc/sem | wc -l)"
+echo "abstract $(grep -c ' @' /proc/net/unix)"
+echo "fds" $(ls /proc/self/fd)
+echo "stack $(grep -F '[stack]' /proc/self/maps | cut -d' ' -f1)"
+echo "count $(wc -l < log)"
+touch /tmp/left-behind
+: > /dev/shm/left-behind
+ipcmk -M 4096 > /dev/null
+setsid sh -c 'sleep 1000 & exec sleep 1000' < /dev/null > /dev/null 2>&1 &
+python3 -c 'import socket, time; s = socket.socket(socket.AF_UNIX); s.bind("\0hutch-left"); s.listen(); open("/tmp/bound", "w"); time.sleep(1000)' < /dev/null > /dev/null 2>&1 &
+while [ ! -e /tmp/bound ]; do :; done
+echo "abstract-now $(grep -c ' @' /proc/net/unix)"
+echo line >> log
+"#;
+
+#[test]
+fn consecutive_pooled_commands_share_nothing_but_the_workspace() {
+    require!(
+        have("python3") && have("ipcmk"),
+        "python3 and ipcmk are needed"
+    );
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let tools = TempDir::new("warm-tools", As::Root);
+        let ws = TempDir::new("warm-ws", who);
+        write_as(&ws.path().join("log"), "", who);
+        let keep = TempDir::new("warm-keep", who);
+        let changes = keep.path().join("c");
+        let spec = workspace_spec(ws.path(), &changes);
+        let pool = hutch::Pool::with_binary(spec, 2, binary(who, &tools)).unwrap();
+        assert!(pool.wait_ready(2, READY), "{who:?}: {:?}", pool.status());
+        let mut stacks = BTreeSet::new();
+        const N: usize = 20;
+        for i in 0..N {
+            let out = pool.command(["sh", "-c", PROBE]).output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.report.success(),
+                "{who:?} #{i}: {:?}\n{text}\n{}",
+                out.report,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.report.warm, "{who:?} #{i}: served cold");
+            let line = |key: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' ')))
+                    .unwrap_or_else(|| panic!("{who:?} #{i}: no {key:?} in {text}"))
+                    .trim()
+                    .to_string()
+            };
+            // A fresh pid namespace: the workload is pid 2 under hutch init,
+            // and nothing else runs (the daemons of the last command died
+            // with its sandbox).
+            assert_eq!(line("pid"), "2", "{who:?} #{i}");
+            assert_eq!(line("procs"), "/proc/1 /proc/2", "{who:?} #{i}");
+            // A fresh /tmp (holding only the workspace's mount point: the
+            // tests' workspaces are under the host's /tmp), /dev/shm, ipc
+            // and network namespace.
+            let ws_name = ws.path().file_name().unwrap().to_str().unwrap();
+            assert_eq!(line("tmp"), ws_name, "{who:?} #{i}");
+            assert_eq!(line("shm"), "", "{who:?} #{i}");
+            assert_eq!(line("sysv"), "0 0 0", "{who:?} #{i}");
+            assert_eq!(line("abstract"), "0", "{who:?} #{i}");
+            assert_eq!(line("abstract-now"), "1", "{who:?} #{i}: the probe works");
+            // Only stdio reach the workload (3 is the directory ls reads).
+            assert_eq!(line("fds"), "0 1 2 3", "{who:?} #{i}");
+            // A fresh execve: the stack is placed anew each time.
+            stacks.insert(line("stack"));
+            // The workspace carries over, as without a pool.
+            assert_eq!(line("count"), i.to_string(), "{who:?} #{i}");
+        }
+        assert_eq!(stacks.len(), N, "{who:?}: ASLR bases repeat: {stacks:?}");
+        assert_eq!(
+            std::fs::read_to_string(changes.join("upper/log"))
+                .unwrap()
+                .lines()
+                .count(),
+            N
+        );
+        // The host workspace itself is untouched.
+        assert_eq!(std::fs::read_to_string(ws.path().join("log")).unwrap(), "");
+    }
+}
+
+/// The same probe of confinement from a cold and a warm sandbox of one
+/// Spec: identical capabilities, no-new-privs, seccomp, Landlock, rlimits,
+/// ids, mounts (point, options, type), hostname, interfaces and cgroup.
+#[test]
+fn a_warm_sandbox_is_confined_exactly_as_a_cold_one() {
+    const CONFINEMENT: &str = r#"
+grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status
+cat /proc/self/limits
+cat /proc/self/uid_map /proc/self/gid_map /proc/self/cgroup
+awk '{ for (i = 7; $i != "-"; i++); print $5, $6, $(i + 1) }' /proc/self/mountinfo | sort
+hostname
+tail -n +3 /proc/net/dev | cut -d: -f1
+cat /proc/sys/user/max_user_namespaces
+ls / /dev
+touch /etc/x 2>&1 | sed 's/.*: //'
+"#;
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let tools = TempDir::new("warm-tools", As::Root);
+        let ws = TempDir::new("warm-ws", who);
+        let keep = TempDir::new("warm-keep", who);
+        let spec = workspace_spec(ws.path(), &keep.path().join("c"));
+        let mut cold = hutch::Command::from_spec(spec.clone());
+        cold.spec_mut().command = vec!["sh".into(), "-c".into(), CONFINEMENT.into()];
+        let cold = cold.hutch_binary(binary(who, &tools)).output().unwrap();
+        assert!(cold.report.success(), "{who:?}: {:?}", cold.report);
+        assert!(!cold.report.warm);
+        let pool = hutch::Pool::with_binary(spec, 1, binary(who, &tools)).unwrap();
+        let warm = pool.command(["sh", "-c", CONFINEMENT]).output().unwrap();
+        assert!(warm.report.success(), "{who:?}: {:?}", warm.report);
+        assert!(warm.report.warm);
+        assert_eq!(
+            String::from_utf8_lossy(&warm.stdout),
+            String::from_utf8_lossy(&cold.stdout),
+            "{who:?}"
+        );
+        assert!(cold.stdout.len() > 1000, "the probe printed its findings");
+        assert_eq!(warm.report.enforced, cold.report.enforced, "{who:?}");
+        assert_eq!(warm.report.unenforced, cold.report.unenforced, "{who:?}");
+    }
+}
+
+#[test]
+fn pooled_commands_report_exit_codes_timeouts_and_kills() {
+    require!(can_launch_as(caller()).is_ok(), "cannot launch here");
+    let mut spec = hutch::spec::default_profile();
+    spec.command = vec!["true".into()];
+    let pool = hutch::Pool::with_binary(spec, 2, hutch_bin()).unwrap();
+    let r = pool.command(["sh", "-c", "exit 7"]).status().unwrap();
+    assert_eq!((r.status, r.warm), (7, true), "{r:?}");
+    let r = pool
+        .command(["sh", "-c", "kill -TERM $$"])
+        .status()
+        .unwrap();
+    assert_eq!((r.status, r.signal), (143, Some(libc::SIGTERM)), "{r:?}");
+    let r = pool
+        .command(["sleep", "100"])
+        .timeout(Duration::from_millis(300))
+        .status()
+        .unwrap();
+    assert_eq!(
+        (r.status, r.reason),
+        (124, hutch::Outcome::TimedOut),
+        "{r:?}"
+    );
+    let r = pool.command(["no-such-program"]).status().unwrap();
+    assert_eq!(r.status, 127, "{r:?}");
+    // A kill ends the whole sandbox through its supervisor.
+    let dir = TempDir::new("warm-kill", As::Root);
+    let status = dir.path().join("status");
+    let mut child = pool
+        .command(["sleep", "100"])
+        .status_file(&status)
+        .spawn()
+        .unwrap();
+    wait_for_event(&status, "start", Duration::from_secs(20));
+    child.kill().unwrap();
+    let r = child.wait().unwrap();
+    assert_eq!((r.status, r.reason), (137, hutch::Outcome::Killed), "{r:?}");
+    // Environment and working directory are the command's own.
+    let out = pool
+        .command(["sh", "-c", "echo $X; pwd"])
+        .env("X", "from-the-claim")
+        .current_dir("/usr")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "from-the-claim\n/usr\n"
+    );
+    // Stdin reaches the workload.
+    let mut child = pool
+        .command(["cat"])
+        .stdin(hutch::Redirect::Piped)
+        .stdout(hutch::Redirect::Piped)
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin().unwrap(), b"through the claim\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "through the claim\n");
+}
+
+/// The helpers this process started (`hutch __supervise`, its children).
+fn helpers_of_this_process() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split(' ').nth(1).map(str::to_string));
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            ppid.as_deref() == Some(me.as_str())
+                && cmdline.split(|b| *b == 0).any(|a| a == b"__supervise")
+        })
+        .collect()
+}
+
+#[test]
+fn dropping_the_pool_ends_every_warm_sandbox() {
+    require!(can_launch_as(caller()).is_ok(), "cannot launch here");
+    let mut spec = hutch::spec::default_profile();
+    spec.command = vec!["true".into()];
+    let pool = hutch::Pool::with_binary(spec, 3, hutch_bin()).unwrap();
+    assert!(pool.wait_ready(3, READY), "{:?}", pool.status());
+    assert_eq!(helpers_of_this_process().len(), 3);
+    let status = pool.status();
+    assert_eq!((status.size, status.ready, status.warming), (3, 3, 0));
+    pool.resize(1);
+    assert_eq!(pool.status().size, 1);
+    wait_until(
+        Duration::from_secs(10),
+        "the extra sandboxes to end",
+        || helpers_of_this_process().len() == 1,
+    );
+    drop(pool);
+    // Drop reaps: nothing is left, not even a zombie.
+    assert_eq!(helpers_of_this_process(), Vec::<i32>::new());
+}
+
+#[test]
+fn a_pool_refuses_a_spec_it_cannot_warm() {
+    let mut spec = hutch::spec::default_profile();
+    spec.fs.push(hutch::spec::workspace_overlay(
+        std::path::Path::new("/w"),
+        None,
+    ));
+    spec.fs.push(hutch::spec::FsOp::Tmpfs {
+        dest: "/w/target".into(),
+        size: None,
+        nr_inodes: None,
+        mode: None,
+    });
+    let e = hutch::Pool::with_binary(spec, 1, hutch_bin())
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("inside or above"), "{e}");
+}

@@ -1,0 +1,252 @@
+//! `hutch session create --warm N` / `session warm`: a session's commands
+//! served from ready sandboxes, as root and on the unprivileged path.
+
+mod common;
+mod session_support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Result;
+use common::{wait_for_event, wait_until};
+use session_support::*;
+
+const BOTH: [bool; 2] = [true, false];
+
+fn setup(t: &Tmp, unprivileged: bool, extra: &[&str]) -> Result<(PathBuf, String)> {
+    let src = t.0.join("src");
+    std::fs::create_dir_all(&src)?;
+    std::fs::write(src.join("log"), "")?;
+    let state = state_dir(t, unprivileged)?;
+    let mut args = vec!["create", "--from", src.to_str().unwrap()];
+    args.extend(extra);
+    let id = ok(&hutch(&state, &args, unprivileged))?;
+    Ok((state, id.trim().to_string()))
+}
+
+/// The report of the last command (`--status-file`).
+fn report(status: &Path) -> serde_json::Value {
+    common::exit_report(status)
+}
+
+/// Processes whose command line holds all of `words`.
+fn processes_with(words: &[&str]) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            words.iter().all(|w| args.contains(&w.as_bytes()))
+        })
+        .collect()
+}
+
+fn children(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Alive and not a zombie.
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| !r.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+fn server_of(id: &str) -> Vec<i32> {
+    processes_with(&["__session-warm", id])
+}
+
+fn can_run(unprivileged: bool) -> bool {
+    can_sandbox() && (!unprivileged || can_launch_as(As::Nobody).is_ok())
+}
+
+const PROBE: &str = r#"echo "pid $$"
+echo "procs" /proc/[0-9]*
+echo "tmp $(ls -A /tmp | tr '\n' ' ')"
+echo "count $(wc -l < log)"
+echo "stack $(grep -F '[stack]' /proc/self/maps | cut -d' ' -f1)"
+touch /tmp/left-behind
+setsid sleep 1000 < /dev/null > /dev/null 2>&1 &
+echo line >> log"#;
+
+/// 200 commands through the warm server: each warm, in a fresh pid
+/// namespace with nothing left by the previous one, with a fresh /tmp
+/// and a fresh execve, and the workspace carried over exactly as without
+/// a server.
+#[test]
+fn two_hundred_session_commands_run_warm_and_share_only_the_workspace() -> Result<()> {
+    for unprivileged in BOTH {
+        crate::require!(can_run(unprivileged), "cannot sandbox here");
+        let t = Tmp::new("warm-session");
+        let (state, id) = setup(&t, unprivileged, &["--warm", "2"])?;
+        assert_eq!(server_of(&id).len(), 1, "create --warm started the server");
+        let status = t.0.join("status");
+        let status_arg = status.to_str().unwrap();
+        let mut stacks = std::collections::BTreeSet::new();
+        const N: usize = 200;
+        for i in 0..N {
+            let out = ok(&hutch(
+                &state,
+                &[
+                    "run",
+                    &id,
+                    "--status-file",
+                    status_arg,
+                    "--",
+                    "sh",
+                    "-c",
+                    PROBE,
+                ],
+                unprivileged,
+            ))?;
+            let r = report(&status);
+            assert_eq!(r["warm"], true, "#{i} ({unprivileged}): {r}");
+            let line = |key: &str| -> String {
+                out.lines()
+                    .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' ')))
+                    .unwrap_or_else(|| panic!("#{i}: no {key:?} in {out}"))
+                    .trim()
+                    .to_string()
+            };
+            assert_eq!(line("pid"), "2", "#{i}");
+            assert_eq!(line("procs"), "/proc/1 /proc/2", "#{i}");
+            assert_eq!(line("tmp"), "", "#{i}");
+            assert_eq!(line("count"), i.to_string(), "#{i}");
+            stacks.insert(line("stack"));
+        }
+        assert_eq!(stacks.len(), N, "ASLR bases repeat");
+        let log = ok(&hutch(&state, &["read", &id, "log"], unprivileged))?;
+        assert_eq!(log.lines().count(), N);
+        ok(&hutch(&state, &["close", &id], unprivileged))?;
+        // close stops the server and every sandbox with it.
+        assert_eq!(server_of(&id), Vec::<i32>::new());
+    }
+    Ok(())
+}
+
+/// Options that change the sandbox are served cold (the report says so);
+/// the command's own options (timeout, environment) stay warm.
+#[test]
+fn a_command_that_changes_the_sandbox_runs_cold() -> Result<()> {
+    for unprivileged in BOTH {
+        crate::require!(can_run(unprivileged), "cannot sandbox here");
+        let t = Tmp::new("warm-shape");
+        let (state, id) = setup(&t, unprivileged, &["--warm", "1"])?;
+        let status = t.0.join("status");
+        let s = status.to_str().unwrap();
+        let run = |opts: &[&str]| -> Result<serde_json::Value> {
+            let mut args = vec!["run", &id, "--status-file", s];
+            args.extend(opts);
+            args.extend(["--", "sh", "-c", "test -d /mnt/etc-copy || test \"$X\" = 1"]);
+            ok(&hutch(&state, &args, unprivileged))?;
+            Ok(report(&status))
+        };
+        assert_eq!(
+            run(&["--timeout", "30s", "--setenv", "X", "1"])?["warm"],
+            true
+        );
+        assert_eq!(run(&["--ro-bind", "/etc", "/mnt/etc-copy"])?["warm"], false);
+        assert_eq!(run(&["--share-net", "--setenv", "X", "1"])?["warm"], false);
+        assert_eq!(run(&["--setenv", "X", "1"])?["warm"], true);
+        ok(&hutch(&state, &["close", &id], unprivileged))?;
+    }
+    Ok(())
+}
+
+/// SIGKILL of the server mid-command ends the command (reported killed)
+/// and leaves no process behind; later commands launch cold.
+#[test]
+fn killing_the_server_ends_its_command_and_leaves_nothing() -> Result<()> {
+    for unprivileged in BOTH {
+        crate::require!(can_run(unprivileged), "cannot sandbox here");
+        let t = Tmp::new("warm-kill");
+        let (state, id) = setup(&t, unprivileged, &["--warm", "2"])?;
+        let status = t.0.join("status");
+        let s = status.to_str().unwrap();
+        let child = hutch_command(
+            &state,
+            &[
+                "run",
+                &id,
+                "--status-file",
+                s,
+                "--",
+                "sh",
+                "-c",
+                "sleep 4711 & sleep 4711",
+            ],
+            unprivileged,
+        )
+        .spawn()?;
+        wait_for_event(&status, "start", Duration::from_secs(30));
+        let servers = server_of(&id);
+        assert_eq!(servers.len(), 1);
+        let helpers = children(servers[0]);
+        assert_eq!(helpers.len(), 2, "the claimed helper and a refill");
+        let sandbox_id = std::fs::read_to_string(&status)?
+            .lines()
+            .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .and_then(|v| v["sandbox_id"].as_str().map(str::to_string))
+            .expect("the start event names the sandbox");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(servers[0]),
+            nix::sys::signal::Signal::SIGKILL,
+        )?;
+        let out = child.wait_with_output()?;
+        let r = report(&status);
+        assert_eq!(out.status.code(), Some(137), "{r}");
+        assert_eq!(r["reason"], "killed", "{r}");
+        assert_eq!(r["warm"], true, "{r}");
+        wait_until(Duration::from_secs(10), "every sandbox to end", || {
+            processes_with(&["sleep", "4711"]).is_empty() && helpers.iter().all(|p| !alive(*p))
+        });
+        assert!(
+            !Path::new("/sys/fs/cgroup").join(&sandbox_id).exists(),
+            "no cgroup leaf is left"
+        );
+        ok(&hutch(
+            &state,
+            &["run", &id, "--status-file", s, "--", "true"],
+            unprivileged,
+        ))?;
+        assert_eq!(report(&status)["warm"], false);
+        ok(&hutch(&state, &["close", &id], unprivileged))?;
+    }
+    Ok(())
+}
+
+/// The idle timeout stops the server and removes its socket; `session
+/// warm` starts one for an existing session.
+#[test]
+fn the_idle_timeout_stops_the_server() -> Result<()> {
+    for unprivileged in BOTH {
+        crate::require!(can_run(unprivileged), "cannot sandbox here");
+        let t = Tmp::new("warm-idle");
+        let (state, id) = setup(&t, unprivileged, &[])?;
+        assert!(server_of(&id).is_empty());
+        ok(&hutch(
+            &state,
+            &["warm", &id, "1", "--warm-idle", "1s"],
+            unprivileged,
+        ))?;
+        let servers = server_of(&id);
+        assert_eq!(servers.len(), 1);
+        let helpers = children(servers[0]);
+        assert_eq!(helpers.len(), 1);
+        let socket = state.join(&id).join("warm.sock");
+        wait_until(Duration::from_secs(20), "the idle server to stop", || {
+            server_of(&id).is_empty() && !socket.exists()
+        });
+        wait_until(Duration::from_secs(10), "its sandbox to end", || {
+            helpers.iter().all(|p| !alive(*p))
+        });
+        ok(&hutch(&state, &["close", &id], unprivileged))?;
+    }
+    Ok(())
+}
