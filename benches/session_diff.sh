@@ -45,7 +45,7 @@ t2=$(now); cp -a "$W/src" "$W/cp"; t3=$(now)
 # The git checkout with the same tree, packed as a served repository is.
 git -C "$W/cp" init -q
 git -C "$W/cp" -c core.fsmonitor=false add -A
-git -C "$W/cp" -c user.name=b -c user.email=b@b commit -qm base
+git -C "$W/cp" -c gc.auto=0 -c user.name=b -c user.email=b@b commit -qm base
 git -C "$W/cp" gc -q
 rev=$(git -C "$W/cp" rev-parse HEAD)
 git -C "$W/cp" status --porcelain >/dev/null   # warm the index
