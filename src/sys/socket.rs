@@ -93,9 +93,29 @@ pub type Datagram = (Vec<u8>, Vec<OwnedFd>);
 /// closed its end.
 pub fn recv(sock: BorrowedFd<'_>) -> Result<Option<Datagram>, SysError> {
     let mut buf = vec![0u8; MAX_MESSAGE];
+    let (n, flags, fds) = recvmsg_with_fds(sock, &mut buf)?;
+    if flags.contains(MsgFlags::MSG_TRUNC) || flags.contains(MsgFlags::MSG_CTRUNC) {
+        return Err(SysError::new(
+            format!("recvmsg(fd {}): message truncated", sock.as_raw_fd()),
+            nix::errno::Errno::EMSGSIZE,
+        ));
+    }
+    if n == 0 && fds.is_empty() {
+        return Ok(None);
+    }
+    buf.truncate(n);
+    Ok(Some((buf, fds)))
+}
+
+/// One `recvmsg` into `buf` (retried on EINTR), with the fds that came
+/// along (close-on-exec, owned) and the message flags.
+fn recvmsg_with_fds(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+) -> Result<(usize, MsgFlags, Vec<OwnedFd>), SysError> {
     let mut cmsg_space = nix::cmsg_space!([RawFd; MAX_FDS]);
     loop {
-        let mut iov = [IoSliceMut::new(&mut buf)];
+        let mut iov = [IoSliceMut::new(buf)];
         let msg = match socket::recvmsg::<()>(
             sock.as_raw_fd(),
             &mut iov,
@@ -121,18 +141,7 @@ pub fn recv(sock: BorrowedFd<'_>) -> Result<Option<Datagram>, SysError> {
                 fds.extend(raw.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
             }
         }
-        let n = msg.bytes;
-        if msg.flags.contains(MsgFlags::MSG_TRUNC) || msg.flags.contains(MsgFlags::MSG_CTRUNC) {
-            return Err(SysError::new(
-                format!("recvmsg(fd {}): message truncated", sock.as_raw_fd()),
-                nix::errno::Errno::EMSGSIZE,
-            ));
-        }
-        if n == 0 && fds.is_empty() {
-            return Ok(None);
-        }
-        buf.truncate(n);
-        return Ok(Some((buf, fds)));
+        return Ok((msg.bytes, msg.flags, fds));
     }
 }
 
@@ -194,42 +203,14 @@ pub fn recv_stream(
     sock: BorrowedFd<'_>,
     buf: &mut [u8],
 ) -> Result<(usize, Vec<OwnedFd>), SysError> {
-    let mut cmsg_space = nix::cmsg_space!([RawFd; MAX_FDS]);
-    loop {
-        let mut iov = [IoSliceMut::new(buf)];
-        let msg = match socket::recvmsg::<()>(
-            sock.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg_space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
-            Ok(m) => m,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => {
-                return Err(SysError::new(
-                    format!("recvmsg(fd {})", sock.as_raw_fd()),
-                    e,
-                ));
-            }
-        };
-        let mut fds = Vec::new();
-        for c in msg
-            .cmsgs()
-            .map_err(|e| SysError::new("recvmsg: control data", e))?
-        {
-            if let ControlMessageOwned::ScmRights(raw) = c {
-                // SAFETY: SCM_RIGHTS installed these fds in our table; we own them.
-                fds.extend(raw.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
-            }
-        }
-        if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
-            return Err(SysError::new(
-                format!("recvmsg(fd {}): too many fds", sock.as_raw_fd()),
-                nix::errno::Errno::EMSGSIZE,
-            ));
-        }
-        return Ok((msg.bytes, fds));
+    let (n, flags, fds) = recvmsg_with_fds(sock, buf)?;
+    if flags.contains(MsgFlags::MSG_CTRUNC) {
+        return Err(SysError::new(
+            format!("recvmsg(fd {}): too many fds", sock.as_raw_fd()),
+            nix::errno::Errno::EMSGSIZE,
+        ));
     }
+    Ok((n, fds))
 }
 
 /// The uid of the process at the other end of a Unix socket (SO_PEERCRED).
