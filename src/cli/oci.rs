@@ -33,6 +33,7 @@ struct Global {
     root: PathBuf,
     log: Option<PathBuf>,
     json_log: bool,
+    systemd_cgroup: bool,
 }
 
 /// A failure with the exit code hutch-oci ends with.
@@ -56,7 +57,17 @@ pub fn main(args: Vec<OsString>) -> i32 {
         root: PathBuf::from(DEFAULT_ROOT),
         log: None,
         json_log: false,
+        systemd_cgroup: false,
     };
+    // A hook in a container's namespaces (super::oci::hooks), before any
+    // flag: the arguments are the hook's own.
+    if args.first().and_then(|a| a.to_str()) == Some(crate::oci::hooks::EXEC_IN) {
+        let rest: Vec<String> = args[1..]
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        return crate::oci::hooks::exec_in(&rest);
+    }
     let args: Vec<String> = match args.into_iter().map(|a| a.into_string()).collect() {
         Ok(a) => a,
         Err(_) => return report(&g, &Failed(1, anyhow!("arguments must be UTF-8"))),
@@ -89,9 +100,10 @@ pub fn main(args: Vec<OsString>) -> i32 {
                 Some("text") => g.json_log = false,
                 _ => return usage_error(&g, "--log-format is text or json"),
             },
-            // The cgroup is the engine's business (docs/oci.md); debug
-            // output has nothing more to say than the errors.
-            "--systemd-cgroup" | "--debug" => {}
+            // cgroupsPath is slice:prefix:name (oci::resources).
+            "--systemd-cgroup" => g.systemd_cgroup = true,
+            // Debug output has nothing more to say than the errors.
+            "--debug" => {}
             "--rootless" | "--criu" => {
                 let _ = value(&mut it);
             }
@@ -116,8 +128,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let rest: Vec<String> = it.collect();
     let root = Root::new(g.root.clone());
     let result = match cmd.as_str() {
-        "create" => create(&root, &rest, false),
-        "run" => create(&root, &rest, true),
+        "create" => create(&root, &rest, false, g.systemd_cgroup),
+        "run" => create(&root, &rest, true, g.systemd_cgroup),
         "start" => one_id(&rest).and_then(|id| Ok(root.start(&id)?)).map(|_| 0),
         "state" => state(&root, &rest),
         "kill" => kill(&root, &rest),
@@ -251,7 +263,7 @@ fn one_id(rest: &[String]) -> Result<String, Failed> {
     }
 }
 
-fn create(root: &Root, rest: &[String], run: bool) -> Result<i32, Failed> {
+fn create(root: &Root, rest: &[String], run: bool, systemd_cgroup: bool) -> Result<i32, Failed> {
     let (pairs, positional) = parse_flags(
         rest,
         &[
@@ -290,6 +302,7 @@ fn create(root: &Root, rest: &[String], run: bool) -> Result<i32, Failed> {
         bundle: &bundle,
         pid_file: pid_file.as_deref(),
         console_socket: console.as_deref(),
+        systemd_cgroup,
     };
     let record = root.create(&id, &req)?;
     if !run {
@@ -536,7 +549,7 @@ fn features() -> String {
     serde_json::json!({
         "ociVersionMin": crate::oci::config::OCI_VERSION_MIN,
         "ociVersionMax": crate::oci::config::OCI_VERSION_MAX,
-        "hooks": [],
+        "hooks": ["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"],
         "mountOptions": [
             "bind", "rbind", "ro", "rw", "nosuid", "suid", "nodev", "dev", "noexec", "exec",
             "nosymfollow", "symfollow", "nodiratime", "diratime", "relatime", "norelatime",
@@ -546,7 +559,7 @@ fn features() -> String {
         "linux": {
             "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "user", "uts"],
             "capabilities": caps,
-            "cgroup": {"v1": false, "v2": false, "systemd": false, "systemdUser": false},
+            "cgroup": {"v1": false, "v2": true, "systemd": false, "systemdUser": false, "rdma": false},
             "seccomp": {
                 "enabled": true,
                 "actions": ["SCMP_ACT_ALLOW", "SCMP_ACT_ERRNO", "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS",
