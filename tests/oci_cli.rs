@@ -362,6 +362,9 @@ fn bad_bundles_fail_with_one_line_and_leave_nothing() {
     require!(requirements().is_ok(), requirements().unwrap_err());
     let good = base_config(&["true"]);
     let b = Bundle::new("oci-bad", &good);
+    // Static: runs in the container's namespaces without the host's libraries.
+    let busybox_in_bundle = b.path().join("rootfs/bin/busybox").display().to_string();
+    let busybox_in_bundle = busybox_in_bundle.as_str();
     let mut cases: Vec<(Value, &str)> = Vec::new();
     let mut with = |f: &dyn Fn(&mut Value), expect: &'static str| {
         let mut c = good.clone();
@@ -390,8 +393,28 @@ fn bad_bundles_fail_with_one_line_and_leave_nothing() {
         "linux.seccomp.defaultAction",
     );
     with(
-        &|c| c["hooks"] = json!({"prestart": [{"path": "/bin/true"}]}),
-        "hooks.prestart",
+        &|c| c["hooks"] = json!({"prestart": [{"path": "bin/true"}]}),
+        "hooks.prestart[0].path",
+    );
+    // A failing createRuntime hook fails create and ends the container.
+    with(
+        &|c| c["hooks"] = json!({"createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", "exit 3"]}]}),
+        "hooks.createRuntime[0] (/bin/sh) failed: exited with status 3",
+    );
+    with(
+        &|c| c["hooks"] = json!({"createContainer": [{"path": busybox_in_bundle, "args": ["sh", "-c", "exit 4"]}]}),
+        "failed: exited with status 4",
+    );
+    with(
+        &|c| c["linux"]["resources"] = json!({"unified": {"cgroup.procs": "1"}}),
+        "linux.resources.unified.cgroup.procs",
+    );
+    with(
+        &|c| {
+            c["linux"]["cgroupsPath"] = json!("/../../etc");
+            c["linux"]["resources"] = json!({"memory": {"limit": 67108864}});
+        },
+        "linux.cgroupsPath: must not hold `..`",
     );
     with(
         &|c| c["annotations"] = json!({"run.hutch.landlok": "off"}),
@@ -574,4 +597,140 @@ fn device_nodes_work_only_where_hutch_made_them() {
         "{}",
         stderr(&o)
     );
+}
+
+/// A bundle-level hook: a script on the host that records its stdin (the
+/// state), its mount namespace (from a child process, which is in the
+/// container's pid namespace when the hook joined it), its hostname and
+/// its environment into `OUT.*`.
+const HOOK_SCRIPT: &str = r#"#!/bin/sh
+cat > "$1.state"
+echo "$(readlink /proc/self/ns/mnt) $(hostname) $PHASE" > "$1.ns"
+"#;
+
+fn ns_of(pid: &str) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
+        .unwrap()
+        .display()
+        .to_string()
+}
+
+#[test]
+fn hooks_run_at_their_points_with_the_state_and_in_the_right_namespaces() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let mut config = base_config(&["sh", "-c", "echo workload >> /rec/order; exit 0"]);
+    let b = Bundle::new("oci-hooks", &config);
+    for applet in ["readlink"] {
+        std::os::unix::fs::symlink("busybox", b.path().join("rootfs/bin").join(applet)).unwrap();
+    }
+    let rec = b.path().join("rec");
+    std::fs::create_dir(&rec).unwrap();
+    let script = b.path().join("hook.sh");
+    std::fs::write(&script, HOOK_SCRIPT).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    config["mounts"].as_array_mut().unwrap().push(
+        json!({"destination": "/rec", "type": "bind", "source": rec.to_str().unwrap(), "options": ["rbind"]}),
+    );
+    let hook = |phase: &str, inside: bool| {
+        // A hook in the container's namespaces sees the container's files.
+        let out = if inside {
+            format!("/rec/{phase}")
+        } else {
+            rec.join(phase).display().to_string()
+        };
+        json!({"path": script.to_str().unwrap(), "args": ["hook", out], "env": [format!("PHASE={phase}")], "timeout": 20})
+    };
+    let failing = json!({"path": "/bin/sh", "args": ["sh", "-c", "exit 9"]});
+    config["hooks"] = json!({
+        "prestart": [hook("prestart", false)],
+        "createRuntime": [hook("createRuntime", false)],
+        "createContainer": [hook("createContainer", true)],
+        "startContainer": [hook("startContainer", true)],
+        // Failures after start are logged, the next hook still runs.
+        "poststart": [failing.clone(), hook("poststart", false)],
+        "poststop": [failing, hook("poststop", false)],
+    });
+    config["annotations"] = json!({"org.example": "v"});
+    b.write_config(&config);
+    let id = format!("hooks-{}", std::process::id());
+    let (st, err, _) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let pid = b.pid(&id).to_string();
+    let host_ns = ns_of("self");
+    let container_ns = ns_of(&pid);
+    assert_ne!(host_ns, container_ns);
+    let read = |phase: &str| -> (Value, String) {
+        let state = std::fs::read_to_string(rec.join(format!("{phase}.state")))
+            .unwrap_or_else(|e| panic!("{phase} did not run: {e}"));
+        let ns = std::fs::read_to_string(rec.join(format!("{phase}.ns"))).unwrap();
+        (serde_json::from_str(&state).unwrap(), ns.trim().to_string())
+    };
+    for phase in ["prestart", "createRuntime", "createContainer"] {
+        let (state, _) = read(phase);
+        assert_eq!(state["status"], "creating", "{phase}: {state}");
+        assert_eq!(state["id"], id.as_str());
+        assert_eq!(state["pid"].to_string(), pid);
+        assert_eq!(state["bundle"], b.path().to_str().unwrap());
+        assert_eq!(state["annotations"]["org.example"], "v");
+    }
+    let host_name = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    assert_eq!(read("createRuntime").1, format!("{host_ns} {host_name} createRuntime"));
+    assert_eq!(read("prestart").1, format!("{host_ns} {host_name} prestart"));
+    assert_eq!(read("createContainer").1, format!("{container_ns} oci-test createContainer"));
+    assert!(!rec.join("startContainer.state").exists(), "not before start");
+    let o = b.run(&["start", &id]);
+    assert!(o.status.success(), "start: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: hooks.poststart[0] (/bin/sh): exited with status 9"),
+        "{}",
+        stderr(&o)
+    );
+    let (state, ns) = read("startContainer");
+    assert_eq!(state["status"], "created");
+    assert_eq!(ns, format!("{container_ns} oci-test startContainer"));
+    assert_eq!(read("poststart").0["status"], "running");
+    assert_eq!(wait_exit(b.pid(&id)), 0);
+    let o = b.run(&["delete", &id]);
+    assert!(o.status.success(), "delete: {}", stderr(&o));
+    let (state, ns) = read("poststop");
+    assert_eq!(state["status"], "stopped");
+    assert_eq!(state.get("pid"), None, "{state}");
+    assert_eq!(ns, format!("{host_ns} {host_name} poststop"));
+    assert!(!b.state_root.join(&id).exists());
+}
+
+/// This host's cgroups are hybrid v1 (the cgroup2 mount offers no
+/// controllers): a limit fails create with one line naming the key, before
+/// anything is made, and a config without one runs as before. (The limits
+/// themselves are tested in the kernel VM: tests/kernel/suite.sh.)
+#[test]
+fn a_limit_this_host_cannot_enforce_fails_create_naming_the_key() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let host = hutch::internals::cgroup::host::HostCgroups::detect();
+    let offered = host
+        .v2_mount
+        .as_ref()
+        .map(|m| std::fs::read_to_string(m.join("cgroup.controllers")).unwrap_or_default())
+        .unwrap_or_default();
+    require!(
+        !offered.contains("pids"),
+        "this host has a cgroup v2 pids controller: the VM suite covers that case"
+    );
+    let mut config = base_config(&["true"]);
+    config["linux"]["cgroupsPath"] = json!("/hutch-oci-test/refused");
+    config["linux"]["resources"] = json!({"pids": {"limit": 2048}, "memory": {"limit": -1}});
+    let b = Bundle::new("oci-limits", &config);
+    let id = format!("limits-{}", std::process::id());
+    let (st, err, _) = b.create(&id);
+    assert!(!st.success());
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("linux.resources.pids.limit: cannot be enforced: cgroup v2 pids controller not available"),
+        "{err}"
+    );
+    assert!(!b.state_root.join(&id).exists());
+    if let Some(m) = &host.v2_mount {
+        assert!(!m.join("hutch-oci-test").exists(), "nothing made in the host tree");
+    }
 }

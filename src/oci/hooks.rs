@@ -6,8 +6,8 @@
 //! - `prestart` (deprecated) and `createRuntime`: in the runtime's
 //!   namespaces, once the container's namespaces exist and before its
 //!   root is built; a failure fails `create` (the container is ended);
-//! - `createContainer`: in the container's mount namespace (its user
-//!   namespace first, if it has one), after its root is built and before
+//! - `createContainer`: in the container's namespaces (its user namespace
+//!   first, its mount namespace last), after its root is built and before
 //!   `create` returns; a failure fails `create`;
 //! - `startContainer`: the same namespaces, at `start` before the workload
 //!   runs; a failure fails `start` (the container is killed);
@@ -278,8 +278,8 @@ fn feed_and_wait(
 }
 
 /// `hutch-oci __hook-exec PID PATH ARGV0 ARGS...`: open PATH here, join
-/// the namespaces of PID (its user namespace if it differs, then its
-/// mount namespace), and execute the open file. Never returns.
+/// the namespaces of PID that differ from ours, and execute the open file.
+/// Returns only on failure (the exit code).
 pub fn exec_in(args: &[String]) -> i32 {
     let fail = |what: &str| -> i32 {
         eprintln!("hutch-oci: hook: {what}");
@@ -296,26 +296,71 @@ pub fn exec_in(args: &[String]) -> i32 {
     if let Err(e) = rustix::io::fcntl_setfd(&file, rustix::io::FdFlags::empty()) {
         return fail(&format!("fcntl({path}) => {e}"));
     }
-    let ns = |kind: &str| std::fs::File::open(format!("/proc/{pid}/ns/{kind}"));
-    let same = |kind: &str| {
-        let a = std::fs::metadata(format!("/proc/{pid}/ns/{kind}")).ok();
-        let b = std::fs::metadata(format!("/proc/self/ns/{kind}")).ok();
-        matches!((a, b), (Some(a), Some(b)) if std::os::unix::fs::MetadataExt::ino(&a) == std::os::unix::fs::MetadataExt::ino(&b))
-    };
-    let (user, mnt) = match (ns("user"), ns("mnt")) {
-        (Ok(u), Ok(m)) => (u, m),
-        (Err(e), _) | (_, Err(e)) => return fail(&format!("open(/proc/{pid}/ns) => {e}")),
-    };
-    if !same("user")
-        && let Err(e) = nix::sched::setns(user.as_fd(), nix::sched::CloneFlags::CLONE_NEWUSER)
-    {
-        return fail(&format!("setns(/proc/{pid}/ns/user) => {e}"));
+    // Every namespace of the container that is not ours: the user
+    // namespace first (it owns the others), the mount namespace last (it
+    // changes what /proc/PID means). Joining its pid namespace puts the
+    // hook's children in it, as they would be under runc's init.
+    let ino = |p: String| std::fs::metadata(p).ok().map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+    let mut joins = Vec::new();
+    for (kind, flag) in [
+        ("user", nix::sched::CloneFlags::CLONE_NEWUSER),
+        ("ipc", nix::sched::CloneFlags::CLONE_NEWIPC),
+        ("uts", nix::sched::CloneFlags::CLONE_NEWUTS),
+        ("net", nix::sched::CloneFlags::CLONE_NEWNET),
+        ("pid", nix::sched::CloneFlags::CLONE_NEWPID),
+        ("cgroup", nix::sched::CloneFlags::CLONE_NEWCGROUP),
+        ("mnt", nix::sched::CloneFlags::CLONE_NEWNS),
+    ] {
+        let theirs = format!("/proc/{pid}/ns/{kind}");
+        let Some(their_ino) = ino(theirs.clone()) else {
+            return fail(&format!("stat({theirs}) failed: is the container running?"));
+        };
+        if Some(their_ino) == ino(format!("/proc/self/ns/{kind}")) {
+            continue;
+        }
+        match std::fs::File::open(&theirs) {
+            Ok(f) => joins.push((theirs, flag, f)),
+            Err(e) => return fail(&format!("open({theirs}) => {e}")),
+        }
     }
-    if let Err(e) = nix::sched::setns(mnt.as_fd(), nix::sched::CloneFlags::CLONE_NEWNS) {
-        return fail(&format!("setns(/proc/{pid}/ns/mnt) => {e}"));
+    let join = |(path, flag, fd): &(String, nix::sched::CloneFlags, std::fs::File)| {
+        nix::sched::setns(fd.as_fd(), *flag).map_err(|e| format!("setns({path}) => {e}"))
+    };
+    let (mnt, others): (Vec<_>, Vec<_>) = joins
+        .iter()
+        .partition(|(_, f, _)| *f == nix::sched::CloneFlags::CLONE_NEWNS);
+    for j in others {
+        if let Err(e) = join(j) {
+            return fail(&e);
+        }
     }
-    if let Err(e) = std::env::set_current_dir("/") {
-        return fail(&format!("chdir(/) => {e}"));
+    // setns(pid) takes only our children into the container's pid
+    // namespace: the hook runs as one (and then sees itself in the
+    // container's /proc, which a script's /dev/fd/N needs). This process
+    // waits and exits with its status; the hook dies with it.
+    match crate::sys::fork_single_threaded() {
+        Ok(crate::sys::Forked::Child) => {
+            if crate::sys::set_pdeathsig(libc::SIGKILL).is_err() {
+                return fail("prctl(PR_SET_PDEATHSIG) failed");
+            }
+            // The mount namespace last: it changes what /proc means.
+            for j in mnt {
+                if let Err(e) = join(j) {
+                    return fail(&e);
+                }
+            }
+            if let Err(e) = std::env::set_current_dir("/") {
+                return fail(&format!("chdir(/) => {e}"));
+            }
+        }
+        Ok(crate::sys::Forked::Parent { pid, .. }) => {
+            return match crate::sys::raw::waitpid(pid, 0) {
+                Ok(Some((_, s))) if libc::WIFEXITED(s) => libc::WEXITSTATUS(s),
+                Ok(Some((_, s))) if libc::WIFSIGNALED(s) => 128 + libc::WTERMSIG(s),
+                _ => fail("waitpid failed"),
+            };
+        }
+        Err(e) => return fail(&e.to_string()),
     }
     let cstr = |s: &str| CString::new(s).unwrap_or_default();
     let argv: Vec<CString> = std::iter::once(argv0.as_str())
