@@ -398,7 +398,10 @@ fn bad_bundles_fail_with_one_line_and_leave_nothing() {
     );
     // A failing createRuntime hook fails create and ends the container.
     with(
-        &|c| c["hooks"] = json!({"createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", "exit 3"]}]}),
+        &|c| {
+            c["hooks"] =
+                json!({"createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", "exit 3"]}]})
+        },
         "hooks.createRuntime[0] (/bin/sh) failed: exited with status 3",
     );
     with(
@@ -621,9 +624,7 @@ fn hooks_run_at_their_points_with_the_state_and_in_the_right_namespaces() {
     become_subreaper();
     let mut config = base_config(&["sh", "-c", "echo workload >> /rec/order; exit 0"]);
     let b = Bundle::new("oci-hooks", &config);
-    for applet in ["readlink"] {
-        std::os::unix::fs::symlink("busybox", b.path().join("rootfs/bin").join(applet)).unwrap();
-    }
+    std::os::unix::fs::symlink("busybox", b.path().join("rootfs/bin/readlink")).unwrap();
     let rec = b.path().join("rec");
     std::fs::create_dir(&rec).unwrap();
     let script = b.path().join("hook.sh");
@@ -675,10 +676,22 @@ fn hooks_run_at_their_points_with_the_state_and_in_the_right_namespaces() {
         assert_eq!(state["annotations"]["org.example"], "v");
     }
     let host_name = nix::unistd::gethostname().unwrap().into_string().unwrap();
-    assert_eq!(read("createRuntime").1, format!("{host_ns} {host_name} createRuntime"));
-    assert_eq!(read("prestart").1, format!("{host_ns} {host_name} prestart"));
-    assert_eq!(read("createContainer").1, format!("{container_ns} oci-test createContainer"));
-    assert!(!rec.join("startContainer.state").exists(), "not before start");
+    assert_eq!(
+        read("createRuntime").1,
+        format!("{host_ns} {host_name} createRuntime")
+    );
+    assert_eq!(
+        read("prestart").1,
+        format!("{host_ns} {host_name} prestart")
+    );
+    assert_eq!(
+        read("createContainer").1,
+        format!("{container_ns} oci-test createContainer")
+    );
+    assert!(
+        !rec.join("startContainer.state").exists(),
+        "not before start"
+    );
     let o = b.run(&["start", &id]);
     assert!(o.status.success(), "start: {}", stderr(&o));
     assert!(
@@ -731,6 +744,9 @@ fn a_limit_this_host_cannot_enforce_fails_create_naming_the_key() {
     );
     assert!(!b.state_root.join(&id).exists());
     if let Some(m) = &host.v2_mount {
-        assert!(!m.join("hutch-oci-test").exists(), "nothing made in the host tree");
+        assert!(
+            !m.join("hutch-oci-test").exists(),
+            "nothing made in the host tree"
+        );
     }
 }

@@ -387,7 +387,10 @@ fn podman_default_pids_limit_and_memory_are_refused_where_cgroup_v2_is_missing()
     let ulimits = &RUN_FLAGS[..4];
     for (extra, key) in [
         (&[][..], "linux.resources.pids.limit"),
-        (&["--pids-limit", "0", "--memory", "64m"][..], "linux.resources.memory.limit"),
+        (
+            &["--pids-limit", "0", "--memory", "64m"][..],
+            "linux.resources.memory.limit",
+        ),
     ] {
         let o = p
             .podman(&["run", "--rm", "--network", "none"])

@@ -162,7 +162,11 @@ pub fn run(
 }
 
 fn run_one(phase: Phase, hook: &Hook, state: &[u8], container: Option<i32>) -> Result<(), String> {
-    let argv0 = hook.args.first().cloned().unwrap_or_else(|| hook.path.clone());
+    let argv0 = hook
+        .args
+        .first()
+        .cloned()
+        .unwrap_or_else(|| hook.path.clone());
     let rest = hook.args.iter().skip(1);
     let mut cmd = if phase.in_container() {
         let pid = container.ok_or("no container process to join")?;
@@ -194,9 +198,7 @@ fn run_one(phase: Phase, hook: &Hook, state: &[u8], container: Option<i32>) -> R
             .unwrap_or_else(|_| Stdio::null())
     };
     cmd.stdin(Stdio::piped()).stdout(stderr()).stderr(stderr());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot execute: {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| format!("cannot execute: {e}"))?;
     let pidfd = crate::sys::raw::pidfd_open(child.id() as i32)
         .map_err(|e| format!("pidfd_open: {}", e.desc()));
     let stdin: Option<OwnedFd> = child.stdin.take().map(OwnedFd::from);
@@ -210,11 +212,16 @@ fn run_one(phase: Phase, hook: &Hook, state: &[u8], container: Option<i32>) -> R
     if status.success() {
         return Ok(());
     }
-    Err(match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
-        (Some(c), _) => format!("exited with status {c}"),
-        (_, Some(s)) => format!("killed by signal {s}"),
-        _ => "failed".into(),
-    })
+    Err(
+        match (
+            status.code(),
+            std::os::unix::process::ExitStatusExt::signal(&status),
+        ) {
+            (Some(c), _) => format!("exited with status {c}"),
+            (_, Some(s)) => format!("killed by signal {s}"),
+            _ => "failed".into(),
+        },
+    )
 }
 
 /// Write the state to the hook's stdin (never blocking on a hook that does
@@ -258,10 +265,7 @@ fn feed_and_wait(
         if fds[0].revents().contains(PollFlags::IN) {
             return Ok(());
         }
-        let ready = fds
-            .get(1)
-            .map(|f| !f.revents().is_empty())
-            .unwrap_or(false);
+        let ready = fds.get(1).map(|f| !f.revents().is_empty()).unwrap_or(false);
         if ready && let Some(fd) = &stdin {
             match rustix::io::write(fd, &state[written..]) {
                 Ok(n) => written += n,
@@ -300,7 +304,11 @@ pub fn exec_in(args: &[String]) -> i32 {
     // namespace first (it owns the others), the mount namespace last (it
     // changes what /proc/PID means). Joining its pid namespace puts the
     // hook's children in it, as they would be under runc's init.
-    let ino = |p: String| std::fs::metadata(p).ok().map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+    let ino = |p: String| {
+        std::fs::metadata(p)
+            .ok()
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+    };
     let mut joins = Vec::new();
     for (kind, flag) in [
         ("user", nix::sched::CloneFlags::CLONE_NEWUSER),
@@ -391,7 +399,10 @@ mod tests {
     #[test]
     fn bad_hooks_are_refused_by_key() {
         for (json, key) in [
-            (r#"{"prestart":[{"path":"rel/hook"}]}"#, "hooks.prestart[0].path"),
+            (
+                r#"{"prestart":[{"path":"rel/hook"}]}"#,
+                "hooks.prestart[0].path",
+            ),
             (
                 r#"{"poststop":[{"path":"/bin/true"},{"path":"/x","timeout":0}]}"#,
                 "hooks.poststop[1].timeout",
@@ -446,8 +457,13 @@ mod tests {
         run(Phase::Poststart, &h, &state(), None).unwrap();
         // A timeout kills the hook and fails the phase.
         let start = Instant::now();
-        let e = run(Phase::Prestart, &h, &state(), None).unwrap_err().to_string();
-        assert!(e.contains("hooks.prestart[0]") && e.contains("timed out"), "{e}");
+        let e = run(Phase::Prestart, &h, &state(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("hooks.prestart[0]") && e.contains("timed out"),
+            "{e}"
+        );
         assert!(start.elapsed() < Duration::from_secs(4));
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -368,8 +368,7 @@ impl Root {
         let Some(plan) = plan else {
             return self.create_in(id, dir, bundle, config, t, req, None);
         };
-        let applied =
-            super::resources::apply(&crate::cgroup::host::HostCgroups::detect(), &plan)?;
+        let applied = super::resources::apply(&crate::cgroup::host::HostCgroups::detect(), &plan)?;
         let cg = (applied.dir.clone(), applied.made.clone());
         let enforced = plan
             .writes
@@ -385,7 +384,15 @@ impl Root {
             fd: applied.fd,
             enforced,
         };
-        let result = self.create_in(id, dir, bundle, config, t, req, Some((engine, cg.1.clone())));
+        let result = self.create_in(
+            id,
+            dir,
+            bundle,
+            config,
+            t,
+            req,
+            Some((engine, cg.1.clone())),
+        );
         if result.is_err() {
             let _ = super::resources::remove(&cg.0, &cg.1);
         }
@@ -550,9 +557,12 @@ impl Root {
         let dir = self.dir(id)?;
         let hooks = self.hooks(id)?;
         let state = self.hook_state(&r, "created", Some(r.pid));
-        if let Err(e) =
-            super::hooks::run(super::hooks::Phase::StartContainer, &hooks, &state, Some(r.pid))
-        {
+        if let Err(e) = super::hooks::run(
+            super::hooks::Phase::StartContainer,
+            &hooks,
+            &state,
+            Some(r.pid),
+        ) {
             // The spec: a failing startContainer hook stops the container.
             let _ = end_process(r.pid, r.start_time);
             return Err(e);

@@ -135,7 +135,10 @@ pub fn cgroup_path(given: Option<&str>, id: &str, systemd: bool) -> Result<PathB
             format!("{prefix}-{name}.scope")
         };
         if name.is_empty() || unit.contains('/') {
-            return Err(err(KEY, "the systemd unit name must not be empty or hold `/`"));
+            return Err(err(
+                KEY,
+                "the systemd unit name must not be empty or hold `/`",
+            ));
         }
         path.push('/');
         path.push_str(&unit);
@@ -171,10 +174,7 @@ pub fn cgroup_path(given: Option<&str>, id: &str, systemd: bool) -> Result<PathB
         }
     }
     if out.as_os_str().is_empty() {
-        return Err(err(
-            KEY,
-            "the cgroup2 root cannot be a container's cgroup",
-        ));
+        return Err(err(KEY, "the cgroup2 root cannot be a container's cgroup"));
     }
     Ok(out)
 }
@@ -207,7 +207,9 @@ fn cpuset_list(key: &str, s: &str) -> Result<String, OciError> {
         && s.split(',').all(|part| {
             let mut ends = part.splitn(2, '-');
             let num = |x: Option<&str>| {
-                x.is_some_and(|x| !x.is_empty() && x.len() <= 6 && x.bytes().all(|b| b.is_ascii_digit()))
+                x.is_some_and(|x| {
+                    !x.is_empty() && x.len() <= 6 && x.bytes().all(|b| b.is_ascii_digit())
+                })
             };
             let a = ends.next();
             let b = ends.next();
@@ -232,10 +234,18 @@ fn writes(r: &Resources) -> Result<Vec<Write>, OciError> {
     if let Some(c) = &r.cpu {
         const K: &str = "linux.resources.cpu";
         if let Some(s) = c.cpus.as_deref().filter(|s| !s.is_empty()) {
-            put(&format!("{K}.cpus"), "cpuset.cpus", cpuset_list(&format!("{K}.cpus"), s)?);
+            put(
+                &format!("{K}.cpus"),
+                "cpuset.cpus",
+                cpuset_list(&format!("{K}.cpus"), s)?,
+            );
         }
         if let Some(s) = c.mems.as_deref().filter(|s| !s.is_empty()) {
-            put(&format!("{K}.mems"), "cpuset.mems", cpuset_list(&format!("{K}.mems"), s)?);
+            put(
+                &format!("{K}.mems"),
+                "cpuset.mems",
+                cpuset_list(&format!("{K}.mems"), s)?,
+            );
         }
         // 1024 shares is the kernel's default weight (100): no limit.
         if let Some(s) = c.shares.filter(|s| *s > 0 && *s != 1024) {
@@ -258,7 +268,10 @@ fn writes(r: &Resources) -> Result<Vec<Write>, OciError> {
         match c.quota {
             Some(q) if q > 0 => {
                 if q < 1000 {
-                    return Err(err(format!("{K}.quota"), "must be at least 1000 microseconds"));
+                    return Err(err(
+                        format!("{K}.quota"),
+                        "must be at least 1000 microseconds",
+                    ));
                 }
                 put(
                     &format!("{K}.quota"),
@@ -279,8 +292,7 @@ fn writes(r: &Resources) -> Result<Vec<Write>, OciError> {
             Some(1) => put(&format!("{K}.idle"), "cpu.idle", "1".into()),
             Some(_) => return Err(err(format!("{K}.idle"), "must be 0 or 1")),
         }
-        if c.realtime_runtime.is_some_and(|v| v != 0) || c.realtime_period.is_some_and(|v| v != 0)
-        {
+        if c.realtime_runtime.is_some_and(|v| v != 0) || c.realtime_period.is_some_and(|v| v != 0) {
             return Err(err(
                 format!("{K}.realtimeRuntime"),
                 "cgroup v2 has no realtime CPU budget",
@@ -294,7 +306,9 @@ fn writes(r: &Resources) -> Result<Vec<Write>, OciError> {
                 -1 => Ok(Some("max".into())),
                 0 => Ok(None),
                 v if v < 0 => Err(err(key, "must be a number of bytes or -1")),
-                v if v < MIN_MEMORY => Err(err(key, format!("{v} bytes is below the minimum of 4M"))),
+                v if v < MIN_MEMORY => {
+                    Err(err(key, format!("{v} bytes is below the minimum of 4M")))
+                }
                 v => Ok(Some(v.to_string())),
             }
         };
@@ -320,7 +334,11 @@ fn writes(r: &Resources) -> Result<Vec<Write>, OciError> {
                         "is memory plus swap: it needs a memory.limit and must not be below it",
                     ));
                 }
-                put(&format!("{K}.swap"), "memory.swap.max", (s - limit).to_string());
+                put(
+                    &format!("{K}.swap"),
+                    "memory.swap.max",
+                    (s - limit).to_string(),
+                );
             }
         }
         for (key, set) in [
@@ -363,9 +381,21 @@ fn writes(r: &Resources) -> Result<Vec<Write>, OciError> {
         }
         for (name, list, io_key) in [
             ("throttleReadBpsDevice", &b.throttle_read_bps_device, "rbps"),
-            ("throttleWriteBpsDevice", &b.throttle_write_bps_device, "wbps"),
-            ("throttleReadIOPSDevice", &b.throttle_read_iops_device, "riops"),
-            ("throttleWriteIOPSDevice", &b.throttle_write_iops_device, "wiops"),
+            (
+                "throttleWriteBpsDevice",
+                &b.throttle_write_bps_device,
+                "wbps",
+            ),
+            (
+                "throttleReadIOPSDevice",
+                &b.throttle_read_iops_device,
+                "riops",
+            ),
+            (
+                "throttleWriteIOPSDevice",
+                &b.throttle_write_iops_device,
+                "wiops",
+            ),
         ] {
             for (i, d) in list.iter().enumerate() {
                 let key = format!("{K}.{name}[{i}]");
@@ -377,7 +407,11 @@ fn writes(r: &Resources) -> Result<Vec<Write>, OciError> {
                 } else {
                     d.rate.to_string()
                 };
-                put(&key, "io.max", format!("{}:{} {io_key}={rate}", d.major, d.minor));
+                put(
+                    &key,
+                    "io.max",
+                    format!("{}:{} {io_key}={rate}", d.major, d.minor),
+                );
             }
         }
     }
@@ -391,7 +425,10 @@ fn writes(r: &Resources) -> Result<Vec<Write>, OciError> {
             || !digits.bytes().all(|b| b.is_ascii_digit())
             || !matches!(unit, "KB" | "MB" | "GB")
         {
-            return Err(err(format!("{key}.pageSize"), "expected a size such as 2MB or 1GB"));
+            return Err(err(
+                format!("{key}.pageSize"),
+                "expected a size such as 2MB or 1GB",
+            ));
         }
         put(&key, &format!("hugetlb.{size}.max"), h.limit.to_string());
     }
@@ -454,7 +491,13 @@ fn cannot(w: &Write, why: String) -> OciError {
 pub fn apply(host: &HostCgroups, plan: &CgroupPlan) -> Result<Applied, OciError> {
     let first = &plan.writes[0];
     let Some(mount) = host.v2_mount.as_deref() else {
-        return Err(cannot(first, format!("{} layout, no cgroup2 filesystem mounted", host.layout.name())));
+        return Err(cannot(
+            first,
+            format!(
+                "{} layout, no cgroup2 filesystem mounted",
+                host.layout.name()
+            ),
+        ));
     };
     let root = Cgroup::new(mount);
     let offered = root.controllers();
@@ -470,7 +513,13 @@ pub fn apply(host: &HostCgroups, plan: &CgroupPlan) -> Result<Applied, OciError>
             } else {
                 format!("{} layout, ", host.layout.name())
             };
-            return Err(cannot(w, format!("cgroup v2 {} controller not available ({layout}{what})", w.controller())));
+            return Err(cannot(
+                w,
+                format!(
+                    "cgroup v2 {} controller not available ({layout}{what})",
+                    w.controller()
+                ),
+            ));
         }
     }
     let mut made = Vec::new();
@@ -509,15 +558,25 @@ fn apply_in(
                 continue;
             }
             if let Err(e) = parent.write("cgroup.subtree_control", &format!("+{c}")) {
-                let w = plan.writes.iter().find(|w| w.controller() == *c).expect("a write");
+                let w = plan
+                    .writes
+                    .iter()
+                    .find(|w| w.controller() == *c)
+                    .expect("a write");
                 let why = if e.raw_os_error() == Some(libc::EBUSY) {
-                    format!("{} holds processes (no-internal-processes rule)", cur.display())
+                    format!(
+                        "{} holds processes (no-internal-processes rule)",
+                        cur.display()
+                    )
                 } else {
                     crate::cgroup::errno_text(&e)
                 };
                 return Err(cannot(
                     w,
-                    format!("enabling +{c} in {}/cgroup.subtree_control failed: {why}", cur.display()),
+                    format!(
+                        "enabling +{c} in {}/cgroup.subtree_control failed: {why}",
+                        cur.display()
+                    ),
                 ));
             }
         }
@@ -526,7 +585,11 @@ fn apply_in(
             Ok(()) => made.push(cur.clone()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => {
-                return Err(io_err(&plan.writes[0], format!("mkdir({})", cur.display()), &e));
+                return Err(io_err(
+                    &plan.writes[0],
+                    format!("mkdir({})", cur.display()),
+                    &e,
+                ));
             }
         }
     }
@@ -534,25 +597,43 @@ fn apply_in(
     if !leaf.procs().is_empty() {
         return Err(err(
             "linux.cgroupsPath",
-            format!("{} already holds processes: not a new container's cgroup", cur.display()),
+            format!(
+                "{} already holds processes: not a new container's cgroup",
+                cur.display()
+            ),
         ));
     }
     for w in &plan.writes {
         let path = leaf.file(&w.file);
         if !path.exists() {
-            return Err(cannot(
-                w,
-                format!("{} is not an interface file of this kernel", path.display()),
+            return Err(err(
+                w.key.clone(),
+                format!(
+                    "{} is not an interface file of this kernel (Linux {}): leave the key out",
+                    path.display(),
+                    kernel_release()
+                ),
             ));
         }
         if let Err(e) = leaf.write(&w.file, &w.value) {
-            return Err(io_err(w, format!("write({}, {:?})", path.display(), w.value), &e));
+            return Err(io_err(
+                w,
+                format!("write({}, {:?})", path.display(), w.value),
+                &e,
+            ));
         }
     }
     let fd = leaf
         .open_dir()
         .map_err(|e| io_err(&plan.writes[0], format!("open({})", cur.display()), &e))?;
     Ok((cur, fd))
+}
+
+/// `uname -r`, for the error of a file this kernel lacks.
+fn kernel_release() -> String {
+    crate::sys::read_proc("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 fn remove_dirs(made: &[PathBuf]) {

@@ -97,7 +97,10 @@ fn cgroups_paths() {
         p(Some(":runc:x"), true).unwrap(),
         Path::new("system.slice/runc-x.scope")
     );
-    assert_eq!(p(Some("-.slice::x.scope"), true).unwrap(), Path::new("x.scope"));
+    assert_eq!(
+        p(Some("-.slice::x.scope"), true).unwrap(),
+        Path::new("x.scope")
+    );
     for (given, systemd, want) in [
         ("/a/../../etc", false, "`..`"),
         ("../x", false, "`..`"),
@@ -111,7 +114,10 @@ fn cgroups_paths() {
         ("a\nb", false, "not a usable path"),
     ] {
         let e = p(Some(given), systemd).unwrap_err().to_string();
-        assert!(e.starts_with("config.json: linux.cgroupsPath:"), "{given}: {e}");
+        assert!(
+            e.starts_with("config.json: linux.cgroupsPath:"),
+            "{given}: {e}"
+        );
         assert!(e.contains(want), "{given}: {e}");
     }
 }
@@ -119,27 +125,66 @@ fn cgroups_paths() {
 #[test]
 fn hostile_values_are_refused_by_key() {
     for (r, key) in [
-        (serde_json::json!({"memory": {"limit": 100}}), "linux.resources.memory.limit"),
-        (serde_json::json!({"memory": {"limit": -5}}), "linux.resources.memory.limit"),
+        (
+            serde_json::json!({"memory": {"limit": 100}}),
+            "linux.resources.memory.limit",
+        ),
+        (
+            serde_json::json!({"memory": {"limit": -5}}),
+            "linux.resources.memory.limit",
+        ),
         (
             serde_json::json!({"memory": {"limit": 67108864, "swap": 1048576}}),
             "linux.resources.memory.swap",
         ),
-        (serde_json::json!({"memory": {"swap": 67108864}}), "linux.resources.memory.swap"),
-        (serde_json::json!({"memory": {"kernel": 67108864}}), "linux.resources.memory.kernel"),
+        (
+            serde_json::json!({"memory": {"swap": 67108864}}),
+            "linux.resources.memory.swap",
+        ),
+        (
+            serde_json::json!({"memory": {"kernel": 67108864}}),
+            "linux.resources.memory.kernel",
+        ),
         (
             serde_json::json!({"memory": {"disableOOMKiller": true}}),
             "linux.resources.memory.disableOOMKiller",
         ),
-        (serde_json::json!({"pids": {"limit": 99999999999i64}}), "linux.resources.pids.limit"),
-        (serde_json::json!({"pids": {"limit": -7}}), "linux.resources.pids.limit"),
-        (serde_json::json!({"cpu": {"quota": 10}}), "linux.resources.cpu.quota"),
-        (serde_json::json!({"cpu": {"quota": -9}}), "linux.resources.cpu.quota"),
-        (serde_json::json!({"cpu": {"quota": 5000, "period": 1}}), "linux.resources.cpu.period"),
-        (serde_json::json!({"cpu": {"cpus": "0-3; rm -rf /"}}), "linux.resources.cpu.cpus"),
-        (serde_json::json!({"cpu": {"mems": "1-"}}), "linux.resources.cpu.mems"),
-        (serde_json::json!({"cpu": {"realtimeRuntime": 5}}), "linux.resources.cpu.realtimeRuntime"),
-        (serde_json::json!({"blockIO": {"weight": 5000}}), "linux.resources.blockIO.weight"),
+        (
+            serde_json::json!({"pids": {"limit": 99999999999i64}}),
+            "linux.resources.pids.limit",
+        ),
+        (
+            serde_json::json!({"pids": {"limit": -7}}),
+            "linux.resources.pids.limit",
+        ),
+        (
+            serde_json::json!({"cpu": {"quota": 10}}),
+            "linux.resources.cpu.quota",
+        ),
+        (
+            serde_json::json!({"cpu": {"quota": -9}}),
+            "linux.resources.cpu.quota",
+        ),
+        (
+            serde_json::json!({"cpu": {"quota": 5000, "period": 1}}),
+            "linux.resources.cpu.period",
+        ),
+        (
+            serde_json::json!({"cpu": {"cpus": "0-3; rm -rf /"}}),
+            "linux.resources.cpu.cpus",
+        ),
+        (
+            serde_json::json!({"cpu": {"mems": "1-"}}),
+            "linux.resources.cpu.mems",
+        ),
+        (
+            serde_json::json!({"cpu": {"realtimeRuntime": 5}}),
+            "linux.resources.cpu.realtimeRuntime",
+        ),
+        (
+            serde_json::json!({"blockIO": {"weight": 5000}}),
+            "linux.resources.blockIO.weight",
+        ),
         (
             serde_json::json!({"hugepageLimits": [{"pageSize": "../x", "limit": 1}]}),
             "linux.resources.hugepageLimits[0].pageSize",
@@ -156,13 +201,22 @@ fn hostile_values_are_refused_by_key() {
             serde_json::json!({"unified": {"memory/../x": "1"}}),
             "linux.resources.unified.memory/../x",
         ),
-        (serde_json::json!({"unified": {"bogus.max": "1"}}), "linux.resources.unified.bogus.max"),
-        (serde_json::json!({"unified": {"memory": "1"}}), "linux.resources.unified.memory"),
+        (
+            serde_json::json!({"unified": {"bogus.max": "1"}}),
+            "linux.resources.unified.bogus.max",
+        ),
+        (
+            serde_json::json!({"unified": {"memory": "1"}}),
+            "linux.resources.unified.memory",
+        ),
         (
             serde_json::json!({"unified": {"memory.high": "1\nmax"}}),
             "linux.resources.unified.memory.high",
         ),
-        (serde_json::json!({"network": {"classID": 1}}), "linux.resources.network"),
+        (
+            serde_json::json!({"network": {"classID": 1}}),
+            "linux.resources.network",
+        ),
     ] {
         let l = linux(serde_json::json!({"resources": r}));
         let e = plan(&l, "c", false).unwrap_err().to_string();
@@ -194,7 +248,8 @@ fn tmp(tag: &str) -> PathBuf {
 fn a_host_without_the_controller_fails_with_one_line_and_touches_nothing() {
     let d = tmp("hybrid");
     let host = fake_host(&d, "", Layout::Hybrid);
-    let l = linux(serde_json::json!({"cgroupsPath": "/x/c", "resources": {"pids": {"limit": 2048}}}));
+    let l =
+        linux(serde_json::json!({"cgroupsPath": "/x/c", "resources": {"pids": {"limit": 2048}}}));
     let p = plan(&l, "c", false).unwrap().unwrap();
     let e = apply(&host, &p).unwrap_err().to_string();
     assert!(e.starts_with("config.json: linux.resources.pids.limit: cannot be enforced: cgroup v2 pids controller not available (hybrid v1 layout"), "{e}");
@@ -224,8 +279,14 @@ fn apply_enables_controllers_down_the_path_and_remove_undoes_it() {
     let a = apply(&host, &p).unwrap();
     assert_eq!(a.dir, d.join("pod/c"));
     assert!(a.made.is_empty(), "both existed");
-    assert_eq!(std::fs::read_to_string(d.join("pod/c/pids.max")).unwrap(), "16");
-    assert_eq!(std::fs::read_to_string(d.join("pod/c/memory.max")).unwrap(), "67108864");
+    assert_eq!(
+        std::fs::read_to_string(d.join("pod/c/pids.max")).unwrap(),
+        "16"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("pod/c/memory.max")).unwrap(),
+        "67108864"
+    );
     let sub = std::fs::read_to_string(d.join("cgroup.subtree_control")).unwrap();
     assert!(sub.starts_with('+'), "{sub}");
     let _ = std::fs::remove_dir_all(&d);
