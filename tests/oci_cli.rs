@@ -502,7 +502,7 @@ fn a_user_namespace_container_runs_as_root_and_as_nobody() {
         let mut config = base_config(&[
             "sh",
             "-c",
-            "echo uid $(id -u); cat /proc/self/uid_map; exit 6",
+            "echo uid $(id -u); cat /proc/self/uid_map; cat /hooked; exit 6",
         ]);
         config["linux"]["namespaces"]
             .as_array_mut()
@@ -512,6 +512,17 @@ fn a_user_namespace_container_runs_as_root_and_as_nobody() {
         config["linux"]["uidMappings"] = map.clone();
         config["linux"]["gidMappings"] = map;
         let b = Bundle::new("oci-userns", &config);
+        // A createContainer hook joins the container's user and mount
+        // namespaces and writes into its root before the workload starts.
+        // hutch init is not dumpable, so an unprivileged hutch-oci cannot
+        // enter its namespaces: there the hook fails create, saying why
+        // (docs/oci.md), and the container runs without it.
+        let busybox = b.path().join("rootfs/bin/busybox");
+        config["hooks"] = json!({"createContainer": [
+            {"path": busybox.to_str().unwrap(), "args": ["sh", "-c", "echo hooked > /hooked"]}
+        ]});
+        b.write_config(&config);
+        let rootless = who.drops_to_nobody();
         // A rootless engine's rootfs belongs to its user.
         let rootfs = b.path().join("rootfs");
         let mut owned = vec![b.path().to_path_buf(), b.path().join("config.json")];
@@ -526,6 +537,43 @@ fn a_user_namespace_container_runs_as_root_and_as_nobody() {
             own_as(&p, who);
         }
         let id = format!("userns-{}-{}", host, std::process::id());
+        let oci = |args: &[&str]| {
+            let mut cmd = if rootless {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(hutch_oci());
+                c
+            } else {
+                Command::new(hutch_oci())
+            };
+            cmd.arg("--root")
+                .arg(&b.state_root)
+                .args(args)
+                .arg("--bundle")
+                .arg(b.path())
+                .arg(&id)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap()
+        };
+        if rootless {
+            let o = oci(&["run"]);
+            assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+            assert!(
+                stderr(&o).contains("open only to a root hutch-oci"),
+                "{}",
+                stderr(&o)
+            );
+            assert!(!b.state_root.join(&id).exists());
+            config.as_object_mut().unwrap().remove("hooks");
+            config["process"]["args"] = json!([
+                "sh",
+                "-c",
+                "echo uid $(id -u); cat /proc/self/uid_map; exit 6"
+            ]);
+            b.write_config(&config);
+            own_as(&b.path().join("config.json"), who);
+        }
         let mut cmd = if who.drops_to_nobody() {
             let mut c = Command::new("setpriv");
             c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
@@ -553,6 +601,9 @@ fn a_user_namespace_container_runs_as_root_and_as_nobody() {
             .collect();
         assert_eq!(out.lines().next(), Some("uid 0"), "{out}");
         assert_eq!(map, ["0", &host.to_string(), "1"], "{out}");
+        if !rootless {
+            assert_eq!(out.lines().nth(2), Some("hooked"), "{out}");
+        }
         assert!(!b.state_root.join(&id).exists());
     }
 }

@@ -320,8 +320,16 @@ pub fn exec_in(args: &[String]) -> i32 {
         ("mnt", nix::sched::CloneFlags::CLONE_NEWNS),
     ] {
         let theirs = format!("/proc/{pid}/ns/{kind}");
-        let Some(their_ino) = ino(theirs.clone()) else {
-            return fail(&format!("stat({theirs}) failed: is the container running?"));
+        let their_ino = match std::fs::metadata(&theirs) {
+            Ok(m) => std::os::unix::fs::MetadataExt::ino(&m),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                // hutch init is not dumpable: only a privileged runtime may
+                // enter its namespaces (as for `exec`).
+                return fail(&format!(
+                    "stat({theirs}) => EACCES: the container's namespaces are open only to a root hutch-oci (hutch init is not dumpable); an unprivileged runtime cannot run createContainer/startContainer hooks"
+                ));
+            }
+            Err(e) => return fail(&format!("stat({theirs}) => {e}: is the container running?")),
         };
         if Some(their_ino) == ino(format!("/proc/self/ns/{kind}")) {
             continue;
