@@ -486,6 +486,25 @@ fn features_name_the_versions_engines_check() {
             .unwrap()
             .contains(&json!("network"))
     );
+    assert_eq!(
+        f["hooks"],
+        json!([
+            "prestart",
+            "createRuntime",
+            "createContainer",
+            "startContainer",
+            "poststart",
+            "poststop"
+        ])
+    );
+    assert_eq!(f["linux"]["cgroup"]["v2"], true);
+    assert_eq!(f["linux"]["cgroup"]["v1"], false);
+    // CRI-O's gate for annotations that change confinement.
+    assert_eq!(
+        f["potentiallyUnsafeConfigAnnotations"],
+        json!(["run.hutch."])
+    );
+    assert_eq!(f["linux"]["mountExtensions"]["idmap"]["enabled"], false);
 }
 
 /// A config with a user namespace of its own (root inside mapped to the
@@ -800,4 +819,47 @@ fn a_limit_this_host_cannot_enforce_fails_create_naming_the_key() {
             "nothing made in the host tree"
         );
     }
+}
+
+/// `hutch ps` lists hutch-oci's containers under the default state root
+/// (where podman's conmon finds them) beside its own sandboxes.
+#[test]
+fn hutch_ps_lists_hutch_oci_containers() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let mut b = Bundle::new("oci-ps", &base_config(&["sleep", "100"]));
+    b.state_root = PathBuf::from(hutch::internals::oci::lifecycle::DEFAULT_ROOT);
+    let id = format!("hutch-ps-test-{}", std::process::id());
+    let (st, err, _) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let ps = |json: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hutch"));
+        c.arg("ps");
+        if json {
+            c.arg("--json");
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "hutch ps: {}", stderr(&o));
+        stdout(&o)
+    };
+    let v: Value = serde_json::from_str(ps(true).trim()).unwrap();
+    let list = v["result"]["oci_containers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"));
+    let me = list
+        .iter()
+        .find(|c| c["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{id} not in {v}"));
+    assert_eq!(me["status"], "created");
+    assert_eq!(me["pid"], b.pid(&id));
+    assert_eq!(me["bundle"], b.path().to_str().unwrap());
+    let text = ps(false);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("oci:{id}")))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("created"), "{line}");
+    let o = b.run(&["delete", "--force", &id]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!ps(false).contains(&format!("oci:{id}")));
 }

@@ -569,8 +569,13 @@ fn features() -> String {
                 "archs": ["SCMP_ARCH_X86_64"]
             },
             "apparmor": {"enabled": false},
-            "selinux": {"enabled": false}
+            "selinux": {"enabled": false},
+            "intelRdt": {"enabled": false},
+            "mountExtensions": {"idmap": {"enabled": false}}
         },
+        // CRI-O passes these only to runtimes whose allowed_annotations
+        // list them: they change a container's confinement.
+        "potentiallyUnsafeConfigAnnotations": ["run.hutch."],
         "annotations": {
             "run.hutch.annotations": crate::oci::translate::ANNOTATIONS.join(","),
         }
