@@ -3,7 +3,7 @@
 # the config `runc spec` writes) through create + start + wait + delete
 # (`RUNTIME run`, which is exactly that) with hutch-oci, crun and runc,
 # interleaved in one hyperfine run; then `podman run --rm IMAGE true` with
-# each runtime. Prints hyperfine's summary (mean and median per command).
+# each runtime. Prints hyperfine's summary and the median per command.
 # Target: hutch-oci <= crun (the fastest peer). A runtime that fails on
 # this host is shown with its error and left out of the timing.
 #
@@ -45,6 +45,17 @@ c["process"]["args"] = ["true"]
 json.dump(c, open(sys.argv[1], "w"))
 EOF
 
+# The median of each command and its ratio to hutch-oci's.
+medians() { # HYPERFINE-JSON
+    python3 - "$1" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))["results"]
+base = r[0]["median"]
+for x in r:
+    print(f"median {x['command']}: {x['median'] * 1000:.1f} ms ({x['median'] / base:.2f}x {r[0]['command']})")
+EOF
+}
+
 # A unique id per run: each command gets its own counter file.
 run_cmd() { # NAME BINARY
     echo "n=\$(cat $work/$1.n 2>/dev/null || echo 0); echo \$((n+1)) > $work/$1.n; $2 --root $work/$1-state run --bundle $bundle $1-\$n"
@@ -62,7 +73,8 @@ for rt in "hutch-oci:$HUTCH_OCI" crun:crun runc:runc; do
         $bin --root "$work/probe-state" delete --force "probe-$name" >/dev/null 2>&1 || true
     fi
 done
-hyperfine --warmup 5 --runs "$runs" -S sh "$@"
+hyperfine --warmup 5 --runs "$runs" -S sh --export-json "$work/bundle.json" "$@"
+medians "$work/bundle.json"
 
 tar -C "$bundle/rootfs" -cf "$work/rootfs.tar" .
 p="podman --root $work/storage --runroot $work/run --storage-driver vfs --cgroup-manager cgroupfs --events-backend file"
@@ -78,4 +90,5 @@ for rt in "hutch-oci:$HUTCH_OCI" crun:crun runc:runc; do
         echo "oci.sh: podman with $name fails here, left out: $(echo "$out" | tail -1)"
     fi
 done
-hyperfine --warmup 2 --runs "$((runs / 5 + 1))" "$@"
+hyperfine --warmup 2 --runs "$((runs / 5 + 1))" --export-json "$work/podman.json" "$@"
+medians "$work/podman.json"
