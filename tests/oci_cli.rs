@@ -863,3 +863,59 @@ fn hutch_ps_lists_hutch_oci_containers() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!ps(false).contains(&format!("oci:{id}")));
 }
+
+/// `update --resources FILE|-` (containerd's shim, CRI-O): a container
+/// created without limits has no cgroup of hutch-oci's, so a limit is
+/// refused by key; no limit is a no-op; runc's per-limit flags are refused
+/// with the form to use. (Writing a cgroup is tested in the kernel VM.)
+#[test]
+fn update_without_a_cgroup_refuses_limits_by_key() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let b = Bundle::new("oci-update", &base_config(&["sleep", "100"]));
+    let id = format!("update-{}", std::process::id());
+    let (st, err, _) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let update = |json: &str, extra: &[&str]| {
+        let mut c = b.oci(&["update"]);
+        c.args(extra).args(["--resources", "-", &id]);
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), json.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let o = update(r#"{"pids": {"limit": 10}}"#, &[]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("linux.resources.pids.limit: container")
+            && stderr(&o).contains("created without limits"),
+        "{}",
+        stderr(&o)
+    );
+    let o = update(r#"{"pids": {"limit": -1}, "cpu": {"shares": 1024}}"#, &[]);
+    assert!(o.status.success(), "no limit: {}", stderr(&o));
+    let o = update(r#"{"unified": {"cgroup.procs": "1"}}"#, &[]);
+    assert!(
+        stderr(&o).contains("linux.resources.unified.cgroup.procs"),
+        "{}",
+        stderr(&o)
+    );
+    let o = update("{}", &["--memory", "10m"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("update --memory: not supported"),
+        "{}",
+        stderr(&o)
+    );
+    let o = update("not json", &[]);
+    assert!(
+        stderr(&o).contains("not linux.resources JSON"),
+        "{}",
+        stderr(&o)
+    );
+    let o = b.run(&["update", "--resources", "/dev/null", "nope"]);
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    assert!(b.run(&["delete", "--force", &id]).status.success());
+}

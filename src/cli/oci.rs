@@ -144,12 +144,11 @@ pub fn main(args: Vec<OsString>) -> i32 {
             Ok(0)
         }
         "exec" => exec(&root, &rest),
-        "checkpoint" | "restore" | "update" | "pause" | "resume" | "ps" | "events" | "spec" => {
-            Err(Failed(
-                1,
-                anyhow!("{cmd} is not supported by hutch-oci (see docs/oci.md)"),
-            ))
-        }
+        "update" => update(&root, &rest),
+        "checkpoint" | "restore" | "pause" | "resume" | "ps" | "events" | "spec" => Err(Failed(
+            1,
+            anyhow!("{cmd} is not supported by hutch-oci (see docs/oci.md)"),
+        )),
         other => Err(Failed(
             1,
             anyhow!("unknown command {other:?} (hutch-oci --help)"),
@@ -494,6 +493,74 @@ fn kill(root: &Root, rest: &[String]) -> Result<i32, Failed> {
         _ => return Err(anyhow!("expected a container id and an optional signal").into()),
     };
     root.kill(&id, signal)?;
+    Ok(0)
+}
+
+/// runc's per-limit flags of `update`: refused, the JSON form is the one
+/// engines use.
+const UPDATE_FLAGS: &[&str] = &[
+    "--blkio-weight",
+    "--cpu-period",
+    "--cpu-quota",
+    "--cpu-rt-period",
+    "--cpu-rt-runtime",
+    "--cpu-share",
+    "--cpuset-cpus",
+    "--cpuset-mems",
+    "--memory",
+    "--memory-reservation",
+    "--memory-swap",
+    "--pids-limit",
+    "--l3-cache-schema",
+    "--mem-bw-schema",
+    "--kernel-memory",
+    "--kernel-memory-tcp",
+];
+
+/// `update --resources FILE|- ID` (containerd's shim and CRI-O): the
+/// linux.resources JSON written into the container's cgroup.
+fn update(root: &Root, rest: &[String]) -> Result<i32, Failed> {
+    let mut flags = vec!["--resources", "-r"];
+    flags.extend(UPDATE_FLAGS);
+    let (pairs, positional) = parse_flags(rest, &flags, &[], false)?;
+    let id = one_id(&positional)?;
+    let mut file = None;
+    for (flag, v) in pairs {
+        match flag.as_str() {
+            "--resources" | "-r" => file = Some(v),
+            other => {
+                return Err(anyhow!(
+                    "update {other}: not supported; pass the limits as linux.resources JSON with --resources FILE (or - for stdin)"
+                )
+                .into());
+            }
+        }
+    }
+    let Some(file) = file else {
+        return Err(anyhow!("update needs --resources FILE (or - for stdin)").into());
+    };
+    // A missing container first, in the words containerd looks for.
+    root.load(&id)?;
+    let mut text = Vec::new();
+    let read = if file == "-" {
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(std::io::stdin(), 1 << 20),
+            &mut text,
+        )
+    } else {
+        std::fs::File::open(&file).and_then(|f| {
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, 1 << 20), &mut text)
+        })
+    };
+    read.with_context(|| format!("reading the resources {file}"))?;
+    let resources: crate::oci::config::Resources = serde_json::from_slice(&text).map_err(|e| {
+        anyhow!(
+            "--resources {file}: not linux.resources JSON (line {}, column {})",
+            e.line(),
+            e.column()
+        )
+    })?;
+    root.update(&id, &resources)?;
     Ok(0)
 }
 

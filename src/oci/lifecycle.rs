@@ -760,6 +760,34 @@ impl Root {
         std::fs::remove_dir_all(&dir).map_err(OciError::io(format!("removing {}", dir.display())))
     }
 
+    /// The OCI `update`: write `resources` into the cgroup of container
+    /// `id`. Only a container created with a limit has a cgroup of
+    /// hutch-oci's; only the controllers it was created with can change.
+    pub fn update(&self, id: &str, resources: &super::config::Resources) -> Result<(), OciError> {
+        let r = self.load(id)?;
+        let status = self.status(&r);
+        if status == Status::Stopped {
+            return Err(OciError::WrongState {
+                id: id.into(),
+                status: status.as_str(),
+                message: "container not running",
+            });
+        }
+        let writes = super::resources::writes(resources)?;
+        let Some(cg) = &r.cgroup else {
+            if writes.is_empty() {
+                return Ok(());
+            }
+            return Err(OciError::Config {
+                key: writes[0].key.clone(),
+                message: format!(
+                    "container {id:?} was created without limits, so it has no cgroup of hutch-oci's to update: create it with the limit"
+                ),
+            });
+        };
+        super::resources::update(cg, &writes)
+    }
+
     /// The ids of every container under the root.
     pub fn list(&self) -> Vec<String> {
         let mut ids: Vec<String> = std::fs::read_dir(&self.0)

@@ -222,7 +222,8 @@ fn cpuset_list(key: &str, s: &str) -> Result<String, OciError> {
     }
 }
 
-fn writes(r: &Resources) -> Result<Vec<Write>, OciError> {
+/// The interface files `r` asks to write (an `update`'s resources).
+pub fn writes(r: &Resources) -> Result<Vec<Write>, OciError> {
     let mut out = Vec::new();
     let mut put = |key: &str, file: &str, value: String| {
         out.push(Write {
@@ -634,6 +635,36 @@ fn kernel_release() -> String {
     crate::sys::read_proc("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "?".into())
+}
+
+/// Write `writes` into the existing cgroup `leaf` (the OCI `update`), in
+/// order; the first failure is the error, naming its key.
+pub fn update(leaf: &Path, writes: &[Write]) -> Result<(), OciError> {
+    let cg = Cgroup::new(leaf);
+    for w in writes {
+        let path = cg.file(&w.file);
+        if !path.exists() {
+            return Err(err(
+                w.key.clone(),
+                format!(
+                    "{} does not exist: the container's cgroup lacks that controller (it was created without a limit of this kind) or the kernel lacks the file",
+                    path.display()
+                ),
+            ));
+        }
+        cg.write(&w.file, &w.value).map_err(|e| {
+            err(
+                w.key.clone(),
+                format!(
+                    "write({}, {:?}) => {}",
+                    path.display(),
+                    w.value,
+                    crate::cgroup::errno_text(&e)
+                ),
+            )
+        })?;
+    }
+    Ok(())
 }
 
 fn remove_dirs(made: &[PathBuf]) {

@@ -263,6 +263,9 @@ t_oci_resources() {
         [ "$got" = "${f#*:}" ] || return 1
     done
     grep -qx "$(cat $b/pid)" $cg/mem/cgroup.procs || { echo "init not in the cgroup"; return 1; }
+    # update (containerd's shim: the resources JSON on stdin).
+    echo '{"pids": {"limit": 12}}' | $oci update --resources - mem || return 1
+    [ "$(cat $cg/mem/pids.max)" = 12 ] || { echo "update: pids.max $(cat $cg/mem/pids.max)"; return 1; }
     $oci start mem || return 1
     oci_wait_exit $b/status.jsonl || return 1
     cat $b/status.jsonl
