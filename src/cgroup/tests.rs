@@ -701,7 +701,7 @@ fn an_adopted_cgroup_is_reported_and_left_to_its_owner() {
     assert_eq!(leaf.ended_by(), Some("oom-killed"));
     let report = leaf.finish();
     assert_eq!(report.cgroup.as_deref(), Some(dir.as_path()));
-    assert_eq!(report.ended_by.as_deref(), Some("oom-killed"));
+    assert_eq!(report.ended_by, Some("oom-killed"));
     assert!(report.enforced.iter().any(|e| e.by == "cgroup memory.max"));
     assert!(dir.exists(), "finish leaves an adopted cgroup alone");
     std::fs::remove_dir_all(&dir).unwrap();
