@@ -813,6 +813,31 @@ fn a_limit_this_host_cannot_enforce_fails_create_naming_the_key() {
         "{err}"
     );
     assert!(!b.state_root.join(&id).exists());
+    // The same from an unprivileged hutch-oci (a rootless engine's).
+    if can_launch_as(As::Nobody).is_ok() {
+        for p in [b.path().to_path_buf(), b.path().join("config.json")] {
+            own_as(&p, As::Nobody);
+        }
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(hutch_oci())
+            .arg("--root")
+            .arg(b.path().join("nobody-state"))
+            .args(["create", "--bundle"])
+            .arg(b.path())
+            .arg(&id)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("linux.resources.pids.limit: cannot be enforced"),
+            "{err}"
+        );
+        assert!(!b.path().join("nobody-state").join(&id).exists());
+    }
     if let Some(m) = &host.v2_mount {
         assert!(
             !m.join("hutch-oci-test").exists(),
