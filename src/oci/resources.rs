@@ -503,16 +503,23 @@ pub fn apply(host: &HostCgroups, plan: &CgroupPlan) -> Result<Applied, OciError>
     let root = Cgroup::new(mount);
     let offered = root.controllers();
     for w in &plan.writes {
-        if !offered.iter().any(|c| c == w.controller()) {
+        // On a hybrid host the cgroup2 tree is not the hierarchy that
+        // holds the controllers (crun refuses it too): never a place for
+        // a container, whatever it offers.
+        let hybrid = host.layout != Layout::Unified;
+        if hybrid || !offered.iter().any(|c| c == w.controller()) {
             let what = if offered.is_empty() {
                 format!("{} offers no controllers", mount.display())
             } else {
                 format!("{} offers only {}", mount.display(), offered.join(" "))
             };
-            let layout = if host.layout == Layout::Unified {
-                String::new()
+            let layout = if hybrid {
+                format!(
+                    "{} layout, only a unified cgroup v2 host is used; ",
+                    host.layout.name()
+                )
             } else {
-                format!("{} layout, ", host.layout.name())
+                String::new()
             };
             return Err(cannot(
                 w,

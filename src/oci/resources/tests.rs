@@ -256,6 +256,16 @@ fn a_host_without_the_controller_fails_with_one_line_and_touches_nothing() {
     assert!(e.contains("--pids-limit 0"), "{e}");
     assert!(!e.contains('\n'));
     assert!(!d.join("x").exists(), "nothing made");
+    // A controller the hybrid host's cgroup2 tree does offer is refused
+    // too: that tree is not the host's hierarchy.
+    let host = fake_host(&d, "hugetlb", Layout::Hybrid);
+    let l = linux(serde_json::json!({"cgroupsPath": "/x/c",
+        "resources": {"hugepageLimits": [{"pageSize": "2MB", "limit": 0}]}}));
+    let p = plan(&l, "c", false).unwrap().unwrap();
+    let e = apply(&host, &p).unwrap_err().to_string();
+    assert!(e.contains("hugepageLimits[0]: cannot be enforced"), "{e}");
+    assert!(e.contains("only a unified cgroup v2 host is used"), "{e}");
+    assert!(!d.join("x").exists(), "nothing made");
     let _ = std::fs::remove_dir_all(&d);
 }
 
