@@ -944,3 +944,29 @@ fn update_without_a_cgroup_refuses_limits_by_key() {
     assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
     assert!(b.run(&["delete", "--force", &id]).status.success());
 }
+
+/// runtime.md: a failing createRuntime hook fails create, the container is
+/// stopped and the lifecycle goes on at poststop; nothing is left.
+#[test]
+fn a_failing_create_runtime_hook_ends_at_poststop() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let mut config = base_config(&["true"]);
+    let b = Bundle::new("oci-hookfail", &config);
+    let mark = b.path().join("poststop.state");
+    config["hooks"] = json!({
+        "createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", "exit 5"]}],
+        "poststop": [{"path": "/bin/sh", "args": ["sh", "-c", format!("cat > {}", mark.display())]}],
+    });
+    b.write_config(&config);
+    let id = format!("hookfail-{}", std::process::id());
+    let (st, err, _) = b.create(&id);
+    assert!(!st.success());
+    assert_eq!(
+        err.trim_end(),
+        "hutch-oci: hooks.createRuntime[0] (/bin/sh) failed: exited with status 5"
+    );
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(&mark).unwrap()).unwrap();
+    assert_eq!(state["status"], "stopped");
+    assert_eq!(state["id"], id.as_str());
+    assert!(!b.state_root.join(&id).exists());
+}

@@ -348,6 +348,20 @@ impl Root {
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }
+        // runtime.md: a failing prestart, createRuntime or createContainer
+        // hook stops the container and the lifecycle goes on at its
+        // poststop hooks.
+        if let (Err(OciError::Hook { .. }), Some(hooks)) = (&result, &config.hooks) {
+            let state = State {
+                oci_version: super::config::OCI_VERSION_MAX.into(),
+                id: id.into(),
+                status: "stopped".into(),
+                pid: None,
+                bundle: bundle.display().to_string(),
+                annotations: config.annotations.clone(),
+            };
+            let _ = super::hooks::run(super::hooks::Phase::Poststop, hooks, &state, None);
+        }
         result
     }
 
@@ -476,6 +490,8 @@ impl Root {
         rustix::net::listen(&hold, 1)
             .map_err(|e| OciError::io(format!("listen({})", hold_path.display()))(e.into()))?;
         let console = req.console_socket.map(connect_console).transpose()?;
+        // A hook's failure in before_go, kept to be the error (with its key).
+        let mut hook_failed: Option<OciError> = None;
         let created = launch_create(
             &t.spec,
             CreateOptions {
@@ -499,11 +515,20 @@ impl Root {
                 // root is not built yet.
                 let state = self.hook_state(&early, "creating", Some(pid));
                 for phase in [Phase::Prestart, Phase::CreateRuntime] {
-                    hooks::run(phase, &hooks, &state, Some(pid)).map_err(|e| e.to_string())?;
+                    if let Err(e) = hooks::run(phase, &hooks, &state, Some(pid)) {
+                        let line = e.to_string();
+                        hook_failed = Some(e);
+                        return Err(line);
+                    }
                 }
                 Ok(())
             },
-        )?;
+        );
+        let created = match (created, hook_failed) {
+            (Ok(c), _) => c,
+            (Err(_), Some(hook)) => return Err(hook),
+            (Err(e), None) => return Err(e.into()),
+        };
         let stamp = |pid| start_time(pid).unwrap_or(0);
         let record = Record {
             pid: created.pid,
