@@ -970,3 +970,39 @@ fn a_failing_create_runtime_hook_ends_at_poststop() {
     assert_eq!(state["id"], id.as_str());
     assert!(!b.state_root.join(&id).exists());
 }
+
+/// A failing startContainer hook fails start and stops the container
+/// before its workload runs; delete then cleans up.
+#[test]
+fn a_failing_start_container_hook_stops_the_container() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let mut config = base_config(&["sh", "-c", "echo ran"]);
+    let b = Bundle::new("oci-startfail", &config);
+    let busybox = b.path().join("rootfs/bin/busybox");
+    config["hooks"] = json!({
+        "startContainer": [{"path": busybox.to_str().unwrap(), "args": ["sh", "-c", "exit 6"]}],
+    });
+    b.write_config(&config);
+    let id = format!("startfail-{}", std::process::id());
+    let (st, err, out) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let pid = b.pid(&id);
+    let o = b.run(&["start", &id]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("hooks.startContainer[0]")
+            && stderr(&o).contains("exited with status 6"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(wait_exit(pid), 128 + libc::SIGKILL);
+    assert_eq!(b.state(&id)["status"], "stopped");
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "",
+        "the workload never ran"
+    );
+    assert!(b.run(&["delete", &id]).status.success());
+    assert!(!b.state_root.join(&id).exists());
+}
