@@ -455,7 +455,6 @@ impl Child {
         Ok(self.inner.try_wait()?.map(|f| f.report))
     }
 
-
     /// Read piped stdout and stderr to their end, then wait.
     pub fn wait_with_output(mut self) -> Result<Output, SpawnError> {
         let mut out = self.stdout();

@@ -39,14 +39,14 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use ::tokio::io::{AsyncReadExt, Interest};
 use ::tokio::io::unix::AsyncFd;
+use ::tokio::io::{AsyncReadExt, Interest};
 use ::tokio::net::unix::pipe;
 
 use crate::api::{Output, Redirect, SpawnError};
 use crate::launch::ExitReport;
-use crate::sys::reactor::async_fd;
 use crate::spec::Spec;
+use crate::sys::reactor::async_fd;
 
 /// How long [`Child::kill`] waits for the helper to say it is killing the
 /// sandbox before it kills the helper itself.
@@ -367,7 +367,7 @@ impl Child {
 
 impl Drop for Child {
     fn drop(&mut self) {
-        let Some(mut c) = self.sync.take() else {
+        let Some(c) = self.sync.take() else {
             return;
         };
         self.control = None;
@@ -515,5 +515,130 @@ impl PoolCommand<'_> {
     pub async fn output(&mut self) -> Result<Output, SpawnError> {
         self.sync.set_output_stdio();
         self.spawn()?.wait_with_output().await
+    }
+}
+
+/// A session ([`crate::Session`]) whose commands are awaited.
+///
+/// A session command holds the session's lock and writes its records
+/// (`session.json`, the audit) around the sandbox, so [`Session::run`]
+/// runs [`crate::Session::run`] on tokio's blocking pool (one thread per
+/// running command; a session runs one command at a time). Dropping the
+/// future kills the command's sandbox, found in the runtime registry by
+/// the session's label, as `hutch kill` would; the command then ends with
+/// a report saying `killed` in the session's audit, and the lock is free.
+///
+/// ```no_run
+/// # async fn f(state: &hutch::StateDir) -> Result<(), Box<dyn std::error::Error>> {
+/// let session = hutch::tokio::Session::new(state.open_session("0123abcd")?);
+/// let mut spec = session.base_spec();
+/// spec.command = vec!["make".into(), "test".into()];
+/// let record = session.run(spec).await?;
+/// assert!(record.report.success());
+/// # Ok(()) }
+/// ```
+pub struct Session {
+    inner: std::sync::Arc<std::sync::Mutex<crate::Session>>,
+    id: String,
+    /// The session's defaults when it was opened (read without waiting
+    /// for a running command).
+    base: Spec,
+}
+
+impl Session {
+    pub fn new(session: crate::Session) -> Session {
+        Session {
+            id: session.id().to_string(),
+            base: session.base_spec(),
+            inner: std::sync::Arc::new(std::sync::Mutex::new(session)),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// [`crate::Session::base_spec`] when the session was opened: its
+    /// defaults (never waits for a running command).
+    pub fn base_spec(&self) -> Spec {
+        self.base.clone()
+    }
+
+    /// [`crate::Session::run`], awaited; dropping the future kills the
+    /// command's sandbox.
+    pub async fn run(
+        &self,
+        base: Spec,
+    ) -> Result<crate::workspace::RunRecord, crate::workspace::WorkspaceError> {
+        let inner = std::sync::Arc::clone(&self.inner);
+        let task = ::tokio::task::spawn_blocking(move || {
+            inner.lock().unwrap_or_else(|p| p.into_inner()).run(base)
+        });
+        let mut guard = KillOnDrop {
+            session: self.id.clone(),
+            task: Some(task),
+        };
+        let task = guard.task.as_mut().expect("just set");
+        let result = task.await;
+        guard.task = None;
+        result.map_err(|e| {
+            crate::workspace::WorkspaceError::Launch(format!("the command's thread: {e}"))
+        })?
+    }
+
+    /// The sync session back, once no command runs.
+    pub fn into_sync(self) -> Option<crate::Session> {
+        std::sync::Arc::into_inner(self.inner)
+            .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Kills the sandbox of a session command whose future was dropped.
+struct KillOnDrop {
+    session: String,
+    /// The command's thread, while it runs.
+    task: Option<
+        ::tokio::task::JoinHandle<
+            Result<crate::workspace::RunRecord, crate::workspace::WorkspaceError>,
+        >,
+    >,
+}
+
+/// The session's running sandboxes, killed; whether any was found.
+fn kill_session_sandboxes(session: &str) -> bool {
+    let Ok(entries) = crate::registry::list() else {
+        return false;
+    };
+    let mut found = false;
+    for e in entries
+        .iter()
+        .filter(|e| e.record.session() == Some(session))
+    {
+        found = true;
+        let _ = crate::registry::kill(e, "hutch::tokio (the command's future was dropped)");
+    }
+    found
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let Some(task) = self.task.take() else {
+            return;
+        };
+        let session = self.session.clone();
+        // The sandbox may not be registered yet: look until the command's
+        // thread has returned.
+        let until_done = async move {
+            while !task.is_finished() {
+                kill_session_sandboxes(&session);
+                ::tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        match ::tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(until_done)),
+            Err(_) => {
+                kill_session_sandboxes(&self.session);
+            }
+        }
     }
 }

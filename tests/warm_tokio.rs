@@ -133,12 +133,19 @@ fn async_commands_and_pools_report_like_the_sync_ones() {
                 .await
                 .unwrap();
             assert_eq!(out.report.exit_code, Some(3), "{who:?}: {:?}", out.report);
-            assert_eq!((&out.stdout[..], &out.stderr[..]), (&b"out\n"[..], &b"err\n"[..]));
+            assert_eq!(
+                (&out.stdout[..], &out.stderr[..]),
+                (&b"out\n"[..], &b"err\n"[..])
+            );
 
             let mut spec = hutch::spec::default_profile();
             spec.command = vec!["true".into()];
             let pool = hutch::tokio::Pool::with_binary(spec, 2, &bin).unwrap();
-            assert!(pool.wait_ready(2, Duration::from_secs(30)).await, "{:?}", pool.status());
+            assert!(
+                pool.wait_ready(2, Duration::from_secs(30)).await,
+                "{:?}",
+                pool.status()
+            );
             let out = pool
                 .command(["sh", "-c", "echo $X"])
                 .env("X", "pooled")
@@ -164,6 +171,13 @@ fn async_commands_and_pools_report_like_the_sync_ones() {
             }
             join_all(all).await;
             assert!((1..6).contains(&warm.get()), "{who:?}: {} warm", warm.get());
+            // From a ready sandbox (a kill that reaches a sandbox still
+            // warming up ends it without a report: docs/warm.md).
+            assert!(
+                pool.wait_ready(2, Duration::from_secs(30)).await,
+                "{:?}",
+                pool.status()
+            );
             let mut sleeper = pool.command(["sleep", "1000"]).spawn().unwrap();
             sleeper.kill().await.unwrap();
             let report = sleeper.wait().await.unwrap();
@@ -237,11 +251,14 @@ fn helpers_of_this_process() -> Vec<i32> {
 /// process is in its mount namespace (so its mounts are gone), no cgroup
 /// leaf, no helper (not even a zombie), no socket of ours.
 async fn nothing_left(h: Held, sockets_before: usize) {
-    let init = hutch::internals::sys::reactor::async_fd(h.init, tokio::io::Interest::READABLE)
-        .unwrap();
+    let init =
+        hutch::internals::sys::reactor::async_fd(h.init, tokio::io::Interest::READABLE).unwrap();
     // Killed now, not at its wall clock (120 s).
     let ended = tokio::time::timeout(Duration::from_secs(10), init.readable()).await;
-    assert!(ended.is_ok(), "the sandbox still runs 10 s after its cancellation");
+    assert!(
+        ended.is_ok(),
+        "the sandbox still runs 10 s after its cancellation"
+    );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let left = in_mount_namespace(h.mnt);
@@ -257,7 +274,11 @@ async fn nothing_left(h: Held, sockets_before: usize) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(!Path::new("/sys/fs/cgroup").join(&h.sandbox_id).exists());
-    assert_eq!(sockets_of_this_process(), sockets_before, "a socket is left open");
+    assert_eq!(
+        sockets_of_this_process(),
+        sockets_before,
+        "a socket is left open"
+    );
 }
 
 #[test]
@@ -328,11 +349,84 @@ fn cancellation_kills_the_sandbox_and_leaves_nothing_behind() {
             assert!(ended.is_ok(), "{who:?}: the pooled sandbox still runs");
             let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
             while !in_mount_namespace(mnt).is_empty() {
-                assert!(tokio::time::Instant::now() < deadline, "{who:?}: sandbox left");
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{who:?}: sandbox left"
+                );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let report = pool.command(["true"]).status().await.unwrap();
             assert!(report.success(), "{report:?}");
         });
     }
+}
+
+/// hutch::tokio::Session: commands awaited, their changes kept in the
+/// session; a dropped command is killed, and the session's lock is free
+/// for the next one. In this process's own identity (a session belongs to
+/// the user who opens it), so root in CI.
+#[test]
+fn async_session_commands_persist_and_cancel() {
+    let who = caller();
+    require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    let t = TempDir::new("tokio-session", who);
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("log"), "").unwrap();
+    let state = t.path().join("state");
+    let out = hutch_as(
+        who,
+        t.path(),
+        &[
+            "session",
+            "--state-dir",
+            state.to_str().unwrap(),
+            "create",
+            "--from",
+            src.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = stdout(&out).trim().to_string();
+    let dir = hutch::StateDir::open(&state).unwrap();
+    let session = hutch::tokio::Session::new(dir.open_session(&id).unwrap());
+    runtime().block_on(async {
+        let mut spec = session.base_spec();
+        spec.command = vec!["sh".into(), "-c".into(), "echo one >> log".into()];
+        let record = session.run(spec).await.unwrap();
+        assert!(record.report.success(), "{:?}", record.report);
+
+        let mut spec = session.base_spec();
+        spec.command = vec!["sleep".into(), "1000".into()];
+        spec.limits.wall_clock = Some(hutch::spec::Duration(Duration::from_secs(120)));
+        let started = tokio::time::Instant::now();
+        let timed = tokio::time::timeout(Duration::from_millis(500), session.run(spec)).await;
+        assert!(timed.is_err());
+        // The lock is free again once the killed command has recorded its
+        // end; a session command fails `Busy` while another holds it.
+        let mut spec = session.base_spec();
+        spec.command = vec!["sh".into(), "-c".into(), "echo two >> log".into()];
+        let record = loop {
+            match session.run(spec.clone()).await {
+                Err(hutch::workspace::WorkspaceError::Busy(_)) => {
+                    assert!(started.elapsed() < Duration::from_secs(30), "still busy");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                other => break other.unwrap(),
+            }
+        };
+        assert!(record.report.success(), "{:?}", record.report);
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the cancelled command ran on"
+        );
+    });
+    let session = session.into_sync().expect("no command runs");
+    let log = session.read(Path::new("log"), 1 << 10).unwrap();
+    assert_eq!(log, b"one\ntwo\n");
+    let audit = String::from_utf8(session.audit_log().unwrap()).unwrap();
+    assert!(
+        audit.contains("\"reason\":\"killed\""),
+        "the cancelled command's end is audited: {audit}"
+    );
 }

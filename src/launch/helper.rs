@@ -378,7 +378,10 @@ impl Link {
 
     /// The result (once answered); a helper that closed without one is an
     /// error that `why` describes.
-    pub(crate) fn take_result(&mut self, why: impl FnOnce() -> String) -> Result<Finished, LaunchError> {
+    pub(crate) fn take_result(
+        &mut self,
+        why: impl FnOnce() -> String,
+    ) -> Result<Finished, LaunchError> {
         match self.result.take() {
             Some(r) => r,
             None => Err(self.protocol_error(why())),
