@@ -18,13 +18,11 @@
 //! removes its cgroup leaf and exits, and a task on the runtime reaps it.
 //! Nothing is left behind: no process, mount, cgroup or socket.
 //!
-//! ```
-//! # let Some(hutch_bin) = hutch::find_binary() else { return };
+//! ```no_run
 //! # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 //! # rt.block_on(async {
 //! let out = hutch::tokio::Command::new("echo")
 //!     .arg("hello")
-//!     .hutch_binary(&hutch_bin)
 //!     .output()
 //!     .await?;
 //! assert!(out.report.success());
@@ -404,11 +402,10 @@ impl Drop for Child {
 
 /// Warm sandboxes of one Spec ([`crate::Pool`]), from async code.
 ///
-/// ```
-/// # let Some(hutch_bin) = hutch::find_binary() else { return };
+/// ```no_run
 /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 /// # rt.block_on(async {
-/// let pool = hutch::tokio::Pool::with_binary(hutch::spec::default_profile(), 2, &hutch_bin)?;
+/// let pool = hutch::tokio::Pool::new(hutch::spec::default_profile(), 2)?;
 /// let report = pool.command(["true"]).status().await?;
 /// assert!(report.success());
 /// # Ok::<(), hutch::SpawnError>(())
