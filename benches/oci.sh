@@ -3,8 +3,9 @@
 # the config `runc spec` writes) through create + start + wait + delete
 # (`RUNTIME run`, which is exactly that) with hutch-oci, crun and runc,
 # interleaved in one hyperfine run; then `podman run --rm IMAGE true` with
-# each runtime. Prints hyperfine's summary (mean and median per command).
-# Target: hutch-oci <= crun (the fastest peer).
+# each runtime. Prints hyperfine's summary and the median per command.
+# Target: hutch-oci <= crun (the fastest peer). A runtime that fails on
+# this host is shown with its error and left out of the timing.
 #
 #   benches/oci.sh [--runs N]
 #
@@ -16,7 +17,7 @@ runs=50
 while [ $# -gt 0 ]; do
     case "$1" in
         --runs) runs=$2; shift 2 ;;
-        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "oci.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -44,20 +45,50 @@ c["process"]["args"] = ["true"]
 json.dump(c, open(sys.argv[1], "w"))
 EOF
 
+# The median of each command and its ratio to hutch-oci's.
+medians() { # HYPERFINE-JSON
+    python3 - "$1" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))["results"]
+base = r[0]["median"]
+for x in r:
+    print(f"median {x['command']}: {x['median'] * 1000:.1f} ms ({x['median'] / base:.2f}x {r[0]['command']})")
+EOF
+}
+
 # A unique id per run: each command gets its own counter file.
 run_cmd() { # NAME BINARY
     echo "n=\$(cat $work/$1.n 2>/dev/null || echo 0); echo \$((n+1)) > $work/$1.n; $2 --root $work/$1-state run --bundle $bundle $1-\$n"
 }
-hyperfine --warmup 5 --runs "$runs" -S sh \
-    -n hutch-oci "$(run_cmd hutch "$HUTCH_OCI")" \
-    -n crun "$(run_cmd crun crun)" \
-    -n runc "$(run_cmd runc runc)"
+# One probe run each: a runtime that cannot run the bundle on this host
+# (crun on a hybrid v1 cgroup layout) is shown with its error and left out
+# of the timing, instead of aborting the comparison.
+set --
+for rt in "hutch-oci:$HUTCH_OCI" crun:crun runc:runc; do
+    name=${rt%%:*} bin=${rt#*:}
+    if out=$($bin --root "$work/probe-state" run --bundle "$bundle" "probe-$name" 2>&1); then
+        set -- "$@" -n "$name" "$(run_cmd "$name" "$bin")"
+    else
+        echo "oci.sh: $name cannot run the bundle here, left out: $(echo "$out" | tail -1)"
+        $bin --root "$work/probe-state" delete --force "probe-$name" >/dev/null 2>&1 || true
+    fi
+done
+hyperfine --warmup 5 --runs "$runs" -S sh --export-json "$work/bundle.json" "$@"
+medians "$work/bundle.json"
 
 tar -C "$bundle/rootfs" -cf "$work/rootfs.tar" .
 p="podman --root $work/storage --runroot $work/run --storage-driver vfs --cgroup-manager cgroupfs --events-backend file"
 $p import -q "$work/rootfs.tar" localhost/hutch-oci-bench:latest >/dev/null
 flags="--rm --network none --pids-limit 0 --ulimit nofile=1024:1024 --ulimit nproc=4096:4096"
-hyperfine --warmup 2 --runs "$((runs / 5 + 1))" \
-    -n "podman hutch-oci" "$p --runtime $HUTCH_OCI run $flags localhost/hutch-oci-bench true" \
-    -n "podman crun" "$p --runtime crun run $flags localhost/hutch-oci-bench true" \
-    -n "podman runc" "$p --runtime runc run $flags localhost/hutch-oci-bench true"
+set --
+for rt in "hutch-oci:$HUTCH_OCI" crun:crun runc:runc; do
+    name=${rt%%:*} bin=${rt#*:}
+    cmd="$p --runtime $bin run $flags localhost/hutch-oci-bench true"
+    if out=$($cmd 2>&1); then
+        set -- "$@" -n "podman $name" "$cmd"
+    else
+        echo "oci.sh: podman with $name fails here, left out: $(echo "$out" | tail -1)"
+    fi
+done
+hyperfine --warmup 2 --runs "$((runs / 5 + 1))" --export-json "$work/podman.json" "$@"
+medians "$work/podman.json"

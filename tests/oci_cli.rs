@@ -362,6 +362,9 @@ fn bad_bundles_fail_with_one_line_and_leave_nothing() {
     require!(requirements().is_ok(), requirements().unwrap_err());
     let good = base_config(&["true"]);
     let b = Bundle::new("oci-bad", &good);
+    // Static: runs in the container's namespaces without the host's libraries.
+    let busybox_in_bundle = b.path().join("rootfs/bin/busybox").display().to_string();
+    let busybox_in_bundle = busybox_in_bundle.as_str();
     let mut cases: Vec<(Value, &str)> = Vec::new();
     let mut with = |f: &dyn Fn(&mut Value), expect: &'static str| {
         let mut c = good.clone();
@@ -390,8 +393,31 @@ fn bad_bundles_fail_with_one_line_and_leave_nothing() {
         "linux.seccomp.defaultAction",
     );
     with(
-        &|c| c["hooks"] = json!({"prestart": [{"path": "/bin/true"}]}),
-        "hooks.prestart",
+        &|c| c["hooks"] = json!({"prestart": [{"path": "bin/true"}]}),
+        "hooks.prestart[0].path",
+    );
+    // A failing createRuntime hook fails create and ends the container.
+    with(
+        &|c| {
+            c["hooks"] =
+                json!({"createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", "exit 3"]}]})
+        },
+        "hooks.createRuntime[0] (/bin/sh) failed: exited with status 3",
+    );
+    with(
+        &|c| c["hooks"] = json!({"createContainer": [{"path": busybox_in_bundle, "args": ["sh", "-c", "exit 4"]}]}),
+        "failed: exited with status 4",
+    );
+    with(
+        &|c| c["linux"]["resources"] = json!({"unified": {"cgroup.procs": "1"}}),
+        "linux.resources.unified.cgroup.procs",
+    );
+    with(
+        &|c| {
+            c["linux"]["cgroupsPath"] = json!("/../../etc");
+            c["linux"]["resources"] = json!({"memory": {"limit": 67108864}});
+        },
+        "linux.cgroupsPath: must not hold `..`",
     );
     with(
         &|c| c["annotations"] = json!({"run.hutch.landlok": "off"}),
@@ -460,6 +486,25 @@ fn features_name_the_versions_engines_check() {
             .unwrap()
             .contains(&json!("network"))
     );
+    assert_eq!(
+        f["hooks"],
+        json!([
+            "prestart",
+            "createRuntime",
+            "createContainer",
+            "startContainer",
+            "poststart",
+            "poststop"
+        ])
+    );
+    assert_eq!(f["linux"]["cgroup"]["v2"], true);
+    assert_eq!(f["linux"]["cgroup"]["v1"], false);
+    // CRI-O's gate for annotations that change confinement.
+    assert_eq!(
+        f["potentiallyUnsafeConfigAnnotations"],
+        json!(["run.hutch."])
+    );
+    assert_eq!(f["linux"]["mountExtensions"]["idmap"]["enabled"], false);
 }
 
 /// A config with a user namespace of its own (root inside mapped to the
@@ -476,7 +521,7 @@ fn a_user_namespace_container_runs_as_root_and_as_nobody() {
         let mut config = base_config(&[
             "sh",
             "-c",
-            "echo uid $(id -u); cat /proc/self/uid_map; exit 6",
+            "echo uid $(id -u); cat /proc/self/uid_map; cat /hooked; exit 6",
         ]);
         config["linux"]["namespaces"]
             .as_array_mut()
@@ -486,6 +531,17 @@ fn a_user_namespace_container_runs_as_root_and_as_nobody() {
         config["linux"]["uidMappings"] = map.clone();
         config["linux"]["gidMappings"] = map;
         let b = Bundle::new("oci-userns", &config);
+        // A createContainer hook joins the container's user and mount
+        // namespaces and writes into its root before the workload starts.
+        // hutch init is not dumpable, so an unprivileged hutch-oci cannot
+        // enter its namespaces: there the hook fails create, saying why
+        // (docs/oci.md), and the container runs without it.
+        let busybox = b.path().join("rootfs/bin/busybox");
+        config["hooks"] = json!({"createContainer": [
+            {"path": busybox.to_str().unwrap(), "args": ["sh", "-c", "echo hooked > /hooked"]}
+        ]});
+        b.write_config(&config);
+        let rootless = who.drops_to_nobody();
         // A rootless engine's rootfs belongs to its user.
         let rootfs = b.path().join("rootfs");
         let mut owned = vec![b.path().to_path_buf(), b.path().join("config.json")];
@@ -500,6 +556,43 @@ fn a_user_namespace_container_runs_as_root_and_as_nobody() {
             own_as(&p, who);
         }
         let id = format!("userns-{}-{}", host, std::process::id());
+        let oci = |args: &[&str]| {
+            let mut cmd = if rootless {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(hutch_oci());
+                c
+            } else {
+                Command::new(hutch_oci())
+            };
+            cmd.arg("--root")
+                .arg(&b.state_root)
+                .args(args)
+                .arg("--bundle")
+                .arg(b.path())
+                .arg(&id)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap()
+        };
+        if rootless {
+            let o = oci(&["run"]);
+            assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+            assert!(
+                stderr(&o).contains("open only to a root hutch-oci"),
+                "{}",
+                stderr(&o)
+            );
+            assert!(!b.state_root.join(&id).exists());
+            config.as_object_mut().unwrap().remove("hooks");
+            config["process"]["args"] = json!([
+                "sh",
+                "-c",
+                "echo uid $(id -u); cat /proc/self/uid_map; exit 6"
+            ]);
+            b.write_config(&config);
+            own_as(&b.path().join("config.json"), who);
+        }
         let mut cmd = if who.drops_to_nobody() {
             let mut c = Command::new("setpriv");
             c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
@@ -527,6 +620,9 @@ fn a_user_namespace_container_runs_as_root_and_as_nobody() {
             .collect();
         assert_eq!(out.lines().next(), Some("uid 0"), "{out}");
         assert_eq!(map, ["0", &host.to_string(), "1"], "{out}");
+        if !rootless {
+            assert_eq!(out.lines().nth(2), Some("hooked"), "{out}");
+        }
         assert!(!b.state_root.join(&id).exists());
     }
 }
@@ -574,4 +670,339 @@ fn device_nodes_work_only_where_hutch_made_them() {
         "{}",
         stderr(&o)
     );
+}
+
+/// A bundle-level hook: a script on the host that records its stdin (the
+/// state), its mount namespace (from a child process, which is in the
+/// container's pid namespace when the hook joined it), its hostname and
+/// its environment into `OUT.*`.
+const HOOK_SCRIPT: &str = r#"#!/bin/sh
+cat > "$1.state"
+echo "$(readlink /proc/self/ns/mnt) $(hostname) $PHASE" > "$1.ns"
+"#;
+
+fn ns_of(pid: &str) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
+        .unwrap()
+        .display()
+        .to_string()
+}
+
+#[test]
+fn hooks_run_at_their_points_with_the_state_and_in_the_right_namespaces() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let mut config = base_config(&["sh", "-c", "echo workload >> /rec/order; exit 0"]);
+    let b = Bundle::new("oci-hooks", &config);
+    std::os::unix::fs::symlink("busybox", b.path().join("rootfs/bin/readlink")).unwrap();
+    let rec = b.path().join("rec");
+    std::fs::create_dir(&rec).unwrap();
+    let script = b.path().join("hook.sh");
+    std::fs::write(&script, HOOK_SCRIPT).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    config["mounts"].as_array_mut().unwrap().push(
+        json!({"destination": "/rec", "type": "bind", "source": rec.to_str().unwrap(), "options": ["rbind"]}),
+    );
+    let hook = |phase: &str, inside: bool| {
+        // A hook in the container's namespaces sees the container's files.
+        let out = if inside {
+            format!("/rec/{phase}")
+        } else {
+            rec.join(phase).display().to_string()
+        };
+        json!({"path": script.to_str().unwrap(), "args": ["hook", out], "env": [format!("PHASE={phase}")], "timeout": 20})
+    };
+    let failing = json!({"path": "/bin/sh", "args": ["sh", "-c", "exit 9"]});
+    config["hooks"] = json!({
+        "prestart": [hook("prestart", false)],
+        "createRuntime": [hook("createRuntime", false)],
+        "createContainer": [hook("createContainer", true)],
+        "startContainer": [hook("startContainer", true)],
+        // Failures after start are logged, the next hook still runs.
+        "poststart": [failing.clone(), hook("poststart", false)],
+        "poststop": [failing, hook("poststop", false)],
+    });
+    config["annotations"] = json!({"org.example": "v"});
+    b.write_config(&config);
+    let id = format!("hooks-{}", std::process::id());
+    let (st, err, _) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let pid = b.pid(&id).to_string();
+    let host_ns = ns_of("self");
+    let container_ns = ns_of(&pid);
+    assert_ne!(host_ns, container_ns);
+    let read = |phase: &str| -> (Value, String) {
+        let state = std::fs::read_to_string(rec.join(format!("{phase}.state")))
+            .unwrap_or_else(|e| panic!("{phase} did not run: {e}"));
+        let ns = std::fs::read_to_string(rec.join(format!("{phase}.ns"))).unwrap();
+        (serde_json::from_str(&state).unwrap(), ns.trim().to_string())
+    };
+    for phase in ["prestart", "createRuntime", "createContainer"] {
+        let (state, _) = read(phase);
+        assert_eq!(state["status"], "creating", "{phase}: {state}");
+        assert_eq!(state["id"], id.as_str());
+        assert_eq!(state["pid"].to_string(), pid);
+        assert_eq!(state["bundle"], b.path().to_str().unwrap());
+        assert_eq!(state["annotations"]["org.example"], "v");
+    }
+    let host_name = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    assert_eq!(
+        read("createRuntime").1,
+        format!("{host_ns} {host_name} createRuntime")
+    );
+    assert_eq!(
+        read("prestart").1,
+        format!("{host_ns} {host_name} prestart")
+    );
+    assert_eq!(
+        read("createContainer").1,
+        format!("{container_ns} oci-test createContainer")
+    );
+    assert!(
+        !rec.join("startContainer.state").exists(),
+        "not before start"
+    );
+    let o = b.run(&["start", &id]);
+    assert!(o.status.success(), "start: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: hooks.poststart[0] (/bin/sh): exited with status 9"),
+        "{}",
+        stderr(&o)
+    );
+    let (state, ns) = read("startContainer");
+    assert_eq!(state["status"], "created");
+    assert_eq!(ns, format!("{container_ns} oci-test startContainer"));
+    assert_eq!(read("poststart").0["status"], "running");
+    assert_eq!(wait_exit(b.pid(&id)), 0);
+    let o = b.run(&["delete", &id]);
+    assert!(o.status.success(), "delete: {}", stderr(&o));
+    let (state, ns) = read("poststop");
+    assert_eq!(state["status"], "stopped");
+    assert_eq!(state.get("pid"), None, "{state}");
+    assert_eq!(ns, format!("{host_ns} {host_name} poststop"));
+    assert!(!b.state_root.join(&id).exists());
+}
+
+/// This host's cgroups are hybrid v1 (the cgroup2 mount offers no
+/// controllers): a limit fails create with one line naming the key, before
+/// anything is made, and a config without one runs as before. (The limits
+/// themselves are tested in the kernel VM: tests/kernel/suite.sh.)
+#[test]
+fn a_limit_this_host_cannot_enforce_fails_create_naming_the_key() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let host = hutch::internals::cgroup::host::HostCgroups::detect();
+    let offered = host
+        .v2_mount
+        .as_ref()
+        .map(|m| std::fs::read_to_string(m.join("cgroup.controllers")).unwrap_or_default())
+        .unwrap_or_default();
+    require!(
+        !offered.contains("pids"),
+        "this host has a cgroup v2 pids controller: the VM suite covers that case"
+    );
+    let mut config = base_config(&["true"]);
+    config["linux"]["cgroupsPath"] = json!("/hutch-oci-test/refused");
+    config["linux"]["resources"] = json!({"pids": {"limit": 2048}, "memory": {"limit": -1}});
+    let b = Bundle::new("oci-limits", &config);
+    let id = format!("limits-{}", std::process::id());
+    let (st, err, _) = b.create(&id);
+    assert!(!st.success());
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("linux.resources.pids.limit: cannot be enforced: cgroup v2 pids controller not available"),
+        "{err}"
+    );
+    assert!(!b.state_root.join(&id).exists());
+    // The same from an unprivileged hutch-oci (a rootless engine's).
+    if can_launch_as(As::Nobody).is_ok() {
+        for p in [b.path().to_path_buf(), b.path().join("config.json")] {
+            own_as(&p, As::Nobody);
+        }
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(hutch_oci())
+            .arg("--root")
+            .arg(b.path().join("nobody-state"))
+            .args(["create", "--bundle"])
+            .arg(b.path())
+            .arg(&id)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("linux.resources.pids.limit: cannot be enforced"),
+            "{err}"
+        );
+        assert!(!b.path().join("nobody-state").join(&id).exists());
+    }
+    if let Some(m) = &host.v2_mount {
+        assert!(
+            !m.join("hutch-oci-test").exists(),
+            "nothing made in the host tree"
+        );
+    }
+}
+
+/// `hutch ps` lists hutch-oci's containers under the default state root
+/// (where podman's conmon finds them) beside its own sandboxes.
+#[test]
+fn hutch_ps_lists_hutch_oci_containers() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let mut b = Bundle::new("oci-ps", &base_config(&["sleep", "100"]));
+    b.state_root = PathBuf::from(hutch::internals::oci::lifecycle::DEFAULT_ROOT);
+    let id = format!("hutch-ps-test-{}", std::process::id());
+    let (st, err, _) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let ps = |json: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hutch"));
+        c.arg("ps");
+        if json {
+            c.arg("--json");
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "hutch ps: {}", stderr(&o));
+        stdout(&o)
+    };
+    let v: Value = serde_json::from_str(ps(true).trim()).unwrap();
+    let list = v["result"]["oci_containers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"));
+    let me = list
+        .iter()
+        .find(|c| c["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{id} not in {v}"));
+    assert_eq!(me["status"], "created");
+    assert_eq!(me["pid"], b.pid(&id));
+    assert_eq!(me["bundle"], b.path().to_str().unwrap());
+    let text = ps(false);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("oci:{id}")))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("created"), "{line}");
+    let o = b.run(&["delete", "--force", &id]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!ps(false).contains(&format!("oci:{id}")));
+}
+
+/// `update --resources FILE|-` (containerd's shim, CRI-O): a container
+/// created without limits has no cgroup of hutch-oci's, so a limit is
+/// refused by key; no limit is a no-op; runc's per-limit flags are refused
+/// with the form to use. (Writing a cgroup is tested in the kernel VM.)
+#[test]
+fn update_without_a_cgroup_refuses_limits_by_key() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let b = Bundle::new("oci-update", &base_config(&["sleep", "100"]));
+    let id = format!("update-{}", std::process::id());
+    let (st, err, _) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let update = |json: &str, extra: &[&str]| {
+        let mut c = b.oci(&["update"]);
+        c.args(extra).args(["--resources", "-", &id]);
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), json.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let o = update(r#"{"pids": {"limit": 10}}"#, &[]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("linux.resources.pids.limit: container")
+            && stderr(&o).contains("created without limits"),
+        "{}",
+        stderr(&o)
+    );
+    let o = update(r#"{"pids": {"limit": -1}, "cpu": {"shares": 1024}}"#, &[]);
+    assert!(o.status.success(), "no limit: {}", stderr(&o));
+    let o = update(r#"{"unified": {"cgroup.procs": "1"}}"#, &[]);
+    assert!(
+        stderr(&o).contains("linux.resources.unified.cgroup.procs"),
+        "{}",
+        stderr(&o)
+    );
+    let o = update("{}", &["--memory", "10m"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("update --memory: not supported"),
+        "{}",
+        stderr(&o)
+    );
+    let o = update("not json", &[]);
+    assert!(
+        stderr(&o).contains("not linux.resources JSON"),
+        "{}",
+        stderr(&o)
+    );
+    let o = b.run(&["update", "--resources", "/dev/null", "nope"]);
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    assert!(b.run(&["delete", "--force", &id]).status.success());
+}
+
+/// runtime.md: a failing createRuntime hook fails create, the container is
+/// stopped and the lifecycle goes on at poststop; nothing is left.
+#[test]
+fn a_failing_create_runtime_hook_ends_at_poststop() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let mut config = base_config(&["true"]);
+    let b = Bundle::new("oci-hookfail", &config);
+    let mark = b.path().join("poststop.state");
+    config["hooks"] = json!({
+        "createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", "exit 5"]}],
+        "poststop": [{"path": "/bin/sh", "args": ["sh", "-c", format!("cat > {}", mark.display())]}],
+    });
+    b.write_config(&config);
+    let id = format!("hookfail-{}", std::process::id());
+    let (st, err, _) = b.create(&id);
+    assert!(!st.success());
+    assert_eq!(
+        err.trim_end(),
+        "hutch-oci: hooks.createRuntime[0] (/bin/sh) failed: exited with status 5"
+    );
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(&mark).unwrap()).unwrap();
+    assert_eq!(state["status"], "stopped");
+    assert_eq!(state["id"], id.as_str());
+    assert!(!b.state_root.join(&id).exists());
+}
+
+/// A failing startContainer hook fails start and stops the container
+/// before its workload runs; delete then cleans up.
+#[test]
+fn a_failing_start_container_hook_stops_the_container() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let mut config = base_config(&["sh", "-c", "echo ran"]);
+    let b = Bundle::new("oci-startfail", &config);
+    let busybox = b.path().join("rootfs/bin/busybox");
+    config["hooks"] = json!({
+        "startContainer": [{"path": busybox.to_str().unwrap(), "args": ["sh", "-c", "exit 6"]}],
+    });
+    b.write_config(&config);
+    let id = format!("startfail-{}", std::process::id());
+    let (st, err, out) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let pid = b.pid(&id);
+    let o = b.run(&["start", &id]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("hooks.startContainer[0]")
+            && stderr(&o).contains("exited with status 6"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(wait_exit(pid), 128 + libc::SIGKILL);
+    assert_eq!(b.state(&id)["status"], "stopped");
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "",
+        "the workload never ran"
+    );
+    assert!(b.run(&["delete", &id]).status.success());
+    assert!(!b.state_root.join(&id).exists());
 }

@@ -364,3 +364,49 @@ fn podman_seccomp_profiles_are_enforced() {
         "{out}"
     );
 }
+
+/// podman's defaults include a pids limit (2048, as `linux.resources.pids`)
+/// and `--memory` a memory limit. On this host (hybrid v1: no cgroup v2
+/// controllers for hutch-oci) neither can be enforced, and RLIMIT_NPROC is
+/// no stand-in (it does not bind uid 0), so the container is refused with
+/// the line naming the key (docs/oci.md: "cgroups"), and nothing is left.
+#[test]
+fn podman_default_pids_limit_and_memory_are_refused_where_cgroup_v2_is_missing() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let host = hutch::internals::cgroup::host::HostCgroups::detect();
+    let offered = host
+        .v2_mount
+        .as_ref()
+        .map(|m| std::fs::read_to_string(m.join("cgroup.controllers")).unwrap_or_default())
+        .unwrap_or_default();
+    require!(
+        !offered.contains("pids"),
+        "this host gives cgroup v2 controllers: the limits would be enforced (the VM suite)"
+    );
+    let p = Podman::new("podman-pids");
+    let ulimits = &RUN_FLAGS[..4];
+    for (extra, key) in [
+        (&[][..], "linux.resources.pids.limit"),
+        (
+            &["--pids-limit", "0", "--memory", "64m"][..],
+            "linux.resources.memory.limit",
+        ),
+    ] {
+        let o = p
+            .podman(&["run", "--rm", "--network", "none"])
+            .args(ulimits)
+            .args(extra)
+            .args([IMAGE, "true"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{extra:?}: ran without the limit");
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("{key}: cannot be enforced: cgroup v2")),
+            "{extra:?}: {err}"
+        );
+        assert!(err.contains("--pids-limit 0"), "the fix is named: {err}");
+    }
+    let ids = container_ids(&p);
+    assert_nothing_left(&ids);
+}

@@ -26,7 +26,7 @@ pub use error::CgroupError;
 pub use report::{CgroupStats, Enforced, LimitsReport, Unenforced};
 
 use crate::spec::{Limit, Limits, SpecError};
-use error::errno_text;
+pub(crate) use error::errno_text;
 use host::HostCgroups;
 use plan::{Place, SUPERVISOR};
 use tree::Cgroup;
@@ -137,6 +137,10 @@ pub struct Leaf {
     /// Only the process that created the leaf removes it on drop (a forked
     /// child holding a copy must not).
     owner: u32,
+    /// The leaf is an engine's (an OCI `cgroupsPath`): it is read for the
+    /// report and killed with the sandbox, but removed by its owner
+    /// (`hutch-oci delete`), not here.
+    external: bool,
 }
 
 /// The created leaf: its directory and an fd for `CLONE_INTO_CGROUP`.
@@ -174,6 +178,7 @@ pub fn prepare_on(
         enforced: Vec::new(),
         unenforced: Vec::new(),
         owner: std::process::id(),
+        external: false,
     };
     let mut wanted = wanted(limits);
     // Devices first: a path that is no disk is a mistake in the Spec,
@@ -459,6 +464,7 @@ pub fn rlimits_only(limits: &Limits) -> Result<Leaf, CgroupError> {
         enforced: Vec::new(),
         unenforced: Vec::new(),
         owner: std::process::id(),
+        external: false,
     };
     for w in wanted(limits) {
         let found = "the sandbox joins a cgroup its caller manages".to_string();
@@ -525,6 +531,19 @@ impl Leaf {
         self.leaf.as_ref().map(|l| l.fd.as_fd())
     }
 
+    /// Use `dir` (a cgroup the caller made, with its limits written: an OCI
+    /// container's `cgroupsPath`) as the sandbox's cgroup: the sandbox is
+    /// cloned into it through `fd`, its counters go to the report, but
+    /// [`Leaf::finish`] and drop leave it to the caller.
+    pub fn adopt(&mut self, dir: std::path::PathBuf, fd: OwnedFd, enforced: Vec<Enforced>) {
+        self.leaf = Some(LeafDir {
+            cg: Cgroup::new(dir),
+            fd,
+        });
+        self.external = true;
+        self.enforced.extend(enforced);
+    }
+
     /// The leaf's directory, when one was created.
     pub fn cgroup_dir(&self) -> Option<&std::path::Path> {
         self.leaf.as_ref().map(|l| l.cg.dir.as_path())
@@ -568,6 +587,7 @@ impl Leaf {
     pub fn finish(mut self) -> LimitsReport {
         let mut report = self.report();
         if let Some(leaf) = self.leaf.take()
+            && !self.external
             && let Err(e) = teardown(&leaf.cg)
         {
             report.cleanup_error = Some(e);
@@ -605,7 +625,7 @@ fn teardown(cg: &Cgroup) -> Result<(), String> {
 
 impl Drop for Leaf {
     fn drop(&mut self) {
-        if std::process::id() != self.owner {
+        if std::process::id() != self.owner || self.external {
             return;
         }
         if let Some(leaf) = self.leaf.take() {

@@ -673,3 +673,36 @@ fn io_in_a_profile_required_and_preferred() {
     let back = crate::spec::parse_json(&serde_json::to_string(&s).unwrap()).unwrap();
     assert_eq!(back.limits.io, s.limits.io);
 }
+
+/// An adopted cgroup (an OCI container's `cgroupsPath`): its counters and
+/// limit events go to the report, but finish and drop leave the directory
+/// to its owner (`hutch-oci delete`).
+#[test]
+fn an_adopted_cgroup_is_reported_and_left_to_its_owner() {
+    let dir = std::env::temp_dir().join(format!("hutch-adopt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("memory.events"),
+        "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n",
+    )
+    .unwrap();
+    let fd: OwnedFd = std::fs::File::open(&dir).unwrap().into();
+    let mut leaf = rlimits_only(&Limits::default()).unwrap();
+    leaf.adopt(
+        dir.clone(),
+        fd,
+        vec![Enforced {
+            limit: "linux.resources.memory.limit".into(),
+            value: json!("67108864"),
+            by: "cgroup memory.max".into(),
+        }],
+    );
+    assert!(leaf.cgroup_fd().is_some(), "the sandbox is cloned into it");
+    assert_eq!(leaf.ended_by(), Some("oom-killed"));
+    let report = leaf.finish();
+    assert_eq!(report.cgroup.as_deref(), Some(dir.as_path()));
+    assert_eq!(report.ended_by, Some("oom-killed"));
+    assert!(report.enforced.iter().any(|e| e.by == "cgroup memory.max"));
+    assert!(dir.exists(), "finish leaves an adopted cgroup alone");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -33,6 +33,7 @@ struct Global {
     root: PathBuf,
     log: Option<PathBuf>,
     json_log: bool,
+    systemd_cgroup: bool,
 }
 
 /// A failure with the exit code hutch-oci ends with.
@@ -56,7 +57,17 @@ pub fn main(args: Vec<OsString>) -> i32 {
         root: PathBuf::from(DEFAULT_ROOT),
         log: None,
         json_log: false,
+        systemd_cgroup: false,
     };
+    // A hook in a container's namespaces (super::oci::hooks), before any
+    // flag: the arguments are the hook's own.
+    if args.first().and_then(|a| a.to_str()) == Some(crate::oci::hooks::EXEC_IN) {
+        let rest: Vec<String> = args[1..]
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        return crate::oci::hooks::exec_in(&rest);
+    }
     let args: Vec<String> = match args.into_iter().map(|a| a.into_string()).collect() {
         Ok(a) => a,
         Err(_) => return report(&g, &Failed(1, anyhow!("arguments must be UTF-8"))),
@@ -89,9 +100,10 @@ pub fn main(args: Vec<OsString>) -> i32 {
                 Some("text") => g.json_log = false,
                 _ => return usage_error(&g, "--log-format is text or json"),
             },
-            // The cgroup is the engine's business (docs/oci.md); debug
-            // output has nothing more to say than the errors.
-            "--systemd-cgroup" | "--debug" => {}
+            // cgroupsPath is slice:prefix:name (oci::resources).
+            "--systemd-cgroup" => g.systemd_cgroup = true,
+            // Debug output has nothing more to say than the errors.
+            "--debug" => {}
             "--rootless" | "--criu" => {
                 let _ = value(&mut it);
             }
@@ -116,8 +128,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let rest: Vec<String> = it.collect();
     let root = Root::new(g.root.clone());
     let result = match cmd.as_str() {
-        "create" => create(&root, &rest, false),
-        "run" => create(&root, &rest, true),
+        "create" => create(&root, &rest, false, g.systemd_cgroup),
+        "run" => create(&root, &rest, true, g.systemd_cgroup),
         "start" => one_id(&rest).and_then(|id| Ok(root.start(&id)?)).map(|_| 0),
         "state" => state(&root, &rest),
         "kill" => kill(&root, &rest),
@@ -132,12 +144,11 @@ pub fn main(args: Vec<OsString>) -> i32 {
             Ok(0)
         }
         "exec" => exec(&root, &rest),
-        "checkpoint" | "restore" | "update" | "pause" | "resume" | "ps" | "events" | "spec" => {
-            Err(Failed(
-                1,
-                anyhow!("{cmd} is not supported by hutch-oci (see docs/oci.md)"),
-            ))
-        }
+        "update" => update(&root, &rest),
+        "checkpoint" | "restore" | "pause" | "resume" | "ps" | "events" | "spec" => Err(Failed(
+            1,
+            anyhow!("{cmd} is not supported by hutch-oci (see docs/oci.md)"),
+        )),
         other => Err(Failed(
             1,
             anyhow!("unknown command {other:?} (hutch-oci --help)"),
@@ -251,7 +262,7 @@ fn one_id(rest: &[String]) -> Result<String, Failed> {
     }
 }
 
-fn create(root: &Root, rest: &[String], run: bool) -> Result<i32, Failed> {
+fn create(root: &Root, rest: &[String], run: bool, systemd_cgroup: bool) -> Result<i32, Failed> {
     let (pairs, positional) = parse_flags(
         rest,
         &[
@@ -290,6 +301,7 @@ fn create(root: &Root, rest: &[String], run: bool) -> Result<i32, Failed> {
         bundle: &bundle,
         pid_file: pid_file.as_deref(),
         console_socket: console.as_deref(),
+        systemd_cgroup,
     };
     let record = root.create(&id, &req)?;
     if !run {
@@ -484,6 +496,74 @@ fn kill(root: &Root, rest: &[String]) -> Result<i32, Failed> {
     Ok(0)
 }
 
+/// runc's per-limit flags of `update`: refused, the JSON form is the one
+/// engines use.
+const UPDATE_FLAGS: &[&str] = &[
+    "--blkio-weight",
+    "--cpu-period",
+    "--cpu-quota",
+    "--cpu-rt-period",
+    "--cpu-rt-runtime",
+    "--cpu-share",
+    "--cpuset-cpus",
+    "--cpuset-mems",
+    "--memory",
+    "--memory-reservation",
+    "--memory-swap",
+    "--pids-limit",
+    "--l3-cache-schema",
+    "--mem-bw-schema",
+    "--kernel-memory",
+    "--kernel-memory-tcp",
+];
+
+/// `update --resources FILE|- ID` (containerd's shim and CRI-O): the
+/// linux.resources JSON written into the container's cgroup.
+fn update(root: &Root, rest: &[String]) -> Result<i32, Failed> {
+    let mut flags = vec!["--resources", "-r"];
+    flags.extend(UPDATE_FLAGS);
+    let (pairs, positional) = parse_flags(rest, &flags, &[], false)?;
+    let id = one_id(&positional)?;
+    let mut file = None;
+    for (flag, v) in pairs {
+        match flag.as_str() {
+            "--resources" | "-r" => file = Some(v),
+            other => {
+                return Err(anyhow!(
+                    "update {other}: not supported; pass the limits as linux.resources JSON with --resources FILE (or - for stdin)"
+                )
+                .into());
+            }
+        }
+    }
+    let Some(file) = file else {
+        return Err(anyhow!("update needs --resources FILE (or - for stdin)").into());
+    };
+    // A missing container first, in the words containerd looks for.
+    root.load(&id)?;
+    let mut text = Vec::new();
+    let read = if file == "-" {
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(std::io::stdin(), 1 << 20),
+            &mut text,
+        )
+    } else {
+        std::fs::File::open(&file).and_then(|f| {
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, 1 << 20), &mut text)
+        })
+    };
+    read.with_context(|| format!("reading the resources {file}"))?;
+    let resources: crate::oci::config::Resources = serde_json::from_slice(&text).map_err(|e| {
+        anyhow!(
+            "--resources {file}: not linux.resources JSON (line {}, column {})",
+            e.line(),
+            e.column()
+        )
+    })?;
+    root.update(&id, &resources)?;
+    Ok(0)
+}
+
 fn delete(root: &Root, rest: &[String]) -> Result<i32, Failed> {
     let (pairs, positional) = parse_flags(rest, &[], &["--force", "-f"], false)?;
     let id = one_id(&positional)?;
@@ -536,7 +616,7 @@ fn features() -> String {
     serde_json::json!({
         "ociVersionMin": crate::oci::config::OCI_VERSION_MIN,
         "ociVersionMax": crate::oci::config::OCI_VERSION_MAX,
-        "hooks": [],
+        "hooks": ["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"],
         "mountOptions": [
             "bind", "rbind", "ro", "rw", "nosuid", "suid", "nodev", "dev", "noexec", "exec",
             "nosymfollow", "symfollow", "nodiratime", "diratime", "relatime", "norelatime",
@@ -546,7 +626,7 @@ fn features() -> String {
         "linux": {
             "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "user", "uts"],
             "capabilities": caps,
-            "cgroup": {"v1": false, "v2": false, "systemd": false, "systemdUser": false},
+            "cgroup": {"v1": false, "v2": true, "systemd": false, "systemdUser": false, "rdma": false},
             "seccomp": {
                 "enabled": true,
                 "actions": ["SCMP_ACT_ALLOW", "SCMP_ACT_ERRNO", "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS",
@@ -556,8 +636,13 @@ fn features() -> String {
                 "archs": ["SCMP_ARCH_X86_64"]
             },
             "apparmor": {"enabled": false},
-            "selinux": {"enabled": false}
+            "selinux": {"enabled": false},
+            "intelRdt": {"enabled": false},
+            "mountExtensions": {"idmap": {"enabled": false}}
         },
+        // CRI-O passes these only to runtimes whose allowed_annotations
+        // list them: they change a container's confinement.
+        "potentiallyUnsafeConfigAnnotations": ["run.hutch."],
         "annotations": {
             "run.hutch.annotations": crate::oci::translate::ANNOTATIONS.join(","),
         }

@@ -14,7 +14,8 @@ use crate::registry::{self, Entry, KillOutcome, Liveness, RegistryError};
 const PS_USAGE: &str = "usage: hutch ps [--json]
 List the running sandboxes (of hutch run, session commands and the library):
 the caller's own; root sees every user's. Records of supervisors that were
-killed (stale) are shown once and removed.";
+killed (stale) are shown once and removed. hutch-oci's containers (under
+/run/hutch-oci and containerd's /run/containerd/runc/NS) follow as oci:ID.";
 
 const KILL_USAGE: &str =
     "usage: hutch kill (SANDBOX... | --session ID | --label KEY=VALUE | --all) [--json]
@@ -90,6 +91,36 @@ fn entry_json(e: &Entry) -> serde_json::Value {
     })
 }
 
+/// The state roots `hutch ps` reads hutch-oci containers from: the
+/// default one, and containerd's runc-shim roots (one per namespace; runc's
+/// own containers there are not hutch-oci records and are skipped).
+fn oci_roots() -> Vec<std::path::PathBuf> {
+    let mut roots = vec![std::path::PathBuf::from(
+        crate::oci::lifecycle::DEFAULT_ROOT,
+    )];
+    if let Ok(dir) = std::fs::read_dir("/run/containerd/runc") {
+        let mut ns: Vec<_> = dir.flatten().map(|e| e.path()).collect();
+        ns.sort();
+        roots.extend(ns);
+    }
+    roots
+}
+
+/// hutch-oci's containers (podman, containerd, CRI-O): the OCI state of
+/// each, with the root it is under.
+fn oci_containers() -> Vec<(std::path::PathBuf, crate::oci::config::State)> {
+    let mut out = Vec::new();
+    for path in oci_roots() {
+        let root = crate::oci::lifecycle::Root::new(&path);
+        for id in root.list() {
+            if let Ok(state) = root.state(&id) {
+                out.push((path.clone(), state));
+            }
+        }
+    }
+    out
+}
+
 /// `hutch ps`.
 pub fn ps_main(args: Vec<OsString>) -> i32 {
     let mut json_out = false;
@@ -112,11 +143,22 @@ pub fn ps_main(args: Vec<OsString>) -> i32 {
     };
     let cleaned = registry::clean_stale(&entries);
     registry::sweep_kill_marks();
+    let oci = oci_containers();
     if json_out {
         let list: Vec<_> = entries.iter().map(entry_json).collect();
+        let oci: Vec<_> = oci
+            .iter()
+            .map(|(root, s)| {
+                json!({"id": s.id, "status": s.status, "pid": s.pid, "bundle": s.bundle,
+                       "root": root})
+            })
+            .collect();
         print(&format!(
             "{}\n",
-            ok_line("ps", &json!({"sandboxes": list, "cleaned": cleaned}))
+            ok_line(
+                "ps",
+                &json!({"sandboxes": list, "cleaned": cleaned, "oci_containers": oci})
+            )
         ));
         return 0;
     }
@@ -134,6 +176,18 @@ pub fn ps_main(args: Vec<OsString>) -> i32 {
             age(e.record.started_unix_ms),
             state_name(&e.liveness),
             command
+        );
+    }
+    // hutch-oci's containers: SANDBOX is `oci:ID`, COMMAND the bundle.
+    for (_, st) in &oci {
+        out += &format!(
+            "{:<16}  {:<32}  {:>7}  {:>4}  {:<6}  {}\n",
+            format!("oci:{}", st.id),
+            "-",
+            st.pid.unwrap_or(0),
+            "-",
+            st.status,
+            crate::workspace::display_name(st.bundle.as_bytes())
         );
     }
     print(&out);

@@ -29,9 +29,10 @@ use crate::sys::{self, Forked, SysError};
 
 /// How to create.
 pub struct CreateOptions {
-    /// Clone the sandbox into this cgroup directory (the engine's
-    /// `cgroupsPath`); without it the sandbox stays in the launcher's.
-    pub cgroup: Option<OwnedFd>,
+    /// Clone the sandbox into this cgroup (the engine's `cgroupsPath`,
+    /// made and limited by the caller); without it the sandbox stays in
+    /// the launcher's.
+    pub cgroup: Option<EngineCgroup>,
     /// A listening SOCK_SEQPACKET socket; the first connection to it starts
     /// the workload.
     pub hold: OwnedFd,
@@ -40,6 +41,15 @@ pub struct CreateOptions {
     pub console: Option<OwnedFd>,
     /// The start event and the exit report go here (the keeper writes them).
     pub status_file: Option<PathBuf>,
+}
+
+/// A cgroup the caller made for the sandbox: its directory, an fd of it
+/// for `CLONE_INTO_CGROUP`, and the limits written there (for the report,
+/// whose counters and `oom-killed` come from it). The caller removes it.
+pub struct EngineCgroup {
+    pub dir: PathBuf,
+    pub fd: OwnedFd,
+    pub enforced: Vec<crate::cgroup::Enforced>,
 }
 
 /// A created sandbox.
@@ -73,6 +83,9 @@ pub fn create(
     p.child.command.controlling_tty = opts.console.is_some();
     p.child.console = opts.console;
     p.child.hold = Some(opts.hold);
+    if let (Some(c), Some(leaf)) = (opts.cgroup, p.cgroup.as_mut()) {
+        leaf.adopt(c.dir, c.fd, c.enforced);
+    }
     let status_file = match &opts.status_file {
         Some(path) => Some(std::fs::File::create(path).map_err(|e| {
             LaunchError::Prepare(format!("cannot write status file {}: {e}", path.display()))
@@ -86,7 +99,7 @@ pub fn create(
         return Err(LaunchError::MultiThreaded(threads));
     }
     joins.enter()?;
-    let cgroup_fd: Option<BorrowedFd<'_>> = opts.cgroup.as_ref().map(|f| f.as_fd());
+    let cgroup_fd: Option<BorrowedFd<'_>> = p.cgroup.as_ref().and_then(|c| c.cgroup_fd());
     // SAFETY: the process is single-threaded (checked just above).
     let (pid, pidfd) = match unsafe { sys::clone3(p.clone_flags, cgroup_fd) } {
         Ok(Forked::Child) => child::sandbox_main(&mut p.child, child_sock),

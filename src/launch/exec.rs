@@ -37,6 +37,9 @@ pub struct ExecOptions {
     /// sandbox's devpts as stdio and controlling terminal, its master goes
     /// here.
     pub console: Option<OwnedFd>,
+    /// The sandbox's cgroup (an OCI container's `cgroupsPath`): the
+    /// process is cloned into it, so that its limits bind it too.
+    pub cgroup: Option<OwnedFd>,
 }
 
 fn inode(path: &str) -> Option<u64> {
@@ -75,8 +78,9 @@ pub fn exec(
     let own_userns = joins.iter().any(|(k, _, _)| *k == "user");
     let (report_r, report_w) = sys::socket::seqpacket_pair()?;
     let (pid_r, pid_w) = sys::socket::seqpacket_pair()?;
+    let cgroup_fd = opts.cgroup.as_ref().map(|f| f.as_fd());
     // SAFETY: the process is single-threaded (checked above).
-    match unsafe { sys::clone3(0, None) } {
+    match unsafe { sys::clone3(0, cgroup_fd) } {
         Ok(Forked::Child) => {
             drop(report_r);
             drop(pid_r);

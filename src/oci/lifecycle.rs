@@ -41,6 +41,8 @@ const HOLD_SOCKET: &str = "hold.sock";
 const STARTED_MARK: &str = "started";
 /// Written once `create` is complete (before it: `creating`).
 const CREATED_MARK: &str = "created";
+/// The config's hooks, kept for `start` and `delete`.
+const HOOKS_FILE: &str = "hooks.json";
 
 /// A container's record in its state directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,6 +55,12 @@ pub struct Record {
     pub annotations: BTreeMap<String, String>,
     /// The keeper (egress proxy, status file), when there is one.
     pub keeper: Option<(i32, u64)>,
+    /// The container's cgroup (`linux.resources` asked for a limit), and
+    /// the directories hutch-oci made for it: `delete` removes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroup_made: Vec<PathBuf>,
 }
 
 /// A container's status (`runtime.md`, "State").
@@ -80,6 +88,8 @@ pub struct CreateRequest<'a> {
     pub bundle: &'a Path,
     pub pid_file: Option<&'a Path>,
     pub console_socket: Option<&'a Path>,
+    /// `--systemd-cgroup`: `cgroupsPath` is `slice:prefix:name`.
+    pub systemd_cgroup: bool,
 }
 
 /// The state root.
@@ -304,6 +314,14 @@ impl Root {
             .map_err(OciError::io(format!("bundle {}", req.bundle.display())))?;
         let config = read_config(&bundle)?;
         let t = super::translate::translate(&config, &bundle)?;
+        if let Some(h) = &config.hooks {
+            super::hooks::validate(h)?;
+        }
+        let cgroup_plan = super::resources::plan(
+            config.linux.as_ref().unwrap_or(&Default::default()),
+            id,
+            req.systemd_cgroup,
+        )?;
         if t.terminal != req.console_socket.is_some() {
             return Err(OciError::Config {
                 key: "process.terminal".into(),
@@ -326,13 +344,101 @@ impl Root {
             }
             Err(e) => return Err(OciError::io(format!("creating {}", dir.display()))(e)),
         }
-        let result = self.create_in(id, &dir, &bundle, &config, t, req);
+        let result = self.create_with_cgroup(id, &dir, &bundle, &config, t, req, cgroup_plan);
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
+        }
+        // runtime.md: a failing prestart, createRuntime or createContainer
+        // hook stops the container and the lifecycle goes on at its
+        // poststop hooks.
+        if let (Err(OciError::Hook { .. }), Some(hooks)) = (&result, &config.hooks) {
+            let state = State {
+                oci_version: super::config::OCI_VERSION_MAX.into(),
+                id: id.into(),
+                status: "stopped".into(),
+                pid: None,
+                bundle: bundle.display().to_string(),
+                annotations: config.annotations.clone(),
+            };
+            let _ = super::hooks::run(super::hooks::Phase::Poststop, hooks, &state, None);
         }
         result
     }
 
+    /// The container's cgroup first (when the config asks for limits), so
+    /// that a limit this host cannot enforce fails before anything runs;
+    /// it goes again when the rest fails.
+    #[allow(clippy::too_many_arguments)]
+    fn create_with_cgroup(
+        &self,
+        id: &str,
+        dir: &Path,
+        bundle: &Path,
+        config: &Config,
+        t: super::translate::Translated,
+        req: &CreateRequest<'_>,
+        plan: Option<super::resources::CgroupPlan>,
+    ) -> Result<Record, OciError> {
+        let Some(plan) = plan else {
+            return self.create_in(id, dir, bundle, config, t, req, None);
+        };
+        let applied = super::resources::apply(&crate::cgroup::host::HostCgroups::detect(), &plan)?;
+        let cg = (applied.dir.clone(), applied.made.clone());
+        let enforced = plan
+            .writes
+            .iter()
+            .map(|w| crate::cgroup::Enforced {
+                limit: w.key.clone(),
+                value: serde_json::Value::String(w.value.clone()),
+                by: format!("cgroup {}", w.file),
+            })
+            .collect();
+        let engine = crate::launch::create::EngineCgroup {
+            dir: applied.dir,
+            fd: applied.fd,
+            enforced,
+        };
+        let result = self.create_in(
+            id,
+            dir,
+            bundle,
+            config,
+            t,
+            req,
+            Some((engine, cg.1.clone())),
+        );
+        if result.is_err() {
+            let _ = super::resources::remove(&cg.0, &cg.1);
+        }
+        result
+    }
+
+    /// The state a hook reads on stdin.
+    fn hook_state(&self, r: &Record, status: &str, pid: Option<i32>) -> State {
+        State {
+            oci_version: super::config::OCI_VERSION_MAX.into(),
+            id: r.id.clone(),
+            status: status.into(),
+            pid,
+            bundle: r.bundle.clone(),
+            annotations: r.annotations.clone(),
+        }
+    }
+
+    /// The hooks saved at `create` (none when the file is absent).
+    fn hooks(&self, id: &str) -> Result<super::config::Hooks, OciError> {
+        let path = self.dir(id)?.join(HOOKS_FILE);
+        match std::fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| OciError::Io {
+                what: format!("reading {}", path.display()),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Default::default()),
+            Err(e) => Err(OciError::io(format!("reading {}", path.display()))(e)),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn create_in(
         &self,
         id: &str,
@@ -341,7 +447,36 @@ impl Root {
         config: &Config,
         mut t: super::translate::Translated,
         req: &CreateRequest<'_>,
+        cgroup: Option<(crate::launch::create::EngineCgroup, Vec<PathBuf>)>,
     ) -> Result<Record, OciError> {
+        use super::hooks::{self, Phase};
+        let hooks = config.hooks.clone().unwrap_or_default();
+        let (cgroup_dir, cgroup_made) = match &cgroup {
+            Some((e, made)) => (Some(e.dir.clone()), made.clone()),
+            None => (None, Vec::new()),
+        };
+        let base = Record {
+            id: id.into(),
+            pid: 0,
+            start_time: 0,
+            bundle: bundle.display().to_string(),
+            annotations: config.annotations.clone(),
+            keeper: None,
+            cgroup: cgroup_dir,
+            cgroup_made,
+        };
+        // A record from the start: `delete` finds the cgroup even if this
+        // process is killed before hutch init exists.
+        write_atomic(
+            &dir.join(STATE_FILE),
+            &serde_json::to_vec(&base).expect("record serializes"),
+        )?;
+        if hooks != Default::default() {
+            write_atomic(
+                &dir.join(HOOKS_FILE),
+                &serde_json::to_vec(&hooks).expect("hooks serialize"),
+            )?;
+        }
         if let Some(json) = &t.seccomp_profile {
             let path = dir.join("seccomp.json");
             write_atomic(&path, json.as_bytes())?;
@@ -355,10 +490,12 @@ impl Root {
         rustix::net::listen(&hold, 1)
             .map_err(|e| OciError::io(format!("listen({})", hold_path.display()))(e.into()))?;
         let console = req.console_socket.map(connect_console).transpose()?;
+        // A hook's failure in before_go, kept to be the error (with its key).
+        let mut hook_failed: Option<OciError> = None;
         let created = launch_create(
             &t.spec,
             CreateOptions {
-                cgroup: None,
+                cgroup: cgroup.map(|(e, _)| e),
                 hold,
                 console,
                 status_file: t.status_file.clone(),
@@ -368,25 +505,36 @@ impl Root {
             // is killed now.
             &mut |pid| {
                 let early = Record {
-                    id: id.into(),
                     pid,
                     start_time: start_time(pid).unwrap_or(0),
-                    bundle: bundle.display().to_string(),
-                    annotations: config.annotations.clone(),
-                    keeper: None,
+                    ..base.clone()
                 };
                 let json = serde_json::to_vec(&early).expect("record serializes");
-                write_atomic(&dir.join(STATE_FILE), &json).map_err(|e| e.to_string())
+                write_atomic(&dir.join(STATE_FILE), &json).map_err(|e| e.to_string())?;
+                // The runtime's namespaces, the container's exist, its
+                // root is not built yet.
+                let state = self.hook_state(&early, "creating", Some(pid));
+                for phase in [Phase::Prestart, Phase::CreateRuntime] {
+                    if let Err(e) = hooks::run(phase, &hooks, &state, Some(pid)) {
+                        let line = e.to_string();
+                        hook_failed = Some(e);
+                        return Err(line);
+                    }
+                }
+                Ok(())
             },
-        )?;
+        );
+        let created = match (created, hook_failed) {
+            (Ok(c), _) => c,
+            (Err(_), Some(hook)) => return Err(hook),
+            (Err(e), None) => return Err(e.into()),
+        };
         let stamp = |pid| start_time(pid).unwrap_or(0);
         let record = Record {
-            id: id.into(),
             pid: created.pid,
             start_time: stamp(created.pid),
-            bundle: bundle.display().to_string(),
-            annotations: config.annotations.clone(),
             keeper: created.keeper.map(|k| (k, stamp(k))),
+            ..base.clone()
         };
         let kill = || {
             let _ = sys::raw::kill(created.pid, libc::SIGKILL);
@@ -396,6 +544,12 @@ impl Root {
         };
         let json = serde_json::to_vec(&record).expect("record serializes");
         if let Err(e) = write_atomic(&dir.join(STATE_FILE), &json) {
+            kill();
+            return Err(e);
+        }
+        // The root is built (hutch init holds before the workload).
+        let state = self.hook_state(&record, "creating", Some(record.pid));
+        if let Err(e) = hooks::run(Phase::CreateContainer, &hooks, &state, Some(record.pid)) {
             kill();
             return Err(e);
         }
@@ -426,6 +580,18 @@ impl Root {
             }
         }
         let dir = self.dir(id)?;
+        let hooks = self.hooks(id)?;
+        let state = self.hook_state(&r, "created", Some(r.pid));
+        if let Err(e) = super::hooks::run(
+            super::hooks::Phase::StartContainer,
+            &hooks,
+            &state,
+            Some(r.pid),
+        ) {
+            // The spec: a failing startContainer hook stops the container.
+            let _ = end_process(r.pid, r.start_time);
+            return Err(e);
+        }
         let sock = seqpacket()?;
         let hold_path = dir.join(HOLD_SOCKET);
         let (_dir_fd, addr) = hold_addr(&dir)?;
@@ -467,6 +633,9 @@ impl Root {
                 line: "the container ended before its workload started".into(),
             });
         }
+        let state = self.hook_state(&r, "running", Some(r.pid));
+        // Logged, never fatal (runtime-spec).
+        let _ = super::hooks::run(super::hooks::Phase::Poststart, &hooks, &state, None);
         Ok(())
     }
 
@@ -512,6 +681,15 @@ impl Root {
             t.spec.network = crate::spec::Network::None;
         }
         let console = console_socket.map(connect_console).transpose()?;
+        // The container's limits bind the new process too.
+        let cgroup = match &r.cgroup {
+            Some(dir) => Some(
+                crate::cgroup::tree::Cgroup::new(dir)
+                    .open_dir()
+                    .map_err(OciError::io(format!("open({})", dir.display())))?,
+            ),
+            None => None,
+        };
         if wait {
             sys::set_child_subreaper().map_err(|e| OciError::Io {
                 what: "becoming a subreaper".into(),
@@ -521,7 +699,7 @@ impl Root {
         let pid = crate::launch::exec::exec(
             &t.spec,
             r.pid,
-            crate::launch::exec::ExecOptions { console },
+            crate::launch::exec::ExecOptions { console, cgroup },
         )?;
         if let Some(pid_file) = pid_file {
             write_atomic(pid_file, pid.to_string().as_bytes())?;
@@ -592,12 +770,47 @@ impl Root {
                 message: "stop it first or delete --force",
             });
         }
+        let hooks = self.hooks(id).unwrap_or_default();
         let mut left = vec![(r.pid, r.start_time)];
         left.extend(r.keeper);
         for (pid, start) in left {
             end_process(pid, start)?;
         }
+        if let Some(cg) = &r.cgroup {
+            super::resources::remove(cg, &r.cgroup_made)?;
+        }
+        // After the container is gone, before delete returns; logged only.
+        let state = self.hook_state(&r, "stopped", None);
+        let _ = super::hooks::run(super::hooks::Phase::Poststop, &hooks, &state, None);
         std::fs::remove_dir_all(&dir).map_err(OciError::io(format!("removing {}", dir.display())))
+    }
+
+    /// The OCI `update`: write `resources` into the cgroup of container
+    /// `id`. Only a container created with a limit has a cgroup of
+    /// hutch-oci's; only the controllers it was created with can change.
+    pub fn update(&self, id: &str, resources: &super::config::Resources) -> Result<(), OciError> {
+        let r = self.load(id)?;
+        let status = self.status(&r);
+        if status == Status::Stopped {
+            return Err(OciError::WrongState {
+                id: id.into(),
+                status: status.as_str(),
+                message: "container not running",
+            });
+        }
+        let writes = super::resources::writes(resources)?;
+        let Some(cg) = &r.cgroup else {
+            if writes.is_empty() {
+                return Ok(());
+            }
+            return Err(OciError::Config {
+                key: writes[0].key.clone(),
+                message: format!(
+                    "container {id:?} was created without limits, so it has no cgroup of hutch-oci's to update: create it with the limit"
+                ),
+            });
+        };
+        super::resources::update(cg, &writes)
     }
 
     /// The ids of every container under the root.

@@ -5,7 +5,9 @@
 //! hutch init, start, kill, delete). See docs/oci.md.
 
 pub mod config;
+pub mod hooks;
 pub mod lifecycle;
+pub mod resources;
 pub mod seccomp;
 pub mod translate;
 
@@ -44,6 +46,13 @@ pub enum OciError {
     },
     #[error(transparent)]
     Launch(#[from] crate::launch::LaunchError),
+    /// A hook failed (createRuntime, createContainer, startContainer...).
+    #[error("{key} ({path}) failed: {why}")]
+    Hook {
+        key: String,
+        path: String,
+        why: String,
+    },
     /// The container's start failed (its command could not be executed).
     #[error("starting container {id:?}: {line}")]
     Start { id: String, line: String },

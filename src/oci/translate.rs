@@ -119,20 +119,8 @@ pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
             return Err(unsupported(key));
         }
     }
-    if let Some(h) = &cfg.hooks {
-        for (key, list) in [
-            ("prestart", &h.prestart),
-            ("createRuntime", &h.create_runtime),
-            ("createContainer", &h.create_container),
-            ("startContainer", &h.start_container),
-            ("poststart", &h.poststart),
-            ("poststop", &h.poststop),
-        ] {
-            if !list.is_empty() {
-                return Err(unsupported(&format!("hooks.{key}")));
-            }
-        }
-    }
+    // Hooks are run by the lifecycle (super::hooks), resources by
+    // super::resources: neither is part of the Spec.
     let mut spec = Spec::default();
     let process = cfg.process.as_ref().ok_or_else(|| {
         err(
@@ -563,54 +551,9 @@ fn translate_linux_rest(linux: &Linux, _spec: &mut Spec) -> Result<(), OciError>
             ));
         }
     }
-    let Some(r) = &linux.resources else {
-        return Ok(());
-    };
-    // Device access is what the container's /dev holds (the default set
-    // and linux.devices); a device cgroup rule is not needed for that.
-    let no_limit = "hutch-oci cannot enforce cgroup limits yet (docs/oci.md); run without this limit (podman: --pids-limit 0)";
-    if let Some(m) = &r.memory
-        && (m.limit.is_some_and(|v| v > 0)
-            || m.reservation.is_some_and(|v| v > 0)
-            || m.swap.is_some_and(|v| v > 0)
-            || m.kernel.is_some()
-            || m.kernel_tcp.is_some()
-            || m.swappiness.is_some()
-            || m.disable_oom_killer == Some(true))
-    {
-        return Err(err("linux.resources.memory", no_limit));
-    }
-    if let Some(p) = &r.pids
-        && p.limit > 0
-    {
-        return Err(err("linux.resources.pids.limit", no_limit));
-    }
-    if let Some(c) = &r.cpu
-        // 1024 shares is the kernel's default weight: no limit.
-        && (c.shares.is_some_and(|s| s > 0 && s != 1024)
-            || c.quota.is_some_and(|q| q > 0)
-            || c.burst.is_some()
-            || c.realtime_runtime.is_some()
-            || c.cpus.as_ref().is_some_and(|s| !s.is_empty())
-            || c.mems.as_ref().is_some_and(|s| !s.is_empty())
-            || c.idle.is_some())
-    {
-        return Err(err("linux.resources.cpu", no_limit));
-    }
-    for (key, set) in [
-        ("linux.resources.blockIO", r.block_io.is_some()),
-        (
-            "linux.resources.hugepageLimits",
-            !r.hugepage_limits.is_empty(),
-        ),
-        ("linux.resources.network", r.network.is_some()),
-        ("linux.resources.rdma", r.rdma.is_some()),
-        ("linux.resources.unified", !r.unified.is_empty()),
-    ] {
-        if set {
-            return Err(err(key, no_limit));
-        }
-    }
+    // linux.resources is the container's cgroup (super::resources). Device
+    // access is what the container's /dev holds (the default set and
+    // linux.devices); a device cgroup rule is not needed for that.
     Ok(())
 }
 

@@ -529,6 +529,22 @@ pub unsafe fn clone3(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> Result<Forke
     })
 }
 
+/// [`clone3`] with no flags, for a process that knows it is
+/// single-threaded: checked here (`/proc/self/status`), EAGAIN-shaped
+/// error when it is not.
+pub fn fork_single_threaded() -> Result<Forked, SysError> {
+    let threads = super::thread_count();
+    if threads != 1 {
+        return Err(SysError::new(
+            format!("fork ({threads} threads; needs exactly one)"),
+            Errno::EAGAIN,
+        ));
+    }
+    // SAFETY: the process has exactly one thread (checked just above, and
+    // a single thread cannot start another between the check and here).
+    unsafe { clone3(0, None) }
+}
+
 /// Run `child` in a new process that shares this one's memory until it
 /// calls `execve` or exits: clone(CLONE_VM | CLONE_VFORK), as
 /// posix_spawn(3) does. No page table is copied and no page is faulted in

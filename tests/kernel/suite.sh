@@ -4,7 +4,7 @@
 #   suite.sh run MODE   run the tests of MODE (root or user); one line each:
 #                       RESULT MODE/NAME PASS|FAIL|SKIP seconds [why]
 
-ROOT_TESTS="cgroup2_controllers cgroup_module oom_4g_under_2g forkbomb_pids_64 default_pids_cap cpus_half timeout_daemons_cleaned landlock_floor spawn_overhead default_profile_on_tmpfs io_max_wbps"
+ROOT_TESTS="cgroup2_controllers cgroup_module oom_4g_under_2g forkbomb_pids_64 default_pids_cap cpus_half timeout_daemons_cleaned landlock_floor spawn_overhead default_profile_on_tmpfs io_max_wbps oci_resources"
 USER_TESTS="cgroup_delegated cgroup_module oom_small forkbomb_pids_64 default_pids_cap cpus_half timeout_daemons_cleaned landlock_floor io_max_wbps"
 
 # hutch run with explicit mounts, so that the limit tests do not depend on
@@ -211,6 +211,91 @@ t_spawn_overhead() {
     w=$(echo "$with" | cut -d' ' -f2)
     echo "BENCH spawn_overhead runs=$n no_cgroup_mean_us=$p cgroup_mean_us=$w delta_us=$((w - p)) ratio_pct=$((w * 100 / p)) (TCG)"
     no_leaves
+}
+
+# hutch-oci with linux.resources (issue 16), as an engine drives it:
+# create (the cgroup at cgroupsPath gets memory.max, pids.max, cpu.max,
+# cpu.weight before anything runs), start, the keeper's exit report, delete
+# (the cgroup goes). A memory hog under 64 MiB is OOM-killed and reported
+# so; a fork bomb under pids 16 cannot fork beyond it.
+oci_bundle() { # DIR ARGS-JSON RESOURCES-JSON CGROUPS-PATH
+    rm -rf $1 && mkdir -p $1/rootfs/bin $1/rootfs/usr $1/rootfs/lib $1/rootfs/lib64 $1/rootfs/proc $1/rootfs/dev $1/rootfs/tmp
+    mkdir -p /lib64
+    ro='"options": ["rbind", "ro"]'
+    cat >$1/config.json <<EOF
+{"ociVersion": "1.2.0",
+ "process": {"args": $2, "env": ["PATH=/usr/local/bin:/usr/bin:/bin"], "cwd": "/",
+             "user": {"uid": 0, "gid": 0}, "noNewPrivileges": true},
+ "root": {"path": "rootfs"},
+ "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"},
+            {"destination": "/bin", "type": "bind", "source": "/bin", $ro},
+            {"destination": "/usr", "type": "bind", "source": "/usr", $ro},
+            {"destination": "/lib", "type": "bind", "source": "/lib", $ro},
+            {"destination": "/lib64", "type": "bind", "source": "/lib64", $ro}],
+ "annotations": {"run.hutch.status-file": "$1/status.jsonl"},
+ "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}, {"type": "ipc"}, {"type": "uts"}],
+           "cgroupsPath": "$4", "resources": $3}}
+EOF
+}
+
+# Wait (up to 120 s: TCG is slow) for the keeper's exit report.
+oci_wait_exit() { # STATUS-FILE
+    for i in $(seq 600); do
+        grep -q '"event":"exit"' "$1" 2>/dev/null && return 0
+        sleep 0.2
+    done
+    echo "no exit report in $1"; return 1
+}
+
+t_oci_resources() {
+    oci="hutch-oci --root $W/oci-state"
+    cg=/sys/fs/cgroup/hutch-oci-test
+    b=$W/oci-mem
+    oci_bundle $b '["vmhelper", "memhog", "512"]' \
+        '{"memory": {"limit": 67108864}, "pids": {"limit": 16}, "cpu": {"quota": 50000, "period": 100000, "shares": 512}}' \
+        /hutch-oci-test/mem
+    $oci create --bundle $b --pid-file $b/pid mem || return 1
+    for f in memory.max:67108864 pids.max:16 "cpu.max:50000 100000" cpu.weight:59; do
+        got=$(cat "$cg/mem/${f%%:*}")
+        echo "${f%%:*} = $got"
+        [ "$got" = "${f#*:}" ] || return 1
+    done
+    grep -qx "$(cat $b/pid)" $cg/mem/cgroup.procs || { echo "init not in the cgroup"; return 1; }
+    # update (containerd's shim: the resources JSON on stdin).
+    echo '{"pids": {"limit": 12}}' | $oci update --resources - mem || return 1
+    [ "$(cat $cg/mem/pids.max)" = 12 ] || { echo "update: pids.max $(cat $cg/mem/pids.max)"; return 1; }
+    $oci start mem || return 1
+    oci_wait_exit $b/status.jsonl || return 1
+    cat $b/status.jsonl
+    [ "$(exit_field $b/status.jsonl reason)" = oom-killed ] && [ "$(exit_field $b/status.jsonl status)" = 137 ] || return 1
+    $oci delete mem || return 1
+    [ ! -e $cg/mem ] || { echo "the cgroup outlived delete"; return 1; }
+    [ ! -e $W/oci-state/mem ] || return 1
+
+    b=$W/oci-pids
+    oci_bundle $b '["vmhelper", "forkbomb", "100"]' '{"pids": {"limit": 16}}' /hutch-oci-test/pids
+    $oci create --bundle $b --pid-file $b/pid pids >$b/out 2>&1 || { cat $b/out; return 1; }
+    $oci start pids || return 1
+    oci_wait_exit $b/status.jsonl || return 1
+    cat $b/out $b/status.jsonl
+    forked=$(sed -n 's/forked \([0-9]*\) failed.*/\1/p' $b/out)
+    echo "forked=$forked"
+    [ -n "$forked" ] && [ "$forked" -lt 16 ] || return 1
+    [ "$(exit_field $b/status.jsonl reason)" = pids-limit-hit ] || return 1
+    $oci delete pids || return 1
+    [ ! -e $cg/pids ] || { echo "the cgroup outlived delete"; return 1; }
+
+    # A key the kernel has no file for fails create, and nothing is left.
+    b=$W/oci-bad
+    oci_bundle $b '["true"]' '{"unified": {"memory.bogus": "1"}}' /hutch-oci-test/bad
+    out=$($oci create --bundle $b bad 2>&1)
+    rc=$?
+    echo "rc=$rc: $out"
+    [ $rc != 0 ] && echo "$out" | grep -q "linux.resources.unified.memory.bogus" || return 1
+    [ ! -e $cg/bad ] && [ ! -e $W/oci-state/bad ] || return 1
+    [ ! -e $cg ] || { echo "the parent hutch-oci made outlived its last container"; return 1; }
 }
 
 # --- runner --------------------------------------------------------------
