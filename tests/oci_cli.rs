@@ -1006,3 +1006,94 @@ fn a_failing_start_container_hook_stops_the_container() {
     assert!(b.run(&["delete", &id]).status.success());
     assert!(!b.state_root.join(&id).exists());
 }
+
+#[test]
+fn ps_lists_the_containers_processes_and_only_them() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let b = Bundle::new("oci-ps", &base_config(&["sleep", "1000"]));
+    let id = format!("ps-{}", std::process::id());
+    let (st, err, _) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let pid = b.pid(&id);
+    assert!(b.run(&["start", &id]).status.success());
+    // A detached process keeps the stdio it is given: not this test's pipes.
+    let st = b
+        .oci(&["exec", "--detach", &id, "sleep", "500"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "exec --detach");
+    let comm = |p: i64| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+    let json_pids = || -> Vec<i64> {
+        let o = b.run(&["ps", "--format", "json", &id]);
+        assert!(o.status.success(), "ps: {}", stderr(&o));
+        serde_json::from_str(&stdout(&o)).expect("ps --format json prints an array of pids")
+    };
+    // The workload execs sleep after start, the exec'd one after exec.
+    wait_until(Duration::from_secs(30), "both sleeps in ps", || {
+        json_pids()
+            .iter()
+            .filter(|&&p| comm(p) == "sleep\n")
+            .count()
+            == 2
+    });
+    let pids = json_pids();
+    assert!(
+        pids.contains(&i64::from(pid)),
+        "hutch init {pid} in {pids:?}"
+    );
+    assert!(
+        !pids.contains(&i64::from(std::process::id() as i32)),
+        "the engine is not the container's"
+    );
+    assert!(
+        pids.iter()
+            .all(|p| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok()
+                == std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()),
+        "every listed process is in the container's pid namespace: {pids:?}"
+    );
+    // Table: ps's header, then exactly the container's lines.
+    let o = b.run(&["ps", &id, "-o", "pid,comm"]);
+    assert!(o.status.success(), "ps table: {}", stderr(&o));
+    let text = stdout(&o);
+    let mut lines = text.lines();
+    assert!(lines.next().unwrap().contains("PID"), "{text}");
+    let listed: Vec<i64> = lines
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(
+        listed
+            .iter()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>(),
+        pids.iter().copied().collect(),
+        "{text}"
+    );
+    let o = b.run(&["ps", "--format", "yaml", &id]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("--format"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(b.run(&["kill", &id, "KILL"]).status.success());
+    // The detached exec's process was reparented to this subreaper; the
+    // kernel reports hutch init's end only once every process of its pid
+    // namespace is reaped, so reap everything, as a shim does.
+    wait_until(Duration::from_secs(30), "the container to end", || {
+        let mut status = 0;
+        // SAFETY: a valid out-pointer.
+        let r = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        r == pid || r == -1
+    });
+    let o = b.run(&["ps", &id]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("container not running"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(b.run(&["delete", &id]).status.success());
+}

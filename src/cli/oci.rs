@@ -25,6 +25,8 @@ commands (runc's command line):
   kill [--all] ID [SIGNAL]
   delete [--force] ID
   list [--format table|json]
+  ps [--format table|json] ID [PS-ARGS...]
+  update --resources FILE|- ID
   features
   --version";
 
@@ -145,7 +147,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
         }
         "exec" => exec(&root, &rest),
         "update" => update(&root, &rest),
-        "checkpoint" | "restore" | "pause" | "resume" | "ps" | "events" | "spec" => Err(Failed(
+        "ps" => ps(&root, &rest),
+        "checkpoint" | "restore" | "pause" | "resume" | "events" | "spec" => Err(Failed(
             1,
             anyhow!("{cmd} is not supported by hutch-oci (see docs/oci.md)"),
         )),
@@ -603,6 +606,64 @@ fn list(root: &Root, rest: &[String]) -> Result<i32, Failed> {
                     s.bundle
                 );
             }
+        }
+    }
+    Ok(0)
+}
+
+/// `ps [--format table|json] ID [PS-ARGS...]` as runc: json is the array
+/// of the container's host pids (containerd's `ctr task ps`); table runs
+/// `ps PS-ARGS` (default `-ef`) and keeps its header and the container's
+/// lines.
+fn ps(root: &Root, rest: &[String]) -> Result<i32, Failed> {
+    let (pairs, positional) = parse_flags(rest, &["--format", "-f"], &[], true)?;
+    let mut json = false;
+    for (_, v) in &pairs {
+        match v.as_str() {
+            "json" => json = true,
+            "table" => json = false,
+            other => return Err(anyhow!("--format {other:?}: use table or json").into()),
+        }
+    }
+    let Some((id, ps_args)) = positional.split_first() else {
+        return Err(anyhow!("expected a container id").into());
+    };
+    let pids = root.processes(id)?;
+    if json {
+        println!("{}", serde_json::to_string(&pids).context("serializing")?);
+        return Ok(0);
+    }
+    let ps_args: Vec<String> = if ps_args.is_empty() {
+        vec!["-ef".into()]
+    } else {
+        ps_args.to_vec()
+    };
+    let out = std::process::Command::new("ps")
+        .args(&ps_args)
+        .output()
+        .context("running ps (procps)")?;
+    if !out.status.success() {
+        return Err(anyhow!(
+            "ps {}: {}",
+            ps_args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or_default();
+    let Some(column) = header.split_whitespace().position(|h| h == "PID") else {
+        return Err(anyhow!("ps {}: its output has no PID column", ps_args.join(" ")).into());
+    };
+    println!("{header}");
+    for line in lines {
+        let pid = line
+            .split_whitespace()
+            .nth(column)
+            .and_then(|p| p.parse().ok());
+        if pid.is_some_and(|p| pids.contains(&p)) {
+            println!("{line}");
         }
     }
     Ok(0)

@@ -136,6 +136,33 @@ fn alive(pid: i32, start: u64) -> bool {
     pid > 0 && start_time(pid) == Some(start)
 }
 
+/// `root` and its descendants among `pids` (by `/proc/PID/stat`'s ppid).
+fn descendants(root: i32, pids: &[i32]) -> Vec<i32> {
+    let parent_of = |pid: i32| -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name (field 2) may hold spaces and parentheses.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        rest.split_whitespace().nth(1)?.parse().ok()
+    };
+    let parents: Vec<(i32, i32)> = pids
+        .iter()
+        .filter_map(|&p| Some((p, parent_of(p)?)))
+        .collect();
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    found
+}
+
 /// Write `data` to `path` through a temporary file and a rename.
 fn write_atomic(path: &Path, data: &[u8]) -> Result<(), OciError> {
     let tmp = path.with_extension("tmp");
@@ -712,6 +739,43 @@ impl Root {
             Ok(Some((_, s))) if libc::WIFSIGNALED(s) => Ok(128 + libc::WTERMSIG(s)),
             _ => Ok(1),
         }
+    }
+
+    /// The host pids of container `id`'s processes (`ps`): hutch init and
+    /// every process in its pid namespace (the workload, its children,
+    /// `exec`ed processes). A container without a pid namespace of its
+    /// own has hutch init and its descendants instead.
+    pub fn processes(&self, id: &str) -> Result<Vec<i32>, OciError> {
+        let r = self.load(id)?;
+        let status = self.status(&r);
+        if status == Status::Stopped {
+            return Err(OciError::WrongState {
+                id: id.into(),
+                status: status.as_str(),
+                message: "container not running",
+            });
+        }
+        let ns_of = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+        let init_ns = ns_of(r.pid).ok_or_else(|| OciError::Io {
+            what: format!("readlink(\"/proc/{}/ns/pid\")", r.pid),
+            source: std::io::Error::last_os_error(),
+        })?;
+        let own_ns = std::fs::read_link("/proc/self/ns/pid").ok();
+        let entries =
+            std::fs::read_dir("/proc").map_err(OciError::io("reading /proc".to_string()))?;
+        let all: Vec<i32> = entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        let mut pids: Vec<i32> = if own_ns.as_ref() != Some(&init_ns) {
+            // Processes that end while /proc is read are simply not listed.
+            all.into_iter()
+                .filter(|&p| p == r.pid || ns_of(p).as_ref() == Some(&init_ns))
+                .collect()
+        } else {
+            descendants(r.pid, &all)
+        };
+        pids.sort_unstable();
+        Ok(pids)
     }
 
     /// Send `signal` to the container's hutch init (forwarded to the
