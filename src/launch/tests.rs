@@ -108,6 +108,13 @@ impl ChildSys for Recorder {
         self.note("tcp door".into());
         Ok(self.fd())
     }
+    fn transparent_sockets(
+        &mut self,
+        ports: &[u16],
+    ) -> Result<Vec<OwnedFd>, crate::sys::SysError> {
+        self.note(format!("transparent {ports:?}"));
+        Ok((0..=ports.len()).map(|_| self.fd()).collect())
+    }
     fn recv_claim(
         &mut self,
         _sock: BorrowedFd<'_>,
@@ -322,6 +329,7 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         hostname: spec.identity.hostname.clone(),
         net_namespace: true,
         proxy_doors: proxy,
+        transparent_ports: None,
         rlimits: vec![(libc::RLIMIT_CORE as libc::c_int, 0)],
         caps: CapPlan::keeping(keep_caps, 40),
         confinement: crate::confine::prepare(spec).unwrap(),

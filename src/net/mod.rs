@@ -15,12 +15,15 @@ mod accept;
 pub mod addr;
 mod decision;
 mod dial;
+pub mod dns;
 mod doors;
 mod file;
 mod forward;
 pub mod host;
 pub mod loopback;
+pub mod names;
 pub mod policy;
+mod transparent;
 mod tunnel;
 
 use std::os::fd::OwnedFd;
@@ -28,7 +31,9 @@ use std::path::PathBuf;
 use std::thread::JoinHandle;
 
 pub use doors::{
-    PROXY_SOCKET_PATH, PROXY_TCP_PORT, proxy_env, tcp_door_in_current_netns, unix_door,
+    PROXY_SOCKET_PATH, PROXY_TCP_PORT, RESOLV_CONF, RESOLVER_PORT, proxy_env,
+    tcp_door_in_current_netns, transparent_failure_hint, transparent_in_current_netns,
+    transparent_ports, unix_door,
 };
 pub use file::load_policy_file;
 pub use policy::{EgressLimits, Policy, Verdict};
@@ -129,6 +134,12 @@ pub enum Door {
     Unix,
     /// The TCP listener on `127.0.0.1:3128` inside the sandbox.
     Tcp,
+    /// `transparent` egress: a listener that captured connections to the
+    /// synthetic addresses arrive on.
+    Transparent,
+    /// `transparent` egress: the resolver's UDP socket on 127.0.0.1:53.
+    /// Its decisions are audited as `transparent` too (method `DNS`).
+    Resolver,
 }
 
 impl Door {
@@ -136,6 +147,7 @@ impl Door {
         match self {
             Door::Unix => "unix",
             Door::Tcp => "tcp",
+            Door::Transparent | Door::Resolver => "transparent",
         }
     }
 }
