@@ -97,8 +97,9 @@ pub fn value_count(flag: &str) -> Option<usize> {
         | "--uid" | "--gid" | "--hostname" | "--timeout" | "--output-limit" | "--memory"
         | "--pids" | "--cpus" | "--io-max" | "--rlimit" | "--seccomp" | "--landlock-min-abi"
         | "--cap-add" | "--cap-drop" | "--allow-host" | "--allow-address" | "--resolve"
-        | "--egress-policy" | "--egress-profile" | "--audit" | "--egress-mode" | "--status-file"
-        | "--cgroup-parent" | "--pass-env" | "--label" | "--status-fd" | "--result-fd" => 1,
+        | "--egress-policy" | "--egress-profile" | "--audit" | "--egress-mode"
+        | "--status-file" | "--cgroup-parent" | "--pass-env" | "--label" | "--status-fd"
+        | "--result-fd" => 1,
         _ => return None,
     })
 }

@@ -257,10 +257,7 @@ impl ChildSys for RealSys {
         crate::net::tcp_door_in_current_netns().map_err(|e| e.errno)
     }
 
-    fn transparent_sockets(
-        &mut self,
-        ports: &[u16],
-    ) -> Result<Vec<OwnedFd>, crate::sys::SysError> {
+    fn transparent_sockets(&mut self, ports: &[u16]) -> Result<Vec<OwnedFd>, crate::sys::SysError> {
         crate::net::transparent_in_current_netns(ports)
     }
 

@@ -108,10 +108,7 @@ impl ChildSys for Recorder {
         self.note("tcp door".into());
         Ok(self.fd())
     }
-    fn transparent_sockets(
-        &mut self,
-        ports: &[u16],
-    ) -> Result<Vec<OwnedFd>, crate::sys::SysError> {
+    fn transparent_sockets(&mut self, ports: &[u16]) -> Result<Vec<OwnedFd>, crate::sys::SysError> {
         self.note(format!("transparent {ports:?}"));
         Ok((0..=ports.len()).map(|_| self.fd()).collect())
     }

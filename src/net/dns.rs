@@ -165,7 +165,11 @@ fn header(out: &mut Vec<u8>, id: u16, rd: bool, rcode: Rcode, qd: u16, an: u16) 
 pub fn answer(q: &Query<'_>, addr: Option<Ipv4Addr>, rcode: Rcode) -> Vec<u8> {
     let mut out = Vec::with_capacity(12 + q.question.len() + 16);
     let record = addr.filter(|_| q.qtype == TYPE_A || q.qtype == TYPE_ANY);
-    let rcode = if addr.is_some() { Rcode::NoError } else { rcode };
+    let rcode = if addr.is_some() {
+        Rcode::NoError
+    } else {
+        rcode
+    };
     header(
         &mut out,
         q.id,
@@ -219,7 +223,10 @@ mod tests {
     fn a_query_is_parsed_and_answered_with_its_address() {
         let pkt = query(0x1234, "Api.Example.COM", TYPE_A);
         let q = parse_query(&pkt).unwrap();
-        assert_eq!((q.id, q.name.as_str(), q.qtype), (0x1234, "api.example.com", 1));
+        assert_eq!(
+            (q.id, q.name.as_str(), q.qtype),
+            (0x1234, "api.example.com", 1)
+        );
         let a = answer(&q, Some(Ipv4Addr::new(198, 18, 0, 7)), Rcode::NxDomain);
         assert_eq!(&a[..2], &[0x12, 0x34]);
         assert_eq!(be16(&a, 2).unwrap() & 0x800f, QR); // a response, NOERROR

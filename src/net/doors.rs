@@ -85,12 +85,17 @@ pub fn transparent_ports(policy: &super::Policy) -> Vec<u16> {
 /// in `ports`. The sockets are close-on-exec and go to the supervisor;
 /// nothing of hutch's runs in the sandbox to serve them.
 pub fn transparent_in_current_netns(ports: &[u16]) -> Result<Vec<OwnedFd>, SysError> {
-    let sys = sys_err;
     crate::sys::add_local_route_v4(
         super::names::SYNTHETIC_NET,
         super::names::SYNTHETIC_PREFIX,
         c"lo",
     )?;
+    transparent_sockets_only(ports)
+}
+
+/// The sockets of [`transparent_in_current_netns`] without the route.
+pub fn transparent_sockets_only(ports: &[u16]) -> Result<Vec<OwnedFd>, SysError> {
+    let sys = sys_err;
     let mut fds = Vec::with_capacity(1 + ports.len());
     let dns = rustix::net::socket_with(
         AddressFamily::INET,
@@ -110,8 +115,7 @@ pub fn transparent_in_current_netns(ports: &[u16]) -> Result<Vec<OwnedFd>, SysEr
             None,
         )
         .map_err(sys("socket(AF_INET, SOCK_STREAM)".into()))?;
-        sockopt::set_socket_reuseaddr(&fd, true)
-            .map_err(sys("setsockopt(SO_REUSEADDR)".into()))?;
+        sockopt::set_socket_reuseaddr(&fd, true).map_err(sys("setsockopt(SO_REUSEADDR)".into()))?;
         let addr = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
         rustix::net::bind(&fd, &addr).map_err(sys(format!("bind(0.0.0.0:{port})")))?;
         rustix::net::listen(&fd, 1024).map_err(sys(format!("listen(0.0.0.0:{port})")))?;

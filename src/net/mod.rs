@@ -33,7 +33,7 @@ use std::thread::JoinHandle;
 pub use doors::{
     PROXY_SOCKET_PATH, PROXY_TCP_PORT, RESOLV_CONF, RESOLVER_PORT, proxy_env,
     tcp_door_in_current_netns, transparent_failure_hint, transparent_in_current_netns,
-    transparent_ports, unix_door,
+    transparent_ports, transparent_sockets_only, unix_door,
 };
 pub use file::load_policy_file;
 pub use policy::{EgressLimits, Policy, Verdict};
@@ -113,6 +113,13 @@ pub mod fuzzing {
             Ok(p) => p,
             Err(e) => panic!("fixed fuzz policy must compile: {e}"),
         }
+    }
+
+    /// One packet through the transparent-egress resolver (with
+    /// [`offline_policy`]); the answer it sends, if any.
+    pub fn resolver_answer(bytes: &[u8]) -> Option<Vec<u8>> {
+        let state = super::accept::State::new(offline_policy(), "fuzz".into(), None);
+        super::transparent::resolve_packet(&state, bytes)
     }
 
     /// One request head (and whatever follows) through a proxy connection

@@ -68,14 +68,24 @@ pub(crate) fn resolve_packet(state: &Arc<State>, pkt: &[u8]) -> Option<Vec<u8>> 
     let host = match canonicalize(&q.name) {
         Ok(h @ CanonicalHost::Name(_)) => h,
         Ok(CanonicalHost::Ip(_)) | Err(_) => {
-            audit(Outcome::Invalid, None, None, "NXDOMAIN: not a host name".into());
+            audit(
+                Outcome::Invalid,
+                None,
+                None,
+                "NXDOMAIN: not a host name".into(),
+            );
             return Some(dns::answer(&q, None, Rcode::NxDomain));
         }
     };
     let name = host.to_string();
     match state.policy.check_name(&host) {
         Verdict::Deny(why) => {
-            audit(Outcome::Deny, Some(why.clone()), None, format!("NXDOMAIN: {why}"));
+            audit(
+                Outcome::Deny,
+                Some(why.clone()),
+                None,
+                format!("NXDOMAIN: {why}"),
+            );
             Some(dns::answer(&q, None, Rcode::NxDomain))
         }
         Verdict::Allow(rule) => match state.names.address_for(&name) {
@@ -191,7 +201,11 @@ async fn relay(dec: &Arc<Decision>, client: TcpStream, upstream: TcpStream) {
     let down = DirMeter { dec, up: false };
     dec.touch();
     let run = async {
-        tokio::try_join!(pump(&client, &upstream, &up), pump(&upstream, &client, &down)).map(drop)
+        tokio::try_join!(
+            pump(&client, &upstream, &up),
+            pump(&upstream, &client, &down)
+        )
+        .map(drop)
     };
     tokio::select! {
         r = run => if let Err(e) = r {

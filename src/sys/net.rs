@@ -95,10 +95,14 @@ mod route {
         debug_assert_eq!(b.len(), NLMSG_HDRLEN + RTMSG_LEN);
         attr(&mut b, RTA_DST, &net);
         attr(&mut b, RTA_OIF, &ifindex.to_ne_bytes());
-        attr(&mut b, RTA_TABLE, &u32::from(libc::RT_TABLE_LOCAL).to_ne_bytes());
+        attr(
+            &mut b,
+            RTA_TABLE,
+            &u32::from(libc::RT_TABLE_LOCAL).to_ne_bytes(),
+        );
         let len = b.len() as u32;
-        let flags = (libc::NLM_F_REQUEST | libc::NLM_F_ACK | libc::NLM_F_CREATE | libc::NLM_F_EXCL)
-            as u16;
+        let flags =
+            (libc::NLM_F_REQUEST | libc::NLM_F_ACK | libc::NLM_F_CREATE | libc::NLM_F_EXCL) as u16;
         b[0..4].copy_from_slice(&len.to_ne_bytes());
         b[4..6].copy_from_slice(&libc::RTM_NEWROUTE.to_ne_bytes());
         b[6..8].copy_from_slice(&flags.to_ne_bytes());
@@ -154,9 +158,10 @@ mod route {
         } as libc::c_long)?;
         let mut reply = [0u8; 1024];
         // SAFETY: reply is a writable buffer of the given length.
-        let n = ret(unsafe {
-            libc::recv(fd.as_raw_fd(), reply.as_mut_ptr().cast(), reply.len(), 0)
-        } as libc::c_long)? as usize;
+        let n = ret(
+            unsafe { libc::recv(fd.as_raw_fd(), reply.as_mut_ptr().cast(), reply.len(), 0) }
+                as libc::c_long,
+        )? as usize;
         ack(&reply[..n.min(reply.len())])
     }
 
@@ -168,7 +173,10 @@ mod route {
         fn the_request_is_what_ip_route_sends() {
             let r = request([198, 18, 0, 0], 15, 1);
             assert_eq!(r.len(), 16 + 12 + 8 + 8 + 8);
-            assert_eq!(u32::from_ne_bytes(r[0..4].try_into().unwrap()) as usize, r.len());
+            assert_eq!(
+                u32::from_ne_bytes(r[0..4].try_into().unwrap()) as usize,
+                r.len()
+            );
             assert_eq!(&r[16..28], &[2, 15, 0, 0, 255, 4, 254, 2, 0, 0, 0, 0]);
             assert_eq!(&r[28..36], &[8, 0, 1, 0, 198, 18, 0, 0]);
             assert!(ack(&[]).is_err());
