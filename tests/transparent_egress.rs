@@ -325,3 +325,193 @@ fn transparent_mode_is_checked_and_reported() {
     let text = common::stdout(&check) + &common::stderr(&check);
     assert!(text.contains("transparent egress"), "{text}");
 }
+
+/// A throwaway sshd on host loopback (its own config and host key, not
+/// the system service) that lets the test's key in as root, and a bare
+/// repository with one commit for `git clone` over ssh.
+struct Sshd {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run_ok(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn sshd(dir: &Path, who: As) -> Sshd {
+    for (key, owner) in [("hostkey", As::Root), ("id", who)] {
+        run_ok(
+            Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(dir.join(key)),
+        );
+        common::own_as(&dir.join(key), owner);
+    }
+    std::fs::copy(dir.join("id.pub"), dir.join("authorized_keys")).unwrap();
+    // sshd's privilege separation directory (the Debian service makes it).
+    std::fs::create_dir_all("/run/sshd").unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let d = dir.display();
+    std::fs::write(
+        dir.join("sshd_config"),
+        format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/hostkey\nAuthorizedKeysFile {d}/authorized_keys\n\
+             StrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n\
+             PidFile none\nAllowUsers root\nPermitRootLogin prohibit-password\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new("/usr/sbin/sshd")
+        .args(["-D", "-e", "-f"])
+        .arg(dir.join("sshd_config"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "sshd exited early");
+        if line.contains("Server listening on") {
+            break;
+        }
+    }
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut sink);
+    });
+    let repo = dir.join("repo.git");
+    run_ok(
+        Command::new("git")
+            .args(["init", "-q", "-b", "main", "--bare"])
+            .arg(&repo),
+    );
+    let work = dir.join("seed");
+    run_ok(Command::new("git").args(["init", "-q", "-b", "main"]).arg(&work));
+    std::fs::write(work.join("README"), "over ssh\n").unwrap();
+    let git = |args: &[&str]| {
+        run_ok(
+            Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .arg("-C")
+                .arg(&work)
+                .args(args),
+        )
+    };
+    git(&["add", "README"]);
+    git(&["commit", "-qm", "seed"]);
+    git(&[
+        "push",
+        "-q",
+        &repo.display().to_string(),
+        "HEAD:refs/heads/main",
+    ]);
+    Sshd { child, port }
+}
+
+#[test]
+fn git_over_ssh_as_root() {
+    git_over_ssh(As::Root);
+}
+
+#[test]
+fn git_over_ssh_unprivileged() {
+    git_over_ssh(As::Nobody);
+}
+
+fn git_over_ssh(who: As) {
+    let can = can_launch_as(who);
+    require!(can.is_ok(), can.unwrap_err());
+    require!(common::is_root(), "the test's sshd logs its key in as root");
+    require!(
+        Path::new("/usr/sbin/sshd").exists(),
+        "sshd (Debian openssh-server, see .ci/run) is needed"
+    );
+    let dir = TempDir::new("transparent-ssh", who);
+    let sshd = sshd(dir.path(), who);
+    let other = upstream(0);
+    let audit = dir.path().join("audit.jsonl");
+    let d = dir.path().display();
+    let (p, q) = (sshd.port, other.port);
+    let ssh = format!(
+        "ssh -i {d}/id -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o ConnectTimeout=5"
+    );
+    let script = format!(
+        r#"
+export GIT_SSH_COMMAND="{ssh}"
+git clone -q ssh://root@git.test:{p}{d}/repo.git /tmp/clone 2>&1; echo "clone:$?"
+echo "readme:$(cat /tmp/clone/README)"
+git clone -q ssh://root@git.test:{q}{d}/repo.git /tmp/denied 2>/dev/null; echo "denied:$?"
+"#
+    );
+    let allow_git = format!("git.test:{p}");
+    let allow_other = format!("other.test:{q}");
+    let audit_s = audit.display().to_string();
+    let out = hutch_as(
+        who,
+        dir.path(),
+        &[
+            "run",
+            "--quiet",
+            "--egress-mode",
+            "transparent",
+            "--allow-host",
+            &allow_git,
+            "--allow-host",
+            &allow_other,
+            "--resolve",
+            "git.test=127.0.0.1",
+            "--allow-address",
+            "127.0.0.1",
+            "--audit",
+            &audit_s,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let ctx = format!(
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("clone:0\n"), "{ctx}");
+    assert!(stdout.contains("readme:over ssh\n"), "{ctx}");
+    assert!(
+        !stdout.contains("denied:0\n") && stdout.contains("denied:"),
+        "{ctx}"
+    );
+    let lines = audit_lines(&audit, 1);
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let tcp = |verdict: &str, port: u16| {
+        lines
+            .iter()
+            .filter(|l| {
+                l["door"] == "transparent"
+                    && l["method"] == "TCP"
+                    && l["host"] == "git.test"
+                    && l["port"] == port
+                    && l["verdict"] == verdict
+            })
+            .count()
+    };
+    assert_eq!(tcp("allow", p), 1, "{text}");
+    assert_eq!(tcp("deny", q), 1, "{text}");
+    assert_eq!(other.hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
