@@ -402,7 +402,11 @@ fn sshd(dir: &Path, who: As) -> Sshd {
             .arg(&repo),
     );
     let work = dir.join("seed");
-    run_ok(Command::new("git").args(["init", "-q", "-b", "main"]).arg(&work));
+    run_ok(
+        Command::new("git")
+            .args(["init", "-q", "-b", "main"])
+            .arg(&work),
+    );
     std::fs::write(work.join("README"), "over ssh\n").unwrap();
     let git = |args: &[&str]| {
         run_ok(
