@@ -260,7 +260,7 @@ mod tests {
         let mut dot = query(1, "ab.example", TYPE_A);
         dot[14] = b'.'; // "a.b" inside one label
         assert_eq!(parse_query(&dot).unwrap_err().rcode, Rcode::Refused);
-        let long = format!("{}.x", ["a".repeat(63); 4].join("."));
+        let long = format!("{}.x", vec!["a".repeat(63); 4].join("."));
         assert!(parse_query(&query(1, &long, TYPE_A)).is_err());
         let mut chaos = ok.clone();
         let n = chaos.len();
