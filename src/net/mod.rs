@@ -4,7 +4,10 @@
 //! way out is one host-side policy engine reached through two doors, both
 //! created inside the sandbox (a Unix socket at [`PROXY_SOCKET_PATH`] in its
 //! root, a TCP listener on `127.0.0.1:3128` in its namespace) and served by
-//! the supervisor. See `docs/egress.md`.
+//! the supervisor. In `transparent` egress mode ([`transparent`]) the
+//! sandbox also gets a resolver ([`dns`], [`names`]) and its TCP
+//! connections to resolved names are captured and decided by the same
+//! policy. See `docs/egress.md`.
 //!
 //! The proxy server is four steps, one module each: [`accept`] (doors,
 //! connection caps, request heads), [`decision`] (target, policy, audit
