@@ -34,8 +34,8 @@ pub(super) async fn serve_resolver(state: Arc<State>, sock: UdpSocket) {
         let (n, peer) = match sock.recv_from(&mut buf).await {
             Ok(x) => x,
             Err(_) => {
-                // ICMP errors of earlier answers surface here; go on.
-                tokio::task::yield_now().await;
+                // Out of memory or a transient error: back off, go on.
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                 continue;
             }
         };
