@@ -39,6 +39,9 @@ ratio() { python3 -c "print('%.2f' % ($1 / $2))"; }
 best() { sort -n | head -1; }
 
 gcc -O2 -o "$work/tb" "$here/transparent_bench.c"
+# The sandbox sees its workspace (the directory hutch runs in), not the
+# host's /tmp: everything it runs lives there.
+cp "$here/proxy_bench.py" "$work/"
 $py serve-bulk "$work/bulk.port" "$size" & pids+=($!)
 $py serve-greet "$work/greet.port" & pids+=($!)
 wait_file "$work/bulk.port"; wait_file "$work/greet.port"
@@ -49,11 +52,12 @@ dnsmasq -k -C /dev/null -p "$dport" --listen-address=127.0.0.1 --bind-interfaces
     --host-record=bench.test,192.0.2.10 --log-facility=/dev/null & pids+=($!)
 for _ in $(seq 100); do "$work/tb" dns 127.0.0.1 "$dport" bench.test 1 >/dev/null 2>&1 && break; sleep 0.05; done
 
+inpy="python3 $work/proxy_bench.py"
 cat >"$work/inside.sh" <<IN
 set -eu
 for i in \$(seq $RUNS); do
-    echo "bulk connect \$($py bulk 127.0.0.1:3128 bulk.test $bulk_port $size)"
-    echo "bulk transparent \$($py bulk direct bulk.test $bulk_port $size)"
+    echo "bulk connect \$($inpy bulk 127.0.0.1:3128 bulk.test $bulk_port $size)"
+    echo "bulk transparent \$($inpy bulk direct bulk.test $bulk_port $size)"
 done
 for i in 1 2 3; do
     echo "setup connect \$($work/tb setup connect greet.test $greet_port $SETUPS)"
@@ -61,7 +65,7 @@ for i in 1 2 3; do
     echo "dns hutch \$($work/tb dns 127.0.0.1 53 greet.test $QUERIES)"
 done
 IN
-out=$("$hutch" run --quiet --egress-mode transparent \
+out=$(cd "$work" && "$hutch" run --quiet --egress-mode transparent \
     --allow-host "bulk.test:$bulk_port" --allow-host "greet.test:$greet_port" \
     --resolve bulk.test=127.0.0.1 --resolve greet.test=127.0.0.1 --allow-address 127.0.0.1 \
     --timeout none -- sh "$work/inside.sh")
