@@ -178,6 +178,7 @@ echo "node-denied:$(node -e 'fetch("https://denied.test:{t}/").then(r => console
 echo "c:$(./client good.test {p})"
 echo "java:$(java -Xshare:off -XX:TieredStopAtLevel=1 Fetch.java http://good.test:{p}/java 2>&1 | tail -1)"
 curl -sS --max-time 5 --noproxy '*' http://good.test:{t}/other-port >/dev/null 2>&1; echo "wrong-port:$?"
+curl -sSk --max-time 5 --noproxy '*' --connect-to other.test:{t}:tls.test:{t} https://other.test:{t}/sni >/dev/null 2>&1; echo "sni-mismatch:$?"
 curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:{p}/literal >/dev/null 2>&1; echo "literal-loopback:$?"
 curl -sS --max-time 5 --noproxy '*' http://10.0.0.1:{p}/literal >/dev/null 2>&1; echo "literal-private:$?"
 python3 - <<'EOF'
@@ -242,6 +243,7 @@ EOF
     assert_eq!(line("c:"), "upstream-ok /c", "{ctx}");
     assert_eq!(line("java:"), "200 upstream-ok /java", "{ctx}");
     assert_ne!(line("wrong-port:"), "0", "{ctx}");
+    assert_ne!(line("sni-mismatch:"), "0", "{ctx}");
     assert_ne!(line("literal-loopback:"), "0", "{ctx}");
     assert_ne!(line("literal-private:"), "0", "{ctx}");
     assert_eq!(
@@ -271,6 +273,15 @@ EOF
     };
     assert_eq!(tcp("good.test", "allow"), 3, "{text}");
     assert_eq!(tcp("tls.test", "allow"), 2, "{text}");
+    // tls.test's address asked, in its ClientHello, for another name.
+    assert_eq!(tcp("tls.test", "deny"), 1, "{text}");
+    assert!(
+        lines.iter().any(|l| l["verdict"] == "deny"
+            && l["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("TLS server name \"other.test\""))),
+        "{text}"
+    );
     // good.test on tls.test's port: captured, decided, refused.
     assert_eq!(tcp("good.test", "deny"), 1, "{text}");
     for l in lines

@@ -26,6 +26,7 @@ pub mod host;
 pub mod loopback;
 pub mod names;
 pub mod policy;
+pub mod sni;
 mod transparent;
 mod tunnel;
 

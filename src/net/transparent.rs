@@ -25,6 +25,7 @@ use super::dns::{self, Rcode};
 use super::host::{CanonicalHost, canonicalize};
 use super::names::Assigned;
 use super::policy::Verdict;
+use super::sni;
 use super::tunnel::pump;
 
 /// Answer the sandbox's DNS queries until the task is cancelled.
@@ -190,25 +191,82 @@ async fn captured(state: Arc<State>, client: TcpStream) {
         Err(_answer) => return reset(client),
     };
     dec.with(|f| f.verdict = Some(Outcome::Allow));
-    relay(&dec, client, upstream).await;
+    relay(&dec, &host, client, upstream).await;
+}
+
+/// Refuse a TLS ClientHello that asks for another server name than the
+/// name the connection was decided for (a CDN serves many names on one
+/// address). Only the upstream-bound direction waits for it, so protocols
+/// where the server speaks first go on meanwhile; what is not TLS is not
+/// checked.
+async fn check_server_name(
+    client: &TcpStream,
+    host: &CanonicalHost,
+    limit: std::time::Duration,
+) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut buf = vec![0u8; 2048];
+    loop {
+        let n = tokio::time::timeout_at(deadline, client.peek(&mut buf))
+            .await
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::PermissionDenied,
+                    "no complete TLS ClientHello within the handshake timeout",
+                )
+            })??;
+        if n == 0 {
+            return Ok(());
+        }
+        let refuse = |why: String| Err(Error::new(ErrorKind::PermissionDenied, why));
+        match sni::client_hello_name(&buf[..n]) {
+            sni::Hello::NotTls | sni::Hello::NoName => return Ok(()),
+            sni::Hello::Name(name) => {
+                let text = String::from_utf8_lossy(&name).into_owned();
+                return match canonicalize(&text) {
+                    Ok(h) if &h == host => Ok(()),
+                    _ => refuse(format!(
+                        "TLS server name {:?} is not {host}, the name this connection was allowed for",
+                        text.escape_default().to_string()
+                    )),
+                };
+            }
+            sni::Hello::Malformed => {
+                return refuse(
+                    "a TLS ClientHello hutch cannot read (server name unchecked)".into(),
+                );
+            }
+            sni::Hello::Incomplete(need) => {
+                if need > buf.len() {
+                    buf.resize(need, 0);
+                } else {
+                    // The rest is on its way; peek again shortly.
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+            }
+        }
+    }
 }
 
 /// Move bytes both ways until both sides close, a side fails, or a
 /// timeout fires; metered like a CONNECT tunnel.
-async fn relay(dec: &Arc<Decision>, client: TcpStream, upstream: TcpStream) {
+async fn relay(dec: &Arc<Decision>, host: &CanonicalHost, client: TcpStream, upstream: TcpStream) {
     let limits = dec.state.policy.limits().clone();
     let up = DirMeter { dec, up: true };
     let down = DirMeter { dec, up: false };
     dec.touch();
-    let run = async {
-        tokio::try_join!(
-            pump(&client, &upstream, &up),
-            pump(&upstream, &client, &down)
-        )
-        .map(drop)
+    let upward = async {
+        check_server_name(&client, host, limits.handshake_timeout).await?;
+        pump(&client, &upstream, &up).await
     };
+    let run = async { tokio::try_join!(upward, pump(&upstream, &client, &down)).map(drop) };
     tokio::select! {
         r = run => if let Err(e) = r {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                dec.with(|f| f.verdict = Some(Outcome::Deny));
+                let _ = client.set_zero_linger();
+            }
             dec.with(|f| f.error = Some(e.to_string()));
         },
         why = dec.watchdog(limits.idle_timeout, limits.total_timeout) => {
