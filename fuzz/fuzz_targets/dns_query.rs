@@ -20,12 +20,20 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     if let Some(out) = resolver_answer(data) {
-        assert!(out.len() >= 12 && data.len() >= 12, "answer to a headerless packet");
+        assert!(
+            out.len() >= 12 && data.len() >= 12,
+            "answer to a headerless packet"
+        );
         assert_eq!(out[..2], data[..2], "id");
         assert_ne!(out[2] & 0x80, 0, "QR must be set");
         assert_eq!(data[2] & 0x80, 0, "answered a response");
         let ancount = u16::from_be_bytes([out[6], out[7]]);
         assert!(ancount <= 1);
-        assert!(out.len() <= data.len() + 16, "{} for {}", out.len(), data.len());
+        assert!(
+            out.len() <= data.len() + 16,
+            "{} for {}",
+            out.len(),
+            data.len()
+        );
     }
 });
