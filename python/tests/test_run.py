@@ -330,7 +330,11 @@ def _cmdline(pid: int) -> bytes:
 
 def test_transparent_egress_resolves_allowed_names_only(work: Path) -> None:
     res = hutch.run(
-        ["sh", "-c", "getent hosts allowed.example; getent hosts denied.example || echo denied-fails"],
+        [
+            "sh",
+            "-c",
+            "getent hosts allowed.example; getent hosts denied.example || echo denied-fails",
+        ],
         workspace=work,
         allow_hosts=["allowed.example"],
         egress_mode="transparent",
