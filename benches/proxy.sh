@@ -3,6 +3,7 @@
 # direct loopback connection and against tinyproxy doing the same.
 #
 #   benches/proxy.sh            (env: SIZE_MB=1024 RUNS=3 SETUPS=2000 IDLE=10000)
+#   (ends with benches/proxy_transparent.sh: the --egress-mode transparent rows)
 #
 # Prints bulk throughput, CONNECT setup latency, and the RSS of hutch proxy
 # holding IDLE idle tunnels, with the ratios the targets are stated in:
@@ -181,3 +182,6 @@ printf "  RSS before %6d KiB, with %d tunnels %6d KiB (%s MiB), %d fds\n" \
     "$before" "$IDLE" "$after" "$(python3 -c "print('%.1f' % ($after/1024))")" "$fds"
 echo "  per tunnel       = $(python3 -c "print('%.1f' % (($after-$before)/$IDLE))") KiB"
 echo "  $target_idle tunnels   = $(python3 -c "print('%.1f' % (($before + ($after-$before)/$IDLE*$target_idle)/1024))") MiB   (target < 200)"
+
+# The transparent-egress rows (same machine, same run).
+"$here/proxy_transparent.sh"

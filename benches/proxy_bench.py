@@ -97,6 +97,38 @@ def serve_hold(portfile):
                     key.fileobj.close()
 
 
+def serve_greet(portfile):
+    """Accept, send one byte (the client's "upstream is connected"), hold."""
+    l = listener()
+    l.setblocking(False)
+    write_port(portfile, l)
+    sel = selectors.DefaultSelector()
+    sel.register(l, selectors.EVENT_READ)
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj is l:
+                while True:
+                    try:
+                        c, _ = l.accept()
+                    except BlockingIOError:
+                        break
+                    c.setblocking(False)
+                    try:
+                        c.send(b"!")
+                    except OSError:
+                        c.close()
+                        continue
+                    sel.register(c, selectors.EVENT_READ)
+            else:
+                try:
+                    data = key.fileobj.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    sel.unregister(key.fileobj)
+                    key.fileobj.close()
+
+
 def open_conn(proxy, host, port):
     if proxy == "direct":
         s = socket.create_connection((host, port))
@@ -153,6 +185,8 @@ def main():
         serve_bulk(args[0], int(args[1]))
     elif cmd == "serve-hold":
         serve_hold(args[0])
+    elif cmd == "serve-greet":
+        serve_greet(args[0])
     elif cmd == "bulk":
         bulk(args[0], args[1], int(args[2]), int(args[3]))
     elif cmd == "idle":

@@ -13,7 +13,7 @@ use common::is_root;
 use serde_json::Value;
 
 /// Every feature `hutch check` reports, in order.
-const FEATURES: [&str; 19] = [
+const FEATURES: [&str; 20] = [
     "user_namespace",
     "mount_namespace",
     "overlay_userns",
@@ -21,6 +21,7 @@ const FEATURES: [&str; 19] = [
     "new_mount_api",
     "pid_namespace",
     "net_namespace",
+    "transparent_egress",
     "ipc_namespace",
     "uts_namespace",
     "cgroup_namespace",
@@ -177,6 +178,11 @@ fn succeeds(nobody: bool, script: &str) -> bool {
 }
 
 const UNSHARE_USERNS: &str = "unshare --user --map-root-user true";
+/// What transparent egress needs, with iproute2 instead of hutch's own
+/// rtnetlink message.
+const LOCAL_ROUTE_IN_NETNS: &str = "unshare --user --map-root-user --net sh -c '\
+    ip link set lo up && ip route add local 198.18.0.0/15 dev lo && \
+    ip route show table local | grep -q 198.18.0.0/15'";
 const OVERLAY_IN_USERNS: &str = "unshare --user --map-root-user --mount sh -c '\
     mount -t tmpfs none /tmp && mkdir /tmp/l /tmp/u /tmp/w /tmp/m && \
     mount -t overlay overlay -o lowerdir=/tmp/l,upperdir=/tmp/u,workdir=/tmp/w,userxattr /tmp/m && \
@@ -208,6 +214,12 @@ fn assert_matches_host(v: &Value, nobody: bool) {
         succeeds(nobody, OVERLAY_IN_USERNS),
         "overlay_userns vs unshare+mount: {}",
         feature(v, "overlay_userns")
+    );
+    assert_eq!(
+        ok(v, "transparent_egress"),
+        succeeds(nobody, LOCAL_ROUTE_IN_NETNS),
+        "transparent_egress vs `{LOCAL_ROUTE_IN_NETNS}`: {}",
+        feature(v, "transparent_egress")
     );
     // The kernel lists its seccomp actions in sysctl form too.
     let avail = std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail");

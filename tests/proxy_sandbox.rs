@@ -20,15 +20,28 @@ fn run_in_sandbox(who: As, dir: &TempDir, args: &[&str], script: &str) -> Output
 
 #[test]
 fn egress_from_a_root_launched_sandbox() {
-    egress_through_the_proxy_only(As::Root);
+    egress_through_the_proxy_only(As::Root, "proxy");
 }
 
 #[test]
 fn egress_from_an_unprivileged_sandbox() {
-    egress_through_the_proxy_only(As::Nobody);
+    egress_through_the_proxy_only(As::Nobody, "proxy");
 }
 
-fn egress_through_the_proxy_only(who: As) {
+// The same with `--egress-mode transparent`: the doors behave exactly as
+// in proxy mode, and what went around them is still refused (a connect to
+// the host's loopback port is captured and reset, and audited).
+#[test]
+fn egress_from_a_root_launched_sandbox_transparent() {
+    egress_through_the_proxy_only(As::Root, "transparent");
+}
+
+#[test]
+fn egress_from_an_unprivileged_sandbox_transparent() {
+    egress_through_the_proxy_only(As::Nobody, "transparent");
+}
+
+fn egress_through_the_proxy_only(who: As, mode: &str) {
     let can = can_launch_as(who);
     require!(can.is_ok(), can.unwrap_err());
     let up = upstream(0);
@@ -50,7 +63,9 @@ import socket
 for fam, addr in ((socket.AF_INET, ("1.1.1.1", 443)), (socket.AF_INET, ("127.0.0.1", {port}))):
     s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(3)
     try:
-        s.connect(addr); print("F:connected", addr)
+        s.connect(addr)
+        # Transparent mode accepts on the captured port, then resets.
+        print("F:connected", addr) if s.recv(1) else print("F:refused eof")
     except OSError as e:
         print("F:refused", e.errno)
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -75,6 +90,8 @@ echo "H:$HTTPS_PROXY:$http_proxy"
             "127.0.0.1",
             "--audit",
             &audit_s,
+            "--egress-mode",
+            mode,
         ],
         &script,
     );
@@ -113,7 +130,19 @@ echo "H:$HTTPS_PROXY:$http_proxy"
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 4, "{text}");
+    let captured = if mode == "transparent" { 2 } else { 0 };
+    assert_eq!(lines.len(), 4 + captured, "{text}");
+    let reset: Vec<_> = lines
+        .iter()
+        .filter(|l| l["door"] == "transparent")
+        .collect();
+    assert_eq!(reset.len(), captured, "{text}");
+    assert!(
+        reset
+            .iter()
+            .all(|l| l["verdict"] == "deny" && l["destination"] == format!("127.0.0.1:{}", up.port)),
+        "{text}"
+    );
     let doors: Vec<&str> = lines.iter().map(|l| l["door"].as_str().unwrap()).collect();
     assert_eq!(doors.iter().filter(|d| **d == "unix").count(), 1, "{text}");
     assert!(

@@ -179,3 +179,74 @@ print('done')";
     assert!(size < 2 << 20, "audit.jsonl is {size} bytes");
     Ok(())
 }
+
+/// `--egress-mode transparent` as a session default: a later command's
+/// program that ignores the proxy variables reaches the allowed host by
+/// name, and its decisions land in the session's audit as `transparent`.
+fn transparent_default(unprivileged: bool) -> Result<()> {
+    let up = proxy_support::upstream(0);
+    let t = Tmp::new("sess-transparent");
+    let src = t.0.join("src");
+    std::fs::create_dir(&src)?;
+    let state = state_dir(&t, unprivileged)?;
+    let allow = format!("good.test:{}", up.port);
+    let id = ok(&hutch(
+        &state,
+        &[
+            "create",
+            "--from",
+            src.to_str().unwrap(),
+            "--egress-mode",
+            "transparent",
+            "--allow-host",
+            &allow,
+            "--resolve",
+            "good.test=127.0.0.1",
+            "--allow-address",
+            "127.0.0.1",
+        ],
+        unprivileged,
+    ))?;
+    let id = id.trim().to_string();
+    let script = format!(
+        "curl -sS --max-time 5 --noproxy '*' http://good.test:{p}/direct",
+        p = up.port
+    );
+    let out = ok(&hutch(
+        &state,
+        &["run", &id, "--", "sh", "-c", &script],
+        unprivileged,
+    ))?;
+    assert_eq!(out, "upstream-ok /direct");
+    let lines = audit(&state, &id)?;
+    let egress = events(&lines, "egress", 1);
+    let tcp: Vec<_> = egress
+        .iter()
+        .filter(|e| e["decision"]["method"] == "TCP")
+        .collect();
+    assert_eq!(tcp.len(), 1, "{lines:#?}");
+    assert_eq!(tcp[0]["decision"]["door"], "transparent");
+    assert_eq!(tcp[0]["decision"]["host"], "good.test");
+    assert_eq!(tcp[0]["decision"]["verdict"], "allow");
+    Ok(())
+}
+
+#[test]
+fn transparent_egress_as_a_session_default_as_root() -> Result<()> {
+    require!(
+        can_launch_as(As::Root).is_ok(),
+        can_launch_as(As::Root).unwrap_err()
+    );
+    require!(can_sandbox(), "needs a working launcher");
+    transparent_default(false)
+}
+
+#[test]
+fn transparent_egress_as_a_session_default_unprivileged() -> Result<()> {
+    require!(
+        can_launch_as(As::Nobody).is_ok(),
+        can_launch_as(As::Nobody).unwrap_err()
+    );
+    require!(can_sandbox(), "needs a working launcher");
+    transparent_default(true)
+}

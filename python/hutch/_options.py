@@ -44,8 +44,11 @@ class Options(TypedDict, total=False):
     ``cgroup_parent``.
     Egress: ``allow_hosts``, ``allow_addresses``, ``resolve``,
     ``egress_policy`` (a policy file) and ``egress_profile``, ``egress_audit``
-    (also copy every decision to this file), ``share_net`` (the host's
-    network instead).
+    (also copy every decision to this file), ``egress_mode`` (``"proxy"``,
+    the default, or ``"transparent"``: names resolve in the sandbox and
+    connections to allowed hosts work for programs that ignore the proxy
+    variables, see docs/egress.md), ``share_net`` (the host's network
+    instead).
     System: ``image`` (``"sha256:..."`` or ``"name@sha256:..."`` from the
     image store: the image is the read-only system layer, see
     docs/images.md), ``image_store``.
@@ -76,6 +79,7 @@ class Options(TypedDict, total=False):
     egress_policy: PathLike
     egress_profile: str
     egress_audit: PathLike
+    egress_mode: str
     share_net: bool
     image: str
     image_store: PathLike
@@ -198,6 +202,8 @@ def to_args(options: Mapping[str, Any], *, session: bool = False) -> list[str]:
         a += ["--egress-policy", _flag_value(o["egress_policy"])]
     if "egress_profile" in o:
         a += ["--egress-profile", o["egress_profile"]]
+    if "egress_mode" in o:
+        a += ["--egress-mode", o["egress_mode"]]
     if "seccomp" in o:
         a += ["--seccomp", _flag_value(o["seccomp"])]
     if "landlock_min_abi" in o:
@@ -231,4 +237,5 @@ def uses_proxy(options: Mapping[str, Any]) -> bool:
         or options.get("allow_addresses")
         or options.get("resolve")
         or options.get("egress_policy")
+        or options.get("egress_mode")
     )

@@ -326,3 +326,22 @@ def _cmdline(pid: int) -> bytes:
             return f.read()
     except OSError:
         return b""
+
+
+def test_transparent_egress_resolves_allowed_names_only(work: Path) -> None:
+    res = hutch.run(
+        [
+            "sh",
+            "-c",
+            "getent hosts allowed.example; getent hosts denied.example || echo denied-fails",
+        ],
+        workspace=work,
+        allow_hosts=["allowed.example"],
+        egress_mode="transparent",
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr_text
+    out = res.stdout_text.splitlines()
+    assert out[0].startswith("198.18.") and out[0].endswith("allowed.example"), out
+    assert out[-1] == "denied-fails", out
+    assert "denied.example" in res.denied_hosts

@@ -52,6 +52,8 @@ Egress (network through the allow-list proxy; see docs/egress.md):
   --resolve NAME=ADDR     resolve NAME to ADDR instead of asking DNS
   --egress-policy FILE  --egress-profile NAME   named allow-lists (TOML)
   --audit FILE            one JSON line per egress decision
+  --egress-mode proxy|transparent   transparent: names resolve in the sandbox and
+                          TCP to them is captured, for programs that ignore HTTPS_PROXY
   --timeout DURATION      wall-clock limit (default 5m; `none` disables); exit 124
   --output-limit SIZE     cap stdout+stderr of the workload (excess discarded)
   --cap-add CAP  --cap-drop CAP   capabilities the workload keeps (default none)
@@ -95,8 +97,9 @@ pub fn value_count(flag: &str) -> Option<usize> {
         | "--uid" | "--gid" | "--hostname" | "--timeout" | "--output-limit" | "--memory"
         | "--pids" | "--cpus" | "--io-max" | "--rlimit" | "--seccomp" | "--landlock-min-abi"
         | "--cap-add" | "--cap-drop" | "--allow-host" | "--allow-address" | "--resolve"
-        | "--egress-policy" | "--egress-profile" | "--audit" | "--status-file"
-        | "--cgroup-parent" | "--pass-env" | "--label" | "--status-fd" | "--result-fd" => 1,
+        | "--egress-policy" | "--egress-profile" | "--audit" | "--egress-mode"
+        | "--status-file" | "--cgroup-parent" | "--pass-env" | "--label" | "--status-fd"
+        | "--result-fd" => 1,
         _ => return None,
     })
 }
@@ -489,6 +492,12 @@ pub fn parse_reporting_onto(
             "--egress-policy" => egress.file = Some(absolute(&cwd, &value(arg)?)),
             "--egress-profile" => egress.profile = Some(value(arg)?),
             "--audit" => egress.extra.audit = Some(absolute(&cwd, &value(arg)?)),
+            "--egress-mode" => {
+                let v = value(arg)?;
+                egress.mode = Some(crate::spec::EgressMode::parse(&v).ok_or_else(|| {
+                    anyhow!("--egress-mode: expected proxy or transparent, got {v:?}")
+                })?);
+            }
             "--status-file" => {
                 let path = absolute(&cwd, &value(arg)?);
                 rep.status = Some(path.clone());
@@ -628,6 +637,7 @@ struct Egress {
     file: Option<PathBuf>,
     profile: Option<String>,
     extra: crate::spec::ProxyPolicy,
+    mode: Option<crate::spec::EgressMode>,
 }
 
 impl Egress {
@@ -638,7 +648,8 @@ impl Egress {
             || !e.allow.is_empty()
             || !e.allow_address.is_empty()
             || !e.resolve.is_empty()
-            || e.audit.is_some();
+            || e.audit.is_some()
+            || self.mode.is_some();
         if !asked {
             return Ok(());
         }
@@ -666,6 +677,9 @@ impl Egress {
         p.resolve.extend(self.extra.resolve);
         if self.extra.audit.is_some() {
             p.audit = self.extra.audit;
+        }
+        if let Some(mode) = self.mode {
+            p.egress_mode = mode;
         }
         spec.network = Network::Proxy(p);
         spec.namespaces.net = true;

@@ -175,7 +175,21 @@ impl LandlockPlan {
             match spec.network {
                 Network::Host => (0, Vec::new()),
                 Network::None => (BIND_TCP | CONNECT_TCP, Vec::new()),
-                Network::Proxy(_) => (BIND_TCP | CONNECT_TCP, vec![(PROXY_PORT, CONNECT_TCP)]),
+                Network::Proxy(ref p) => {
+                    let mut ports = vec![(PROXY_PORT, CONNECT_TCP)];
+                    // Transparent egress: the captured ports too. Only the
+                    // sandbox's own addresses are routable (lo and the
+                    // synthetic range), and every listener on them on these
+                    // ports is the supervisor's capture, so a connect on
+                    // them reaches the policy engine or nothing.
+                    if p.egress_mode == crate::spec::EgressMode::Transparent
+                        && let Ok(policy) = crate::net::Policy::from_spec(p)
+                    {
+                        let captured = crate::net::transparent_ports(&policy);
+                        ports.extend(captured.into_iter().map(|port| (port, CONNECT_TCP)));
+                    }
+                    (BIND_TCP | CONNECT_TCP, ports)
+                }
             }
         } else {
             (0, Vec::new())

@@ -174,11 +174,20 @@ pub(super) fn init<S: ChildSys>(
         // The proxy's doors live in this namespace and root and are served
         // by the supervisor; they listen before the workload exists.
         let tcp = sys.tcp_door().at(Stage::ProxyDoors)?;
-        let ready = Message::ListenerReady {
-            doors: vec!["tcp".into(), "unix".into()],
-        };
-        sys.send(sock, &ready, &[tcp.as_fd(), unix.as_fd()])
-            .at(Stage::ProxyDoors)?;
+        let mut doors = vec!["tcp".to_string(), "unix".to_string()];
+        let mut fds = vec![tcp, unix];
+        if let Some(ports) = &plan.transparent_ports {
+            let more = sys.transparent_sockets(ports).map_err(|e| {
+                let text = crate::net::transparent_failure_hint(&e);
+                Stop::Failed(Failure::new(Stage::TransparentEgress, e.errno), Some(text))
+            })?;
+            doors.push("resolver".into());
+            doors.extend(ports.iter().map(|_| "transparent".to_string()));
+            fds.extend(more);
+        }
+        let ready = Message::ListenerReady { doors };
+        let fds: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+        sys.send(sock, &ready, &fds).at(Stage::ProxyDoors)?;
     }
     if plan.warm {
         // Everything that does not depend on the command is done: wait for

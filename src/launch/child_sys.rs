@@ -44,6 +44,10 @@ pub trait ChildSys: FsSys {
     fn loopback_up(&mut self) -> Result<(), Errno>;
     /// The egress proxy's TCP door, listening in this network namespace.
     fn tcp_door(&mut self) -> Result<OwnedFd, Errno>;
+    /// `transparent` egress, in this network namespace: the route for the
+    /// synthetic addresses, the resolver's socket, then one capture
+    /// listener per port. Errors carry the syscall that failed.
+    fn transparent_sockets(&mut self, ports: &[u16]) -> Result<Vec<OwnedFd>, crate::sys::SysError>;
     /// A warm sandbox: wait for the claim (the command and its stdio);
     /// None when the supervisor went away instead.
     fn recv_claim(

@@ -65,6 +65,12 @@ pub(super) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
             ),
             None,
         ),
+        // Init always sends its text (the call and the fix) for this one.
+        Stage::TransparentEgress => (
+            f.stage.what().into(),
+            "rtnetlink RTM_NEWROUTE, bind(udp 127.0.0.1:53), listen(0.0.0.0:PORT)".into(),
+            Some("or run with --egress-mode proxy"),
+        ),
         Stage::Rlimits => {
             let i = f.index as usize;
             let call = match c.rlimits.get(i) {

@@ -175,6 +175,9 @@ pub struct ChildPlan {
     /// Network mode `proxy`: make the egress proxy's doors (the TCP one in
     /// the network namespace, the Unix one in the root) and hand them over.
     pub proxy_doors: bool,
+    /// `transparent` egress: also the route, the resolver and one capture
+    /// listener per port (these), made in the network namespace.
+    pub transparent_ports: Option<Vec<u16>>,
     pub rlimits: Vec<(libc::c_int, u64)>,
     pub caps: CapPlan,
     /// seccomp BPF compiled, Landlock ABI probed and rules computed.
@@ -245,6 +248,9 @@ pub struct LaunchPlan {
 pub struct ProxyPrep {
     pub policy: crate::net::Policy,
     pub audit: Option<crate::audit::AuditSink>,
+    /// `transparent` egress: the ports captured (those the policy can
+    /// allow, but the TCP door's).
+    pub transparent_ports: Option<Vec<u16>>,
 }
 
 /// Network mode `proxy`: compile the policy, open the audit log, and add
@@ -264,7 +270,20 @@ fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
         None => None,
     };
     spec.env.extend(crate::net::proxy_env());
-    Ok(Some(ProxyPrep { policy, audit }))
+    let transparent_ports = (pp.egress_mode == crate::spec::EgressMode::Transparent).then(|| {
+        // The sandbox's resolver, bound over whatever the root has.
+        spec.fs.push(crate::spec::FsOp::BindData {
+            dest: "/etc/resolv.conf".into(),
+            content: crate::net::RESOLV_CONF.into(),
+            mode: Some(0o444),
+        });
+        crate::net::transparent_ports(&policy)
+    });
+    Ok(Some(ProxyPrep {
+        policy,
+        audit,
+        transparent_ports,
+    }))
 }
 
 /// Validate and prepare. `relay` forces stdout/stderr through pipes.
@@ -402,6 +421,7 @@ pub(super) fn prepare_sandbox(
         },
         net_namespace: ns.net,
         proxy_doors: proxy.is_some(),
+        transparent_ports: proxy.as_ref().and_then(|p| p.transparent_ports.clone()),
         rlimits: cgroup.rlimits().to_vec(),
         caps,
         confinement,

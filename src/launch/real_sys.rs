@@ -257,6 +257,10 @@ impl ChildSys for RealSys {
         crate::net::tcp_door_in_current_netns().map_err(|e| e.errno)
     }
 
+    fn transparent_sockets(&mut self, ports: &[u16]) -> Result<Vec<OwnedFd>, crate::sys::SysError> {
+        crate::net::transparent_in_current_netns(ports)
+    }
+
     fn recv_claim(
         &mut self,
         sock: BorrowedFd<'_>,

@@ -30,6 +30,8 @@ pub enum Stage {
     Hostname,
     Loopback,
     ProxyDoors,
+    /// `transparent` egress: route, resolver, capture listeners.
+    TransparentEgress,
     /// A warm sandbox: waiting for the command that claims it.
     Claim,
     /// A warm sandbox: mounting the staged overlays for the claim.
@@ -62,7 +64,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    const ALL: [Stage; 41] = [
+    const ALL: [Stage; 42] = [
         Stage::ParentDeathSignal,
         Stage::CloseInheritedFds,
         Stage::InitSession,
@@ -78,6 +80,7 @@ impl Stage {
         Stage::Hostname,
         Stage::Loopback,
         Stage::ProxyDoors,
+        Stage::TransparentEgress,
         Stage::Claim,
         Stage::ClaimMounts,
         Stage::Rlimits,
@@ -133,6 +136,9 @@ impl Stage {
             Stage::Hostname => "setting the hostname",
             Stage::Loopback => "bringing up lo",
             Stage::ProxyDoors => "handing the egress proxy's doors over",
+            Stage::TransparentEgress => {
+                "setting up transparent egress in the sandbox's network namespace"
+            }
             Stage::Claim => "receiving the command that claims the warm sandbox",
             Stage::ClaimMounts => "mounting the workspace for the claim",
             Stage::Rlimits => "setting resource limits",

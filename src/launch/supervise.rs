@@ -689,7 +689,10 @@ pub(super) fn start_proxy(
     if slot.is_some() {
         return Err("the sandbox sent its proxy doors twice".into());
     }
-    if doors.len() != fds.len() || doors.len() != 2 {
+    // The TCP and Unix doors, then (transparent egress) the resolver and
+    // one capture listener per captured port: exactly what was asked for.
+    let expected = 2 + prep.transparent_ports.as_ref().map_or(0, |p| 1 + p.len());
+    if doors.len() != fds.len() || doors.len() != expected {
         return Err("the proxy doors message carried the wrong fds".into());
     }
     let mut listeners = Vec::new();
@@ -697,6 +700,8 @@ pub(super) fn start_proxy(
         let door = match name.as_str() {
             "tcp" => crate::net::Door::Tcp,
             "unix" => crate::net::Door::Unix,
+            "resolver" if prep.transparent_ports.is_some() => crate::net::Door::Resolver,
+            "transparent" if prep.transparent_ports.is_some() => crate::net::Door::Transparent,
             other => return Err(format!("the sandbox sent an unknown proxy door {other:?}")),
         };
         listeners.push((door, fd));

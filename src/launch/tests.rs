@@ -29,6 +29,8 @@ fn n(fd: BorrowedFd<'_>) -> RawFd {
 thread_local! {
     static EXEC_ERRNO: Cell<Errno> = const { Cell::new(Errno::ENOENT) };
     static CWD_INSIDE: Cell<bool> = const { Cell::new(true) };
+    /// `transparent_sockets` fails as a kernel without local routes would.
+    static NO_LOCAL_ROUTE: Cell<bool> = const { Cell::new(false) };
 }
 
 impl Recorder {
@@ -107,6 +109,16 @@ impl ChildSys for Recorder {
     fn tcp_door(&mut self) -> Result<OwnedFd, Errno> {
         self.note("tcp door".into());
         Ok(self.fd())
+    }
+    fn transparent_sockets(&mut self, ports: &[u16]) -> Result<Vec<OwnedFd>, crate::sys::SysError> {
+        if NO_LOCAL_ROUTE.get() {
+            return Err(crate::sys::SysError::new(
+                "rtnetlink RTM_NEWROUTE(local 198.18.0.0/15 dev \"lo\")",
+                Errno::EOPNOTSUPP,
+            ));
+        }
+        self.note(format!("transparent {ports:?}"));
+        Ok((0..=ports.len()).map(|_| self.fd()).collect())
     }
     fn recv_claim(
         &mut self,
@@ -322,6 +334,7 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         hostname: spec.identity.hostname.clone(),
         net_namespace: true,
         proxy_doors: proxy,
+        transparent_ports: None,
         rlimits: vec![(libc::RLIMIT_CORE as libc::c_int, 0)],
         caps: CapPlan::keeping(keep_caps, 40),
         confinement: crate::confine::prepare(spec).unwrap(),
@@ -405,6 +418,46 @@ fn kinds(calls: &[String]) -> Vec<String> {
         }
     }
     folded
+}
+
+#[test]
+fn transparent_egress_hands_its_sockets_over_or_fails_closed_with_the_fix() {
+    let spec = test_spec();
+    let mut plan = plan_for(&spec, true, 0);
+    plan.transparent_ports = Some(vec![22, 443]);
+    let mut rec = Recorder::default();
+    let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
+    assert!(child::init(&mut rec, &mut plan, sock.as_fd()).is_ok());
+    let at = |calls: &[String], what: &str| calls.iter().position(|c| c.contains(what));
+    let tcp = at(&rec.calls, "tcp door").expect("the tcp door");
+    let transparent = at(&rec.calls, "transparent [22, 443]").expect("transparent sockets");
+    assert!(tcp < transparent, "{:?}", rec.calls);
+    // Before the workload exists, with nothing started: one line naming
+    // the call, errno, what the kernel must allow and the way out.
+    NO_LOCAL_ROUTE.set(true);
+    let mut plan = plan_for(&spec, true, 0);
+    plan.transparent_ports = Some(vec![443]);
+    let mut rec = Recorder::default();
+    let r = child::init(&mut rec, &mut plan, sock.as_fd());
+    NO_LOCAL_ROUTE.set(false);
+    match r {
+        Err(Stop::Failed(f, Some(text))) => {
+            assert_eq!(f.stage, super::stage::Stage::TransparentEgress);
+            assert_eq!(f.exit_status(), 125);
+            assert!(
+                text.contains("RTM_NEWROUTE") && text.contains("EOPNOTSUPP"),
+                "{text}"
+            );
+            assert!(
+                text.contains("--egress-mode proxy") && !text.contains('\n'),
+                "{text}"
+            );
+        }
+        Err(Stop::Failed(f, None)) => panic!("{f:?} without its text"),
+        Err(Stop::SupervisorGone) => panic!("supervisor gone"),
+        Ok(_) => panic!("started without transparent egress"),
+    }
+    assert!(!rec.calls.iter().any(|c| c.contains("start workload")));
 }
 
 #[test]

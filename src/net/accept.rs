@@ -15,7 +15,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::{TcpListener, UdpSocket, UnixListener};
 use tokio::sync::Semaphore;
 
 use super::decision::{Decision, Outcome, handle};
@@ -32,10 +32,12 @@ pub(crate) struct State {
     pub(super) policy: Policy,
     pub(super) sandbox_id: String,
     pub(super) audit: Option<AuditSink>,
-    connections: Arc<Semaphore>,
+    pub(super) connections: Arc<Semaphore>,
     pub(super) tunnels: Arc<Semaphore>,
     pub(super) resolvers: Semaphore,
     pub(super) bytes_total: AtomicU64,
+    /// `transparent` egress: the names the resolver handed out.
+    pub(super) names: super::names::Names,
 }
 
 impl State {
@@ -48,6 +50,7 @@ impl State {
             tunnels: Arc::new(Semaphore::new(l.max_tunnels.min(Semaphore::MAX_PERMITS))),
             resolvers: Semaphore::new(MAX_RESOLVERS),
             bytes_total: AtomicU64::new(0),
+            names: Default::default(),
             policy,
             sandbox_id,
             audit,
@@ -66,12 +69,32 @@ impl State {
 pub(crate) enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener),
+    /// `transparent` egress: a capture listener (one per allowed port).
+    Captured(TcpListener),
+    /// `transparent` egress: the sandbox's resolver.
+    Resolver(UdpSocket),
 }
 
 impl Listener {
     /// Must run inside the runtime's context.
     pub(crate) fn from_fd(door: Door, fd: OwnedFd) -> Result<Listener, NetError> {
         match door {
+            Door::Transparent => {
+                let l = std::net::TcpListener::from(fd);
+                l.set_nonblocking(true)
+                    .map_err(|e| NetError::io("capture listener: set non-blocking", e))?;
+                TcpListener::from_std(l)
+                    .map(Listener::Captured)
+                    .map_err(|e| NetError::io("capture listener: register", e))
+            }
+            Door::Resolver => {
+                let s = std::net::UdpSocket::from(fd);
+                s.set_nonblocking(true)
+                    .map_err(|e| NetError::io("resolver socket: set non-blocking", e))?;
+                UdpSocket::from_std(s)
+                    .map(Listener::Resolver)
+                    .map_err(|e| NetError::io("resolver socket: register", e))
+            }
             Door::Tcp => {
                 let l = std::net::TcpListener::from(fd);
                 l.set_nonblocking(true)
@@ -121,6 +144,18 @@ pub(crate) async fn serve(
                     }
                 }
             }),
+            Listener::Captured(l) => tasks.spawn(async move {
+                loop {
+                    match l.accept().await {
+                        Ok((s, _)) => {
+                            let _ = s.set_nodelay(true);
+                            super::transparent::admit(&st, s);
+                        }
+                        Err(e) => accept_failed(e).await,
+                    }
+                }
+            }),
+            Listener::Resolver(s) => tasks.spawn(super::transparent::serve_resolver(st, s)),
         };
     }
     let _ = stop.await;

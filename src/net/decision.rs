@@ -43,6 +43,10 @@ pub(super) struct Fields {
     pub(super) host: Option<String>,
     pub(super) port: Option<u16>,
     pub(super) address: Option<String>,
+    /// `transparent` egress: the address the sandbox connected to (or,
+    /// for the resolver, the synthetic address a name was given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) destination: Option<String>,
     pub(super) rule: Option<String>,
     pub(super) verdict: Option<Outcome>,
     pub(super) status: u16,

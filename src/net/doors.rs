@@ -64,6 +64,81 @@ pub fn tcp_door_in_current_netns() -> Result<OwnedFd, SysError> {
     Ok(fd)
 }
 
+/// Port of the resolver on the sandbox's loopback (`transparent` egress).
+pub const RESOLVER_PORT: u16 = 53;
+/// The sandbox's `/etc/resolv.conf` in `transparent` egress: only the
+/// in-sandbox resolver; `edns0`/`trust-ad` are left out (answers are tiny).
+pub const RESOLV_CONF: &str = "# hutch: transparent egress (see docs/egress.md)\nnameserver 127.0.0.1\noptions timeout:2 attempts:2\n";
+
+/// The ports `transparent` egress captures: every port `policy` can
+/// allow, except the TCP door's own (a connection to it is the proxy).
+pub fn transparent_ports(policy: &super::Policy) -> Vec<u16> {
+    let mut ports = policy.allowed_ports();
+    ports.retain(|&p| p != PROXY_TCP_PORT);
+    ports
+}
+
+/// In the current (sandbox) network namespace, after `lo` is up, for
+/// `transparent` egress: the `local` route that makes every synthetic
+/// address one of the sandbox's own, the resolver's UDP socket on
+/// 127.0.0.1:53, and one capture listener on `0.0.0.0:PORT` for each port
+/// in `ports`. The sockets are close-on-exec and go to the supervisor;
+/// nothing of hutch's runs in the sandbox to serve them.
+pub fn transparent_in_current_netns(ports: &[u16]) -> Result<Vec<OwnedFd>, SysError> {
+    crate::sys::add_local_route_v4(
+        super::names::SYNTHETIC_NET,
+        super::names::SYNTHETIC_PREFIX,
+        c"lo",
+    )?;
+    transparent_sockets_only(ports)
+}
+
+/// The sockets of [`transparent_in_current_netns`] without the route.
+pub fn transparent_sockets_only(ports: &[u16]) -> Result<Vec<OwnedFd>, SysError> {
+    let sys = sys_err;
+    let mut fds = Vec::with_capacity(1 + ports.len());
+    let dns = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(sys("socket(AF_INET, SOCK_DGRAM)".into()))?;
+    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, RESOLVER_PORT);
+    rustix::net::bind(&dns, &addr).map_err(sys(format!("bind(udp 127.0.0.1:{RESOLVER_PORT})")))?;
+    fds.push(dns);
+    for &port in ports {
+        let fd = rustix::net::socket_with(
+            AddressFamily::INET,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(sys("socket(AF_INET, SOCK_STREAM)".into()))?;
+        sockopt::set_socket_reuseaddr(&fd, true).map_err(sys("setsockopt(SO_REUSEADDR)".into()))?;
+        let addr = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
+        rustix::net::bind(&fd, &addr).map_err(sys(format!("bind(0.0.0.0:{port})")))?;
+        rustix::net::listen(&fd, 1024).map_err(sys(format!("listen(0.0.0.0:{port})")))?;
+        fds.push(fd);
+    }
+    Ok(fds)
+}
+
+/// The one line for a `transparent` setup step that failed: the call, and
+/// the kernel feature it needs with what to do (`hutch check` says the
+/// same before any sandbox is made).
+pub fn transparent_failure_hint(e: &SysError) -> String {
+    let need = if e.call.starts_with("rtnetlink") {
+        "the kernel must accept a `local` route in an unprivileged network namespace \
+         (rtnetlink, CONFIG_INET)"
+    } else if e.call.contains(":53") {
+        "hutch init must be able to bind port 53 in the sandbox's network namespace"
+    } else {
+        "a capture listener could not be bound (is that port taken by the TCP door?)"
+    };
+    format!("transparent egress: {e}; {need}; or run with --egress-mode proxy")
+}
+
 /// Environment for the workload: every proxy variable (both cases) points
 /// at the TCP door; `NO_PROXY` only exempts the sandbox's own loopback,
 /// which has nothing outside the sandbox behind it.

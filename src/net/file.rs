@@ -94,6 +94,7 @@ allow = ["a.example"]
 allow = ["**.b.example:8443"]
 deny = ["x.b.example"]
 plain_http = true
+egress_mode = "transparent"
 resolve = { "b.example" = "192.0.2.1" }
 [profiles.b.limits]
 max_tunnels = 3
@@ -105,6 +106,7 @@ idle_timeout = "30s"
         assert_eq!(b.deny, ["x.b.example"]);
         assert_eq!(b.limits.max_tunnels, Some(3));
         assert!(b.plain_http);
+        assert_eq!(b.egress_mode, crate::spec::EgressMode::Transparent);
         let e = load_policy_file(&p, Some("c")).unwrap_err().to_string();
         assert!(e.contains("no profile \"c\"") && e.contains("a, b"), "{e}");
 

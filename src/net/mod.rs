@@ -4,7 +4,10 @@
 //! way out is one host-side policy engine reached through two doors, both
 //! created inside the sandbox (a Unix socket at [`PROXY_SOCKET_PATH`] in its
 //! root, a TCP listener on `127.0.0.1:3128` in its namespace) and served by
-//! the supervisor. See `docs/egress.md`.
+//! the supervisor. In `transparent` egress mode ([`transparent`]) the
+//! sandbox also gets a resolver ([`dns`], [`names`]) and its TCP
+//! connections to resolved names are captured and decided by the same
+//! policy. See `docs/egress.md`.
 //!
 //! The proxy server is four steps, one module each: [`accept`] (doors,
 //! connection caps, request heads), [`decision`] (target, policy, audit
@@ -15,12 +18,16 @@ mod accept;
 pub mod addr;
 mod decision;
 mod dial;
+pub mod dns;
 mod doors;
 mod file;
 mod forward;
 pub mod host;
 pub mod loopback;
+pub mod names;
 pub mod policy;
+pub mod sni;
+mod transparent;
 mod tunnel;
 
 use std::os::fd::OwnedFd;
@@ -28,7 +35,9 @@ use std::path::PathBuf;
 use std::thread::JoinHandle;
 
 pub use doors::{
-    PROXY_SOCKET_PATH, PROXY_TCP_PORT, proxy_env, tcp_door_in_current_netns, unix_door,
+    PROXY_SOCKET_PATH, PROXY_TCP_PORT, RESOLV_CONF, RESOLVER_PORT, proxy_env,
+    tcp_door_in_current_netns, transparent_failure_hint, transparent_in_current_netns,
+    transparent_ports, transparent_sockets_only, unix_door,
 };
 pub use file::load_policy_file;
 pub use policy::{EgressLimits, Policy, Verdict};
@@ -110,6 +119,13 @@ pub mod fuzzing {
         }
     }
 
+    /// One packet through the transparent-egress resolver (with
+    /// [`offline_policy`]); the answer it sends, if any.
+    pub fn resolver_answer(bytes: &[u8]) -> Option<Vec<u8>> {
+        let state = super::accept::State::new(offline_policy(), "fuzz".into(), None);
+        super::transparent::resolve_packet(&state, bytes)
+    }
+
     /// One request head (and whatever follows) through a proxy connection
     /// on the Unix door (which also routes origin-form requests); returns
     /// the answer's status code, if any.
@@ -129,6 +145,12 @@ pub enum Door {
     Unix,
     /// The TCP listener on `127.0.0.1:3128` inside the sandbox.
     Tcp,
+    /// `transparent` egress: a listener that captured connections to the
+    /// synthetic addresses arrive on.
+    Transparent,
+    /// `transparent` egress: the resolver's UDP socket on 127.0.0.1:53.
+    /// Its decisions are audited as `transparent` too (method `DNS`).
+    Resolver,
 }
 
 impl Door {
@@ -136,6 +158,7 @@ impl Door {
         match self {
             Door::Unix => "unix",
             Door::Tcp => "tcp",
+            Door::Transparent | Door::Resolver => "transparent",
         }
     }
 }

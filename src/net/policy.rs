@@ -293,6 +293,43 @@ impl Policy {
         }
     }
 
+    /// Every port some allow rule can allow (the ports `transparent`
+    /// egress captures), ascending.
+    pub fn allowed_ports(&self) -> Vec<u16> {
+        let mut ports = std::collections::BTreeSet::new();
+        for r in &self.allow {
+            match r.ports {
+                Ports::Default => {
+                    ports.insert(443);
+                    if self.plain_http {
+                        ports.insert(80);
+                    }
+                }
+                Ports::One(p) => {
+                    ports.insert(p);
+                }
+            }
+        }
+        ports.into_iter().collect()
+    }
+
+    /// May `host` be resolved at all (`transparent` egress's resolver)?
+    /// Yes when it is allowed on at least one port; the connection is
+    /// still decided by [`Policy::check`] with its real port.
+    pub fn check_name(&self, host: &CanonicalHost) -> Verdict {
+        let ports = self.allowed_ports();
+        let mut first_denial = None;
+        for port in ports {
+            match self.check(host, port) {
+                Verdict::Allow(rule) => return Verdict::Allow(rule),
+                Verdict::Deny(why) => {
+                    first_denial.get_or_insert(why);
+                }
+            }
+        }
+        Verdict::Deny(first_denial.unwrap_or_else(|| "no allow rule matches".into()))
+    }
+
     /// May this resolved address be dialled? `Err` names the special range.
     pub fn check_address(&self, ip: IpAddr) -> Result<(), &'static str> {
         if self.allowed_addresses.iter().any(|n| n.contains(&ip)) {
@@ -329,6 +366,20 @@ mod tests {
             p.check(&canonicalize(host).unwrap(), port),
             Verdict::Allow(_)
         )
+    }
+
+    #[test]
+    fn names_resolve_when_some_port_is_allowed_and_deny_wins() {
+        let p = policy(
+            &["a.example", "**.b.example:22", "10.0.0.1:80"],
+            &["x.b.example"],
+            true,
+        );
+        assert_eq!(p.allowed_ports(), [22, 80, 443]);
+        let name = |h: &str| matches!(p.check_name(&canonicalize(h).unwrap()), Verdict::Allow(_));
+        assert!(name("a.example") && name("b.example") && name("y.b.example"));
+        assert!(!name("x.b.example") && !name("other.example"));
+        assert!(policy(&[], &[], false).allowed_ports().is_empty());
     }
 
     #[test]

@@ -90,6 +90,50 @@ pub(super) fn probe(host: &HostSettings) -> Vec<Feature> {
         none,
     ));
 
+    // Transparent egress (not needed by the default profile): the `local`
+    // route for the synthetic range, the resolver's port and a capture
+    // listener, all in a new network namespace, as hutch init makes them.
+    out.push(userns::verdict(
+        "transparent_egress",
+        false,
+        &steps(&[
+            "unshare(CLONE_NEWNET)",
+            "ioctl(\"lo\", SIOCSIFFLAGS, IFF_UP)",
+            "rtnetlink RTM_NEWROUTE(local 198.18.0.0/15 dev lo)",
+            "bind(udp 127.0.0.1:53), listen(0.0.0.0:443)",
+        ]),
+        in_child(|| {
+            userns::enter(maps)?;
+            raw::unshare(libc::CLONE_NEWNET).step(NEXT)?;
+            raw::set_interface_up(c"lo").step(NEXT + 1)?;
+            crate::sys::add_local_route_v4(
+                crate::net::names::SYNTHETIC_NET,
+                crate::net::names::SYNTHETIC_PREFIX,
+                c"lo",
+            )
+            .map_err(|e| e.errno)
+            .step(NEXT + 2)?;
+            crate::net::transparent_sockets_only(&[443])
+                .map_err(|e| e.errno)
+                .step(NEXT + 3)?;
+            Ok(0)
+        }),
+        host,
+        "transparent egress (--egress-mode transparent): a local route for the synthetic \
+         range, the resolver's port and a capture listener in a new network namespace",
+        &|n, errno| {
+            (n == NEXT + 2).then(|| {
+                (
+                    Status::Missing,
+                    format!("the kernel refuses a `local` route in a network namespace ({errno})"),
+                    "use a kernel with IPv4 routing over rtnetlink (CONFIG_INET), or run with \
+                     --egress-mode proxy"
+                        .into(),
+                )
+            })
+        },
+    ));
+
     out.push(userns::verdict(
         "ipc_namespace",
         true,

@@ -270,6 +270,7 @@ struct NetworkFields {
     resolve: Option<BTreeMap<String, String>>,
     audit: Option<PathBuf>,
     plain_http: Option<bool>,
+    egress_mode: Option<super::EgressMode>,
     limits: Option<ProxyLimits>,
 }
 
@@ -293,6 +294,7 @@ impl<'de> Deserialize<'de> for Network {
             ("resolve", f.resolve.is_some()),
             ("audit", f.audit.is_some()),
             ("plain_http", f.plain_http.is_some()),
+            ("egress_mode", f.egress_mode.is_some()),
             ("limits", f.limits.is_some()),
         ]
         .into_iter()
@@ -312,6 +314,7 @@ impl<'de> Deserialize<'de> for Network {
                 resolve: f.resolve.unwrap_or_default(),
                 audit: f.audit,
                 plain_http: f.plain_http.unwrap_or(false),
+                egress_mode: f.egress_mode.unwrap_or_default(),
                 limits: f.limits.unwrap_or_default(),
             })),
             other => Err(de::Error::custom(format!(

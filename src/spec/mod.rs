@@ -783,8 +783,35 @@ pub struct ProxyPolicy {
     pub audit: Option<PathBuf>,
     /// Also allow port 80 (plain HTTP) for entries without an explicit port.
     pub plain_http: bool,
+    /// `proxy` (the doors only) or `transparent` (the doors, plus a
+    /// resolver in the sandbox and every TCP connection to a resolved
+    /// name captured and decided by the same policy).
+    pub egress_mode: EgressMode,
     /// Resource limits of the proxy serving this sandbox.
     pub limits: ProxyLimits,
+}
+
+/// How programs in a `proxy`-network sandbox reach the policy engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EgressMode {
+    /// Only through the proxy doors (programs must honour `HTTPS_PROXY`).
+    #[default]
+    Proxy,
+    /// Also for programs that ignore proxy settings: names resolve inside
+    /// the sandbox and connections to them are captured (docs/egress.md).
+    Transparent,
+}
+
+impl EgressMode {
+    /// Parse the CLI / key value.
+    pub fn parse(s: &str) -> Option<EgressMode> {
+        match s {
+            "proxy" => Some(EgressMode::Proxy),
+            "transparent" => Some(EgressMode::Transparent),
+            _ => None,
+        }
+    }
 }
 
 /// Limits of the egress proxy for one sandbox. `None` means the built-in

@@ -348,6 +348,7 @@ fn what_serializes_reads_back() {
     p.resolve.insert("a.example".into(), "192.0.2.1".into());
     p.limits.max_tunnels = Some(3);
     p.plain_http = true;
+    p.egress_mode = crate::spec::EgressMode::Transparent;
     s.network = Network::Proxy(p);
     let json = serde_json::to_string(&s).unwrap();
     assert_eq!(parse_json(&json).unwrap(), s, "{json}");
@@ -357,6 +358,19 @@ fn what_serializes_reads_back() {
     s.namespaces.net = false;
     let json = serde_json::to_string(&s).unwrap();
     assert_eq!(parse_json(&json).unwrap(), s, "{json}");
+}
+
+#[test]
+fn egress_mode_is_a_network_key() {
+    let s = parse_toml("[network]\nmode = \"proxy\"\negress_mode = \"transparent\"\n").unwrap();
+    let Network::Proxy(p) = &s.network else {
+        panic!("{:?}", s.network)
+    };
+    assert_eq!(p.egress_mode, crate::spec::EgressMode::Transparent);
+    let e = parse_toml("[network]\nmode = \"proxy\"\negress_mode = \"sideways\"\n").unwrap_err();
+    assert!(e.to_string().contains("network"), "{e}");
+    let e = parse_toml("[network]\nmode = \"none\"\negress_mode = \"transparent\"\n").unwrap_err();
+    assert!(e.to_string().contains("egress_mode"), "{e}");
 }
 
 #[test]

@@ -1,0 +1,276 @@
+//! `transparent` egress, the supervisor's half: the sandbox's resolver
+//! (a UDP socket on 127.0.0.1:53 inside the sandbox, made there and handed
+//! over like the TCP door) and the captured connections (listeners on
+//! every port the policy can allow; a `local` route for 198.18.0.0/15 via
+//! `lo` delivers a connection to any synthetic address to them, and
+//! `getsockname()` on the accepted socket is its original destination).
+//!
+//! A captured connection's address maps back to the name the resolver
+//! handed it out for, and that name and the port are decided by the same
+//! policy as a CONNECT ([`super::policy::Policy::check`]: deny wins), then
+//! dialled the same way ([`super::dial`]: the vetted address, never
+//! re-resolved, special ranges refused). Whatever is refused is reset:
+//! there is no HTTP to answer in.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use tokio::net::{TcpStream, UdpSocket};
+
+use super::Door;
+use super::accept::State;
+use super::decision::{Decision, DirMeter, Outcome};
+use super::dial::dial;
+use super::dns::{self, Rcode};
+use super::host::{CanonicalHost, canonicalize};
+use super::names::Assigned;
+use super::policy::Verdict;
+use super::sni;
+use super::tunnel::pump;
+
+/// Answer the sandbox's DNS queries until the task is cancelled.
+pub(super) async fn serve_resolver(state: Arc<State>, sock: UdpSocket) {
+    let mut buf = vec![0u8; dns::MAX_QUERY];
+    loop {
+        let (n, peer) = match sock.recv_from(&mut buf).await {
+            Ok(x) => x,
+            Err(_) => {
+                // Out of memory or a transient error: back off, go on.
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        if let Some(out) = resolve_packet(&state, &buf[..n]) {
+            let _ = sock.send_to(&out, peer).await;
+        }
+    }
+}
+
+/// The answer to one packet (none for what is not a query), with its
+/// audit line: every refusal, and each name's first address.
+pub(crate) fn resolve_packet(state: &Arc<State>, pkt: &[u8]) -> Option<Vec<u8>> {
+    let q = match dns::parse_query(pkt) {
+        Ok(q) => q,
+        Err(r) => {
+            let dec = Decision::new(state.clone(), Door::Resolver, "DNS".into());
+            dec.finish_with(Outcome::Invalid, 0, format!("{:?}: {}", r.rcode, r.why));
+            return dns::refusal(&r);
+        }
+    };
+    let audit = |outcome, rule: Option<String>, addr: Option<String>, why: String| {
+        let dec = Decision::new(state.clone(), Door::Resolver, "DNS".into());
+        dec.with(|f| {
+            f.host = Some(q.name.clone());
+            f.rule = rule;
+            f.address = addr;
+        });
+        dec.finish_with(outcome, 0, why);
+    };
+    let host = match canonicalize(&q.name) {
+        Ok(h @ CanonicalHost::Name(_)) => h,
+        Ok(CanonicalHost::Ip(_)) | Err(_) => {
+            audit(
+                Outcome::Invalid,
+                None,
+                None,
+                "NXDOMAIN: not a host name".into(),
+            );
+            return Some(dns::answer(&q, None, Rcode::NxDomain));
+        }
+    };
+    let name = host.to_string();
+    match state.policy.check_name(&host) {
+        Verdict::Deny(why) => {
+            audit(
+                Outcome::Deny,
+                Some(why.clone()),
+                None,
+                format!("NXDOMAIN: {why}"),
+            );
+            Some(dns::answer(&q, None, Rcode::NxDomain))
+        }
+        Verdict::Allow(rule) => match state.names.address_for(&name) {
+            Assigned::Known(a) => Some(dns::answer(&q, Some(a), Rcode::NoError)),
+            Assigned::New(a) => {
+                let dec = Decision::new(state.clone(), Door::Resolver, "DNS".into());
+                dec.with(|f| {
+                    f.host = Some(name.clone());
+                    f.rule = Some(rule);
+                    f.destination = Some(a.to_string());
+                    f.verdict = Some(Outcome::Allow);
+                });
+                Some(dns::answer(&q, Some(a), Rcode::NoError))
+            }
+            Assigned::Full => {
+                let why = format!(
+                    "REFUSED: the sandbox resolved {} names already",
+                    super::names::MAX_NAMES
+                );
+                audit(Outcome::Limit, Some(rule), None, why);
+                Some(dns::answer(&q, None, Rcode::Refused))
+            }
+        },
+    }
+}
+
+/// Take a connection slot for a captured connection, or reset it.
+pub(super) fn admit(state: &Arc<State>, s: TcpStream) {
+    let Ok(permit) = state.connections.clone().try_acquire_owned() else {
+        let dec = Decision::new(state.clone(), Door::Transparent, "TCP".into());
+        dec.finish_with(Outcome::Limit, 0, "max_connections reached".into());
+        reset(s);
+        return;
+    };
+    let st = state.clone();
+    tokio::spawn(async move {
+        let _permit = permit;
+        captured(st, s).await;
+    });
+}
+
+/// Close with RST: the client sees ECONNRESET at once, not a clean EOF
+/// that could pass for an empty answer.
+fn reset(s: TcpStream) {
+    let _ = s.set_zero_linger();
+    drop(s);
+}
+
+async fn captured(state: Arc<State>, client: TcpStream) {
+    let dec = Decision::new(state.clone(), Door::Transparent, "TCP".into());
+    let original: SocketAddr = match client.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            dec.finish_with(Outcome::Error, 0, format!("getsockname: {e}"));
+            return reset(client);
+        }
+    };
+    let port = original.port();
+    dec.with(|f| {
+        f.destination = Some(original.to_string());
+        f.port = Some(port);
+    });
+    let name = match original.ip() {
+        IpAddr::V4(ip) => state.names.name_of(ip),
+        IpAddr::V6(_) => None,
+    };
+    let Some(host) = name.and_then(|n| canonicalize(&n).ok()) else {
+        dec.finish_with(
+            Outcome::Deny,
+            0,
+            format!("{original} is not an address the sandbox's resolver handed out"),
+        );
+        return reset(client);
+    };
+    dec.with(|f| f.host = Some(host.to_string()));
+    let rule = match state.policy.check(&host, port) {
+        Verdict::Allow(rule) => rule,
+        Verdict::Deny(rule) => {
+            let msg = format!("{host}:{port} is not allowed: {rule}");
+            dec.with(|f| f.rule = Some(rule));
+            dec.finish_with(Outcome::Deny, 0, msg);
+            return reset(client);
+        }
+    };
+    dec.with(|f| f.rule = Some(rule.clone()));
+    if !state.budget_left() {
+        let msg = "the sandbox's egress byte limit is used up".to_string();
+        dec.finish_with(Outcome::Limit, 0, msg);
+        return reset(client);
+    }
+    let Ok(_permit) = state.tunnels.clone().try_acquire_owned() else {
+        let msg = format!(
+            "too many concurrent tunnels (limit {})",
+            state.policy.limits().max_tunnels
+        );
+        dec.finish_with(Outcome::Limit, 0, msg);
+        return reset(client);
+    };
+    let upstream = match dial(&state, &dec, &host, port, &rule).await {
+        Ok(s) => s,
+        // The decision holds why (denied address, resolve or connect).
+        Err(_answer) => return reset(client),
+    };
+    dec.with(|f| f.verdict = Some(Outcome::Allow));
+    relay(&dec, &host, client, upstream).await;
+}
+
+/// Refuse a TLS ClientHello that asks for another server name than the
+/// name the connection was decided for (a CDN serves many names on one
+/// address). Only the upstream-bound direction waits for it, so protocols
+/// where the server speaks first go on meanwhile; what is not TLS is not
+/// checked.
+async fn check_server_name(
+    client: &TcpStream,
+    host: &CanonicalHost,
+    limit: std::time::Duration,
+) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut buf = vec![0u8; 2048];
+    loop {
+        let n = tokio::time::timeout_at(deadline, client.peek(&mut buf))
+            .await
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::PermissionDenied,
+                    "no complete TLS ClientHello within the handshake timeout",
+                )
+            })??;
+        if n == 0 {
+            return Ok(());
+        }
+        let refuse = |why: String| Err(Error::new(ErrorKind::PermissionDenied, why));
+        match sni::client_hello_name(&buf[..n]) {
+            sni::Hello::NotTls | sni::Hello::NoName => return Ok(()),
+            sni::Hello::Name(name) => {
+                let text = String::from_utf8_lossy(&name).into_owned();
+                return match canonicalize(&text) {
+                    Ok(h) if &h == host => Ok(()),
+                    _ => refuse(format!(
+                        "TLS server name {:?} is not {host}, the name this connection was allowed for",
+                        text.escape_default().to_string()
+                    )),
+                };
+            }
+            sni::Hello::Malformed => {
+                return refuse(
+                    "a TLS ClientHello hutch cannot read (server name unchecked)".into(),
+                );
+            }
+            sni::Hello::Incomplete(need) => {
+                if need > buf.len() {
+                    buf.resize(need, 0);
+                } else {
+                    // The rest is on its way; peek again shortly.
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Move bytes both ways until both sides close, a side fails, or a
+/// timeout fires; metered like a CONNECT tunnel.
+async fn relay(dec: &Arc<Decision>, host: &CanonicalHost, client: TcpStream, upstream: TcpStream) {
+    let limits = dec.state.policy.limits().clone();
+    let up = DirMeter { dec, up: true };
+    let down = DirMeter { dec, up: false };
+    dec.touch();
+    let upward = async {
+        check_server_name(&client, host, limits.handshake_timeout).await?;
+        pump(&client, &upstream, &up).await
+    };
+    let run = async { tokio::try_join!(upward, pump(&upstream, &client, &down)).map(drop) };
+    tokio::select! {
+        r = run => if let Err(e) = r {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                dec.with(|f| f.verdict = Some(Outcome::Deny));
+                let _ = client.set_zero_linger();
+            }
+            dec.with(|f| f.error = Some(e.to_string()));
+        },
+        why = dec.watchdog(limits.idle_timeout, limits.total_timeout) => {
+            dec.with(|f| f.error = Some(why.into()));
+        }
+    }
+}
