@@ -2,6 +2,10 @@
 //! `bwrap` first in PATH; docs/bwrap.md).
 
 fn main() {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    std::process::exit(hutch::internals::bwrap::main(args));
+    let mut args = std::env::args_os();
+    let program = args
+        .next()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "bwrap".into());
+    std::process::exit(hutch::internals::bwrap::main(&program, args.collect()));
 }

@@ -27,9 +27,8 @@ pub const BWRAP_VERSION: &str = "0.11.0";
 /// and security (seccomp, Landlock) are added to the bwrap argv's Spec.
 pub const PROFILE_ENV: &str = "HUTCH_BWRAP_PROFILE";
 
+/// The option list of `--help` (after `usage: PROGRAM ...`).
 const USAGE: &str = "\
-usage: bwrap [OPTIONS...] [--] COMMAND [ARGS...]
-
     --help                       Print this help
     --version                    Print version
     --args FD                    Parse NUL-separated args from FD
@@ -104,14 +103,21 @@ hutch-bwrap only (before every bwrap option; docs/bwrap.md):
                                  (also: HUTCH_BWRAP_PROFILE=FILE)
     --hutch-status-file FILE     Write hutch's start event and exit report to FILE";
 
-/// Entry of `hutch-bwrap` and `hutch bwrap`: the arguments after the
-/// program name; returns the exit status.
-pub fn main(args: Vec<OsString>) -> i32 {
+/// `usage: PROGRAM [OPTIONS...] ...` and the option list, as bubblewrap
+/// prints it (naming the program as it was invoked).
+pub fn usage(program: &str) -> String {
+    format!("usage: {program} [OPTIONS...] [--] COMMAND [ARGS...]\n\n{USAGE}")
+}
+
+/// Entry of `hutch-bwrap` and `hutch bwrap`: `program` is how it was
+/// invoked (for the usage line), `args` what follows; returns the exit
+/// status.
+pub fn main(program: &str, args: Vec<OsString>) -> i32 {
     let mut level_prefix = args.iter().any(|a| a == "--level-prefix");
-    match run(args, &mut level_prefix) {
+    match run(program, args, &mut level_prefix) {
         Ok(code) => code,
         Err(BwrapError::Usage) => {
-            eprintln!("{USAGE}");
+            eprintln!("{}", usage(program));
             1
         }
         Err(e) => {
@@ -170,13 +176,13 @@ pub fn merge_profile(spec: &mut Spec, profile: &Spec) {
     spec.security.no_new_privs = nnp;
 }
 
-fn run(mut args: Vec<OsString>, level_prefix: &mut bool) -> Result<i32, BwrapError> {
+fn run(program: &str, mut args: Vec<OsString>, level_prefix: &mut bool) -> Result<i32, BwrapError> {
     let hutch = hutch_options(&mut args)?;
     let parsed = args::parse(args, &mut args::ProcessFds)?;
     *level_prefix = parsed.level_prefix;
     match parsed.action {
         Some(args::Action::Help) => {
-            println!("{USAGE}");
+            println!("{}", usage(program));
             return Ok(0);
         }
         Some(args::Action::Version) => {

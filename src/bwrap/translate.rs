@@ -23,8 +23,10 @@ pub struct Caller {
     pub gid: u32,
     pub env: Vec<(OsString, OsString)>,
     pub cwd: Option<PathBuf>,
-    /// Effective and inheritable capability masks (root's defaults).
+    /// Effective, inheritable and bounding capability masks (root's
+    /// defaults).
     pub effective: u64,
+    pub bounding: u64,
     pub inheritable: u64,
     /// The kernel has user / cgroup namespaces (`--unshare-*-try`).
     pub userns_available: bool,
@@ -50,6 +52,7 @@ impl Caller {
             cwd: std::env::current_dir().ok(),
             effective: mask(caps::CapSet::Effective),
             inheritable: mask(caps::CapSet::Inheritable),
+            bounding: mask(caps::CapSet::Bounding),
             userns_available,
             cgroupns_available: Path::new("/proc/self/ns/cgroup").exists(),
         }
@@ -258,7 +261,7 @@ pub fn translate(
     if let Some(h) = &p.hostname {
         spec.identity.hostname = Some(utf8(h, "hostname")?);
     }
-    spec.security = capabilities(p, caller, spec.security.clone());
+    spec.security = capabilities(p, caller, unshare_user, spec.security.clone());
     if p.assert_userns_disabled && !unshare_user {
         // hutch locks nested user namespaces only in its own one.
         return Err(die(
@@ -275,7 +278,13 @@ pub fn translate(
     };
     extras.block_fds.extend(p.userns_block_fd);
     extras.block_fds.extend(p.block_fd);
+    let host_proc = !spec.namespaces.pid && spec.namespaces.join.pid.is_none();
+    let cover_proc = root && !unshare_user;
     for op in &p.ops {
+        if let (Op::Proc(d), true) = (op, host_proc) {
+            spec.fs.extend(host_proc_ops(&dest(d)?, cover_proc));
+            continue;
+        }
         let Some(fs) = fs_op(op, fds)? else { continue };
         if fs.dest() == Path::new("/") {
             spec.root = Some(root_bind(&fs, spec.fs.is_empty() && spec.root.is_none())?);
@@ -284,7 +293,8 @@ pub fn translate(
         spec.fs.push(fs);
     }
     for lock in &p.lock_files {
-        extras.locks.push(lock_file(lock, &spec.fs)?);
+        let root = spec.root.as_ref().map(|r| r.path.as_path());
+        extras.locks.push(lock_file(lock, &spec.fs, root)?);
     }
 
     // The environment: the caller's, changed in order.
@@ -299,7 +309,8 @@ pub fn translate(
             EnvOp::Unset(k) => env.retain(|(n, _)| n != k),
         }
     }
-    let cwd = working_dir(p, caller, &spec.fs, &env)?;
+    let root = spec.root.as_ref().map(|r| r.path.as_path());
+    let cwd = working_dir(p, caller, &spec.fs, root, &env)?;
     env.retain(|(n, _)| n != "PWD");
     env.push(("PWD".into(), cwd.clone().into_os_string()));
     let mut map = BTreeMap::new();
@@ -330,6 +341,7 @@ pub fn translate(
 fn capabilities(
     p: &Parsed,
     caller: &Caller,
+    userns: bool,
     mut sec: crate::spec::Security,
 ) -> crate::spec::Security {
     let root = caller.uid == 0;
@@ -351,10 +363,13 @@ fn capabilities(
             .map(|c| c.to_string())
             .collect()
     };
+    // bubblewrap drops the bounding set to the requested caps only in a
+    // user namespace of its own; otherwise it leaves it alone.
+    let bounding = names(if userns { requested } else { caller.bounding });
     sec.cap_add = Vec::new();
     sec.capabilities = Some(if root && p.caps.is_empty() {
         CapabilitySets {
-            bounding: names(requested),
+            bounding,
             effective: names(requested),
             permitted: names(requested),
             inheritable: names(caller.inheritable & requested),
@@ -363,7 +378,7 @@ fn capabilities(
     } else {
         let n = names(requested);
         CapabilitySets {
-            bounding: n.clone(),
+            bounding,
             effective: n.clone(),
             permitted: n.clone(),
             inheritable: n.clone(),
@@ -518,6 +533,35 @@ fn fs_op(op: &Op, fds: &mut dyn FdReader) -> Result<Option<FsOp>, BwrapError> {
     }))
 }
 
+/// `--proc` without a pid namespace of the sandbox's own: bubblewrap
+/// binds the host's /proc (a procfs of a pid namespace the sandbox does
+/// not own cannot be mounted from a user namespace) and covers `sys`,
+/// `sysrq-trigger`, `irq` and `bus` read-only where the sandbox could
+/// write them (root without a user namespace).
+fn host_proc_ops(dest: &Path, cover: bool) -> Vec<FsOp> {
+    let bind = |src: PathBuf, dest: PathBuf, ro: bool| FsOp::Mount {
+        fstype: "bind".into(),
+        src: Some(src),
+        dest,
+        options: [&["nosuid", "nodev"][..], if ro { &["ro"] } else { &[] }]
+            .concat()
+            .iter()
+            .map(|o| o.to_string())
+            .collect(),
+        optional: false,
+    };
+    let mut ops = vec![bind("/proc".into(), dest.to_path_buf(), false)];
+    if cover {
+        for sub in ["sys", "sysrq-trigger", "irq", "bus"] {
+            let host = Path::new("/proc").join(sub);
+            if host.exists() {
+                ops.push(bind(host, dest.join(sub), true));
+            }
+        }
+    }
+    ops
+}
+
 /// A bind on `/` (`--ro-bind / /`, the usual first operation) is the
 /// Spec's bound root: bubblewrap mounts it over its empty root, so what
 /// follows is mounted inside it. Read-only from the start for
@@ -550,30 +594,87 @@ fn overlay_lowers(srcs: &[OsString]) -> Result<Vec<PathBuf>, BwrapError> {
         .collect()
 }
 
-/// The host path a sandbox path shows, through the last bind covering it.
-fn host_path(inside: &Path, ops: &[FsOp]) -> Option<PathBuf> {
-    ops.iter().rev().find_map(|op| match op {
-        FsOp::Bind { src, dest, .. }
-        | FsOp::RoBind { src, dest, .. }
-        | FsOp::DevBind { src, dest, .. } => inside.strip_prefix(dest).ok().map(|rest| {
-            if rest.as_os_str().is_empty() {
-                src.clone()
+/// Where a sandbox path comes from, as far as the operations tell: the
+/// last operation whose mount (or made path) covers it decides.
+enum Shown {
+    /// A host path (through a bind, or the bound root).
+    Host(PathBuf),
+    /// Made by hutch (a tmpfs, a dir, /proc...) exactly there.
+    Made,
+    /// Not there.
+    Missing,
+}
+
+fn shown(inside: &Path, ops: &[FsOp], root: Option<&Path>) -> Shown {
+    for op in ops.iter().rev() {
+        let Ok(rest) = inside.strip_prefix(op.dest()) else {
+            continue;
+        };
+        let here = rest.as_os_str().is_empty();
+        let join = |src: &Path| {
+            if here {
+                src.to_path_buf()
             } else {
                 src.join(rest)
             }
-        }),
+        };
+        return match op {
+            FsOp::Bind { src, .. } | FsOp::RoBind { src, .. } | FsOp::DevBind { src, .. } => {
+                Shown::Host(join(src))
+            }
+            FsOp::Mount { src: Some(src), .. } => Shown::Host(join(src)),
+            FsOp::Overlay { lowers, .. }
+            | FsOp::TmpOverlay { lowers, .. }
+            | FsOp::RoOverlay { lowers, .. } => lowers
+                .iter()
+                .map(|l| join(l))
+                .find(|p| p.exists())
+                .map_or(Shown::Missing, Shown::Host),
+            // A path made exactly there; a file or link under it is not a
+            // directory.
+            FsOp::Dir { .. }
+            | FsOp::Tmpfs { .. }
+            | FsOp::Proc { .. }
+            | FsOp::Dev { .. }
+            | FsOp::Mqueue { .. }
+                if here =>
+            {
+                Shown::Made
+            }
+            _ if !here => match op {
+                FsOp::Dir { .. }
+                | FsOp::File { .. }
+                | FsOp::BindData { .. }
+                | FsOp::Symlink { .. }
+                | FsOp::Chmod { .. }
+                | FsOp::RemountRo { .. } => continue,
+                _ => Shown::Missing,
+            },
+            _ => continue,
+        };
+    }
+    match root {
+        Some(r) => Shown::Host(r.join(inside.strip_prefix("/").unwrap_or(inside))),
+        None => Shown::Missing,
+    }
+}
+
+/// The host path a sandbox path shows (through a bind or the bound root).
+fn host_path(inside: &Path, ops: &[FsOp], root: Option<&Path>) -> Option<PathBuf> {
+    match shown(inside, ops, root) {
+        Shown::Host(p) => Some(p),
         _ => None,
-    })
+    }
 }
 
 /// `--lock-file`: the file the sandbox sees, opened on the host through
 /// the bind that shows it and read-locked (the lock is the inode's, so
 /// it is the same lock bubblewrap's pid 1 takes).
-fn lock_file(path: &OsStr, ops: &[FsOp]) -> Result<std::fs::File, BwrapError> {
+fn lock_file(path: &OsStr, ops: &[FsOp], root: Option<&Path>) -> Result<std::fs::File, BwrapError> {
     let inside = dest(path)?;
     let open_err =
         |e: &std::io::Error| BwrapError::io(format!("Unable to open lock file {}", show(path)), e);
-    let host = host_path(&inside, ops).ok_or_else(|| {
+    let host = host_path(&inside, ops, root).ok_or_else(|| {
         die(format!(
             "Unable to open lock file {}: hutch-bwrap locks only files under a bind (docs/bwrap.md)",
             show(path)
@@ -593,16 +694,16 @@ fn working_dir(
     p: &Parsed,
     caller: &Caller,
     ops: &[FsOp],
+    root: Option<&Path>,
     env: &[(OsString, OsString)],
 ) -> Result<PathBuf, BwrapError> {
     if let Some(d) = &p.chdir {
         return dest(d);
     }
-    let shown = |inside: &Path| {
-        host_path(inside, ops).is_some_and(|h| h.is_dir())
-            || ops.iter().any(|op| {
-                matches!(op, FsOp::Dir { dest, .. } | FsOp::Tmpfs { dest, .. } if dest == inside)
-            })
+    let shown = |inside: &Path| match shown(inside, ops, root) {
+        Shown::Host(h) => h.is_dir(),
+        Shown::Made => true,
+        Shown::Missing => false,
     };
     if let Some(cwd) = &caller.cwd
         && shown(cwd)
@@ -633,6 +734,7 @@ mod tests {
             cwd: Some("/usr".into()),
             effective: if uid == 0 { (1 << 41) - 1 } else { 0 },
             inheritable: 0,
+            bounding: (1 << 41) - 1,
             userns_available: true,
             cgroupns_available: true,
         }
@@ -700,7 +802,11 @@ mod tests {
         .unwrap();
         let c = s.security.capabilities.unwrap();
         assert_eq!(c.ambient, ["CAP_NET_RAW"]);
-        assert_eq!(c.bounding, ["CAP_NET_RAW"]);
+        assert_eq!(
+            c.bounding.len(),
+            41,
+            "no user namespace: the bounding set is left alone"
+        );
         let s = t(1000, &["--unshare-user", "--uid", "0", "true"]).unwrap();
         assert!(s.security.capabilities.unwrap().effective.is_empty());
     }

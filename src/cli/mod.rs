@@ -44,7 +44,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("ps") => ps::ps_main(rest),
         Some("kill") => ps::kill_main(rest),
         Some("image") => image::main(rest),
-        Some("bwrap") => crate::bwrap::main(rest),
+        Some("bwrap") => crate::bwrap::main("hutch bwrap", rest),
         Some(supervise::SUBCOMMAND) => supervise::main(rest),
         Some(session::WARM_SERVER) => session::warm_server_main(rest),
         // Inside a session's sandbox only (`hutch session glob|grep`).
