@@ -86,6 +86,13 @@ fn cases(who: As) -> Vec<Case> {
         },
         with_system("new-session", &["--new-session", "--unshare-pid"])
             .env("HT_CMD", "ps -o sid= -p $$ >/dev/null 2>&1; awk '{print \"sid-is-self\", ($6 == $1)}' /proc/self/stat"),
+        Case {
+            fd5: Some(bwrap_support::deny_mkdir_bpf()),
+            ..with_system("seccomp-raw-bpf", &["--tmpfs", "/tmp", "--seccomp", "5"]).env(
+                "HT_CMD",
+                "mkdir /tmp/x 2>/dev/null && echo mkdir-allowed || echo mkdir-denied; touch /tmp/y && echo touch-allowed",
+            )
+        },
         with_system("die-with-parent", &["--die-with-parent", "--unshare-pid"]),
         with_system("exit-status", &[]).env("HT_EXIT", "7"),
         with_system("info-and-json-status", &["--unshare-pid", "--unshare-net", "--info-fd", "7", "--json-status-fd", "8"]),

@@ -165,11 +165,14 @@ pub fn merge_profile(spec: &mut Spec, profile: &Spec) {
         spec.network = Network::Proxy(p.clone());
         spec.namespaces.net = true;
     }
-    let (caps, nnp) = (
+    let (caps, nnp, bpf) = (
         spec.security.capabilities.take(),
         spec.security.no_new_privs,
+        std::mem::take(&mut spec.security.seccomp_bpf),
     );
     spec.security = profile.security.clone();
+    // The argv's own BPF programs come after the profile's.
+    spec.security.seccomp_bpf.extend(bpf);
     // The capabilities stay bubblewrap's (the argv asked for them).
     spec.security.capabilities = caps;
     spec.security.cap_add = Vec::new();

@@ -213,17 +213,6 @@ pub fn translate(
             "a pid namespace nested in a joined one",
         ));
     }
-    if p.seccomp_fd.is_some() || !p.add_seccomp_fds.is_empty() {
-        return Err(unsupported(
-            if p.seccomp_fd.is_some() {
-                "--seccomp"
-            } else {
-                "--add-seccomp-fd"
-            },
-            "raw BPF programs are not installed yet; use HUTCH_BWRAP_PROFILE with a hutch seccomp profile",
-        ));
-    }
-
     let mut spec = Spec::default();
     spec.root_readonly = false;
     spec.security.seccomp = "unconfined".into();
@@ -262,6 +251,16 @@ pub fn translate(
         spec.identity.hostname = Some(utf8(h, "hostname")?);
     }
     spec.security = capabilities(p, caller, unshare_user, spec.security.clone());
+    // bubblewrap's raw BPF programs, read as it reads them.
+    for fd in p.seccomp_fd.iter().chain(&p.add_seccomp_fds) {
+        let data = fds
+            .read_fd(*fd)
+            .map_err(|e| BwrapError::io("Can't read seccomp data", &e))?;
+        if data.len() % 8 != 0 {
+            return Err(die("Invalid seccomp data, must be multiple of 8"));
+        }
+        spec.security.seccomp_bpf.push(data);
+    }
     if p.assert_userns_disabled && !unshare_user {
         // hutch locks nested user namespaces only in its own one.
         return Err(die(

@@ -700,6 +700,13 @@ pub struct Security {
     /// The workload's five capability sets, each given whole (instead of
     /// `cap_add`, which keeps the same capabilities in all of them).
     pub capabilities: Option<CapabilitySets>,
+    /// Raw classic-BPF seccomp programs (arrays of `struct sock_filter`,
+    /// 8 bytes an instruction, native byte order) installed on the
+    /// workload in order, after the `seccomp` profile's filter: what
+    /// bubblewrap's `--seccomp FD` / `--add-seccomp-fd FD` load. hutch
+    /// does not look inside them; the kernel checks them when installed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub seccomp_bpf: Vec<Vec<u8>>,
     /// Set no-new-privs on the workload (default true). With `false`,
     /// Landlock and seccomp are installed before capabilities are dropped
     /// (they then need CAP_SYS_ADMIN, which the workload still holds), and
@@ -726,6 +733,7 @@ impl Default for Security {
             landlock: LandlockPolicy::default(),
             cap_add: Vec::new(),
             capabilities: None,
+            seccomp_bpf: Vec::new(),
             no_new_privs: true,
         }
     }

@@ -14,7 +14,9 @@ pub fn hutch_bwrap() -> PathBuf {
 /// The probe: what a process can observe of its sandbox, one fact a line.
 /// `$HT_NS_*` hold the host's namespace links, so it prints relations
 /// (`same`/`new`), not inode numbers. Mounts under /dev and /proc are left
-/// out (docs/bwrap.md lists how those trees differ); `$HT_PATHS` names
+/// out (docs/bwrap.md lists how those trees differ), and so are the host's
+/// `*/hutch-*` mounts (other tests' sandboxes come and go while a case
+/// runs, and show up through the bound host root); `$HT_PATHS` names
 /// files whose type and mode it prints.
 pub const PROBE: &str = r#"
 echo "ids $(id -u) $(id -g) $(id -G)"
@@ -27,7 +29,7 @@ grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status | tr '\t' ' '
 grep -E '^NoNewPrivs' /proc/self/status | tr '\t' ' '
 env | grep -E '^(HT_[A-Z]|PATH=|HOME=)' | sort
 echo "hostname-set $( [ "$(cat /proc/sys/kernel/hostname)" = "$HT_HOSTNAME" ] && echo host || cat /proc/sys/kernel/hostname)"
-awk '{print $5, substr($6,1,2)}' /proc/self/mountinfo | grep -vE '^/(dev|proc)/' | sort
+awk '{print $5, substr($6,1,2)}' /proc/self/mountinfo | grep -vE '^/(dev|proc)/|/hutch-' | sort
 for p in $HT_PATHS; do
   if [ -L "$p" ]; then echo "path $p -> $(readlink "$p")";
   elif [ -e "$p" ]; then echo "path $p $(stat -c '%F %a %u:%g' "$p")";
@@ -177,4 +179,23 @@ pub fn json_keys(text: &str) -> Vec<Vec<String>> {
         out.push(v.as_object().expect("an object").keys().cloned().collect());
     }
     out
+}
+
+/// A raw seccomp program (bubblewrap's `--seccomp` format) that fails
+/// mkdir(2) and mkdirat(2) with EPERM and allows everything else.
+pub fn deny_mkdir_bpf() -> Vec<u8> {
+    let ins = |code: u16, jt: u8, jf: u8, k: u32| {
+        let mut v = code.to_ne_bytes().to_vec();
+        v.extend([jt, jf]);
+        v.extend(k.to_ne_bytes());
+        v
+    };
+    [
+        ins(0x20, 0, 0, 0),               // ld [0]: the syscall number
+        ins(0x15, 2, 0, 83),              // jeq mkdir → deny
+        ins(0x15, 1, 0, 258),             // jeq mkdirat → deny
+        ins(0x06, 0, 0, 0x7fff_0000),     // ret ALLOW
+        ins(0x06, 0, 0, 0x0005_0000 | 1), // ret ERRNO(EPERM)
+    ]
+    .concat()
 }
