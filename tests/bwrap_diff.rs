@@ -427,3 +427,188 @@ fn die_with_parent_ends_the_sandbox() {
         },
     );
 }
+
+/// The argv shapes real tools build, from their source: OpenAI Codex's
+/// Linux sandbox (codex-rs/linux-sandbox/src/bwrap.rs: read-only root,
+/// minimal /dev, writable roots with `.git` re-protected, a pid namespace
+/// and fresh /proc, `--new-session --die-with-parent`), Anthropic's
+/// sandbox-runtime (src/sandbox/linux-sandbox-utils.ts: no network, the
+/// host read-only, the workspace writable, secrets covered by /dev/null
+/// and tmpfs) and Flatpak (the whole argv through `--args FD`, a usr-only
+/// root with merged-/usr links, `--ro-bind-data` for /.flatpak-info,
+/// `--lock-file`, `--info-fd`). Each runs under bwrap and hutch-bwrap
+/// with the probe plus the tool's own checks.
+fn tool_shapes(who: As) {
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    let dir = TempDir::new("bwrap-tools", who);
+    let ws = dir.path().join("ws");
+    for d in ["ws", "ws/.git", "ws/secret", "app"] {
+        std::fs::create_dir(dir.path().join(d)).unwrap();
+        common::own_as(&dir.path().join(d), who);
+    }
+    common::write_as(&ws.join(".env"), "TOKEN=x\n", who);
+    common::write_as(&ws.join("secret/key"), "k\n", who);
+    common::write_as(&dir.path().join("app/.ref"), "", who);
+    let ws_s = ws.display().to_string();
+    let app = dir.path().join("app").display().to_string();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let checks = format!(
+        "cd {ws_s}; echo w > f && echo ws-writable; echo x > .git/x 2>/dev/null || echo git-readonly; \
+         cat .env 2>/dev/null || echo env-hidden; ls secret | wc -l; echo y > /usr/x 2>/dev/null || echo usr-readonly"
+    );
+    let codex_ro = Case {
+        name: "codex read-only",
+        args: s(&[
+            "--new-session",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--unshare-pid",
+            "--proc",
+            "/proc",
+        ]),
+        ..Case::default()
+    };
+    let codex_ws = Case {
+        name: "codex workspace-write",
+        args: s(&[
+            "--new-session",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--bind",
+            &ws_s,
+            &ws_s,
+            "--ro-bind",
+            &format!("{ws_s}/.git"),
+            &format!("{ws_s}/.git"),
+            "--unshare-pid",
+            "--unshare-net",
+            "--proc",
+            "/proc",
+        ]),
+        env: vec![("HT_CMD".into(), checks.clone())],
+        ..Case::default()
+    };
+    let srt = Case {
+        name: "sandbox-runtime",
+        args: s(&[
+            "--new-session",
+            "--die-with-parent",
+            "--unshare-net",
+            "--ro-bind",
+            "/",
+            "/",
+            "--bind",
+            &ws_s,
+            &ws_s,
+            "--ro-bind",
+            "/dev/null",
+            &format!("{ws_s}/.env"),
+            "--tmpfs",
+            &format!("{ws_s}/secret"),
+            "--dev",
+            "/dev",
+            "--unshare-pid",
+            "--proc",
+            "/proc",
+        ]),
+        env: vec![("HT_CMD".into(), checks)],
+        ..Case::default()
+    };
+    let flatpak_args = [
+        "--unshare-pid",
+        "--unshare-user-try",
+        "--die-with-parent",
+        "--new-session",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--symlink",
+        "usr/sbin",
+        "/sbin",
+        "--ro-bind",
+        "/etc",
+        "/etc",
+        "--dir",
+        "/tmp",
+        "--dir",
+        "/var/tmp",
+        "--ro-bind",
+        &app,
+        "/app",
+        "--lock-file",
+        "/app/.ref",
+        "--setenv",
+        "HT_FLATPAK",
+        "1",
+        "--ro-bind-data",
+        "6",
+        "/.flatpak-info",
+        "--info-fd",
+        "7",
+    ]
+    .join("\0");
+    let flatpak = Case {
+        name: "flatpak",
+        args: s(&["--args", "5"]),
+        fd5: Some(flatpak_args.into_bytes()),
+        fd6: Some(b"[Application]\nname=org.example.App\n".to_vec()),
+        env: vec![
+            (
+                "HT_PATHS".into(),
+                "/ /app /.flatpak-info /lib /tmp /var/tmp".into(),
+            ),
+            ("HT_CMD".into(), "cat /.flatpak-info".into()),
+        ],
+        ..Case::default()
+    };
+    let mut failures = Vec::new();
+    for case in [codex_ro, codex_ws, srt, flatpak] {
+        let b = run(&bwrap(), &case, who, dir.path());
+        assert_eq!(
+            b.status,
+            Some(0),
+            "[{}] bwrap itself: {}",
+            case.name,
+            b.stderr
+        );
+        let h = run(&hutch_bwrap(), &case, who, dir.path());
+        failures.extend(compare(&case, &b, &h));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} tool shape(s) differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn tool_argv_shapes_behave_alike_as_root() {
+    tool_shapes(As::Root);
+}
+
+#[test]
+fn tool_argv_shapes_behave_alike_as_nobody() {
+    tool_shapes(As::Nobody);
+}
