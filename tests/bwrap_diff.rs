@@ -612,3 +612,52 @@ fn tool_argv_shapes_behave_alike_as_root() {
 fn tool_argv_shapes_behave_alike_as_nobody() {
     tool_shapes(As::Nobody);
 }
+
+/// `hutch bwrap ARGS` is the same entry as `hutch-bwrap ARGS`, and
+/// `hutch-bwrap` speaks bubblewrap under any name (it is not picked by
+/// argv[0]).
+#[test]
+fn hutch_bwrap_subcommand_and_any_name_behave_alike() {
+    let who = common::caller();
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    let dir = TempDir::new("bwrap-cli", who);
+    let renamed = dir.path().join("some-sandbox-helper");
+    std::fs::copy(hutch_bwrap(), &renamed).unwrap();
+    let args = [
+        "--ro-bind",
+        "/",
+        "/",
+        "--unshare-pid",
+        "--proc",
+        "/proc",
+        "--setenv",
+        "HT_X",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "echo $HT_X; readlink /proc/1/exe >/dev/null && echo pid1-readable",
+    ];
+    let out = |mut c: std::process::Command| {
+        let o = c.args(args).current_dir(dir.path()).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let direct = out(std::process::Command::new(hutch_bwrap()));
+    let mut sub = std::process::Command::new(common::hutch_bin());
+    sub.arg("bwrap");
+    let via_cli = out(sub);
+    let via_name = out(std::process::Command::new(&renamed));
+    assert_eq!(direct.0, Some(0), "{}", direct.2);
+    assert_eq!(direct.1, "1\npid1-readable\n");
+    assert_eq!(direct, via_cli);
+    assert_eq!(direct, via_name);
+    let v = std::process::Command::new(common::hutch_bin())
+        .args(["bwrap", "--version"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&v.stdout).starts_with("bubblewrap 0.11.0 (hutch-bwrap "));
+}
