@@ -213,8 +213,11 @@ pub fn translate(
             "a pid namespace nested in a joined one",
         ));
     }
-    let mut spec = Spec::default();
-    spec.root_readonly = false;
+    // bubblewrap's root tmpfs stays writable.
+    let mut spec = Spec {
+        root_readonly: false,
+        ..Spec::default()
+    };
     spec.security.seccomp = "unconfined".into();
     spec.security.landlock.enabled = false;
     spec.security.no_new_privs = true;
