@@ -664,3 +664,73 @@ fn hutch_bwrap_subcommand_and_any_name_behave_alike() {
         .unwrap();
     assert!(String::from_utf8_lossy(&v.stdout).starts_with("bubblewrap 0.11.0 (hutch-bwrap "));
 }
+
+/// `--hutch-profile FILE` / `HUTCH_BWRAP_PROFILE=FILE` add a hutch
+/// profile's limits and confinement to a bwrap argv: the wall clock ends
+/// the sandbox (124), the exit report shows hutch's seccomp profile and
+/// Landlock enforced; without a profile neither is (bubblewrap has none).
+#[test]
+fn hutch_profile_adds_limits_and_confinement() {
+    let who = common::caller();
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    let dir = TempDir::new("bwrap-profile", who);
+    let profile = dir.path().join("agent.toml");
+    common::write_as(&profile, "[limits]\nwall_clock = \"1s\"\n", who);
+    let status = dir.path().join("status.json");
+    let argv = ["--ro-bind", "/", "/", "--dev", "/dev", "--", "sleep", "600"];
+    let o = std::process::Command::new(hutch_bwrap())
+        .arg("--hutch-profile")
+        .arg(&profile)
+        .arg("--hutch-status-file")
+        .arg(&status)
+        .args(argv)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(124),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report = common::exit_report(&status);
+    assert_eq!(report["reason"], "timed-out");
+    let confinement = &report["enforced"]["confinement"];
+    assert_eq!(confinement["seccomp"]["profile"], "default");
+    assert_eq!(confinement["seccomp"]["enforced"], true);
+    assert!(
+        confinement["landlock"]["enforced_abi"].as_u64().is_some(),
+        "{confinement}"
+    );
+    // The environment variable does the same; the argv's own exit status
+    // is kept.
+    let o = std::process::Command::new(hutch_bwrap())
+        .env("HUTCH_BWRAP_PROFILE", &profile)
+        .args([
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    // Without a profile: bubblewrap's confinement only.
+    let o = std::process::Command::new(hutch_bwrap())
+        .arg("--hutch-status-file")
+        .arg(&status)
+        .args(["--ro-bind", "/", "/", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let report = common::exit_report(&status);
+    assert_eq!(
+        report["enforced"]["confinement"]["seccomp"]["enforced"],
+        false
+    );
+    assert!(report["enforced"]["confinement"]["landlock"]["enforced_abi"].is_null());
+}

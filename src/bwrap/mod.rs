@@ -201,6 +201,13 @@ fn run(program: &str, mut args: Vec<OsString>, level_prefix: &mut bool) -> Resul
         eprintln!("{}bwrap: {w}", if parsed.level_prefix { "<4>" } else { "" });
     }
     let caller = translate::Caller::current();
+    let mut parsed = parsed;
+    if hutch.profile.is_some() {
+        // A hutch profile's limits end the whole sandbox (the wall clock,
+        // a kill): that needs a pid namespace of its own, in which hutch
+        // init is pid 1 and takes every process with it.
+        parsed.unshare_pid = true;
+    }
     let (mut spec, extras) = translate::translate(&parsed, &caller, &mut args::ProcessFds)?;
     if let Some(path) = &hutch.profile {
         let profile = crate::spec::load_profile(path)
