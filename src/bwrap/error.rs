@@ -35,8 +35,22 @@ impl BwrapError {
 
     /// The line bubblewrap prints: `bwrap: ...` (with `--level-prefix`,
     /// `<3>` first: LOG_ERR).
+    /// Control characters an argument carried into the message are
+    /// escaped (`\n`), so that it stays one line whatever the argv held.
     pub fn line(&self, level_prefix: bool) -> String {
-        format!("{}bwrap: {self}", if level_prefix { "<3>" } else { "" })
+        let text: String = self
+            .to_string()
+            .chars()
+            .flat_map(|c| {
+                let escaped: Vec<char> = if c.is_control() {
+                    c.escape_default().collect()
+                } else {
+                    vec![c]
+                };
+                escaped
+            })
+            .collect();
+        format!("{}bwrap: {text}", if level_prefix { "<3>" } else { "" })
     }
 }
 
@@ -64,6 +78,11 @@ mod tests {
         assert_eq!(
             BwrapError::die("Unknown option --x").line(true),
             "<3>bwrap: Unknown option --x"
+        );
+        // Found by the fuzzer: an argument with a newline in a message.
+        assert_eq!(
+            BwrapError::die("Unknown option -\nx").line(false),
+            "bwrap: Unknown option -\\nx"
         );
     }
 }
