@@ -40,6 +40,7 @@ use std::os::fd::OwnedFd;
 use crate::launch::ExitReport;
 use crate::launch::claim::ClaimCommand;
 use crate::launch::helper::HelperChild;
+use crate::launch::pool::InFlight;
 use crate::launch::{LaunchError, LaunchFailure, RunOptions};
 use crate::spec::{self, ByteSize, Duration, FsOp, Network, Spec};
 
@@ -324,6 +325,7 @@ impl Command {
         Ok(Child {
             inner,
             pipes: Pipes::default(),
+            claim: None,
         })
     }
 
@@ -335,10 +337,15 @@ impl Command {
     /// Spawn with stdout and stderr piped (unless set) and stdin from
     /// /dev/null (unless set), and collect them.
     pub fn output(&mut self) -> Result<Output, SpawnError> {
+        self.set_output_stdio();
+        self.spawn()?.wait_with_output()
+    }
+
+    /// What [`Command::output`] does with stdio left unset.
+    pub(crate) fn set_output_stdio(&mut self) {
         self.stdin.get_or_insert_with(Stdio::null);
         self.stdout.get_or_insert_with(Stdio::piped);
         self.stderr.get_or_insert_with(Stdio::piped);
-        self.spawn()?.wait_with_output()
     }
 }
 
@@ -348,10 +355,24 @@ fn is_workspace(op: &FsOp, dir: &Path) -> bool {
 
 /// A running sandbox.
 pub struct Child {
-    inner: HelperChild,
+    pub(crate) inner: HelperChild,
     /// Pipes of a pooled command ([`PoolCommand`]), whose helper was
     /// started before the command existed.
     pipes: Pipes,
+    /// A pooled command: counted by its pool until it ends, and its
+    /// helper reaped by the pool, so that the report does not wait for
+    /// the helper's exit.
+    pub(crate) claim: Option<InFlight>,
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // A pooled helper not reaped yet: the pool reaps it (dropping the
+        // link closes its control socket, which ends a sandbox that runs).
+        if let Some(claim) = self.claim.take() {
+            claim.release(Some(self.inner.process.id() as libc::pid_t));
+        }
+    }
 }
 
 #[derive(Default)]
@@ -398,11 +419,39 @@ impl Child {
 
     /// Wait for the sandbox and return its exit report.
     pub fn wait(&mut self) -> Result<ExitReport, SpawnError> {
+        if self.claim.is_some() {
+            self.inner.link.wait_answer();
+            return self.pooled_result();
+        }
         Ok(self.inner.wait()?.report)
+    }
+
+    /// A pooled command answered: its result, the helper left to the pool
+    /// (everything of the sandbox is gone once its helper answers; the
+    /// helper itself only exits then).
+    pub(crate) fn pooled_result(&mut self) -> Result<ExitReport, SpawnError> {
+        let result = self
+            .inner
+            .link
+            .take_result(|| "ended without a report".into());
+        if let Some(claim) = self.claim.take() {
+            let pid = match self.inner.process.try_wait() {
+                Ok(Some(_)) => None,
+                _ => Some(self.inner.process.id() as libc::pid_t),
+            };
+            claim.release(pid);
+        }
+        Ok(result?.report)
     }
 
     /// The exit report if the sandbox has ended, without waiting.
     pub fn try_wait(&mut self) -> Result<Option<ExitReport>, SpawnError> {
+        if self.claim.is_some() {
+            return match self.inner.link.try_answer() {
+                true => self.pooled_result().map(Some),
+                false => Ok(None),
+            };
+        }
         Ok(self.inner.try_wait()?.map(|f| f.report))
     }
 
@@ -673,6 +722,8 @@ impl PoolCommand<'_> {
             ..Default::default()
         };
         let (fds, pipes) = pooled_stdio(std::mem::take(&mut self.stdio))?;
+        // Counted before the take, so the refill never starts in between.
+        let claim = self.pool.inner.in_flight();
         if let Some(mut helper) = self.pool.inner.take() {
             let claimed = helper.link.claim(
                 self.pool.inner.digest(),
@@ -684,6 +735,7 @@ impl PoolCommand<'_> {
                 return Ok(Child {
                     inner: helper,
                     pipes,
+                    claim: Some(claim),
                 });
             }
             // The helper went away before its claim: launch cold.
@@ -691,7 +743,11 @@ impl PoolCommand<'_> {
         let [a, b, c] = fds;
         let stdio = [Stdio::from(a), Stdio::from(b), Stdio::from(c)];
         let inner = HelperChild::spawn(&self.pool.binary, &spec, &options, stdio)?;
-        Ok(Child { inner, pipes })
+        Ok(Child {
+            inner,
+            pipes,
+            claim: None,
+        })
     }
 
     /// Spawn and wait.
@@ -702,10 +758,15 @@ impl PoolCommand<'_> {
     /// Spawn with stdout and stderr piped (unless set) and stdin from
     /// /dev/null (unless set), and collect them.
     pub fn output(&mut self) -> Result<Output, SpawnError> {
+        self.set_output_stdio();
+        self.spawn()?.wait_with_output()
+    }
+
+    /// What [`PoolCommand::output`] does with stdio left unset.
+    pub(crate) fn set_output_stdio(&mut self) {
         self.stdio[0].get_or_insert(Redirect::Null);
         self.stdio[1].get_or_insert(Redirect::Piped);
         self.stdio[2].get_or_insert(Redirect::Piped);
-        self.spawn()?.wait_with_output()
     }
 }
 

@@ -57,6 +57,11 @@ mod api;
 mod test_support;
 
 pub use api::{Child, Command, Output, Pool, PoolCommand, Redirect, SpawnError, find_binary};
+
+/// The async API (cargo feature `tokio`): [`tokio::Command`],
+/// [`tokio::Child`], [`tokio::Pool`], [`tokio::Session`].
+#[cfg(feature = "tokio")]
+pub mod tokio;
 pub use launch::{ExitReport, LaunchFailure, Outcome};
 pub use spec::Spec;
 pub use workspace::{Session, StateDir};

@@ -169,17 +169,37 @@ impl Frames {
     /// One read from `sock` into the buffer (fds into the queue); false at
     /// EOF or on error.
     fn fill(&mut self, sock: BorrowedFd<'_>) -> bool {
+        !matches!(self.fill_once(sock), Fill::Closed)
+    }
+
+    /// One read from `sock`, saying whether it got bytes, would have
+    /// blocked (a non-blocking socket with nothing to read), or the other
+    /// end is gone (EOF, an error, or more than a frame's worth).
+    fn fill_once(&mut self, sock: BorrowedFd<'_>) -> Fill {
         let mut chunk = [0u8; 16 * 1024];
         match crate::sys::socket::recv_stream(sock, &mut chunk) {
-            Ok((0, _)) => false,
+            Ok((0, _)) => Fill::Closed,
             Ok((n, fds)) => {
                 self.buf.extend_from_slice(&chunk[..n]);
                 self.fds.extend(fds);
-                self.buf.len() <= MAX_FRAME + 4 && self.fds.len() <= 16
+                if self.buf.len() <= MAX_FRAME + 4 && self.fds.len() <= 16 {
+                    Fill::Data
+                } else {
+                    Fill::Closed
+                }
             }
-            Err(e) => e.errno == crate::sys::Errno::EAGAIN,
+            Err(e) if e.errno == crate::sys::Errno::EAGAIN => Fill::WouldBlock,
+            Err(_) => Fill::Closed,
         }
     }
+}
+
+/// What one read of a control socket got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fill {
+    Data,
+    WouldBlock,
+    Closed,
 }
 
 /// Send a whole frame, its fds attached to the first byte.
@@ -265,9 +285,48 @@ impl Link {
             return;
         }
         let _ = self.sock.set_nonblocking(!block);
-        if !self.frames.fill(self.sock.as_fd()) {
+        self.pump_read();
+    }
+
+    /// One read of the socket as it is (blocking or not) and the frames
+    /// it completed; true when the read would have blocked.
+    fn pump_read(&mut self) -> bool {
+        let fill = self.frames.fill_once(self.sock.as_fd());
+        if fill == Fill::Closed {
             self.closed = true;
         }
+        self.decode_frames();
+        fill == Fill::WouldBlock
+    }
+
+    /// For an event loop that waits for the socket to be readable (the
+    /// `tokio` API): one non-blocking read and the frames it completed;
+    /// true when nothing was there (wait for readiness again).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn pump_nonblocking(&mut self) -> bool {
+        if self.answered() {
+            return false;
+        }
+        let _ = self.sock.set_nonblocking(true);
+        self.pump_read()
+    }
+
+    /// The helper said it is killing the sandbox, as asked.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn killing(&self) -> bool {
+        self.killing
+    }
+
+    /// Send [`ToHelper::Kill`] without waiting for the answer.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn start_kill(&mut self) -> std::io::Result<()> {
+        if self.answered() {
+            return Ok(());
+        }
+        self.send(&ToHelper::Kill, &[])
+    }
+
+    fn decode_frames(&mut self) {
         self.frames.fds.clear();
         while let Some(frame) = self.frames.next::<FromHelper>() {
             match frame {
@@ -295,6 +354,13 @@ impl Link {
         self.result.is_some() || self.closed
     }
 
+    /// Whether the helper has answered, after reading what it sent so far
+    /// (without waiting).
+    pub fn try_answer(&mut self) -> bool {
+        self.pump(false);
+        self.answered()
+    }
+
     /// The warm sandbox's id once it said it is ready (without waiting).
     pub fn ready(&mut self) -> Option<&str> {
         if self.ready.is_none() {
@@ -312,7 +378,10 @@ impl Link {
 
     /// The result (once answered); a helper that closed without one is an
     /// error that `why` describes.
-    fn take_result(&mut self, why: impl FnOnce() -> String) -> Result<Finished, LaunchError> {
+    pub(crate) fn take_result(
+        &mut self,
+        why: impl FnOnce() -> String,
+    ) -> Result<Finished, LaunchError> {
         match self.result.take() {
             Some(r) => r,
             None => Err(self.protocol_error(why())),

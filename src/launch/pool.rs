@@ -41,6 +41,51 @@ struct State {
     last_error: Option<LaunchFailure>,
     /// Helpers handed out (claimed or refused) since the pool started.
     taken: u64,
+    /// Commands claimed from the pool that have not ended ([`InFlight`]):
+    /// while one runs, the refill waits (it would compete with the command
+    /// for the CPUs), unless the pool has no sandbox left.
+    in_flight: usize,
+    /// Helpers that answered and are exiting, to reap (by pid) without
+    /// making the command's caller wait for them.
+    exiting: Vec<libc::pid_t>,
+}
+
+type Shared = (Mutex<State>, Condvar);
+
+/// A command claimed from a pool, until it ends: dropping it (or
+/// [`InFlight::release`]) lets the pool refill.
+pub struct InFlight {
+    shared: std::sync::Weak<Shared>,
+}
+
+impl InFlight {
+    /// The command ended; `helper`: its helper process, which has answered
+    /// and is exiting, for the pool to reap. Without the pool (dropped
+    /// already), it is reaped here.
+    pub fn release(self, helper: Option<libc::pid_t>) {
+        match (self.shared.upgrade(), helper) {
+            (Some(shared), Some(pid)) => {
+                let mut st = shared.0.lock().unwrap_or_else(|p| p.into_inner());
+                st.exiting.push(pid);
+            }
+            (None, Some(pid)) => {
+                let _ = crate::sys::raw::waitpid(pid, 0);
+            }
+            _ => {}
+        }
+        // Drop does the count.
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            let mut st = shared.0.lock().unwrap_or_else(|p| p.into_inner());
+            st.in_flight = st.in_flight.saturating_sub(1);
+            drop(st);
+            shared.1.notify_all();
+        }
+    }
 }
 
 /// Counts of a pool, for status lines and tests.
@@ -63,7 +108,7 @@ pub struct Pool {
     /// command starts from (its wall clock, output cap, environment).
     defaults: ClaimCommand,
     digest: String,
-    shared: Arc<(Mutex<State>, Condvar)>,
+    shared: Arc<Shared>,
     refill: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -103,6 +148,8 @@ impl Pool {
                 failures: 0,
                 last_error: None,
                 taken: 0,
+                in_flight: 0,
+                exiting: Vec::new(),
             }),
             Condvar::new(),
         ));
@@ -150,6 +197,16 @@ impl Pool {
         drop(st);
         cv.notify_all();
         end_all(extra);
+    }
+
+    /// Count a command as running until the returned guard is dropped (call
+    /// it before [`Pool::take`]): the refill waits for it.
+    pub fn in_flight(&self) -> InFlight {
+        let (lock, _) = &*self.shared;
+        lock.lock().unwrap_or_else(|p| p.into_inner()).in_flight += 1;
+        InFlight {
+            shared: Arc::downgrade(&self.shared),
+        }
     }
 
     /// A warm sandbox to claim: a ready one if there is one, else the one
@@ -219,6 +276,13 @@ impl Drop for Pool {
             let _ = t.join();
         }
         end_all(helpers.into());
+        let exiting = {
+            let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::take(&mut st.exiting)
+        };
+        for pid in exiting {
+            let _ = crate::sys::raw::waitpid(pid, 0);
+        }
     }
 }
 
@@ -242,6 +306,9 @@ const PRUNE_EVERY: Duration = Duration::from_millis(500);
 /// Drop (and reap) helpers that answered before they were claimed: their
 /// warm-up failed, or their sandbox ended while it waited.
 fn prune(st: &mut State) {
+    // Helpers of ended commands, once they have exited.
+    st.exiting
+        .retain(|pid| matches!(crate::sys::raw::waitpid(*pid, libc::WNOHANG), Ok(None)));
     let mut i = 0;
     while i < st.helpers.len() {
         let h = &mut st.helpers[i];
@@ -271,7 +338,12 @@ fn refill(
         let backoff = {
             let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
             prune(&mut st);
-            while !st.closing && st.helpers.len() >= st.size {
+            // A command that runs gets the CPUs to itself: the refill
+            // waits for its end, unless no sandbox is left to serve the
+            // next one.
+            while !st.closing
+                && (st.helpers.len() >= st.size || (st.in_flight > 0 && !st.helpers.is_empty()))
+            {
                 st = cv
                     .wait_timeout(st, PRUNE_EVERY)
                     .unwrap_or_else(|p| p.into_inner())

@@ -18,6 +18,8 @@ mod loopdev;
 mod mount;
 mod net;
 mod process;
+#[cfg(feature = "tokio")]
+pub mod reactor;
 mod rlimit;
 mod seccomp;
 pub mod socket;

@@ -133,7 +133,8 @@ impl Session {
         status_file: Option<PathBuf>,
     ) -> Result<RunRecord> {
         let _lock = self.lock()?;
-        self.update_info(|_| {})?;
+        // Only read: the command's start writes it once, below.
+        self.reload_info()?;
         let argv = base.command.clone();
         if let Err(e) = self.admit(&base) {
             self.audit(&json!({

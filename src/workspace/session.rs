@@ -909,6 +909,12 @@ impl Session {
     }
 
     /// Reload `session.json` (under the lock) and save it after `f`.
+    /// Read `session.json` again (another command may have changed it).
+    pub(crate) fn reload_info(&mut self) -> Result<()> {
+        self.info = load_info(self.dir.as_fd(), &self.path)?;
+        Ok(())
+    }
+
     pub(crate) fn update_info(&mut self, f: impl FnOnce(&mut SessionInfo)) -> Result<()> {
         let mut info = load_info(self.dir.as_fd(), &self.path)?;
         f(&mut info);

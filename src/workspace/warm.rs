@@ -117,12 +117,14 @@ pub fn serve(
         .set_nonblocking(true)
         .map_err(io("set warm.sock non-blocking"))?;
     ready();
-    let mut claimed: Vec<std::process::Child> = Vec::new();
+    let mut claimed: Vec<Claimed> = Vec::new();
     let mut last_used = Instant::now();
     let uid = nix::unistd::geteuid().as_raw();
     let mut stop_reply: Option<UnixStream> = None;
     loop {
-        claimed.retain_mut(|h| !matches!(h.try_wait(), Ok(Some(_))));
+        // A helper that exited ends its command's claim: the pool may
+        // refill now (it waits while a claimed command runs).
+        claimed.retain_mut(|c| !matches!(c.process.try_wait(), Ok(Some(_))));
         if !claimed.is_empty() {
             last_used = Instant::now();
         }
@@ -130,10 +132,15 @@ pub fn serve(
         if deadline_passed || last_used.elapsed() >= opts.idle || !session_exists(session) {
             break;
         }
-        let mut fds = [nix::poll::PollFd::new(
+        let mut fds = vec![nix::poll::PollFd::new(
             listener.as_fd(),
             nix::poll::PollFlags::POLLIN,
         )];
+        fds.extend(claimed.iter().filter_map(|c| {
+            c.pidfd
+                .as_ref()
+                .map(|p| nix::poll::PollFd::new(p.as_fd(), nix::poll::PollFlags::POLLIN))
+        }));
         let tick = nix::poll::PollTimeout::try_from(TICK.as_millis() as i32)
             .unwrap_or(nix::poll::PollTimeout::NONE);
         match nix::poll::poll(&mut fds, tick) {
@@ -149,7 +156,14 @@ pub fn serve(
         }
         last_used = Instant::now();
         match serve_one(conn, &pool) {
-            Served::Claimed(h) => claimed.push(h),
+            Served::Claimed(process, in_flight) => {
+                let pidfd = sys::raw::pidfd_open(process.id() as libc::pid_t).ok();
+                claimed.push(Claimed {
+                    process,
+                    pidfd,
+                    _in_flight: in_flight,
+                });
+            }
             Served::Answered => {}
             Served::Stop(conn) => {
                 stop_reply = Some(conn);
@@ -163,8 +177,8 @@ pub fn serve(
     // lifeline (`_keep`), closed when this returns.
     drop(pool);
     drop(_keep);
-    for mut h in claimed {
-        let _ = h.wait();
+    for mut c in claimed {
+        let _ = c.process.wait();
     }
     if let Some(mut conn) = stop_reply {
         let _ = send_line(&mut conn, &Answer::Stopped, &[]);
@@ -180,9 +194,18 @@ fn session_exists(session: &Session) -> bool {
     }
 }
 
-enum Served {
+/// A sandbox handed to a client, until its helper exits.
+struct Claimed {
     /// The helper process (this process's child, to reap).
-    Claimed(std::process::Child),
+    process: std::process::Child,
+    /// Readable once it has exited (polled with the socket).
+    pidfd: Option<OwnedFd>,
+    _in_flight: crate::launch::pool::InFlight,
+}
+
+enum Served {
+    /// The helper process, and its command's count in the pool.
+    Claimed(std::process::Child, crate::launch::pool::InFlight),
     Answered,
     Stop(UnixStream),
 }
@@ -206,6 +229,7 @@ fn serve_one(mut conn: UnixStream, pool: &Pool) -> Served {
         let _ = send_line(&mut conn, &Answer::Cold { why }, &[]);
         return Served::Answered;
     }
+    let in_flight = pool.in_flight();
     let Some(helper) = pool.take() else {
         let why = "no warm sandbox is left (warm-ups keep failing)".into();
         let _ = send_line(&mut conn, &Answer::Cold { why }, &[]);
@@ -217,7 +241,7 @@ fn serve_one(mut conn: UnixStream, pool: &Pool) -> Served {
     // failed: then the helper sees it close and ends its sandbox).
     drop(link);
     let _ = sent;
-    Served::Claimed(process)
+    Served::Claimed(process, in_flight)
 }
 
 fn send_line(
