@@ -29,6 +29,8 @@ pub mod workspace;
 #[doc(hidden)]
 pub mod audit;
 #[doc(hidden)]
+pub mod bwrap;
+#[doc(hidden)]
 pub mod cgroup;
 #[doc(hidden)]
 pub mod cli;
@@ -88,5 +90,7 @@ pub fn supervisor_main() -> Option<i32> {
 /// fuzzers. Nothing here is stable.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::{audit, cgroup, cli, confine, fs, image, net, oci, probe, registry, sys};
+    pub use crate::{
+        audit, bwrap, cgroup, cli, confine, fs, image, net, oci, probe, registry, sys,
+    };
 }

@@ -22,6 +22,23 @@ use crate::sys::SysError;
 pub use landlock::{LandlockPlan, LandlockReport};
 pub use seccomp::{CompiledFilter, ProfileError, SeccompReport};
 
+/// The kernel's cap on a BPF program's length (`BPF_MAXINSNS`).
+pub const BPF_MAXINSNS: usize = 4096;
+
+/// A raw program of `security.seccomp_bpf` as instructions (validated:
+/// a whole number of 8-byte `struct sock_filter`).
+fn raw_program(bytes: &[u8]) -> Vec<libc::sock_filter> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| libc::sock_filter {
+            code: u16::from_ne_bytes([c[0], c[1]]),
+            jt: c[2],
+            jf: c[3],
+            k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+        })
+        .collect()
+}
+
 /// Check the security section of a Spec; errors name the key under
 /// `security.`. A profile file is read and compiled, so its errors name the
 /// failing filter and rule; a built-in profile is only named here (it is
@@ -44,6 +61,17 @@ pub fn validate(sec: &Security) -> Result<(), SpecError> {
             return err(
                 "landlock.min_abi",
                 format!("{min} is not a Landlock ABI version (1, 2, ...)"),
+            );
+        }
+    }
+    for (i, prog) in sec.seccomp_bpf.iter().enumerate() {
+        if prog.is_empty() || prog.len() % 8 != 0 || prog.len() / 8 > BPF_MAXINSNS {
+            return err(
+                &format!("seccomp_bpf[{i}]"),
+                format!(
+                    "{} bytes is not a BPF program: 1 to {BPF_MAXINSNS} instructions of 8 bytes",
+                    prog.len()
+                ),
             );
         }
     }
@@ -109,6 +137,8 @@ pub struct Confinement {
     /// inheritable, ambient.
     cap_sets: Option<[u64; 5]>,
     no_new_privs: bool,
+    /// `security.seccomp_bpf`, installed in order after `workload_filter`.
+    raw_filters: Vec<Vec<libc::sock_filter>>,
 }
 
 /// What was enforced, for the exit report and `hutch check`.
@@ -178,6 +208,7 @@ pub fn prepare(spec: &Spec) -> Result<Confinement, ConfineError> {
         keep_caps,
         cap_sets,
         no_new_privs: sec.no_new_privs,
+        raw_filters: sec.seccomp_bpf.iter().map(|p| raw_program(p)).collect(),
     })
 }
 
@@ -202,6 +233,11 @@ impl Confinement {
     /// The compiled workload filter (None for `unconfined`).
     pub fn workload_filter(&self) -> Option<&CompiledFilter> {
         self.workload_filter.as_ref()
+    }
+
+    /// The raw programs of `security.seccomp_bpf`, in installation order.
+    pub fn raw_filters(&self) -> &[Vec<libc::sock_filter>] {
+        &self.raw_filters
     }
 
     /// The Landlock plan (None when Landlock is disabled).

@@ -194,6 +194,24 @@ pub(super) struct Builder<'a, S: FsSys> {
     scratch: usize,
     /// The device tmpfs of `device` steps is mounted.
     nodes_mounted: bool,
+    /// Per source: where a recursive bind of it holds a copy of the
+    /// staging tmpfs (relative to the bind; `/` → `tmp`, `/tmp` → ``),
+    /// None for the sources that do not hold `/tmp`.
+    pub(super) staging_in_source: Vec<Option<CString>>,
+}
+
+/// Where a recursive bind of `source` (a host path) holds the staging
+/// tmpfs, mounted at [`STAGING`] in this mount namespace: the path of
+/// `/tmp` relative to `source` when `source` is `/tmp` or an ancestor.
+pub(super) fn staging_under(source: &[u8]) -> Option<CString> {
+    let staging = STAGING.to_bytes();
+    let src = source.strip_suffix(b"/").unwrap_or(source);
+    let rest = staging.strip_prefix(src)?;
+    if !rest.is_empty() && !rest.starts_with(b"/") {
+        return None;
+    }
+    let rel = rest.strip_prefix(b"/").unwrap_or(rest);
+    Some(CString::new(rel).expect("no NUL"))
 }
 
 /// A directory found inside the new root: the root itself (borrowed from
@@ -335,8 +353,20 @@ pub fn build<S: FsSys>(
     sys.mkdirat(staging.as_fd(), c"root", 0o755)
         .map_err(err("creating the new root"))?;
     let root = match &plan.root {
-        Some(r) => mounts::bind_root(sys, source_fds[r.source].as_ref(), STAGING_ROOT, r.attrs)
-            .map_err(err("binding the root directory"))?,
+        Some(r) => {
+            let root = mounts::bind_root(sys, source_fds[r.source].as_ref(), STAGING_ROOT, r.attrs)
+                .map_err(err("binding the root directory"))?;
+            // A root that holds /tmp (the host's /) copied the staging
+            // tmpfs: the sandbox sees the host's /tmp there instead.
+            if let Some(rel) = staging_under(plan.sources[r.source].path.as_bytes()) {
+                let at = sys
+                    .open(Some(root.as_fd()), &rel, libc::O_PATH, 0, RESOLVE_IN_ROOT)
+                    .map_err(err("finding the staging copy in the root directory"))?;
+                sys.umount2(&fd_path(at.as_fd()), libc::MNT_DETACH)
+                    .map_err(err("detaching the staging copy in the root directory"))?;
+            }
+            root
+        }
         None => {
             let root_data = tmpfs_data(0o755, (staging_size + data_size) as u64, 16384);
             sys.mount(
@@ -360,6 +390,11 @@ pub fn build<S: FsSys>(
         host_dev: None,
         scratch: 0,
         nodes_mounted: false,
+        staging_in_source: plan
+            .sources
+            .iter()
+            .map(|src| staging_under(src.path.as_bytes()))
+            .collect(),
     };
     for (index, fd) in handed {
         let dir = b
@@ -488,6 +523,7 @@ impl<S: FsSys> Builder<'_, S> {
                     None,
                 ))?;
                 drop(target);
+                self.drop_staging_copy(*source, dest)?;
                 self.set_attrs(dest, *attrs)?;
             }
             Step::Overlay {

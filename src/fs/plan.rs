@@ -186,6 +186,7 @@ pub fn plan(spec: &Spec, idmap_overlay_lowers: bool) -> Plan {
                 "nosuid" => MOUNT_ATTR_NOSUID,
                 "nodev" => MOUNT_ATTR_NODEV,
                 "noexec" => MOUNT_ATTR_NOEXEC,
+                "ro" => MOUNT_ATTR_RDONLY,
                 _ => 0, // validated
             }
         });

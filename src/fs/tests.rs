@@ -581,3 +581,16 @@ fn image_layers_become_the_root_overlay_under_every_step() {
     assert!(pos(c, &format!("setattr {new_root} false")) > overlay);
     assert!(pos(c, &format!("fchdir {new_root}")) < pos(c, "pivot_root"));
 }
+
+/// A recursive bind of `/` or `/tmp` carries the staging tmpfs mounted on
+/// `/tmp`; the builder knows where the copy is, and only for those.
+#[test]
+fn a_bind_of_a_path_holding_tmp_names_the_staging_copy() {
+    use super::build::staging_under;
+    assert_eq!(staging_under(b"/").unwrap().as_bytes(), b"tmp");
+    assert_eq!(staging_under(b"/tmp").unwrap().as_bytes(), b"");
+    assert_eq!(staging_under(b"/tmp/").unwrap().as_bytes(), b"");
+    assert!(staging_under(b"/tmpx").is_none());
+    assert!(staging_under(b"/usr").is_none());
+    assert!(staging_under(b"/tmp/a").is_none());
+}

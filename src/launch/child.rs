@@ -317,6 +317,9 @@ fn workload_steps<S: ChildSys>(
     if let Some(filter) = plan.confinement.workload_filter() {
         sys.seccomp(&filter.program).at(Stage::Seccomp)?;
     }
+    for program in plan.confinement.raw_filters() {
+        sys.seccomp(program).at(Stage::Seccomp)?;
+    }
     if !nnp {
         drop_capabilities(sys, plan)?;
     }

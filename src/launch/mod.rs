@@ -92,6 +92,26 @@ pub struct RunOptions {
     pub quiet: bool,
     #[serde(default)]
     pub stdio: WorkloadStdio,
+    /// bubblewrap's status protocol, for the `hutch-bwrap` front end:
+    /// fds of this process written as bubblewrap writes them. In-process
+    /// launches only (fds do not cross to the helper).
+    #[serde(skip)]
+    pub status_fds: StatusFds,
+}
+
+/// bubblewrap's status fds (`docs/bwrap.md`). Right after the sandbox is
+/// created, `info` gets the pretty JSON object and `json_status` one line
+/// with `child-pid` (the host pid of the sandbox's first process, hutch
+/// init) and the inode of every namespace the sandbox made of its own
+/// among `cgroup ipc mnt net pid uts` (`"mnt-namespace": N`, ...); `info`
+/// is then closed. Then each `block` fd is read (one byte or EOF) and
+/// closed before the sandbox goes on. When the workload was started and
+/// has ended, `json_status` gets `{ "exit-code": N }`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StatusFds {
+    pub info: Option<i32>,
+    pub json_status: Option<i32>,
+    pub block: Vec<i32>,
 }
 
 /// Why a sandbox could not be launched. Display is one line: what, where,

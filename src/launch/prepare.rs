@@ -465,9 +465,9 @@ pub(super) fn prepare_command(
     let exec = if proxy {
         let mut env = spec.env.clone();
         env.extend(crate::net::proxy_env());
-        exec_of(&spec.command, &env)
+        exec_with_argv0(&spec.command, spec.argv0.as_deref(), &env)
     } else {
-        exec_of(&spec.command, &spec.env)
+        exec_with_argv0(&spec.command, spec.argv0.as_deref(), &spec.env)
     };
     let command = CommandPlan {
         exec,
@@ -609,8 +609,22 @@ fn prepare_upper(upper: &Path, work: &Path, ids: &Ids) -> Result<(), LaunchError
 
 /// argv/envp and the execve candidates (the PATH search is done here, in
 /// the supervisor).
+#[cfg(test)]
 pub(super) fn exec_of(command: &[String], env: &BTreeMap<String, String>) -> Exec {
-    let argv: Vec<String> = command.to_vec();
+    exec_with_argv0(command, None, env)
+}
+
+/// [`exec_of`], the workload seeing `argv0` as its `argv[0]` when given
+/// (`Spec::argv0`); `command[0]` is still what is searched and executed.
+pub(super) fn exec_with_argv0(
+    command: &[String],
+    argv0: Option<&str>,
+    env: &BTreeMap<String, String>,
+) -> Exec {
+    let mut argv: Vec<String> = command.to_vec();
+    if let Some(a) = argv0 {
+        argv[0] = a.to_string();
+    }
     let envp: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let program = &command[0];
     let candidates = if program.contains('/') {

@@ -231,3 +231,85 @@ pub(super) fn write_start_event(
     });
     let _ = writeln!(f, "{event}");
 }
+
+/// The namespaces bubblewrap names in its status JSON, in its order
+/// (`ns_infos` in bubblewrap.c), and whether the sandbox made each one.
+fn bwrap_namespaces(spec: &Spec) -> [(&'static str, bool); 6] {
+    let ns = &spec.namespaces;
+    [
+        ("cgroup", ns.cgroup),
+        ("ipc", ns.ipc),
+        ("mnt", true),
+        ("net", ns.net),
+        ("pid", ns.pid),
+        ("uts", ns.uts),
+    ]
+}
+
+/// bubblewrap's start records on [`super::StatusFds`] (see there), then
+/// its block fds. A failed write is a launch failure, as in bubblewrap
+/// (`Write to info_fd`).
+pub(super) fn write_bwrap_start(
+    fds: &super::StatusFds,
+    pid: libc::pid_t,
+    spec: &Spec,
+) -> Result<(), super::LaunchError> {
+    use std::os::unix::fs::MetadataExt;
+    if fds.info.is_none() && fds.json_status.is_none() && fds.block.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<(&str, u64)> = bwrap_namespaces(spec)
+        .into_iter()
+        .filter(|(_, own)| *own)
+        .filter_map(|(name, _)| {
+            std::fs::metadata(format!("/proc/{pid}/ns/{name}"))
+                .ok()
+                .map(|m| (name, m.ino()))
+        })
+        .collect();
+    let fail = |e: std::io::Error| {
+        super::LaunchError::Sys(crate::sys::SysError::new(
+            "write(info fd)",
+            crate::sys::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        ))
+    };
+    if let Some(fd) = fds.info {
+        let mut text = format!("{{\n    \"child-pid\": {pid}");
+        for (name, ino) in &ids {
+            text.push_str(&format!(",\n    \"{name}-namespace\": {ino}"));
+        }
+        text.push_str("\n}\n");
+        crate::sys::write_fd_all(fd, text.as_bytes()).map_err(fail)?;
+        crate::sys::close_fd(fd);
+    }
+    if let Some(fd) = fds.json_status {
+        let mut text = format!("{{ \"child-pid\": {pid}");
+        for (name, ino) in &ids {
+            text.push_str(&format!(", \"{name}-namespace\": {ino}"));
+        }
+        text.push_str(" }\n");
+        crate::sys::write_fd_all(fd, text.as_bytes()).map_err(fail)?;
+    }
+    for fd in &fds.block {
+        crate::sys::read_one_byte_and_close(*fd).map_err(|e| {
+            super::LaunchError::Sys(crate::sys::SysError::new(
+                "read(block fd)",
+                crate::sys::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// bubblewrap's `{ "exit-code": N }` on the json status fd, only when the
+/// workload was started (bubblewrap writes none when setup or exec failed).
+pub(super) fn write_bwrap_exit(fds: &super::StatusFds, report: &ExitReport) {
+    let Some(fd) = fds.json_status else { return };
+    if !matches!(report.reason, Outcome::SetupFailed | Outcome::ExecFailed) {
+        let _ = crate::sys::write_fd_all(
+            fd,
+            format!("{{ \"exit-code\": {} }}\n", report.status).as_bytes(),
+        );
+    }
+    crate::sys::close_fd(fd);
+}

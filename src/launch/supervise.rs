@@ -92,6 +92,11 @@ pub(super) fn run(
     let sb = fork_sandbox(&mut p, spec, started)?;
     // Read while pid 1 is still dumpable and ours (it becomes neither).
     let namespaces = status_file.as_ref().map(|_| namespace_inodes(sb.pid));
+    if let Err(e) = super::summary::write_bwrap_start(&opts.status_fds, sb.pid, spec) {
+        sb.kill_and_reap();
+        sb.restore_mask();
+        return Err(e);
+    }
     let result = go(&p, spec, &sb).and_then(|layers_without_idmap| {
         let with = Supervising {
             layers_without_idmap,
@@ -101,6 +106,9 @@ pub(super) fn run(
         supervise(&mut p, spec, opts, &sb, status_file.as_mut(), control, with)
     });
     sb.restore_mask();
+    if let Ok(f) = &result {
+        super::summary::write_bwrap_exit(&opts.status_fds, &f.report);
+    }
     result
 }
 

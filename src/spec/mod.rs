@@ -71,6 +71,10 @@ pub struct Spec {
     /// argv of the workload; `command[0]` is searched in the sandbox's `PATH`
     /// when it holds no `/`.
     pub command: Vec<String>,
+    /// The `argv[0]` the workload sees when it is not `command[0]`
+    /// (bubblewrap's `--argv0`); `command[0]` is still what is executed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub argv0: Option<String>,
     pub limits: Limits,
     pub security: Security,
     pub network: Network,
@@ -109,9 +113,11 @@ pub struct Spec {
 pub struct RootDir {
     /// Host directory (absolute).
     pub path: PathBuf,
-    /// Mount attributes set on the bound root and everything under it:
-    /// any of `nosuid`, `nodev`, `noexec` (default: none, the directory's
-    /// own flags).
+    /// Mount attributes set on the bound root and everything under it
+    /// when it is bound: any of `nosuid`, `nodev`, `noexec`, and `ro`
+    /// (read-only from the start, so that no `fs` operation can create a
+    /// mount point in the host directory: bubblewrap's `--ro-bind SRC /`;
+    /// default: none, the directory's own flags).
     #[serde(default)]
     pub options: Vec<String>,
 }
@@ -194,6 +200,7 @@ impl Default for Spec {
             env: BTreeMap::new(),
             cwd: None,
             command: Vec::new(),
+            argv0: None,
             limits: Limits::default(),
             security: Security::default(),
             network: Network::None,
@@ -693,6 +700,13 @@ pub struct Security {
     /// The workload's five capability sets, each given whole (instead of
     /// `cap_add`, which keeps the same capabilities in all of them).
     pub capabilities: Option<CapabilitySets>,
+    /// Raw classic-BPF seccomp programs (arrays of `struct sock_filter`,
+    /// 8 bytes an instruction, native byte order) installed on the
+    /// workload in order, after the `seccomp` profile's filter: what
+    /// bubblewrap's `--seccomp FD` / `--add-seccomp-fd FD` load. hutch
+    /// does not look inside them; the kernel checks them when installed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub seccomp_bpf: Vec<Vec<u8>>,
     /// Set no-new-privs on the workload (default true). With `false`,
     /// Landlock and seccomp are installed before capabilities are dropped
     /// (they then need CAP_SYS_ADMIN, which the workload still holds), and
@@ -719,6 +733,7 @@ impl Default for Security {
             landlock: LandlockPolicy::default(),
             cap_add: Vec::new(),
             capabilities: None,
+            seccomp_bpf: Vec::new(),
             no_new_privs: true,
         }
     }

@@ -67,10 +67,10 @@ pub(super) fn validate_namespaces(spec: &Spec) -> Result<(), SpecError> {
 
 pub(super) fn validate_root_options(options: &[String]) -> Result<(), SpecError> {
     for (i, o) in options.iter().enumerate() {
-        if !matches!(o.as_str(), "nosuid" | "nodev" | "noexec") {
+        if !matches!(o.as_str(), "nosuid" | "nodev" | "noexec" | "ro") {
             return Err(SpecError::new(
                 format!("root.options[{i}]"),
-                "expected nosuid, nodev or noexec",
+                "expected nosuid, nodev, noexec or ro",
             ));
         }
     }

@@ -11,6 +11,7 @@
 
 mod caps;
 mod cgroup;
+mod fdio;
 pub mod image;
 mod landlock;
 mod loopdev;
@@ -43,6 +44,7 @@ use std::fmt;
 
 pub use caps::*;
 pub use cgroup::*;
+pub use fdio::*;
 pub use landlock::*;
 pub use loopdev::*;
 pub use mount::*;

@@ -44,6 +44,9 @@ impl<S: FsSys> Builder<'_, S> {
                 .mount(Some(&src_path), &fd_path(target.as_fd()), None, flags, None),
         )?;
         drop(target);
+        if recursive {
+            self.drop_staging_copy(source, dest)?;
+        }
         let fd = self.in_root(dest)?;
         if attrs != 0 {
             plain(self.sys.mount_setattr(fd.as_fd(), recursive, attrs))?;
@@ -238,6 +241,26 @@ impl<S: FsSys> Builder<'_, S> {
             MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
         ))?;
         plain(self.sys.move_mount_at(tree.as_fd(), fd.as_fd(), c""))
+    }
+
+    /// A recursive bind of `source` just made at `dest` copied the staging
+    /// tmpfs when `source` holds `/tmp` (see [`super::staging_under`]):
+    /// detach the copy, so that the sandbox sees the host's directory
+    /// there and nothing of hutch's staging.
+    pub(super) fn drop_staging_copy(&mut self, source: usize, dest: &CStr) -> OpResult<()> {
+        let Some(Some(rel)) = self.staging_in_source.get(source).cloned() else {
+            return Ok(());
+        };
+        let mut at = dest.to_bytes().to_vec();
+        if !rel.as_bytes().is_empty() {
+            if !at.is_empty() {
+                at.push(b'/');
+            }
+            at.extend_from_slice(rel.as_bytes());
+        }
+        let at = CString::new(at).expect("no NUL");
+        let fd = self.in_root(&at)?;
+        plain(self.sys.umount2(&fd_path(fd.as_fd()), libc::MNT_DETACH))
     }
 
     fn in_root(&mut self, dest: &CStr) -> OpResult<OwnedFd> {

@@ -1,0 +1,736 @@
+//! Differential tests: the same bubblewrap argv under the installed
+//! `bwrap` (Debian's 0.8.0) and under `hutch-bwrap`, as root and as uid
+//! 65534, compared on exit status, the probe's stdout (ids, cwd, env,
+//! namespace relations, capabilities, mounts, file modes) and the status
+//! fds' JSON keys; error cases on status and message. Options bwrap 0.8
+//! lacks (overlays) are checked against their documented behaviour.
+
+mod bwrap_support;
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use bwrap_support::{Case, Seen, hutch_bwrap, json_keys, run};
+use common::{As, TempDir};
+
+fn bwrap() -> PathBuf {
+    PathBuf::from("/usr/bin/bwrap")
+}
+
+fn ready(who: As) -> Result<(), String> {
+    common::can_launch_as(who)?;
+    if !bwrap().exists() {
+        return Err(
+            "bubblewrap (/usr/bin/bwrap) is the reference; apt-get install bubblewrap".into(),
+        );
+    }
+    Ok(())
+}
+
+/// The common prefix of most cases: the host's / read-only.
+const SYSTEM: &[&str] = &["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"];
+
+fn with_system(name: &'static str, extra: &[&str]) -> Case {
+    let mut args: Vec<&str> = SYSTEM.to_vec();
+    args.extend_from_slice(extra);
+    Case::new(name, &args)
+}
+
+/// The argv cases both implementations run the same way, for `who`.
+fn cases(who: As) -> Vec<Case> {
+    let mut c = vec![
+        with_system("system", &[]),
+        with_system("unshare-all", &["--unshare-all"]).paths("/ /tmp"),
+        with_system("unshare-all-share-net", &["--unshare-all", "--share-net"]),
+        with_system(
+            "pid-ipc-uts-hostname",
+            &["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "sbx"],
+        ),
+        with_system("unshare-net", &["--unshare-net"])
+            .env("HT_CMD", "awk -F: 'NR>2{gsub(/ /,\"\",$1); print \"netdev\", $1}' /proc/net/dev | sort"),
+        with_system("unshare-cgroup", &["--unshare-cgroup", "--unshare-pid"]),
+        with_system("env", &["--setenv", "HT_NEW", "a b", "--unsetenv", "HT_DROP"]),
+        with_system(
+            "clearenv",
+            &["--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HT_AFTER", "x"],
+        ),
+        with_system("chdir", &["--chdir", "/usr/share"]),
+        Case {
+            cwd: Some("/usr/lib"),
+            ..with_system("cwd-kept", &[])
+        },
+        with_system(
+            "fs-ops-in-order",
+            &[
+                "--tmpfs", "/tmp", "--perms", "0700", "--dir", "/tmp/d", "--perms", "0750",
+                "--tmpfs", "/tmp/t", "--dir", "/tmp/a/b/c", "--chmod", "0711", "/tmp/a/b",
+                "--symlink", "../d", "/tmp/a/l", "--bind", "/tmp", "/mnt", "--remount-ro", "/mnt",
+                "--bind-try", "/nonexistent-ht", "/tmp/n",
+                "--ro-bind-try", "/usr/share", "/tmp/share",
+            ],
+        )
+        .paths("/tmp /tmp/d /tmp/t /tmp/a /tmp/a/b /tmp/a/b/c /tmp/a/l /tmp/n /mnt/d /tmp/share"),
+        Case {
+            fd5: Some(b"file content\n".to_vec()),
+            fd6: Some(b"data content\n".to_vec()),
+            ..with_system(
+                "file-and-bind-data",
+                &["--tmpfs", "/tmp", "--perms", "0640", "--file", "5", "/tmp/f", "--ro-bind-data", "6", "/tmp/g"],
+            )
+            .paths("/tmp/f /tmp/g")
+            .env("HT_CMD", "cat /tmp/f /tmp/g; echo x > /tmp/g 2>/dev/null || echo g-readonly")
+        },
+        Case {
+            fd5: Some(b"--unshare-pid\0--setenv\0HT_FROM_ARGS\0yes\0--tmpfs\0/tmp\0".to_vec()),
+            ..with_system("args-fd", &["--args", "5"]).paths("/tmp")
+        },
+        with_system("new-session", &["--new-session", "--unshare-pid"])
+            .env("HT_CMD", "ps -o sid= -p $$ >/dev/null 2>&1; awk '{print \"sid-is-self\", ($6 == $1)}' /proc/self/stat"),
+        Case {
+            fd5: Some(bwrap_support::deny_mkdir_bpf()),
+            ..with_system("seccomp-raw-bpf", &["--tmpfs", "/tmp", "--seccomp", "5"]).env(
+                "HT_CMD",
+                "mkdir /tmp/x 2>/dev/null && echo mkdir-allowed || echo mkdir-denied; touch /tmp/y && echo touch-allowed",
+            )
+        },
+        with_system("die-with-parent", &["--die-with-parent", "--unshare-pid"]),
+        with_system("exit-status", &[]).env("HT_EXIT", "7"),
+        with_system("info-and-json-status", &["--unshare-pid", "--unshare-net", "--info-fd", "7", "--json-status-fd", "8"]),
+        with_system("userns-ids", &["--unshare-user", "--uid", "1234", "--gid", "5678"]),
+        with_system("userns-root", &["--unshare-user", "--uid", "0", "--gid", "0"]),
+        with_system("userns-cap-add", &["--unshare-user", "--cap-add", "CAP_NET_RAW", "--cap-add", "cap_chown"]),
+        with_system("dev-bind", &["--dev-bind", "/dev", "/dev"])
+            .env("HT_CMD", "[ -c /dev/null ] && echo null-is-char"),
+    ];
+    if who == As::Root {
+        c.push(with_system(
+            "root-cap-drop",
+            &["--cap-drop", "ALL", "--cap-add", "CAP_CHOWN"],
+        ));
+        c.push(with_system(
+            "mqueue",
+            &["--unshare-ipc", "--mqueue", "/mnt"],
+        ));
+        c.push(with_system(
+            "root-cap-drop-one",
+            &["--cap-drop", "CAP_SYS_ADMIN"],
+        ));
+    }
+    c
+}
+
+fn compare(case: &Case, b: &Seen, h: &Seen) -> Vec<String> {
+    let mut diffs = Vec::new();
+    if b.status != h.status {
+        diffs.push(format!(
+            "status: bwrap {:?}, hutch-bwrap {:?}\n  bwrap stderr: {}\n  hutch stderr: {}",
+            b.status,
+            h.status,
+            b.stderr.trim(),
+            h.stderr.trim()
+        ));
+    }
+    if b.stdout != h.stdout {
+        let (bl, hl): (Vec<&str>, Vec<&str>) =
+            (b.stdout.lines().collect(), h.stdout.lines().collect());
+        let mut d = String::new();
+        for l in &bl {
+            if !hl.contains(l) {
+                d.push_str(&format!("  - {l}\n"));
+            }
+        }
+        for l in &hl {
+            if !bl.contains(l) {
+                d.push_str(&format!("  + {l}\n"));
+            }
+        }
+        if d.is_empty() {
+            d = "  (same lines, another order)\n".into();
+        }
+        diffs.push(format!("stdout differs:\n{d}"));
+    }
+    for (what, x, y) in [
+        ("info-fd", &b.info, &h.info),
+        ("json-status-fd", &b.json_status, &h.json_status),
+    ] {
+        if json_keys(x) != json_keys(y) {
+            diffs.push(format!("{what} keys: bwrap {x:?}, hutch-bwrap {y:?}"));
+        }
+    }
+    diffs
+        .iter()
+        .map(|d| format!("[{}] {d}", case.name))
+        .collect()
+}
+
+fn differential(who: As) {
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    let dir = TempDir::new("bwrap-diff", who);
+    let mut failures = Vec::new();
+    for case in cases(who) {
+        let b = run(&bwrap(), &case, who, dir.path());
+        assert_eq!(
+            b.status,
+            Some(if case.name == "exit-status" { 7 } else { 0 }),
+            "[{}] bwrap itself: {}",
+            case.name,
+            b.stderr
+        );
+        let h = run(&hutch_bwrap(), &case, who, dir.path());
+        failures.extend(compare(&case, &b, &h));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} case(s) differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn argv_cases_behave_alike_as_root() {
+    differential(As::Root);
+}
+
+#[test]
+fn argv_cases_behave_alike_as_nobody() {
+    differential(As::Nobody);
+}
+
+/// The JSON status documents carry bubblewrap's exact keys, and the
+/// namespace inodes are the sandbox's.
+#[test]
+fn status_fds_have_bubblewraps_keys_and_values() {
+    let who = common::caller();
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    let dir = TempDir::new("bwrap-status", who);
+    let case = with_system(
+        "status",
+        &[
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--info-fd",
+            "7",
+            "--json-status-fd",
+            "8",
+        ],
+    )
+    .command(&["sh", "-c", "readlink /proc/self/ns/net; exit 3"]);
+    let h = run(&hutch_bwrap(), &case, who, dir.path());
+    assert_eq!(h.status, Some(3), "{}", h.stderr);
+    let keys = json_keys(&h.json_status);
+    let ns = [
+        "child-pid",
+        "ipc-namespace",
+        "mnt-namespace",
+        "net-namespace",
+        "pid-namespace",
+        "uts-namespace",
+    ];
+    assert_eq!(
+        keys,
+        [
+            ns.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            vec!["exit-code".to_string()]
+        ]
+    );
+    assert_eq!(
+        json_keys(&h.info),
+        [ns.iter().map(|s| s.to_string()).collect::<Vec<_>>()]
+    );
+    let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&h.json_status)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(docs[1]["exit-code"], 3);
+    let net = h
+        .stdout
+        .trim()
+        .trim_start_matches("net:[")
+        .trim_end_matches(']');
+    assert_eq!(
+        docs[0]["net-namespace"].to_string(),
+        net,
+        "the sandbox's own net namespace"
+    );
+    let b = run(&bwrap(), &case, who, dir.path());
+    assert_eq!(
+        json_keys(&b.json_status),
+        keys,
+        "bwrap's keys: {}",
+        b.json_status
+    );
+}
+
+/// Error cases: the same exit status and message line.
+#[test]
+fn errors_match_bubblewrap() {
+    for who in [As::Root, As::Nobody] {
+        if ready(who).is_err() {
+            require!(false, ready(who).unwrap_err());
+        }
+        let dir = TempDir::new("bwrap-err", who);
+        for (name, args, cmd) in [
+            (
+                "missing source",
+                &["--ro-bind", "/nonexistent-ht", "/x"][..],
+                &["true"][..],
+            ),
+            ("bad option", &["--bogus-option"], &["true"]),
+            ("bad fd", &["--file", "abc", "/x"], &["true"]),
+            ("negative fd", &["--info-fd", "-3"], &["true"]),
+            ("missing argument", &["--bind", "/usr"], &[]),
+            (
+                "perms not consumed",
+                &["--perms", "0700", "--proc", "/proc"],
+                &["true"],
+            ),
+            ("hostname without uts", &["--hostname", "x"], &["true"]),
+            ("no command", &["--ro-bind", "/", "/"], &[]),
+            (
+                "command not found",
+                &["--ro-bind", "/", "/"],
+                &["nonexistent-command-ht"],
+            ),
+            (
+                "labels",
+                &["--exec-label", "system_u:system_r:x"],
+                &["true"],
+            ),
+        ] {
+            let case = Case::new(name, args).command(cmd);
+            let b = run(&bwrap(), &case, who, dir.path());
+            let h = run(&hutch_bwrap(), &case, who, dir.path());
+            assert_eq!(
+                b.status, h.status,
+                "[{name} as {who:?}] status; bwrap: {}; hutch: {}",
+                b.stderr, h.stderr
+            );
+            assert_eq!(b.status, Some(1), "[{name}] bwrap fails with 1");
+            // The usage line names the program as invoked.
+            let first = |s: &str| {
+                let l = s.lines().next().unwrap_or_default().to_string();
+                match l.strip_prefix("usage: ") {
+                    Some(rest) => format!("usage: {}", rest.split_once(' ').map_or("", |r| r.1)),
+                    None => l,
+                }
+            };
+            assert_eq!(
+                first(&b.stderr),
+                first(&h.stderr),
+                "[{name} as {who:?}] message"
+            );
+        }
+    }
+}
+
+/// Overlays (bubblewrap 0.9+; Debian's 0.8 cannot be compared): a
+/// tmp-overlay's writes are discarded, an overlay's go to the upper, a
+/// ro-overlay is read-only.
+#[test]
+fn overlays_behave_as_documented() {
+    let who = common::caller();
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    let dir = TempDir::new("bwrap-overlay", who);
+    let d = dir.path();
+    for sub in ["lower", "lower2", "upper", "work"] {
+        std::fs::create_dir(d.join(sub)).unwrap();
+        common::own_as(&d.join(sub), who);
+    }
+    common::write_as(&d.join("lower/a"), "A\n", who);
+    common::write_as(&d.join("lower2/b"), "B\n", who);
+    let l = d.join("lower").display().to_string();
+    let l2 = d.join("lower2").display().to_string();
+    let u = d.join("upper").display().to_string();
+    let w = d.join("work").display().to_string();
+    let script = "cd /mnt; cat o/a o/b; echo new > o/new && echo wrote; cat r/a r/b; echo x > r/x 2>/dev/null || echo r-readonly; echo t > t/t && echo t-wrote";
+    let mut args: Vec<&str> = SYSTEM.to_vec();
+    args.extend(["--tmpfs", "/mnt"]);
+    args.extend([
+        "--overlay-src",
+        &l,
+        "--overlay-src",
+        &l2,
+        "--overlay",
+        &u,
+        &w,
+        "/mnt/o",
+    ]);
+    args.extend([
+        "--overlay-src",
+        &l,
+        "--overlay-src",
+        &l2,
+        "--ro-overlay",
+        "/mnt/r",
+    ]);
+    args.extend(["--overlay-src", &l, "--tmp-overlay", "/mnt/t"]);
+    let case = Case::new("overlays", &args).command(&["sh", "-c", script]);
+    let h = run(&hutch_bwrap(), &case, who, d);
+    assert_eq!(h.status, Some(0), "{}", h.stderr);
+    assert_eq!(h.stdout, "A\nB\nwrote\nA\nB\nr-readonly\nt-wrote\n");
+    assert_eq!(
+        std::fs::read_to_string(d.join("upper/new")).unwrap(),
+        "new\n"
+    );
+    assert!(
+        !d.join("lower/t").exists(),
+        "a tmp-overlay's writes are discarded"
+    );
+}
+
+/// `--die-with-parent`: when the process that started hutch-bwrap dies,
+/// the sandbox dies with it.
+#[test]
+fn die_with_parent_ends_the_sandbox() {
+    let who = common::caller();
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    let dir = TempDir::new("bwrap-dwp", who);
+    let marker = dir.path().join("started");
+    let bin = hutch_bwrap();
+    // The parent shell starts hutch-bwrap in the background, reports its
+    // pid, then waits; the test kills the parent.
+    let script = format!(
+        "{} --ro-bind / / --unshare-pid --die-with-parent --bind {d} {d} -- sh -c 'echo $$ > {m}; exec sleep 600' & echo $!; wait",
+        bin.display(),
+        d = dir.path().display(),
+        m = marker.display()
+    );
+    let mut parent = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(parent.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let hutch_pid: i32 = line.trim().parse().unwrap();
+    common::wait_until(
+        std::time::Duration::from_secs(20),
+        "the sandbox started",
+        || marker.exists(),
+    );
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    common::wait_until(
+        std::time::Duration::from_secs(20),
+        "hutch-bwrap died with its parent",
+        || {
+            !Path::new(&format!("/proc/{hutch_pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{hutch_pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z "))
+        },
+    );
+}
+
+/// The argv shapes real tools build, from their source: OpenAI Codex's
+/// Linux sandbox (codex-rs/linux-sandbox/src/bwrap.rs: read-only root,
+/// minimal /dev, writable roots with `.git` re-protected, a pid namespace
+/// and fresh /proc, `--new-session --die-with-parent`), Anthropic's
+/// sandbox-runtime (src/sandbox/linux-sandbox-utils.ts: no network, the
+/// host read-only, the workspace writable, secrets covered by /dev/null
+/// and tmpfs) and Flatpak (the whole argv through `--args FD`, a usr-only
+/// root with merged-/usr links, `--ro-bind-data` for /.flatpak-info,
+/// `--lock-file`, `--info-fd`). Each runs under bwrap and hutch-bwrap
+/// with the probe plus the tool's own checks.
+fn tool_shapes(who: As) {
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    let dir = TempDir::new("bwrap-tools", who);
+    let ws = dir.path().join("ws");
+    for d in ["ws", "ws/.git", "ws/secret", "app"] {
+        std::fs::create_dir(dir.path().join(d)).unwrap();
+        common::own_as(&dir.path().join(d), who);
+    }
+    common::write_as(&ws.join(".env"), "TOKEN=x\n", who);
+    common::write_as(&ws.join("secret/key"), "k\n", who);
+    common::write_as(&dir.path().join("app/.ref"), "", who);
+    let ws_s = ws.display().to_string();
+    let app = dir.path().join("app").display().to_string();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let checks = format!(
+        "cd {ws_s}; echo w > f && echo ws-writable; echo x > .git/x 2>/dev/null || echo git-readonly; \
+         cat .env 2>/dev/null || echo env-hidden; ls secret | wc -l; echo y > /usr/x 2>/dev/null || echo usr-readonly"
+    );
+    let codex_ro = Case {
+        name: "codex read-only",
+        args: s(&[
+            "--new-session",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--unshare-pid",
+            "--proc",
+            "/proc",
+        ]),
+        ..Case::default()
+    };
+    let codex_ws = Case {
+        name: "codex workspace-write",
+        args: s(&[
+            "--new-session",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--bind",
+            &ws_s,
+            &ws_s,
+            "--ro-bind",
+            &format!("{ws_s}/.git"),
+            &format!("{ws_s}/.git"),
+            "--unshare-pid",
+            "--unshare-net",
+            "--proc",
+            "/proc",
+        ]),
+        env: vec![("HT_CMD".into(), checks.clone())],
+        ..Case::default()
+    };
+    let srt = Case {
+        name: "sandbox-runtime",
+        args: s(&[
+            "--new-session",
+            "--die-with-parent",
+            "--unshare-net",
+            "--ro-bind",
+            "/",
+            "/",
+            "--bind",
+            &ws_s,
+            &ws_s,
+            "--ro-bind",
+            "/dev/null",
+            &format!("{ws_s}/.env"),
+            "--tmpfs",
+            &format!("{ws_s}/secret"),
+            "--dev",
+            "/dev",
+            "--unshare-pid",
+            "--proc",
+            "/proc",
+        ]),
+        env: vec![("HT_CMD".into(), checks)],
+        ..Case::default()
+    };
+    let flatpak_args = [
+        "--unshare-pid",
+        "--unshare-user-try",
+        "--die-with-parent",
+        "--new-session",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--symlink",
+        "usr/sbin",
+        "/sbin",
+        "--ro-bind",
+        "/etc",
+        "/etc",
+        "--dir",
+        "/tmp",
+        "--dir",
+        "/var/tmp",
+        "--ro-bind",
+        &app,
+        "/app",
+        "--lock-file",
+        "/app/.ref",
+        "--setenv",
+        "HT_FLATPAK",
+        "1",
+        "--ro-bind-data",
+        "6",
+        "/.flatpak-info",
+        "--info-fd",
+        "7",
+    ]
+    .join("\0");
+    let flatpak = Case {
+        name: "flatpak",
+        args: s(&["--args", "5"]),
+        fd5: Some(flatpak_args.into_bytes()),
+        fd6: Some(b"[Application]\nname=org.example.App\n".to_vec()),
+        env: vec![
+            (
+                "HT_PATHS".into(),
+                "/ /app /.flatpak-info /lib /tmp /var/tmp".into(),
+            ),
+            ("HT_CMD".into(), "cat /.flatpak-info".into()),
+        ],
+        ..Case::default()
+    };
+    let mut failures = Vec::new();
+    for case in [codex_ro, codex_ws, srt, flatpak] {
+        let b = run(&bwrap(), &case, who, dir.path());
+        assert_eq!(
+            b.status,
+            Some(0),
+            "[{}] bwrap itself: {}",
+            case.name,
+            b.stderr
+        );
+        let h = run(&hutch_bwrap(), &case, who, dir.path());
+        failures.extend(compare(&case, &b, &h));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} tool shape(s) differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn tool_argv_shapes_behave_alike_as_root() {
+    tool_shapes(As::Root);
+}
+
+#[test]
+fn tool_argv_shapes_behave_alike_as_nobody() {
+    tool_shapes(As::Nobody);
+}
+
+/// `hutch bwrap ARGS` is the same entry as `hutch-bwrap ARGS`, and
+/// `hutch-bwrap` speaks bubblewrap under any name (it is not picked by
+/// argv[0]).
+#[test]
+fn hutch_bwrap_subcommand_and_any_name_behave_alike() {
+    let who = common::caller();
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    let dir = TempDir::new("bwrap-cli", who);
+    let renamed = dir.path().join("some-sandbox-helper");
+    std::fs::copy(hutch_bwrap(), &renamed).unwrap();
+    let args = [
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--unshare-pid",
+        "--proc",
+        "/proc",
+        "--setenv",
+        "HT_X",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "echo $HT_X; echo $$",
+    ];
+    let out = |mut c: std::process::Command| {
+        let o = c.args(args).current_dir(dir.path()).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let direct = out(std::process::Command::new(hutch_bwrap()));
+    let mut sub = std::process::Command::new(common::hutch_bin());
+    sub.arg("bwrap");
+    let via_cli = out(sub);
+    let via_name = out(std::process::Command::new(&renamed));
+    assert_eq!(direct.0, Some(0), "{}", direct.2);
+    // The shell is pid 2: hutch init is pid 1 of the sandbox's namespace.
+    assert_eq!(direct.1, "1\n2\n");
+    assert_eq!(direct, via_cli);
+    assert_eq!(direct, via_name);
+    let v = std::process::Command::new(common::hutch_bin())
+        .args(["bwrap", "--version"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&v.stdout).starts_with("bubblewrap 0.11.0 (hutch-bwrap "));
+}
+
+/// `--hutch-profile FILE` / `HUTCH_BWRAP_PROFILE=FILE` add a hutch
+/// profile's limits and confinement to a bwrap argv: the wall clock ends
+/// the sandbox (124), the exit report shows hutch's seccomp profile and
+/// Landlock enforced; without a profile neither is (bubblewrap has none).
+#[test]
+fn hutch_profile_adds_limits_and_confinement() {
+    let who = common::caller();
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    let dir = TempDir::new("bwrap-profile", who);
+    let profile = dir.path().join("agent.toml");
+    common::write_as(&profile, "[limits]\nwall_clock = \"1s\"\n", who);
+    let status = dir.path().join("status.json");
+    let argv = ["--ro-bind", "/", "/", "--dev", "/dev", "--", "sleep", "600"];
+    let o = std::process::Command::new(hutch_bwrap())
+        .arg("--hutch-profile")
+        .arg(&profile)
+        .arg("--hutch-status-file")
+        .arg(&status)
+        .args(argv)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(124),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report = common::exit_report(&status);
+    assert_eq!(report["reason"], "timed-out");
+    let confinement = &report["enforced"]["confinement"];
+    assert_eq!(confinement["seccomp"]["profile"], "default");
+    assert_eq!(confinement["seccomp"]["enforced"], true);
+    assert!(
+        confinement["landlock"]["enforced_abi"].as_u64().is_some(),
+        "{confinement}"
+    );
+    // The environment variable does the same; the argv's own exit status
+    // is kept.
+    let o = std::process::Command::new(hutch_bwrap())
+        .env("HUTCH_BWRAP_PROFILE", &profile)
+        .args([
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    // Without a profile: bubblewrap's confinement only.
+    let o = std::process::Command::new(hutch_bwrap())
+        .arg("--hutch-status-file")
+        .arg(&status)
+        .args(["--ro-bind", "/", "/", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let report = common::exit_report(&status);
+    assert_eq!(
+        report["enforced"]["confinement"]["seccomp"]["enforced"],
+        false
+    );
+    assert!(report["enforced"]["confinement"]["landlock"]["enforced_abi"].is_null());
+}
