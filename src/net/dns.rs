@@ -74,6 +74,10 @@ pub fn parse_query(pkt: &[u8]) -> Result<Query<'_>, Refusal> {
         rcode: Rcode::FormErr,
         why: "shorter than a DNS header",
     };
+    // The whole 12-byte header, or no answer at all (not even FORMERR).
+    if pkt.len() < 12 {
+        return Err(short);
+    }
     let id = be16(pkt, 0).ok_or(short.clone())?;
     let flags = be16(pkt, 2).ok_or(short.clone())?;
     let qdcount = be16(pkt, 4).ok_or(short.clone())?;
@@ -217,6 +221,16 @@ mod tests {
         p.extend_from_slice(&qtype.to_be_bytes());
         p.extend_from_slice(&CLASS_IN.to_be_bytes());
         p
+    }
+
+    #[test]
+    fn a_packet_shorter_than_the_header_gets_no_answer() {
+        // Found by the dns_query fuzz target: ten bytes (no arcount) were
+        // answered with FORMERR.
+        let pkt = [2, 49, 10, 53, 0, 64, 10, 0, 130, 2];
+        let r = parse_query(&pkt).unwrap_err();
+        assert_eq!(r.id, None);
+        assert_eq!(refusal(&r), None);
     }
 
     #[test]
