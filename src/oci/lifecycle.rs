@@ -741,11 +741,9 @@ impl Root {
         }
     }
 
-    /// The host pids of container `id`'s processes (`ps`): hutch init and
-    /// every process in its pid namespace (the workload, its children,
-    /// `exec`ed processes). A container without a pid namespace of its
-    /// own has hutch init and its descendants instead.
-    pub fn processes(&self, id: &str) -> Result<Vec<i32>, OciError> {
+    /// The record of container `id`, which must not have stopped
+    /// (containerd recognises the error by "container not running").
+    fn load_not_stopped(&self, id: &str) -> Result<Record, OciError> {
         let r = self.load(id)?;
         let status = self.status(&r);
         if status == Status::Stopped {
@@ -755,6 +753,15 @@ impl Root {
                 message: "container not running",
             });
         }
+        Ok(r)
+    }
+
+    /// The host pids of container `id`'s processes (`ps`): hutch init and
+    /// every process in its pid namespace (the workload, its children,
+    /// `exec`ed processes). A container without a pid namespace of its
+    /// own has hutch init and its descendants instead.
+    pub fn processes(&self, id: &str) -> Result<Vec<i32>, OciError> {
+        let r = self.load_not_stopped(id)?;
         let ns_of = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
         let init_ns = ns_of(r.pid).ok_or_else(|| OciError::Io {
             what: format!("readlink(\"/proc/{}/ns/pid\")", r.pid),
@@ -781,15 +788,7 @@ impl Root {
     /// Send `signal` to the container's hutch init (forwarded to the
     /// workload; SIGKILL ends the whole container).
     pub fn kill(&self, id: &str, signal: i32) -> Result<(), OciError> {
-        let r = self.load(id)?;
-        let status = self.status(&r);
-        if status == Status::Stopped {
-            return Err(OciError::WrongState {
-                id: id.into(),
-                status: status.as_str(),
-                message: "container not running",
-            });
-        }
+        let r = self.load_not_stopped(id)?;
         let pidfd = sys::raw::pidfd_open(r.pid).map_err(|e| OciError::Io {
             what: format!("pidfd_open({})", r.pid),
             source: std::io::Error::from_raw_os_error(e as i32),
@@ -853,15 +852,7 @@ impl Root {
     /// `id`. Only a container created with a limit has a cgroup of
     /// hutch-oci's; only the controllers it was created with can change.
     pub fn update(&self, id: &str, resources: &super::config::Resources) -> Result<(), OciError> {
-        let r = self.load(id)?;
-        let status = self.status(&r);
-        if status == Status::Stopped {
-            return Err(OciError::WrongState {
-                id: id.into(),
-                status: status.as_str(),
-                message: "container not running",
-            });
-        }
+        let r = self.load_not_stopped(id)?;
         let writes = super::resources::writes(resources)?;
         let Some(cg) = &r.cgroup else {
             if writes.is_empty() {
