@@ -44,8 +44,12 @@ impl ChildSys for Recorder {
         self.note("pdeathsig".into());
         Ok(())
     }
-    fn close_fds_except(&mut self, keep: &[BorrowedFd<'_>]) -> Result<(), Errno> {
-        self.note(format!("close_range keep {}", keep.len()));
+    fn close_fds_except(
+        &mut self,
+        keep: &[BorrowedFd<'_>],
+        inherited: &[RawFd],
+    ) -> Result<(), Errno> {
+        self.note(format!("close_range keep {}", keep.len() + inherited.len()));
         Ok(())
     }
     fn new_session(&mut self) -> Result<(), Errno> {
@@ -169,6 +173,10 @@ impl ChildSys for Recorder {
     }
     fn reset_signals(&mut self, _non_default: u64) {
         self.note("reset signals".into());
+    }
+    fn keep_across_exec(&mut self, fd: RawFd) -> Result<(), Errno> {
+        self.note(format!("keep fd {fd}"));
+        Ok(())
     }
     fn dup2(&mut self, from: BorrowedFd<'_>, to: RawFd) -> Result<(), Errno> {
         self.note(format!("dup2 {} {to}", n(from)));
@@ -356,6 +364,8 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         forwarded_signals: super::prepare::signal_mask(&child::FORWARDED),
         console: None,
         hold: None,
+        inherited_fds: Vec::new(),
+        new_session: true,
     }
 }
 
