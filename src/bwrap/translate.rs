@@ -897,6 +897,36 @@ mod tests {
     }
 
     #[test]
+    fn the_command_gets_the_open_fds_bubblewrap_does_not_consume() {
+        let a = [
+            "--info-fd",
+            "7",
+            "--json-status-fd",
+            "8",
+            "--block-fd",
+            "9",
+            "--sync-fd",
+            "10",
+            "--bind-fd",
+            "11",
+            "/b",
+            "--userns-block-fd",
+            "12",
+            "--unshare-user",
+            "true",
+        ];
+        let p = args::parse(a.iter().map(OsString::from).collect(), &mut ProcessFds).unwrap();
+        let open = [3, 5, 7, 8, 9, 10, 11, 12, 13];
+        assert_eq!(passed_fds(&p, &open), [3, 5, 12, 13]);
+        // hutch's default Spec passes none and makes a session.
+        let d = Spec::default();
+        assert!(d.inherit_fds.is_empty() && !d.inherit_open_fds && d.new_session);
+        // bubblewrap's: the caller's session unless --new-session.
+        assert!(!t(0, &["true"]).unwrap().new_session);
+        assert!(t(0, &["--new-session", "true"]).unwrap().new_session);
+    }
+
+    #[test]
     fn overlay_sources_become_top_first() {
         let s = t(
             0,

@@ -189,7 +189,10 @@ impl ChildSys for RealSys {
             return Err(Errno::EMFILE);
         }
         numbers[..3].copy_from_slice(&[0, 1, 2]);
-        let kept = keep.iter().map(|fd| fd.as_raw_fd()).chain(inherited.iter().copied());
+        let kept = keep
+            .iter()
+            .map(|fd| fd.as_raw_fd())
+            .chain(inherited.iter().copied());
         for (slot, fd) in numbers[3..].iter_mut().zip(kept) {
             *slot = fd;
         }

@@ -973,7 +973,11 @@ fn without_a_new_session_no_setsid_and_inherited_fds_are_kept() {
         "{:#?}",
         rec.calls
     );
-    let closes: Vec<&String> = rec.calls.iter().filter(|c| c.contains("close_range")).collect();
+    let closes: Vec<&String> = rec
+        .calls
+        .iter()
+        .filter(|c| c.contains("close_range"))
+        .collect();
     assert_eq!(closes.len(), 3, "{closes:?}");
     let count = |c: &str| -> usize { c.rsplit(' ').next().unwrap().parse().unwrap() };
     // init's first close keeps the socket and the two fds; the workload's

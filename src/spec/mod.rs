@@ -29,8 +29,8 @@ pub use defaults::{
     workspace_overlay,
 };
 pub use load::{load_profile, parse_json, parse_toml};
-pub use size::{ByteSize, Duration};
 pub use process::MAX_INHERIT_FDS;
+pub use size::{ByteSize, Duration};
 pub use validate::{SpecError, validate};
 
 /// The rlimits whose value is a number of bytes: they take size suffixes
