@@ -80,6 +80,14 @@ fn cases(who: As) -> Vec<Case> {
             .paths("/tmp/f /tmp/g")
             .env("HT_CMD", "cat /tmp/f /tmp/g; echo x > /tmp/g 2>/dev/null || echo g-readonly")
         },
+        // Fds the caller left open reach the command at their numbers
+        // (fd 5 read through, 6 consumed by --file, 7 and 8 open).
+        Case {
+            fd5: Some(b"inherited\n".to_vec()),
+            fd6: Some(b"consumed\n".to_vec()),
+            ..with_system("inherited-fds", &["--unshare-pid", "--tmpfs", "/tmp", "--file", "6", "/tmp/f"])
+                .env("HT_CMD", "cat <&5; cat /tmp/f")
+        },
         Case {
             fd5: Some(b"--unshare-pid\0--setenv\0HT_FROM_ARGS\0yes\0--tmpfs\0/tmp\0".to_vec()),
             ..with_system("args-fd", &["--args", "5"]).paths("/tmp")
@@ -733,4 +741,81 @@ fn hutch_profile_adds_limits_and_confinement() {
         false
     );
     assert!(report["enforced"]["confinement"]["landlock"]["enforced_abi"].is_null());
+}
+
+/// Session and terminal: in a terminal (a pty `script` makes, its shell
+/// the session leader), without `--new-session` the command stays in the
+/// caller's session and foreground process group with the terminal as
+/// its stdio, so job control works; with `--new-session` it has a session
+/// of its own and no controlling terminal. Compared between bubblewrap
+/// and hutch-bwrap through `ps -o sid,pgid,tpgid` of the command.
+fn session(who: As) {
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    require!(
+        Path::new("/usr/bin/script").exists(),
+        "script(1) makes the test's terminal; apt-get install bsdutils"
+    );
+    let probe = r#"set -- $(ps -o sid=,pgid=,tpgid= -p $$)
+[ "$1" = "$HT_SID" ] && echo same-session || echo own-session
+[ "$2" = "$3" ] && echo foreground || echo not-foreground
+[ -n "$HT_TTY" ] && { [ -t 0 ] && echo stdin-tty; [ -t 1 ] && echo stdout-tty; }
+exit 0"#;
+    let mut failures = Vec::new();
+    for (name, extra, tty) in [
+        ("caller's session", &[][..], "1"),
+        ("new session", &["--new-session"][..], ""),
+    ] {
+        let run = |program: &Path| {
+            let mut argv = vec![program.display().to_string()];
+            argv.extend(["--ro-bind", "/", "/", "--dev", "/dev"].map(String::from));
+            argv.extend(extra.iter().map(|s| s.to_string()));
+            argv.extend(["--", "sh", "-c", probe].map(String::from));
+            let quoted: Vec<String> = argv
+                .iter()
+                .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+                .collect();
+            // The shell in the terminal is its session leader: the sid
+            // the command is compared with.
+            let inner = format!("HT_SID=$$ exec {}", quoted.join(" "));
+            let mut c = if who.drops_to_nobody() {
+                let mut c = std::process::Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "script"]);
+                c
+            } else {
+                std::process::Command::new("script")
+            };
+            let o = c
+                .args(["-qec", &inner, "/dev/null"])
+                .env("HT_TTY", tty)
+                .current_dir("/")
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            (
+                o.status.code(),
+                String::from_utf8_lossy(&o.stdout).replace('\r', ""),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        };
+        let b = run(&bwrap());
+        let h = run(&hutch_bwrap());
+        assert_eq!(b.0, Some(0), "[{name}] bwrap itself: {} {}", b.1, b.2);
+        if b.0 != h.0 || b.1 != h.1 {
+            failures.push(format!(
+                "[{name}] bwrap {:?} {:?}; hutch-bwrap {:?} {:?} {}",
+                b.0, b.1, h.0, h.1, h.2
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn session_and_terminal_match_bubblewrap_as_root() {
+    session(As::Root);
+}
+
+#[test]
+fn session_and_terminal_match_bubblewrap_as_nobody() {
+    session(As::Nobody);
 }

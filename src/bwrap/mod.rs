@@ -214,6 +214,11 @@ fn run(program: &str, mut args: Vec<OsString>, level_prefix: &mut bool) -> Resul
             .map_err(|e| BwrapError::die(format!("hutch profile: {e}")))?;
         merge_profile(&mut spec, &profile);
     }
+    // What the caller left open reaches the command, as in bubblewrap
+    // (read now: the fds the options consumed are closed by now).
+    let open = crate::sys::inheritable_fds()
+        .map_err(|e| BwrapError::io("Can't read /proc/self/fd", &e))?;
+    spec.inherit_fds = translate::passed_fds(&parsed, &open);
     if extras.die_with_parent {
         crate::sys::die_with_parent().map_err(|e| BwrapError::io("prctl(PR_SET_PDEATHSIG)", &e))?;
     }

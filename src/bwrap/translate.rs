@@ -221,6 +221,9 @@ pub fn translate(
     spec.security.seccomp = "unconfined".into();
     spec.security.landlock.enabled = false;
     spec.security.no_new_privs = true;
+    // bubblewrap leaves the command in the caller's session (and so its
+    // terminal) unless --new-session.
+    spec.new_session = p.new_session;
     let cgroup = p.unshare_cgroup || (p.unshare_cgroup_try && caller.cgroupns_available);
     let ns = &mut spec.namespaces;
     ns.mount = true;
@@ -533,6 +536,37 @@ fn fs_op(op: &Op, fds: &mut dyn FdReader) -> Result<Option<FsOp>, BwrapError> {
             dest: dest(d)?,
         },
     }))
+}
+
+/// The fds bubblewrap passes to the command: every fd its caller left
+/// open (`open`: not close-on-exec, 3 and above, read when hutch-bwrap
+/// starts the sandbox), but those it consumes itself. `--args`,
+/// `--file`, `--bind-data`, `--ro-bind-data` and `--seccomp` fds are
+/// read and closed when parsed (they are no longer open); `--bind-fd`
+/// fds are closed after the root is built, `--info-fd` and
+/// `--json-status-fd` in the child, `--block-fd` after it is read, and
+/// `--sync-fd` is held by pid 1 only (bubblewrap.c). `--userns`,
+/// `--pidns` and `--userns-block-fd` fds stay open in bubblewrap's
+/// child, and so reach the command.
+pub fn passed_fds(p: &Parsed, open: &[i32]) -> Vec<i32> {
+    let mut consumed: Vec<i32> = [p.info_fd, p.json_status_fd, p.block_fd, p.sync_fd]
+        .into_iter()
+        .flatten()
+        .chain(p.seccomp_fd)
+        .chain(p.add_seccomp_fds.iter().copied())
+        .collect();
+    for op in &p.ops {
+        match op {
+            Op::BindFd { fd, .. } | Op::File { fd, .. } | Op::BindData { fd, .. } => {
+                consumed.push(*fd)
+            }
+            _ => {}
+        }
+    }
+    open.iter()
+        .copied()
+        .filter(|fd| *fd >= 3 && !consumed.contains(fd))
+        .collect()
 }
 
 /// `--proc` without a pid namespace of the sandbox's own: bubblewrap
@@ -860,6 +894,36 @@ mod tests {
         // A missing source of a -try bind is skipped.
         let s = t(0, &["--ro-bind-try", "/nonexistent-hutch", "/x", "true"]).unwrap();
         assert!(s.fs.is_empty());
+    }
+
+    #[test]
+    fn the_command_gets_the_open_fds_bubblewrap_does_not_consume() {
+        let a = [
+            "--info-fd",
+            "7",
+            "--json-status-fd",
+            "8",
+            "--block-fd",
+            "9",
+            "--sync-fd",
+            "10",
+            "--bind-fd",
+            "11",
+            "/b",
+            "--userns-block-fd",
+            "12",
+            "--unshare-user",
+            "true",
+        ];
+        let p = args::parse(a.iter().map(OsString::from).collect(), &mut ProcessFds).unwrap();
+        let open = [3, 5, 7, 8, 9, 10, 11, 12, 13];
+        assert_eq!(passed_fds(&p, &open), [3, 5, 12, 13]);
+        // hutch's default Spec passes none and makes a session.
+        let d = Spec::default();
+        assert!(d.inherit_fds.is_empty() && !d.inherit_open_fds && d.new_session);
+        // bubblewrap's: the caller's session unless --new-session.
+        assert!(!t(0, &["true"]).unwrap().new_session);
+        assert!(t(0, &["--new-session", "true"]).unwrap().new_session);
     }
 
     #[test]

@@ -6,9 +6,10 @@
 //! into words.
 //!
 //! Fixed order in hutch init:
-//!  1. PDEATHSIG(SIGKILL); close every fd but stdio, the workload's stdio
-//!     and the socket (close_range: nothing the caller leaked survives to
-//!     any path lookup); new session.
+//!  1. PDEATHSIG(SIGKILL); close every fd but stdio, the workload's stdio,
+//!     the socket and the fds the workload inherits (`Spec::inherit_fds`;
+//!     close_range: nothing else the caller leaked survives to any path
+//!     lookup); new session (unless `Spec::new_session` is false).
 //!  2. Wait for `Go` (id maps written; detached mounts of what the
 //!     supervisor prepared itself attached as fds: idmapped layers).
 //!  3. `/` made a slave mount; every host source opened (with the
@@ -34,8 +35,9 @@
 //!     left; count changes; report `Exited`.
 //!
 //! The workload, in order: default signal dispositions and an empty mask,
-//! `setsid`, stdio, close every other fd (the socket stays,
-//! close-on-exec), the working directory (resolved inside the new root,
+//! `setsid` (unless `Spec::new_session` is false), stdio, close every
+//! other fd (the socket stays, close-on-exec; inherited fds stay, made
+//! to survive execve), the working directory (resolved inside the new root,
 //! no magic links, checked reachable from the root), no-new-privs, drop
 //! capabilities (bounding set, then E/P/I, then ambient), Landlock (paths
 //! resolved inside the root), seccomp last, `execve` (each candidate
@@ -130,8 +132,13 @@ pub(super) fn init<S: ChildSys>(
     if !plan.detached {
         sys.set_parent_death_signal().at(Stage::ParentDeathSignal)?;
     }
-    sys.close_fds_except(&keep).at(Stage::CloseInheritedFds)?;
-    sys.new_session().at(Stage::InitSession)?;
+    sys.close_fds_except(&keep, &plan.inherited_fds)
+        .at(Stage::CloseInheritedFds)?;
+    // Without a session of its own the workload stays in the caller's
+    // (setsid cannot be undone, so init must not call it either).
+    if plan.new_session {
+        sys.new_session().at(Stage::InitSession)?;
+    }
     let handed = sys.recv_go(sock).ok_or(Stop::SupervisorGone)?;
     sys.mount(None, c"/", None, libc::MS_SLAVE | libc::MS_REC, None)
         .map_err(described(Stage::MountPropagation))?;
@@ -252,7 +259,7 @@ pub(super) fn init<S: ChildSys>(
     // doors are the workload's and the supervisor's business, not init's.
     let mut keep = vec![sock];
     keep.extend(built.tmp_upper_fds.iter().map(|fd| fd.as_fd()));
-    sys.close_fds_except(&keep).at(Stage::CloseInitFds)?;
+    sys.close_fds_except(&keep, &[]).at(Stage::CloseInitFds)?;
     // From here on init only reaps, forwards signals, reports and counts
     // changes: a minimal filter (seccomp/init.json) the workload never had.
     sys.confine_init(&plan.confinement).at(Stage::InitSeccomp)?;
@@ -285,7 +292,9 @@ fn workload_steps<S: ChildSys>(
 ) -> Result<Infallible, Failure> {
     let cmd = &plan.command;
     sys.reset_signals(cmd.non_default_signals);
-    sys.new_session().at(Stage::WorkloadSession)?;
+    if plan.new_session {
+        sys.new_session().at(Stage::WorkloadSession)?;
+    }
     for (target, fd) in cmd.stdio.fds.iter().enumerate() {
         if let Some(fd) = fd {
             sys.dup2(fd.as_fd(), target as RawFd).at(Stage::Stdio)?;
@@ -294,8 +303,13 @@ fn workload_steps<S: ChildSys>(
     if cmd.controlling_tty {
         sys.set_controlling_tty().at(Stage::ControllingTerminal)?;
     }
-    // The socket stays open (close-on-exec) to report an execve failure.
-    sys.close_fds_except(&[sock]).at(Stage::CloseFds)?;
+    // The socket stays open (close-on-exec) to report an execve failure;
+    // the inherited fds stay at their numbers, open across execve.
+    sys.close_fds_except(&[sock], &plan.inherited_fds)
+        .at(Stage::CloseFds)?;
+    for &fd in &plan.inherited_fds {
+        sys.keep_across_exec(fd).at(Stage::CloseFds)?;
+    }
     if let Some(mask) = cmd.umask {
         sys.set_umask(mask);
     }

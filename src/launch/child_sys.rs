@@ -17,9 +17,13 @@ use crate::sys::{Errno, sock_filter};
 pub trait ChildSys: FsSys {
     // hutch init
     fn set_parent_death_signal(&mut self) -> Result<(), Errno>;
-    /// Close every fd but 0, 1, 2 and `keep` (close_range, not
-    /// close-on-exec).
-    fn close_fds_except(&mut self, keep: &[BorrowedFd<'_>]) -> Result<(), Errno>;
+    /// Close every fd but 0, 1, 2, `keep` and the `inherited` fd numbers
+    /// (close_range, not close-on-exec).
+    fn close_fds_except(
+        &mut self,
+        keep: &[BorrowedFd<'_>],
+        inherited: &[RawFd],
+    ) -> Result<(), Errno>;
     fn new_session(&mut self) -> Result<(), Errno>;
     /// Wait for `Go` and the detached mounts it carries; None when the
     /// supervisor went away or spoke nonsense.
@@ -78,6 +82,8 @@ pub trait ChildSys: FsSys {
 
     // the workload
     fn reset_signals(&mut self, non_default: u64);
+    /// Clear close-on-exec on an inherited fd (it survives execve).
+    fn keep_across_exec(&mut self, fd: RawFd) -> Result<(), Errno>;
     fn dup2(&mut self, from: BorrowedFd<'_>, to: RawFd) -> Result<(), Errno>;
     fn openat2(
         &mut self,

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::os::fd::OwnedFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -214,6 +214,12 @@ pub struct ChildPlan {
     /// `Held` and wait for a connection (the start request) before
     /// starting the workload.
     pub hold: Option<OwnedFd>,
+    /// Fds of the supervisor the workload keeps at their numbers across
+    /// execve (`Spec::inherit_fds`, `inherit_open_fds`, resolved before
+    /// clone); sorted, each 3 or above.
+    pub inherited_fds: Vec<RawFd>,
+    /// `Spec::new_session`: hutch init and the workload call setsid.
+    pub new_session: bool,
 }
 
 /// The default set of forwarded signals as a mask.
@@ -436,6 +442,8 @@ pub(super) fn prepare_sandbox(
         forwarded_signals: signal_mask(&super::child::FORWARDED),
         console: None,
         hold: None,
+        inherited_fds: inherited_fds(spec)?,
+        new_session: spec.new_session,
     };
     Ok(LaunchPlan {
         child,
@@ -461,7 +469,11 @@ pub(super) fn prepare_command(
     relay: bool,
     workload_stdio: WorkloadStdio,
 ) -> Result<(CommandPlan, [Option<OwnedFd>; 2]), LaunchError> {
-    let (stdio, relay) = stdio(relay || spec.limits.output_bytes.is_some(), workload_stdio)?;
+    let (stdio, relay) = stdio(
+        relay || spec.limits.output_bytes.is_some(),
+        workload_stdio,
+        !spec.new_session,
+    )?;
     let exec = if proxy {
         let mut env = spec.env.clone();
         env.extend(crate::net::proxy_env());
@@ -662,12 +674,14 @@ impl Exec {
 }
 
 /// Relay stdout/stderr through pipes when asked (output cap, capture) or
-/// when they are terminals (the workload never gets the user's tty); a
-/// terminal stdin becomes /dev/null. Returns the workload's stdio and the
-/// read ends the supervisor relays.
+/// when they are terminals (the workload never gets the user's tty,
+/// unless `share_terminal`: it stays in the caller's session,
+/// `Spec::new_session = false`); a terminal stdin becomes /dev/null.
+/// Returns the workload's stdio and the read ends the supervisor relays.
 pub(super) fn stdio(
     relay: bool,
     workload_stdio: WorkloadStdio,
+    share_terminal: bool,
 ) -> Result<(StdioPlan, [Option<OwnedFd>; 2]), LaunchError> {
     let mut plan = StdioPlan::default();
     let mut relays = [None, None];
@@ -680,11 +694,12 @@ pub(super) fn stdio(
         plan.fds = [Some(null()?), Some(null()?), Some(null()?)];
         return Ok((plan, relays));
     }
-    if sys::isatty(0) {
+    let tty = |fd| !share_terminal && sys::isatty(fd);
+    if tty(0) {
         plan.fds[0] = Some(null()?);
     }
     for target in [1, 2] {
-        if relay || sys::isatty(target) {
+        if relay || tty(target) {
             let (r, w) = sys::raw::pipe(0)
                 .map_err(|e| LaunchError::Sys(sys::SysError::new("pipe2(O_CLOEXEC)", e)))?;
             plan.fds[target as usize] = Some(w);
@@ -692,6 +707,39 @@ pub(super) fn stdio(
         }
     }
     Ok((plan, relays))
+}
+
+/// The fds the workload inherits: `inherit_fds` (each must be open now)
+/// and, with `inherit_open_fds`, every fd this process has open without
+/// close-on-exec (hutch's own are all close-on-exec).
+fn inherited_fds(spec: &Spec) -> Result<Vec<RawFd>, LaunchError> {
+    let mut fds = Vec::new();
+    for &fd in &spec.inherit_fds {
+        if !sys::raw::fd_is_open(fd) {
+            return Err(LaunchError::Prepare(format!(
+                "inherit_fds: fd {fd} is not open in the launching process (open it before the launch, or leave it out of inherit_fds)"
+            )));
+        }
+        fds.push(fd);
+    }
+    if spec.inherit_open_fds {
+        let open = sys::inheritable_fds().map_err(|e| {
+            LaunchError::Prepare(format!(
+                "inherit_open_fds: reading /proc/self/fd: {e} (is /proc mounted?)"
+            ))
+        })?;
+        fds.extend(open);
+    }
+    fds.sort_unstable();
+    fds.dedup();
+    if fds.len() > crate::spec::MAX_INHERIT_FDS {
+        return Err(LaunchError::Prepare(format!(
+            "the launching process has {} fds to inherit; at most {} can be passed (close the others or mark them close-on-exec)",
+            fds.len(),
+            crate::spec::MAX_INHERIT_FDS
+        )));
+    }
+    Ok(fds)
 }
 
 /// 16 hex digits from the kernel's random pool.

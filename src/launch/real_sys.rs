@@ -178,16 +178,29 @@ impl ChildSys for RealSys {
         raw::set_pdeathsig(libc::SIGKILL)
     }
 
-    fn close_fds_except(&mut self, keep: &[BorrowedFd<'_>]) -> Result<(), Errno> {
+    fn close_fds_except(
+        &mut self,
+        keep: &[BorrowedFd<'_>],
+        inherited: &[RawFd],
+    ) -> Result<(), Errno> {
         let mut numbers = [-1 as RawFd; raw::MAX_KEPT_FDS];
-        if keep.len() + 3 > numbers.len() {
+        let n = keep.len() + inherited.len() + 3;
+        if n > numbers.len() {
             return Err(Errno::EMFILE);
         }
         numbers[..3].copy_from_slice(&[0, 1, 2]);
-        for (n, fd) in numbers[3..].iter_mut().zip(keep) {
-            *n = fd.as_raw_fd();
+        let kept = keep
+            .iter()
+            .map(|fd| fd.as_raw_fd())
+            .chain(inherited.iter().copied());
+        for (slot, fd) in numbers[3..].iter_mut().zip(kept) {
+            *slot = fd;
         }
-        raw::close_all_except(&numbers[..keep.len() + 3])
+        raw::close_all_except(&numbers[..n])
+    }
+
+    fn keep_across_exec(&mut self, fd: RawFd) -> Result<(), Errno> {
+        raw::clear_cloexec(fd)
     }
 
     fn new_session(&mut self) -> Result<(), Errno> {

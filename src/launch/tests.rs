@@ -44,8 +44,12 @@ impl ChildSys for Recorder {
         self.note("pdeathsig".into());
         Ok(())
     }
-    fn close_fds_except(&mut self, keep: &[BorrowedFd<'_>]) -> Result<(), Errno> {
-        self.note(format!("close_range keep {}", keep.len()));
+    fn close_fds_except(
+        &mut self,
+        keep: &[BorrowedFd<'_>],
+        inherited: &[RawFd],
+    ) -> Result<(), Errno> {
+        self.note(format!("close_range keep {}", keep.len() + inherited.len()));
         Ok(())
     }
     fn new_session(&mut self) -> Result<(), Errno> {
@@ -169,6 +173,10 @@ impl ChildSys for Recorder {
     }
     fn reset_signals(&mut self, _non_default: u64) {
         self.note("reset signals".into());
+    }
+    fn keep_across_exec(&mut self, fd: RawFd) -> Result<(), Errno> {
+        self.note(format!("keep fd {fd}"));
+        Ok(())
     }
     fn dup2(&mut self, from: BorrowedFd<'_>, to: RawFd) -> Result<(), Errno> {
         self.note(format!("dup2 {} {to}", n(from)));
@@ -356,6 +364,8 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         forwarded_signals: super::prepare::signal_mask(&child::FORWARDED),
         console: None,
         hold: None,
+        inherited_fds: Vec::new(),
+        new_session: true,
     }
 }
 
@@ -941,4 +951,46 @@ fn the_workload_allocates_nothing_even_when_it_fails() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// `Spec::new_session = false`: neither hutch init nor the workload calls
+/// setsid (the workload stays in the caller's session); inherited fds are
+/// kept by init's first close and the workload's, and made to survive
+/// execve, but init's own last close drops them.
+#[test]
+fn without_a_new_session_no_setsid_and_inherited_fds_are_kept() {
+    let spec = test_spec();
+    let mut plan = plan_for(&spec, false, 0);
+    plan.new_session = false;
+    plan.inherited_fds = vec![5, 9];
+    let mut rec = Recorder::default();
+    let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
+    if let Err(Stop::Failed(f, text)) = child::init(&mut rec, &mut plan, sock.as_fd()) {
+        panic!("{f:?} {text:?}");
+    }
+    assert!(
+        !rec.calls.iter().any(|c| c.contains("setsid")),
+        "{:#?}",
+        rec.calls
+    );
+    let closes: Vec<&String> = rec
+        .calls
+        .iter()
+        .filter(|c| c.contains("close_range"))
+        .collect();
+    assert_eq!(closes.len(), 3, "{closes:?}");
+    let count = |c: &str| -> usize { c.rsplit(' ').next().unwrap().parse().unwrap() };
+    // init's first close keeps the socket and the two fds; the workload's
+    // the socket and the two fds; init's last the socket only.
+    assert!(count(closes[0]) >= 3, "{closes:?}");
+    assert_eq!(count(closes[1]), 3, "{closes:?}");
+    assert_eq!(count(closes[2]), 1, "{closes:?}");
+    let kept: Vec<&String> = rec.calls.iter().filter(|c| c.contains("keep fd")).collect();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(kept[0].ends_with("keep fd 5") && kept[1].ends_with("keep fd 9"));
+    // hutch's default: both call setsid.
+    let mut plan = plan_for(&spec, false, 0);
+    let mut rec = Recorder::default();
+    let _ = child::init(&mut rec, &mut plan, sock.as_fd());
+    assert_eq!(rec.calls.iter().filter(|c| c.contains("setsid")).count(), 2);
 }

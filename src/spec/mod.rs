@@ -29,6 +29,7 @@ pub use defaults::{
     workspace_overlay,
 };
 pub use load::{load_profile, parse_json, parse_toml};
+pub use process::MAX_INHERIT_FDS;
 pub use size::{ByteSize, Duration};
 pub use validate::{SpecError, validate};
 
@@ -91,6 +92,27 @@ pub struct Spec {
     pub root: Option<RootDir>,
     /// The workload's umask (default: the launcher's).
     pub umask: Option<u32>,
+    /// Fds of the launching process (3 and above) the workload gets at
+    /// the same numbers, kept open across its execve; every other fd is
+    /// closed. Each must be open when the sandbox is launched (in the
+    /// supervisor's process: in-process launches, or fds the helper
+    /// inherited). bubblewrap passes fds this way (`--sync-fd`
+    /// consumers, fds handed to the app).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inherit_fds: Vec<i32>,
+    /// Also every fd the launching process has open without close-on-exec
+    /// (3 and above), resolved when the sandbox is launched: bubblewrap's
+    /// behaviour for whatever its caller left open.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub inherit_open_fds: bool,
+    /// The workload gets a session of its own (setsid; default `true`).
+    /// `false`: hutch init and the workload stay in the caller's session
+    /// and process group, and the workload's stdio are the caller's fds
+    /// as they are, a terminal included (not relayed): job control works
+    /// as without a sandbox, and the workload can push input into that
+    /// terminal (TIOCSTI), which is why `true` is the default
+    /// (bubblewrap without `--new-session`).
+    pub new_session: bool,
     /// Namespaced kernel parameters written in the sandbox's own
     /// namespaces before its root is built (`"net.ipv4.ip_forward" =
     /// "1"`): `kernel.msg*`, `kernel.sem`, `kernel.shm*`, `fs.mqueue.*`,
@@ -207,6 +229,9 @@ impl Default for Spec {
             labels: BTreeMap::new(),
             root: None,
             umask: None,
+            inherit_fds: Vec::new(),
+            inherit_open_fds: false,
+            new_session: true,
             sysctl: BTreeMap::new(),
             image: None,
         }

@@ -20,6 +20,10 @@ const NAMESPACED_SYSCTLS: &[(&str, &str)] = &[
     ("net.", "net"),
 ];
 
+/// Most fds a workload inherits (`inherit_fds`, and those
+/// `inherit_open_fds` finds).
+pub const MAX_INHERIT_FDS: usize = 256;
+
 /// Longest sysctl value hutch writes.
 pub const MAX_SYSCTL_VALUE: usize = 4096;
 
@@ -106,6 +110,26 @@ pub(super) fn validate_process(spec: &Spec) -> Result<(), SpecError> {
             "identity.groups",
             "at most 64 supplementary groups",
         ));
+    }
+    if spec.inherit_fds.len() > MAX_INHERIT_FDS {
+        return Err(SpecError::new(
+            "inherit_fds",
+            format!("at most {MAX_INHERIT_FDS} fds"),
+        ));
+    }
+    for (i, &fd) in spec.inherit_fds.iter().enumerate() {
+        if fd < 3 {
+            return Err(SpecError::new(
+                format!("inherit_fds[{i}]"),
+                "must be 3 or above (stdin, stdout and stderr are always the workload's)",
+            ));
+        }
+        if spec.inherit_fds[..i].contains(&fd) {
+            return Err(SpecError::new(
+                format!("inherit_fds[{i}]"),
+                format!("fd {fd} is listed twice"),
+            ));
+        }
     }
     if spec.umask.is_some_and(|m| m > 0o777) {
         return Err(SpecError::new("umask", "must be at most 0o777"));

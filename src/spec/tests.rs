@@ -405,3 +405,23 @@ fn labels_are_checked_and_read_back() {
     let e = parse_json(r#"{"labels": {"a": "1", "a": "2"}}"#).unwrap_err();
     assert!(e.to_string().contains("labels"), "{e}");
 }
+
+#[test]
+fn inherit_fds_are_3_or_above_and_listed_once() {
+    let mut s = Spec {
+        command: vec!["true".into()],
+        ..Spec::default()
+    };
+    s.inherit_fds = vec![5, 7];
+    super::validate(&s).unwrap();
+    s.inherit_fds = vec![2];
+    assert_eq!(super::validate(&s).unwrap_err().path, "inherit_fds[0]");
+    s.inherit_fds = vec![5, 5];
+    assert_eq!(super::validate(&s).unwrap_err().path, "inherit_fds[1]");
+    let j: Spec = super::parse_json(
+        r#"{"inherit_fds": [4], "inherit_open_fds": true, "new_session": false}"#,
+    )
+    .unwrap();
+    assert_eq!(j.inherit_fds, [4]);
+    assert!(j.inherit_open_fds && !j.new_session);
+}

@@ -85,3 +85,23 @@ pub fn read_lock(f: &std::fs::File) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// The fds of this process, 3 and above, that an execve would pass on
+/// (open and not close-on-exec), in order: what a caller left open for
+/// the program it runs (`inherit_open_fds`, bubblewrap's pass-through).
+pub fn inheritable_fds() -> std::io::Result<Vec<RawFd>> {
+    let mut fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd >= 3 && fd_inheritable(fd))
+        .collect();
+    fds.sort_unstable();
+    Ok(fds)
+}
+
+/// Whether `fd` is open and not close-on-exec.
+pub fn fd_inheritable(fd: RawFd) -> bool {
+    // SAFETY: F_GETFD only reads the fd's flags (the read_dir fd of
+    // `inheritable_fds` is close-on-exec, so it is never reported).
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    flags >= 0 && flags & libc::FD_CLOEXEC == 0
+}

@@ -166,7 +166,7 @@ pub mod raw {
     }
 
     /// Most fds [`close_all_except`] can keep.
-    pub const MAX_KEPT_FDS: usize = 32;
+    pub const MAX_KEPT_FDS: usize = 288;
 
     /// Close every fd except those in `keep` (at most [`MAX_KEPT_FDS`];
     /// negative entries are ignored), without allocating.
@@ -458,6 +458,12 @@ pub mod raw {
     }
 
     /// Whether an fd number is open (fcntl F_GETFD).
+    /// Clear FD_CLOEXEC on `fd` (an fd the workload keeps across execve).
+    pub fn clear_cloexec(fd: RawFd) -> Result<(), Errno> {
+        // SAFETY: F_SETFD with an integer flag word on any integer fd.
+        ret(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } as libc::c_long).map(drop)
+    }
+
     pub fn fd_is_open(fd: RawFd) -> bool {
         // SAFETY: F_GETFD on any integer is harmless.
         unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }

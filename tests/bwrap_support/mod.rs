@@ -17,9 +17,12 @@ pub fn hutch_bwrap() -> PathBuf {
 /// out (docs/bwrap.md lists how those trees differ), and so are the host's
 /// `*/hutch-*` mounts (other tests' sandboxes come and go while a case
 /// runs, and show up through the bound host root); `$HT_PATHS` names
-/// files whose type and mode it prints.
+/// files whose type and mode it prints. It lists which of fds 3-9 are
+/// open (the test's 7 and 8 always are, 5 and 6 with a case's data):
+/// bubblewrap passes what it does not consume.
 pub const PROBE: &str = r#"
 echo "ids $(id -u) $(id -g) $(id -G)"
+for fd in 3 4 5 6 7 8 9; do [ -e /proc/self/fd/$fd ] && echo "fd $fd open"; done
 echo "cwd $(pwd) PWD=$PWD"
 for n in user mnt pid net ipc uts cgroup; do
   eval host=\$HT_NS_$n
