@@ -127,6 +127,21 @@ pub fn warmable(spec: &Spec) -> Result<(), SpecError> {
             "warm sandboxes of an image are not supported yet (its config fills the command part); launch it cold",
         ));
     }
+    // A claim carries stdio only, and hutch init of a ready sandbox has
+    // already closed every other fd and made its session: serving these
+    // warm would silently drop the fds or the caller's terminal.
+    if !spec.inherit_fds.is_empty() || spec.inherit_open_fds {
+        return Err(SpecError::new(
+            "inherit_fds",
+            "a warm sandbox cannot pass the launcher's fds through (a claim carries stdio only); launch it cold",
+        ));
+    }
+    if !spec.new_session {
+        return Err(SpecError::new(
+            "new_session",
+            "a warm sandbox always runs its command in a session of its own; launch it cold to keep the caller's",
+        ));
+    }
     for i in claim_overlays(spec) {
         let dest = spec.fs[i].dest();
         if dest.parent().is_none() {
@@ -388,6 +403,22 @@ mod tests {
         let mut root = Spec::default();
         root.fs.push(workspace_overlay(Path::new("/"), None));
         assert!(warmable(&root).is_err());
+    }
+
+    #[test]
+    fn passed_fds_and_the_callers_session_are_not_served_warm() {
+        let s = session_like();
+        let mut fds = s.clone();
+        fds.inherit_fds = vec![5];
+        assert_eq!(warmable(&fds).unwrap_err().path, "inherit_fds");
+        let mut open = s.clone();
+        open.inherit_open_fds = true;
+        assert_eq!(warmable(&open).unwrap_err().path, "inherit_fds");
+        let mut session = s;
+        session.new_session = false;
+        let e = warmable(&session).unwrap_err();
+        assert_eq!(e.path, "new_session");
+        assert!(e.message.contains("launch it cold"), "{e}");
     }
 
     #[test]
