@@ -103,6 +103,11 @@ fn cases(who: As) -> Vec<Case> {
         },
         with_system("die-with-parent", &["--die-with-parent", "--unshare-pid"]),
         with_system("exit-status", &[]).env("HT_EXIT", "7"),
+        // The command is pid 1 of its pid namespace; its status is the
+        // sandbox's.
+        with_system("as-pid-1", &["--unshare-pid", "--as-pid-1"])
+            .env("HT_CMD", "echo probe-pid $PPID")
+            .env("HT_EXIT", "9"),
         with_system("info-and-json-status", &["--unshare-pid", "--unshare-net", "--info-fd", "7", "--json-status-fd", "8"]),
         with_system("userns-ids", &["--unshare-user", "--uid", "1234", "--gid", "5678"]),
         with_system("userns-root", &["--unshare-user", "--uid", "0", "--gid", "0"]),
@@ -177,9 +182,14 @@ fn differential(who: As) {
     let mut failures = Vec::new();
     for case in cases(who) {
         let b = run(&bwrap(), &case, who, dir.path());
+        let expected = case
+            .env
+            .iter()
+            .find(|(k, _)| k == "HT_EXIT")
+            .map_or(0, |(_, v)| v.parse().unwrap());
         assert_eq!(
             b.status,
-            Some(if case.name == "exit-status" { 7 } else { 0 }),
+            Some(expected),
             "[{}] bwrap itself: {}",
             case.name,
             b.stderr

@@ -195,10 +195,10 @@ pub fn translate(
             "{opt} is not supported by hutch-bwrap: {why} (docs/bwrap.md)"
         ))
     };
-    if p.as_pid_1 {
+    if p.as_pid_1 && p.ops.iter().any(|op| matches!(op, Op::TmpOverlay { .. })) {
         return Err(unsupported(
-            "--as-pid-1",
-            "hutch init is always pid 1 of the sandbox's pid namespace",
+            "--as-pid-1 with --tmp-overlay",
+            "the discarded upper's changes are counted by hutch init, which --as-pid-1 replaces by the command",
         ));
     }
     if p.userns2_fd.is_some() {
@@ -224,6 +224,10 @@ pub fn translate(
     // bubblewrap leaves the command in the caller's session (and so its
     // terminal) unless --new-session.
     spec.new_session = p.new_session;
+    // The command is pid 1 of its pid namespace, as bubblewrap's.
+    if p.as_pid_1 {
+        spec.init = crate::spec::Init::None;
+    }
     let cgroup = p.unshare_cgroup || (p.unshare_cgroup_try && caller.cgroupns_available);
     let ns = &mut spec.namespaces;
     ns.mount = true;
@@ -884,11 +888,29 @@ mod tests {
                 Some(m) => assert_eq!(r.unwrap_err().to_string(), m, "{argv:?}"),
             }
         }
-        let e = t(0, &["--unshare-pid", "--as-pid-1", "true"])
-            .unwrap_err()
-            .to_string();
+        let s = t(0, &["--unshare-pid", "--as-pid-1", "true"]).unwrap();
+        assert_eq!(s.init, crate::spec::Init::None);
+        assert!(s.namespaces.pid);
+        assert_eq!(
+            t(0, &["--unshare-pid", "true"]).unwrap().init,
+            crate::spec::Init::Hutch
+        );
+        let e = t(
+            0,
+            &[
+                "--unshare-pid",
+                "--as-pid-1",
+                "--overlay-src",
+                "/usr",
+                "--tmp-overlay",
+                "/usr",
+                "true",
+            ],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
-            e.starts_with("--as-pid-1 is not supported by hutch-bwrap"),
+            e.starts_with("--as-pid-1 with --tmp-overlay is not supported by hutch-bwrap"),
             "{e}"
         );
         // A missing source of a -try bind is skipped.

@@ -434,10 +434,13 @@ impl Watch<'_, '_> {
             for r in ready {
                 match r {
                     Ready::Pid1 => {
-                        if let Ok(Some((_, ws))) = sys::raw::waitpid(self.sb.pid, 0)
-                            && libc::WIFSIGNALED(ws)
-                        {
-                            self.seen.facts.init_signaled = Some(libc::WTERMSIG(ws));
+                        if let Ok(Some((_, ws))) = sys::raw::waitpid(self.sb.pid, 0) {
+                            if self.p.child.exec_in_place {
+                                // pid 1 is the command (`Spec::init = none`).
+                                self.seen.facts.wait_status = Some(ws);
+                            } else if libc::WIFSIGNALED(ws) {
+                                self.seen.facts.init_signaled = Some(libc::WTERMSIG(ws));
+                            }
                         }
                         self.init_done = true;
                     }
@@ -548,7 +551,25 @@ impl Watch<'_, '_> {
                     self.seen.failed(Some(f), line);
                 }
             }
-            Ok(None) => self.sock_open = false,
+            Ok(None) => {
+                // `Spec::init = none`: the socket closes on the command's
+                // execve (close-on-exec) when no failure came first; the
+                // command is pid 1 itself.
+                if self.p.child.exec_in_place
+                    && self.seen.failure.is_none()
+                    && !self.init_done
+                    && let Some(f) = self.status_file.as_deref_mut()
+                {
+                    write_start_event(
+                        f,
+                        &self.p.sandbox_id,
+                        self.sb.pid,
+                        self.sb.pid,
+                        self.namespaces.clone(),
+                    );
+                }
+                self.sock_open = false;
+            }
             Err(e) => {
                 // After the supervisor killed the sandbox (wall clock, kill
                 // on request) a reset socket is the kill's doing, not a

@@ -113,6 +113,13 @@ pub struct Spec {
     /// terminal (TIOCSTI), which is why `true` is the default
     /// (bubblewrap without `--new-session`).
     pub new_session: bool,
+    /// The sandbox's first process: hutch init (default), which forks the
+    /// command and stays its reaper, or `none`, where hutch init execs the
+    /// command itself once the sandbox is built, so the command is pid 1
+    /// of the sandbox's pid namespace (bubblewrap's `--as-pid-1`). See
+    /// [`Init`] for what `none` takes away.
+    #[serde(skip_serializing_if = "Init::is_hutch")]
+    pub init: Init,
     /// Namespaced kernel parameters written in the sandbox's own
     /// namespaces before its root is built (`"net.ipv4.ip_forward" =
     /// "1"`): `kernel.msg*`, `kernel.sem`, `kernel.shm*`, `fs.mqueue.*`,
@@ -197,6 +204,32 @@ impl ImageRef {
 }
 
 /// The image checks a Spec lets pass (`--allow-...` of `hutch run`).
+/// Who is the sandbox's first process (`Spec::init`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Init {
+    /// hutch init: builds the root, forks the command, reaps every orphan,
+    /// forwards signals, counts the changes of discarded overlay uppers
+    /// and reports the command's status.
+    #[default]
+    Hutch,
+    /// hutch init builds the root and then execs the command in its place:
+    /// the command is pid 1 of the sandbox's own pid namespace (required:
+    /// `namespaces.pid = true`), reaps its orphans itself, gets forwarded
+    /// signals only for those it handles (the kernel drops the others
+    /// for a namespace's init), and its status is the sandbox's pid 1's,
+    /// read by the supervisor. Refused where hutch init is needed after
+    /// the exec: discarded overlay uppers (their changes are counted by
+    /// init after the command), warm sandboxes, created containers.
+    None,
+}
+
+impl Init {
+    pub fn is_hutch(&self) -> bool {
+        *self == Init::Hutch
+    }
+}
+
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -232,6 +265,7 @@ impl Default for Spec {
             inherit_fds: Vec::new(),
             inherit_open_fds: false,
             new_session: true,
+            init: Init::Hutch,
             sysctl: BTreeMap::new(),
             image: None,
         }

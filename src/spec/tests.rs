@@ -425,3 +425,36 @@ fn inherit_fds_are_3_or_above_and_listed_once() {
     assert_eq!(j.inherit_fds, [4]);
     assert!(j.inherit_open_fds && !j.new_session);
 }
+
+#[test]
+fn init_none_needs_an_own_pid_namespace_and_no_discarded_upper() {
+    // Old Specs have no `init`: hutch init, and it is not written back.
+    let old: Spec = super::parse_json(r#"{"command": ["true"]}"#).unwrap();
+    assert_eq!(old.init, Init::Hutch);
+    assert!(!serde_json::to_string(&old).unwrap().contains("init"));
+    let j: Spec = super::parse_json(r#"{"command": ["true"], "init": "none"}"#).unwrap();
+    assert_eq!(j.init, Init::None);
+    assert!(
+        serde_json::to_string(&j)
+            .unwrap()
+            .contains(r#""init":"none""#)
+    );
+    super::validate(&j).unwrap();
+    let t: Spec = super::parse_toml("command = [\"true\"]\ninit = \"none\"\n").unwrap();
+    assert_eq!(t.init, Init::None);
+    assert!(super::parse_json(r#"{"init": "bwrap"}"#).is_err());
+    let mut s = j.clone();
+    s.namespaces.pid = false;
+    let e = super::validate(&s).unwrap_err();
+    assert_eq!(e.path, "init");
+    assert!(e.message.contains("namespaces.pid"), "{e}");
+    let mut s = j;
+    s.fs.push(FsOp::TmpOverlay {
+        lowers: vec!["/usr".into()],
+        dest: "/usr".into(),
+        size: None,
+    });
+    let e = super::validate(&s).unwrap_err();
+    assert_eq!(e.path, "fs[0]");
+    assert!(e.message.contains("count"), "{e}");
+}
