@@ -70,6 +70,15 @@ fn cases(who: As) -> Vec<Case> {
             ],
         )
         .paths("/tmp /tmp/d /tmp/t /tmp/a /tmp/a/b /tmp/a/b/c /tmp/a/l /tmp/n /mnt/d /tmp/share"),
+        // That mount only: the submount stays writable.
+        with_system(
+            "remount-ro-submount",
+            &["--tmpfs", "/mnt", "--tmpfs", "/mnt/sub", "--remount-ro", "/mnt"],
+        )
+        .env(
+            "HT_CMD",
+            "touch /mnt/sub/x && echo sub-writable; touch /mnt/x 2>/dev/null || echo mnt-readonly",
+        ),
         Case {
             fd5: Some(b"file content\n".to_vec()),
             fd6: Some(b"data content\n".to_vec()),

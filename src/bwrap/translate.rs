@@ -467,7 +467,11 @@ fn fs_op(op: &Op, fds: &mut dyn FdReader) -> Result<Option<FsOp>, BwrapError> {
                 }
             }
         }
-        Op::RemountRo(d) => FsOp::RemountRo { dest: dest(d)? },
+        // That mount only, as bubblewrap's MS_REMOUNT without MS_REC.
+        Op::RemountRo(d) => FsOp::RemountRo {
+            dest: dest(d)?,
+            recursive: false,
+        },
         Op::Proc(d) => FsOp::Proc { dest: dest(d)? },
         Op::Dev(d) => FsOp::Dev { dest: dest(d)? },
         Op::Mqueue(d) => FsOp::Mqueue { dest: dest(d)? },

@@ -294,6 +294,7 @@ pub fn parse_reporting_onto(
             }
             "--remount-ro" => ops.push(FsOp::RemountRo {
                 dest: value(arg)?.into(),
+                recursive: true,
             }),
             "--image" => image.reference = Some(value(arg)?),
             "--image-store" => image.store = Some(absolute(&cwd, &value(arg)?)),

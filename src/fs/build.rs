@@ -616,7 +616,19 @@ impl<S: FsSys> Builder<'_, S> {
                 ))?;
                 plain(self.sys.chmod(&fd_path(fd.as_fd()), *mode))?;
             }
-            Step::RemountRo { dest } => self.set_attrs(dest, MOUNT_ATTR_RDONLY)?,
+            Step::RemountRo { dest, recursive } => {
+                let fd = plain(self.sys.open(
+                    Some(self.root.as_fd()),
+                    dest,
+                    libc::O_PATH,
+                    0,
+                    RESOLVE_IN_ROOT,
+                ))?;
+                plain(
+                    self.sys
+                        .mount_setattr(fd.as_fd(), *recursive, MOUNT_ATTR_RDONLY),
+                )?;
+            }
             Step::BindMount {
                 source,
                 dest,

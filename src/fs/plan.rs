@@ -93,6 +93,8 @@ pub enum Step {
     },
     RemountRo {
         dest: CString,
+        /// Its submounts too.
+        recursive: bool,
     },
     /// A bind with the attributes its options ask for (`mount` op).
     BindMount {
@@ -280,7 +282,10 @@ pub fn plan(spec: &Spec, idmap_overlay_lowers: bool) -> Plan {
                 dest,
             },
             FsOp::Chmod { mode, .. } => Step::Chmod { dest, mode: *mode },
-            FsOp::RemountRo { .. } => Step::RemountRo { dest },
+            FsOp::RemountRo { recursive, .. } => Step::RemountRo {
+                dest,
+                recursive: *recursive,
+            },
             FsOp::Mount {
                 fstype,
                 src,

@@ -78,6 +78,7 @@ struct FsOpFields {
     minor: Option<u32>,
     uid: Option<u32>,
     gid: Option<u32>,
+    recursive: Option<bool>,
 }
 
 /// The `op` names, as written in profiles.
@@ -126,6 +127,7 @@ impl FsOpFields {
             ("minor", self.minor.is_some()),
             ("uid", self.uid.is_some()),
             ("gid", self.gid.is_some()),
+            ("recursive", self.recursive.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -140,7 +142,8 @@ impl FsOpFields {
             "tmp-overlay" => &["lowers", "dest", "size"],
             "ro-overlay" => &["lowers", "dest"],
             "tmpfs" => &["dest", "size", "nr_inodes", "mode"],
-            "proc" | "dev" | "mqueue" | "remount-ro" | "mask" | "readonly-path" => &["dest"],
+            "proc" | "dev" | "mqueue" | "mask" | "readonly-path" => &["dest"],
+            "remount-ro" => &["dest", "recursive"],
             "mount" => &["fstype", "src", "dest", "options", "optional"],
             "device" => &["dest", "kind", "major", "minor", "mode", "uid", "gid"],
             "dir" => &["dest", "mode"],
@@ -205,7 +208,10 @@ impl FsOpFields {
             "proc" => FsOp::Proc { dest },
             "dev" => FsOp::Dev { dest },
             "mqueue" => FsOp::Mqueue { dest },
-            "remount-ro" => FsOp::RemountRo { dest },
+            "remount-ro" => FsOp::RemountRo {
+                dest,
+                recursive: self.recursive.unwrap_or(true),
+            },
             "dir" => FsOp::Dir {
                 dest,
                 mode: self.mode,

@@ -48,6 +48,10 @@ pub fn parse_rlimit(name: &str, text: &str) -> Result<u64, String> {
     })
 }
 
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
 /// Current schema version. Files may omit `version`; if present it must match.
 pub const SPEC_VERSION: u32 = 1;
 
@@ -362,9 +366,13 @@ pub enum FsOp {
         dest: PathBuf,
         mode: u32,
     },
-    /// Make an existing mount (and its submounts) read-only.
+    /// Make an existing mount read-only: with `recursive` (the default)
+    /// its submounts too; without, that mount only (bubblewrap's
+    /// `--remount-ro`).
     RemountRo {
         dest: PathBuf,
+        #[serde(skip_serializing_if = "is_true")]
+        recursive: bool,
     },
     /// A mount in mount(8)'s terms, doing exactly what its options say
     /// (no flag of hutch's own): `fstype` is `bind` (of `src`; `rbind`
@@ -433,7 +441,7 @@ impl FsOp {
             | FsOp::BindData { dest, .. }
             | FsOp::Symlink { dest, .. }
             | FsOp::Chmod { dest, .. }
-            | FsOp::RemountRo { dest }
+            | FsOp::RemountRo { dest, .. }
             | FsOp::Mount { dest, .. }
             | FsOp::Device { dest, .. }
             | FsOp::Mask { dest }

@@ -458,3 +458,32 @@ fn init_none_needs_an_own_pid_namespace_and_no_discarded_upper() {
     assert_eq!(e.path, "fs[0]");
     assert!(e.message.contains("count"), "{e}");
 }
+
+#[test]
+fn remount_ro_is_recursive_unless_told() {
+    let s: Spec = super::parse_json(
+        r#"{"fs": [{"op": "remount-ro", "dest": "/a"}, {"op": "remount-ro", "dest": "/b", "recursive": false}]}"#,
+    )
+    .unwrap();
+    let want = [("/a", true), ("/b", false)];
+    for (op, (dest, rec)) in s.fs.iter().zip(want) {
+        assert_eq!(
+            op,
+            &FsOp::RemountRo {
+                dest: dest.into(),
+                recursive: rec
+            }
+        );
+    }
+    let text = serde_json::to_string(&s.fs).unwrap();
+    assert_eq!(text.matches("recursive").count(), 1, "{text}");
+    assert_eq!(
+        super::parse_json(&format!(r#"{{"fs": {text}}}"#))
+            .unwrap()
+            .fs,
+        s.fs
+    );
+    assert!(
+        super::parse_json(r#"{"fs": [{"op": "proc", "dest": "/p", "recursive": false}]}"#).is_err()
+    );
+}
