@@ -89,6 +89,17 @@ fn cases(who: As) -> Vec<Case> {
             .paths("/tmp/f /tmp/g")
             .env("HT_CMD", "cat /tmp/f /tmp/g; echo x > /tmp/g 2>/dev/null || echo g-readonly")
         },
+        // Any bytes; --bind-data is a read-write mount of its own.
+        Case {
+            fd5: Some(b"\x00\xffbin\x80\n".to_vec()),
+            fd6: Some(b"\xfe\x00file".to_vec()),
+            ..with_system(
+                "bind-data-binary",
+                &["--tmpfs", "/tmp", "--bind-data", "5", "/tmp/b", "--file", "6", "/tmp/f"],
+            )
+            .paths("/tmp/b /tmp/f")
+            .env("HT_CMD", "od -An -tx1 /tmp/b /tmp/f; echo more >> /tmp/b && echo b-writable; od -An -c /tmp/b")
+        },
         // Fds the caller left open reach the command at their numbers
         // (fd 5 read through, 6 consumed by --file, 7 and 8 open).
         Case {

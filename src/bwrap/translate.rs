@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use super::args::{BindKind, CapOp, EnvOp, FdReader, Op, Parsed};
 use super::error::BwrapError;
-use crate::spec::{ByteSize, CapabilitySets, FsOp, NamespaceRef, Network, Spec};
+use crate::spec::{ByteSize, CapabilitySets, Encoding, FsOp, NamespaceRef, Network, Spec};
 
 /// What the caller's process is (read once; tests set it).
 #[derive(Debug, Clone)]
@@ -402,12 +402,8 @@ fn fs_op(op: &Op, fds: &mut dyn FdReader) -> Result<Option<FsOp>, BwrapError> {
         let data = fds
             .read_fd(fd)
             .map_err(|e| BwrapError::io(format!("Can't read data for {}", show(dest)), &e))?;
-        String::from_utf8(data).map_err(|_| {
-            die(format!(
-                "the data for {} is not UTF-8; hutch-bwrap's --file/--bind-data take text only (docs/bwrap.md)",
-                show(dest)
-            ))
-        })
+        // Any bytes: text as it is, the rest as base64 in the Spec.
+        Ok::<_, BwrapError>(Encoding::encode(data))
     };
     Ok(Some(match op {
         Op::Bind {
@@ -489,32 +485,31 @@ fn fs_op(op: &Op, fds: &mut dyn FdReader) -> Result<Option<FsOp>, BwrapError> {
             dest: dest(d)?,
             mode: Some(*perms),
         },
-        Op::File { fd, dest: d, perms } => FsOp::File {
-            content: content(fds, *fd, d)?,
-            dest: dest(d)?,
-            mode: Some(*perms),
-        },
-        // A writable copy: hutch's file op (not a mount of its own).
+        Op::File { fd, dest: d, perms } => {
+            let (content, encoding) = content(fds, *fd, d)?;
+            FsOp::File {
+                content,
+                encoding,
+                dest: dest(d)?,
+                mode: Some(*perms),
+            }
+        }
+        // A file outside the root bound at DEST, read-write or read-only.
         Op::BindData {
             fd,
             dest: d,
             perms,
-            read_only: false,
-        } => FsOp::File {
-            content: content(fds, *fd, d)?,
-            dest: dest(d)?,
-            mode: Some(*perms),
-        },
-        Op::BindData {
-            fd,
-            dest: d,
-            perms,
-            read_only: true,
-        } => FsOp::BindData {
-            content: content(fds, *fd, d)?,
-            dest: dest(d)?,
-            mode: Some(*perms),
-        },
+            read_only,
+        } => {
+            let (content, encoding) = content(fds, *fd, d)?;
+            FsOp::BindData {
+                content,
+                encoding,
+                dest: dest(d)?,
+                mode: Some(*perms),
+                writable: !*read_only,
+            }
+        }
         Op::Symlink { target, dest: d } => FsOp::Symlink {
             target: PathBuf::from(utf8(target, "symlink target")?),
             dest: dest(d)?,

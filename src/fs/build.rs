@@ -18,7 +18,7 @@ use std::os::unix::ffi::OsStrExt;
 
 mod mounts;
 
-use super::plan::{DEV_BIND, PROC_ATTRS, Plan, RO_BIND, Step, Upper, tmpfs_data};
+use super::plan::{DEV_BIND, PROC_ATTRS, Plan, RO_BIND, RW_BIND, Step, Upper, tmpfs_data};
 use crate::sys::{
     Errno, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, RESOLVE_IN_ROOT,
     RESOLVE_NO_SYMLINKS, SysError,
@@ -561,9 +561,10 @@ impl<S: FsSys> Builder<'_, S> {
                 dest,
                 content,
                 mode,
+                bind,
                 readonly,
             } => {
-                if *readonly {
+                if *bind {
                     // Content lives on the staging tmpfs (outside the new
                     // root) and is bound read-only onto the destination.
                     let name = self.scratch_name();
@@ -585,7 +586,7 @@ impl<S: FsSys> Builder<'_, S> {
                         None,
                     ))?;
                     drop((fd, target));
-                    self.set_attrs(dest, RO_BIND)?;
+                    self.set_attrs(dest, if *readonly { RO_BIND } else { RW_BIND })?;
                 } else {
                     let (parent, name) = self.parent_of(dest)?;
                     let fd = plain(self.sys.open(

@@ -81,6 +81,10 @@ pub enum Step {
         dest: CString,
         content: Vec<u8>,
         mode: u32,
+        /// Kept on the staging tmpfs (outside the new root) and bound at
+        /// `dest` as a mount of its own (`bind-data`), read-only with
+        /// `readonly`; else made in the root (`file`).
+        bind: bool,
         readonly: bool,
     },
     Symlink {
@@ -265,17 +269,30 @@ pub fn plan(spec: &Spec, idmap_overlay_lowers: bool) -> Plan {
                 dest,
                 mode: mode.unwrap_or(0o755),
             },
-            FsOp::File { content, mode, .. } => Step::File {
+            FsOp::File {
+                content,
+                encoding,
+                mode,
+                ..
+            } => Step::File {
                 dest,
-                content: content.as_bytes().to_vec(),
+                content: encoding.decode(content).expect("validated content"),
                 mode: mode.unwrap_or(0o644),
+                bind: false,
                 readonly: false,
             },
-            FsOp::BindData { content, mode, .. } => Step::File {
+            FsOp::BindData {
+                content,
+                encoding,
+                mode,
+                writable,
+                ..
+            } => Step::File {
                 dest,
-                content: content.as_bytes().to_vec(),
-                mode: mode.unwrap_or(0o444),
-                readonly: true,
+                content: encoding.decode(content).expect("validated content"),
+                mode: mode.unwrap_or(if *writable { 0o644 } else { 0o444 }),
+                bind: true,
+                readonly: !*writable,
             },
             FsOp::Symlink { target, .. } => Step::Symlink {
                 target: cstring(target),

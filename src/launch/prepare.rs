@@ -285,7 +285,9 @@ fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
         spec.fs.push(crate::spec::FsOp::BindData {
             dest: "/etc/resolv.conf".into(),
             content: crate::net::RESOLV_CONF.into(),
+            encoding: crate::spec::Encoding::Text,
             mode: Some(0o444),
+            writable: false,
         });
         crate::net::transparent_ports(&policy)
     });

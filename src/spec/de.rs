@@ -79,6 +79,8 @@ struct FsOpFields {
     uid: Option<u32>,
     gid: Option<u32>,
     recursive: Option<bool>,
+    encoding: Option<super::Encoding>,
+    writable: Option<bool>,
 }
 
 /// The `op` names, as written in profiles.
@@ -128,6 +130,8 @@ impl FsOpFields {
             ("uid", self.uid.is_some()),
             ("gid", self.gid.is_some()),
             ("recursive", self.recursive.is_some()),
+            ("encoding", self.encoding.is_some()),
+            ("writable", self.writable.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -147,7 +151,8 @@ impl FsOpFields {
             "mount" => &["fstype", "src", "dest", "options", "optional"],
             "device" => &["dest", "kind", "major", "minor", "mode", "uid", "gid"],
             "dir" => &["dest", "mode"],
-            "file" | "bind-data" => &["dest", "content", "mode"],
+            "file" => &["dest", "content", "encoding", "mode"],
+            "bind-data" => &["dest", "content", "encoding", "mode", "writable"],
             "symlink" => &["target", "dest"],
             "chmod" => &["dest", "mode"],
             other => {
@@ -219,12 +224,15 @@ impl FsOpFields {
             "file" => FsOp::File {
                 dest,
                 content: need(self.content, "content")?,
+                encoding: self.encoding.unwrap_or_default(),
                 mode: self.mode,
             },
             "bind-data" => FsOp::BindData {
                 dest,
                 content: need(self.content, "content")?,
+                encoding: self.encoding.unwrap_or_default(),
                 mode: self.mode,
+                writable: self.writable.unwrap_or(false),
             },
             "symlink" => FsOp::Symlink {
                 target: need(self.target, "target")?,

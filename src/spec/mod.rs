@@ -10,6 +10,7 @@
 //! [`default_profile`], [`IoMax::new`], [`Limit::required`] /
 //! [`Limit::preferred`]) and set the public fields.
 
+mod data;
 mod de;
 mod defaults;
 mod load;
@@ -24,6 +25,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use data::Encoding;
 pub use defaults::{
     DEFAULT_MEMORY, DEFAULT_PATH, DEFAULT_PIDS, TMP_INODES, TMP_SIZE, default_profile, use_image,
     workspace_overlay,
@@ -346,17 +348,27 @@ pub enum FsOp {
         dest: PathBuf,
         mode: Option<u32>,
     },
-    /// A writable file with the given content.
+    /// A writable file with the given content, made in the new root.
     File {
         dest: PathBuf,
         content: String,
+        /// `base64`: `content` is base64 of any bytes (default: text).
+        #[serde(skip_serializing_if = "Encoding::is_text")]
+        encoding: Encoding,
         mode: Option<u32>,
     },
-    /// A read-only file with the given content.
+    /// A file with the given content, kept outside the new root and bound
+    /// at `dest` as a mount of its own: read-only, or with `writable`
+    /// read-write (writes go to that file, discarded with the sandbox;
+    /// bubblewrap's `--bind-data`).
     BindData {
         dest: PathBuf,
         content: String,
+        #[serde(skip_serializing_if = "Encoding::is_text")]
+        encoding: Encoding,
         mode: Option<u32>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        writable: bool,
     },
     Symlink {
         target: PathBuf,

@@ -334,6 +334,7 @@ fn what_serializes_reads_back() {
     s.fs.push(FsOp::File {
         dest: "/etc/x".into(),
         content: "x".into(),
+        encoding: Encoding::Text,
         mode: None,
     });
     s.limits.pids = Some(Limit::required(64));
@@ -486,4 +487,45 @@ fn remount_ro_is_recursive_unless_told() {
     assert!(
         super::parse_json(r#"{"fs": [{"op": "proc", "dest": "/p", "recursive": false}]}"#).is_err()
     );
+}
+
+#[test]
+fn file_content_may_be_base64_and_bind_data_writable() {
+    let s: Spec = super::parse_json(
+        r#"{"command": ["true"], "fs": [
+            {"op": "file", "dest": "/a", "content": "/wA=", "encoding": "base64"},
+            {"op": "bind-data", "dest": "/b", "content": "x", "writable": true},
+            {"op": "bind-data", "dest": "/c", "content": "y"}]}"#,
+    )
+    .unwrap();
+    super::validate(&s).unwrap();
+    match &s.fs[0] {
+        FsOp::File {
+            content, encoding, ..
+        } => assert_eq!(encoding.decode(content), Some(vec![0xff, 0])),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(s.fs[1], FsOp::BindData { writable: true, .. }));
+    assert!(matches!(
+        s.fs[2],
+        FsOp::BindData {
+            writable: false,
+            ..
+        }
+    ));
+    let text = serde_json::to_string(&s.fs).unwrap();
+    assert_eq!(text.matches("encoding").count(), 1, "{text}");
+    assert_eq!(text.matches("writable").count(), 1, "{text}");
+    let back = super::parse_json(&format!(r#"{{"command": ["true"], "fs": {text}}}"#)).unwrap();
+    assert_eq!(back.fs, s.fs);
+    let (path, _) = refusal(
+        r#"{"command": ["true"], "fs": [{"op": "file", "dest": "/a", "content": "!!", "encoding": "base64"}]}"#,
+        true,
+    );
+    assert_eq!(path, "fs[0].content");
+    let (path, _) = refusal(
+        r#"{"command": ["true"], "fs": [{"op": "file", "dest": "/a", "content": "x", "writable": true}]}"#,
+        true,
+    );
+    assert_eq!(path, "fs[0].writable");
 }
