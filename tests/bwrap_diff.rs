@@ -36,6 +36,17 @@ fn with_system(name: &'static str, extra: &[&str]) -> Case {
     Case::new(name, &args)
 }
 
+/// What /dev holds (type, mode, owner, link targets), its mounts with
+/// their flags, and whether shm takes a file.
+const DEV_PROBE: &str = r#"cd /dev; for f in * .*; do
+  case "$f" in .|..) continue;; esac
+  if [ -L "$f" ]; then echo "dev $f -> $(readlink "$f")"; else echo "dev $f $(stat -c '%F %a %u:%g' "$f")"; fi
+done
+while read -r _ _ _ _ mp opts rest; do
+  case "$mp" in /dev*) t=${rest##*- }; echo "mount $mp $opts ${t%% *}";; esac
+done < /proc/self/mountinfo | sort
+echo x > /dev/shm/f && echo shm-writable"#;
+
 /// The argv cases both implementations run the same way, for `who`.
 fn cases(who: As) -> Vec<Case> {
     let mut c = vec![
@@ -132,6 +143,17 @@ fn cases(who: As) -> Vec<Case> {
         with_system("userns-ids", &["--unshare-user", "--uid", "1234", "--gid", "5678"]),
         with_system("userns-root", &["--unshare-user", "--uid", "0", "--gid", "0"]),
         with_system("userns-cap-add", &["--unshare-user", "--cap-add", "CAP_NET_RAW", "--cap-add", "cap_chown"]),
+        // bubblewrap's /dev: nodes, links (core), shm, pts and the mount
+        // flags of each (a usr-only root: nothing of the host's /dev
+        // under it).
+        Case::new(
+            "dev-layout",
+            &[
+                "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+                "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev",
+            ],
+        )
+        .env("HT_CMD", DEV_PROBE),
         with_system("dev-bind", &["--dev-bind", "/dev", "/dev"])
             .env("HT_CMD", "[ -c /dev/null ] && echo null-is-char"),
     ];

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use super::args::{BindKind, CapOp, EnvOp, FdReader, Op, Parsed};
 use super::error::BwrapError;
-use crate::spec::{ByteSize, CapabilitySets, Encoding, FsOp, NamespaceRef, Network, Spec};
+use crate::spec::{
+    ByteSize, CapabilitySets, DevLayout, Encoding, FsOp, NamespaceRef, Network, Spec,
+};
 
 /// What the caller's process is (read once; tests set it).
 #[derive(Debug, Clone)]
@@ -31,6 +33,9 @@ pub struct Caller {
     /// The kernel has user / cgroup namespaces (`--unshare-*-try`).
     pub userns_available: bool,
     pub cgroupns_available: bool,
+    /// The terminal on stdout (bubblewrap's `ttyname(1)`): `--dev` binds
+    /// it as `console`.
+    pub stdout_tty: Option<PathBuf>,
 }
 
 impl Caller {
@@ -55,6 +60,9 @@ impl Caller {
             bounding: mask(caps::CapSet::Bounding),
             userns_available,
             cgroupns_available: Path::new("/proc/self/ns/cgroup").exists(),
+            stdout_tty: std::io::IsTerminal::is_terminal(&std::io::stdout())
+                .then(|| std::fs::read_link("/proc/self/fd/1").ok())
+                .flatten(),
         }
     }
 }
@@ -299,7 +307,18 @@ pub fn translate(
             spec.root = Some(root_bind(&fs, spec.fs.is_empty() && spec.root.is_none())?);
             continue;
         }
+        let console = match (&fs, &caller.stdout_tty) {
+            // bubblewrap's /dev/console: the caller's terminal, bound as
+            // a device (no more access than stdout already gives).
+            (FsOp::Dev { dest, .. }, Some(tty)) => Some(FsOp::DevBind {
+                src: tty.clone(),
+                dest: dest.join("console"),
+                optional: false,
+            }),
+            _ => None,
+        };
         spec.fs.push(fs);
+        spec.fs.extend(console);
     }
     for lock in &p.lock_files {
         let root = spec.root.as_ref().map(|r| r.path.as_path());
@@ -469,7 +488,10 @@ fn fs_op(op: &Op, fds: &mut dyn FdReader) -> Result<Option<FsOp>, BwrapError> {
             recursive: false,
         },
         Op::Proc(d) => FsOp::Proc { dest: dest(d)? },
-        Op::Dev(d) => FsOp::Dev { dest: dest(d)? },
+        Op::Dev(d) => FsOp::Dev {
+            dest: dest(d)?,
+            layout: DevLayout::Bubblewrap,
+        },
         Op::Mqueue(d) => FsOp::Mqueue { dest: dest(d)? },
         Op::Tmpfs {
             dest: d,
@@ -776,6 +798,7 @@ mod tests {
             bounding: (1 << 41) - 1,
             userns_available: true,
             cgroupns_available: true,
+            stdout_tty: None,
         }
     }
 
@@ -783,6 +806,31 @@ mod tests {
         let a = argv.iter().map(OsString::from).collect();
         let p = args::parse(a, &mut ProcessFds)?;
         translate(&p, &caller(uid), &mut ProcessFds).map(|(s, _)| s)
+    }
+
+    #[test]
+    fn dev_is_bubblewraps_with_the_terminal_as_console() {
+        let s = t(0, &["--dev", "/dev", "true"]).unwrap();
+        assert_eq!(
+            s.fs,
+            [FsOp::Dev {
+                dest: "/dev".into(),
+                layout: DevLayout::Bubblewrap
+            }]
+        );
+        let mut c = caller(0);
+        c.stdout_tty = Some("/dev/pts/7".into());
+        let a = ["--dev", "/d", "true"].iter().map(OsString::from).collect();
+        let p = args::parse(a, &mut ProcessFds).unwrap();
+        let (s, _) = translate(&p, &c, &mut ProcessFds).unwrap();
+        assert_eq!(
+            s.fs[1],
+            FsOp::DevBind {
+                src: "/dev/pts/7".into(),
+                dest: "/d/console".into(),
+                optional: false
+            }
+        );
     }
 
     #[test]

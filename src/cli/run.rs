@@ -260,6 +260,7 @@ pub fn parse_reporting_onto(
             }),
             "--dev" => ops.push(FsOp::Dev {
                 dest: value(arg)?.into(),
+                layout: Default::default(),
             }),
             "--mqueue" => ops.push(FsOp::Mqueue {
                 dest: value(arg)?.into(),

@@ -69,6 +69,8 @@ pub enum Step {
     },
     Dev {
         dest: CString,
+        /// bubblewrap's layout (`DevLayout::Bubblewrap`).
+        bubblewrap: bool,
     },
     Mqueue {
         dest: CString,
@@ -263,7 +265,10 @@ pub fn plan(spec: &Spec, idmap_overlay_lowers: bool) -> Plan {
                 ),
             },
             FsOp::Proc { .. } => Step::Proc { dest },
-            FsOp::Dev { .. } => Step::Dev { dest },
+            FsOp::Dev { layout, .. } => Step::Dev {
+                dest,
+                bubblewrap: *layout == crate::spec::DevLayout::Bubblewrap,
+            },
             FsOp::Mqueue { .. } => Step::Mqueue { dest },
             FsOp::Dir { mode, .. } => Step::Dir {
                 dest,

@@ -81,6 +81,7 @@ struct FsOpFields {
     recursive: Option<bool>,
     encoding: Option<super::Encoding>,
     writable: Option<bool>,
+    layout: Option<super::DevLayout>,
 }
 
 /// The `op` names, as written in profiles.
@@ -132,6 +133,7 @@ impl FsOpFields {
             ("recursive", self.recursive.is_some()),
             ("encoding", self.encoding.is_some()),
             ("writable", self.writable.is_some()),
+            ("layout", self.layout.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -146,7 +148,8 @@ impl FsOpFields {
             "tmp-overlay" => &["lowers", "dest", "size"],
             "ro-overlay" => &["lowers", "dest"],
             "tmpfs" => &["dest", "size", "nr_inodes", "mode"],
-            "proc" | "dev" | "mqueue" | "mask" | "readonly-path" => &["dest"],
+            "proc" | "mqueue" | "mask" | "readonly-path" => &["dest"],
+            "dev" => &["dest", "layout"],
             "remount-ro" => &["dest", "recursive"],
             "mount" => &["fstype", "src", "dest", "options", "optional"],
             "device" => &["dest", "kind", "major", "minor", "mode", "uid", "gid"],
@@ -211,7 +214,10 @@ impl FsOpFields {
                 mode: self.mode,
             },
             "proc" => FsOp::Proc { dest },
-            "dev" => FsOp::Dev { dest },
+            "dev" => FsOp::Dev {
+                dest,
+                layout: self.layout.unwrap_or_default(),
+            },
             "mqueue" => FsOp::Mqueue { dest },
             "remount-ro" => FsOp::RemountRo {
                 dest,

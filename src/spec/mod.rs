@@ -210,6 +210,29 @@ impl ImageRef {
 }
 
 /// The image checks a Spec lets pass (`--allow-...` of `hutch run`).
+/// What a `dev` operation makes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DevLayout {
+    /// hutch's: a `noexec` tmpfs with the six nodes (each a `nosuid,noexec`
+    /// bind of the host's), the `fd`/`stdin`/`stdout`/`stderr`/`ptmx`
+    /// links, a new-instance `pts`, and `shm` a tmpfs of its own (1777).
+    #[default]
+    Hutch,
+    /// bubblewrap's `--dev` (bubblewrap.c, `SETUP_MOUNT_DEV`): the same
+    /// nodes and links plus `core -> /proc/kcore`, on a `nosuid,nodev`
+    /// tmpfs (exec allowed), the nodes `nosuid` binds, and `shm` a plain
+    /// directory (0755) of that tmpfs. (Its `console`, a bind of the
+    /// caller's terminal, is a `dev-bind` operation of the front end.)
+    Bubblewrap,
+}
+
+impl DevLayout {
+    pub fn is_hutch(&self) -> bool {
+        *self == DevLayout::Hutch
+    }
+}
+
 /// Who is the sandbox's first process (`Spec::init`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -338,6 +361,9 @@ pub enum FsOp {
     /// A minimal /dev: null zero full random urandom tty, fd links, shm, pts.
     Dev {
         dest: PathBuf,
+        /// `bubblewrap`: bubblewrap's `--dev` as it is (see [`DevLayout`]).
+        #[serde(skip_serializing_if = "DevLayout::is_hutch")]
+        layout: DevLayout,
     },
     /// A POSIX message queue filesystem.
     Mqueue {
@@ -446,7 +472,7 @@ impl FsOp {
             | FsOp::RoOverlay { dest, .. }
             | FsOp::Tmpfs { dest, .. }
             | FsOp::Proc { dest }
-            | FsOp::Dev { dest }
+            | FsOp::Dev { dest, .. }
             | FsOp::Mqueue { dest }
             | FsOp::Dir { dest, .. }
             | FsOp::File { dest, .. }
