@@ -212,13 +212,13 @@ pub fn translate(
     if p.userns2_fd.is_some() {
         return Err(unsupported(
             "--userns2",
-            "hutch does not switch the workload to a second user namespace",
+            "the workload does not enter a second user namespace between setup and exec (its ids, capabilities and confinement are computed for one)",
         ));
     }
     if p.pidns_fd.is_some() && p.unshare_pid {
         return Err(unsupported(
             "--pidns with --unshare-pid",
-            "a pid namespace nested in a joined one",
+            "the kernel creates a pid namespace only from a process already inside its parent, and hutch init is cloned by hutch-bwrap itself, not by an intermediate process in the joined namespace",
         ));
     }
     // bubblewrap's root tmpfs stays writable.
@@ -960,6 +960,22 @@ mod tests {
             e.starts_with("--as-pid-1 with --tmp-overlay is not supported by hutch-bwrap"),
             "{e}"
         );
+        for (argv, opt) in [
+            (
+                &["--userns", "0", "--userns2", "0", "true"][..],
+                "--userns2",
+            ),
+            (
+                &["--pidns", "0", "--unshare-pid", "true"],
+                "--pidns with --unshare-pid",
+            ),
+        ] {
+            let e = t(0, argv).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("{opt} is not supported by hutch-bwrap: ")),
+                "{e}"
+            );
+        }
         // A missing source of a -try bind is skipped.
         let s = t(0, &["--ro-bind-try", "/nonexistent-hutch", "/x", "true"]).unwrap();
         assert!(s.fs.is_empty());
