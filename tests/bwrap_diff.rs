@@ -871,3 +871,62 @@ fn session_and_terminal_match_bubblewrap_as_root() {
 fn session_and_terminal_match_bubblewrap_as_nobody() {
     session(As::Nobody);
 }
+
+/// `--pidns FD` alone (the command in the joined pid namespace) and with
+/// `--unshare-pid` (a pid namespace of its own nested in the joined one):
+/// the number of pid namespace levels the command has (seen through the
+/// host's procfs), its pid and its exit status, as bubblewrap's. Root
+/// only: joining another user's pid namespace needs its capabilities
+/// (as uid 65534 that is `--userns` too, which hutch-bwrap does not run
+/// unprivileged: docs/bwrap.md).
+#[test]
+fn pidns_joined_and_nested_behave_alike() {
+    require!(ready(As::Root).is_ok(), ready(As::Root).unwrap_err());
+    let mut holder = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "sleep", "600"])
+        .spawn()
+        .unwrap();
+    let ns = format!("/proc/{}/ns/pid_for_children", holder.id());
+    let own = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    common::wait_until(
+        std::time::Duration::from_secs(20),
+        "the holder's pid namespace",
+        || std::fs::read_link(&ns).is_ok_and(|l| l != own),
+    );
+    // The pid only in a new namespace (the joined one's numbers depend
+    // on what ran in it before).
+    let probe = "grep NSpid /proc/self/status | awk '{print \"levels\", NF-1}'; [ -n \"$HT_NEW\" ] && echo \"pid $$\"; exit 4";
+    let mut results = Vec::new();
+    for extra in [&[][..], &["--unshare-pid"]] {
+        let seen = |program: &Path| {
+            let mut argv = vec![program.display().to_string()];
+            argv.extend(["--ro-bind", "/", "/", "--pidns", "5"].map(String::from));
+            argv.extend(extra.iter().map(|s| s.to_string()));
+            argv.extend(["--", "sh", "-c", probe].map(String::from));
+            let out = std::process::Command::new("sh")
+                .args(["-c", &format!("exec \"$@\" 5<{ns}"), "sh"])
+                .args(&argv)
+                .env("HT_NEW", if extra.is_empty() { "" } else { "1" })
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        results.push((extra, seen(&bwrap()), seen(&hutch_bwrap())));
+    }
+    let _ = holder.kill();
+    let _ = holder.wait();
+    for (extra, b, h) in results {
+        assert_eq!(b.0, Some(4), "{extra:?} bwrap: {}", b.2);
+        let want = if extra.is_empty() {
+            "levels 2\n"
+        } else {
+            "levels 3\npid 2\n"
+        };
+        assert_eq!(b.1, want, "{extra:?}");
+        assert_eq!((b.0, &b.1), (h.0, &h.1), "{extra:?} hutch-bwrap: {}", h.2);
+    }
+}

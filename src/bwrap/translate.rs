@@ -215,12 +215,6 @@ pub fn translate(
             "the workload does not enter a second user namespace between setup and exec (its ids, capabilities and confinement are computed for one)",
         ));
     }
-    if p.pidns_fd.is_some() && p.unshare_pid {
-        return Err(unsupported(
-            "--pidns with --unshare-pid",
-            "the kernel creates a pid namespace only from a process already inside its parent, and hutch init is cloned by hutch-bwrap itself, not by an intermediate process in the joined namespace",
-        ));
-    }
     // bubblewrap's root tmpfs stays writable.
     let mut spec = Spec {
         root_readonly: false,
@@ -240,7 +234,8 @@ pub fn translate(
     let ns = &mut spec.namespaces;
     ns.mount = true;
     ns.user = unshare_user;
-    ns.pid = p.unshare_pid && p.pidns_fd.is_none();
+    // With --pidns too: a pid namespace of its own inside the joined one.
+    ns.pid = p.unshare_pid;
     ns.ipc = p.unshare_ipc;
     ns.uts = p.unshare_uts;
     ns.net = p.unshare_net;
@@ -960,22 +955,16 @@ mod tests {
             e.starts_with("--as-pid-1 with --tmp-overlay is not supported by hutch-bwrap"),
             "{e}"
         );
-        for (argv, opt) in [
-            (
-                &["--userns", "0", "--userns2", "0", "true"][..],
-                "--userns2",
-            ),
-            (
-                &["--pidns", "0", "--unshare-pid", "true"],
-                "--pidns with --unshare-pid",
-            ),
-        ] {
-            let e = t(0, argv).unwrap_err().to_string();
-            assert!(
-                e.starts_with(&format!("{opt} is not supported by hutch-bwrap: ")),
-                "{e}"
-            );
-        }
+        let e = t(0, &["--userns", "0", "--userns2", "0", "true"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--userns2 is not supported by hutch-bwrap: "),
+            "{e}"
+        );
+        // --pidns with --unshare-pid: a pid namespace nested in the joined one.
+        let s = t(0, &["--pidns", "0", "--unshare-pid", "true"]).unwrap();
+        assert!(s.namespaces.pid && s.namespaces.join.pid.is_some());
         // A missing source of a -try bind is skipped.
         let s = t(0, &["--ro-bind-try", "/nonexistent-hutch", "/x", "true"]).unwrap();
         assert!(s.fs.is_empty());

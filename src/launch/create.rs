@@ -79,6 +79,13 @@ pub fn create(
         )
         .into());
     }
+    if spec.namespaces.pid && spec.namespaces.join.pid.is_some() {
+        return Err(crate::spec::SpecError::new(
+            "namespaces.join.pid",
+            "a pid namespace nested in a joined one is for launches only (a created container's hutch init is cloned by this process itself); set namespaces.pid = false to join it",
+        )
+        .into());
+    }
     let status = sys::self_status();
     if status.threads != 1 {
         return Err(LaunchError::MultiThreaded(status.threads));

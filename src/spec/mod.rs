@@ -532,7 +532,10 @@ pub struct Namespaces {
     pub net: bool,
     pub cgroup: bool,
     /// Existing namespaces to join (setns, before the sandbox's own ones
-    /// are created); each needs its flag above `false`.
+    /// are created); each needs its flag above `false`, but `pid`: with
+    /// `pid = true` the sandbox's own pid namespace is created inside the
+    /// joined one (nested; an intermediate process in the joined one
+    /// clones hutch init).
     pub join: NamespaceJoins,
 }
 

@@ -39,7 +39,9 @@ pub(super) fn validate_namespaces(spec: &Spec) -> Result<(), SpecError> {
     };
     for (kind, r) in ns.join.iter() {
         let at = format!("namespaces.join.{kind}");
-        if flag(kind) {
+        // A pid namespace of the sandbox's own inside a joined one
+        // (bubblewrap's `--pidns FD --unshare-pid`).
+        if flag(kind) && kind != "pid" {
             return Err(SpecError::new(
                 at,
                 format!("joins an existing {kind} namespace, so namespaces.{kind} must be false"),

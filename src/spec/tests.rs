@@ -529,3 +529,17 @@ fn file_content_may_be_base64_and_bind_data_writable() {
     );
     assert_eq!(path, "fs[0].writable");
 }
+
+#[test]
+fn only_a_pid_namespace_may_be_both_joined_and_new() {
+    let mut s = Spec {
+        command: vec!["true".into()],
+        ..Spec::default()
+    };
+    s.namespaces.join.pid = Some(NamespaceRef::fd(5));
+    s.namespaces.pid = true;
+    super::validate(&s).unwrap();
+    s.namespaces.join.net = Some(NamespaceRef::fd(6));
+    s.namespaces.net = true;
+    assert_eq!(super::validate(&s).unwrap_err().path, "namespaces.join.net");
+}
