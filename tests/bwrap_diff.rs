@@ -36,6 +36,17 @@ fn with_system(name: &'static str, extra: &[&str]) -> Case {
     Case::new(name, &args)
 }
 
+/// What /dev holds (type, mode, owner, link targets), its mounts with
+/// their flags, and whether shm takes a file.
+const DEV_PROBE: &str = r#"cd /dev; for f in * .*; do
+  case "$f" in .|..) continue;; esac
+  if [ -L "$f" ]; then echo "dev $f -> $(readlink "$f")"; else echo "dev $f $(stat -c '%F %a %u:%g' "$f")"; fi
+done
+while read -r _ _ _ _ mp opts rest; do
+  case "$mp" in /dev*) t=${rest##*- }; echo "mount $mp $opts ${t%% *}";; esac
+done < /proc/self/mountinfo | sort
+echo x > /dev/shm/f && echo shm-writable"#;
+
 /// The argv cases both implementations run the same way, for `who`.
 fn cases(who: As) -> Vec<Case> {
     let mut c = vec![
@@ -70,6 +81,15 @@ fn cases(who: As) -> Vec<Case> {
             ],
         )
         .paths("/tmp /tmp/d /tmp/t /tmp/a /tmp/a/b /tmp/a/b/c /tmp/a/l /tmp/n /mnt/d /tmp/share"),
+        // That mount only: the submount stays writable.
+        with_system(
+            "remount-ro-submount",
+            &["--tmpfs", "/mnt", "--tmpfs", "/mnt/sub", "--remount-ro", "/mnt"],
+        )
+        .env(
+            "HT_CMD",
+            "touch /mnt/sub/x && echo sub-writable; touch /mnt/x 2>/dev/null || echo mnt-readonly",
+        ),
         Case {
             fd5: Some(b"file content\n".to_vec()),
             fd6: Some(b"data content\n".to_vec()),
@@ -79,6 +99,17 @@ fn cases(who: As) -> Vec<Case> {
             )
             .paths("/tmp/f /tmp/g")
             .env("HT_CMD", "cat /tmp/f /tmp/g; echo x > /tmp/g 2>/dev/null || echo g-readonly")
+        },
+        // Any bytes; --bind-data is a read-write mount of its own.
+        Case {
+            fd5: Some(b"\x00\xffbin\x80\n".to_vec()),
+            fd6: Some(b"\xfe\x00file".to_vec()),
+            ..with_system(
+                "bind-data-binary",
+                &["--tmpfs", "/tmp", "--bind-data", "5", "/tmp/b", "--file", "6", "/tmp/f"],
+            )
+            .paths("/tmp/b /tmp/f")
+            .env("HT_CMD", "od -An -tx1 /tmp/b /tmp/f; echo more >> /tmp/b && echo b-writable; od -An -c /tmp/b")
         },
         // Fds the caller left open reach the command at their numbers
         // (fd 5 read through, 6 consumed by --file, 7 and 8 open).
@@ -103,10 +134,26 @@ fn cases(who: As) -> Vec<Case> {
         },
         with_system("die-with-parent", &["--die-with-parent", "--unshare-pid"]),
         with_system("exit-status", &[]).env("HT_EXIT", "7"),
+        // The command is pid 1 of its pid namespace; its status is the
+        // sandbox's.
+        with_system("as-pid-1", &["--unshare-pid", "--as-pid-1"])
+            .env("HT_CMD", "echo probe-pid $PPID")
+            .env("HT_EXIT", "9"),
         with_system("info-and-json-status", &["--unshare-pid", "--unshare-net", "--info-fd", "7", "--json-status-fd", "8"]),
         with_system("userns-ids", &["--unshare-user", "--uid", "1234", "--gid", "5678"]),
         with_system("userns-root", &["--unshare-user", "--uid", "0", "--gid", "0"]),
         with_system("userns-cap-add", &["--unshare-user", "--cap-add", "CAP_NET_RAW", "--cap-add", "cap_chown"]),
+        // bubblewrap's /dev: nodes, links (core), shm, pts and the mount
+        // flags of each (a usr-only root: nothing of the host's /dev
+        // under it).
+        Case::new(
+            "dev-layout",
+            &[
+                "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+                "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev",
+            ],
+        )
+        .env("HT_CMD", DEV_PROBE),
         with_system("dev-bind", &["--dev-bind", "/dev", "/dev"])
             .env("HT_CMD", "[ -c /dev/null ] && echo null-is-char"),
     ];
@@ -177,9 +224,14 @@ fn differential(who: As) {
     let mut failures = Vec::new();
     for case in cases(who) {
         let b = run(&bwrap(), &case, who, dir.path());
+        let expected = case
+            .env
+            .iter()
+            .find(|(k, _)| k == "HT_EXIT")
+            .map_or(0, |(_, v)| v.parse().unwrap());
         assert_eq!(
             b.status,
-            Some(if case.name == "exit-status" { 7 } else { 0 }),
+            Some(expected),
             "[{}] bwrap itself: {}",
             case.name,
             b.stderr
@@ -818,4 +870,63 @@ fn session_and_terminal_match_bubblewrap_as_root() {
 #[test]
 fn session_and_terminal_match_bubblewrap_as_nobody() {
     session(As::Nobody);
+}
+
+/// `--pidns FD` alone (the command in the joined pid namespace) and with
+/// `--unshare-pid` (a pid namespace of its own nested in the joined one):
+/// the number of pid namespace levels the command has (seen through the
+/// host's procfs), its pid and its exit status, as bubblewrap's. Root
+/// only: joining another user's pid namespace needs its capabilities
+/// (as uid 65534 that is `--userns` too, which hutch-bwrap does not run
+/// unprivileged: docs/bwrap.md).
+#[test]
+fn pidns_joined_and_nested_behave_alike() {
+    require!(ready(As::Root).is_ok(), ready(As::Root).unwrap_err());
+    let mut holder = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "sleep", "600"])
+        .spawn()
+        .unwrap();
+    let ns = format!("/proc/{}/ns/pid_for_children", holder.id());
+    let own = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    common::wait_until(
+        std::time::Duration::from_secs(20),
+        "the holder's pid namespace",
+        || std::fs::read_link(&ns).is_ok_and(|l| l != own),
+    );
+    // The pid only in a new namespace (the joined one's numbers depend
+    // on what ran in it before).
+    let probe = "grep NSpid /proc/self/status | awk '{print \"levels\", NF-1}'; [ -n \"$HT_NEW\" ] && echo \"pid $$\"; exit 4";
+    let mut results = Vec::new();
+    for extra in [&[][..], &["--unshare-pid"]] {
+        let seen = |program: &Path| {
+            let mut argv = vec![program.display().to_string()];
+            argv.extend(["--ro-bind", "/", "/", "--pidns", "5"].map(String::from));
+            argv.extend(extra.iter().map(|s| s.to_string()));
+            argv.extend(["--", "sh", "-c", probe].map(String::from));
+            let out = std::process::Command::new("sh")
+                .args(["-c", &format!("exec \"$@\" 5<{ns}"), "sh"])
+                .args(&argv)
+                .env("HT_NEW", if extra.is_empty() { "" } else { "1" })
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        results.push((extra, seen(&bwrap()), seen(&hutch_bwrap())));
+    }
+    let _ = holder.kill();
+    let _ = holder.wait();
+    for (extra, b, h) in results {
+        assert_eq!(b.0, Some(4), "{extra:?} bwrap: {}", b.2);
+        let want = if extra.is_empty() {
+            "levels 2\n"
+        } else {
+            "levels 3\npid 2\n"
+        };
+        assert_eq!(b.1, want, "{extra:?}");
+        assert_eq!((b.0, &b.1), (h.0, &h.1), "{extra:?} hutch-bwrap: {}", h.2);
+    }
 }

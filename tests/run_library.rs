@@ -355,3 +355,77 @@ fn launch_failures_arrive_typed() {
         other => panic!("expected a typed launch failure, got {other:?}"),
     }
 }
+
+/// `Spec::inherit_open_fds` through the library: an fd the caller opened
+/// without close-on-exec reaches the workload at its number (through the
+/// helper, which inherits it), one with close-on-exec does not, and
+/// without the field neither does.
+#[test]
+fn inherit_open_fds_passes_the_callers_open_fds() {
+    use std::os::fd::AsRawFd;
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let tools = TempDir::new("lib-tools", As::Root);
+        let dir = TempDir::new("lib-fds", As::Root);
+        let path = dir.path().join("data");
+        std::fs::write(&path, "through fd 37\n").unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: plain fd calls on fds this test owns; 37 and 38 are
+        // free in a test process of its own (nextest).
+        unsafe {
+            assert_eq!(libc::dup2(file.as_raw_fd(), 37), 37);
+            assert_eq!(libc::dup3(file.as_raw_fd(), 38, libc::O_CLOEXEC), 38);
+        }
+        // (dash takes single-digit fds only: bash reads fd 37 itself.)
+        let script = "for fd in 37 38; do [ -e /proc/self/fd/$fd ] && echo \"fd $fd open\"; done; [ -e /proc/self/fd/37 ] && bash -c 'cat <&37'; true";
+        let run = |inherit: bool| {
+            let mut c = command(who, &tools, script);
+            c.spec_mut().inherit_open_fds = inherit;
+            let out = c.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.report.status, 0, "{who:?} {inherit}: {err}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        assert_eq!(run(true), "fd 37 open\nthrough fd 37\n", "{who:?}");
+        assert_eq!(run(false), "", "{who:?}");
+        // SAFETY: the fds duplicated above, closed once.
+        unsafe {
+            libc::close(37);
+            libc::close(38);
+        }
+    }
+}
+
+/// `Spec::init = none`: the command is pid 1 of the sandbox's pid
+/// namespace, its exit status and output are the sandbox's.
+#[test]
+fn init_none_makes_the_command_pid_1() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let tools = TempDir::new("lib-tools", As::Root);
+        let mut c = command(who, &tools, "echo pid $$; exit 9");
+        c.spec_mut().init = hutch::spec::Init::None;
+        let out = c.output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "pid 1\n", "{who:?}");
+        let r = &out.report;
+        assert_eq!(
+            (r.status, r.exit_code, r.reason),
+            (9, Some(9), Outcome::Exited),
+            "{who:?}: {r:?}"
+        );
+        let mut c = command(
+            who,
+            &tools,
+            "kill -KILL $$; echo survived-own-sigkill; kill -USR1 $$; exit 3",
+        );
+        c.spec_mut().init = hutch::spec::Init::None;
+        let r = c.status().unwrap();
+        // A namespace's init ignores signals it has no handler for.
+        assert_eq!((r.status, r.reason), (3, Outcome::Exited), "{who:?}: {r:?}");
+        let mut c = Command::new("hutch-no-such-program");
+        c.hutch_binary(hutch_bin());
+        c.spec_mut().init = hutch::spec::Init::None;
+        let r = c.status().unwrap();
+        assert_eq!((r.status, r.reason), (127, Outcome::ExecFailed), "{r:?}");
+    }
+}

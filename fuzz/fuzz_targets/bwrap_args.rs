@@ -59,6 +59,7 @@ fuzz_target!(|data: &[u8]| {
         inheritable: 0,
         userns_available: true,
         cgroupns_available: true,
+        stdout_tty: None,
     };
     match translate::translate(&parsed, &caller, &mut table) {
         Ok((spec, _)) => {

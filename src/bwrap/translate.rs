@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use super::args::{BindKind, CapOp, EnvOp, FdReader, Op, Parsed};
 use super::error::BwrapError;
-use crate::spec::{ByteSize, CapabilitySets, FsOp, NamespaceRef, Network, Spec};
+use crate::spec::{
+    ByteSize, CapabilitySets, DevLayout, Encoding, FsOp, NamespaceRef, Network, Spec,
+};
 
 /// What the caller's process is (read once; tests set it).
 #[derive(Debug, Clone)]
@@ -31,6 +33,9 @@ pub struct Caller {
     /// The kernel has user / cgroup namespaces (`--unshare-*-try`).
     pub userns_available: bool,
     pub cgroupns_available: bool,
+    /// The terminal on stdout (bubblewrap's `ttyname(1)`): `--dev` binds
+    /// it as `console`.
+    pub stdout_tty: Option<PathBuf>,
 }
 
 impl Caller {
@@ -55,6 +60,9 @@ impl Caller {
             bounding: mask(caps::CapSet::Bounding),
             userns_available,
             cgroupns_available: Path::new("/proc/self/ns/cgroup").exists(),
+            stdout_tty: std::io::IsTerminal::is_terminal(&std::io::stdout())
+                .then(|| std::fs::read_link("/proc/self/fd/1").ok())
+                .flatten(),
         }
     }
 }
@@ -195,22 +203,16 @@ pub fn translate(
             "{opt} is not supported by hutch-bwrap: {why} (docs/bwrap.md)"
         ))
     };
-    if p.as_pid_1 {
+    if p.as_pid_1 && p.ops.iter().any(|op| matches!(op, Op::TmpOverlay { .. })) {
         return Err(unsupported(
-            "--as-pid-1",
-            "hutch init is always pid 1 of the sandbox's pid namespace",
+            "--as-pid-1 with --tmp-overlay",
+            "the discarded upper's changes are counted by hutch init, which --as-pid-1 replaces by the command",
         ));
     }
     if p.userns2_fd.is_some() {
         return Err(unsupported(
             "--userns2",
-            "hutch does not switch the workload to a second user namespace",
-        ));
-    }
-    if p.pidns_fd.is_some() && p.unshare_pid {
-        return Err(unsupported(
-            "--pidns with --unshare-pid",
-            "a pid namespace nested in a joined one",
+            "the workload does not enter a second user namespace between setup and exec (its ids, capabilities and confinement are computed for one)",
         ));
     }
     // bubblewrap's root tmpfs stays writable.
@@ -224,11 +226,16 @@ pub fn translate(
     // bubblewrap leaves the command in the caller's session (and so its
     // terminal) unless --new-session.
     spec.new_session = p.new_session;
+    // The command is pid 1 of its pid namespace, as bubblewrap's.
+    if p.as_pid_1 {
+        spec.init = crate::spec::Init::None;
+    }
     let cgroup = p.unshare_cgroup || (p.unshare_cgroup_try && caller.cgroupns_available);
     let ns = &mut spec.namespaces;
     ns.mount = true;
     ns.user = unshare_user;
-    ns.pid = p.unshare_pid && p.pidns_fd.is_none();
+    // With --pidns too: a pid namespace of its own inside the joined one.
+    ns.pid = p.unshare_pid;
     ns.ipc = p.unshare_ipc;
     ns.uts = p.unshare_uts;
     ns.net = p.unshare_net;
@@ -295,7 +302,18 @@ pub fn translate(
             spec.root = Some(root_bind(&fs, spec.fs.is_empty() && spec.root.is_none())?);
             continue;
         }
+        let console = match (&fs, &caller.stdout_tty) {
+            // bubblewrap's /dev/console: the caller's terminal, bound as
+            // a device (no more access than stdout already gives).
+            (FsOp::Dev { dest, .. }, Some(tty)) => Some(FsOp::DevBind {
+                src: tty.clone(),
+                dest: dest.join("console"),
+                optional: false,
+            }),
+            _ => None,
+        };
         spec.fs.push(fs);
+        spec.fs.extend(console);
     }
     for lock in &p.lock_files {
         let root = spec.root.as_ref().map(|r| r.path.as_path());
@@ -398,12 +416,8 @@ fn fs_op(op: &Op, fds: &mut dyn FdReader) -> Result<Option<FsOp>, BwrapError> {
         let data = fds
             .read_fd(fd)
             .map_err(|e| BwrapError::io(format!("Can't read data for {}", show(dest)), &e))?;
-        String::from_utf8(data).map_err(|_| {
-            die(format!(
-                "the data for {} is not UTF-8; hutch-bwrap's --file/--bind-data take text only (docs/bwrap.md)",
-                show(dest)
-            ))
-        })
+        // Any bytes: text as it is, the rest as base64 in the Spec.
+        Ok::<_, BwrapError>(Encoding::encode(data))
     };
     Ok(Some(match op {
         Op::Bind {
@@ -463,9 +477,16 @@ fn fs_op(op: &Op, fds: &mut dyn FdReader) -> Result<Option<FsOp>, BwrapError> {
                 }
             }
         }
-        Op::RemountRo(d) => FsOp::RemountRo { dest: dest(d)? },
+        // That mount only, as bubblewrap's MS_REMOUNT without MS_REC.
+        Op::RemountRo(d) => FsOp::RemountRo {
+            dest: dest(d)?,
+            recursive: false,
+        },
         Op::Proc(d) => FsOp::Proc { dest: dest(d)? },
-        Op::Dev(d) => FsOp::Dev { dest: dest(d)? },
+        Op::Dev(d) => FsOp::Dev {
+            dest: dest(d)?,
+            layout: DevLayout::Bubblewrap,
+        },
         Op::Mqueue(d) => FsOp::Mqueue { dest: dest(d)? },
         Op::Tmpfs {
             dest: d,
@@ -481,32 +502,31 @@ fn fs_op(op: &Op, fds: &mut dyn FdReader) -> Result<Option<FsOp>, BwrapError> {
             dest: dest(d)?,
             mode: Some(*perms),
         },
-        Op::File { fd, dest: d, perms } => FsOp::File {
-            content: content(fds, *fd, d)?,
-            dest: dest(d)?,
-            mode: Some(*perms),
-        },
-        // A writable copy: hutch's file op (not a mount of its own).
+        Op::File { fd, dest: d, perms } => {
+            let (content, encoding) = content(fds, *fd, d)?;
+            FsOp::File {
+                content,
+                encoding,
+                dest: dest(d)?,
+                mode: Some(*perms),
+            }
+        }
+        // A file outside the root bound at DEST, read-write or read-only.
         Op::BindData {
             fd,
             dest: d,
             perms,
-            read_only: false,
-        } => FsOp::File {
-            content: content(fds, *fd, d)?,
-            dest: dest(d)?,
-            mode: Some(*perms),
-        },
-        Op::BindData {
-            fd,
-            dest: d,
-            perms,
-            read_only: true,
-        } => FsOp::BindData {
-            content: content(fds, *fd, d)?,
-            dest: dest(d)?,
-            mode: Some(*perms),
-        },
+            read_only,
+        } => {
+            let (content, encoding) = content(fds, *fd, d)?;
+            FsOp::BindData {
+                content,
+                encoding,
+                dest: dest(d)?,
+                mode: Some(*perms),
+                writable: !*read_only,
+            }
+        }
         Op::Symlink { target, dest: d } => FsOp::Symlink {
             target: PathBuf::from(utf8(target, "symlink target")?),
             dest: dest(d)?,
@@ -773,6 +793,7 @@ mod tests {
             bounding: (1 << 41) - 1,
             userns_available: true,
             cgroupns_available: true,
+            stdout_tty: None,
         }
     }
 
@@ -780,6 +801,31 @@ mod tests {
         let a = argv.iter().map(OsString::from).collect();
         let p = args::parse(a, &mut ProcessFds)?;
         translate(&p, &caller(uid), &mut ProcessFds).map(|(s, _)| s)
+    }
+
+    #[test]
+    fn dev_is_bubblewraps_with_the_terminal_as_console() {
+        let s = t(0, &["--dev", "/dev", "true"]).unwrap();
+        assert_eq!(
+            s.fs,
+            [FsOp::Dev {
+                dest: "/dev".into(),
+                layout: DevLayout::Bubblewrap
+            }]
+        );
+        let mut c = caller(0);
+        c.stdout_tty = Some("/dev/pts/7".into());
+        let a = ["--dev", "/d", "true"].iter().map(OsString::from).collect();
+        let p = args::parse(a, &mut ProcessFds).unwrap();
+        let (s, _) = translate(&p, &c, &mut ProcessFds).unwrap();
+        assert_eq!(
+            s.fs[1],
+            FsOp::DevBind {
+                src: "/dev/pts/7".into(),
+                dest: "/d/console".into(),
+                optional: false
+            }
+        );
     }
 
     #[test]
@@ -884,13 +930,41 @@ mod tests {
                 Some(m) => assert_eq!(r.unwrap_err().to_string(), m, "{argv:?}"),
             }
         }
-        let e = t(0, &["--unshare-pid", "--as-pid-1", "true"])
+        let s = t(0, &["--unshare-pid", "--as-pid-1", "true"]).unwrap();
+        assert_eq!(s.init, crate::spec::Init::None);
+        assert!(s.namespaces.pid);
+        assert_eq!(
+            t(0, &["--unshare-pid", "true"]).unwrap().init,
+            crate::spec::Init::Hutch
+        );
+        let e = t(
+            0,
+            &[
+                "--unshare-pid",
+                "--as-pid-1",
+                "--overlay-src",
+                "/usr",
+                "--tmp-overlay",
+                "/usr",
+                "true",
+            ],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("--as-pid-1 with --tmp-overlay is not supported by hutch-bwrap"),
+            "{e}"
+        );
+        let e = t(0, &["--userns", "0", "--userns2", "0", "true"])
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("--as-pid-1 is not supported by hutch-bwrap"),
+            e.starts_with("--userns2 is not supported by hutch-bwrap: "),
             "{e}"
         );
+        // --pidns with --unshare-pid: a pid namespace nested in the joined one.
+        let s = t(0, &["--pidns", "0", "--unshare-pid", "true"]).unwrap();
+        assert!(s.namespaces.pid && s.namespaces.join.pid.is_some());
         // A missing source of a -try bind is skipped.
         let s = t(0, &["--ro-bind-try", "/nonexistent-hutch", "/x", "true"]).unwrap();
         assert!(s.fs.is_empty());

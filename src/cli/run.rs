@@ -260,6 +260,7 @@ pub fn parse_reporting_onto(
             }),
             "--dev" => ops.push(FsOp::Dev {
                 dest: value(arg)?.into(),
+                layout: Default::default(),
             }),
             "--mqueue" => ops.push(FsOp::Mqueue {
                 dest: value(arg)?.into(),
@@ -294,6 +295,7 @@ pub fn parse_reporting_onto(
             }
             "--remount-ro" => ops.push(FsOp::RemountRo {
                 dest: value(arg)?.into(),
+                recursive: true,
             }),
             "--image" => image.reference = Some(value(arg)?),
             "--image-store" => image.store = Some(absolute(&cwd, &value(arg)?)),

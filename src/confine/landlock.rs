@@ -132,9 +132,11 @@ impl LandlockPlan {
         for op in &spec.fs {
             let dest = op.dest();
             match op {
-                FsOp::RoBind { .. } | FsOp::RoOverlay { .. } | FsOp::BindData { .. } => {
-                    add(dest, READ_EXEC)
-                }
+                FsOp::RoBind { .. }
+                | FsOp::RoOverlay { .. }
+                | FsOp::BindData {
+                    writable: false, ..
+                } => add(dest, READ_EXEC),
                 FsOp::Bind { .. }
                 | FsOp::DevBind { .. }
                 | FsOp::Overlay { .. }
@@ -142,6 +144,7 @@ impl LandlockPlan {
                 | FsOp::Tmpfs { .. }
                 | FsOp::Dir { .. }
                 | FsOp::File { .. }
+                | FsOp::BindData { writable: true, .. }
                 | FsOp::Mqueue { .. } => add(dest, all),
                 FsOp::Proc { .. } => add(dest, READ_EXEC | WRITE_FILE | TRUNCATE),
                 FsOp::Dev { .. } => {

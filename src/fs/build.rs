@@ -18,7 +18,7 @@ use std::os::unix::ffi::OsStrExt;
 
 mod mounts;
 
-use super::plan::{DEV_BIND, PROC_ATTRS, Plan, RO_BIND, Step, Upper, tmpfs_data};
+use super::plan::{DEV_BIND, PROC_ATTRS, Plan, RO_BIND, RW_BIND, Step, Upper, tmpfs_data};
 use crate::sys::{
     Errno, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, RESOLVE_IN_ROOT,
     RESOLVE_NO_SYMLINKS, SysError,
@@ -542,7 +542,7 @@ impl<S: FsSys> Builder<'_, S> {
                 ))?;
             }
             Step::Proc { dest } => self.proc(dest)?,
-            Step::Dev { dest } => self.dev(dest)?,
+            Step::Dev { dest, bubblewrap } => self.dev(dest, *bubblewrap)?,
             Step::Mqueue { dest } => {
                 let target = self.ensure(dest, true)?;
                 plain(self.sys.mount(
@@ -561,9 +561,10 @@ impl<S: FsSys> Builder<'_, S> {
                 dest,
                 content,
                 mode,
+                bind,
                 readonly,
             } => {
-                if *readonly {
+                if *bind {
                     // Content lives on the staging tmpfs (outside the new
                     // root) and is bound read-only onto the destination.
                     let name = self.scratch_name();
@@ -585,7 +586,7 @@ impl<S: FsSys> Builder<'_, S> {
                         None,
                     ))?;
                     drop((fd, target));
-                    self.set_attrs(dest, RO_BIND)?;
+                    self.set_attrs(dest, if *readonly { RO_BIND } else { RW_BIND })?;
                 } else {
                     let (parent, name) = self.parent_of(dest)?;
                     let fd = plain(self.sys.open(
@@ -616,7 +617,19 @@ impl<S: FsSys> Builder<'_, S> {
                 ))?;
                 plain(self.sys.chmod(&fd_path(fd.as_fd()), *mode))?;
             }
-            Step::RemountRo { dest } => self.set_attrs(dest, MOUNT_ATTR_RDONLY)?,
+            Step::RemountRo { dest, recursive } => {
+                let fd = plain(self.sys.open(
+                    Some(self.root.as_fd()),
+                    dest,
+                    libc::O_PATH,
+                    0,
+                    RESOLVE_IN_ROOT,
+                ))?;
+                plain(
+                    self.sys
+                        .mount_setattr(fd.as_fd(), *recursive, MOUNT_ATTR_RDONLY),
+                )?;
+            }
             Step::BindMount {
                 source,
                 dest,
@@ -816,14 +829,30 @@ impl<S: FsSys> Builder<'_, S> {
         Ok(())
     }
 
-    fn dev(&mut self, dest: &CStr) -> OpResult<()> {
+    /// A new /dev; `bubblewrap`: bubblewrap's layout (`DevLayout`).
+    fn dev(&mut self, dest: &CStr, bubblewrap: bool) -> OpResult<()> {
         let target = self.ensure(dest, true)?;
-        let opts = tmpfs_data(0o755, 64 << 10, 64);
+        // bubblewrap's /dev holds shm itself: it gets shm's size.
+        let (opts, flags, node_attrs) = if bubblewrap {
+            let opts = tmpfs_data(
+                0o755,
+                crate::spec::TMP_SIZE.0 / 4,
+                crate::spec::TMP_INODES / 4,
+            );
+            (opts, BASE, DEV_BIND)
+        } else {
+            let opts = tmpfs_data(0o755, 64 << 10, 64);
+            (
+                opts,
+                libc::MS_NOSUID | libc::MS_NOEXEC,
+                DEV_BIND | MOUNT_ATTR_NOEXEC,
+            )
+        };
         plain(self.sys.mount(
             Some(c"tmpfs"),
             &fd_path(target.as_fd()),
             Some(c"tmpfs"),
-            libc::MS_NOSUID | libc::MS_NOEXEC,
+            flags,
             Some(&opts),
         ))?;
         drop(target);
@@ -838,10 +867,7 @@ impl<S: FsSys> Builder<'_, S> {
             // A detached copy of the host node, flagged before it is
             // attached over an empty file of the new /dev.
             let node = self.host_dev_node(name)?;
-            plain(
-                self.sys
-                    .mount_setattr(node.as_fd(), false, DEV_BIND | MOUNT_ATTR_NOEXEC),
-            )?;
+            plain(self.sys.mount_setattr(node.as_fd(), false, node_attrs))?;
             let fd = plain(self.sys.open(
                 Some(dev.as_fd()),
                 name,
@@ -855,8 +881,12 @@ impl<S: FsSys> Builder<'_, S> {
         for (target, name) in DEV_LINKS {
             plain(self.sys.symlinkat(target, dev.as_fd(), name))?;
         }
+        if bubblewrap {
+            plain(self.sys.symlinkat(c"/proc/kcore", dev.as_fd(), c"core"))?;
+        }
         plain(self.sys.mkdirat(dev.as_fd(), c"pts", 0o755))?;
-        plain(self.sys.mkdirat(dev.as_fd(), c"shm", 0o1777))?;
+        let shm_mode = if bubblewrap { 0o755 } else { 0o1777 };
+        plain(self.sys.mkdirat(dev.as_fd(), c"shm", shm_mode))?;
         let pts = plain(self.sys.open(
             Some(dev.as_fd()),
             c"pts",
@@ -872,6 +902,9 @@ impl<S: FsSys> Builder<'_, S> {
             Some(c"newinstance,ptmxmode=0666,mode=620"),
         ))?;
         drop(pts);
+        if bubblewrap {
+            return Ok(());
+        }
         let shm = plain(self.sys.open(
             Some(dev.as_fd()),
             c"shm",

@@ -69,6 +69,8 @@ pub enum Step {
     },
     Dev {
         dest: CString,
+        /// bubblewrap's layout (`DevLayout::Bubblewrap`).
+        bubblewrap: bool,
     },
     Mqueue {
         dest: CString,
@@ -81,6 +83,10 @@ pub enum Step {
         dest: CString,
         content: Vec<u8>,
         mode: u32,
+        /// Kept on the staging tmpfs (outside the new root) and bound at
+        /// `dest` as a mount of its own (`bind-data`), read-only with
+        /// `readonly`; else made in the root (`file`).
+        bind: bool,
         readonly: bool,
     },
     Symlink {
@@ -93,6 +99,8 @@ pub enum Step {
     },
     RemountRo {
         dest: CString,
+        /// Its submounts too.
+        recursive: bool,
     },
     /// A bind with the attributes its options ask for (`mount` op).
     BindMount {
@@ -257,30 +265,49 @@ pub fn plan(spec: &Spec, idmap_overlay_lowers: bool) -> Plan {
                 ),
             },
             FsOp::Proc { .. } => Step::Proc { dest },
-            FsOp::Dev { .. } => Step::Dev { dest },
+            FsOp::Dev { layout, .. } => Step::Dev {
+                dest,
+                bubblewrap: *layout == crate::spec::DevLayout::Bubblewrap,
+            },
             FsOp::Mqueue { .. } => Step::Mqueue { dest },
             FsOp::Dir { mode, .. } => Step::Dir {
                 dest,
                 mode: mode.unwrap_or(0o755),
             },
-            FsOp::File { content, mode, .. } => Step::File {
+            FsOp::File {
+                content,
+                encoding,
+                mode,
+                ..
+            } => Step::File {
                 dest,
-                content: content.as_bytes().to_vec(),
+                content: encoding.decode(content).expect("validated content"),
                 mode: mode.unwrap_or(0o644),
+                bind: false,
                 readonly: false,
             },
-            FsOp::BindData { content, mode, .. } => Step::File {
+            FsOp::BindData {
+                content,
+                encoding,
+                mode,
+                writable,
+                ..
+            } => Step::File {
                 dest,
-                content: content.as_bytes().to_vec(),
-                mode: mode.unwrap_or(0o444),
-                readonly: true,
+                content: encoding.decode(content).expect("validated content"),
+                mode: mode.unwrap_or(if *writable { 0o644 } else { 0o444 }),
+                bind: true,
+                readonly: !*writable,
             },
             FsOp::Symlink { target, .. } => Step::Symlink {
                 target: cstring(target),
                 dest,
             },
             FsOp::Chmod { mode, .. } => Step::Chmod { dest, mode: *mode },
-            FsOp::RemountRo { .. } => Step::RemountRo { dest },
+            FsOp::RemountRo { recursive, .. } => Step::RemountRo {
+                dest,
+                recursive: *recursive,
+            },
             FsOp::Mount {
                 fstype,
                 src,

@@ -435,6 +435,7 @@ fn a_handed_over_file_mount_is_attached_on_a_file_and_bound() {
 fn dev_gets_only_the_minimal_nodes() {
     let spec = spec_with(vec![crate::spec::FsOp::Dev {
         dest: "/dev".into(),
+        layout: Default::default(),
     }]);
     let mut rec = Recorder::default();
     run(&mut rec, &plan(&spec, false), Vec::new(), &spec).unwrap();
@@ -465,6 +466,7 @@ fn proc_masks_and_dev_nodes_are_flagged_before_they_are_attached() {
         },
         crate::spec::FsOp::Dev {
             dest: "/dev".into(),
+            layout: Default::default(),
         },
     ]);
     let mut rec = Recorder::default();

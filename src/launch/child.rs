@@ -34,6 +34,12 @@
 //! 11. Reap and forward signals until the workload ends; kill what is
 //!     left; count changes; report `Exited`.
 //!
+//! With `Spec::init = none` (`ChildPlan::exec_in_place`) steps 9 to 11
+//! are replaced right after non-dumpable: hutch init goes through the
+//! workload's steps below itself (without a second setsid) and execs the
+//! command in its place; the supervisor reads the command's status from
+//! waiting on pid 1.
+//!
 //! The workload, in order: default signal dispositions and an empty mask,
 //! `setsid` (unless `Spec::new_session` is false), stdio, close every
 //! other fd (the socket stays, close-on-exec; inherited fds stay, made
@@ -113,7 +119,7 @@ pub fn sandbox_main(plan: &mut ChildPlan, sock: OwnedFd) -> ! {
         Ok(running) => init_loop(running, &sock),
         Err(Stop::Failed(f, text)) => {
             message::send_failure(sock.as_fd(), &f, text.as_deref());
-            sys::exit_now(125)
+            sys::exit_now(f.exit_status())
         }
         Err(Stop::SupervisorGone) => sys::exit_now(125),
     }
@@ -223,6 +229,9 @@ pub(super) fn init<S: ChildSys>(
     }
     super::steps::hand_terminal(sys, plan)?;
     sys.set_dumpable(false).at(Stage::NonDumpable)?;
+    if plan.exec_in_place {
+        return Err(exec_in_place(sys, plan, sock, built));
+    }
     let blocked = super::steps::signal_list(plan.forwarded_signals | 1 << (libc::SIGCHLD - 1));
     sys.block_signals(&blocked).at(Stage::BlockSignals)?;
     if !plan.pid_namespace_init {
@@ -269,6 +278,26 @@ pub(super) fn init<S: ChildSys>(
         forwarded: plan.forwarded_signals,
         pid_namespace_init: plan.pid_namespace_init,
     })
+}
+
+/// `Spec::init = none` (step 9 instead of 9 to 11): hutch init becomes
+/// the workload, going through the workload's own steps in this process,
+/// so the command is pid 1 of the sandbox's pid namespace. Returns the
+/// failure when a step or execve failed.
+fn exec_in_place<S: ChildSys>(
+    sys: &mut S,
+    plan: &mut ChildPlan,
+    sock: BorrowedFd<'_>,
+    built: fs::Built,
+) -> Stop {
+    // The workload's close_range closes init's own fds (the uppers, the
+    // sources) in this very fd table: their owners must not close them a
+    // second time (the process execs or exits right after).
+    std::mem::forget(built);
+    // Init's session is the workload's (setsid again would fail: init
+    // leads it).
+    plan.new_session = false;
+    Stop::Failed(workload(sys, plan, sock), None)
 }
 
 /// The workload, between clone and execve, on its own stack over init's

@@ -136,6 +136,12 @@ pub fn warmable(spec: &Spec) -> Result<(), SpecError> {
             "a warm sandbox cannot pass the launcher's fds through (a claim carries stdio only); launch it cold",
         ));
     }
+    if spec.init == crate::spec::Init::None {
+        return Err(SpecError::new(
+            "init",
+            "a warm sandbox's hutch init waits for the claim and starts its command; init = \"none\" (the command as pid 1) needs a cold launch",
+        ));
+    }
     if !spec.new_session {
         return Err(SpecError::new(
             "new_session",
@@ -414,6 +420,9 @@ mod tests {
         let mut open = s.clone();
         open.inherit_open_fds = true;
         assert_eq!(warmable(&open).unwrap_err().path, "inherit_fds");
+        let mut pid1 = s.clone();
+        pid1.init = crate::spec::Init::None;
+        assert_eq!(warmable(&pid1).unwrap_err().path, "init");
         let mut session = s;
         session.new_session = false;
         let e = warmable(&session).unwrap_err();

@@ -71,6 +71,21 @@ pub fn create(
     before_go: &mut dyn FnMut(libc::pid_t) -> Result<(), String>,
 ) -> Result<Created, LaunchError> {
     let started = Instant::now();
+    if spec.init == crate::spec::Init::None {
+        // hutch init holds the created sandbox and confirms its start.
+        return Err(crate::spec::SpecError::new(
+            "init",
+            "a created container's hutch init waits for `start` and confirms it; init = \"none\" is for launches only",
+        )
+        .into());
+    }
+    if spec.namespaces.pid && spec.namespaces.join.pid.is_some() {
+        return Err(crate::spec::SpecError::new(
+            "namespaces.join.pid",
+            "a pid namespace nested in a joined one is for launches only (a created container's hutch init is cloned by this process itself); set namespaces.pid = false to join it",
+        )
+        .into());
+    }
     let status = sys::self_status();
     if status.threads != 1 {
         return Err(LaunchError::MultiThreaded(status.threads));

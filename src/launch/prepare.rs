@@ -220,6 +220,10 @@ pub struct ChildPlan {
     pub inherited_fds: Vec<RawFd>,
     /// `Spec::new_session`: hutch init and the workload call setsid.
     pub new_session: bool,
+    /// `Spec::init = none`: once the sandbox is built, hutch init runs the
+    /// workload's steps itself and execs the command in its place (pid 1
+    /// of the sandbox's pid namespace); nothing of init runs after that.
+    pub exec_in_place: bool,
 }
 
 /// The default set of forwarded signals as a mask.
@@ -281,7 +285,9 @@ fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
         spec.fs.push(crate::spec::FsOp::BindData {
             dest: "/etc/resolv.conf".into(),
             content: crate::net::RESOLV_CONF.into(),
+            encoding: crate::spec::Encoding::Text,
             mode: Some(0o444),
+            writable: false,
         });
         crate::net::transparent_ports(&policy)
     });
@@ -444,6 +450,7 @@ pub(super) fn prepare_sandbox(
         hold: None,
         inherited_fds: inherited_fds(spec)?,
         new_session: spec.new_session,
+        exec_in_place: spec.init == crate::spec::Init::None,
     };
     Ok(LaunchPlan {
         child,

@@ -150,8 +150,14 @@ pub(super) fn fork_sandbox(
         }
         joins?.enter()?;
         let cgroup_fd = p.cgroup.as_ref().and_then(|c| c.cgroup_fd());
-        // SAFETY: the process is single-threaded (checked just above).
-        match unsafe { sys::clone3(p.clone_flags, cgroup_fd) } {
+        let nested = spec.namespaces.pid && spec.namespaces.join.pid.is_some();
+        let forked = if nested {
+            clone_nested(p, cgroup_fd)
+        } else {
+            // SAFETY: the process is single-threaded (checked just above).
+            unsafe { sys::clone3(p.clone_flags, cgroup_fd) }.map_err(LaunchError::Clone)
+        };
+        match forked {
             Ok(Forked::Child) => child::sandbox_main(&mut p.child, child_sock),
             Ok(Forked::Parent { pid, pidfd }) => {
                 drop(child_sock);
@@ -166,13 +172,66 @@ pub(super) fn fork_sandbox(
                     old_mask,
                 })
             }
-            Err(e) => Err(LaunchError::Clone(e)),
+            Err(e) => Err(e),
         }
     });
     if result.is_err() {
         let _ = old_mask.thread_set_mask();
     }
     result
+}
+
+/// A pid namespace of the sandbox's own inside a joined one: the kernel
+/// creates a pid namespace only from a process already inside its parent
+/// (after setns, `CLONE_NEWPID` is EINVAL for the caller itself), so an
+/// intermediate process, forked into the joined namespace, clones hutch
+/// init with `CLONE_PARENT` (init stays this process's child, for its
+/// parent-death signal and for the wait), hands init's pidfd back and
+/// exits. Returns as `clone3` does, in hutch init and here.
+fn clone_nested(p: &LaunchPlan, cgroup_fd: Option<BorrowedFd<'_>>) -> Result<Forked, LaunchError> {
+    let (back_r, back_w) = sys::socket::seqpacket_pair()?;
+    // SAFETY: the caller checked that the process is single-threaded.
+    let intermediate = unsafe { sys::clone3(0, None) }.map_err(LaunchError::Clone)?;
+    let (pid, _pidfd) = match intermediate {
+        Forked::Child => {
+            drop(back_r);
+            // SAFETY: a copy of the single thread.
+            match unsafe { sys::raw::clone3(p.clone_flags | sys::CLONE_PARENT, cgroup_fd) } {
+                Ok(Forked::Child) => return Ok(Forked::Child),
+                Ok(Forked::Parent { pidfd, .. }) => {
+                    let sent = sys::raw::send_fd(back_w.as_fd(), b"init", pidfd.as_fd());
+                    sys::exit_now(if sent.is_ok() { 0 } else { 125 })
+                }
+                Err(e) => {
+                    let _ = sys::raw::write_all(back_w.as_fd(), &(e as i32).to_le_bytes());
+                    sys::exit_now(125)
+                }
+            }
+        }
+        Forked::Parent { pid, pidfd } => (pid, pidfd),
+    };
+    drop(back_w);
+    let _ = sys::raw::waitpid(pid, 0);
+    let failed = |errno| {
+        LaunchError::Clone(SysError::new(
+            format!(
+                "clone3(flags={:#x}) inside the joined pid namespace",
+                p.clone_flags | sys::CLONE_PARENT
+            ),
+            errno,
+        ))
+    };
+    match sys::socket::recv(back_r.as_fd()) {
+        Ok(Some((bytes, mut fds))) if bytes == b"init" && fds.len() == 1 => {
+            let pidfd = fds.remove(0);
+            let pid = sys::pidfd_pid(pidfd.as_fd())?;
+            Ok(Forked::Parent { pid, pidfd })
+        }
+        Ok(Some((bytes, _))) if bytes.len() == 4 => Err(failed(Errno::from_raw(
+            i32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")),
+        ))),
+        _ => Err(failed(Errno::EIO)),
+    }
 }
 
 /// The running sandbox, as the supervisor holds it.
@@ -434,10 +493,13 @@ impl Watch<'_, '_> {
             for r in ready {
                 match r {
                     Ready::Pid1 => {
-                        if let Ok(Some((_, ws))) = sys::raw::waitpid(self.sb.pid, 0)
-                            && libc::WIFSIGNALED(ws)
-                        {
-                            self.seen.facts.init_signaled = Some(libc::WTERMSIG(ws));
+                        if let Ok(Some((_, ws))) = sys::raw::waitpid(self.sb.pid, 0) {
+                            if self.p.child.exec_in_place {
+                                // pid 1 is the command (`Spec::init = none`).
+                                self.seen.facts.wait_status = Some(ws);
+                            } else if libc::WIFSIGNALED(ws) {
+                                self.seen.facts.init_signaled = Some(libc::WTERMSIG(ws));
+                            }
                         }
                         self.init_done = true;
                     }
@@ -548,7 +610,25 @@ impl Watch<'_, '_> {
                     self.seen.failed(Some(f), line);
                 }
             }
-            Ok(None) => self.sock_open = false,
+            Ok(None) => {
+                // `Spec::init = none`: the socket closes on the command's
+                // execve (close-on-exec) when no failure came first; the
+                // command is pid 1 itself.
+                if self.p.child.exec_in_place
+                    && self.seen.failure.is_none()
+                    && !self.init_done
+                    && let Some(f) = self.status_file.as_deref_mut()
+                {
+                    write_start_event(
+                        f,
+                        &self.p.sandbox_id,
+                        self.sb.pid,
+                        self.sb.pid,
+                        self.namespaces.clone(),
+                    );
+                }
+                self.sock_open = false;
+            }
             Err(e) => {
                 // After the supervisor killed the sandbox (wall clock, kill
                 // on request) a reset socket is the kill's doing, not a

@@ -366,6 +366,7 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         hold: None,
         inherited_fds: Vec::new(),
         new_session: true,
+        exec_in_place: false,
     }
 }
 
@@ -993,4 +994,49 @@ fn without_a_new_session_no_setsid_and_inherited_fds_are_kept() {
     let mut rec = Recorder::default();
     let _ = child::init(&mut rec, &mut plan, sock.as_fd());
     assert_eq!(rec.calls.iter().filter(|c| c.contains("setsid")).count(), 2);
+}
+
+/// `Spec::init = none`: hutch init's steps up to non-dumpable, then the
+/// workload's own steps in init itself (no fork, no second setsid, no
+/// signal blocking, no init seccomp, no reaper), ending in execve; its
+/// failure is init's, with the workload's exit status.
+#[test]
+fn exec_in_place_runs_the_workload_steps_in_init() {
+    let spec = test_spec();
+    let mut plan = plan_for(&spec, false, 0);
+    plan.exec_in_place = true;
+    plan.inherited_fds = vec![7];
+    let mut rec = Recorder::default();
+    let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
+    let failure = match child::init(&mut rec, &mut plan, sock.as_fd()) {
+        Err(Stop::Failed(f, None)) => f,
+        Err(Stop::Failed(f, text)) => panic!("{f:?} {text:?}"),
+        Err(Stop::SupervisorGone) => panic!("supervisor gone"),
+        Ok(_) => panic!("init forked a workload"),
+    };
+    assert_eq!((failure.stage, failure.errno), (Stage::Exec, Errno::ENOENT));
+    assert_eq!(failure.exit_status(), 127);
+    let got = kinds(&rec.calls);
+    let dumpable = got.iter().position(|k| k == "dumpable").expect("dumpable");
+    assert_eq!(
+        &got[dumpable..dumpable + 5],
+        ["dumpable", "reset", "close_range", "keep", "open root"],
+        "{:#?}",
+        rec.calls
+    );
+    assert_eq!(got.last().map(String::as_str), Some("execve"), "{got:#?}");
+    assert_eq!(rec.calls.iter().filter(|c| c.contains("setsid")).count(), 1);
+    for absent in [
+        "start workload",
+        "block",
+        "subreaper",
+        "init seccomp",
+        "send Started",
+    ] {
+        assert!(
+            !rec.calls.iter().any(|c| c.contains(absent)),
+            "{absent}: {:#?}",
+            rec.calls
+        );
+    }
 }

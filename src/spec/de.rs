@@ -78,6 +78,10 @@ struct FsOpFields {
     minor: Option<u32>,
     uid: Option<u32>,
     gid: Option<u32>,
+    recursive: Option<bool>,
+    encoding: Option<super::Encoding>,
+    writable: Option<bool>,
+    layout: Option<super::DevLayout>,
 }
 
 /// The `op` names, as written in profiles.
@@ -126,6 +130,10 @@ impl FsOpFields {
             ("minor", self.minor.is_some()),
             ("uid", self.uid.is_some()),
             ("gid", self.gid.is_some()),
+            ("recursive", self.recursive.is_some()),
+            ("encoding", self.encoding.is_some()),
+            ("writable", self.writable.is_some()),
+            ("layout", self.layout.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -140,11 +148,14 @@ impl FsOpFields {
             "tmp-overlay" => &["lowers", "dest", "size"],
             "ro-overlay" => &["lowers", "dest"],
             "tmpfs" => &["dest", "size", "nr_inodes", "mode"],
-            "proc" | "dev" | "mqueue" | "remount-ro" | "mask" | "readonly-path" => &["dest"],
+            "proc" | "mqueue" | "mask" | "readonly-path" => &["dest"],
+            "dev" => &["dest", "layout"],
+            "remount-ro" => &["dest", "recursive"],
             "mount" => &["fstype", "src", "dest", "options", "optional"],
             "device" => &["dest", "kind", "major", "minor", "mode", "uid", "gid"],
             "dir" => &["dest", "mode"],
-            "file" | "bind-data" => &["dest", "content", "mode"],
+            "file" => &["dest", "content", "encoding", "mode"],
+            "bind-data" => &["dest", "content", "encoding", "mode", "writable"],
             "symlink" => &["target", "dest"],
             "chmod" => &["dest", "mode"],
             other => {
@@ -203,9 +214,15 @@ impl FsOpFields {
                 mode: self.mode,
             },
             "proc" => FsOp::Proc { dest },
-            "dev" => FsOp::Dev { dest },
+            "dev" => FsOp::Dev {
+                dest,
+                layout: self.layout.unwrap_or_default(),
+            },
             "mqueue" => FsOp::Mqueue { dest },
-            "remount-ro" => FsOp::RemountRo { dest },
+            "remount-ro" => FsOp::RemountRo {
+                dest,
+                recursive: self.recursive.unwrap_or(true),
+            },
             "dir" => FsOp::Dir {
                 dest,
                 mode: self.mode,
@@ -213,12 +230,15 @@ impl FsOpFields {
             "file" => FsOp::File {
                 dest,
                 content: need(self.content, "content")?,
+                encoding: self.encoding.unwrap_or_default(),
                 mode: self.mode,
             },
             "bind-data" => FsOp::BindData {
                 dest,
                 content: need(self.content, "content")?,
+                encoding: self.encoding.unwrap_or_default(),
                 mode: self.mode,
+                writable: self.writable.unwrap_or(false),
             },
             "symlink" => FsOp::Symlink {
                 target: need(self.target, "target")?,

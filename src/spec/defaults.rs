@@ -64,6 +64,7 @@ pub fn default_profile() -> Spec {
     });
     spec.fs.push(FsOp::Dev {
         dest: "/dev".into(),
+        layout: Default::default(),
     });
     spec.fs.push(FsOp::Tmpfs {
         dest: "/tmp".into(),

@@ -10,6 +10,7 @@
 //! [`default_profile`], [`IoMax::new`], [`Limit::required`] /
 //! [`Limit::preferred`]) and set the public fields.
 
+mod data;
 mod de;
 mod defaults;
 mod load;
@@ -24,6 +25,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use data::Encoding;
 pub use defaults::{
     DEFAULT_MEMORY, DEFAULT_PATH, DEFAULT_PIDS, TMP_INODES, TMP_SIZE, default_profile, use_image,
     workspace_overlay,
@@ -46,6 +48,10 @@ pub fn parse_rlimit(name: &str, text: &str) -> Result<u64, String> {
     text.trim().parse().map_err(|_| {
         format!("{text:?} is not a number ({name} is a count or a number of seconds, not a size)")
     })
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// Current schema version. Files may omit `version`; if present it must match.
@@ -113,6 +119,13 @@ pub struct Spec {
     /// terminal (TIOCSTI), which is why `true` is the default
     /// (bubblewrap without `--new-session`).
     pub new_session: bool,
+    /// The sandbox's first process: hutch init (default), which forks the
+    /// command and stays its reaper, or `none`, where hutch init execs the
+    /// command itself once the sandbox is built, so the command is pid 1
+    /// of the sandbox's pid namespace (bubblewrap's `--as-pid-1`). See
+    /// [`Init`] for what `none` takes away.
+    #[serde(skip_serializing_if = "Init::is_hutch")]
+    pub init: Init,
     /// Namespaced kernel parameters written in the sandbox's own
     /// namespaces before its root is built (`"net.ipv4.ip_forward" =
     /// "1"`): `kernel.msg*`, `kernel.sem`, `kernel.shm*`, `fs.mqueue.*`,
@@ -197,6 +210,55 @@ impl ImageRef {
 }
 
 /// The image checks a Spec lets pass (`--allow-...` of `hutch run`).
+/// What a `dev` operation makes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DevLayout {
+    /// hutch's: a `noexec` tmpfs with the six nodes (each a `nosuid,noexec`
+    /// bind of the host's), the `fd`/`stdin`/`stdout`/`stderr`/`ptmx`
+    /// links, a new-instance `pts`, and `shm` a tmpfs of its own (1777).
+    #[default]
+    Hutch,
+    /// bubblewrap's `--dev` (bubblewrap.c, `SETUP_MOUNT_DEV`): the same
+    /// nodes and links plus `core -> /proc/kcore`, on a `nosuid,nodev`
+    /// tmpfs (exec allowed), the nodes `nosuid` binds, and `shm` a plain
+    /// directory (0755) of that tmpfs. (Its `console`, a bind of the
+    /// caller's terminal, is a `dev-bind` operation of the front end.)
+    Bubblewrap,
+}
+
+impl DevLayout {
+    pub fn is_hutch(&self) -> bool {
+        *self == DevLayout::Hutch
+    }
+}
+
+/// Who is the sandbox's first process (`Spec::init`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Init {
+    /// hutch init: builds the root, forks the command, reaps every orphan,
+    /// forwards signals, counts the changes of discarded overlay uppers
+    /// and reports the command's status.
+    #[default]
+    Hutch,
+    /// hutch init builds the root and then execs the command in its place:
+    /// the command is pid 1 of the sandbox's own pid namespace (required:
+    /// `namespaces.pid = true`), reaps its orphans itself, gets forwarded
+    /// signals only for those it handles (the kernel drops the others
+    /// for a namespace's init), and its status is the sandbox's pid 1's,
+    /// read by the supervisor. Refused where hutch init is needed after
+    /// the exec: discarded overlay uppers (their changes are counted by
+    /// init after the command), warm sandboxes, created containers.
+    None,
+}
+
+impl Init {
+    pub fn is_hutch(&self) -> bool {
+        *self == Init::Hutch
+    }
+}
+
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -232,6 +294,7 @@ impl Default for Spec {
             inherit_fds: Vec::new(),
             inherit_open_fds: false,
             new_session: true,
+            init: Init::Hutch,
             sysctl: BTreeMap::new(),
             image: None,
         }
@@ -298,6 +361,9 @@ pub enum FsOp {
     /// A minimal /dev: null zero full random urandom tty, fd links, shm, pts.
     Dev {
         dest: PathBuf,
+        /// `bubblewrap`: bubblewrap's `--dev` as it is (see [`DevLayout`]).
+        #[serde(skip_serializing_if = "DevLayout::is_hutch")]
+        layout: DevLayout,
     },
     /// A POSIX message queue filesystem.
     Mqueue {
@@ -308,17 +374,27 @@ pub enum FsOp {
         dest: PathBuf,
         mode: Option<u32>,
     },
-    /// A writable file with the given content.
+    /// A writable file with the given content, made in the new root.
     File {
         dest: PathBuf,
         content: String,
+        /// `base64`: `content` is base64 of any bytes (default: text).
+        #[serde(skip_serializing_if = "Encoding::is_text")]
+        encoding: Encoding,
         mode: Option<u32>,
     },
-    /// A read-only file with the given content.
+    /// A file with the given content, kept outside the new root and bound
+    /// at `dest` as a mount of its own: read-only, or with `writable`
+    /// read-write (writes go to that file, discarded with the sandbox;
+    /// bubblewrap's `--bind-data`).
     BindData {
         dest: PathBuf,
         content: String,
+        #[serde(skip_serializing_if = "Encoding::is_text")]
+        encoding: Encoding,
         mode: Option<u32>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        writable: bool,
     },
     Symlink {
         target: PathBuf,
@@ -328,9 +404,13 @@ pub enum FsOp {
         dest: PathBuf,
         mode: u32,
     },
-    /// Make an existing mount (and its submounts) read-only.
+    /// Make an existing mount read-only: with `recursive` (the default)
+    /// its submounts too; without, that mount only (bubblewrap's
+    /// `--remount-ro`).
     RemountRo {
         dest: PathBuf,
+        #[serde(skip_serializing_if = "is_true")]
+        recursive: bool,
     },
     /// A mount in mount(8)'s terms, doing exactly what its options say
     /// (no flag of hutch's own): `fstype` is `bind` (of `src`; `rbind`
@@ -392,14 +472,14 @@ impl FsOp {
             | FsOp::RoOverlay { dest, .. }
             | FsOp::Tmpfs { dest, .. }
             | FsOp::Proc { dest }
-            | FsOp::Dev { dest }
+            | FsOp::Dev { dest, .. }
             | FsOp::Mqueue { dest }
             | FsOp::Dir { dest, .. }
             | FsOp::File { dest, .. }
             | FsOp::BindData { dest, .. }
             | FsOp::Symlink { dest, .. }
             | FsOp::Chmod { dest, .. }
-            | FsOp::RemountRo { dest }
+            | FsOp::RemountRo { dest, .. }
             | FsOp::Mount { dest, .. }
             | FsOp::Device { dest, .. }
             | FsOp::Mask { dest }
@@ -452,7 +532,10 @@ pub struct Namespaces {
     pub net: bool,
     pub cgroup: bool,
     /// Existing namespaces to join (setns, before the sandbox's own ones
-    /// are created); each needs its flag above `false`.
+    /// are created); each needs its flag above `false`, but `pid`: with
+    /// `pid = true` the sandbox's own pid namespace is created inside the
+    /// joined one (nested; an intermediate process in the joined one
+    /// clones hutch init).
     pub join: NamespaceJoins,
 }
 

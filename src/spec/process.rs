@@ -1,7 +1,7 @@
 //! Shape checks of the namespace, identity and process parts of a Spec
 //! (joined namespaces, id maps, groups, umask, sysctls, soft rlimits).
 
-use super::{Spec, SpecError};
+use super::{FsOp, Init, Spec, SpecError};
 
 /// Sysctl prefixes that belong to a namespace (and so never change the
 /// host): (prefix, namespace whose own copy the sandbox must have).
@@ -39,7 +39,9 @@ pub(super) fn validate_namespaces(spec: &Spec) -> Result<(), SpecError> {
     };
     for (kind, r) in ns.join.iter() {
         let at = format!("namespaces.join.{kind}");
-        if flag(kind) {
+        // A pid namespace of the sandbox's own inside a joined one
+        // (bubblewrap's `--pidns FD --unshare-pid`).
+        if flag(kind) && kind != "pid" {
             return Err(SpecError::new(
                 at,
                 format!("joins an existing {kind} namespace, so namespaces.{kind} must be false"),
@@ -69,6 +71,31 @@ pub(super) fn validate_namespaces(spec: &Spec) -> Result<(), SpecError> {
     Ok(())
 }
 
+/// `init = "none"`: the command is pid 1 of a pid namespace of the
+/// sandbox's own, and nothing needs hutch init after the exec.
+fn validate_init(spec: &Spec) -> Result<(), SpecError> {
+    if spec.init != Init::None {
+        return Ok(());
+    }
+    if !spec.namespaces.pid {
+        return Err(SpecError::new(
+            "init",
+            "init = \"none\" makes the command pid 1 of the sandbox's own pid namespace: it needs namespaces.pid = true",
+        ));
+    }
+    if let Some(i) = spec
+        .fs
+        .iter()
+        .position(|op| matches!(op, FsOp::TmpOverlay { .. }))
+    {
+        return Err(SpecError::new(
+            format!("fs[{i}]"),
+            "a tmp-overlay's discarded upper is counted by hutch init after the command ends; with init = \"none\" nobody is left to count it (use init = \"hutch\", or an overlay with a host upper)",
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn validate_root_options(options: &[String]) -> Result<(), SpecError> {
     for (i, o) in options.iter().enumerate() {
         if !matches!(o.as_str(), "nosuid" | "nodev" | "noexec" | "ro") {
@@ -82,6 +109,7 @@ pub(super) fn validate_root_options(options: &[String]) -> Result<(), SpecError>
 }
 
 pub(super) fn validate_process(spec: &Spec) -> Result<(), SpecError> {
+    validate_init(spec)?;
     let id = &spec.identity;
     match (id.uid_map.is_empty(), id.gid_map.is_empty()) {
         (true, true) => {}

@@ -334,6 +334,7 @@ fn what_serializes_reads_back() {
     s.fs.push(FsOp::File {
         dest: "/etc/x".into(),
         content: "x".into(),
+        encoding: Encoding::Text,
         mode: None,
     });
     s.limits.pids = Some(Limit::required(64));
@@ -424,4 +425,121 @@ fn inherit_fds_are_3_or_above_and_listed_once() {
     .unwrap();
     assert_eq!(j.inherit_fds, [4]);
     assert!(j.inherit_open_fds && !j.new_session);
+}
+
+#[test]
+fn init_none_needs_an_own_pid_namespace_and_no_discarded_upper() {
+    // Old Specs have no `init`: hutch init, and it is not written back.
+    let old: Spec = super::parse_json(r#"{"command": ["true"]}"#).unwrap();
+    assert_eq!(old.init, Init::Hutch);
+    assert!(!serde_json::to_string(&old).unwrap().contains("init"));
+    let j: Spec = super::parse_json(r#"{"command": ["true"], "init": "none"}"#).unwrap();
+    assert_eq!(j.init, Init::None);
+    assert!(
+        serde_json::to_string(&j)
+            .unwrap()
+            .contains(r#""init":"none""#)
+    );
+    super::validate(&j).unwrap();
+    let t: Spec = super::parse_toml("command = [\"true\"]\ninit = \"none\"\n").unwrap();
+    assert_eq!(t.init, Init::None);
+    assert!(super::parse_json(r#"{"init": "bwrap"}"#).is_err());
+    let mut s = j.clone();
+    s.namespaces.pid = false;
+    let e = super::validate(&s).unwrap_err();
+    assert_eq!(e.path, "init");
+    assert!(e.message.contains("namespaces.pid"), "{e}");
+    let mut s = j;
+    s.fs.push(FsOp::TmpOverlay {
+        lowers: vec!["/usr".into()],
+        dest: "/usr".into(),
+        size: None,
+    });
+    let e = super::validate(&s).unwrap_err();
+    assert_eq!(e.path, "fs[0]");
+    assert!(e.message.contains("count"), "{e}");
+}
+
+#[test]
+fn remount_ro_is_recursive_unless_told() {
+    let s: Spec = super::parse_json(
+        r#"{"fs": [{"op": "remount-ro", "dest": "/a"}, {"op": "remount-ro", "dest": "/b", "recursive": false}]}"#,
+    )
+    .unwrap();
+    let want = [("/a", true), ("/b", false)];
+    for (op, (dest, rec)) in s.fs.iter().zip(want) {
+        assert_eq!(
+            op,
+            &FsOp::RemountRo {
+                dest: dest.into(),
+                recursive: rec
+            }
+        );
+    }
+    let text = serde_json::to_string(&s.fs).unwrap();
+    assert_eq!(text.matches("recursive").count(), 1, "{text}");
+    assert_eq!(
+        super::parse_json(&format!(r#"{{"fs": {text}}}"#))
+            .unwrap()
+            .fs,
+        s.fs
+    );
+    assert!(
+        super::parse_json(r#"{"fs": [{"op": "proc", "dest": "/p", "recursive": false}]}"#).is_err()
+    );
+}
+
+#[test]
+fn file_content_may_be_base64_and_bind_data_writable() {
+    let s: Spec = super::parse_json(
+        r#"{"command": ["true"], "fs": [
+            {"op": "file", "dest": "/a", "content": "/wA=", "encoding": "base64"},
+            {"op": "bind-data", "dest": "/b", "content": "x", "writable": true},
+            {"op": "bind-data", "dest": "/c", "content": "y"}]}"#,
+    )
+    .unwrap();
+    super::validate(&s).unwrap();
+    match &s.fs[0] {
+        FsOp::File {
+            content, encoding, ..
+        } => assert_eq!(encoding.decode(content), Some(vec![0xff, 0])),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(s.fs[1], FsOp::BindData { writable: true, .. }));
+    assert!(matches!(
+        s.fs[2],
+        FsOp::BindData {
+            writable: false,
+            ..
+        }
+    ));
+    let text = serde_json::to_string(&s.fs).unwrap();
+    assert_eq!(text.matches("encoding").count(), 1, "{text}");
+    assert_eq!(text.matches("writable").count(), 1, "{text}");
+    let back = super::parse_json(&format!(r#"{{"command": ["true"], "fs": {text}}}"#)).unwrap();
+    assert_eq!(back.fs, s.fs);
+    let (path, _) = refusal(
+        r#"{"command": ["true"], "fs": [{"op": "file", "dest": "/a", "content": "!!", "encoding": "base64"}]}"#,
+        true,
+    );
+    assert_eq!(path, "fs[0].content");
+    let (path, _) = refusal(
+        r#"{"command": ["true"], "fs": [{"op": "file", "dest": "/a", "content": "x", "writable": true}]}"#,
+        true,
+    );
+    assert_eq!(path, "fs[0].writable");
+}
+
+#[test]
+fn only_a_pid_namespace_may_be_both_joined_and_new() {
+    let mut s = Spec {
+        command: vec!["true".into()],
+        ..Spec::default()
+    };
+    s.namespaces.join.pid = Some(NamespaceRef::fd(5));
+    s.namespaces.pid = true;
+    super::validate(&s).unwrap();
+    s.namespaces.join.net = Some(NamespaceRef::fd(6));
+    s.namespaces.net = true;
+    assert_eq!(super::validate(&s).unwrap_err().path, "namespaces.join.net");
 }

@@ -253,8 +253,26 @@ fn validate_fs_op(op: &FsOp, at: &str) -> Result<(), SpecError> {
             }
             mode_ok(mode, "mode")?;
         }
-        FsOp::Dir { mode, .. } | FsOp::File { mode, .. } | FsOp::BindData { mode, .. } => {
-            mode_ok(mode, "mode")?
+        FsOp::Dir { mode, .. } => mode_ok(mode, "mode")?,
+        FsOp::File {
+            mode,
+            content,
+            encoding,
+            ..
+        }
+        | FsOp::BindData {
+            mode,
+            content,
+            encoding,
+            ..
+        } => {
+            mode_ok(mode, "mode")?;
+            if encoding.decode(content).is_none() {
+                return Err(SpecError::new(
+                    format!("{at}.content"),
+                    "is not base64 (encoding = \"base64\": standard alphabet, padded)",
+                ));
+            }
         }
         FsOp::Chmod { mode, .. } => mode_ok(&Some(*mode), "mode")?,
         FsOp::Symlink { target, .. } => {

@@ -21,6 +21,8 @@ pub const CLONE_NEWUSER: u64 = 0x1000_0000;
 pub const CLONE_NEWPID: u64 = 0x2000_0000;
 pub const CLONE_NEWNET: u64 = 0x4000_0000;
 pub const CLONE_PIDFD: u64 = 0x0000_1000;
+/// The child's parent is the caller's parent (libc's is an i32).
+pub const CLONE_PARENT: u64 = 0x0000_8000;
 pub const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
 pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
@@ -72,7 +74,13 @@ pub mod raw {
         let mut args = CloneArgs {
             flags: flags | CLONE_PIDFD | cgroup.map_or(0, |_| CLONE_INTO_CGROUP),
             pidfd: &mut pidfd as *mut RawFd as u64,
-            exit_signal: libc::SIGCHLD as u64,
+            // A CLONE_PARENT child signals the caller's parent with the
+            // caller's own exit signal (clone3 refuses one given).
+            exit_signal: if flags & super::CLONE_PARENT != 0 {
+                0
+            } else {
+                libc::SIGCHLD as u64
+            },
             cgroup: cgroup.map_or(0, |f| f.as_raw_fd() as u64),
             ..Default::default()
         };
@@ -533,6 +541,18 @@ pub unsafe fn clone3(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> Result<Forke
         let all = flags | CLONE_PIDFD | cgroup.map_or(0, |_| CLONE_INTO_CGROUP);
         SysError::new(format!("clone3(flags={all:#x})"), e)
     })
+}
+
+/// The pid (in this process's pid namespace) of the process a pidfd
+/// refers to, from `/proc/self/fdinfo`.
+pub fn pidfd_pid(pidfd: BorrowedFd<'_>) -> Result<libc::pid_t, SysError> {
+    let path = format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd());
+    let text = std::fs::read_to_string(&path).map_err(|e| io_err(format!("read({path:?})"), e))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|pid: &libc::pid_t| *pid > 0)
+        .ok_or_else(|| SysError::new(format!("read({path:?}): no live Pid"), Errno::ESRCH))
 }
 
 /// [`clone3`] with no flags, for a process that knows it is

@@ -91,6 +91,7 @@ pub fn search(
         // Searching never changes the workspace.
         spec.fs.push(FsOp::RemountRo {
             dest: WORKSPACE_DIR.into(),
+            recursive: true,
         });
         let opts = RunOptions {
             status_file: None,
