@@ -356,6 +356,10 @@ fn supervisor_killed(who: As) -> Result<()> {
         &format!("{n}6"),
     ]);
     wait_for_event(&status, "start", READY);
+    // The running command is counted while it runs (its marker file).
+    let marker = w.state.join(&id).join("running");
+    assert!(marker.exists());
+    assert_eq!(show(&w, &id)?["commands_run"], 1);
     child.kill()?;
     wait_until(READY, "the sandbox to die with its supervisor", || {
         !running(&format!("sleep {n}6"))
@@ -368,10 +372,50 @@ fn supervisor_killed(who: As) -> Result<()> {
         .expect("an end line for command 1");
     assert_eq!(end["supervisor_lost"], true, "{end}");
     assert!(w.ps()?.is_empty());
+    assert!(!marker.exists());
+    // The lost command counts against the budget.
+    assert_eq!(show(&w, &id)?["commands_run"], 1);
     // The session goes on.
     ok(&w.session(&["run", &id, "--", "true"]))?;
+    assert!(!marker.exists());
+    assert_eq!(show(&w, &id)?["commands_run"], 2);
+    // A marker whose command's end is recorded (its process was killed
+    // after writing session.json) is only removed.
+    std::fs::write(
+        &marker,
+        r#"{"command_seq":2,"pid":1,"start_time":1,"start_unix_ms":1}"#,
+    )?;
+    ok(&w.session(&["diff", &id]))?;
+    assert!(!marker.exists());
+    let lost = |audit: &[serde_json::Value]| {
+        audit
+            .iter()
+            .filter(|l| l["supervisor_lost"] == true)
+            .count()
+    };
+    assert_eq!(lost(&w.audit(&id)?), 1);
+    // An unreadable one (empty: written just before a power loss) is a
+    // command that started and never recorded its end: the next number.
+    std::fs::write(&marker, "")?;
+    ok(&w.session(&["diff", &id]))?;
+    assert!(!marker.exists());
+    let audit = w.audit(&id)?;
+    assert_eq!(lost(&audit), 2);
+    assert!(
+        audit
+            .iter()
+            .any(|l| l["supervisor_lost"] == true && l["command_seq"] == 3),
+        "{audit:?}"
+    );
+    assert_eq!(show(&w, &id)?["commands_run"], 3);
     ok(&w.session(&["close", &id]))?;
     Ok(())
+}
+
+/// `session show --json`'s result.
+fn show(w: &World, id: &str) -> Result<serde_json::Value> {
+    let doc: serde_json::Value = serde_json::from_str(&ok(&w.session(&["--json", "show", id]))?)?;
+    Ok(doc["result"].clone())
 }
 
 #[test]

@@ -154,7 +154,27 @@ fn a_command_that_changes_the_sandbox_runs_cold() -> Result<()> {
         assert_eq!(run(&["--ro-bind", "/etc", "/mnt/etc-copy"])?["warm"], false);
         assert_eq!(run(&["--share-net", "--setenv", "X", "1"])?["warm"], false);
         assert_eq!(run(&["--setenv", "X", "1"])?["warm"], true);
+        // `warm --ready` waits for the refill after that command.
+        let ready: serde_json::Value = serde_json::from_str(&ok(&hutch(
+            &state,
+            &["warm", &id, "--ready"],
+            unprivileged,
+        ))?)?;
+        assert_eq!(
+            ready,
+            serde_json::json!({"size": 1, "ready": 1, "warming": 0, "claimed": 0})
+        );
         ok(&hutch(&state, &["close", &id], unprivileged))?;
+        // Without a server it fails with one line.
+        let t2 = Tmp::new("warm-ready-none");
+        let (state2, id2) = setup(&t2, unprivileged, &[])?;
+        let o = hutch(&state2, &["warm", &id2, "--ready"], unprivileged);
+        assert_eq!(o.status.code(), Some(125));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("has no warm server"),
+            "{o:?}"
+        );
+        ok(&hutch(&state2, &["close", &id2], unprivileged))?;
     }
     Ok(())
 }

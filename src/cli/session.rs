@@ -102,7 +102,12 @@ commands that use them; `session run` takes one when its options do not
 change the sandbox, and launches cold otherwise (the report says which:
 `warm`). The server stops with `session close`, at the session deadline,
 after --warm-idle without a command (default 10m), or when killed, and
-every sandbox goes with it (docs/warm.md). Prints nothing.",
+every sandbox goes with it (docs/warm.md). Prints nothing.
+       hutch session warm ID --ready [--timeout DUR]
+Wait until the session's warm server has all its sandboxes ready and none
+handed out (the refill after the last command done; default timeout 30s);
+print its status as JSON (size, ready, warming, claimed). Exit 125 when
+the session has no warm server or the timeout passes.",
     ),
     (
         "read",
@@ -580,9 +585,20 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
     Ok(0)
 }
 
-/// `hutch session warm ID N [--warm-idle DUR]`.
+/// `hutch session warm ID N [--warm-idle DUR]` or `... ID --ready`.
 fn warm(state: &StateDir, a: &mut Args) -> Result<i32> {
     let id = id_arg(a)?;
+    if a.items.get(a.pos).is_some_and(|x| x == "--ready") {
+        a.next();
+        let mut timeout = std::time::Duration::from_secs(30);
+        while let Some(arg) = a.next() {
+            match arg.to_str() {
+                Some("--timeout") => timeout = a.duration("--timeout")?,
+                _ => bail!("warm --ready: unexpected argument {arg:?}"),
+            }
+        }
+        return warm_ready(state, &id, timeout);
+    }
     let n = a
         .next()
         .and_then(|n| n.to_str()?.parse::<usize>().ok())
@@ -597,6 +613,32 @@ fn warm(state: &StateDir, a: &mut Args) -> Result<i32> {
     // The session must exist and its plain command be warmable.
     state.open_session(&id)?;
     start_warm_server(state, &id, n, idle)?;
+    Ok(0)
+}
+
+/// `session warm ID --ready [--timeout D]`: wait until the session's
+/// warm server has every sandbox ready and none handed out; print its
+/// status (JSON). Fails without a server or when the timeout passes.
+fn warm_ready(state: &StateDir, id: &str, timeout: std::time::Duration) -> Result<i32> {
+    let session = state.open_session(id)?;
+    let Some(s) = crate::workspace::warm::wait_settled(&session, timeout) else {
+        bail!(
+            "warm --ready: session {id} has no warm server (start one with `hutch session warm {id} N`)"
+        );
+    };
+    if !s.settled() {
+        bail!(
+            "warm --ready: the warm server of session {id} was not settled within {timeout:?} ({} of {} ready, {} handed out)",
+            s.ready,
+            s.size,
+            s.claimed
+        );
+    }
+    if json_mode() {
+        emit("warm", &s)?;
+    } else {
+        out_line(&serde_json::to_string(&s)?)?;
+    }
     Ok(0)
 }
 

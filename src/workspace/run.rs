@@ -162,18 +162,20 @@ impl Session {
             _ => None,
         };
         let start = now_ms();
+        // The command's start is a new marker file, not a rewrite of
+        // `session.json` (its end is: once, below); a marker that outlives
+        // this process makes the next operation record the end and count
+        // the command.
+        let seq = self.info.commands_run + 1;
         let me = crate::registry::ProcessRef::of(std::process::id() as i32);
-        self.update_info(|i| {
-            i.commands_run += 1;
-            i.used_unix_ms = start;
-            i.running = me.map(|me| RunningCommand {
-                command_seq: i.commands_run,
-                pid: me.pid,
-                start_time: me.start_time,
-                start_unix_ms: start,
-            });
+        self.mark_running(&RunningCommand {
+            command_seq: seq,
+            pid: me.map_or(0, |me| me.pid),
+            start_time: me.map_or(0, |me| me.start_time),
+            start_unix_ms: start,
         })?;
-        let seq = self.info.commands_run;
+        self.info.commands_run = seq;
+        self.info.used_unix_ms = start;
         self.audit(&json!({
             "event": "command-start", "command_seq": seq, "time_unix_ms": start,
             "argv": spec.command,
@@ -213,9 +215,12 @@ impl Session {
                     "egress": egress, "disk": disk,
                 }))?;
                 self.update_info(|i| {
+                    i.commands_run = seq;
+                    i.used_unix_ms = start;
                     i.running = None;
                     i.disk_usage = disk.or(i.disk_usage);
                 })?;
+                self.clear_running()?;
                 return Err(WorkspaceError::Launch(e.to_string()));
             }
         };
@@ -256,10 +261,12 @@ impl Session {
             "stdout": stream(&captured[0]), "stderr": stream(&captured[1]),
         }))?;
         self.update_info(|i| {
+            i.commands_run = seq;
             i.used_unix_ms = end;
             i.running = None;
             i.disk_usage = disk.or(i.disk_usage);
         })?;
+        self.clear_running()?;
         Ok(RunRecord {
             report,
             deadline_hit,

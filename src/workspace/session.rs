@@ -201,7 +201,10 @@ pub struct SessionInfo {
     pub locks: Vec<Lock>,
     #[serde(default)]
     pub audit_dir: Option<PathBuf>,
-    #[serde(default)]
+    /// Written by hutch versions before the `running` marker file (see
+    /// [`RUNNING`]); still read (and cleared) when recovering a session
+    /// one of them left with a command running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<RunningCommand>,
     /// The image of every command, pinned (its manifest digest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -736,6 +739,27 @@ fn append_audit(dir: std::os::fd::BorrowedFd<'_>, event: &serde_json::Value) -> 
         .map_err(|e| WorkspaceError::io("append to audit.jsonl", e))
 }
 
+/// The marker of the command running now (`STATE/ID/running`: its
+/// [`RunningCommand`], one JSON object). Created (a new file) when a
+/// command starts and removed after its end is in `session.json`, so a
+/// command costs one `session.json` rewrite, not two: a rename over an
+/// existing file is the expensive step (ext4 starts writing the new
+/// file's data back), creating and removing a small file is not. A
+/// marker left by a killed process is how the next operation, holding
+/// the lock, learns that command `command_seq` ran and never recorded
+/// its end ([`Session::lock`]).
+pub const RUNNING: &std::ffi::CStr = c"running";
+
+/// The running marker of `dir`: None when there is none, Some(None) when
+/// there is one that cannot be read (e.g. empty after a power loss).
+fn read_running(dir: std::os::fd::BorrowedFd<'_>) -> Result<Option<Option<RunningCommand>>> {
+    match read_regular(dir, RUNNING, 4096, b"running") {
+        Ok(data) => Ok(Some(serde_json::from_slice(&data).ok())),
+        Err(WorkspaceError::Sys(e)) if e.errno == sys::Errno::ENOENT => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 fn save_info(dir: std::os::fd::BorrowedFd<'_>, info: &SessionInfo) -> Result<()> {
     let text = serde_json::to_vec_pretty(info)
         .map_err(|e| WorkspaceError::io("encode session.json", e.into()))?;
@@ -807,17 +831,37 @@ impl Session {
                 "reason": "the process sealing the session ended before the seal was recorded",
             }))?;
         }
-        if let Some(r) = info.running.take() {
+        let marker = read_running(self.dir.as_fd())?;
+        let lost = match (info.running.take(), &marker) {
+            (Some(r), _) => Some(r),
+            // Its end is recorded (killed after that, before the unlink).
+            (None, Some(Some(r))) if r.command_seq <= info.commands_run => None,
+            (None, Some(Some(r))) => Some(r.clone()),
+            // Unreadable: a command started and its end is not recorded.
+            (None, Some(None)) => Some(RunningCommand {
+                command_seq: info.commands_run + 1,
+                pid: 0,
+                start_time: 0,
+                start_unix_ms: 0,
+            }),
+            (None, None) => None,
+        };
+        if let Some(r) = lost {
             let end = now_ms();
+            let who = match r.pid {
+                0 => "the process running the command".to_string(),
+                pid => format!("the process running the command (pid {pid})"),
+            };
             self.audit(&serde_json::json!({
                 "event": "command", "command_seq": r.command_seq,
                 "start_unix_ms": r.start_unix_ms, "end_unix_ms": end,
                 "exit": null, "supervisor_lost": true,
                 "error": format!(
-                    "the process running the command (pid {}) ended before recording its end (killed?); its sandbox ended with it",
-                    r.pid
+                    "{who} ended before recording its end (killed?); its sandbox ended with it"
                 ),
             }))?;
+            // The command counts against the budget all the same.
+            info.commands_run = info.commands_run.max(r.command_seq);
             info.used_unix_ms = end;
             save_info(self.dir.as_fd(), &info)?;
             // Its runtime record, if any, is stale now.
@@ -829,7 +873,37 @@ impl Session {
                 crate::registry::clean_stale(&mine);
             }
         }
+        if marker.is_some() {
+            self.clear_running()?;
+        }
         Ok(())
+    }
+
+    /// Record that command `r` runs now (the [`RUNNING`] marker). The
+    /// caller holds the lock; [`Session::lock`] removed any earlier one.
+    pub(crate) fn mark_running(&self, r: &RunningCommand) -> Result<()> {
+        let data = serde_json::to_vec(r)
+            .map_err(|e| WorkspaceError::io("encode the running marker", e.into()))?;
+        write_new(self.dir.as_fd(), RUNNING, &data, 0o600)
+    }
+
+    /// Commands started so far, the one running now included (its count
+    /// reaches `session.json` at its end; until then it is in the
+    /// [`RUNNING`] marker). Read without the lock.
+    pub fn commands_started(&self) -> u64 {
+        match read_running(self.dir.as_fd()) {
+            Ok(Some(Some(r))) => self.info.commands_run.max(r.command_seq),
+            _ => self.info.commands_run,
+        }
+    }
+
+    /// Remove the [`RUNNING`] marker (absent is fine).
+    pub(crate) fn clear_running(&self) -> Result<()> {
+        match sys::unlink_at(self.dir.as_fd(), RUNNING, false) {
+            Ok(()) => Ok(()),
+            Err(e) if e.errno == sys::Errno::ENOENT => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The host path of the directory holding the writable layers

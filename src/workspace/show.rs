@@ -64,7 +64,7 @@ impl Session {
             "network_sealed": i.network_sealed,
             "disk": i.disk,
             "disk_usage": disk_usage,
-            "commands_run": i.commands_run,
+            "commands_run": self.commands_started(),
             "max_commands": i.max_commands,
             "deadline_unix_ms": i.deadline_unix_ms,
             "created_unix_ms": i.created_unix_ms,

@@ -57,6 +57,29 @@ enum Request {
     Claim { shape: String },
     /// End now (the session is being closed).
     Stop,
+    /// How many sandboxes are ready ([`WarmStatus`]).
+    Status,
+}
+
+/// What a warm server holds now ([`status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmStatus {
+    /// Sandboxes it keeps ready.
+    pub size: usize,
+    /// Ready now.
+    pub ready: usize,
+    /// Still being built.
+    pub warming: usize,
+    /// Handed to a command whose helper has not exited yet.
+    pub claimed: usize,
+}
+
+impl WarmStatus {
+    /// Every sandbox ready and none handed out: a command now finds the
+    /// pool warm and no refill racing it.
+    pub fn settled(&self) -> bool {
+        self.ready >= self.size && self.claimed == 0
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -64,9 +87,12 @@ enum Answer {
     /// The helper's control socket is attached.
     Sandbox,
     /// Launch cold, because...
-    Cold { why: String },
+    Cold {
+        why: String,
+    },
     /// Every sandbox is gone; the server exits.
     Stopped,
+    Status(WarmStatus),
 }
 
 /// How a server runs.
@@ -155,7 +181,7 @@ pub fn serve(
             continue;
         }
         last_used = Instant::now();
-        match serve_one(conn, &pool) {
+        match serve_one(conn, &pool, claimed.len()) {
             Served::Claimed(process, in_flight) => {
                 let pidfd = sys::raw::pidfd_open(process.id() as libc::pid_t).ok();
                 claimed.push(Claimed {
@@ -210,7 +236,7 @@ enum Served {
     Stop(UnixStream),
 }
 
-fn serve_one(mut conn: UnixStream, pool: &Pool) -> Served {
+fn serve_one(mut conn: UnixStream, pool: &Pool, claimed: usize) -> Served {
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(LINE_TIMEOUT));
     let _ = conn.set_write_timeout(Some(LINE_TIMEOUT));
@@ -222,6 +248,17 @@ fn serve_one(mut conn: UnixStream, pool: &Pool) -> Served {
     };
     let shape = match request {
         Request::Stop => return Served::Stop(conn),
+        Request::Status => {
+            let p = pool.status();
+            let status = WarmStatus {
+                size: p.size,
+                ready: p.ready,
+                warming: p.warming,
+                claimed,
+            };
+            let _ = send_line(&mut conn, &Answer::Status(status), &[]);
+            return Served::Answered;
+        }
         Request::Claim { shape } => shape,
     };
     if shape != pool.digest() {
@@ -325,6 +362,32 @@ pub fn claim(
         return Some(Err(e));
     }
     Some(link.wait())
+}
+
+/// What the session's server holds now; None without a server.
+pub fn status(session: &Session) -> Option<WarmStatus> {
+    let mut conn = connect(session)?;
+    send_line(&mut conn, &Request::Status, &[]).ok()?;
+    let (line, _) = read_line(&mut conn).ok()?;
+    match serde_json::from_slice::<Answer>(&line).ok()? {
+        Answer::Status(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// Wait (up to `timeout`) until the session's server is
+/// [settled](WarmStatus::settled); its last status, None without a
+/// server. Polls every millisecond (a benchmark's or a latency-minded
+/// caller's wait before a command, not a hot path).
+pub fn wait_settled(session: &Session, timeout: Duration) -> Option<WarmStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let s = status(session)?;
+        if s.settled() || Instant::now() >= deadline {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Ask the session's server to stop and wait until it has ended every
