@@ -930,3 +930,77 @@ fn pidns_joined_and_nested_behave_alike() {
         assert_eq!((b.0, &b.1), (h.0, &h.1), "{extra:?} hutch-bwrap: {}", h.2);
     }
 }
+
+/// `--userns FD` (the command in a user namespace its caller made, here
+/// one where the caller is root): ids, the user namespace it is in and
+/// the exit status, as bubblewrap's, for an unprivileged caller (the
+/// launcher must keep using the caller's runtime directory after joining
+/// a namespace where it is uid 0) and for root.
+fn userns_joined(who: As) {
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    let as_who = |program: &str| {
+        let mut c = if who.drops_to_nobody() {
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", program]);
+            c
+        } else {
+            std::process::Command::new(program)
+        };
+        c.env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin");
+        c
+    };
+    // The holder prints its user namespace once it is in it: readiness.
+    let mut holder = as_who("unshare")
+        .args([
+            "--user",
+            "--map-root-user",
+            "sh",
+            "-c",
+            "readlink /proc/self/ns/user; exec sleep 600",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let ns = format!("/proc/{}/ns/user", holder.id());
+    let probe = "id -u; id -g; readlink /proc/self/ns/user; exit 3";
+    let seen = |program: &Path| {
+        let out = as_who("sh")
+            .args(["-c", &format!("exec \"$@\" 5<{ns}"), "sh"])
+            .arg(program)
+            .args(["--userns", "5", "--ro-bind", "/", "/", "--proc", "/proc"])
+            .args(["--unshare-pid", "--", "sh", "-c", probe])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (b, h) = (seen(&bwrap()), seen(&hutch_bwrap()));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(b.0, Some(3), "bwrap: {}", b.2);
+    assert_eq!(
+        b.1,
+        format!("0\n0\n{line}"),
+        "bwrap joins the holder's namespace"
+    );
+    assert_eq!((b.0, &b.1), (h.0, &h.1), "hutch-bwrap: {}", h.2);
+}
+
+#[test]
+fn userns_joined_behaves_alike_as_root() {
+    userns_joined(As::Root);
+}
+
+#[test]
+fn userns_joined_behaves_alike_as_nobody() {
+    userns_joined(As::Nobody);
+}

@@ -251,6 +251,12 @@ pub struct LaunchPlan {
     pub proxy: Option<ProxyPrep>,
     /// An image run: the store lock held until the end, and the report.
     pub image: Option<super::image::Held>,
+    /// The runtime registry's directory, opened before a joined user
+    /// namespace is entered (the registration then goes there, not to the
+    /// directory the joined uid would name).
+    pub registry_dir: Option<crate::registry::RuntimeDir>,
+    /// Its path, kept for the kill mark read after the end.
+    pub registry_path: Option<PathBuf>,
 }
 
 /// The egress proxy of a `proxy`-mode sandbox, prepared before clone; the
@@ -463,6 +469,8 @@ pub(super) fn prepare_sandbox(
         idmap_sources,
         proxy,
         image: image.map(|i| i.held),
+        registry_dir: None,
+        registry_path: None,
     })
 }
 

@@ -32,7 +32,10 @@ pub(super) fn report(
     let failure = seen.failure_record();
     // `hutch kill` leaves a mark naming who killed the sandbox's pid 1.
     let kill_mark = (ending.reason == Outcome::Killed && seen.facts.init_signaled.is_some())
-        .then(|| crate::registry::take_kill_mark(&p.sandbox_id))
+        .then(|| match &p.registry_path {
+            Some(dir) => crate::registry::take_kill_mark_in(dir, &p.sandbox_id),
+            None => crate::registry::take_kill_mark(&p.sandbox_id),
+        })
         .flatten();
     let error = match seen.failure {
         Some((_, line)) => Some(line),

@@ -148,7 +148,15 @@ pub(super) fn fork_sandbox(
         if threads != 1 {
             return Err(LaunchError::MultiThreaded(threads));
         }
-        joins?.enter()?;
+        let joins = joins?;
+        if spec.namespaces.join.user.is_some() {
+            // After setns this process's uid is the joined namespace's.
+            p.registry_dir = Some(
+                crate::registry::open_runtime_dir()
+                    .map_err(|e| LaunchError::Prepare(e.to_string()))?,
+            );
+        }
+        joins.enter()?;
         let cgroup_fd = p.cgroup.as_ref().and_then(|c| c.cgroup_fd());
         let nested = spec.namespaces.pid && spec.namespaces.join.pid.is_some();
         let forked = if nested {
@@ -378,8 +386,14 @@ pub(super) fn supervise(
 ) -> Result<Finished, LaunchError> {
     // In the runtime registry (`hutch ps`, `hutch kill`) until it is gone
     // (a warm sandbox from its claim on, with the command's Spec).
-    let _registration = crate::registry::register(&p.sandbox_id, spec, sb.pid, p.cgroup.as_ref())
-        .map_err(|e| {
+    let registered = match p.registry_dir.take() {
+        Some(dir) => {
+            p.registry_path = Some(dir.path().to_path_buf());
+            crate::registry::register_in(dir, &p.sandbox_id, spec, sb.pid, p.cgroup.as_ref())
+        }
+        None => crate::registry::register(&p.sandbox_id, spec, sb.pid, p.cgroup.as_ref()),
+    };
+    let _registration = registered.map_err(|e| {
         sb.kill_and_reap();
         LaunchError::Prepare(e.to_string())
     })?;

@@ -250,6 +250,49 @@ pub fn register(
     Registration::create(&record)
 }
 
+/// The caller's runtime directory, opened (and its owner checked) ahead
+/// of time: a launcher that joins a user namespace (`namespaces.join.user`)
+/// opens it before `setns`, because afterwards its uid is the joined
+/// namespace's (often 0) and [`runtime_dir`] would name root's directory.
+#[derive(Debug)]
+pub struct RuntimeDir {
+    path: PathBuf,
+    fd: OwnedFd,
+}
+
+impl RuntimeDir {
+    /// Its path (as named before any joined user namespace was entered).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Open (creating it, 0700) the caller's runtime directory now.
+pub fn open_runtime_dir() -> Result<RuntimeDir, RegistryError> {
+    let path = runtime_dir();
+    let fd = open_dir(&path, true)?.expect("created");
+    Ok(RuntimeDir { path, fd })
+}
+
+/// [`register`] into a runtime directory opened earlier
+/// ([`open_runtime_dir`]).
+pub fn register_in(
+    dir: RuntimeDir,
+    sandbox_id: &str,
+    spec: &crate::spec::Spec,
+    init_pid: i32,
+    cgroup: Option<&crate::cgroup::Leaf>,
+) -> Result<Registration, RegistryError> {
+    let record = Record::new(
+        sandbox_id,
+        spec,
+        init_pid,
+        cgroup.and_then(|c| c.cgroup_dir()),
+    )
+    .ok_or_else(|| RegistryError::NoSandbox(sandbox_id.to_string()))?;
+    Registration::create_in(dir, &record)
+}
+
 /// The record of one running sandbox, removed when dropped (the
 /// supervisor holds it from clone until the sandbox is gone).
 #[derive(Debug)]
@@ -262,8 +305,12 @@ impl Registration {
     /// Write `record` into the caller's runtime directory (atomically: a
     /// reader sees the whole record or none).
     pub fn create(record: &Record) -> Result<Registration, RegistryError> {
-        let path = runtime_dir();
-        let dir = open_dir(&path, true)?.expect("created");
+        Self::create_in(open_runtime_dir()?, record)
+    }
+
+    /// [`Registration::create`] in a runtime directory opened earlier.
+    pub fn create_in(dir: RuntimeDir, record: &Record) -> Result<Registration, RegistryError> {
+        let RuntimeDir { path, fd: dir } = dir;
         let name = record_name(&record.sandbox_id);
         let tmp = CString::new(format!(".tmp-{}", record.sandbox_id)).expect("no NUL");
         let text = serde_json::to_vec(record).expect("records serialize");
@@ -597,10 +644,16 @@ pub fn kill(entry: &Entry, by: &str) -> Result<KillOutcome, RegistryError> {
 /// Take (read and remove) the kill mark of sandbox `id` in the caller's
 /// runtime directory, if `hutch kill` left one.
 pub fn take_kill_mark(id: &str) -> Option<KillMark> {
+    take_kill_mark_in(&runtime_dir(), id)
+}
+
+/// [`take_kill_mark`] in the runtime directory `dir` (the one a
+/// [`RuntimeDir`] opened before a joined user namespace was entered).
+pub fn take_kill_mark_in(dir: &Path, id: &str) -> Option<KillMark> {
     if !valid_sandbox_id(id) {
         return None;
     }
-    let fd = open_dir(&runtime_dir(), false).ok()??;
+    let fd = open_dir(dir, false).ok()??;
     let name = kill_mark_name(id);
     let data = read_small(fd.as_fd(), &name, 4096)?;
     let _ = sys::unlink_at(fd.as_fd(), &name, false);
