@@ -285,3 +285,63 @@ fn a_pool_refuses_a_spec_it_cannot_warm() {
         .expect("refused");
     assert!(e.to_string().contains("inside or above"), "{e}");
 }
+
+/// Host processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<(i32, String)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            text.contains(marker).then_some((pid, text))
+        })
+        .collect()
+}
+
+/// When a pooled command's report returns, no process of the command is
+/// left: not the workload, not a background child, not a double-forked
+/// daemon in a session of its own. Both with the report sent as soon as
+/// hutch init reports the exit (no host upper: the default profile) and
+/// with the report waiting for init's end (a workspace with a host upper).
+#[test]
+fn a_pooled_report_returns_once_every_process_of_the_command_is_gone() {
+    for who in BOTH {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let tools = TempDir::new("warm-tools", As::Root);
+        let ws = TempDir::new("warm-ws", who);
+        let keep = TempDir::new("warm-keep", who);
+        let mut plain = hutch::spec::default_profile();
+        plain.command = vec!["true".into()];
+        let with_upper = workspace_spec(ws.path(), &keep.path().join("c"));
+        for (kind, spec) in [("no upper", plain), ("host upper", with_upper)] {
+            let pool = hutch::Pool::with_binary(spec, 1, binary(who, &tools)).unwrap();
+            for round in 0..5 {
+                // Unique per round: every process of the command carries
+                // it in its command line (a forked shell its script's).
+                let marker = format!("{}{round}", std::process::id());
+                let script = format!(
+                    "setsid sh -c ': > /tmp/up; exec sleep 1000.{marker}' </dev/null >/dev/null 2>&1 &
+                     sleep 1000.{marker} </dev/null >/dev/null 2>&1 &
+                     while [ ! -e /tmp/up ]; do :; done; echo up"
+                );
+                let out = pool
+                    .command(["sh", "-c", script.as_str()])
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.report.success() && out.report.warm,
+                    "{who:?} {kind} #{round}: {:?} {}",
+                    out.report,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                assert_eq!(String::from_utf8_lossy(&out.stdout), "up\n");
+                assert_eq!(
+                    processes_with(&format!("1000.{marker}")),
+                    Vec::new(),
+                    "{who:?} {kind} #{round}: processes of the command outlived its report"
+                );
+            }
+        }
+    }
+}

@@ -32,7 +32,10 @@
 //! 10. Close every fd but the socket and the uppers to count; the init
 //!     seccomp filter (`seccomp/init.json`).
 //! 11. Reap and forward signals until the workload ends; kill what is
-//!     left; count changes; report `Exited`.
+//!     left; count changes; report `Exited`. A warm sandbox whose claim
+//!     says `linger` (its report goes out on `Exited`) then waits until
+//!     the supervisor closes the socket, and only then ends (its
+//!     namespaces torn down off the report's path).
 //!
 //! With `Spec::init = none` (`ChildPlan::exec_in_place`) steps 9 to 11
 //! are replaced right after non-dumpable: hutch init goes through the
@@ -111,6 +114,9 @@ pub(super) struct Running {
     pub forwarded: u64,
     /// pid 1 of the sandbox's own pid namespace.
     pub pid_namespace_init: bool,
+    /// After `Exited`, wait until the supervisor closes the socket (a
+    /// warm sandbox whose report goes out first, `Message::Claim`).
+    pub linger: bool,
 }
 
 /// The sandbox's pid 1. Never returns.
@@ -202,6 +208,7 @@ pub(super) fn init<S: ChildSys>(
         let fds: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         sys.send(sock, &ready, &fds).at(Stage::ProxyDoors)?;
     }
+    let mut linger = false;
     if plan.warm {
         // Everything that does not depend on the command is done: wait for
         // the command that claims this sandbox, then mount what it brings.
@@ -212,6 +219,9 @@ pub(super) fn init<S: ChildSys>(
             .ok_or(Stop::SupervisorGone)?;
         plan.command = claimed.command;
         plan.report_started = claimed.report_started;
+        // Only the pid namespace's own init has killed and reaped every
+        // other process of the sandbox when it reports `Exited`.
+        linger = claimed.linger && plan.pid_namespace_init;
         fs::claim::attach(sys, std::mem::take(&mut built.staged), &plan.op_names).map_err(|e| {
             Stop::Failed(
                 Failure::new(Stage::ClaimMounts, e.err.errno),
@@ -277,6 +287,7 @@ pub(super) fn init<S: ChildSys>(
         uppers: built.tmp_upper_fds,
         forwarded: plan.forwarded_signals,
         pid_namespace_init: plan.pid_namespace_init,
+        linger,
     })
 }
 
@@ -554,6 +565,16 @@ fn init_loop(running: Running, sock: &OwnedFd) -> ! {
         },
         &[],
     );
+    // The supervisor reports first and then closes the socket (or dies):
+    // only then is this sandbox torn down, off the report's path. Nothing
+    // of the command is left to wait for (killed and reaped above).
+    if running.linger {
+        while let Err(message::MessageError::Sys(e)) = message::recv(sock) {
+            if e.errno != Errno::EINTR {
+                break;
+            }
+        }
+    }
     // hutch init ends as its workload did (128+N for signal N), for a
     // parent that reads its status rather than the report (an engine
     // running a created container).

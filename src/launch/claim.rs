@@ -238,6 +238,9 @@ pub struct Claimed {
     pub command: CommandPlan,
     /// Whether to report `Started` (the claim has a status file).
     pub report_started: bool,
+    /// After `Exited`, wait for the supervisor to close the socket before
+    /// ending (see `Message::Claim`).
+    pub linger: bool,
 }
 
 /// Supervisor side: send the claim to hutch init, with the workload's
@@ -247,12 +250,14 @@ pub(super) fn send(
     sock: &impl AsFd,
     command: &WireCommand,
     report_started: bool,
+    linger: bool,
     stdio: [&OwnedFd; 3],
 ) -> Result<(), SysError> {
     let fds = stdio.map(|f| f.as_fd());
     let inline = Message::Claim {
         command: Some(command.clone()),
         report_started,
+        linger,
     };
     let size = serde_json::to_vec(&inline).map_or(usize::MAX, |v| v.len());
     // The envelope adds a few bytes.
@@ -277,6 +282,7 @@ pub(super) fn send(
         &Message::Claim {
             command: None,
             report_started,
+            linger,
         },
         &[a, b, c, file.as_fd()],
     )
@@ -287,6 +293,7 @@ pub(super) fn send(
 pub(super) fn decode(
     command: Option<WireCommand>,
     report_started: bool,
+    linger: bool,
     fds: Vec<OwnedFd>,
     non_default_signals: u64,
 ) -> Result<Claimed, Errno> {
@@ -315,6 +322,7 @@ pub(super) fn decode(
     Ok(Claimed {
         command: command.into_plan([a, b, c], non_default_signals)?,
         report_started,
+        linger,
     })
 }
 
@@ -442,11 +450,12 @@ mod tests {
             let wire = WireCommand::of(&plan);
             let null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
             let stdio = [null(), null(), null()];
-            send(&a, &wire, true, [&stdio[0], &stdio[1], &stdio[2]]).unwrap();
+            send(&a, &wire, true, big, [&stdio[0], &stdio[1], &stdio[2]]).unwrap();
             let Some(message::Incoming::Message(
                 Message::Claim {
                     command,
                     report_started,
+                    linger,
                 },
                 fds,
             )) = message::recv(&b).unwrap()
@@ -454,8 +463,9 @@ mod tests {
                 panic!("not a claim")
             };
             assert_eq!(command.is_none(), big);
-            let claimed = decode(command, report_started, fds, 5).unwrap();
+            let claimed = decode(command, report_started, linger, fds, 5).unwrap();
             assert!(claimed.report_started);
+            assert_eq!(claimed.linger, big);
             assert_eq!(WireCommand::of(&claimed.command), wire);
             assert_eq!(claimed.command.non_default_signals, 5);
             assert!(claimed.command.stdio.fds.iter().all(Option::is_some));
@@ -473,12 +483,13 @@ mod tests {
             umask: None,
         };
         assert!(matches!(
-            decode(Some(wire.clone()), false, vec![null(), null()], 0),
+            decode(Some(wire.clone()), false, false, vec![null(), null()], 0),
             Err(Errno::EPROTO)
         ));
         assert!(matches!(
             decode(
                 Some(wire.clone()),
+                false,
                 false,
                 vec![null(), null(), null(), null()],
                 0
@@ -488,9 +499,9 @@ mod tests {
         let mut nul = wire.clone();
         nul.argv.push("a\0b".into());
         assert!(matches!(
-            decode(Some(nul), false, vec![null(), null(), null()], 0),
+            decode(Some(nul), false, false, vec![null(), null(), null()], 0),
             Err(Errno::EINVAL)
         ));
-        assert!(decode(Some(wire), false, vec![null(), null(), null()], 0).is_ok());
+        assert!(decode(Some(wire), false, false, vec![null(), null(), null()], 0).is_ok());
     }
 }

@@ -688,6 +688,7 @@ pub fn serve() -> i32 {
             None => return 125,
         }
     };
+    let mut lingering = None;
     let result = match request {
         Ok(ToHelper::Run { spec, options }) => supervise::run(&spec, &options, Some(&mut channel)),
         Ok(ToHelper::Warm { spec, lifeline }) => {
@@ -703,7 +704,10 @@ pub fn serve() -> i32 {
                 }
             }
             match serve_warm(&spec, &mut channel) {
-                Some(r) => r,
+                Some((r, l)) => {
+                    lingering = l;
+                    r
+                }
                 // Its owner went away: nobody to answer.
                 None => return 125,
             }
@@ -730,16 +734,24 @@ pub fn serve() -> i32 {
         _ => 125,
     };
     channel.answer(&answer);
+    // The report is out; a warm sandbox's init may still be ending.
+    if let Some(l) = lingering {
+        l.reap();
+    }
     code
 }
 
 /// A warm sandbox: build it, say `Ready`, serve the claim. None when its
-/// owner went away before claiming it.
-fn serve_warm(spec: &Spec, channel: &mut Channel) -> Option<Result<Finished, LaunchError>> {
+/// owner went away before claiming it. With the result, the sandbox's
+/// init when it is still to be reaped (after the answer).
+fn serve_warm(
+    spec: &Spec,
+    channel: &mut Channel,
+) -> Option<(Result<Finished, LaunchError>, Option<warm::Lingering>)> {
     let (warm, pending) = match warm::warm_up(spec, channel) {
         Ok(w) => w,
         Err(WarmError::Gone) => return None,
-        Err(WarmError::Launch(e)) => return Some(Err(e)),
+        Err(WarmError::Launch(e)) => return Some((Err(e), None)),
     };
     channel.answer(&FromHelper::Ready {
         sandbox_id: warm.sandbox_id().to_string(),
@@ -749,7 +761,7 @@ fn serve_warm(spec: &Spec, channel: &mut Channel) -> Option<Result<Finished, Lau
         None => match warm.wait_claim(channel) {
             Ok(w) => w,
             Err(WarmError::Gone) => return None,
-            Err(WarmError::Launch(e)) => return Some(Err(e)),
+            Err(WarmError::Launch(e)) => return Some((Err(e), None)),
         },
     };
     Some(warm.claim(claim, channel))

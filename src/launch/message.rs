@@ -41,10 +41,15 @@ pub enum Message {
     /// Supervisor → sandbox (warm sandboxes): the command that claims the
     /// sandbox. Carries the workload's stdin, stdout and stderr, then,
     /// when `command` is None (it did not fit in a datagram), a memfd
-    /// holding it as JSON. `report_started`: send `Started`.
+    /// holding it as JSON. `report_started`: send `Started`. `linger`:
+    /// after `Exited`, stay (holding the sandbox's namespaces) until the
+    /// supervisor closes the socket, so that its report goes out before
+    /// init's teardown competes with it for a CPU.
     Claim {
         command: Option<super::claim::WireCommand>,
         report_started: bool,
+        #[serde(default)]
+        linger: bool,
     },
     /// Sandbox → supervisor: the sandbox is built and its command found;
     /// hutch init now waits for the start request (a created container).

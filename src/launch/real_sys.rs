@@ -285,11 +285,11 @@ impl ChildSys for RealSys {
                 Message::Claim {
                     command,
                     report_started,
+                    linger,
                 },
                 fds,
-            ))) => {
-                super::claim::decode(command, report_started, fds, non_default_signals).map(Some)
-            }
+            ))) => super::claim::decode(command, report_started, linger, fds, non_default_signals)
+                .map(Some),
             Ok(Some(_)) => Err(Errno::EPROTO),
             Err(super::message::MessageError::Sys(e)) => Err(e.errno),
             Err(_) => Err(Errno::EPROTO),

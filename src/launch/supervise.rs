@@ -28,6 +28,9 @@ use crate::sys::{self, Errno, Forked, SysError};
 /// How long buffered output may still wait for a slow reader once a
 /// forwarded signal or a kill request ended the sandbox.
 const FLUSH_GRACE: Duration = Duration::from_millis(200);
+/// How long a warm command reported on `Exited` runs before its record
+/// is written to the runtime registry (see [`supervise`]).
+const REGISTER_AFTER: Duration = Duration::from_millis(5);
 
 /// A finished sandbox: its report and, when asked, the captured head and
 /// tail of stdout and stderr.
@@ -102,6 +105,7 @@ pub(super) fn run(
             layers_without_idmap,
             namespaces: namespaces.unwrap_or_default(),
             proxy: None,
+            report_on_exit: false,
         };
         supervise(&mut p, spec, opts, &sb, status_file.as_mut(), control, with)
     });
@@ -309,6 +313,9 @@ pub(super) fn keep(
         proxy: None,
         init_done: false,
         sock_open: true,
+        report_on_exit: false,
+        registration: None,
+        register_at: None,
     };
     if let Some((names, fds)) = doors
         && let Err(e) = start_proxy(watch.p, &names, fds, &mut watch.proxy)
@@ -372,6 +379,30 @@ pub(super) struct Supervising {
     pub namespaces: serde_json::Map<String, serde_json::Value>,
     /// The egress proxy, when it was started before the loop.
     pub proxy: Option<crate::net::ProxyHandle>,
+    /// Report as soon as hutch init says the workload exited, without
+    /// waiting for init's own end (its namespaces' teardown): init sends
+    /// `Exited` only after it killed everything else in its pid namespace
+    /// (`kill(-1)`) and reaped it, so no process of the command is left.
+    /// Only for a sandbox whose report needs nothing from init's end
+    /// ([`report_on_exit_allowed`]); the caller reaps init afterwards.
+    pub report_on_exit: bool,
+}
+
+/// Whether a sandbox's report may go out on `Exited`, before its pid 1 is
+/// reaped ([`Supervising::report_on_exit`]): hutch init is the pid
+/// namespace's own init (its `kill(-1)` reaches every process of the
+/// sandbox and nothing else), there is no cgroup leaf (whose counters and
+/// removal are part of the report, and need every process gone), and no
+/// writable overlay with a host upper (an upper must never be mounted by
+/// two overlays at once: the next command may mount the same upper, which
+/// this sandbox's mount namespace holds until init is gone).
+pub(super) fn report_on_exit_allowed(p: &LaunchPlan, spec: &Spec) -> bool {
+    p.child.pid_namespace_init
+        && p.cgroup.as_ref().is_none_or(|c| c.cgroup_dir().is_none())
+        && !spec
+            .fs
+            .iter()
+            .any(|op| matches!(op, crate::spec::FsOp::Overlay { .. }))
 }
 
 /// The poll loop until the sandbox is gone, then the report.
@@ -385,18 +416,20 @@ pub(super) fn supervise(
     with: Supervising,
 ) -> Result<Finished, LaunchError> {
     // In the runtime registry (`hutch ps`, `hutch kill`) until it is gone
-    // (a warm sandbox from its claim on, with the command's Spec).
-    let registered = match p.registry_dir.take() {
-        Some(dir) => {
-            p.registry_path = Some(dir.path().to_path_buf());
-            crate::registry::register_in(dir, &p.sandbox_id, spec, sb.pid, p.cgroup.as_ref())
-        }
-        None => crate::registry::register(&p.sandbox_id, spec, sb.pid, p.cgroup.as_ref()),
+    // (a warm sandbox from its claim on, with the command's Spec). A warm
+    // command reported on `Exited` and named by no status file (nobody
+    // knows its id yet) is recorded once it has run for
+    // [`REGISTER_AFTER`]: a command that ends sooner never was.
+    let defer = with.report_on_exit && opts.status_file.is_none();
+    let (registration, register_at) = if defer {
+        (None, Some(sb.started + REGISTER_AFTER))
+    } else {
+        let r = register(p, spec, sb.pid).map_err(|e| {
+            sb.kill_and_reap();
+            LaunchError::Prepare(e.to_string())
+        })?;
+        (Some(r), None)
     };
-    let _registration = registered.map_err(|e| {
-        sb.kill_and_reap();
-        LaunchError::Prepare(e.to_string())
-    })?;
     let deadline = spec.limits.wall_clock.map(|d| sb.started + d.0);
     let relay = Relay::new(
         std::mem::take(&mut p.relay),
@@ -416,6 +449,9 @@ pub(super) fn supervise(
         proxy: with.proxy,
         init_done: false,
         sock_open: true,
+        report_on_exit: with.report_on_exit,
+        registration,
+        register_at,
     };
     watch.run().inspect_err(|_| sb.kill_and_reap())?;
     let Watch {
@@ -467,6 +503,12 @@ struct Watch<'a, 'c> {
     proxy: Option<crate::net::ProxyHandle>,
     init_done: bool,
     sock_open: bool,
+    /// See [`Supervising::report_on_exit`].
+    report_on_exit: bool,
+    /// The sandbox's record in the runtime registry, removed with it.
+    registration: Option<crate::registry::Registration>,
+    /// When to write the record, if it is not written yet.
+    register_at: Option<Instant>,
 }
 
 /// What a ready fd of the poll set is.
@@ -481,7 +523,39 @@ enum Ready {
     Out(usize),
 }
 
+/// The sandbox's record in the runtime registry: in the directory opened
+/// before a joined user namespace was entered, if one was.
+fn register(
+    p: &mut LaunchPlan,
+    spec: &Spec,
+    init_pid: i32,
+) -> Result<crate::registry::Registration, crate::registry::RegistryError> {
+    match p.registry_dir.take() {
+        Some(dir) => {
+            p.registry_path = Some(dir.path().to_path_buf());
+            crate::registry::register_in(dir, &p.sandbox_id, spec, init_pid, p.cgroup.as_ref())
+        }
+        None => crate::registry::register(&p.sandbox_id, spec, init_pid, p.cgroup.as_ref()),
+    }
+}
+
 impl Watch<'_, '_> {
+    /// Write the sandbox's registry record now (it was deferred); a
+    /// sandbox that cannot be recorded is ended.
+    fn register(&mut self) {
+        self.register_at = None;
+        if self.init_done {
+            return;
+        }
+        match register(self.p, self.spec, self.sb.pid) {
+            Ok(r) => self.registration = Some(r),
+            Err(e) => {
+                self.seen.failed(None, e.to_string());
+                self.sb.kill(self.p);
+            }
+        }
+    }
+
     fn run(&mut self) -> Result<(), LaunchError> {
         loop {
             if self.init_done && !self.sock_open {
@@ -489,14 +563,36 @@ impl Watch<'_, '_> {
                 self.relay.drain();
                 return Ok(());
             }
+            if self.report_on_exit && !self.init_done {
+                if self.seen.facts.wait_status.is_some() {
+                    // `Exited`: init killed and reaped every other process
+                    // of its pid namespace first, so nobody can write to
+                    // the pipes any more. Init waits for this report
+                    // (`linger`) and is reaped after it.
+                    self.relay.drain();
+                    return Ok(());
+                }
+                if !self.sock_open {
+                    // Init's socket broke without `Exited`: it might wait
+                    // for a close that never comes. End it.
+                    self.sb.kill(self.p);
+                }
+            }
             let timing = !self.seen.facts.timed_out && !self.init_done;
-            let timeout = poll_timeout(self.deadline.filter(|_| timing));
+            let wake = match (self.deadline.filter(|_| timing), self.register_at) {
+                (Some(d), Some(r)) => Some(d.min(r)),
+                (d, r) => d.or(r),
+            };
+            let timeout = poll_timeout(wake);
             let buffered = self.control.as_ref().is_some_and(|c| c.buffered());
             let ready = if buffered {
                 vec![Ready::Control]
             } else {
                 self.wait(timeout)?
             };
+            if self.register_at.is_some_and(|at| Instant::now() >= at) {
+                self.register();
+            }
             if ready.is_empty() {
                 if timing && self.deadline.is_some_and(|d| Instant::now() >= d) {
                     self.seen.facts.timed_out = true;

@@ -144,6 +144,7 @@ impl ChildSys for Recorder {
                 controlling_tty: false,
             },
             report_started: true,
+            linger: false,
         }))
     }
     fn set_rlimit(&mut self, resource: libc::c_int, value: u64) -> Result<(), Errno> {

@@ -12,7 +12,7 @@
 //! to hutch init and supervises to the report, which says `warm: true`.
 //! One warm sandbox serves one command: the helper exits after it.
 
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -39,6 +39,37 @@ pub(crate) struct ClaimRequest {
     pub command: ClaimCommand,
     pub options: RunOptions,
     pub stdio: [OwnedFd; 3],
+}
+
+/// hutch init of a sandbox whose report went out when its workload
+/// exited (every other process of its pid namespace killed and reaped),
+/// before init itself ended: reap it once the report is sent.
+/// Dropping it closes the supervisor's last copy of init's socket, which
+/// lets init end; [`Lingering::reap`] then waits for it.
+#[must_use = "a lingering hutch init must be reaped"]
+pub(crate) struct Lingering {
+    pid: libc::pid_t,
+    sock: OwnedFd,
+}
+
+impl Lingering {
+    /// Let hutch init end and wait for it (its namespaces torn down).
+    /// The claimer's stdio (this process's 0/1/2 since the claim) are let
+    /// go first: a claimer reading its pipes to their end is not kept
+    /// waiting for the teardown.
+    pub fn reap(self) {
+        if let Ok(null) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+        {
+            for target in 0..3 {
+                let _ = sys::dup2(null.as_fd(), target);
+            }
+        }
+        drop(self.sock);
+        let _ = sys::raw::waitpid(self.pid, 0);
+    }
 }
 
 /// Why a warm sandbox ends without serving a command.
@@ -238,15 +269,18 @@ impl Warm {
 
     /// Serve the claim: the command part prepared as for a cold launch,
     /// sent to hutch init, then the poll loop and the report.
+    /// The report may go out before hutch init is reaped (see
+    /// [`Supervising::report_on_exit`]): then the [`Lingering`] init is
+    /// returned too, to reap once the report is sent.
     pub fn claim(
         mut self,
         req: Box<ClaimRequest>,
         control: &mut dyn Control,
-    ) -> Result<Finished, LaunchError> {
+    ) -> (Result<Finished, LaunchError>, Option<Lingering>) {
         let refuse = |w: &Warm, e: LaunchError| {
             w.sb.kill(&w.p);
             let _ = sys::raw::waitpid(w.sb.pid, 0);
-            Err(e)
+            (Err(e), None)
         };
         let ClaimRequest {
             shape,
@@ -312,10 +346,22 @@ impl Warm {
             Err(e) => return refuse(&self, e),
         };
         let wire = WireCommand::of(&cmd);
+        let report_on_exit = supervise::report_on_exit_allowed(&self.p, &spec);
+        // Kept open until the report is out: hutch init waits for its close
+        // before it ends (`linger`).
+        let lingering = match report_on_exit.then(|| sys::dup_fd(self.sb.sock.as_raw_fd())) {
+            None => None,
+            Some(Ok(sock)) => Some(Lingering {
+                pid: self.sb.pid,
+                sock,
+            }),
+            Some(Err(e)) => return refuse(&self, e.into()),
+        };
         if let Err(e) = claim::send(
             &self.sb.sock,
             &wire,
             options.status_file.is_some(),
+            report_on_exit,
             [&fds[0], &fds[1], &fds[2]],
         ) {
             return refuse(&self, e.into());
@@ -328,8 +374,9 @@ impl Warm {
             layers_without_idmap: std::mem::take(&mut self.layers_without_idmap),
             namespaces: std::mem::take(&mut self.namespaces),
             proxy,
+            report_on_exit,
         };
-        supervise::supervise(
+        let finished = supervise::supervise(
             &mut self.p,
             &spec,
             &options,
@@ -337,7 +384,10 @@ impl Warm {
             status_file.as_mut(),
             Some(control),
             with,
-        )
+        );
+        // hutch init waits for the report to go out before it ends (its
+        // namespaces torn down); reaped after.
+        (finished, lingering)
     }
 
     /// Network mode `proxy`: serve the doors the sandbox made, with this
