@@ -932,11 +932,12 @@ fn pidns_joined_and_nested_behave_alike() {
 }
 
 /// `--userns FD` (the command in a user namespace its caller made, here
-/// one where the caller is root): ids, the user namespace it is in and
-/// the exit status, as bubblewrap's, for an unprivileged caller (the
-/// launcher must keep using the caller's runtime directory after joining
-/// a namespace where it is uid 0) and for root.
-fn userns_joined(who: As) {
+/// one where the caller is root) and `--userns2 FD` (a user namespace
+/// inside that one, entered after setup): ids, the user namespace the
+/// command is in and the exit status, as bubblewrap's, for an
+/// unprivileged caller (the launcher must keep using the caller's runtime
+/// directory after joining a namespace where it is uid 0) and for root.
+fn userns_joined(who: As, second: bool) {
     require!(ready(who).is_ok(), ready(who).unwrap_err());
     let as_who = |program: &str| {
         let mut c = if who.drops_to_nobody() {
@@ -949,31 +950,34 @@ fn userns_joined(who: As) {
         c.env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin");
         c
     };
-    // The holder prints its user namespace once it is in it: readiness.
+    // The holder (in namespace A) and, in it, the inner holder (in B, a
+    // child of A) print their pids and B once they are there: readiness.
+    let inner = "echo $$; readlink /proc/self/ns/user; exec sleep 600";
     let mut holder = as_who("unshare")
-        .args([
-            "--user",
-            "--map-root-user",
-            "sh",
-            "-c",
-            "readlink /proc/self/ns/user; exec sleep 600",
-        ])
+        .args(["--user", "--map-root-user", "sh", "-c"])
+        .arg(format!(
+            "echo $$; unshare --user --map-root-user sh -c '{inner}'"
+        ))
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let ns = format!("/proc/{}/ns/user", holder.id());
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(holder.stdout.take().unwrap()));
+    let mut next = || lines.next().unwrap().unwrap();
+    let (outer_pid, inner_pid, inner_ns) = (next(), next(), next());
+    let outer_ns = std::fs::read_link(format!("/proc/{outer_pid}/ns/user")).unwrap();
     let probe = "id -u; id -g; readlink /proc/self/ns/user; exit 3";
     let seen = |program: &Path| {
+        let mut redirs = format!("5</proc/{outer_pid}/ns/user");
+        let mut argv = vec!["--userns", "5"];
+        if second {
+            redirs.push_str(&format!(" 6</proc/{inner_pid}/ns/user"));
+            argv.extend(["--userns2", "6"]);
+        }
         let out = as_who("sh")
-            .args(["-c", &format!("exec \"$@\" 5<{ns}"), "sh"])
+            .args(["-c", &format!("exec \"$@\" {redirs}"), "sh"])
             .arg(program)
-            .args(["--userns", "5", "--ro-bind", "/", "/", "--proc", "/proc"])
+            .args(argv)
+            .args(["--ro-bind", "/", "/", "--proc", "/proc"])
             .args(["--unshare-pid", "--", "sh", "-c", probe])
             .output()
             .unwrap();
@@ -984,23 +988,35 @@ fn userns_joined(who: As) {
         )
     };
     let (b, h) = (seen(&bwrap()), seen(&hutch_bwrap()));
+    let _ = std::process::Command::new("kill").arg(&inner_pid).status();
     let _ = holder.kill();
     let _ = holder.wait();
     assert_eq!(b.0, Some(3), "bwrap: {}", b.2);
-    assert_eq!(
-        b.1,
-        format!("0\n0\n{line}"),
-        "bwrap joins the holder's namespace"
-    );
+    if second {
+        assert_eq!(b.1, format!("0\n0\n{inner_ns}\n"), "bwrap enters B");
+    } else {
+        let outer_ns = outer_ns.display();
+        assert_eq!(b.1, format!("0\n0\n{outer_ns}\n"), "bwrap stays in A");
+    }
     assert_eq!((b.0, &b.1), (h.0, &h.1), "hutch-bwrap: {}", h.2);
 }
 
 #[test]
 fn userns_joined_behaves_alike_as_root() {
-    userns_joined(As::Root);
+    userns_joined(As::Root, false);
 }
 
 #[test]
 fn userns_joined_behaves_alike_as_nobody() {
-    userns_joined(As::Nobody);
+    userns_joined(As::Nobody, false);
+}
+
+#[test]
+fn userns2_entered_after_setup_behaves_alike_as_root() {
+    userns_joined(As::Root, true);
+}
+
+#[test]
+fn userns2_entered_after_setup_behaves_alike_as_nobody() {
+    userns_joined(As::Nobody, true);
 }

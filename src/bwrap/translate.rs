@@ -209,12 +209,6 @@ pub fn translate(
             "the discarded upper's changes are counted by hutch init, which --as-pid-1 replaces by the command",
         ));
     }
-    if p.userns2_fd.is_some() {
-        return Err(unsupported(
-            "--userns2",
-            "the workload does not enter a second user namespace between setup and exec (its ids, capabilities and confinement are computed for one)",
-        ));
-    }
     // bubblewrap's root tmpfs stays writable.
     let mut spec = Spec {
         root_readonly: false,
@@ -245,6 +239,11 @@ pub fn translate(
     }
     if let Some(fd) = p.pidns_fd {
         ns.join.pid = Some(NamespaceRef::fd(fd));
+    }
+    // Entered by hutch init once the sandbox is built, as bubblewrap's
+    // child does after its pivot_root.
+    if let Some(fd) = p.userns2_fd {
+        ns.join.user_after_setup = Some(NamespaceRef::fd(fd));
     }
     spec.network = if p.unshare_net {
         Network::None
@@ -955,13 +954,11 @@ mod tests {
             e.starts_with("--as-pid-1 with --tmp-overlay is not supported by hutch-bwrap"),
             "{e}"
         );
-        let e = t(0, &["--userns", "0", "--userns2", "0", "true"])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.starts_with("--userns2 is not supported by hutch-bwrap: "),
-            "{e}"
-        );
+        // --userns2: entered after setup.
+        let s = t(0, &["--userns", "0", "--userns2", "1", "true"]).unwrap();
+        assert_eq!(s.namespaces.join.user.as_ref().and_then(|r| r.fd), Some(0));
+        let after = s.namespaces.join.user_after_setup.as_ref();
+        assert_eq!(after.and_then(|r| r.fd), Some(1));
         // --pidns with --unshare-pid: a pid namespace nested in the joined one.
         let s = t(0, &["--pidns", "0", "--unshare-pid", "true"]).unwrap();
         assert!(s.namespaces.pid && s.namespaces.join.pid.is_some());

@@ -25,7 +25,10 @@
 //!     A warm sandbox stops here: it reports `Ready`, waits for the
 //!     `Claim` that brings the command and its stdio, and mounts the
 //!     writable overlays staged in step 6 (`fs::claim`).
-//!  8. rlimits (RLIMIT_CORE = 0).
+//!  8. rlimits (RLIMIT_CORE = 0); the terminal for a console socket;
+//!     `namespaces.join.user_after_setup` entered (bubblewrap's
+//!     `--userns2`: nothing after this needs a capability over the
+//!     sandbox's mounts), PDEATHSIG again.
 //!  9. Non-dumpable; signals blocked; start the workload (vfork-style: it
 //!     shares init's memory until its execve, so init waits until then);
 //!     report `Started` (when a status file wants the start event).
@@ -140,7 +143,13 @@ pub(super) fn init<S: ChildSys>(
     let stdio = &plan.command.stdio.fds;
     let mut keep = vec![sock];
     keep.extend(stdio.iter().flatten().map(|fd| fd.as_fd()));
-    keep.extend(plan.console.iter().chain(&plan.hold).map(|fd| fd.as_fd()));
+    keep.extend(
+        plan.console
+            .iter()
+            .chain(&plan.hold)
+            .chain(&plan.userns_after_setup)
+            .map(|fd| fd.as_fd()),
+    );
     if !plan.detached {
         sys.set_parent_death_signal().at(Stage::ParentDeathSignal)?;
     }
@@ -238,6 +247,7 @@ pub(super) fn init<S: ChildSys>(
             .map_err(|e| Failure::new(Stage::Rlimits, e).at(plan.rlimits.len() + i))?;
     }
     super::steps::hand_terminal(sys, plan)?;
+    super::steps::enter_user_namespace_after_setup(sys, plan, sock)?;
     sys.set_dumpable(false).at(Stage::NonDumpable)?;
     if plan.exec_in_place {
         return Err(exec_in_place(sys, plan, sock, built));

@@ -45,6 +45,8 @@ pub trait ChildSys: FsSys {
     /// `user.max_user_namespaces = 0` in the sandbox's user namespace.
     fn lock_user_namespaces(&mut self) -> Result<(), Errno>;
     fn set_hostname(&mut self, name: &[u8]) -> Result<(), Errno>;
+    /// setns(fd, CLONE_NEWUSER): enter a (descendant) user namespace.
+    fn enter_user_namespace(&mut self, fd: BorrowedFd<'_>) -> Result<(), Errno>;
     fn loopback_up(&mut self) -> Result<(), Errno>;
     /// The egress proxy's TCP door, listening in this network namespace.
     fn tcp_door(&mut self) -> Result<OwnedFd, Errno>;

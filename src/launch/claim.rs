@@ -142,6 +142,12 @@ pub fn warmable(spec: &Spec) -> Result<(), SpecError> {
             "a warm sandbox's hutch init waits for the claim and starts its command; init = \"none\" (the command as pid 1) needs a cold launch",
         ));
     }
+    if spec.namespaces.join.user_after_setup.is_some() {
+        return Err(SpecError::new(
+            "namespaces.join.user_after_setup",
+            "a warm sandbox is served from a pool of one user namespace; entering another after setup needs a cold launch",
+        ));
+    }
     if !spec.new_session {
         return Err(SpecError::new(
             "new_session",

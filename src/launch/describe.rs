@@ -103,6 +103,13 @@ pub(super) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
             "open(\"/dev/ptmx\") and sendmsg(SCM_RIGHTS) to the console socket".into(),
             Some("the root needs a devpts at /dev/pts and /dev/ptmx pointing at pts/ptmx"),
         ),
+        Stage::UserNamespaceAfterSetup => (
+            f.stage.what().into(),
+            "setns(CLONE_NEWUSER)".into(),
+            Some(
+                "it must be a user namespace that descends from the one the sandbox was built in (bubblewrap's --userns2 needs --userns)",
+            ),
+        ),
         Stage::Hold => (
             f.stage.what().into(),
             "accept() on the start socket".into(),

@@ -27,7 +27,7 @@ fn nstype(kind: &str) -> libc::c_int {
     }
 }
 
-fn open(kind: &str, r: &NamespaceRef) -> Result<OwnedFd, LaunchError> {
+pub(super) fn open(kind: &str, r: &NamespaceRef) -> Result<OwnedFd, LaunchError> {
     let at = format!("namespaces.join.{kind}");
     if let Some(path) = &r.path {
         return std::fs::File::open(path).map(OwnedFd::from).map_err(|e| {

@@ -210,6 +210,9 @@ pub struct ChildPlan {
     /// master here (SCM_RIGHTS), and give its other end to the workload
     /// as stdio and controlling terminal.
     pub console: Option<OwnedFd>,
+    /// `namespaces.join.user_after_setup`, opened: hutch init enters it
+    /// right before the workload starts.
+    pub userns_after_setup: Option<OwnedFd>,
     /// A listening SOCK_SEQPACKET socket: once the sandbox is built, report
     /// `Held` and wait for a connection (the start request) before
     /// starting the workload.
@@ -453,6 +456,10 @@ pub(super) fn prepare_sandbox(
         rlimits_soft: rlimits_soft(spec),
         forwarded_signals: signal_mask(&super::child::FORWARDED),
         console: None,
+        userns_after_setup: match &spec.namespaces.join.user_after_setup {
+            Some(r) => Some(super::join::open("user_after_setup", r)?),
+            None => None,
+        },
         hold: None,
         inherited_fds: inherited_fds(spec)?,
         new_session: spec.new_session,

@@ -262,6 +262,10 @@ impl ChildSys for RealSys {
         raw::sethostname(name)
     }
 
+    fn enter_user_namespace(&mut self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
+        raw::setns(fd, libc::CLONE_NEWUSER)
+    }
+
     fn loopback_up(&mut self) -> Result<(), Errno> {
         raw::set_interface_up(c"lo")
     }

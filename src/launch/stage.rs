@@ -38,6 +38,8 @@ pub enum Stage {
     ClaimMounts,
     Rlimits,
     Terminal,
+    /// `namespaces.join.user_after_setup`: entering it.
+    UserNamespaceAfterSetup,
     NonDumpable,
     BlockSignals,
     Hold,
@@ -64,7 +66,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    const ALL: [Stage; 42] = [
+    const ALL: [Stage; 43] = [
         Stage::ParentDeathSignal,
         Stage::CloseInheritedFds,
         Stage::InitSession,
@@ -85,6 +87,7 @@ impl Stage {
         Stage::ClaimMounts,
         Stage::Rlimits,
         Stage::Terminal,
+        Stage::UserNamespaceAfterSetup,
         Stage::NonDumpable,
         Stage::BlockSignals,
         Stage::Hold,
@@ -142,6 +145,9 @@ impl Stage {
             Stage::Claim => "receiving the command that claims the warm sandbox",
             Stage::ClaimMounts => "mounting the workspace for the claim",
             Stage::Rlimits => "setting resource limits",
+            Stage::UserNamespaceAfterSetup => {
+                "entering the user namespace of namespaces.join.user_after_setup"
+            }
             Stage::NonDumpable => "making hutch init non-dumpable",
             Stage::BlockSignals => "blocking signals",
             Stage::StartWorkload => "starting the workload",

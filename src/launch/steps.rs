@@ -37,6 +37,32 @@ pub(super) fn hand_terminal<S: ChildSys>(sys: &mut S, plan: &ChildPlan) -> Resul
     Ok(())
 }
 
+/// `namespaces.join.user_after_setup`: hutch init enters that user
+/// namespace once the sandbox is built, so the workload (and, with
+/// `init = "none"`, the command) starts in it; the fd is closed after.
+/// Entering a namespace is a credential change: the parent-death signal
+/// is set again and the supervisor checked alive.
+pub(super) fn enter_user_namespace_after_setup<S: ChildSys>(
+    sys: &mut S,
+    plan: &mut ChildPlan,
+    sock: BorrowedFd<'_>,
+) -> Result<(), Stop> {
+    let Some(fd) = plan.userns_after_setup.take() else {
+        return Ok(());
+    };
+    sys.enter_user_namespace(fd.as_fd())
+        .at(Stage::UserNamespaceAfterSetup)?;
+    drop(fd);
+    if !plan.detached {
+        sys.set_parent_death_signal()
+            .at(Stage::UserNamespaceAfterSetup)?;
+    }
+    if !sys.supervisor_alive(sock) {
+        return Err(Stop::SupervisorGone);
+    }
+    Ok(())
+}
+
 /// A created container: make sure its command exists in the new root,
 /// report `Held`, wait for the start request. The connection it came on
 /// is returned: the workload reports an exec failure there and hutch

@@ -106,6 +106,10 @@ impl ChildSys for Recorder {
         self.note(format!("sethostname {}", String::from_utf8_lossy(name)));
         Ok(())
     }
+    fn enter_user_namespace(&mut self, _fd: BorrowedFd<'_>) -> Result<(), Errno> {
+        self.note("setns user".into());
+        Ok(())
+    }
     fn loopback_up(&mut self) -> Result<(), Errno> {
         self.note("lo up".into());
         Ok(())
@@ -364,6 +368,7 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         rlimits_soft: Vec::new(),
         forwarded_signals: super::prepare::signal_mask(&child::FORWARDED),
         console: None,
+        userns_after_setup: None,
         hold: None,
         inherited_fds: Vec::new(),
         new_session: true,
@@ -1040,4 +1045,36 @@ fn exec_in_place_runs_the_workload_steps_in_init() {
             rec.calls
         );
     }
+}
+
+/// `namespaces.join.user_after_setup`: hutch init keeps the fd through its
+/// first close, enters the namespace once the root is built (after the
+/// last mount, before non-dumpable and the workload), sets the
+/// parent-death signal again, checks the supervisor, and the workload
+/// starts after.
+#[test]
+fn a_user_namespace_after_setup_is_entered_last_before_the_workload() {
+    let spec = test_spec();
+    let mut plan = plan_for(&spec, false, 0);
+    let (ns, _other) = crate::sys::socket::seqpacket_pair().unwrap();
+    plan.userns_after_setup = Some(ns);
+    let mut rec = Recorder::default();
+    let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
+    if let Err(Stop::Failed(f, text)) = child::init(&mut rec, &mut plan, sock.as_fd()) {
+        panic!("{f:?} {text:?}");
+    }
+    assert!(plan.userns_after_setup.is_none(), "the fd is closed after");
+    let calls = &rec.calls;
+    let setns = pos_of(calls, "child setns user");
+    let pivot = pos_of(calls, "pivot_root");
+    assert!(pivot < setns, "{calls:#?}");
+    assert_eq!(calls[setns + 1], "child pdeathsig", "{calls:#?}");
+    assert_eq!(calls[setns + 2], "child supervisor alive", "{calls:#?}");
+    assert!(setns < pos_of(calls, "child dumpable false"), "{calls:#?}");
+    assert!(setns < pos_of(calls, "child start workload"), "{calls:#?}");
+    // Without it, no setns.
+    let mut plan = plan_for(&spec, false, 0);
+    let mut rec = Recorder::default();
+    let _ = child::init(&mut rec, &mut plan, sock.as_fd());
+    assert!(!rec.calls.iter().any(|c| c.ends_with("setns user")));
 }

@@ -556,6 +556,14 @@ pub struct NamespaceJoins {
     pub net: Option<NamespaceRef>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<NamespaceRef>,
+    /// A user namespace hutch init enters once the sandbox is built (its
+    /// root, hostname, network), right before the workload starts, so the
+    /// command runs in it (bubblewrap's `--userns2`). It must be a
+    /// descendant of the user namespace the sandbox was built in (the
+    /// joined `user`, typically); the workload's capabilities are then
+    /// dropped in it as usual. Not part of [`NamespaceJoins::iter`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_after_setup: Option<NamespaceRef>,
 }
 
 impl NamespaceJoins {

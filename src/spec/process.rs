@@ -47,25 +47,34 @@ pub(super) fn validate_namespaces(spec: &Spec) -> Result<(), SpecError> {
                 format!("joins an existing {kind} namespace, so namespaces.{kind} must be false"),
             ));
         }
-        match (&r.path, r.fd) {
-            (Some(p), None) => {
-                if !p.is_absolute() {
-                    return Err(SpecError::new(
-                        format!("{at}.path"),
-                        format!("{} is not an absolute path", p.display()),
-                    ));
-                }
-            }
-            (None, Some(fd)) if fd >= 0 => {}
-            (None, Some(_)) => {
+        validate_ref(&at, r)?;
+    }
+    if let Some(r) = &ns.join.user_after_setup {
+        validate_ref("namespaces.join.user_after_setup", r)?;
+    }
+    Ok(())
+}
+
+/// A namespace reference: exactly one of an absolute path and an fd.
+fn validate_ref(at: &str, r: &crate::spec::NamespaceRef) -> Result<(), SpecError> {
+    match (&r.path, r.fd) {
+        (Some(p), None) => {
+            if !p.is_absolute() {
                 return Err(SpecError::new(
-                    format!("{at}.fd"),
-                    "must be an open file descriptor (0 or above)",
+                    format!("{at}.path"),
+                    format!("{} is not an absolute path", p.display()),
                 ));
             }
-            _ => {
-                return Err(SpecError::new(at, "give exactly one of `path` and `fd`"));
-            }
+        }
+        (None, Some(fd)) if fd >= 0 => {}
+        (None, Some(_)) => {
+            return Err(SpecError::new(
+                format!("{at}.fd"),
+                "must be an open file descriptor (0 or above)",
+            ));
+        }
+        _ => {
+            return Err(SpecError::new(at, "give exactly one of `path` and `fd`"));
         }
     }
     Ok(())
