@@ -875,23 +875,42 @@ fn session_and_terminal_match_bubblewrap_as_nobody() {
 /// `--pidns FD` alone (the command in the joined pid namespace) and with
 /// `--unshare-pid` (a pid namespace of its own nested in the joined one):
 /// the number of pid namespace levels the command has (seen through the
-/// host's procfs), its pid and its exit status, as bubblewrap's. Root
-/// only: joining another user's pid namespace needs its capabilities
-/// (as uid 65534 that is `--userns` too, which hutch-bwrap does not run
-/// unprivileged: docs/bwrap.md).
-#[test]
-fn pidns_joined_and_nested_behave_alike() {
-    require!(ready(As::Root).is_ok(), ready(As::Root).unwrap_err());
-    let mut holder = std::process::Command::new("unshare")
+/// host's procfs), its pid and its exit status, as bubblewrap's. As uid
+/// 65534 the holder's user namespace is joined too (`--userns`): joining
+/// a pid namespace needs the capabilities of the user namespace owning it.
+fn pidns_joined(who: As) {
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    let nobody = who.drops_to_nobody();
+    let as_who = |program: &str| {
+        let mut c = if nobody {
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", program]);
+            c
+        } else {
+            std::process::Command::new(program)
+        };
+        c.env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin");
+        c
+    };
+    let mut holder = as_who("unshare");
+    if nobody {
+        holder.args(["--user", "--map-root-user"]);
+    }
+    let mut holder = holder
         .args(["--pid", "--fork", "--kill-child", "sleep", "600"])
         .spawn()
         .unwrap();
     let ns = format!("/proc/{}/ns/pid_for_children", holder.id());
+    let userns = format!("/proc/{}/ns/user", holder.id());
     let own = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let own_user = std::fs::read_link("/proc/self/ns/user").unwrap();
     common::wait_until(
         std::time::Duration::from_secs(20),
-        "the holder's pid namespace",
-        || std::fs::read_link(&ns).is_ok_and(|l| l != own),
+        "the holder's namespaces",
+        || {
+            std::fs::read_link(&ns).is_ok_and(|l| l != own)
+                && (!nobody || std::fs::read_link(&userns).is_ok_and(|l| l != own_user))
+        },
     );
     // The pid only in a new namespace (the joined one's numbers depend
     // on what ran in it before).
@@ -900,11 +919,14 @@ fn pidns_joined_and_nested_behave_alike() {
     for extra in [&[][..], &["--unshare-pid"]] {
         let seen = |program: &Path| {
             let mut argv = vec![program.display().to_string()];
+            if nobody {
+                argv.extend(["--userns", "6"].map(String::from));
+            }
             argv.extend(["--ro-bind", "/", "/", "--pidns", "5"].map(String::from));
             argv.extend(extra.iter().map(|s| s.to_string()));
             argv.extend(["--", "sh", "-c", probe].map(String::from));
-            let out = std::process::Command::new("sh")
-                .args(["-c", &format!("exec \"$@\" 5<{ns}"), "sh"])
+            let out = as_who("sh")
+                .args(["-c", &format!("exec \"$@\" 5<{ns} 6<{userns}"), "sh"])
                 .args(&argv)
                 .env("HT_NEW", if extra.is_empty() { "" } else { "1" })
                 .output()
@@ -929,6 +951,16 @@ fn pidns_joined_and_nested_behave_alike() {
         assert_eq!(b.1, want, "{extra:?}");
         assert_eq!((b.0, &b.1), (h.0, &h.1), "{extra:?} hutch-bwrap: {}", h.2);
     }
+}
+
+#[test]
+fn pidns_joined_and_nested_behave_alike() {
+    pidns_joined(As::Root);
+}
+
+#[test]
+fn pidns_joined_and_nested_behave_alike_as_nobody() {
+    pidns_joined(As::Nobody);
 }
 
 /// `--userns FD` (the command in a user namespace its caller made, here
