@@ -530,13 +530,14 @@ fn register(
     spec: &Spec,
     init_pid: i32,
 ) -> Result<crate::registry::Registration, crate::registry::RegistryError> {
-    match p.registry_dir.take() {
+    let dir = match p.registry_dir.take() {
         Some(dir) => {
             p.registry_path = Some(dir.path().to_path_buf());
-            crate::registry::register_in(dir, &p.sandbox_id, spec, init_pid, p.cgroup.as_ref())
+            dir
         }
-        None => crate::registry::register(&p.sandbox_id, spec, init_pid, p.cgroup.as_ref()),
-    }
+        None => crate::registry::open_runtime_dir()?,
+    };
+    crate::registry::register_in(dir, &p.sandbox_id, spec, init_pid, p.cgroup.as_ref())
 }
 
 impl Watch<'_, '_> {

@@ -240,14 +240,7 @@ pub fn register(
     init_pid: i32,
     cgroup: Option<&crate::cgroup::Leaf>,
 ) -> Result<Registration, RegistryError> {
-    let record = Record::new(
-        sandbox_id,
-        spec,
-        init_pid,
-        cgroup.and_then(|c| c.cgroup_dir()),
-    )
-    .ok_or_else(|| RegistryError::NoSandbox(sandbox_id.to_string()))?;
-    Registration::create(&record)
+    register_in(open_runtime_dir()?, sandbox_id, spec, init_pid, cgroup)
 }
 
 /// The caller's runtime directory, opened (and its owner checked) ahead
