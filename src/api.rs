@@ -730,6 +730,7 @@ impl PoolCommand<'_> {
                 self.command.clone(),
                 &options,
                 [fds[0].as_fd(), fds[1].as_fd(), fds[2].as_fd()],
+                None,
             );
             if claimed.is_ok() {
                 return Ok(Child {

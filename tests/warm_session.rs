@@ -75,10 +75,24 @@ touch /tmp/left-behind
 setsid sleep 1000 < /dev/null > /dev/null 2>&1 &
 echo line >> log"#;
 
+/// The sandbox whose `start` event is first in `status` still exists:
+/// its pid 1 lives, in the mount namespace the event names.
+fn sandbox_alive(status: &Path) -> bool {
+    let start = common::wait_for_event(status, "start", Duration::from_secs(5));
+    let pid = start["pid"].as_i64().unwrap();
+    let mnt = start["namespaces"]["mnt"].as_u64().unwrap();
+    alive(pid as i32)
+        && std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
+            .is_ok_and(|l| l.to_string_lossy() == format!("mnt:[{mnt}]"))
+}
+
 /// 200 commands through the warm server: each warm, in a fresh pid
 /// namespace with nothing left by the previous one, with a fresh /tmp
 /// and a fresh execve, and the workspace carried over exactly as without
-/// a server.
+/// a server. A report may come back while the sandbox's overlay is still
+/// being torn down, but only while the session's upper lock is held for
+/// it (the next command waits for it): the workspace is never mounted by
+/// two overlays at once.
 #[test]
 fn two_hundred_session_commands_run_warm_and_share_only_the_workspace() -> Result<()> {
     for unprivileged in BOTH {
@@ -89,6 +103,7 @@ fn two_hundred_session_commands_run_warm_and_share_only_the_workspace() -> Resul
         let status = t.0.join("status");
         let status_arg = status.to_str().unwrap();
         let mut stacks = std::collections::BTreeSet::new();
+        let mut ending = 0;
         const N: usize = 200;
         for i in 0..N {
             let out = ok(&hutch(
@@ -105,8 +120,25 @@ fn two_hundred_session_commands_run_warm_and_share_only_the_workspace() -> Resul
                 ],
                 unprivileged,
             ))?;
+            // Read in this order, a lock no longer held means the
+            // sandbox was gone first (its supervisor lets go after).
+            let (held, _) = flocks_on(&state.join(&id).join("upper.lock"));
+            if held == 0 {
+                assert!(
+                    !sandbox_alive(&status),
+                    "#{i}: the sandbox outlived the upper lock"
+                );
+            } else {
+                ending += 1;
+            }
             let r = report(&status);
             assert_eq!(r["warm"], true, "#{i} ({unprivileged}): {r}");
+            // The session's upper holds every command's changes: the
+            // report does not count them (that would cost O(all of them)).
+            assert!(
+                r["changes"].as_array().is_none_or(|c| c.is_empty()),
+                "#{i}: {r}"
+            );
             let line = |key: &str| -> String {
                 out.lines()
                     .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' ')))
@@ -121,8 +153,12 @@ fn two_hundred_session_commands_run_warm_and_share_only_the_workspace() -> Resul
             stacks.insert(line("stack"));
         }
         assert_eq!(stacks.len(), N, "ASLR bases repeat");
+        println!("{ending} of {N} reports came back before their sandbox's end ({unprivileged})");
         let log = ok(&hutch(&state, &["read", &id, "log"], unprivileged))?;
         assert_eq!(log.lines().count(), N);
+        let show: serde_json::Value =
+            serde_json::from_str(&ok(&hutch(&state, &["--json", "show", &id], unprivileged))?)?;
+        assert_eq!(show["result"]["commands_run"], N as u64, "{show}");
         ok(&hutch(&state, &["close", &id], unprivileged))?;
         // close stops the server and every sandbox with it.
         assert_eq!(server_of(&id), Vec::<i32>::new());
@@ -266,6 +302,53 @@ fn the_idle_timeout_stops_the_server() -> Result<()> {
         wait_until(Duration::from_secs(10), "its sandbox to end", || {
             helpers.iter().all(|p| !alive(*p))
         });
+        ok(&hutch(&state, &["close", &id], unprivileged))?;
+    }
+    Ok(())
+}
+
+/// While the session's upper lock is held (by the supervisor of a warm
+/// command whose report is out and whose sandbox is still ending), the
+/// next operation on the session's upper waits for it, and goes on once
+/// it is let go.
+#[test]
+fn the_next_operation_waits_for_the_last_sandbox_to_end() -> Result<()> {
+    use std::os::fd::AsRawFd;
+    for unprivileged in BOTH {
+        crate::require!(can_run(unprivileged), "cannot sandbox here");
+        let t = Tmp::new("warm-upper-lock");
+        let (state, id) = setup(&t, unprivileged, &["--warm", "1"])?;
+        ok(&hutch(
+            &state,
+            &["run", &id, "--", "sh", "-c", "echo a > a"],
+            unprivileged,
+        ))?;
+        let lock_path = state.join(&id).join("upper.lock");
+        for op in [&["run", &id, "--", "cat", "a"][..], &["diff", &id][..]] {
+            // Held as an ending sandbox's supervisor holds it.
+            let lock = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&lock_path)?;
+            // SAFETY: flock on an fd this test owns.
+            assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+            let mut child = hutch_command(&state, op, unprivileged)
+                .stdout(std::process::Stdio::piped())
+                .spawn()?;
+            wait_until(
+                Duration::from_secs(30),
+                "the operation to wait for the lock",
+                || flocks_on(&lock_path).1 == 1,
+            );
+            assert!(child.try_wait()?.is_none(), "{op:?} went on under the lock");
+            drop(lock);
+            let out = child.wait_with_output()?;
+            assert!(out.status.success(), "{op:?}: {out:?}");
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains('a'),
+                "{op:?}: {out:?}"
+            );
+        }
         ok(&hutch(&state, &["close", &id], unprivileged))?;
     }
     Ok(())

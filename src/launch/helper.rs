@@ -49,7 +49,7 @@ pub const CONTROL_FD: i32 = 3;
 /// A warm sandbox's lifeline (see [`ToHelper::Warm`]).
 pub const LIFELINE_FD: i32 = 4;
 /// Bumped whenever a frame changes shape.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest frame either side accepts (a Spec can carry file contents).
 pub const MAX_FRAME: usize = 64 << 20;
 /// How long [`HelperChild::kill`] waits for the helper to say it is
@@ -75,11 +75,17 @@ pub enum ToHelper {
     /// Run this command in the warm sandbox. The frame carries the
     /// workload's stdin, stdout and stderr. `shape`: the
     /// [`super::claim::shape_digest`] the command was made for; any other
-    /// is refused.
+    /// is refused. `upper_lock`: a fourth fd follows, a lock the claimer
+    /// holds and that everyone else who mounts the sandbox's host uppers
+    /// takes first (a session's `upper.lock`); the helper keeps it until
+    /// hutch init is reaped, so the report may go out before the overlay
+    /// is gone ([`super::supervise::report_on_exit_allowed`]).
     Claim {
         shape: String,
         command: Box<ClaimCommand>,
         options: RunOptions,
+        #[serde(default)]
+        upper_lock: bool,
     },
     Kill,
     /// Forward this signal to the sandbox (as a supervisor forwards the
@@ -406,20 +412,23 @@ impl Link {
 
     /// Claim the warm sandbox: `shape` is the claim's
     /// [`super::claim::shape_digest`], `stdio` the workload's stdin,
-    /// stdout and stderr.
+    /// stdout and stderr; `upper_lock` see [`ToHelper::Claim`].
     pub fn claim(
         &mut self,
         shape: &str,
         command: ClaimCommand,
         options: &RunOptions,
         stdio: [BorrowedFd<'_>; 3],
+        upper_lock: Option<BorrowedFd<'_>>,
     ) -> Result<(), LaunchError> {
         let msg = ToHelper::Claim {
             shape: shape.to_string(),
             command: Box::new(command),
             options: options.clone(),
+            upper_lock: upper_lock.is_some(),
         };
-        self.send(&msg, &stdio)
+        let fds: Vec<BorrowedFd<'_>> = stdio.into_iter().chain(upper_lock).collect();
+        self.send(&msg, &fds)
             .map_err(|e| self.protocol_error(format!("sending the claim: {e}")))
     }
 
@@ -627,16 +636,23 @@ impl Control for Channel {
                 shape,
                 command,
                 options,
+                upper_lock,
             })) => {
                 let fds = &mut self.frames.fds;
-                match (fds.pop_front(), fds.pop_front(), fds.pop_front()) {
-                    (Some(a), Some(b), Some(c)) => ControlRequest::Claim(Box::new(ClaimRequest {
-                        shape,
-                        command: *command,
-                        options,
-                        stdio: [a, b, c],
-                    })),
-                    // A claim without its stdio: the caller is confused.
+                let stdio = (fds.pop_front(), fds.pop_front(), fds.pop_front());
+                let lock = if upper_lock { fds.pop_front() } else { None };
+                match stdio {
+                    // A claim without its stdio (or its lock): the caller
+                    // is confused.
+                    (Some(a), Some(b), Some(c)) if lock.is_some() == upper_lock => {
+                        ControlRequest::Claim(Box::new(ClaimRequest {
+                            shape,
+                            command: *command,
+                            options,
+                            stdio: [a, b, c],
+                            upper_lock: lock,
+                        }))
+                    }
                     _ => ControlRequest::Kill,
                 }
             }

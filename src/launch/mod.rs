@@ -92,6 +92,15 @@ pub struct RunOptions {
     pub quiet: bool,
     #[serde(default)]
     pub stdio: WorkloadStdio,
+    /// Report no `changes` entry for writable overlays whose upper is kept
+    /// on the host (`--changes`, a session's workspace), instead of
+    /// counting the paths in it. Such an upper holds the changes of every
+    /// command that used it (a session's: tens of thousands of files after
+    /// a dependency install), and counting them walked all of it at every
+    /// command's end: a session command cost O(the session's changes).
+    /// Sessions set it (`session diff` shows their changes).
+    #[serde(default)]
+    pub skip_kept_changes: bool,
     /// bubblewrap's status protocol, for the `hutch-bwrap` front end:
     /// fds of this process written as bubblewrap writes them. In-process
     /// launches only (fds do not cross to the helper).

@@ -44,7 +44,7 @@ pub(super) fn report(
         }
         None => kill_mark.map(|m| format!("killed by `{}` (uid {})", m.by, m.by_uid)),
     };
-    let changes = changes_report(p, seen.changed_paths.as_deref());
+    let changes = changes_report(p, seen.changed_paths.as_deref(), opts.skip_kept_changes);
     let changes = super::report::with_lowers(changes, spec);
     let unenforced = unenforced(p, limits.as_ref());
     if !opts.quiet {
@@ -145,7 +145,11 @@ pub(super) fn unenforced(
         .collect()
 }
 
-pub(super) fn changes_report(p: &LaunchPlan, counted: Option<&[u64]>) -> Vec<ChangesReport> {
+pub(super) fn changes_report(
+    p: &LaunchPlan,
+    counted: Option<&[u64]>,
+    skip_kept: bool,
+) -> Vec<ChangesReport> {
     let mut out: Vec<ChangesReport> = p
         .tmp_overlay_dests
         .iter()
@@ -157,7 +161,7 @@ pub(super) fn changes_report(p: &LaunchPlan, counted: Option<&[u64]>) -> Vec<Cha
             lowers: Vec::new(),
         })
         .collect();
-    for (dest, upper) in &p.kept_uppers {
+    for (dest, upper) in p.kept_uppers.iter().filter(|_| !skip_kept) {
         let count = std::fs::File::open(upper)
             .ok()
             .filter(|f| f.metadata().is_ok_and(|m| m.is_dir()))

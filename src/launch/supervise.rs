@@ -395,14 +395,18 @@ pub(super) struct Supervising {
 /// removal are part of the report, and need every process gone), and no
 /// writable overlay with a host upper (an upper must never be mounted by
 /// two overlays at once: the next command may mount the same upper, which
-/// this sandbox's mount namespace holds until init is gone).
-pub(super) fn report_on_exit_allowed(p: &LaunchPlan, spec: &Spec) -> bool {
+/// this sandbox's mount namespace holds until init is gone) unless
+/// `uppers_locked`: the claimer handed over a lock that every other
+/// mounter of those uppers takes first, and the supervisor holds it until
+/// init is reaped (a session's `upper.lock`).
+pub(super) fn report_on_exit_allowed(p: &LaunchPlan, spec: &Spec, uppers_locked: bool) -> bool {
     p.child.pid_namespace_init
         && p.cgroup.as_ref().is_none_or(|c| c.cgroup_dir().is_none())
-        && !spec
-            .fs
-            .iter()
-            .any(|op| matches!(op, crate::spec::FsOp::Overlay { .. }))
+        && (uppers_locked
+            || !spec
+                .fs
+                .iter()
+                .any(|op| matches!(op, crate::spec::FsOp::Overlay { .. })))
 }
 
 /// The poll loop until the sandbox is gone, then the report.

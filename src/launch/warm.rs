@@ -31,14 +31,16 @@ use super::{LaunchError, RunOptions};
 use crate::spec::Spec;
 use crate::sys::{self, Errno, SysError};
 
-/// A claim: the shape it was made for, the command, how to run it, and
-/// the workload's stdin, stdout and stderr.
+/// A claim: the shape it was made for, the command, how to run it, the
+/// workload's stdin, stdout and stderr, and the claimer's lock on the
+/// host uppers, if it gave one ([`super::helper::ToHelper::Claim`]).
 #[derive(Debug)]
 pub(crate) struct ClaimRequest {
     pub shape: String,
     pub command: ClaimCommand,
     pub options: RunOptions,
     pub stdio: [OwnedFd; 3],
+    pub upper_lock: Option<OwnedFd>,
 }
 
 /// hutch init of a sandbox whose report went out when its workload
@@ -50,6 +52,9 @@ pub(crate) struct ClaimRequest {
 pub(crate) struct Lingering {
     pid: libc::pid_t,
     sock: OwnedFd,
+    /// The claimer's lock on the host uppers: let go only once init, and
+    /// with it every overlay of its mount namespace, is gone.
+    upper_lock: Option<OwnedFd>,
 }
 
 impl Lingering {
@@ -69,6 +74,9 @@ impl Lingering {
         }
         drop(self.sock);
         let _ = sys::raw::waitpid(self.pid, 0);
+        // Init's exit tore its mount namespace down (the overlays' sync
+        // included) before it could be reaped: the uppers are free.
+        drop(self.upper_lock);
     }
 }
 
@@ -287,6 +295,7 @@ impl Warm {
             command,
             options,
             stdio,
+            upper_lock,
         } = *req;
         if shape != self.digest {
             // Never run a command in a sandbox built for another shape.
@@ -346,14 +355,17 @@ impl Warm {
             Err(e) => return refuse(&self, e),
         };
         let wire = WireCommand::of(&cmd);
-        let report_on_exit = supervise::report_on_exit_allowed(&self.p, &spec);
+        let report_on_exit =
+            supervise::report_on_exit_allowed(&self.p, &spec, upper_lock.is_some());
         // Kept open until the report is out: hutch init waits for its close
-        // before it ends (`linger`).
+        // before it ends (`linger`). Without a report on `Exited`, the lock
+        // is let go when this returns, after init was reaped.
         let lingering = match report_on_exit.then(|| sys::dup_fd(self.sb.sock.as_raw_fd())) {
             None => None,
             Some(Ok(sock)) => Some(Lingering {
                 pid: self.sb.pid,
                 sock,
+                upper_lock,
             }),
             Some(Err(e)) => return refuse(&self, e.into()),
         };

@@ -21,6 +21,7 @@ mod ignore;
 mod json;
 mod layers;
 mod manifest;
+mod progress;
 mod quote;
 mod relpath;
 mod remove;

@@ -132,7 +132,7 @@ impl Session {
         base: Spec,
         status_file: Option<PathBuf>,
     ) -> Result<RunRecord> {
-        let _lock = self.lock()?;
+        let lock = self.lock()?;
         // Only read: the command's start writes it once, below.
         self.reload_info()?;
         let argv = base.command.clone();
@@ -190,12 +190,15 @@ impl Session {
             status_file: status_file.clone(),
             capture_bytes: Some(AUDIT_CAPTURE_BYTES),
             quiet: true,
+            // The session's upper holds every command's changes: counting
+            // it would cost O(all of them) per command.
+            skip_kept_changes: true,
             ..Default::default()
         };
         // From the session's warm server when it has a sandbox of this
         // command's shape (docs/warm.md); else launched now: in-process
         // from a single-threaded caller, else through the helper.
-        let result = match super::warm::claim(self, &spec, &opts) {
+        let result = match super::warm::claim(self, &spec, &opts, lock.upper()) {
             Some(r) => r,
             None => launch::launch(&spec, &opts, launch::Mode::Auto),
         }
@@ -214,12 +217,7 @@ impl Session {
                     "start_unix_ms": start, "end_unix_ms": end, "error": e.to_string(),
                     "egress": egress, "disk": disk,
                 }))?;
-                self.update_info(|i| {
-                    i.commands_run = seq;
-                    i.used_unix_ms = start;
-                    i.running = None;
-                    i.disk_usage = disk.or(i.disk_usage);
-                })?;
+                self.record_progress(seq, start, disk)?;
                 self.clear_running()?;
                 return Err(WorkspaceError::Launch(e.to_string()));
             }
@@ -260,12 +258,7 @@ impl Session {
             "exit": serde_json::to_value(&report).unwrap_or(serde_json::Value::Null),
             "stdout": stream(&captured[0]), "stderr": stream(&captured[1]),
         }))?;
-        self.update_info(|i| {
-            i.commands_run = seq;
-            i.used_unix_ms = end;
-            i.running = None;
-            i.disk_usage = disk.or(i.disk_usage);
-        })?;
+        self.record_progress(seq, end, disk)?;
         self.clear_running()?;
         Ok(RunRecord {
             report,

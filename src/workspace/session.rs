@@ -776,7 +776,12 @@ fn load_info(dir: std::os::fd::BorrowedFd<'_>, shown: &Path) -> Result<SessionIn
     };
     let data = read_regular(dir, c"session.json", 1 << 20, b"session.json")
         .map_err(|e| state(e.to_string()))?;
-    serde_json::from_slice(&data).map_err(|e| state(e.to_string()))
+    let mut info = serde_json::from_slice(&data).map_err(|e| state(e.to_string()))?;
+    // The counters of the last commands are in `progress`.
+    if let Some(p) = super::progress::read(dir).map_err(|e| state(format!("progress: {e}")))? {
+        super::progress::merge(&mut info, &p);
+    }
+    Ok(info)
 }
 
 /// An open session.
@@ -788,10 +793,28 @@ pub struct Session {
     wait: bool,
 }
 
-/// The session's lock, held until dropped.
+/// The session's lock, held until dropped, and its lock on the upper.
 #[derive(Debug)]
 pub struct SessionLock {
     _fd: OwnedFd,
+    upper: OwnedFd,
+}
+
+/// Held by whoever has the session's upper mounted, until that overlay is
+/// gone; taken (waiting) by every operation after the session lock. A
+/// command served warm hands it to the sandbox's supervisor, which lets
+/// it go once the sandbox's mount namespace is torn down: the command's
+/// report and the session lock come back before the overlay's end (and
+/// its sync of the upper's filesystem), and the next operation on the
+/// upper waits for that end here (docs/sessions.md, "Locks").
+pub const UPPER_LOCK: &std::ffi::CStr = c"upper.lock";
+
+impl SessionLock {
+    /// The lock on the session's upper (see [`UPPER_LOCK`]), to hand to
+    /// the supervisor of the command that mounts it.
+    pub fn upper(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.upper.as_fd()
+    }
 }
 
 impl Session {
@@ -806,7 +829,8 @@ impl Session {
     }
 
     /// Take the session's lock: one operation at a time, so no command
-    /// runs while the upper is read or written.
+    /// runs while the upper is read or written. Then wait for the end of
+    /// the last command's sandbox, if it is still ending ([`UPPER_LOCK`]).
     ///
     /// Holding it, the session is repaired from what a killed process left
     /// behind: an unfinished seal is rolled back, and a command whose
@@ -816,8 +840,20 @@ impl Session {
         if !sys::flock_exclusive(fd.as_fd(), self.wait)? {
             return Err(WorkspaceError::Busy(self.info.id.clone()));
         }
+        // Created here rather than with the session: sessions made by
+        // earlier versions have none.
+        let upper = sys::open_beneath(
+            self.dir.as_fd(),
+            UPPER_LOCK,
+            libc::O_RDWR | libc::O_CREAT,
+            0o600,
+        )?;
+        // Only the supervisor of a command whose report is out can hold
+        // it (every other holder holds the session lock first): this
+        // waits for a sandbox's teardown, never for a command.
+        sys::flock_exclusive(upper.as_fd(), true)?;
         self.recover()?;
-        Ok(SessionLock { _fd: fd })
+        Ok(SessionLock { _fd: fd, upper })
     }
 
     /// See [`Session::lock`].
@@ -986,6 +1022,30 @@ impl Session {
     /// Read `session.json` again (another command may have changed it).
     pub(crate) fn reload_info(&mut self) -> Result<()> {
         self.info = load_info(self.dir.as_fd(), &self.path)?;
+        Ok(())
+    }
+
+    /// Record the end of command `commands_run` at `used_unix_ms` (and the
+    /// disk use measured after it) in the session's
+    /// [`progress`](super::progress) file, in place: no rewrite of
+    /// `session.json` on a command's path. The caller holds the lock.
+    pub(crate) fn record_progress(
+        &mut self,
+        commands_run: u64,
+        used_unix_ms: u64,
+        disk_usage: Option<DiskUsage>,
+    ) -> Result<()> {
+        let last = super::progress::read(self.dir.as_fd())?;
+        let p = super::progress::Progress {
+            seq: last.map_or(1, |p| p.seq.wrapping_add(1)),
+            commands_run,
+            used_unix_ms,
+            disk_usage: disk_usage.or(self.info.disk_usage),
+        };
+        super::progress::write(self.dir.as_fd(), &p)?;
+        self.info.commands_run = commands_run;
+        self.info.used_unix_ms = used_unix_ms;
+        self.info.disk_usage = p.disk_usage;
         Ok(())
     }
 

@@ -330,10 +330,14 @@ fn connect(session: &Session) -> Option<UnixStream> {
 /// Run the command of `spec` (a whole session command Spec) in one of the
 /// server's warm sandboxes, supervising it from here to its report. None
 /// when there is no server, or it says to launch cold: then launch cold.
+/// `upper_lock`: the session's [`super::session::UPPER_LOCK`], held; the
+/// sandbox's supervisor keeps it until the sandbox is gone, so the report
+/// comes back before the overlay's teardown.
 pub fn claim(
     session: &Session,
     spec: &Spec,
     opts: &RunOptions,
+    upper_lock: std::os::fd::BorrowedFd<'_>,
 ) -> Option<std::result::Result<Finished, LaunchError>> {
     let mut conn = connect(session)?;
     let shape = shape_digest(spec);
@@ -358,7 +362,13 @@ pub fn claim(
         _ => return None,
     };
     let stdio = [stdio[0].as_fd(), stdio[1].as_fd(), stdio[2].as_fd()];
-    if let Err(e) = link.claim(&shape, ClaimCommand::of(spec), opts, stdio) {
+    if let Err(e) = link.claim(
+        &shape,
+        ClaimCommand::of(spec),
+        opts,
+        stdio,
+        Some(upper_lock),
+    ) {
         return Some(Err(e));
     }
     Some(link.wait())

@@ -97,6 +97,8 @@ pub fn search(
             status_file: None,
             capture_bytes: Some((req.max_bytes + OUTPUT_SLACK) as usize),
             quiet: true,
+            // Counting the session's upper would cost O(its size).
+            skip_kept_changes: true,
             ..RunOptions::default()
         };
         let finished = with_stdout_discarded(|| launch::launch(&spec, &opts, launch::Mode::Auto))?
