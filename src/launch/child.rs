@@ -21,7 +21,9 @@
 //!  6. Build the new root on a tmpfs (fs ops in order; in proxy mode the
 //!     Unix door), `pivot_root`, detach the old root.
 //!  7. Hostname; `lo` up; (proxy mode) the TCP door, both doors handed
-//!     over (`ListenerReady`).
+//!     over (`ListenerReady`); the capability bounding set dropped (the
+//!     workload inherits it; not here when a user namespace is entered in
+//!     step 8, which resets it: then the workload drops it).
 //!     A warm sandbox stops here: it reports `Ready`, waits for the
 //!     `Claim` that brings the command and its stdio, and mounts the
 //!     writable overlays staged in step 6 (`fs::claim`).
@@ -51,7 +53,8 @@
 //! other fd (the socket stays, close-on-exec; inherited fds stay, made
 //! to survive execve), the working directory (resolved inside the new root,
 //! no magic links, checked reachable from the root), no-new-privs, drop
-//! capabilities (bounding set, then E/P/I, then ambient), Landlock (paths
+//! capabilities (the bounding set unless init did, then E/P/I, then
+//! ambient), Landlock (paths
 //! resolved inside the root), seccomp last, `execve` (each candidate
 //! resolved inside the root first).
 
@@ -216,6 +219,14 @@ pub(super) fn init<S: ChildSys>(
         let ready = Message::ListenerReady { doors };
         let fds: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         sys.send(sock, &ready, &fds).at(Stage::ProxyDoors)?;
+    }
+    // The bounding set does not depend on the command: dropped here, a
+    // warm sandbox has it done before its claim. (Init's own effective
+    // capabilities stay; a user namespace entered after setup resets the
+    // set, so then the workload drops it, after that.)
+    if plan.userns_after_setup.is_none() {
+        drop_bounding_set(sys, plan)?;
+        plan.bounding_set_dropped = true;
     }
     let mut linger = false;
     if plan.warm {
@@ -416,11 +427,8 @@ fn enter_working_directory<S: ChildSys>(
 fn drop_capabilities<S: ChildSys>(sys: &mut S, plan: &ChildPlan) -> Result<(), Failure> {
     let caps: CapPlan = plan.caps;
     let has = |set: u64, cap: u32| cap < 64 && set & (1u64 << cap) != 0;
-    for cap in 0..=caps.last {
-        if !has(caps.bounding, cap) {
-            sys.drop_bounding_cap(cap)
-                .map_err(|e| Failure::new(Stage::BoundingSet, e).at(cap as usize))?;
-        }
+    if !plan.bounding_set_dropped {
+        drop_bounding_set(sys, plan)?;
     }
     if let Some(w) = &plan.ids.workload_ids {
         super::steps::switch_ids(sys, w)?;
@@ -431,6 +439,19 @@ fn drop_capabilities<S: ChildSys>(sys: &mut S, plan: &ChildPlan) -> Result<(), F
     for cap in (0..=caps.last).filter(|c| has(caps.ambient, *c)) {
         sys.raise_ambient_cap(cap)
             .map_err(|e| Failure::new(Stage::AmbientCapabilities, e).at(cap as usize))?;
+    }
+    Ok(())
+}
+
+/// Every capability not in the plan's bounding set leaves it (up to the
+/// kernel's `cap_last_cap`).
+fn drop_bounding_set<S: ChildSys>(sys: &mut S, plan: &ChildPlan) -> Result<(), Failure> {
+    let caps: CapPlan = plan.caps;
+    for cap in 0..=caps.last {
+        if cap >= 64 || caps.bounding & (1u64 << cap) == 0 {
+            sys.drop_bounding_cap(cap)
+                .map_err(|e| Failure::new(Stage::BoundingSet, e).at(cap as usize))?;
+        }
     }
     Ok(())
 }

@@ -227,6 +227,9 @@ pub struct ChildPlan {
     /// workload's steps itself and execs the command in its place (pid 1
     /// of the sandbox's pid namespace); nothing of init runs after that.
     pub exec_in_place: bool,
+    /// Set by hutch init once it has dropped the capability bounding set
+    /// (step 7): the workload, which inherits it, does not again.
+    pub bounding_set_dropped: bool,
 }
 
 /// The default set of forwarded signals as a mask.
@@ -464,6 +467,7 @@ pub(super) fn prepare_sandbox(
         inherited_fds: inherited_fds(spec)?,
         new_session: spec.new_session,
         exec_in_place: spec.init == crate::spec::Init::None,
+        bounding_set_dropped: false,
     };
     Ok(LaunchPlan {
         child,

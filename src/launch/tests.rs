@@ -369,6 +369,7 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         forwarded_signals: super::prepare::signal_mask(&child::FORWARDED),
         console: None,
         userns_after_setup: None,
+        bounding_set_dropped: false,
         hold: None,
         inherited_fds: Vec::new(),
         new_session: true,
@@ -509,6 +510,7 @@ fn the_child_runs_every_step_in_the_documented_order() {
         "lo",
         "tcp",
         "send ListenerReady",
+        "capbset_drop",
         "setrlimit",
         "dumpable",
         "block",
@@ -522,7 +524,6 @@ fn the_child_runs_every_step_in_the_documented_order() {
         "fchdir",
         "getcwd",
         "no_new_privs",
-        "capbset_drop",
         "capset",
         "ambient",
         "landlock ruleset",
@@ -626,6 +627,8 @@ fn a_warm_sandbox_waits_for_its_claim_then_mounts_its_workspace() {
     let got = kinds(calls);
     let order = [
         "send ListenerReady",
+        // Command-independent: done before `Ready`.
+        "capbset_drop",
         "send Ready",
         "recv",
         "build",
@@ -740,12 +743,12 @@ fn a_warm_sandbox_runs_the_same_setup_steps_as_a_cold_one() {
     let cold = run(false);
     let warm = run(true);
     let mut expected = cold.clone();
-    let doors = expected
+    let bounding = expected
         .iter()
-        .position(|k| k == "send ListenerReady")
-        .expect("the doors");
+        .position(|k| k == "capbset_drop")
+        .expect("the bounding set");
     expected.splice(
-        doors + 1..doors + 1,
+        bounding + 1..bounding + 1,
         ["send Ready", "recv", "build"].map(String::from),
     );
     assert_eq!(warm, expected);
@@ -1072,9 +1075,17 @@ fn a_user_namespace_after_setup_is_entered_last_before_the_workload() {
     assert_eq!(calls[setns + 2], "child supervisor alive", "{calls:#?}");
     assert!(setns < pos_of(calls, "child dumpable false"), "{calls:#?}");
     assert!(setns < pos_of(calls, "child start workload"), "{calls:#?}");
-    // Without it, no setns.
+    // Entering a user namespace resets the bounding set: the workload
+    // drops it, after.
+    assert!(setns < pos_of(calls, "child capbset_drop"), "{calls:#?}");
+    assert!(!plan.bounding_set_dropped);
+    // Without it, no setns, and init drops the bounding set (once).
     let mut plan = plan_for(&spec, false, 0);
     let mut rec = Recorder::default();
     let _ = child::init(&mut rec, &mut plan, sock.as_fd());
     assert!(!rec.calls.iter().any(|c| c.ends_with("setns user")));
+    assert!(plan.bounding_set_dropped);
+    let drops = rec.calls.iter().filter(|c| c.contains("capbset_drop")).count();
+    assert_eq!(drops, 41, "{:#?}", rec.calls);
+    assert!(pos_of(&rec.calls, "child capbset_drop") < pos_of(&rec.calls, "child start workload"));
 }
