@@ -23,10 +23,13 @@
 //!  7. Hostname; `lo` up; (proxy mode) the TCP door, both doors handed
 //!     over (`ListenerReady`); the capability bounding set dropped (the
 //!     workload inherits it; not here when a user namespace is entered in
-//!     step 8, which resets it: then the workload drops it).
+//!     step 8, which resets it: then the workload drops it); Landlock's
+//!     ruleset made and its rules added (paths resolved inside the new
+//!     root; the workload enforces it).
 //!     A warm sandbox stops here: it reports `Ready`, waits for the
-//!     `Claim` that brings the command and its stdio, and mounts the
-//!     writable overlays staged in step 6 (`fs::claim`).
+//!     `Claim` that brings the command and its stdio, mounts the
+//!     writable overlays staged in step 6 (`fs::claim`) and adds the
+//!     Landlock rules of paths inside them (their inodes exist only now).
 //!  8. rlimits (RLIMIT_CORE = 0); the terminal for a console socket;
 //!     `namespaces.join.user_after_setup` entered (bubblewrap's
 //!     `--userns2`: nothing after this needs a capability over the
@@ -54,9 +57,8 @@
 //! to survive execve), the working directory (resolved inside the new root,
 //! no magic links, checked reachable from the root), no-new-privs, drop
 //! capabilities (the bounding set unless init did, then E/P/I, then
-//! ambient), Landlock (paths
-//! resolved inside the root), seccomp last, `execve` (each candidate
-//! resolved inside the root first).
+//! ambient), Landlock (the ruleset init built), seccomp last, `execve`
+//! (each candidate resolved inside the root first).
 
 use std::convert::Infallible;
 use std::ffi::CStr;
@@ -228,6 +230,31 @@ pub(super) fn init<S: ChildSys>(
         drop_bounding_set(sys, plan)?;
         plan.bounding_set_dropped = true;
     }
+    // Landlock's ruleset does not depend on the command either: its rules
+    // are added here, but for paths inside an overlay mounted at a claim
+    // (their inodes exist only then: added after it).
+    let mut deferred_rules = Vec::new();
+    if let Some(ll) = plan.confinement.landlock_plan() {
+        let later = claim_dests(plan);
+        let root = sys
+            .openat2(None, c"/", libc::O_PATH | libc::O_DIRECTORY, 0)
+            .at(Stage::LandlockRuleset)?;
+        let ruleset = sys
+            .landlock_ruleset(ll.handled_fs, ll.handled_net, ll.scoped)
+            .at(Stage::LandlockRuleset)?;
+        for (i, rule) in ll.paths.iter().enumerate() {
+            if later.iter().any(|dest| inside(&rule.path, dest)) {
+                deferred_rules.push(i);
+            } else {
+                add_landlock_path_rule(sys, ll, i, ruleset.as_fd(), root.as_fd())?;
+            }
+        }
+        for (i, &(port, access)) in ll.ports.iter().enumerate() {
+            sys.landlock_port_rule(ruleset.as_fd(), port, access)
+                .map_err(|e| Failure::new(Stage::LandlockPortRule, e).at(i))?;
+        }
+        plan.landlock_ruleset = Some(ruleset);
+    }
     let mut linger = false;
     if plan.warm {
         // Everything that does not depend on the command is done: wait for
@@ -248,6 +275,18 @@ pub(super) fn init<S: ChildSys>(
                 Some(e.to_string()),
             )
         })?;
+        if let (Some(ll), Some(ruleset)) = (
+            plan.confinement.landlock_plan(),
+            plan.landlock_ruleset.as_ref(),
+        ) && !deferred_rules.is_empty()
+        {
+            let root = sys
+                .openat2(None, c"/", libc::O_PATH | libc::O_DIRECTORY, 0)
+                .at(Stage::LandlockRuleset)?;
+            for &i in &deferred_rules {
+                add_landlock_path_rule(sys, ll, i, ruleset.as_fd(), root.as_fd())?;
+            }
+        }
     }
     for (i, (resource, value)) in plan.rlimits.iter().enumerate() {
         sys.set_rlimit(*resource, *value)
@@ -366,7 +405,12 @@ fn workload_steps<S: ChildSys>(
     }
     // The socket stays open (close-on-exec) to report an execve failure;
     // the inherited fds stay at their numbers, open across execve.
-    sys.close_fds_except(&[sock], &plan.inherited_fds)
+    // Landlock's ruleset (close-on-exec) stays until it is enforced.
+    let keep: &[BorrowedFd<'_>] = match &plan.landlock_ruleset {
+        Some(r) => &[sock, r.as_fd()],
+        None => &[sock],
+    };
+    sys.close_fds_except(keep, &plan.inherited_fds)
         .at(Stage::CloseFds)?;
     for &fd in &plan.inherited_fds {
         sys.keep_across_exec(fd).at(Stage::CloseFds)?;
@@ -386,8 +430,12 @@ fn workload_steps<S: ChildSys>(
     // Landlock, then seccomp: the very last steps before execve. Without
     // no-new-privs they need CAP_SYS_ADMIN, so they come before the
     // capabilities are dropped (the filter must then allow the drop).
-    if let Some(ll) = plan.confinement.landlock_plan() {
-        enforce_landlock(sys, ll, root.as_fd())?;
+    match (&plan.landlock_ruleset, plan.confinement.landlock_plan()) {
+        (Some(ruleset), _) => sys
+            .landlock_restrict(ruleset.as_fd())
+            .at(Stage::LandlockRestrict)?,
+        (None, Some(ll)) => enforce_landlock(sys, ll, root.as_fd())?,
+        (None, None) => {}
     }
     if let Some(filter) = plan.confinement.workload_filter() {
         sys.seccomp(&filter.program).at(Stage::Seccomp)?;
@@ -467,21 +515,8 @@ fn enforce_landlock<S: ChildSys>(
     let ruleset = sys
         .landlock_ruleset(plan.handled_fs, plan.handled_net, plan.scoped)
         .at(Stage::LandlockRuleset)?;
-    for (i, rule) in plan.paths.iter().enumerate() {
-        let fd = match sys.openat2(Some(root), &rule.path, libc::O_PATH, IN_ROOT) {
-            Ok(fd) => fd,
-            Err(Errno::ENOENT) => continue,
-            Err(e) => return Err(Failure::new(Stage::LandlockPathRule, e).at(i)),
-        };
-        let access = match sys.file_type(fd.as_fd()) {
-            Ok(libc::S_IFDIR) => rule.access,
-            _ => rule.access & FILE_RIGHTS,
-        };
-        if access == 0 {
-            continue;
-        }
-        sys.landlock_path_rule(ruleset.as_fd(), fd.as_fd(), access)
-            .map_err(|e| Failure::new(Stage::LandlockPathRule, e).at(i))?;
+    for i in 0..plan.paths.len() {
+        add_landlock_path_rule(sys, plan, i, ruleset.as_fd(), root)?;
     }
     for (i, &(port, access)) in plan.ports.iter().enumerate() {
         sys.landlock_port_rule(ruleset.as_fd(), port, access)
@@ -489,6 +524,61 @@ fn enforce_landlock<S: ChildSys>(
     }
     sys.landlock_restrict(ruleset.as_fd())
         .at(Stage::LandlockRestrict)
+}
+
+/// Rule `i` of the plan added to `ruleset`, its path resolved inside the
+/// root. A path that does not exist (an optional bind that was skipped)
+/// gets no rule, which only denies more.
+fn add_landlock_path_rule<S: ChildSys>(
+    sys: &mut S,
+    plan: &LandlockPlan,
+    i: usize,
+    ruleset: BorrowedFd<'_>,
+    root: BorrowedFd<'_>,
+) -> Result<(), Failure> {
+    let rule = &plan.paths[i];
+    let fd = match sys.openat2(Some(root), &rule.path, libc::O_PATH, IN_ROOT) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(()),
+        Err(e) => return Err(Failure::new(Stage::LandlockPathRule, e).at(i)),
+    };
+    let access = match sys.file_type(fd.as_fd()) {
+        Ok(libc::S_IFDIR) => rule.access,
+        _ => rule.access & FILE_RIGHTS,
+    };
+    if access == 0 {
+        return Ok(());
+    }
+    sys.landlock_path_rule(ruleset, fd.as_fd(), access)
+        .map_err(|e| Failure::new(Stage::LandlockPathRule, e).at(i))
+}
+
+/// Where the overlays a warm sandbox mounts at its claim go.
+fn claim_dests(plan: &ChildPlan) -> Vec<&CStr> {
+    plan.fs
+        .claim_overlays
+        .iter()
+        .filter_map(|&i| match plan.fs.steps.get(i) {
+            Some(fs::plan::Step::Overlay { dest, .. }) => Some(dest.as_c_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether `path` (absolute, a Landlock rule's) is `dest` (relative to
+/// the root, a step's) or below it, by whole components.
+fn inside(path: &CStr, dest: &CStr) -> bool {
+    let trim = |b: &'_ [u8]| -> usize {
+        // Leading and trailing slashes are not components.
+        b.iter().position(|c| *c != b'/').unwrap_or(b.len())
+    };
+    let p = path.to_bytes();
+    let p = &p[trim(p)..];
+    let d = dest.to_bytes();
+    let d = &d[trim(d)..];
+    let d = d.strip_suffix(b"/").unwrap_or(d);
+    p.strip_prefix(d)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"))
 }
 
 /// Whether an execve candidate exists in the new root (hutch init, after

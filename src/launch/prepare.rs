@@ -230,6 +230,10 @@ pub struct ChildPlan {
     /// Set by hutch init once it has dropped the capability bounding set
     /// (step 7): the workload, which inherits it, does not again.
     pub bounding_set_dropped: bool,
+    /// Landlock's ruleset, its rules added by hutch init (step 7, and
+    /// after a claim those under the overlays it mounts): the workload
+    /// only enforces it.
+    pub landlock_ruleset: Option<OwnedFd>,
 }
 
 /// The default set of forwarded signals as a mask.
@@ -468,6 +472,7 @@ pub(super) fn prepare_sandbox(
         new_session: spec.new_session,
         exec_in_place: spec.init == crate::spec::Init::None,
         bounding_set_dropped: false,
+        landlock_ruleset: None,
     };
     Ok(LaunchPlan {
         child,

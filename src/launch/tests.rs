@@ -370,6 +370,7 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         console: None,
         userns_after_setup: None,
         bounding_set_dropped: false,
+        landlock_ruleset: None,
         hold: None,
         inherited_fds: Vec::new(),
         new_session: true,
@@ -511,6 +512,20 @@ fn the_child_runs_every_step_in_the_documented_order() {
         "tcp",
         "send ListenerReady",
         "capbset_drop",
+    ];
+    let has_landlock = plan.confinement.landlock_plan().is_some();
+    if has_landlock {
+        // Init adds the rules (the first for `/`, then one per fs
+        // operation: open, rule, ...); the workload only enforces them.
+        expected.extend([
+            "open root",
+            "landlock ruleset",
+            "open root",
+            "landlock path",
+        ]);
+    }
+    let head_len = expected.len();
+    let mut tail = vec![
         "setrlimit",
         "dumpable",
         "block",
@@ -526,56 +541,57 @@ fn the_child_runs_every_step_in_the_documented_order() {
         "no_new_privs",
         "capset",
         "ambient",
-        "landlock ruleset",
     ];
-    let has_landlock = plan.confinement.landlock_plan().is_some();
-    if !has_landlock {
-        expected.pop();
-    } else {
-        expected.extend([
-            "open landlock path",
-            "landlock path",
-            "open landlock path",
-            "landlock path",
-        ]);
+    if has_landlock {
+        tail.push("landlock restrict");
     }
+    tail.extend([
+        "seccomp",
+        "open candidate",
+        "execve",
+        "workload ended",
+        "send Started",
+        "close_range",
+        "init",
+    ]);
     let got = kinds(&rec.calls);
+    assert_eq!(&got[..head_len], &expected[..], "{:#?}", rec.calls);
     let cut = got
         .iter()
-        .position(|k| k == "landlock restrict" || k == "seccomp")
+        .position(|k| k == "setrlimit")
         .unwrap_or_else(|| panic!("{got:#?}"));
-    // Landlock's path rules alternate open/rule; compare the prefix up to
-    // the first of them, then the tail from the restriction on.
-    let head_len = expected
-        .iter()
-        .position(|k| *k == "open landlock path")
-        .unwrap_or(expected.len());
-    assert_eq!(&got[..head_len], &expected[..head_len], "{:#?}", rec.calls);
-    let mut tail = vec!["seccomp", "open candidate", "execve", "workload ended"];
-    if has_landlock {
-        tail.insert(0, "landlock restrict");
-    }
-    tail.extend(["send Started", "close_range", "init"]);
     assert_eq!(&got[cut..], &tail[..], "{:#?}", rec.calls);
+    // In between, only Landlock's path rules (open, rule).
+    for pair in got[head_len..cut].chunks(2) {
+        assert!(
+            matches!(pair, [open, rule] if open.starts_with("open ") && rule == "landlock path"),
+            "{pair:?}: {got:#?}"
+        );
+    }
     // Landlock paths and the cwd are resolved inside the root, never
-    // through a magic link; the root fd is the one opened first.
+    // through a magic link; from a root fd opened just before (init's for
+    // the rules, the workload's for the cwd).
     let in_root = format!("{:#x}", RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
-    let root_fd = rec
+    let root_fds: Vec<String> = rec
         .calls
         .iter()
-        .find_map(|c| {
+        .filter_map(|c| {
             c.strip_prefix("child openat2 -100 / ")
                 .and_then(|r| r.rsplit(" = ").next())
+                .map(str::to_string)
         })
-        .expect("the root opened")
-        .to_string();
+        .collect();
+    assert_eq!(root_fds.len(), if has_landlock { 2 } else { 1 });
     for c in rec
         .calls
         .iter()
         .filter(|c| c.starts_with("child openat2 ") && !c.contains(" -100 "))
     {
         assert!(
-            c.contains(&format!("openat2 {root_fd} ")) && c.contains(&in_root),
+            root_fds
+                .iter()
+                .any(|fd| c.contains(&format!("openat2 {fd} ")))
+                && c.contains(&in_root),
             "{c}"
         );
     }
@@ -625,20 +641,37 @@ fn a_warm_sandbox_waits_for_its_claim_then_mounts_its_workspace() {
             .unwrap_or_else(|| panic!("no {needle:?} in {calls:#?}"))
     };
     let got = kinds(calls);
-    let order = [
+    // Command-independent, so done before `Ready`: the bounding set and
+    // Landlock's rules but the workspace's.
+    let before = [
         "send ListenerReady",
-        // Command-independent: done before `Ready`.
         "capbset_drop",
+        "open root",
+        "landlock ruleset",
+    ];
+    let from = got.iter().position(|k| k == "send ListenerReady").unwrap();
+    assert_eq!(&got[from..from + before.len()], &before, "{calls:#?}");
+    // After the claim's mount, the workspace's rule (its inode exists
+    // only then), then on as a cold launch.
+    let order = [
         "send Ready",
         "recv",
         "build",
+        "open root",
+        "open landlock path",
+        "landlock path",
         "setrlimit",
         "dumpable",
         "block",
         "start",
     ];
-    let from = got.iter().position(|k| k == "send ListenerReady").unwrap();
-    assert_eq!(&got[from..from + order.len()], &order, "{calls:#?}");
+    let ready = got.iter().position(|k| k == "send Ready").unwrap();
+    assert_eq!(&got[ready..ready + order.len()], &order, "{calls:#?}");
+    let workspace_rule = calls
+        .iter()
+        .rposition(|c| c.starts_with("child openat2 ") && c.contains(" /w "))
+        .expect("the workspace's rule");
+    assert!(at("fs_mount") < workspace_rule, "{calls:#?}");
     // Staged before pivot_root: a private tmpfs at the destination, the
     // lower (opened from /w before the build) bound onto it, and the
     // overlay's context naming the bind.
@@ -709,10 +742,12 @@ fn a_warm_sandbox_waits_for_its_claim_then_mounts_its_workspace() {
 }
 
 /// The warm path is the cold path with a pause: the same steps, in the
-/// same order (ids, root, hostname, loopback, doors, rlimits, setsid,
-/// stdio, cwd, no-new-privs, capabilities, Landlock, seccomp, execve, the
-/// init filter), with only `Ready`, the claim and the overlay's mount
-/// between the doors and the rlimits.
+/// same order (ids, root, hostname, loopback, doors, the bounding set,
+/// Landlock's rules, rlimits, setsid, stdio, cwd, no-new-privs,
+/// capabilities, Landlock's restriction, seccomp, execve, the init
+/// filter), with only `Ready`, the claim and the overlay's mount inserted
+/// before the rlimits, and the Landlock rule of the overlay mounted at the
+/// claim (its inode exists only then) added after that mount.
 #[test]
 fn a_warm_sandbox_runs_the_same_setup_steps_as_a_cold_one() {
     let mut spec = test_spec();
@@ -743,13 +778,26 @@ fn a_warm_sandbox_runs_the_same_setup_steps_as_a_cold_one() {
     let cold = run(false);
     let warm = run(true);
     let mut expected = cold.clone();
-    let bounding = expected
+    let rlimits = expected
         .iter()
-        .position(|k| k == "capbset_drop")
-        .expect("the bounding set");
+        .position(|k| k == "setrlimit")
+        .expect("the rlimits");
+    // The last rule is the workspace's (the last fs operation).
+    assert_eq!(
+        &expected[rlimits - 2..rlimits],
+        ["open landlock path", "landlock path"]
+    );
     expected.splice(
-        bounding + 1..bounding + 1,
-        ["send Ready", "recv", "build"].map(String::from),
+        rlimits - 2..rlimits,
+        [
+            "send Ready",
+            "recv",
+            "build",
+            "open root",
+            "open landlock path",
+            "landlock path",
+        ]
+        .map(String::from),
     );
     assert_eq!(warm, expected);
     for step in [
@@ -991,9 +1039,11 @@ fn without_a_new_session_no_setsid_and_inherited_fds_are_kept() {
     assert_eq!(closes.len(), 3, "{closes:?}");
     let count = |c: &str| -> usize { c.rsplit(' ').next().unwrap().parse().unwrap() };
     // init's first close keeps the socket and the two fds; the workload's
-    // the socket and the two fds; init's last the socket only.
+    // the socket, Landlock's ruleset (until it enforces it) and the two
+    // fds; init's last the socket only.
     assert!(count(closes[0]) >= 3, "{closes:?}");
-    assert_eq!(count(closes[1]), 3, "{closes:?}");
+    let ruleset = usize::from(plan.landlock_ruleset.is_some());
+    assert_eq!(count(closes[1]), 3 + ruleset, "{closes:?}");
     assert_eq!(count(closes[2]), 1, "{closes:?}");
     let kept: Vec<&String> = rec.calls.iter().filter(|c| c.contains("keep fd")).collect();
     assert_eq!(kept.len(), 2, "{kept:?}");
@@ -1085,7 +1135,11 @@ fn a_user_namespace_after_setup_is_entered_last_before_the_workload() {
     let _ = child::init(&mut rec, &mut plan, sock.as_fd());
     assert!(!rec.calls.iter().any(|c| c.ends_with("setns user")));
     assert!(plan.bounding_set_dropped);
-    let drops = rec.calls.iter().filter(|c| c.contains("capbset_drop")).count();
+    let drops = rec
+        .calls
+        .iter()
+        .filter(|c| c.contains("capbset_drop"))
+        .count();
     assert_eq!(drops, 41, "{:#?}", rec.calls);
     assert!(pos_of(&rec.calls, "child capbset_drop") < pos_of(&rec.calls, "child start workload"));
 }
