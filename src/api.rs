@@ -743,6 +743,12 @@ impl PoolCommand<'_> {
         }
         let [a, b, c] = fds;
         let stdio = [Stdio::from(a), Stdio::from(b), Stdio::from(c)];
+        // Cold, beside the pool's warm commands of the same uppers: it
+        // waits for theirs as they wait for each other's.
+        let options = RunOptions {
+            lock_host_uppers: true,
+            ..options
+        };
         let inner = HelperChild::spawn(&self.pool.binary, &spec, &options, stdio)?;
         Ok(Child {
             inner,

@@ -345,3 +345,62 @@ fn a_pooled_report_returns_once_every_process_of_the_command_is_gone() {
         }
     }
 }
+
+/// Two commands of one pool at once, on a workspace whose changes are
+/// kept on the host: the second waits (in its helper) until the first's
+/// sandbox, and with it its overlay of the kept upper, is gone (an upper
+/// is never mounted by two overlays at once), then sees what the first
+/// wrote. Both served warm, and both cold (a pool of none: its cold
+/// launches lock the upper as its claims do).
+#[test]
+fn concurrent_pooled_commands_on_a_kept_upper_take_turns() {
+    for (who, size) in [
+        (As::Nobody, 2),
+        (As::Root, 2),
+        (As::Nobody, 0),
+        (As::Root, 0),
+    ] {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let warm = size > 0;
+        let tools = TempDir::new("warm-turns-tools", As::Root);
+        let ws = TempDir::new("warm-turns-ws", who);
+        let keep = TempDir::new("warm-turns-keep", who);
+        let changes = keep.path().join("c");
+        let spec = workspace_spec(ws.path(), &changes);
+        let pool = hutch::Pool::with_binary(spec, size, binary(who, &tools)).unwrap();
+        assert!(pool.wait_ready(size, READY), "{who:?}: {:?}", pool.status());
+        let mut first = pool
+            .command(["sh", "-c", "echo one > a; read x || true"])
+            .stdin(hutch::Redirect::Piped)
+            .spawn()
+            .unwrap();
+        let stdin = first.stdin().unwrap();
+        let written = changes.join("upper/a");
+        wait_until(READY, "the first command's file", || written.exists());
+        let second = pool
+            .command(["cat", "a"])
+            .stdout(hutch::Redirect::Piped)
+            .spawn()
+            .unwrap();
+        let upper = changes.join("upper");
+        wait_until(READY, "the second command to wait for the upper", || {
+            flocks_on(&upper) == (1, 1)
+        });
+        assert!(first.try_wait().unwrap().is_none(), "{who:?}");
+        drop(stdin);
+        let one = first.wait().unwrap();
+        assert!(one.success() && one.warm == warm, "{who:?}: {one:?}");
+        let two = second.wait_with_output().unwrap();
+        assert!(
+            two.report.success() && two.report.warm == warm,
+            "{who:?}: {:?}",
+            two.report
+        );
+        assert_eq!(String::from_utf8_lossy(&two.stdout), "one\n", "{who:?}");
+        // The last report may come before its sandbox's end: the lock
+        // goes with it.
+        wait_until(READY, "the upper's lock to go with the sandbox", || {
+            flocks_on(&upper) == (0, 0)
+        });
+    }
+}

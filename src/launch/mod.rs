@@ -35,6 +35,7 @@ mod summary;
 mod supervise;
 #[cfg(test)]
 mod tests;
+mod uppers;
 mod validate;
 mod warm;
 
@@ -101,6 +102,12 @@ pub struct RunOptions {
     /// Sessions set it (`session diff` shows their changes).
     #[serde(default)]
     pub skip_kept_changes: bool,
+    /// Take an exclusive lock on each host upper directory before the
+    /// sandbox is made and keep it until it is gone (`launch::uppers`):
+    /// a [`crate::Pool`]'s command launched cold, so that it never mounts
+    /// an upper one of the pool's warm commands has mounted.
+    #[serde(default)]
+    pub lock_host_uppers: bool,
     /// bubblewrap's status protocol, for the `hutch-bwrap` front end:
     /// fds of this process written as bubblewrap writes them. In-process
     /// launches only (fds do not cross to the helper).

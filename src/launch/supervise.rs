@@ -88,6 +88,12 @@ pub(super) fn run(
         return Err(LaunchError::MultiThreaded(status.threads));
     }
     let mut p = prepare(spec, opts.capture_bytes.is_some(), opts.stdio)?;
+    // Held until the sandbox is gone (this returns after init is reaped).
+    let _upper_locks = if opts.lock_host_uppers {
+        super::uppers::lock_host_uppers(spec)?
+    } else {
+        Vec::new()
+    };
     // Read before prepare, which installs no signal handler.
     p.child.command.non_default_signals = status.non_default_signals;
     p.child.report_started = opts.status_file.is_some();
@@ -396,9 +402,9 @@ pub(super) struct Supervising {
 /// writable overlay with a host upper (an upper must never be mounted by
 /// two overlays at once: the next command may mount the same upper, which
 /// this sandbox's mount namespace holds until init is gone) unless
-/// `uppers_locked`: the claimer handed over a lock that every other
-/// mounter of those uppers takes first, and the supervisor holds it until
-/// init is reaped (a session's `upper.lock`).
+/// `uppers_locked`: the supervisor holds, until init is reaped, the locks
+/// every other mounter of those uppers takes first (`launch::uppers`, and
+/// a session's `upper.lock`).
 pub(super) fn report_on_exit_allowed(p: &LaunchPlan, spec: &Spec, uppers_locked: bool) -> bool {
     p.child.pid_namespace_init
         && p.cgroup.as_ref().is_none_or(|c| c.cgroup_dir().is_none())

@@ -52,9 +52,10 @@ pub(crate) struct ClaimRequest {
 pub(crate) struct Lingering {
     pid: libc::pid_t,
     sock: OwnedFd,
-    /// The claimer's lock on the host uppers: let go only once init, and
-    /// with it every overlay of its mount namespace, is gone.
-    upper_lock: Option<OwnedFd>,
+    /// The locks on the host uppers (the claimer's, and this helper's on
+    /// each upper directory): let go only once init, and with it every
+    /// overlay of its mount namespace, is gone.
+    upper_locks: Vec<OwnedFd>,
 }
 
 impl Lingering {
@@ -76,7 +77,7 @@ impl Lingering {
         let _ = sys::raw::waitpid(self.pid, 0);
         // Init's exit tore its mount namespace down (the overlays' sync
         // included) before it could be reaped: the uppers are free.
-        drop(self.upper_lock);
+        drop(self.upper_locks);
     }
 }
 
@@ -316,6 +317,14 @@ impl Warm {
                 LaunchError::Spec(crate::spec::SpecError::new("command", "no command to run")),
             );
         }
+        // Every sandbox of this shape names the same host uppers: wait for
+        // the one of them whose overlay is still mounted, if any
+        // (`launch::uppers`). Kept until init is reaped.
+        let mut upper_locks = match super::uppers::lock_host_uppers(&spec) {
+            Ok(l) => l,
+            Err(e) => return refuse(&self, e.into()),
+        };
+        upper_locks.extend(upper_lock);
         self.sb.started = Instant::now();
         // The claimer's stdio become this supervisor's own: the relay, the
         // notices and the workload's inherited stdio then go to the
@@ -355,8 +364,9 @@ impl Warm {
             Err(e) => return refuse(&self, e),
         };
         let wire = WireCommand::of(&cmd);
-        let report_on_exit =
-            supervise::report_on_exit_allowed(&self.p, &spec, upper_lock.is_some());
+        // The host uppers are locked (above): the report may go out before
+        // their overlays are gone.
+        let report_on_exit = supervise::report_on_exit_allowed(&self.p, &spec, true);
         // Kept open until the report is out: hutch init waits for its close
         // before it ends (`linger`). Without a report on `Exited`, the lock
         // is let go when this returns, after init was reaped.
@@ -365,7 +375,7 @@ impl Warm {
             Some(Ok(sock)) => Some(Lingering {
                 pid: self.sb.pid,
                 sock,
-                upper_lock,
+                upper_locks: std::mem::take(&mut upper_locks),
             }),
             Some(Err(e)) => return refuse(&self, e.into()),
         };
@@ -398,7 +408,9 @@ impl Warm {
             with,
         );
         // hutch init waits for the report to go out before it ends (its
-        // namespaces torn down); reaped after.
+        // namespaces torn down); reaped after. Without that, it is reaped
+        // already: the uppers are free.
+        drop(upper_locks);
         (finished, lingering)
     }
 

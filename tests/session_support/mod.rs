@@ -12,8 +12,8 @@ use std::process::{Command, Output, Stdio};
 
 use anyhow::{Result, bail};
 
-#[allow(unused_imports)] // not every test binary uses all three
-pub use crate::common::{As, can_launch_as, is_root};
+#[allow(unused_imports)] // not every test binary uses them all
+pub use crate::common::{As, can_launch_as, flocks_on, is_root};
 
 /// `hutch run -- /bin/true` works (default sandbox).
 pub fn can_sandbox() -> bool {
@@ -273,31 +273,4 @@ pub fn chown_nobody(p: &Path) {
         .arg(p)
         .status()
         .unwrap();
-}
-
-/// The flocks on `path` in `/proc/locks`: (held, waiting). The file is
-/// named by its inode (and device) there.
-pub fn flocks_on(path: &Path) -> (usize, usize) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::metadata(path) else {
-        return (0, 0);
-    };
-    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
-    let id = format!("{major:02x}:{minor:02x}:{}", meta.ino());
-    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-    let mut counts = (0, 0);
-    for line in locks.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let waiting = fields.get(1) == Some(&"->");
-        let rest = if waiting { &fields[2..] } else { &fields[1..] };
-        // FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END
-        if rest.first() == Some(&"FLOCK") && rest.get(4) == Some(&id.as_str()) {
-            if waiting {
-                counts.1 += 1;
-            } else {
-                counts.0 += 1;
-            }
-        }
-    }
-    counts
 }
