@@ -66,13 +66,24 @@ fn can_run(unprivileged: bool) -> bool {
     can_sandbox() && (!unprivileged || can_launch_as(As::Nobody).is_ok())
 }
 
+/// What one command sees of what the last one left, then what it leaves
+/// for the next: a file in /tmp and /dev/shm, a SysV shm segment, an
+/// abstract socket held by a daemon in a session of its own, and one more
+/// line in the workspace.
 const PROBE: &str = r#"echo "pid $$"
 echo "procs" /proc/[0-9]*
 echo "tmp $(ls -A /tmp | tr '\n' ' ')"
+echo "shm $(ls -A /dev/shm | tr '\n' ' ')"
+echo "sysv $(tail -n +2 /proc/sysvipc/shm | wc -l) $(tail -n +2 /proc/sysvipc/msg | wc -l) $(tail -n +2 /proc/sysvipc/sem | wc -l)"
+echo "abstract $(grep -c ' @' /proc/net/unix)"
 echo "count $(wc -l < log)"
 echo "stack $(grep -F '[stack]' /proc/self/maps | cut -d' ' -f1)"
 touch /tmp/left-behind
-setsid sleep 1000 < /dev/null > /dev/null 2>&1 &
+: > /dev/shm/left-behind
+ipcmk -M 4096 > /dev/null
+setsid python3 -c 'import socket, time; s = socket.socket(socket.AF_UNIX); s.bind("\0hutch-left"); s.listen(); open("/tmp/bound", "w"); time.sleep(1000)' < /dev/null > /dev/null 2>&1 &
+while [ ! -e /tmp/bound ]; do :; done
+echo "abstract-now $(grep -c ' @' /proc/net/unix)"
 echo line >> log"#;
 
 /// The sandbox whose `start` event is first in `status` still exists:
@@ -97,6 +108,10 @@ fn sandbox_alive(status: &Path) -> bool {
 fn two_hundred_session_commands_run_warm_and_share_only_the_workspace() -> Result<()> {
     for unprivileged in BOTH {
         crate::require!(can_run(unprivileged), "cannot sandbox here");
+        crate::require!(
+            common::have("python3") && common::have("ipcmk"),
+            "python3 and ipcmk are needed"
+        );
         let t = Tmp::new("warm-session");
         let (state, id) = setup(&t, unprivileged, &["--warm", "2"])?;
         assert_eq!(server_of(&id).len(), 1, "create --warm started the server");
@@ -149,6 +164,10 @@ fn two_hundred_session_commands_run_warm_and_share_only_the_workspace() -> Resul
             assert_eq!(line("pid"), "2", "#{i}");
             assert_eq!(line("procs"), "/proc/1 /proc/2", "#{i}");
             assert_eq!(line("tmp"), "", "#{i}");
+            assert_eq!(line("shm"), "", "#{i}");
+            assert_eq!(line("sysv"), "0 0 0", "#{i}");
+            assert_eq!(line("abstract"), "0", "#{i}");
+            assert_eq!(line("abstract-now"), "1", "#{i}: the probe works");
             assert_eq!(line("count"), i.to_string(), "#{i}");
             stacks.insert(line("stack"));
         }
@@ -189,6 +208,13 @@ fn a_command_that_changes_the_sandbox_runs_cold() -> Result<()> {
         );
         assert_eq!(run(&["--ro-bind", "/etc", "/mnt/etc-copy"])?["warm"], false);
         assert_eq!(run(&["--share-net", "--setenv", "X", "1"])?["warm"], false);
+        // Another limit: another sandbox.
+        let limited = run(&["--pids", "64", "--setenv", "X", "1"])?;
+        assert_eq!(limited["warm"], false, "{limited}");
+        assert_eq!(
+            limited["enforced"]["limits"]["enforced"][0]["value"], 64,
+            "{limited}"
+        );
         assert_eq!(run(&["--setenv", "X", "1"])?["warm"], true);
         // `warm --ready` waits for the refill after that command.
         let ready: serde_json::Value = serde_json::from_str(&ok(&hutch(
@@ -216,7 +242,8 @@ fn a_command_that_changes_the_sandbox_runs_cold() -> Result<()> {
 }
 
 /// SIGKILL of the server mid-command ends the command (reported killed)
-/// and leaves no process behind; later commands launch cold.
+/// and leaves no process, cgroup leaf, mount or listening socket behind;
+/// later commands launch cold.
 #[test]
 fn killing_the_server_ends_its_command_and_leaves_nothing() -> Result<()> {
     for unprivileged in BOTH {
@@ -265,6 +292,17 @@ fn killing_the_server_ends_its_command_and_leaves_nothing() -> Result<()> {
         assert!(
             !Path::new("/sys/fs/cgroup").join(&sandbox_id).exists(),
             "no cgroup leaf is left"
+        );
+        // The sandboxes' mounts were in their own namespaces only: none of
+        // the session's directories is mounted here.
+        let here = t.0.to_str().unwrap();
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
+        assert!(!mounts.contains(here), "{mounts}");
+        // Nothing listens on the server's socket any more.
+        let refused = std::os::unix::net::UnixStream::connect(state.join(&id).join("warm.sock"));
+        assert_eq!(
+            refused.map_err(|e| e.raw_os_error()).err(),
+            Some(Some(libc::ECONNREFUSED))
         );
         ok(&hutch(
             &state,
