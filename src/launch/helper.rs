@@ -705,6 +705,7 @@ pub fn serve() -> i32 {
         }
     };
     let mut lingering = None;
+    let mut leftover = None;
     let result = match request {
         Ok(ToHelper::Run { spec, options }) => supervise::run(&spec, &options, Some(&mut channel)),
         Ok(ToHelper::Warm { spec, lifeline }) => {
@@ -720,8 +721,9 @@ pub fn serve() -> i32 {
                 }
             }
             match serve_warm(&spec, &mut channel) {
-                Some((r, l)) => {
+                Some((r, l, w)) => {
                     lingering = l;
+                    leftover = w;
                     r
                 }
                 // Its owner went away: nobody to answer.
@@ -750,37 +752,48 @@ pub fn serve() -> i32 {
         _ => 125,
     };
     channel.answer(&answer);
-    // The report is out; a warm sandbox's init may still be ending.
+    // The report is out. The supervisor's state goes first: it holds a
+    // copy of init's socket, whose last close lets a lingering init end.
+    drop(leftover);
+    // A warm sandbox's init may still be ending.
     if let Some(l) = lingering {
         l.reap();
     }
     code
 }
 
+/// What a served warm sandbox leaves: the result, the sandbox's init when
+/// it is still to be reaped (after the answer), and the supervisor's state
+/// (its plan, the compiled filters, the Spec; it holds a copy of init's
+/// socket), dropped after the answer and before init is reaped: freeing
+/// it is not the caller's wait.
+type Served = (
+    Result<Finished, LaunchError>,
+    Option<warm::Lingering>,
+    Option<warm::Warm>,
+);
+
 /// A warm sandbox: build it, say `Ready`, serve the claim. None when its
-/// owner went away before claiming it. With the result, the sandbox's
-/// init when it is still to be reaped (after the answer).
-fn serve_warm(
-    spec: &Spec,
-    channel: &mut Channel,
-) -> Option<(Result<Finished, LaunchError>, Option<warm::Lingering>)> {
+/// owner went away before claiming it.
+fn serve_warm(spec: &Spec, channel: &mut Channel) -> Option<Served> {
     let (warm, pending) = match warm::warm_up(spec, channel) {
         Ok(w) => w,
         Err(WarmError::Gone) => return None,
-        Err(WarmError::Launch(e)) => return Some((Err(e), None)),
+        Err(WarmError::Launch(e)) => return Some((Err(e), None, None)),
     };
     channel.answer(&FromHelper::Ready {
         sandbox_id: warm.sandbox_id().to_string(),
     });
-    let (warm, claim) = match pending {
+    let (mut warm, claim) = match pending {
         Some(c) => (warm, c),
         None => match warm.wait_claim(channel) {
             Ok(w) => w,
             Err(WarmError::Gone) => return None,
-            Err(WarmError::Launch(e)) => return Some((Err(e), None)),
+            Err(WarmError::Launch(e)) => return Some((Err(e), None, None)),
         },
     };
-    Some(warm.claim(claim, channel))
+    let (result, lingering) = warm.claim(claim, channel);
+    Some((result, lingering, Some(warm)))
 }
 
 #[cfg(test)]

@@ -282,7 +282,7 @@ impl Warm {
     /// [`Supervising::report_on_exit`]): then the [`Lingering`] init is
     /// returned too, to reap once the report is sent.
     pub fn claim(
-        mut self,
+        &mut self,
         req: Box<ClaimRequest>,
         control: &mut dyn Control,
     ) -> (Result<Finished, LaunchError>, Option<Lingering>) {
@@ -301,7 +301,7 @@ impl Warm {
         if shape != self.digest {
             // Never run a command in a sandbox built for another shape.
             return refuse(
-                &self,
+                self,
                 LaunchError::Prepare(
                     "this warm sandbox was built for another sandbox shape (binds, limits, network, confinement); launch the command cold or from a pool of its shape".into(),
                 ),
@@ -309,11 +309,11 @@ impl Warm {
         }
         let spec = command.apply(&self.shape);
         if let Err(e) = super::validate(&spec) {
-            return refuse(&self, e.into());
+            return refuse(self, e.into());
         }
         if spec.command.is_empty() {
             return refuse(
-                &self,
+                self,
                 LaunchError::Spec(crate::spec::SpecError::new("command", "no command to run")),
             );
         }
@@ -322,7 +322,7 @@ impl Warm {
         // (`launch::uppers`). Kept until init is reaped.
         let mut upper_locks = match super::uppers::lock_host_uppers(&spec) {
             Ok(l) => l,
-            Err(e) => return refuse(&self, e.into()),
+            Err(e) => return refuse(self, e.into()),
         };
         upper_locks.extend(upper_lock);
         self.sb.started = Instant::now();
@@ -331,7 +331,7 @@ impl Warm {
         // claimer, exactly as a cold launch's go to its caller.
         for (target, fd) in stdio.iter().enumerate() {
             if let Err(e) = sys::dup2(fd.as_fd(), target as RawFd) {
-                return refuse(&self, e.into());
+                return refuse(self, e.into());
             }
         }
         drop(stdio);
@@ -344,7 +344,7 @@ impl Warm {
         .and_then(|c| open_status_file(&options).map(|f| (c, f)));
         let ((mut cmd, relay), mut status_file) = match prepared {
             Ok(v) => v,
-            Err(e) => return refuse(&self, e),
+            Err(e) => return refuse(self, e),
         };
         cmd.non_default_signals = self.p.child.command.non_default_signals;
         // Every slot explicit: hutch init's own stdio are this process's
@@ -355,13 +355,13 @@ impl Warm {
                 Some(fd) => fds.push(fd),
                 None => match sys::dup_fd(i as RawFd) {
                     Ok(fd) => fds.push(fd),
-                    Err(e) => return refuse(&self, e.into()),
+                    Err(e) => return refuse(self, e.into()),
                 },
             }
         }
         let proxy = match self.start_proxy(&command) {
             Ok(p) => p,
-            Err(e) => return refuse(&self, e),
+            Err(e) => return refuse(self, e),
         };
         let wire = WireCommand::of(&cmd);
         // The host uppers are locked (above): the report may go out before
@@ -377,7 +377,7 @@ impl Warm {
                 sock,
                 upper_locks: std::mem::take(&mut upper_locks),
             }),
-            Some(Err(e)) => return refuse(&self, e.into()),
+            Some(Err(e)) => return refuse(self, e.into()),
         };
         if let Err(e) = claim::send(
             &self.sb.sock,
@@ -386,7 +386,7 @@ impl Warm {
             report_on_exit,
             [&fds[0], &fds[1], &fds[2]],
         ) {
-            return refuse(&self, e.into());
+            return refuse(self, e.into());
         }
         drop(fds);
         // Kept for the failure lines (the execve candidates).

@@ -543,3 +543,25 @@ fn only_a_pid_namespace_may_be_both_joined_and_new() {
     s.namespaces.net = true;
     assert_eq!(super::validate(&s).unwrap_err().path, "namespaces.join.net");
 }
+
+/// A NUL anywhere is refused at its key path; text that only looks like
+/// JSON's escape of one (a backslash, then `u0000`) is not a NUL.
+#[test]
+fn a_nul_is_found_wherever_it_is_and_its_escape_text_is_not_one() {
+    let mut spec = super::default_profile();
+    spec.command = vec!["printf".into(), "\\u0000".into()];
+    spec.env.insert("A".into(), "x\\u0000y".into());
+    assert_eq!(super::validate::validate(&spec), Ok(()));
+    spec.env.insert("B".into(), "x\0y".into());
+    let e = super::validate::validate(&spec).unwrap_err();
+    assert_eq!(
+        (e.path.as_str(), e.message.as_str()),
+        ("env.B", "contains a NUL byte")
+    );
+    spec.env.remove("B");
+    spec.command.push("\0".into());
+    assert_eq!(
+        super::validate::validate(&spec).unwrap_err().path,
+        "command[2]"
+    );
+}
