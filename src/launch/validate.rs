@@ -15,6 +15,22 @@ use crate::spec::{Spec, SpecError};
 /// is read and compiled, so that its errors name the failing rule).
 pub fn validate(spec: &Spec) -> Result<(), SpecError> {
     crate::spec::validate(spec)?;
+    validate_concerns(spec)
+}
+
+/// [`validate`] for a warm sandbox's claim: `spec` is the sandbox's shape
+/// (checked when it was made) with `command` applied, so only the command
+/// part is looked through for NUL bytes.
+pub fn validate_claimed(
+    spec: &Spec,
+    command: &super::claim::ClaimCommand,
+) -> Result<(), SpecError> {
+    crate::spec::validate_where_nul_may_be(spec, command)?;
+    validate_concerns(spec)
+}
+
+/// Every concern's own check (confinement, limits, egress, image).
+fn validate_concerns(spec: &Spec) -> Result<(), SpecError> {
     crate::confine::validate(&spec.security)?;
     crate::cgroup::validate_limits(&spec.limits)?;
     crate::net::validate_spec(spec)?;
@@ -74,5 +90,24 @@ mod tests {
             path(&|s| s.cwd = Some("relative".into())),
             Err("cwd".into())
         );
+    }
+
+    /// A claim is looked through for NUL bytes in its command part only,
+    /// and one there is refused at its key path in the whole Spec.
+    #[test]
+    fn a_claim_with_a_nul_is_refused_at_its_key_path() {
+        let shape = crate::launch::claim::shape(&crate::spec::default_profile());
+        let mut command = crate::launch::claim::ClaimCommand {
+            command: vec!["true".into()],
+            ..Default::default()
+        };
+        assert_eq!(validate_claimed(&command.apply(&shape), &command), Ok(()));
+        command.env.insert("X".into(), "a\0b".into());
+        let e = validate_claimed(&command.apply(&shape), &command).unwrap_err();
+        assert_eq!(e.path, "env.X");
+        command.env.clear();
+        command.command.push("b\0".into());
+        let e = validate_claimed(&command.apply(&shape), &command).unwrap_err();
+        assert_eq!(e.path, "command[1]");
     }
 }

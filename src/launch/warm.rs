@@ -308,7 +308,7 @@ impl Warm {
             );
         }
         let spec = command.apply(&self.shape);
-        if let Err(e) = super::validate(&spec) {
+        if let Err(e) = super::validate::validate_claimed(&spec, &command) {
             return refuse(self, e.into());
         }
         if spec.command.is_empty() {

@@ -34,7 +34,7 @@ pub use defaults::{
 pub use load::{load_profile, parse_json, parse_toml};
 pub use process::MAX_INHERIT_FDS;
 pub use size::{ByteSize, Duration};
-pub use validate::{SpecError, validate};
+pub use validate::{SpecError, validate, validate_where_nul_may_be};
 
 /// The rlimits whose value is a number of bytes: they take size suffixes
 /// (`as = "1G"`, `--rlimit fsize=10M`); the others are counts or seconds.

@@ -55,6 +55,16 @@ impl fmt::Display for SpecError {
 /// is not the whole check: launch a Spec through `launch::validate`, which
 /// adds confinement, limits and egress.
 pub fn validate(spec: &Spec) -> Result<(), SpecError> {
+    validate_where_nul_may_be(spec, spec)
+}
+
+/// [`validate`] for a Spec of which only `part` (a part of it, such as a
+/// warm sandbox claim's command part) may hold a NUL byte: the rest was
+/// checked before, unchanged (a warm sandbox's shape, same digest).
+pub fn validate_where_nul_may_be(
+    spec: &Spec,
+    part: &impl serde::Serialize,
+) -> Result<(), SpecError> {
     if spec.version != SPEC_VERSION {
         return Err(SpecError::new(
             "version",
@@ -64,7 +74,8 @@ pub fn validate(spec: &Spec) -> Result<(), SpecError> {
             ),
         ));
     }
-    if may_hold_nul(spec) {
+    if may_hold_nul(part) {
+        // Located in the whole Spec, for its key path.
         reject_nul(
             &serde_json::to_value(spec).expect("Spec serializes"),
             String::new(),
@@ -372,8 +383,8 @@ fn absolute(path: &str, p: &Path) -> Result<(), SpecError> {
 /// [`reject_nul`]'s walk builds a tree and a key path per node: this is
 /// the common case's check, a hit is located by the walk (a string that
 /// holds a backslash and `u0000` is a false hit the walk clears).
-fn may_hold_nul(spec: &Spec) -> bool {
-    let json = serde_json::to_vec(spec).expect("Spec serializes");
+fn may_hold_nul(part: &impl serde::Serialize) -> bool {
+    let json = serde_json::to_vec(part).expect("Spec serializes");
     json.windows(6).any(|w| w == b"\\u0000")
 }
 
