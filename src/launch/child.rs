@@ -568,10 +568,8 @@ fn claim_dests(plan: &ChildPlan) -> Vec<&CStr> {
 /// Whether `path` (absolute, a Landlock rule's) is `dest` (relative to
 /// the root, a step's) or below it, by whole components.
 fn inside(path: &CStr, dest: &CStr) -> bool {
-    let trim = |b: &'_ [u8]| -> usize {
-        // Leading and trailing slashes are not components.
-        b.iter().position(|c| *c != b'/').unwrap_or(b.len())
-    };
+    // Leading slashes (and a trailing one) are not components.
+    let trim = |b: &'_ [u8]| -> usize { b.iter().position(|c| *c != b'/').unwrap_or(b.len()) };
     let p = path.to_bytes();
     let p = &p[trim(p)..];
     let d = dest.to_bytes();

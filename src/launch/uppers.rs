@@ -9,7 +9,9 @@
 //! that holds it, and its supervisor keeps the locks until hutch init, and
 //! with it the overlay, is gone. The lock is on the host directory's own
 //! inode, which no sandbox reaches (inside, the workspace is the overlay's
-//! inode).
+//! inode). A helper waiting for the lock answers a kill only once it has
+//! it; the caller then kills the helper itself ([`super::helper`]: after
+//! two seconds), and the ready sandbox dies with it.
 
 use std::os::fd::{AsFd, OwnedFd};
 
