@@ -851,7 +851,11 @@ impl Session {
         // Only the supervisor of a command whose report is out can hold
         // it (every other holder holds the session lock first): this
         // waits for a sandbox's teardown, never for a command.
-        sys::flock_exclusive(upper.as_fd(), true)?;
+        while let Err(e) = sys::flock_exclusive(upper.as_fd(), true) {
+            if e.errno != sys::Errno::EINTR {
+                return Err(e.into());
+            }
+        }
         self.recover()?;
         Ok(SessionLock { _fd: fd, upper })
     }
