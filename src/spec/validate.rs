@@ -377,7 +377,7 @@ fn absolute(path: &str, p: &Path) -> Result<(), SpecError> {
     Ok(())
 }
 
-/// Whether any string or map key of `spec` may hold a NUL byte: its JSON
+/// Whether any string or map key of `part` may hold a NUL byte: its JSON
 /// text then holds `\u0000` (serde_json escapes every control character
 /// so), and without one there is none. The text is a flat buffer, where
 /// [`reject_nul`]'s walk builds a tree and a key path per node: this is
