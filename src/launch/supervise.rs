@@ -394,25 +394,17 @@ pub(super) struct Supervising {
     pub report_on_exit: bool,
 }
 
-/// Whether a sandbox's report may go out on `Exited`, before its pid 1 is
-/// reaped ([`Supervising::report_on_exit`]): hutch init is the pid
-/// namespace's own init (its `kill(-1)` reaches every process of the
-/// sandbox and nothing else), there is no cgroup leaf (whose counters and
-/// removal are part of the report, and need every process gone), and no
-/// writable overlay with a host upper (an upper must never be mounted by
-/// two overlays at once: the next command may mount the same upper, which
-/// this sandbox's mount namespace holds until init is gone) unless
-/// `uppers_locked`: the supervisor holds, until init is reaped, the locks
-/// every other mounter of those uppers takes first (`launch::uppers`, and
-/// a session's `upper.lock`).
-pub(super) fn report_on_exit_allowed(p: &LaunchPlan, spec: &Spec, uppers_locked: bool) -> bool {
-    p.child.pid_namespace_init
-        && p.cgroup.as_ref().is_none_or(|c| c.cgroup_dir().is_none())
-        && (uppers_locked
-            || !spec
-                .fs
-                .iter()
-                .any(|op| matches!(op, crate::spec::FsOp::Overlay { .. })))
+/// Whether a warm sandbox's report may go out on `Exited`, before its
+/// pid 1 is reaped ([`Supervising::report_on_exit`]): hutch init is the
+/// pid namespace's own init (its `kill(-1)` reaches every process of the
+/// sandbox and nothing else) and there is no cgroup leaf (whose counters
+/// and removal are part of the report, and need every process gone). A
+/// writable overlay with a host upper does not stand in the way: the
+/// claim locked each such upper (`launch::uppers`, and a session's
+/// `upper.lock`), and the supervisor holds the locks until init is
+/// reaped, so the next mounter waits for the overlay's end.
+pub(super) fn report_on_exit_allowed(p: &LaunchPlan) -> bool {
+    p.child.pid_namespace_init && p.cgroup.as_ref().is_none_or(|c| c.cgroup_dir().is_none())
 }
 
 /// The poll loop until the sandbox is gone, then the report.

@@ -613,6 +613,18 @@ fn the_child_runs_every_step_in_the_documented_order() {
 /// doors and the rlimits; its writable overlay is staged (a tmpfs at its
 /// destination, binds of its layers, the overlay's context) before
 /// `pivot_root`, and created and moved into place after the claim.
+/// What a warm sandbox with a workspace does from `Ready` on until it
+/// goes on as a cold launch: the claim, the overlay's mount, the
+/// workspace's Landlock rule (its inode exists only after the mount).
+const CLAIM_STEPS: [&str; 6] = [
+    "send Ready",
+    "recv",
+    "build",
+    "open root",
+    "open landlock path",
+    "landlock path",
+];
+
 #[test]
 fn a_warm_sandbox_waits_for_its_claim_then_mounts_its_workspace() {
     let mut spec = test_spec();
@@ -653,18 +665,10 @@ fn a_warm_sandbox_waits_for_its_claim_then_mounts_its_workspace() {
     assert_eq!(&got[from..from + before.len()], &before, "{calls:#?}");
     // After the claim's mount, the workspace's rule (its inode exists
     // only then), then on as a cold launch.
-    let order = [
-        "send Ready",
-        "recv",
-        "build",
-        "open root",
-        "open landlock path",
-        "landlock path",
-        "setrlimit",
-        "dumpable",
-        "block",
-        "start",
-    ];
+    let order: Vec<&str> = CLAIM_STEPS
+        .into_iter()
+        .chain(["setrlimit", "dumpable", "block", "start"])
+        .collect();
     let ready = got.iter().position(|k| k == "send Ready").unwrap();
     assert_eq!(&got[ready..ready + order.len()], &order, "{calls:#?}");
     let workspace_rule = calls
@@ -787,18 +791,7 @@ fn a_warm_sandbox_runs_the_same_setup_steps_as_a_cold_one() {
         &expected[rlimits - 2..rlimits],
         ["open landlock path", "landlock path"]
     );
-    expected.splice(
-        rlimits - 2..rlimits,
-        [
-            "send Ready",
-            "recv",
-            "build",
-            "open root",
-            "open landlock path",
-            "landlock path",
-        ]
-        .map(String::from),
-    );
+    expected.splice(rlimits - 2..rlimits, CLAIM_STEPS.map(String::from));
     assert_eq!(warm, expected);
     for step in [
         "landlock restrict",

@@ -366,7 +366,7 @@ impl Warm {
         let wire = WireCommand::of(&cmd);
         // The host uppers are locked (above): the report may go out before
         // their overlays are gone.
-        let report_on_exit = supervise::report_on_exit_allowed(&self.p, &spec, true);
+        let report_on_exit = supervise::report_on_exit_allowed(&self.p);
         // Kept open until the report is out: hutch init waits for its close
         // before it ends (`linger`). Without a report on `Exited`, the lock
         // is let go when this returns, after init was reaped.
