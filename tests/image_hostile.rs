@@ -362,3 +362,119 @@ fn archive_xattrs_are_dropped_and_setuid_bits_noted() {
         assert!(setuid["detail"].as_str().unwrap().contains("nosuid"));
     }
 }
+
+/// Put `doc` into the layout at `lay` as an index blob; its descriptor.
+fn index_blob(lay: &Path, doc: &serde_json::Value) -> serde_json::Value {
+    let bytes = serde_json::to_vec(doc).unwrap();
+    let d = sha(&bytes);
+    std::fs::write(lay.join("blobs/sha256").join(&d[7..]), &bytes).unwrap();
+    serde_json::json!({"mediaType": "application/vnd.oci.image.index.v1+json", "digest": d, "size": bytes.len()})
+}
+
+/// Replace the layout's index.json by one naming `entries`.
+fn write_top_index(lay: &Path, entries: Vec<serde_json::Value>) {
+    let top = serde_json::json!({"schemaVersion": 2, "manifests": entries});
+    std::fs::write(lay.join("index.json"), serde_json::to_vec(&top).unwrap()).unwrap();
+}
+
+/// `hutch image import` with a deadline: an import that reads the same
+/// nested index over and over runs for minutes, and must fail this test
+/// rather than hang it.
+fn import_within(who: As, store: &Path, lay: &Path, secs: u64) -> std::process::Output {
+    let mut c = std::process::Command::new("timeout");
+    c.arg("--signal=KILL").arg(secs.to_string());
+    if who == As::Nobody {
+        c.args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]);
+    }
+    c.arg(hutch_bin())
+        .args(["image", "--image-store"])
+        .arg(store)
+        .arg("import")
+        .arg(lay)
+        .env_remove("HUTCH_IMAGE_STORE")
+        .stdin(std::process::Stdio::null());
+    c.output().unwrap()
+}
+
+// The attack of issue 29: a ~40 KiB layout whose indexes nest 64 wide and
+// 4 deep names the one image 64^4 times. Each nested index is read and
+// walked once, so the import takes milliseconds (before: about 150 s).
+#[test]
+fn nested_indexes_named_many_times_are_read_once() {
+    for who in [As::Root, As::Nobody] {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let t = TempDir::new("img-nested", who);
+        let lay = t.path().join("lay");
+        let layer = Tar::default().file("hello", "hi\n").finish();
+        let md = oci_layout(&lay, &[(layer, Comp::Gzip)], &ImageSpec::default());
+        let size = std::fs::metadata(lay.join("blobs/sha256").join(&md[7..]))
+            .unwrap()
+            .len();
+        let manifest = serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": size});
+        // The innermost index names no image, only an artifact (as an
+        // attestation is): nothing is collected from it, so only the
+        // reading costs.
+        let mut entry = serde_json::json!({
+            "mediaType": "application/vnd.in-toto+json", "digest": md, "size": size});
+        for _ in 0..4 {
+            let doc = serde_json::json!({"schemaVersion": 2, "manifests": vec![entry; 64]});
+            entry = index_blob(&lay, &doc);
+        }
+        let mut top = vec![manifest];
+        top.extend(vec![entry; 64]);
+        write_top_index(&lay, top);
+        give(&lay, who);
+        let store = t.path().join("store");
+        let o = import_within(who, &store, &lay, 60);
+        assert!(
+            o.status.success(),
+            "as {who:?}: the import must finish quickly: {:?} {}",
+            o.status,
+            err(&o)
+        );
+        assert_eq!(out(&o).lines().next(), Some(md.as_str()));
+    }
+}
+
+#[test]
+fn too_many_distinct_nested_indexes_are_refused_naming_the_cap() {
+    for who in [As::Root, As::Nobody] {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        let t = TempDir::new("img-nested-cap", who);
+        let lay = t.path().join("lay");
+        let layer = Tar::default().file("hello", "hi\n").finish();
+        let md = oci_layout(&lay, &[(layer, Comp::Tar)], &ImageSpec::default());
+        let size = std::fs::metadata(lay.join("blobs/sha256").join(&md[7..]))
+            .unwrap()
+            .len();
+        let manifest = serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": size});
+        // 65 different indexes (an annotation tells them apart).
+        let entries: Vec<serde_json::Value> = (0..65)
+            .map(|i| {
+                index_blob(
+                    &lay,
+                    &serde_json::json!({"schemaVersion": 2, "manifests": [manifest],
+                        "annotations": {"n": i.to_string()}}),
+                )
+            })
+            .collect();
+        write_top_index(&lay, entries);
+        give(&lay, who);
+        let store = t.path().join("store");
+        let e = import_refused(
+            who,
+            &store,
+            &[lay.to_str().unwrap()],
+            "more than 64 distinct nested image indexes",
+        );
+        assert!(e.starts_with("hutch image: import "), "{e}");
+        assert!(list(who, &store).is_empty());
+    }
+}

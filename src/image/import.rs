@@ -352,8 +352,7 @@ fn plan_oci(source: &Source, want: &Platform, opts: &ImportOptions) -> Result<Pl
         .read_small("index.json", oci::MAX_DOCUMENT)?
         .ok_or_else(|| ImageError::Invalid("index.json is missing".into()))?;
     let index: Index = parse("index.json", "file", &index_bytes)?;
-    let mut candidates = Vec::new();
-    collect(source, &index, 0, &mut candidates)?;
+    let candidates = collect(source, &index)?;
     let desc = choose(candidates, want, opts)?;
     let bytes = read_blob(source, &desc)?;
     let manifest: Manifest = parse("manifest", &desc.digest.to_string(), &bytes)?;
@@ -420,8 +419,38 @@ fn plan_oci(source: &Source, want: &Platform, opts: &ImportOptions) -> Result<Pl
     })
 }
 
-/// Every image manifest reachable from `index` (nested indexes followed).
-fn collect(source: &Source, index: &Index, depth: u32, out: &mut Vec<Descriptor>) -> Result<()> {
+/// Nested image indexes read at the most while looking for the image
+/// manifests of a layout. Real layouts nest one or two (a multi-platform
+/// index under the layout's `index.json`); each is read once however often
+/// it is referenced, so this bounds the work of a hostile layout.
+pub const MAX_NESTED_INDEXES: usize = 64;
+/// Bytes of nested index documents read at the most, all of them together
+/// (one may be up to [`oci::MAX_DOCUMENT`]).
+pub const MAX_NESTED_INDEX_BYTES: u64 = 16 << 20;
+/// Image manifests collected from a layout's indexes at the most.
+pub const MAX_INDEX_MANIFESTS: usize = 1024;
+
+/// What the walk over a layout's indexes has read so far.
+#[derive(Default)]
+struct IndexWalk {
+    /// Digests of the nested indexes already read (and walked).
+    seen: std::collections::HashSet<Digest>,
+    bytes: u64,
+    manifests: Vec<Descriptor>,
+    /// The manifests' descriptors as JSON, to list each one once.
+    listed: std::collections::HashSet<Vec<u8>>,
+}
+
+/// Every image manifest reachable from `index` (nested indexes followed,
+/// each read, verified and walked once however many times it is named; a
+/// manifest named twice with the same descriptor is listed once).
+fn collect(source: &Source, index: &Index) -> Result<Vec<Descriptor>> {
+    let mut walk = IndexWalk::default();
+    collect_into(source, index, 0, &mut walk)?;
+    Ok(walk.manifests)
+}
+
+fn collect_into(source: &Source, index: &Index, depth: u32, walk: &mut IndexWalk) -> Result<()> {
     for d in &index.manifests {
         match d.media_type.as_str() {
             oci::MT_OCI_INDEX | oci::MT_DOCKER_LIST => {
@@ -430,18 +459,38 @@ fn collect(source: &Source, index: &Index, depth: u32, out: &mut Vec<Descriptor>
                         "image indexes nested more than {MAX_INDEX_DEPTH} deep"
                     )));
                 }
+                if walk.seen.contains(&d.digest) {
+                    continue;
+                }
+                if walk.seen.len() >= MAX_NESTED_INDEXES {
+                    return Err(ImageError::Invalid(format!(
+                        "the layout names more than {MAX_NESTED_INDEXES} distinct nested image indexes (the most hutch reads)"
+                    )));
+                }
+                walk.bytes = walk.bytes.saturating_add(d.size);
+                if walk.bytes > MAX_NESTED_INDEX_BYTES {
+                    return Err(ImageError::Invalid(format!(
+                        "the layout's nested image indexes hold more than {MAX_NESTED_INDEX_BYTES} bytes (the most hutch reads)"
+                    )));
+                }
+                walk.seen.insert(d.digest.clone());
                 let bytes = read_blob(source, d)?;
                 let nested: Index = parse("index", &d.digest.to_string(), &bytes)?;
-                collect(source, &nested, depth + 1, out)?;
+                collect_into(source, &nested, depth + 1, walk)?;
             }
-            oci::MT_OCI_MANIFEST | oci::MT_DOCKER_MANIFEST => out.push(d.clone()),
+            oci::MT_OCI_MANIFEST | oci::MT_DOCKER_MANIFEST => {
+                let key = serde_json::to_vec(d).map_err(|e| ImageError::Invalid(e.to_string()))?;
+                if walk.listed.insert(key) {
+                    walk.manifests.push(d.clone());
+                }
+            }
             // Attestations, signatures and other artifacts are not images.
             _ => {}
         }
-        if out.len() > 1024 {
-            return Err(ImageError::Invalid(
-                "more than 1024 manifests in the index".into(),
-            ));
+        if walk.manifests.len() > MAX_INDEX_MANIFESTS {
+            return Err(ImageError::Invalid(format!(
+                "more than {MAX_INDEX_MANIFESTS} manifests in the index"
+            )));
         }
     }
     Ok(())
