@@ -72,7 +72,11 @@ fn write_layout(layout: &Path, data: &[u8]) {
             done[i] = Some((digest.to_string(), bytes.len()));
         }
     }
-    std::fs::write(layout.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    std::fs::write(
+        layout.join("oci-layout"),
+        br#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
 }
 
 fuzz_target!(|data: &[u8]| {
