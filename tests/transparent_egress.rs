@@ -13,6 +13,7 @@ mod proxy_support;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use common::{As, TempDir, can_launch_as, have, hutch_as};
 use proxy_support::*;
@@ -529,4 +530,203 @@ git clone -q ssh://root@git.test:{q}{d}/repo.git /tmp/denied 2>/dev/null; echo "
     assert_eq!(tcp("allow", p), 1, "{text}");
     assert_eq!(tcp("deny", q), 1, "{text}");
     assert_eq!(other.hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+/// The workload of the stalled-handshake tests: N connections to
+/// good.test, each sending only a TLS record header that announces a
+/// 512-byte ClientHello which never comes; it reports how many it made and
+/// holds them open.
+const STALLER: &str = r#"
+import signal, socket, sys
+n, port = int(sys.argv[1]), int(sys.argv[2])
+addr = socket.gethostbyname("good.test")
+held = []
+for _ in range(n):
+    s = socket.create_connection((addr, port))
+    try:
+        s.sendall(b"\x16\x03\x01\x02\x00")
+    except OSError:
+        pass  # reset by the proxy already: over its cap
+    held.append(s)
+print("stalled", len(held), flush=True)
+signal.pause()
+"#;
+
+/// A `hutch run` with transparent egress to `up` (limits from a policy
+/// file) running [`STALLER`] with `n` connections, once it said they are
+/// all made.
+struct Stalling {
+    hutch: Child,
+}
+
+impl Stalling {
+    fn start(who: As, dir: &Path, up: &Upstream, limits: &str, n: usize) -> Stalling {
+        let policy = dir.join("policy.toml");
+        common::write_as(
+            &policy,
+            &format!(
+                "[profiles.t]\nallow = [\"good.test:{p}\"]\nallow_address = [\"127.0.0.1\"]\n\
+                 resolve = {{ \"good.test\" = \"127.0.0.1\" }}\n[profiles.t.limits]\n{limits}\n",
+                p = up.port
+            ),
+            who,
+        );
+        common::write_as(&dir.join("staller.py"), STALLER, who);
+        let mut hutch = common::hutch_command(who)
+            .args([
+                "run",
+                "--quiet",
+                "--egress-mode",
+                "transparent",
+                "--egress-policy",
+            ])
+            .arg(&policy)
+            .arg("--audit")
+            .arg(dir.join("audit.jsonl"))
+            .args(["--", "python3", "staller.py", &n.to_string()])
+            .arg(up.port.to_string())
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Read on a thread, so that a workload that never reports fails
+        // the test at a deadline instead of hanging it.
+        let stdout = hutch.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let mut s = Stalling { hutch };
+        let line = rx.recv_timeout(Duration::from_secs(60));
+        if line.as_deref().map(str::trim) != Ok(format!("stalled {n}").as_str()) {
+            s.stop();
+            panic!("the workload said {line:?}, not \"stalled {n}\" (within 60 s)");
+        }
+        s
+    }
+
+    /// CPU time (user + system, all threads) of the hutch process, which
+    /// runs the transparent proxy on a thread of its own.
+    fn cpu(&self) -> std::time::Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.hutch.id())).unwrap();
+        // Fields after the command name (which ends with the last ')').
+        let rest: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        let ticks: u64 = rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap();
+        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .unwrap()
+            .unwrap() as u64;
+        std::time::Duration::from_millis(ticks * 1000 / hz)
+    }
+
+    fn stop(&mut self) {
+        let _ = self.hutch.kill();
+        let _ = self.hutch.wait();
+    }
+}
+
+impl Drop for Stalling {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// 200 captured connections whose ClientHello stalls after the record
+/// header cost the supervisor nothing while they wait: the read waits on
+/// the socket's readiness (before, each was peeked every 2 ms until the
+/// handshake timeout: about 6 % of a core here).
+#[test]
+fn stalled_client_hellos_cost_the_supervisor_no_cpu() {
+    const N: usize = 200;
+    const WINDOW: std::time::Duration = std::time::Duration::from_secs(3);
+    let who = As::Nobody;
+    let can = can_launch_as(who);
+    require!(can.is_ok(), can.unwrap_err());
+    require!(have("python3"), "python3 is needed (see .ci/run)");
+    let dir = TempDir::new("transparent-stall", who);
+    let up = upstream(0);
+    let stalling = Stalling::start(
+        who,
+        dir.path(),
+        &up,
+        "max_pending_handshakes = 256\nhandshake_timeout = \"60s\"",
+        N,
+    );
+    // Every connection was dialled upstream: each is now waiting for the
+    // rest of its ClientHello.
+    wait_until(Duration::from_secs(30), "every connection dialled", || {
+        up.hits.load(std::sync::atomic::Ordering::SeqCst) == N
+    });
+    let before = stalling.cpu();
+    // A measured interval, not a wait for something to happen.
+    std::thread::sleep(WINDOW);
+    let used = stalling.cpu() - before;
+    let share = used.as_secs_f64() / WINDOW.as_secs_f64();
+    eprintln!(
+        "{N} stalled ClientHellos: the supervisor used {used:?} of CPU in {WINDOW:?} ({:.2} % of a core)",
+        share * 100.0
+    );
+    assert!(
+        share < 0.02,
+        "{N} stalled ClientHellos cost the supervisor {used:?} of CPU in {WINDOW:?} ({:.1} % of a core)",
+        share * 100.0
+    );
+}
+
+/// Over `max_pending_handshakes` captured connections whose first bytes
+/// are still awaited, the next one is reset at once (never dialled) and
+/// audited as a `limit`, as root and as uid 65534.
+#[test]
+fn pending_handshakes_over_the_cap_are_refused_and_audited() {
+    const CAP: usize = 8;
+    const N: usize = 12;
+    require!(have("python3"), "python3 is needed (see .ci/run)");
+    for who in [As::Root, As::Nobody] {
+        let can = can_launch_as(who);
+        require!(can.is_ok(), can.unwrap_err());
+        let dir = TempDir::new("transparent-pending", who);
+        let up = upstream(0);
+        let audit = dir.path().join("audit.jsonl");
+        let _stalling = Stalling::start(
+            who,
+            dir.path(),
+            &up,
+            &format!("max_pending_handshakes = {CAP}\nhandshake_timeout = \"60s\""),
+            N,
+        );
+        let refused = || {
+            std::fs::read_to_string(&audit)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|l| {
+                    l["door"] == "transparent"
+                        && l["method"] == "TCP"
+                        && l["host"] == "good.test"
+                        && l["verdict"] == "limit"
+                        && l["error"]
+                            .as_str()
+                            .is_some_and(|e| e.contains("(limit 8, max_pending_handshakes)"))
+                })
+                .count()
+        };
+        wait_until(
+            Duration::from_secs(30),
+            &format!("{} limit lines in {}", N - CAP, audit.display()),
+            || refused() >= N - CAP,
+        );
+        wait_until(Duration::from_secs(30), "the admitted ones dialled", || {
+            up.hits.load(std::sync::atomic::Ordering::SeqCst) >= CAP
+        });
+        let text = std::fs::read_to_string(&audit).unwrap_or_default();
+        assert_eq!(refused(), N - CAP, "{who:?}: {text}");
+        // Only the admitted ones reached the upstream.
+        assert_eq!(
+            up.hits.load(std::sync::atomic::Ordering::SeqCst),
+            CAP,
+            "{who:?}: {text}"
+        );
+    }
 }

@@ -5,6 +5,7 @@ mod check;
 mod image;
 pub mod machine;
 pub mod oci;
+pub mod privileged;
 mod proxy;
 mod ps;
 mod run;

@@ -101,12 +101,11 @@ pub fn create(
     if let (Some(c), Some(leaf)) = (opts.cgroup, p.cgroup.as_mut()) {
         leaf.adopt(c.dir, c.fd, c.enforced);
     }
-    let status_file = match &opts.status_file {
-        Some(path) => Some(std::fs::File::create(path).map_err(|e| {
-            LaunchError::Prepare(format!("cannot write status file {}: {e}", path.display()))
-        })?),
-        None => None,
-    };
+    let status_file = opts
+        .status_file
+        .as_deref()
+        .map(super::supervise::open_status_path)
+        .transpose()?;
     let (sup_sock, child_sock) = sys::socket::seqpacket_pair()?;
     let joins = super::join::open_joins(spec)?;
     let threads = sys::thread_count();

@@ -123,12 +123,50 @@ pub(super) fn run(
 }
 
 pub(super) fn open_status_file(opts: &RunOptions) -> Result<Option<std::fs::File>, LaunchError> {
-    match &opts.status_file {
-        Some(path) => Ok(Some(std::fs::File::create(path).map_err(|e| {
-            LaunchError::Prepare(format!("cannot write status file {}: {e}", path.display()))
-        })?)),
-        None => Ok(None),
+    opts.status_file
+        .as_deref()
+        .map(open_status_path)
+        .transpose()
+}
+
+/// Create or truncate the status file the caller named, as the caller.
+/// The path may sit in a directory others can write to (a shared /tmp),
+/// so what is found there is not trusted: a symbolic link as the last
+/// component is refused, not followed (O_NOFOLLOW), and only a regular
+/// file is written and truncated, checked on the open file before the
+/// truncation; a FIFO is opened non-blocking so that one without a reader
+/// fails at once instead of hanging the launch. Streams go to
+/// `--status-fd` (bubblewrap's `--json-status-fd`) instead.
+pub(super) fn open_status_path(path: &std::path::Path) -> Result<std::fs::File, LaunchError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let fail = |why: String| {
+        LaunchError::Prepare(format!(
+            "cannot write status file {}: {why}",
+            path.display()
+        ))
+    };
+    let not_regular = || {
+        fail("it is not a regular file (a FIFO, socket or device): name a regular file, or pass a descriptor (--status-fd)".into())
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => fail(
+                "it is a symbolic link, which is not followed there: name the file itself".into(),
+            ),
+            Some(libc::ENXIO) => not_regular(),
+            _ => fail(e.to_string()),
+        })?;
+    let meta = file.metadata().map_err(|e| fail(format!("fstat: {e}")))?;
+    if !meta.file_type().is_file() {
+        return Err(not_regular());
     }
+    file.set_len(0)
+        .map_err(|e| fail(format!("truncate: {e}")))?;
+    Ok(file)
 }
 
 /// Create the sandbox of a prepared plan: the socketpair, the forwarded

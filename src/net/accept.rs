@@ -34,6 +34,8 @@ pub(crate) struct State {
     pub(super) audit: Option<AuditSink>,
     pub(super) connections: Arc<Semaphore>,
     pub(super) tunnels: Arc<Semaphore>,
+    /// `transparent` egress: captured connections not yet classified.
+    pub(super) pending_handshakes: Arc<Semaphore>,
     pub(super) resolvers: Semaphore,
     pub(super) bytes_total: AtomicU64,
     /// `transparent` egress: the names the resolver handed out.
@@ -48,6 +50,9 @@ impl State {
                 l.max_connections.min(Semaphore::MAX_PERMITS),
             )),
             tunnels: Arc::new(Semaphore::new(l.max_tunnels.min(Semaphore::MAX_PERMITS))),
+            pending_handshakes: Arc::new(Semaphore::new(
+                l.max_pending_handshakes.min(Semaphore::MAX_PERMITS),
+            )),
             resolvers: Semaphore::new(MAX_RESOLVERS),
             bytes_total: AtomicU64::new(0),
             names: Default::default(),

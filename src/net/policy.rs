@@ -101,6 +101,7 @@ pub struct EgressLimits {
     pub total_timeout: Duration,
     pub max_tunnels: usize,
     pub max_connections: usize,
+    pub max_pending_handshakes: usize,
     pub max_bytes: Option<u64>,
     pub max_audit_bytes: u64,
 }
@@ -115,6 +116,7 @@ impl Default for EgressLimits {
             total_timeout: Duration::from_secs(6 * 3600),
             max_tunnels: 512,
             max_connections: 1024,
+            max_pending_handshakes: 64,
             max_bytes: None,
             max_audit_bytes: 64 * 1024 * 1024,
         }
@@ -213,6 +215,11 @@ impl Policy {
             total_timeout: l.total_timeout.map_or(d.total_timeout, |t| t.0),
             max_tunnels: positive("max_tunnels", l.max_tunnels, d.max_tunnels)?,
             max_connections: positive("max_connections", l.max_connections, d.max_connections)?,
+            max_pending_handshakes: positive(
+                "max_pending_handshakes",
+                l.max_pending_handshakes,
+                d.max_pending_handshakes,
+            )?,
             max_bytes: l.max_bytes.map(|b| b.0),
             max_audit_bytes: match l.max_audit_bytes {
                 None => d.max_audit_bytes,

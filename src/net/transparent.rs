@@ -185,30 +185,48 @@ async fn captured(state: Arc<State>, client: TcpStream) {
         dec.finish_with(Outcome::Limit, 0, msg);
         return reset(client);
     };
+    // Held until the first bytes are classified: a sandbox that opens
+    // connections and stalls their ClientHello holds at most this many
+    // upstream connections and hello buffers at a time.
+    let Ok(pending) = state.pending_handshakes.clone().try_acquire_owned() else {
+        let msg = format!(
+            "too many connections whose first bytes are still awaited (limit {}, max_pending_handshakes)",
+            state.policy.limits().max_pending_handshakes
+        );
+        dec.finish_with(Outcome::Limit, 0, msg);
+        return reset(client);
+    };
     let upstream = match dial(&state, &dec, &host, port, &rule).await {
         Ok(s) => s,
         // The decision holds why (denied address, resolve or connect).
         Err(_answer) => return reset(client),
     };
     dec.with(|f| f.verdict = Some(Outcome::Allow));
-    relay(&dec, &host, client, upstream).await;
+    relay(&dec, &host, client, upstream, pending).await;
 }
 
 /// Refuse a TLS ClientHello that asks for another server name than the
 /// name the connection was decided for (a CDN serves many names on one
 /// address). Only the upstream-bound direction waits for it, so protocols
 /// where the server speaks first go on meanwhile; what is not TLS is not
-/// checked.
+/// checked. Returns the bytes read, which the caller forwards first.
+///
+/// The bytes are read (consumed), not peeked: a peek returns at once
+/// while any byte is queued, so waiting for the rest of a stalled
+/// ClientHello would need a timer; a read waits on the socket's readiness
+/// for new bytes. The buffer is [`sni::MAX_HELLO`] at most.
 async fn check_server_name(
     client: &TcpStream,
     host: &CanonicalHost,
     limit: std::time::Duration,
-) -> std::io::Result<()> {
+) -> std::io::Result<Vec<u8>> {
     use std::io::{Error, ErrorKind};
     let deadline = tokio::time::Instant::now() + limit;
+    let refuse = |why: String| Err(Error::new(ErrorKind::PermissionDenied, why));
     let mut buf = vec![0u8; 2048];
+    let mut len = 0;
     loop {
-        let n = tokio::time::timeout_at(deadline, client.peek(&mut buf))
+        let n = tokio::time::timeout_at(deadline, read_some(client, &mut buf[len..]))
             .await
             .map_err(|_| {
                 Error::new(
@@ -216,19 +234,25 @@ async fn check_server_name(
                     "no complete TLS ClientHello within the handshake timeout",
                 )
             })??;
-        if n == 0 {
-            return Ok(());
+        if n == 0 && len == 0 {
+            return Ok(Vec::new());
         }
-        let refuse = |why: String| Err(Error::new(ErrorKind::PermissionDenied, why));
-        match sni::client_hello_name(&buf[..n]) {
-            sni::Hello::NotTls | sni::Hello::NoName => return Ok(()),
+        len += n;
+        match sni::client_hello_name(&buf[..len]) {
+            sni::Hello::NotTls | sni::Hello::NoName => {
+                buf.truncate(len);
+                return Ok(buf);
+            }
             sni::Hello::Name(name) => {
                 let text = String::from_utf8_lossy(&name).into_owned();
                 return match canonicalize(&text) {
-                    Ok(h) if &h == host => Ok(()),
+                    Ok(h) if &h == host => {
+                        buf.truncate(len);
+                        Ok(buf)
+                    }
                     _ => refuse(format!(
                         "TLS server name {:?} is not {host}, the name this connection was allowed for",
-                        text.escape_default().to_string()
+                        shorten(&text).escape_default().to_string()
                     )),
                 };
             }
@@ -237,27 +261,81 @@ async fn check_server_name(
                     "a TLS ClientHello hutch cannot read (server name unchecked)".into(),
                 );
             }
+            sni::Hello::Incomplete(_) if n == 0 => {
+                return refuse(
+                    "the sandbox closed its side before a complete TLS ClientHello".into(),
+                );
+            }
+            // `need` is at most sni::MAX_HELLO.
             sni::Hello::Incomplete(need) => {
                 if need > buf.len() {
                     buf.resize(need, 0);
-                } else {
-                    // The rest is on its way; peek again shortly.
-                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
                 }
             }
         }
     }
 }
 
+/// One read of what the socket has, waiting on its readiness (0: end of
+/// stream).
+async fn read_some(s: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        s.readable().await?;
+        match s.try_read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            r => return r,
+        }
+    }
+}
+
+/// Write all of `bytes` (the first bytes, already read) to `dst`, metered.
+async fn forward(dst: &TcpStream, bytes: &[u8], meter: &DirMeter<'_>) -> std::io::Result<()> {
+    use super::tunnel::Meter;
+    let mut at = 0;
+    while at < bytes.len() {
+        dst.writable().await?;
+        match dst.try_write(&bytes[at..]) {
+            Ok(n) => {
+                meter.account(n)?;
+                at += n;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A server name as the audit line shows it: a name longer than DNS allows
+/// (which canonicalisation refuses anyway) is cut, so that one ClientHello
+/// cannot put 16 KiB into each line.
+fn shorten(name: &str) -> String {
+    const MAX_SHOWN: usize = 253;
+    match name.char_indices().nth(MAX_SHOWN) {
+        Some((at, _)) => format!("{}...", &name[..at]),
+        None => name.to_string(),
+    }
+}
+
 /// Move bytes both ways until both sides close, a side fails, or a
-/// timeout fires; metered like a CONNECT tunnel.
-async fn relay(dec: &Arc<Decision>, host: &CanonicalHost, client: TcpStream, upstream: TcpStream) {
+/// timeout fires; metered like a CONNECT tunnel. `pending` (a slot of
+/// `max_pending_handshakes`) is released once the first bytes are
+/// classified.
+async fn relay(
+    dec: &Arc<Decision>,
+    host: &CanonicalHost,
+    client: TcpStream,
+    upstream: TcpStream,
+    pending: tokio::sync::OwnedSemaphorePermit,
+) {
     let limits = dec.state.policy.limits().clone();
     let up = DirMeter { dec, up: true };
     let down = DirMeter { dec, up: false };
     dec.touch();
     let upward = async {
-        check_server_name(&client, host, limits.handshake_timeout).await?;
+        let first = check_server_name(&client, host, limits.handshake_timeout).await;
+        drop(pending);
+        forward(&upstream, &first?, &up).await?;
         pump(&client, &upstream, &up).await
     };
     let run = async { tokio::try_join!(upward, pump(&upstream, &client, &down)).map(drop) };
@@ -272,5 +350,21 @@ async fn relay(dec: &Arc<Decision>, host: &CanonicalHost, client: TcpStream, ups
         why = dec.watchdog(limits.idle_timeout, limits.total_timeout) => {
             dec.with(|f| f.error = Some(why.into()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_name_in_an_audit_line_is_cut_past_dns_length() {
+        assert_eq!(shorten("api.example.com"), "api.example.com");
+        let long = "a".repeat(16 * 1024);
+        let shown = shorten(&long);
+        assert_eq!(shown.len(), 253 + 3);
+        assert!(shown.ends_with("..."));
+        // Cut on a character boundary.
+        assert_eq!(shorten(&"é".repeat(300)).chars().count(), 253 + 3);
     }
 }

@@ -966,6 +966,10 @@ pub struct ProxyLimits {
     pub max_tunnels: Option<u64>,
     /// Concurrent client connections (including ones still sending a head).
     pub max_connections: Option<u64>,
+    /// `transparent` egress: captured connections not yet classified (their
+    /// upstream being dialled, or their first bytes, a TLS ClientHello
+    /// perhaps, still awaited) at once; over it a connection is reset.
+    pub max_pending_handshakes: Option<u64>,
     /// Bytes transferred in both directions over the sandbox's life.
     pub max_bytes: Option<ByteSize>,
     /// Bytes of audit log the sandbox's proxy may write (one sandbox can

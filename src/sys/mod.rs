@@ -17,6 +17,7 @@ mod landlock;
 mod loopdev;
 mod mount;
 mod net;
+mod privilege;
 mod process;
 #[cfg(feature = "tokio")]
 pub mod reactor;
@@ -49,6 +50,7 @@ pub use landlock::*;
 pub use loopdev::*;
 pub use mount::*;
 pub use net::*;
+pub use privilege::*;
 pub use process::*;
 pub use rlimit::*;
 pub use seccomp::*;
