@@ -532,13 +532,16 @@ fn a_user_namespace_container_runs_as_root_and_as_nobody() {
         config["linux"]["gidMappings"] = map;
         let b = Bundle::new("oci-userns", &config);
         // A createContainer hook joins the container's user and mount
-        // namespaces and writes into its root before the workload starts.
-        // hutch init is not dumpable, so an unprivileged hutch-oci cannot
-        // enter its namespaces: there the hook fails create, saying why
-        // (docs/oci.md), and the container runs without it.
+        // namespaces before pivot_root and writes into its root, at
+        // root.path, before the workload starts: as root and as nobody
+        // (hutch init has not changed credentials yet there). Once hutch
+        // init is non-dumpable (startContainer), only a root hutch-oci
+        // may enter its namespaces: an unprivileged one fails `start`,
+        // saying why (docs/oci.md).
         let busybox = b.path().join("rootfs/bin/busybox");
+        let hooked = b.path().join("rootfs/hooked");
         config["hooks"] = json!({"createContainer": [
-            {"path": busybox.to_str().unwrap(), "args": ["sh", "-c", "echo hooked > /hooked"]}
+            {"path": busybox.to_str().unwrap(), "args": ["sh", "-c", format!("echo hooked > {}", hooked.display())]}
         ]});
         b.write_config(&config);
         let rootless = who.drops_to_nobody();
@@ -576,22 +579,22 @@ fn a_user_namespace_container_runs_as_root_and_as_nobody() {
                 .unwrap()
         };
         if rootless {
+            let mut with_start = config.clone();
+            with_start["hooks"]["startContainer"] = json!([{"path": "/bin/true"}]);
+            b.write_config(&with_start);
+            own_as(&b.path().join("config.json"), who);
             let o = oci(&["run"]);
-            assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+            assert!(!o.status.success(), "{}", stderr(&o));
             assert!(
                 stderr(&o).contains("open only to a root hutch-oci"),
                 "{}",
                 stderr(&o)
             );
-            assert!(!b.state_root.join(&id).exists());
-            config.as_object_mut().unwrap().remove("hooks");
-            config["process"]["args"] = json!([
-                "sh",
-                "-c",
-                "echo uid $(id -u); cat /proc/self/uid_map; exit 6"
-            ]);
             b.write_config(&config);
             own_as(&b.path().join("config.json"), who);
+            let _ = oci(&["delete", "--force"]);
+            assert!(!b.state_root.join(&id).exists());
+            let _ = std::fs::remove_file(b.path().join("rootfs/hooked"));
         }
         let mut cmd = if who.drops_to_nobody() {
             let mut c = Command::new("setpriv");
@@ -620,9 +623,7 @@ fn a_user_namespace_container_runs_as_root_and_as_nobody() {
             .collect();
         assert_eq!(out.lines().next(), Some("uid 0"), "{out}");
         assert_eq!(map, ["0", &host.to_string(), "1"], "{out}");
-        if !rootless {
-            assert_eq!(out.lines().nth(2), Some("hooked"), "{out}");
-        }
+        assert_eq!(out.lines().nth(2), Some("hooked"), "{who:?}: {out}");
         assert!(!b.state_root.join(&id).exists());
     }
 }
@@ -672,13 +673,14 @@ fn device_nodes_work_only_where_hutch_made_them() {
     );
 }
 
-/// A bundle-level hook: a script on the host that records its stdin (the
-/// state), its mount namespace (from a child process, which is in the
-/// container's pid namespace when the hook joined it), its hostname and
-/// its environment into `OUT.*`.
+/// A bundle-level hook: a script that records its stdin (the state), its
+/// mount namespace (from a child process, which is in the container's
+/// pid namespace when the hook joined it), its hostname, its environment
+/// and its effective capabilities into `OUT.*`.
 const HOOK_SCRIPT: &str = r#"#!/bin/sh
 cat > "$1.state"
 echo "$(readlink /proc/self/ns/mnt) $(hostname) $PHASE" > "$1.ns"
+grep CapEff /proc/self/status > "$1.caps"
 "#;
 
 fn ns_of(pid: &str) -> String {
@@ -694,29 +696,44 @@ fn hooks_run_at_their_points_with_the_state_and_in_the_right_namespaces() {
     become_subreaper();
     let mut config = base_config(&["sh", "-c", "echo workload >> /rec/order; exit 0"]);
     let b = Bundle::new("oci-hooks", &config);
-    std::os::unix::fs::symlink("busybox", b.path().join("rootfs/bin/readlink")).unwrap();
+    for applet in ["readlink", "grep"] {
+        std::os::unix::fs::symlink("busybox", b.path().join("rootfs/bin").join(applet)).unwrap();
+    }
     let rec = b.path().join("rec");
     std::fs::create_dir(&rec).unwrap();
     let script = b.path().join("hook.sh");
-    std::fs::write(&script, HOOK_SCRIPT).unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // startContainer's path resolves in the container: a copy in the root.
+    for at in [script.clone(), b.path().join("rootfs/hook.sh")] {
+        std::fs::write(&at, HOOK_SCRIPT).unwrap();
+        std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
     config["mounts"].as_array_mut().unwrap().push(
         json!({"destination": "/rec", "type": "bind", "source": rec.to_str().unwrap(), "options": ["rbind"]}),
     );
     let hook = |phase: &str, inside: bool| {
-        // A hook in the container's namespaces sees the container's files.
-        let out = if inside {
-            format!("/rec/{phase}")
+        // startContainer runs in the pivoted root: it sees the container's
+        // files; every other hook sees the host's `/` (createContainer: in
+        // the container's mount namespace, before pivot_root).
+        let (path, out) = if inside {
+            ("/hook.sh".to_string(), format!("/rec/{phase}"))
         } else {
-            rec.join(phase).display().to_string()
+            (
+                script.display().to_string(),
+                rec.join(phase).display().to_string(),
+            )
         };
-        json!({"path": script.to_str().unwrap(), "args": ["hook", out], "env": [format!("PHASE={phase}")], "timeout": 20})
+        json!({"path": path, "args": ["hook", out], "env": [format!("PHASE={phase}")], "timeout": 20})
     };
+    // Before pivot_root the built root, with its mounts, is at root.path.
+    let rootfs = b.path().join("rootfs");
+    let sees_root = json!({"path": "/bin/sh", "args": ["sh", "-c", format!(
+        "test -e {}/proc/self/status && echo built > {}/root-path", rootfs.display(), rec.display()
+    )]});
     let failing = json!({"path": "/bin/sh", "args": ["sh", "-c", "exit 9"]});
     config["hooks"] = json!({
         "prestart": [hook("prestart", false)],
         "createRuntime": [hook("createRuntime", false)],
-        "createContainer": [hook("createContainer", true)],
+        "createContainer": [hook("createContainer", false), sees_root],
         "startContainer": [hook("startContainer", true)],
         // Failures after start are logged, the next hook still runs.
         "poststart": [failing.clone(), hook("poststart", false)],
@@ -754,9 +771,15 @@ fn hooks_run_at_their_points_with_the_state_and_in_the_right_namespaces() {
         read("prestart").1,
         format!("{host_ns} {host_name} prestart")
     );
+    // Before pivot_root, and before the hostname is set (as under runc).
     assert_eq!(
         read("createContainer").1,
-        format!("{container_ns} oci-test createContainer")
+        format!("{container_ns} {host_name} createContainer")
+    );
+    assert_eq!(
+        std::fs::read_to_string(rec.join("root-path")).unwrap_or_default(),
+        "built\n",
+        "createContainer sees the built root at root.path"
     );
     assert!(
         !rec.join("startContainer.state").exists(),
@@ -772,6 +795,9 @@ fn hooks_run_at_their_points_with_the_state_and_in_the_right_namespaces() {
     let (state, ns) = read("startContainer");
     assert_eq!(state["status"], "created");
     assert_eq!(ns, format!("{container_ns} oci-test startContainer"));
+    // It runs as the container process: CAP_KILL alone (base_config).
+    let caps = |phase: &str| std::fs::read_to_string(rec.join(format!("{phase}.caps"))).unwrap();
+    assert_eq!(caps("startContainer"), "CapEff:\t0000000000000020\n");
     assert_eq!(read("poststart").0["status"], "running");
     assert_eq!(wait_exit(b.pid(&id)), 0);
     let o = b.run(&["delete", &id]);
@@ -988,9 +1014,9 @@ fn a_failing_start_container_hook_stops_the_container() {
     become_subreaper();
     let mut config = base_config(&["sh", "-c", "echo ran"]);
     let b = Bundle::new("oci-startfail", &config);
-    let busybox = b.path().join("rootfs/bin/busybox");
+    // Its path resolves in the container (runtime-spec).
     config["hooks"] = json!({
-        "startContainer": [{"path": busybox.to_str().unwrap(), "args": ["sh", "-c", "exit 6"]}],
+        "startContainer": [{"path": "/bin/busybox", "args": ["sh", "-c", "exit 6"]}],
     });
     b.write_config(&config);
     let id = format!("startfail-{}", std::process::id());

@@ -410,3 +410,204 @@ fn podman_default_pids_limit_and_memory_are_refused_where_cgroup_v2_is_missing()
     let ids = container_ids(&p);
     assert_nothing_left(&ids);
 }
+
+/// An image whose `/bin/sh` is a trap: run by anyone, it records that it
+/// ran and with which capabilities into `/mark` (a volume the test reads),
+/// the way a hostile image's shell would do its work. Its own programs use
+/// `/bin/busybox` by path.
+const TRAP_IMAGE: &str = "localhost/hutch-oci-trap:test";
+const TRAP_SH: &str = "#!/bin/busybox sh\n\
+    { echo \"the image's /bin/sh ran as uid $(/bin/busybox id -u)\"; \
+    /bin/busybox grep CapEff /proc/self/status; } >> /mark/trap\n";
+
+fn import_trap_image(p: &Podman) {
+    let rootfs = p.path().join("trap-rootfs");
+    let bin = rootfs.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(BUSYBOX, bin.join("busybox")).unwrap();
+    std::fs::write(bin.join("sh"), TRAP_SH).unwrap();
+    std::fs::set_permissions(
+        bin.join("sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    for d in ["etc", "proc", "sys", "dev", "tmp", "run", "mark"] {
+        std::fs::create_dir_all(rootfs.join(d)).unwrap();
+    }
+    let tar = p.path().join("trap.tar");
+    let o = Command::new("tar")
+        .arg("-C")
+        .arg(&rootfs)
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "tar: {}", stderr(&o));
+    let o = p
+        .podman(&["import", "-q"])
+        .arg(&tar)
+        .arg(TRAP_IMAGE)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "podman import: {}", stderr(&o));
+}
+
+/// One hook of podman's hooks.d format (`podman --hooks-dir DIR`) in a
+/// directory of its own.
+fn hooks_dir(p: &Podman, name: &str, stage: &str, path: &str, args: &[&str]) -> PathBuf {
+    let dir = p.path().join(format!("hooks.d-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hook = serde_json::json!({
+        "version": "1.0.0",
+        "hook": {"path": path, "args": args, "timeout": 30},
+        "when": {"always": true},
+        "stages": [stage],
+    });
+    std::fs::write(dir.join(format!("{name}.json")), hook.to_string()).unwrap();
+    dir
+}
+
+/// capability(7) number of CAP_KILL.
+const CAP_KILL: u32 = 5;
+
+/// The effective capabilities of a `CapEff:` line of /proc/PID/status.
+fn cap_eff(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("CapEff:"))?;
+    u64::from_str_radix(line.trim_start_matches("CapEff:").trim(), 16).ok()
+}
+
+/// runtime-spec createContainer: "before pivot_root", path resolved in the
+/// runtime namespace. podman sends a host `#!/bin/sh` script as a
+/// createContainer hook for an image whose `/bin/sh` is a trap: the
+/// host's shell runs it (with the host's `/` in the container's mount
+/// namespace, the built root at root.path), the image's never runs, and
+/// the container starts. Before the fix hutch-oci executed the hook after
+/// pivot_root: the kernel took the image's `/bin/sh` as the interpreter
+/// and ran it as host root with every capability (the trap's mark).
+#[test]
+fn a_create_container_hook_runs_the_hosts_shell_never_the_images() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let p = Podman::new("podman-hookc");
+    import_trap_image(&p);
+    let mark = p.path().join("mark");
+    std::fs::create_dir_all(&mark).unwrap();
+    // Only the host's view has this file.
+    let host_only = p.path().join("host-only");
+    std::fs::write(&host_only, "").unwrap();
+    let out = p.path().join("hook.out");
+    let script = p.path().join("hook.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             root=$(sed -n 's/.*\"root\": *{{\"path\": *\"\\([^\"]*\\)\".*/\\1/p' \"$(sed -n 's/.*\"bundle\": *\"\\([^\"]*\\)\".*/\\1/p')/config.json\")\n\
+             {{ echo \"uid $(id -u)\"; grep CapEff /proc/self/status; \
+             test -e {host} && echo host-root; \
+             test -e \"$root/bin/busybox\" && echo rootfs-at-root-path; }} > {out}\n",
+            host = host_only.display(),
+            out = out.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hooks = hooks_dir(
+        &p,
+        "create",
+        "createContainer",
+        script.to_str().unwrap(),
+        &["hook.sh"],
+    );
+    let volume = format!("{}:/mark", mark.display());
+    let o = p
+        .podman(&["--hooks-dir", hooks.to_str().unwrap(), "run"])
+        .args(RUN_FLAGS)
+        .args(["--rm", "--network", "none", "-v", &volume, TRAP_IMAGE])
+        .args(["/bin/busybox", "echo", "workload ran"])
+        .output()
+        .unwrap();
+    let trap = std::fs::read_to_string(mark.join("trap")).unwrap_or_default();
+    assert_eq!(
+        trap, "",
+        "the image's /bin/sh ran as the hook's interpreter"
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "workload ran\n");
+    let hook = std::fs::read_to_string(&out).unwrap_or_else(|e| {
+        panic!(
+            "the host's /bin/sh never ran the hook ({e}): {}",
+            stderr(&o)
+        )
+    });
+    assert!(
+        hook.contains("host-root"),
+        "the hook sees the host's /: {hook}"
+    );
+    assert!(
+        hook.contains("rootfs-at-root-path"),
+        "the hook sees the container's root at root.path: {hook}"
+    );
+}
+
+/// runtime-spec startContainer: in the container, before the workload;
+/// whatever runs there is the image's, so the hook runs as the container
+/// process: its uid, its capabilities (here only CAP_KILL), its
+/// no-new-privs and podman's seccomp filter, never host root with every
+/// capability. The workload records the same. Before the fix the hook ran
+/// as uid 0 with CapEff 1fffeffffff (or all of this kernel's) in the
+/// host's user namespace, without a filter.
+#[test]
+fn a_start_container_hook_runs_as_the_container_process() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let p = Podman::new("podman-hooks");
+    import_trap_image(&p);
+    let mark = p.path().join("mark");
+    std::fs::create_dir_all(&mark).unwrap();
+    std::fs::set_permissions(&mark, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let record = |name: &str| {
+        format!(
+            "{{ /bin/busybox id -u; /bin/busybox grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; }} > /mark/{name}"
+        )
+    };
+    // The path must exist for podman on the host and, as the spec says,
+    // resolves in the container: /bin/busybox is both.
+    let hook_cmd = record("hook");
+    let hooks = hooks_dir(
+        &p,
+        "start",
+        "startContainer",
+        "/bin/busybox",
+        &["busybox", "sh", "-c", &hook_cmd],
+    );
+    let volume = format!("{}:/mark", mark.display());
+    let workload = record("workload");
+    for user in ["0:0", "1000:1000"] {
+        for f in ["hook", "workload", "trap"] {
+            let _ = std::fs::remove_file(mark.join(f));
+        }
+        let o = p
+            .podman(&["--hooks-dir", hooks.to_str().unwrap(), "run"])
+            .args(RUN_FLAGS)
+            .args(["--rm", "--network", "none", "-v", &volume])
+            .args(["--user", user, "--cap-drop", "ALL", "--cap-add", "CAP_KILL"])
+            .args([TRAP_IMAGE, "/bin/busybox", "sh", "-c", &workload])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{user}: {}", stderr(&o));
+        let hook = std::fs::read_to_string(mark.join("hook")).unwrap();
+        let ran = std::fs::read_to_string(mark.join("workload")).unwrap();
+        let uid = user.split(':').next().unwrap();
+        assert_eq!(
+            hook.lines().next(),
+            Some(uid),
+            "{user}: the hook's uid: {hook}"
+        );
+        assert_eq!(hook, ran, "{user}: the hook is confined as the workload is");
+        let caps = cap_eff(&hook).unwrap_or_else(|| panic!("{hook}"));
+        assert_eq!(caps & !(1 << CAP_KILL), 0, "{user}: {hook}");
+        assert!(
+            hook.contains("Seccomp:\t2"),
+            "{user}: podman's filter: {hook}"
+        );
+    }
+}

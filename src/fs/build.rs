@@ -320,6 +320,34 @@ pub fn build<S: FsSys>(
     op_names: &[String],
     door: Option<&CStr>,
 ) -> Result<Built, BuildError> {
+    let staged = build_unpivoted(sys, plan, sources, handed, op_names, door)?;
+    pivot(sys, plan, staged)
+}
+
+/// A new root built and not yet entered ([`build_unpivoted`]): the
+/// process still sees the host's tree (with the staging tmpfs over `/tmp`
+/// until [`expose_root`]).
+#[derive(Debug)]
+pub struct Unpivoted {
+    pub built: Built,
+    root: OwnedFd,
+    /// The host directory the root is a bind of (`Plan::root`), opened
+    /// before the staging tmpfs covered `/tmp`.
+    root_source: Option<OwnedFd>,
+}
+
+/// [`build`] up to, not including, the read-only remount of the root and
+/// `pivot_root`: for a caller that runs something in this mount namespace
+/// first (an OCI runtime's createContainer hooks, which the runtime spec
+/// runs "before pivot_root", with the host's `/`).
+pub fn build_unpivoted<S: FsSys>(
+    sys: &mut S,
+    plan: &Plan,
+    sources: Sources,
+    handed: Vec<(usize, OwnedFd)>,
+    op_names: &[String],
+    door: Option<&CStr>,
+) -> Result<Unpivoted, BuildError> {
     let err = |what: &str| {
         let what = what.to_string();
         move |err: SysError| BuildError {
@@ -469,6 +497,65 @@ pub fn build<S: FsSys>(
         built.unix_door = Some(listener.map_err(err("creating the egress proxy's Unix door"))?);
     }
 
+    // The host directory of a bound root that does not hold the staging
+    // tmpfs: where expose_root can show the built root.
+    let root_source = plan
+        .root
+        .as_ref()
+        .filter(|r| b.staging_in_source[r.source].is_none())
+        .and_then(|r| b.source_fds[r.source].take());
+    drop(staging);
+    Ok(Unpivoted {
+        built,
+        root: b.root,
+        root_source,
+    })
+}
+
+/// Show the built root at its host directory (`Plan::root`'s source) in
+/// this mount namespace, and take the staging tmpfs off `/tmp`: what a
+/// process joining this mount namespace now sees is the host's tree, with
+/// the container's root (and every mount made in it) at the path the
+/// config names, as runc's bind of the rootfs onto itself shows it. A
+/// mount made there lands in the root that `pivot` enters; a file written
+/// there is in the root's filesystem. Nothing of this propagates to the
+/// host: `/` is a slave mount here. A root that is not a bound host
+/// directory (a tmpfs) stays where it was staged.
+pub fn expose_root<S: FsSys>(sys: &mut S, staged: &mut Unpivoted) -> Result<(), BuildError> {
+    let Some(at) = staged.root_source.take() else {
+        return Ok(());
+    };
+    let err = |what: &'static str| {
+        move |err: SysError| BuildError {
+            what: what.into(),
+            err,
+            hint: None,
+        }
+    };
+    sys.move_mount_at(staged.root.as_fd(), at.as_fd(), c"")
+        .map_err(err("moving the new root onto its host directory"))?;
+    drop(at);
+    sys.umount2(STAGING, libc::MNT_DETACH)
+        .map_err(err("detaching the staging tmpfs"))
+}
+
+/// The rest of [`build`]: the root made read-only (when the plan says
+/// so), `pivot_root` into it, the old root detached.
+pub fn pivot<S: FsSys>(sys: &mut S, plan: &Plan, staged: Unpivoted) -> Result<Built, BuildError> {
+    let err = |what: &str| {
+        let what = what.to_string();
+        move |err: SysError| BuildError {
+            what,
+            err,
+            hint: None,
+        }
+    };
+    let Unpivoted {
+        built,
+        root,
+        root_source,
+    } = staged;
+    drop(root_source);
     if plan.root_readonly {
         // A bound root keeps its own flags; the root tmpfs is nosuid,nodev.
         let attrs = if plan.root.is_some() {
@@ -476,12 +563,9 @@ pub fn build<S: FsSys>(
         } else {
             MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | crate::sys::MOUNT_ATTR_NODEV
         };
-        b.sys
-            .mount_setattr(b.root.as_fd(), false, attrs)
+        sys.mount_setattr(root.as_fd(), false, attrs)
             .map_err(err("making the new root read-only"))?;
     }
-    let Builder { sys, root, .. } = b;
-    drop(staging);
     // pivot_root(".", ".") stacks the old root on top of the new one; the
     // detach then removes it, staging and host sources included.
     sys.fchdir(root.as_fd())

@@ -10,5 +10,8 @@ pub mod plan;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use build::{BuildError, Built, FsSys, Sources, build, op_names, open_sources};
+pub use build::{
+    BuildError, Built, FsSys, Sources, Unpivoted, build, build_unpivoted, expose_root, op_names,
+    open_sources, pivot,
+};
 pub use plan::{Plan, Step, Upper, plan};

@@ -19,7 +19,12 @@
 //!  5. Lock nested user namespaces: `user.max_user_namespaces = 0` in the
 //!     sandbox's own user namespace.
 //!  6. Build the new root on a tmpfs (fs ops in order; in proxy mode the
-//!     Unix door), `pivot_root`, detach the old root.
+//!     Unix door), `pivot_root`, detach the old root. A created container
+//!     with OCI createContainer hooks (`ChildPlan::pause_before_pivot`)
+//!     pauses before `pivot_root`: the root is shown at its host
+//!     directory, `RootBuilt` reported, `Pivot` awaited (the hooks run in
+//!     between, with the host's `/`); then the root is made read-only and
+//!     entered.
 //!  7. Hostname; `lo` up; (proxy mode) the TCP door, both doors handed
 //!     over (`ListenerReady`); the capability bounding set dropped (the
 //!     workload inherits it; not here when a user namespace is entered in
@@ -195,8 +200,12 @@ pub(super) fn init<S: ChildSys>(
     }
     super::steps::write_sysctls(sys, plan)?;
     let door = plan.proxy_doors.then_some(PROXY_DOOR_IN_ROOT);
-    let mut built = fs::build(sys, &plan.fs, sources, handed, &plan.op_names, door)
-        .map_err(built(Stage::BuildRoot))?;
+    let mut built = if plan.pause_before_pivot {
+        before_pivot(sys, plan, sock, sources, handed, door)?
+    } else {
+        fs::build(sys, &plan.fs, sources, handed, &plan.op_names, door)
+            .map_err(built(Stage::BuildRoot))?
+    };
     if let Some(name) = &plan.hostname {
         sys.set_hostname(name.as_bytes()).at(Stage::Hostname)?;
     }
@@ -349,6 +358,31 @@ pub(super) fn init<S: ChildSys>(
         pid_namespace_init: plan.pid_namespace_init,
         linger,
     })
+}
+
+/// Step 6 with a pause before `pivot_root` (`ChildPlan::pause_before_pivot`,
+/// an OCI createContainer hook): the root is built, shown at its host
+/// directory (`fs::expose_root`), `RootBuilt` reported; the supervisor
+/// runs the hooks in this mount namespace, where `/` is still the host's
+/// (so no file of the container's root is ever executed by them), and
+/// answers `Pivot`. Only then is the root made read-only and entered.
+fn before_pivot<S: ChildSys>(
+    sys: &mut S,
+    plan: &ChildPlan,
+    sock: BorrowedFd<'_>,
+    sources: fs::Sources,
+    handed: Vec<(usize, OwnedFd)>,
+    door: Option<&CStr>,
+) -> Result<fs::Built, Stop> {
+    let mut staged = fs::build_unpivoted(sys, &plan.fs, sources, handed, &plan.op_names, door)
+        .map_err(built(Stage::BuildRoot))?;
+    fs::expose_root(sys, &mut staged).map_err(built(Stage::BeforePivot))?;
+    sys.send(sock, &Message::RootBuilt, &[])
+        .at(Stage::BeforePivot)?;
+    if !sys.recv_pivot(sock) {
+        return Err(Stop::SupervisorGone);
+    }
+    fs::pivot(sys, &plan.fs, staged).map_err(built(Stage::BuildRoot))
 }
 
 /// `Spec::init = none` (step 9 instead of 9 to 11): hutch init becomes

@@ -28,6 +28,9 @@ pub trait ChildSys: FsSys {
     /// Wait for `Go` and the detached mounts it carries; None when the
     /// supervisor went away or spoke nonsense.
     fn recv_go(&mut self, sock: BorrowedFd<'_>) -> Option<Vec<(usize, OwnedFd)>>;
+    /// Wait for `Pivot` (after `RootBuilt`); false when the supervisor
+    /// went away or spoke nonsense.
+    fn recv_pivot(&mut self, sock: BorrowedFd<'_>) -> bool;
     fn send(
         &mut self,
         sock: BorrowedFd<'_>,

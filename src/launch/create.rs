@@ -61,14 +61,24 @@ pub struct Created {
     pub keeper: Option<libc::pid_t>,
 }
 
+/// A callback of [`create`], given hutch init's pid; an error ends the
+/// sandbox and is the error of `create`.
+pub type AtPoint<'a> = &'a mut dyn FnMut(libc::pid_t) -> Result<(), String>;
+
 /// Create the sandbox of `spec` and return once it waits for its start.
 /// `before_go` runs once the sandbox's namespaces exist and before it
 /// builds its root (with hutch init's pid): an error there ends the
-/// sandbox. The process must be single-threaded; it may exit right after.
+/// sandbox. `before_pivot`, when given, runs once the root is built and
+/// shown at its host directory in the sandbox's mount namespace, before
+/// hutch init enters it (`pivot_root`): a process joining that mount
+/// namespace then sees the host's `/` (the OCI createContainer hooks).
+/// Without it hutch init takes no extra step. The process must be
+/// single-threaded; it may exit right after.
 pub fn create(
     spec: &Spec,
     opts: CreateOptions,
-    before_go: &mut dyn FnMut(libc::pid_t) -> Result<(), String>,
+    before_go: AtPoint<'_>,
+    mut before_pivot: Option<AtPoint<'_>>,
 ) -> Result<Created, LaunchError> {
     let started = Instant::now();
     if spec.init == crate::spec::Init::None {
@@ -98,6 +108,7 @@ pub fn create(
     p.child.command.controlling_tty = opts.console.is_some();
     p.child.console = opts.console;
     p.child.hold = Some(opts.hold);
+    p.child.pause_before_pivot = before_pivot.is_some();
     if let (Some(c), Some(leaf)) = (opts.cgroup, p.cgroup.as_mut()) {
         leaf.adopt(c.dir, c.fd, c.enforced);
     }
@@ -151,6 +162,18 @@ pub fn create(
     loop {
         match message::recv(&sup_sock) {
             Ok(Some(Incoming::Message(Message::Held, _))) => break,
+            Ok(Some(Incoming::Message(Message::RootBuilt, _))) => {
+                // Only a sandbox told to pause sends it; a stray one ends
+                // the sandbox rather than being answered.
+                let Some(at) = before_pivot.as_mut() else {
+                    return Err(kill_and_reap(LaunchError::Prepare(
+                        "the sandbox paused before pivot_root unasked".into(),
+                    )));
+                };
+                at(pid).map_err(|e| kill_and_reap(LaunchError::Prepare(e)))?;
+                message::send(&sup_sock, &Message::Pivot, &[])
+                    .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
+            }
             Ok(Some(Incoming::Message(Message::ListenerReady { doors: names }, fds))) => {
                 doors = Some((names, fds));
             }

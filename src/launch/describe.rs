@@ -16,7 +16,10 @@ pub(super) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
     }
     match (f.stage, text) {
         // Build errors already say which operation, the call and a hint.
-        (Stage::OpenHostSources | Stage::BuildRoot | Stage::ClaimMounts, Some(text)) => {
+        (
+            Stage::OpenHostSources | Stage::BuildRoot | Stage::BeforePivot | Stage::ClaimMounts,
+            Some(text),
+        ) => {
             return text.to_string();
         }
         (stage, Some(text)) => return format!("{}: {text}", stage.what()),
@@ -113,6 +116,12 @@ pub(super) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
         Stage::Hold => (
             f.stage.what().into(),
             "accept() on the start socket".into(),
+            None,
+        ),
+        // Init sends its text (the call) when the move or detach failed.
+        Stage::BeforePivot => (
+            f.stage.what().into(),
+            "sendmsg(the supervisor's socket)".into(),
             None,
         ),
         Stage::ControllingTerminal => (f.stage.what().into(), "ioctl(0, TIOCSCTTY)".into(), None),

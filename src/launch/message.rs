@@ -13,7 +13,7 @@ use super::stage::Failure;
 use crate::sys::{self, SysError};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Message {
@@ -54,6 +54,13 @@ pub enum Message {
     /// Sandbox → supervisor: the sandbox is built and its command found;
     /// hutch init now waits for the start request (a created container).
     Held,
+    /// Sandbox → supervisor (`ChildPlan::pause_before_pivot`): the root is
+    /// built and shown at its host directory, `pivot_root` not done yet;
+    /// hutch init waits for `Pivot` (the supervisor runs the OCI
+    /// createContainer hooks in between).
+    RootBuilt,
+    /// Supervisor → sandbox: go on with `pivot_root` after `RootBuilt`.
+    Pivot,
 }
 
 #[derive(Serialize, Deserialize)]

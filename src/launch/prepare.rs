@@ -227,6 +227,12 @@ pub struct ChildPlan {
     /// workload's steps itself and execs the command in its place (pid 1
     /// of the sandbox's pid namespace); nothing of init runs after that.
     pub exec_in_place: bool,
+    /// A created container with createContainer hooks (set by
+    /// [`super::create::create`] only): once the root is built and before
+    /// `pivot_root`, hutch init shows the root at its host directory,
+    /// reports `RootBuilt` and waits for `Pivot` while the supervisor runs
+    /// the hooks in this mount namespace, where `/` is still the host's.
+    pub pause_before_pivot: bool,
     /// Set by hutch init once it has dropped the capability bounding set
     /// (step 7): the workload, which inherits it, does not again.
     pub bounding_set_dropped: bool,
@@ -471,6 +477,7 @@ pub(super) fn prepare_sandbox(
         inherited_fds: inherited_fds(spec)?,
         new_session: spec.new_session,
         exec_in_place: spec.init == crate::spec::Init::None,
+        pause_before_pivot: false,
         bounding_set_dropped: false,
         landlock_ruleset: None,
     };

@@ -218,6 +218,13 @@ impl ChildSys for RealSys {
         }
     }
 
+    fn recv_pivot(&mut self, sock: BorrowedFd<'_>) -> bool {
+        matches!(
+            message::recv(&sock),
+            Ok(Some(Incoming::Message(Message::Pivot, fds))) if fds.is_empty()
+        )
+    }
+
     fn send(
         &mut self,
         sock: BorrowedFd<'_>,

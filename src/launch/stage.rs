@@ -27,6 +27,9 @@ pub enum Stage {
     LockUserNamespaces,
     Sysctl,
     BuildRoot,
+    /// A created container with createContainer hooks: the root shown at
+    /// its host directory, `RootBuilt` reported, waiting for `Pivot`.
+    BeforePivot,
     Hostname,
     Loopback,
     ProxyDoors,
@@ -66,7 +69,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    const ALL: [Stage; 43] = [
+    const ALL: [Stage; 44] = [
         Stage::ParentDeathSignal,
         Stage::CloseInheritedFds,
         Stage::InitSession,
@@ -79,6 +82,7 @@ impl Stage {
         Stage::LockUserNamespaces,
         Stage::Sysctl,
         Stage::BuildRoot,
+        Stage::BeforePivot,
         Stage::Hostname,
         Stage::Loopback,
         Stage::ProxyDoors,
@@ -136,6 +140,9 @@ impl Stage {
             Stage::ControllingTerminal => "making the terminal the controlling terminal",
             Stage::WorkloadIds => "switching to the workload's user and groups",
             Stage::BuildRoot => "building the new root",
+            Stage::BeforePivot => {
+                "showing the new root to the createContainer hooks before pivot_root"
+            }
             Stage::Hostname => "setting the hostname",
             Stage::Loopback => "bringing up lo",
             Stage::ProxyDoors => "handing the egress proxy's doors over",
@@ -229,7 +236,7 @@ impl<T> At<T> for Result<T, Errno> {
 /// First bytes of a failure record (a JSON message starts with `{`).
 const MAGIC: [u8; 2] = *b"HF";
 /// Bumped whenever the record changes shape.
-pub const FAILURE_VERSION: u8 = 2;
+pub const FAILURE_VERSION: u8 = 3;
 /// Size of the encoded record (text, from pid 1 only, follows it).
 pub const FAILURE_LEN: usize = 16;
 

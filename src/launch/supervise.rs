@@ -747,7 +747,12 @@ impl Watch<'_, '_> {
                     }
                 }
                 // Sent by the supervisor, or only before a claim or a start.
-                Message::Go { .. } | Message::Claim { .. } | Message::Ready | Message::Held => {}
+                Message::Go { .. }
+                | Message::Claim { .. }
+                | Message::Ready
+                | Message::Held
+                | Message::RootBuilt
+                | Message::Pivot => {}
             },
             Ok(Some(Incoming::Failure(f, text))) => {
                 // An image run describes the Spec it launched (the image's

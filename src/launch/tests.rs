@@ -60,6 +60,10 @@ impl ChildSys for Recorder {
         self.note("recv Go".into());
         Some(Vec::new())
     }
+    fn recv_pivot(&mut self, _sock: BorrowedFd<'_>) -> bool {
+        self.note("recv Pivot".into());
+        true
+    }
     fn send(
         &mut self,
         _sock: BorrowedFd<'_>,
@@ -74,6 +78,8 @@ impl ChildSys for Recorder {
             Message::Ready => "Ready",
             Message::Claim { .. } => "Claim",
             Message::Held => "Held",
+            Message::RootBuilt => "RootBuilt",
+            Message::Pivot => "Pivot",
         };
         self.note(format!("send {name} {}", fds.len()));
         Ok(())
@@ -375,6 +381,7 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         inherited_fds: Vec::new(),
         new_session: true,
         exec_in_place: false,
+        pause_before_pivot: false,
     }
 }
 
@@ -1135,4 +1142,77 @@ fn a_user_namespace_after_setup_is_entered_last_before_the_workload() {
         .count();
     assert_eq!(drops, 41, "{:#?}", rec.calls);
     assert!(pos_of(&rec.calls, "child capbset_drop") < pos_of(&rec.calls, "child start workload"));
+}
+
+/// A created container with createContainer hooks
+/// (`ChildPlan::pause_before_pivot`): the root is built, moved onto its
+/// host directory, the staging tmpfs detached, `RootBuilt` sent and
+/// `Pivot` awaited, all before the read-only remount and `pivot_root`.
+/// Without the flag (every `hutch run`) the calls are exactly those of
+/// the paused path minus these four: no extra syscall.
+#[test]
+fn create_container_hooks_get_a_pause_after_the_root_is_built_and_before_pivot_root() {
+    let mut spec = test_spec();
+    spec.root = Some(crate::spec::RootDir::new("/srv/bundle/rootfs"));
+    spec.root_readonly = true;
+    let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
+    let run = |pause: bool| {
+        let mut plan = plan_for(&spec, false, 0);
+        plan.pause_before_pivot = pause;
+        let mut rec = Recorder::default();
+        match child::init(&mut rec, &mut plan, sock.as_fd()) {
+            Ok(_) => rec.calls,
+            Err(Stop::Failed(f, text)) => panic!("{f:?} {text:?}"),
+            Err(Stop::SupervisorGone) => panic!("supervisor gone"),
+        }
+    };
+    let paused = run(true);
+    let plain = run(false);
+    let at = |what: &str| {
+        paused
+            .iter()
+            .position(|c| c.starts_with(what))
+            .unwrap_or_else(|| panic!("{what}: {paused:#?}"))
+    };
+    // The root source was opened (before the staging tmpfs covers /tmp);
+    // the root is moved onto that very fd.
+    let source = paused
+        .iter()
+        .find(|c| c.starts_with("open -100 /srv/bundle/rootfs "))
+        .and_then(|c| c.rsplit(" = ").next())
+        .unwrap_or_else(|| panic!("{paused:#?}"));
+    let moved = paused
+        .iter()
+        .position(|c| c.starts_with("move_mount_at ") && c.ends_with(&format!(" {source} ")))
+        .unwrap_or_else(|| panic!("the root moved onto {source}: {paused:#?}"));
+    let pause = [
+        moved,
+        at("umount2 /tmp "),
+        at("child send RootBuilt"),
+        at("child recv Pivot"),
+        // The read-only remount of the root: after the hooks, as runc's.
+        moved
+            + paused[moved..]
+                .iter()
+                .position(|c| c.starts_with("setattr ") && c.ends_with(" 0x1"))
+                .unwrap_or_else(|| panic!("{paused:#?}")),
+        at("pivot_root"),
+    ];
+    assert!(pause.windows(2).all(|w| w[0] < w[1]), "{paused:#?}");
+    // The last build step (the root's mounts) comes before the pause.
+    let last_mount = paused[..moved]
+        .iter()
+        .rposition(|c| c.starts_with("mount "))
+        .unwrap();
+    assert!(last_mount < moved);
+    let without: Vec<&String> = paused
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !pause[..4].contains(i))
+        .map(|(_, c)| c)
+        .collect();
+    assert_eq!(without, plain.iter().collect::<Vec<_>>());
+    for absent in ["RootBuilt", "Pivot", "umount2 /tmp"] {
+        assert!(!plain.iter().any(|c| c.contains(absent)), "{absent}");
+    }
 }

@@ -7,19 +7,32 @@
 //!   namespaces, once the container's namespaces exist and before its
 //!   root is built; a failure fails `create` (the container is ended);
 //! - `createContainer`: in the container's namespaces (its user namespace
-//!   first, its mount namespace last), after its root is built and before
-//!   `create` returns; a failure fails `create`;
+//!   first, its mount namespace last), after its root is built and BEFORE
+//!   `pivot_root` (hutch init pauses there, [`crate::launch::create`]'s
+//!   `before_pivot`): `/` in that mount namespace is still the host's, so
+//!   the hook's file, its `#!` interpreter, its ELF loader and libraries
+//!   are the host's, as under runc; the container's root (with its mounts)
+//!   is at the config's `root.path`. With hutch init's credentials (the
+//!   runtime's, inside the container's user namespace if it has one). A
+//!   failure fails `create`;
 //! - `startContainer`: the same namespaces, at `start` before the workload
-//!   runs; a failure fails `start` (the container is killed);
+//!   runs, in the pivoted root: PATH resolves in the container (the spec's
+//!   "container namespace") and whatever runs is the image's, so the hook
+//!   first becomes the container process ([`Credentials`]: its user,
+//!   groups, capability sets, no-new-privs); a failure fails `start` (the
+//!   container is killed);
 //! - `poststart` (after `start`) and `poststop` (at `delete`, once the
 //!   container's processes are gone): runtime namespaces; a failure is
 //!   logged and the next hook runs.
 //!
 //! A hook in the container's namespaces is this executable again
-//! (`hutch-oci __hook-exec PID PATH ARGV...`): it opens PATH in the
-//! runtime's mount namespace, joins the container's, and executes the open
-//! file, so the path means what the spec says (the runtime namespace) and
-//! the hook sees the container's filesystem.
+//! (`hutch-oci __hook-exec PID CREDS PATH ARGV...`), non-dumpable before
+//! it opens or joins anything (a process of the container can neither
+//! ptrace it nor open its `/proc/PID/exe`, cf. CVE-2019-5736; execve
+//! resets that for the hook itself). Without CREDS (`-`, createContainer)
+//! it opens PATH in the runtime's mount namespace, joins the container's
+//! and executes the open file; with CREDS (startContainer) it joins,
+//! becomes the container process and executes PATH as resolved there.
 
 use std::ffi::CString;
 use std::io::Write as _;
@@ -29,14 +42,117 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
 use super::OciError;
 use super::config::{Hook, Hooks, State};
 
 /// The hidden subcommand that runs a hook in a container's namespaces.
 pub const EXEC_IN: &str = "__hook-exec";
+/// Its CREDS argument for a hook that keeps the runtime's credentials
+/// (createContainer, which runs before `pivot_root`).
+const NO_CREDENTIALS: &str = "-";
 /// The longest timeout accepted (a day), so that a typo never hangs an
 /// engine for years.
 pub const MAX_TIMEOUT: i64 = 86_400;
+
+/// What a hook executed in the pivoted container runs as: the container
+/// process's user, groups, capability sets, no-new-privs and seccomp
+/// filters, from the translated config (so exactly what the workload
+/// gets), computed at `create` and kept in the container's state
+/// directory for `start`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    /// Bounding, effective, permitted, inheritable, ambient (bit N for
+    /// capability N).
+    pub caps: [u64; 5],
+    pub no_new_privs: bool,
+    /// The workload's seccomp programs in installation order, each
+    /// instruction as (code, jt, jf, k).
+    pub seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+}
+
+impl Credentials {
+    /// The workload's credentials in `spec`, as `confine::prepare` (the
+    /// launch's own) reads them; its seccomp profile must exist already.
+    pub fn of(spec: &crate::spec::Spec) -> Result<Credentials, OciError> {
+        let confinement = crate::confine::prepare(spec).map_err(|e| {
+            err(
+                "process".into(),
+                format!("the container process's confinement: {e}"),
+            )
+        })?;
+        let programs = confinement
+            .workload_filter()
+            .map(|f| f.program.as_slice())
+            .into_iter()
+            .chain(confinement.raw_filters().iter().map(Vec::as_slice));
+        let seccomp = programs
+            .map(|p| p.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect())
+            .collect();
+        Ok(Credentials {
+            uid: spec.identity.uid.unwrap_or(0),
+            gid: spec.identity.gid.unwrap_or(0),
+            groups: spec.identity.groups.clone().unwrap_or_default(),
+            caps: confinement.cap_sets(),
+            no_new_privs: confinement.no_new_privs(),
+            seccomp,
+        })
+    }
+
+    /// Become them (this process, about to execve), in the order of the
+    /// workload's own steps (`launch::child`): with no-new-privs, it and
+    /// the capability drop come first and seccomp last; without, seccomp
+    /// is installed while CAP_SYS_ADMIN is still held, then the drop.
+    fn assume(&self) -> Result<(), String> {
+        use crate::sys::raw;
+        if self.no_new_privs {
+            raw::set_no_new_privs().map_err(|e| format!("PR_SET_NO_NEW_PRIVS => {e}"))?;
+            self.drop_capabilities()?;
+        }
+        for (i, program) in self.seccomp.iter().enumerate() {
+            let program: Vec<libc::sock_filter> = program
+                .iter()
+                .map(|&(code, jt, jf, k)| libc::sock_filter { code, jt, jf, k })
+                .collect();
+            raw::seccomp_set_mode_filter(&program, 0)
+                .map_err(|e| format!("seccomp(SET_MODE_FILTER) of filter {i} => {e}"))?;
+        }
+        if !self.no_new_privs {
+            self.drop_capabilities()?;
+        }
+        Ok(())
+    }
+
+    /// The bounding set first (that needs CAP_SETPCAP), then groups, gid
+    /// and uid (keeping the permitted set across), then the effective,
+    /// permitted and inheritable sets, then the ambient set.
+    fn drop_capabilities(&self) -> Result<(), String> {
+        use crate::sys::raw;
+        let [bounding, effective, permitted, inheritable, ambient] = self.caps;
+        let last = crate::sys::cap_last_cap();
+        let has = |set: u64, cap: u32| cap < 64 && set & (1u64 << cap) != 0;
+        for cap in (0..=last).filter(|c| !has(bounding, *c)) {
+            raw::capbset_drop(cap).map_err(|e| format!("PR_CAPBSET_DROP({cap}) => {e}"))?;
+        }
+        raw::setgroups(&self.groups).map_err(|e| format!("setgroups({:?}) => {e}", self.groups))?;
+        raw::set_keepcaps().map_err(|e| format!("PR_SET_KEEPCAPS => {e}"))?;
+        raw::setresgid(self.gid).map_err(|e| format!("setresgid({}) => {e}", self.gid))?;
+        raw::setresuid(self.uid).map_err(|e| format!("setresuid({}) => {e}", self.uid))?;
+        raw::capset(effective, permitted, inheritable).map_err(|e| {
+            format!("capset({effective:#x}, {permitted:#x}, {inheritable:#x}) => {e}")
+        })?;
+        raw::ambient_clear().map_err(|e| format!("PR_CAP_AMBIENT_CLEAR_ALL => {e}"))?;
+        for cap in (0..=last).filter(|c| has(ambient, *c)) {
+            raw::ambient_raise(cap).map_err(|e| format!("PR_CAP_AMBIENT_RAISE({cap}) => {e}"))?;
+        }
+        // The uid change may have set it from fs.suid_dumpable.
+        raw::set_dumpable(false).map_err(|e| format!("PR_SET_DUMPABLE => {e}"))
+    }
+}
 
 /// When a list of hooks runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,19 +247,21 @@ pub fn validate(h: &Hooks) -> Result<(), OciError> {
 }
 
 /// Run the hooks of `phase` in order with `state` on stdin; `container`
-/// is hutch init's pid (whose namespaces in-container hooks join). The
-/// first failure of a fatal phase is the error; in a logged phase every
-/// failure is written to stderr and the next hook runs.
+/// is hutch init's pid (whose namespaces in-container hooks join);
+/// `creds`, the container process's (startContainer hooks run as it).
+/// The first failure of a fatal phase is the error; in a logged phase
+/// every failure is written to stderr and the next hook runs.
 pub fn run(
     phase: Phase,
     hooks: &Hooks,
     state: &State,
     container: Option<i32>,
+    creds: Option<&Credentials>,
 ) -> Result<(), OciError> {
     let json = serde_json::to_vec(state).expect("state serializes");
     for (i, hook) in phase.of(hooks).iter().enumerate() {
         let at = format!("hooks.{}[{i}]", phase.key());
-        let result = run_one(phase, hook, &json, container);
+        let result = run_one(phase, hook, &json, container, creds);
         match result {
             Ok(()) => {}
             Err(why) if phase.failure_is_logged() => {
@@ -161,7 +279,13 @@ pub fn run(
     Ok(())
 }
 
-fn run_one(phase: Phase, hook: &Hook, state: &[u8], container: Option<i32>) -> Result<(), String> {
+fn run_one(
+    phase: Phase,
+    hook: &Hook,
+    state: &[u8],
+    container: Option<i32>,
+    creds: Option<&Credentials>,
+) -> Result<(), String> {
     let argv0 = hook
         .args
         .first()
@@ -170,10 +294,22 @@ fn run_one(phase: Phase, hook: &Hook, state: &[u8], container: Option<i32>) -> R
     let rest = hook.args.iter().skip(1);
     let mut cmd = if phase.in_container() {
         let pid = container.ok_or("no container process to join")?;
+        // In the pivoted root whatever runs is the image's: never without
+        // the container process's credentials.
+        let creds = match (phase, creds) {
+            (Phase::StartContainer, None) => {
+                return Err("no credentials of the container process to run it with".into());
+            }
+            (Phase::StartContainer, Some(c)) => {
+                serde_json::to_string(c).expect("credentials serialize")
+            }
+            _ => NO_CREDENTIALS.into(),
+        };
         let exe = std::env::current_exe().map_err(|e| format!("finding hutch-oci itself: {e}"))?;
         let mut c = Command::new(exe);
         c.arg(EXEC_IN)
             .arg(pid.to_string())
+            .arg(creds)
             .arg(&hook.path)
             .arg(&argv0)
             .args(rest);
@@ -281,25 +417,49 @@ fn feed_and_wait(
     }
 }
 
-/// `hutch-oci __hook-exec PID PATH ARGV0 ARGS...`: open PATH here, join
-/// the namespaces of PID that differ from ours, and execute the open file.
-/// Returns only on failure (the exit code).
+/// `hutch-oci __hook-exec PID CREDS PATH ARGV0 ARGS...`: join the
+/// namespaces of PID that differ from ours and execute the hook there.
+/// CREDS `-` (createContainer, hutch init paused before `pivot_root`):
+/// PATH is opened here, in the runtime's mount namespace, and the open
+/// file executed with this process's credentials. CREDS as JSON
+/// ([`Credentials`], startContainer, in the pivoted root): the hook first
+/// becomes the container process, then PATH is executed as resolved in
+/// the container. Returns only on failure (the exit code).
 pub fn exec_in(args: &[String]) -> i32 {
     let fail = |what: &str| -> i32 {
         eprintln!("hutch-oci: hook: {what}");
         127
     };
-    let [pid, path, argv0, rest @ ..] = args else {
-        return fail("usage: __hook-exec PID PATH ARGV0 [ARGS...]");
-    };
-    // Not close-on-exec: a script's interpreter opens it as /dev/fd/N.
-    let file = match std::fs::File::open(path) {
-        Ok(f) => OwnedFd::from(f),
-        Err(e) => return fail(&format!("open({path}) => {e}")),
-    };
-    if let Err(e) = rustix::io::fcntl_setfd(&file, rustix::io::FdFlags::empty()) {
-        return fail(&format!("fcntl({path}) => {e}"));
+    // Before anything of the container is opened or joined: no process of
+    // the container may ptrace this one or open its /proc/PID/exe (the
+    // kernel makes the hook dumpable again at its execve, as it should).
+    if let Err(e) = crate::sys::raw::set_dumpable(false) {
+        return fail(&format!("prctl(PR_SET_DUMPABLE, 0) => {e}"));
     }
+    let [pid, creds, path, argv0, rest @ ..] = args else {
+        return fail("usage: __hook-exec PID CREDS PATH ARGV0 [ARGS...]");
+    };
+    let creds: Option<Credentials> = if creds == NO_CREDENTIALS {
+        None
+    } else {
+        match serde_json::from_str(creds) {
+            Ok(c) => Some(c),
+            Err(e) => return fail(&format!("the container process's credentials: {e}")),
+        }
+    };
+    let file = if creds.is_none() {
+        // Not close-on-exec: a script's interpreter opens it as /dev/fd/N.
+        let file = match std::fs::File::open(path) {
+            Ok(f) => OwnedFd::from(f),
+            Err(e) => return fail(&format!("open({path}) => {e}")),
+        };
+        if let Err(e) = rustix::io::fcntl_setfd(&file, rustix::io::FdFlags::empty()) {
+            return fail(&format!("fcntl({path}) => {e}"));
+        }
+        Some(file)
+    } else {
+        None
+    };
     // Every namespace of the container that is not ours: the user
     // namespace first (it owns the others), the mount namespace last (it
     // changes what /proc/PID means). Joining its pid namespace puts the
@@ -350,6 +510,12 @@ pub fn exec_in(args: &[String]) -> i32 {
             return fail(&e);
         }
     }
+    // The hook checks this process is alive once its credentials changed
+    // (which clears the parent-death signal set first).
+    let parent = match crate::sys::raw::pidfd_open(std::process::id() as i32) {
+        Ok(fd) => fd,
+        Err(e) => return fail(&format!("pidfd_open(self) => {e}")),
+    };
     // setns(pid) takes only our children into the container's pid
     // namespace: the hook runs as one (and then sees itself in the
     // container's /proc, which a script's /dev/fd/N needs). This process
@@ -368,6 +534,18 @@ pub fn exec_in(args: &[String]) -> i32 {
             if let Err(e) = std::env::set_current_dir("/") {
                 return fail(&format!("chdir(/) => {e}"));
             }
+            if let Some(c) = &creds {
+                if let Err(e) = c.assume() {
+                    return fail(&format!("becoming the container process: {e}"));
+                }
+                if crate::sys::set_pdeathsig(libc::SIGKILL).is_err() {
+                    return fail("prctl(PR_SET_PDEATHSIG) failed");
+                }
+                if crate::sys::raw::poll_one(parent.as_fd(), libc::POLLIN, 0) != Ok(0) {
+                    return fail("hutch-oci ended before its hook ran");
+                }
+            }
+            drop(parent);
         }
         Ok(crate::sys::Forked::Parent { pid, .. }) => {
             return match crate::sys::raw::waitpid(pid, 0) {
@@ -391,9 +569,17 @@ pub fn exec_in(args: &[String]) -> i32 {
             CString::new(kv).ok()
         })
         .collect();
-    let Err(e) = nix::unistd::fexecve(file.as_fd(), &argv, &env);
+    let Err(e) = match &file {
+        Some(file) => nix::unistd::fexecve(file.as_fd(), &argv, &env),
+        None => nix::unistd::execve(&cstr(path), &argv, &env),
+    };
     let _ = std::io::stderr().flush();
-    fail(&format!("execve({path}) in the container => {e}"))
+    let place = if file.is_some() {
+        "in the container's namespaces"
+    } else {
+        "in the container, as its process"
+    };
+    fail(&format!("execve({path}) {place} => {e}"))
 }
 
 #[cfg(test)]
@@ -455,17 +641,17 @@ mod tests {
                 "prestart":[{{"path":"/bin/sh","args":["sh","-c","exec sleep 5"],"timeout":1}}]}}"#,
             o = out.display()
         ));
-        run(Phase::CreateRuntime, &h, &state(), None).unwrap();
+        run(Phase::CreateRuntime, &h, &state(), None, None).unwrap();
         let text = std::fs::read_to_string(&out).unwrap();
         let (json, line) = text.split_once('}').unwrap();
         let got: State = serde_json::from_str(&format!("{json}}}")).unwrap();
         assert_eq!(got, state());
         assert_eq!(line.trim(), "myhook 1", "argv0 and exactly the hook's env");
         // poststart: logged, not fatal.
-        run(Phase::Poststart, &h, &state(), None).unwrap();
+        run(Phase::Poststart, &h, &state(), None, None).unwrap();
         // A timeout kills the hook and fails the phase.
         let start = Instant::now();
-        let e = run(Phase::Prestart, &h, &state(), None)
+        let e = run(Phase::Prestart, &h, &state(), None, None)
             .unwrap_err()
             .to_string();
         assert!(

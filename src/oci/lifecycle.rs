@@ -43,6 +43,8 @@ const STARTED_MARK: &str = "started";
 const CREATED_MARK: &str = "created";
 /// The config's hooks, kept for `start` and `delete`.
 const HOOKS_FILE: &str = "hooks.json";
+/// The container process's credentials, for its startContainer hooks.
+const HOOK_CREDENTIALS_FILE: &str = "hook-credentials.json";
 
 /// A container's record in its state directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -387,7 +389,7 @@ impl Root {
                 bundle: bundle.display().to_string(),
                 annotations: config.annotations.clone(),
             };
-            let _ = super::hooks::run(super::hooks::Phase::Poststop, hooks, &state, None);
+            let _ = super::hooks::run(super::hooks::Phase::Poststop, hooks, &state, None, None);
         }
         result
     }
@@ -465,6 +467,20 @@ impl Root {
         }
     }
 
+    /// The container process's credentials saved at `create` (its
+    /// startContainer hooks run as it).
+    fn hook_credentials(&self, id: &str) -> Result<super::hooks::Credentials, OciError> {
+        let path = self.dir(id)?.join(HOOK_CREDENTIALS_FILE);
+        let bytes = std::fs::read(&path).map_err(OciError::io(format!(
+            "reading {} (the startContainer hooks run as the container process)",
+            path.display()
+        )))?;
+        serde_json::from_slice(&bytes).map_err(|e| OciError::Io {
+            what: format!("reading {}", path.display()),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn create_in(
         &self,
@@ -509,6 +525,14 @@ impl Root {
             write_atomic(&path, json.as_bytes())?;
             t.spec.security.seccomp = path.display().to_string();
         }
+        // After the seccomp profile is written: the hooks get its filter.
+        if !hooks.start_container.is_empty() {
+            let creds = hooks::Credentials::of(&t.spec)?;
+            write_atomic(
+                &dir.join(HOOK_CREDENTIALS_FILE),
+                &serde_json::to_vec(&creds).expect("credentials serialize"),
+            )?;
+        }
         let hold_path = dir.join(HOLD_SOCKET);
         let hold = seqpacket()?;
         let (_dir_fd, addr) = hold_addr(dir)?;
@@ -517,8 +541,28 @@ impl Root {
         rustix::net::listen(&hold, 1)
             .map_err(|e| OciError::io(format!("listen({})", hold_path.display()))(e.into()))?;
         let console = req.console_socket.map(connect_console).transpose()?;
-        // A hook's failure in before_go, kept to be the error (with its key).
-        let mut hook_failed: Option<OciError> = None;
+        // A hook's failure in before_go or before_pivot, kept to be the
+        // error (with its key).
+        let hook_failed: std::cell::RefCell<Option<OciError>> = Default::default();
+        let fail_with = |e: OciError| {
+            let line = e.to_string();
+            *hook_failed.borrow_mut() = Some(e);
+            line
+        };
+        // createContainer: hutch init pauses with the root built and shown
+        // at root.path, before pivot_root; the hooks join its namespaces
+        // and find the host's `/` there (runtime-spec, as runc does).
+        let mut before_pivot = |pid| {
+            let state = self.hook_state(
+                &Record {
+                    pid,
+                    ..base.clone()
+                },
+                "creating",
+                Some(pid),
+            );
+            hooks::run(Phase::CreateContainer, &hooks, &state, Some(pid), None).map_err(fail_with)
+        };
         let created = launch_create(
             &t.spec,
             CreateOptions {
@@ -542,16 +586,14 @@ impl Root {
                 // root is not built yet.
                 let state = self.hook_state(&early, "creating", Some(pid));
                 for phase in [Phase::Prestart, Phase::CreateRuntime] {
-                    if let Err(e) = hooks::run(phase, &hooks, &state, Some(pid)) {
-                        let line = e.to_string();
-                        hook_failed = Some(e);
-                        return Err(line);
-                    }
+                    hooks::run(phase, &hooks, &state, Some(pid), None).map_err(fail_with)?;
                 }
                 Ok(())
             },
+            (!hooks.create_container.is_empty())
+                .then_some(&mut before_pivot as crate::launch::create::AtPoint<'_>),
         );
-        let created = match (created, hook_failed) {
+        let created = match (created, hook_failed.into_inner()) {
             (Ok(c), _) => c,
             (Err(_), Some(hook)) => return Err(hook),
             (Err(e), None) => return Err(e.into()),
@@ -571,12 +613,6 @@ impl Root {
         };
         let json = serde_json::to_vec(&record).expect("record serializes");
         if let Err(e) = write_atomic(&dir.join(STATE_FILE), &json) {
-            kill();
-            return Err(e);
-        }
-        // The root is built (hutch init holds before the workload).
-        let state = self.hook_state(&record, "creating", Some(record.pid));
-        if let Err(e) = hooks::run(Phase::CreateContainer, &hooks, &state, Some(record.pid)) {
             kill();
             return Err(e);
         }
@@ -609,11 +645,17 @@ impl Root {
         let dir = self.dir(id)?;
         let hooks = self.hooks(id)?;
         let state = self.hook_state(&r, "created", Some(r.pid));
+        let creds = if hooks.start_container.is_empty() {
+            None
+        } else {
+            Some(self.hook_credentials(id)?)
+        };
         if let Err(e) = super::hooks::run(
             super::hooks::Phase::StartContainer,
             &hooks,
             &state,
             Some(r.pid),
+            creds.as_ref(),
         ) {
             // The spec: a failing startContainer hook stops the container.
             let _ = end_process(r.pid, r.start_time);
@@ -662,7 +704,7 @@ impl Root {
         }
         let state = self.hook_state(&r, "running", Some(r.pid));
         // Logged, never fatal (runtime-spec).
-        let _ = super::hooks::run(super::hooks::Phase::Poststart, &hooks, &state, None);
+        let _ = super::hooks::run(super::hooks::Phase::Poststart, &hooks, &state, None, None);
         Ok(())
     }
 
@@ -844,7 +886,7 @@ impl Root {
         }
         // After the container is gone, before delete returns; logged only.
         let state = self.hook_state(&r, "stopped", None);
-        let _ = super::hooks::run(super::hooks::Phase::Poststop, &hooks, &state, None);
+        let _ = super::hooks::run(super::hooks::Phase::Poststop, &hooks, &state, None, None);
         std::fs::remove_dir_all(&dir).map_err(OciError::io(format!("removing {}", dir.display())))
     }
 
