@@ -97,6 +97,30 @@ fn host_path(key: &str, bundle: &Path, p: &str) -> Result<PathBuf, OciError> {
     Ok(bundle.join(path))
 }
 
+/// Where `run.hutch.status-file = value` writes: a file directly in the
+/// bundle directory, named bare (`status.jsonl`) or by its absolute path.
+/// An annotation can come from whoever an engine lets set them (a pod's
+/// author, with containerd's `pod_annotations`), while the keeper writes as
+/// the runtime (root): so it never chooses where on the host that is.
+fn status_file_in(key: &str, bundle: &Path, value: &str) -> Result<PathBuf, OciError> {
+    use std::path::Component;
+    let p = Path::new(value);
+    let name = match (p.parent(), p.file_name()) {
+        (Some(parent), Some(name)) if parent == Path::new("") || parent == bundle => name,
+        _ => {
+            return Err(err(
+                key,
+                "must name a file directly in the bundle directory (NAME or BUNDLE/NAME): an annotation does not choose where on the host the runtime writes",
+            ));
+        }
+    };
+    // (`Path` compares by components, so BUNDLE/./NAME is BUNDLE/NAME.)
+    if p.components().any(|c| c == Component::ParentDir) {
+        return Err(err(key, "must not hold `..` components"));
+    }
+    Ok(bundle.join(name))
+}
+
 /// Translate `cfg` (from the bundle at `bundle`, an absolute path).
 pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
     if !cfg.oci_version.starts_with("1.") {
@@ -233,13 +257,7 @@ pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
                 spec.security.seccomp = value.clone();
                 seccomp_chosen = true;
             }
-            "run.hutch.status-file" => {
-                let p = Path::new(value);
-                if !p.is_absolute() {
-                    return Err(err(at, "must be an absolute path"));
-                }
-                status_file = Some(p.to_path_buf());
-            }
+            "run.hutch.status-file" => status_file = Some(status_file_in(&at, bundle, value)?),
             _ => {
                 return Err(err(
                     at,
@@ -745,5 +763,38 @@ mod tests {
             .insert("run.hutch.egress.allow".into(), "pypi.org".into());
         let tr = t(&c).unwrap();
         assert!(matches!(&tr.spec.network, Network::Proxy(p) if p.allow == ["pypi.org"]));
+    }
+
+    #[test]
+    fn an_annotation_writes_its_status_file_only_in_the_bundle() {
+        let status = |v: &str| {
+            let mut c = config(EXAMPLE);
+            c.annotations
+                .insert("run.hutch.status-file".into(), v.into());
+            t(&c).map(|tr| tr.status_file.unwrap())
+        };
+        assert_eq!(
+            status("status.jsonl").unwrap(),
+            Path::new("/bundle/status.jsonl")
+        );
+        for same in ["/bundle/status.jsonl", "/bundle/./status.jsonl"] {
+            assert_eq!(status(same).unwrap(), Path::new("/bundle/status.jsonl"));
+        }
+        for bad in [
+            "/etc/shadow",
+            "/bundle/../etc/shadow",
+            "/bundle/sub/status",
+            "sub/status",
+            "..",
+            "/bundle/",
+            "/",
+            "",
+        ] {
+            let e = status(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("annotations.run.hutch.status-file"),
+                "{bad:?}: {e}"
+            );
+        }
     }
 }
