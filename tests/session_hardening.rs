@@ -304,7 +304,7 @@ fn tree_bomb_is_refused(unprivileged: bool) -> Result<()> {
     assert_eq!(o.status.code(), Some(125), "{o:?}");
     let err = stderr_of(&o);
     assert!(
-        err.contains("more than 1000000 entries") && err.contains("--max-files"),
+        err.contains("more than 250000 entries") && err.contains("--max-files"),
         "{err}"
     );
     assert!(entries(&state).is_empty(), "{:?}", entries(&state));
@@ -325,6 +325,145 @@ fn tree_bomb_is_refused_as_root() -> Result<()> {
 #[test]
 fn tree_bomb_is_refused_unprivileged() -> Result<()> {
     tree_bomb_is_refused(true)
+}
+
+/// A tmpfs mounted over a test's state directory with room for only
+/// `inodes` inodes: an import that materialised more entries than that
+/// before refusing would fail with ENOSPC instead of naming the cap.
+/// Unmounted when dropped (declare it after the [`Tmp`] it lives in).
+struct InodeCappedState(PathBuf);
+
+impl InodeCappedState {
+    fn mount(state: &Path, inodes: u32, unprivileged: bool) -> Result<Self> {
+        let owner = if unprivileged { 65534 } else { 0 };
+        let opts = format!("size=256m,nr_inodes={inodes},mode=0700,uid={owner},gid={owner}");
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &opts, "hutch-test-state"])
+            .arg(state)
+            .output()?;
+        if !o.status.success() {
+            bail!("mount a tmpfs on {}: {}", state.display(), stderr_of(&o));
+        }
+        Ok(InodeCappedState(state.to_path_buf()))
+    }
+
+    fn remount(&self, inodes: u32) -> Result<()> {
+        let o = Command::new("mount")
+            .args(["-o", &format!("remount,nr_inodes={inodes}")])
+            .arg(&self.0)
+            .output()?;
+        if !o.status.success() {
+            bail!("remount {}: {}", self.0.display(), stderr_of(&o));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for InodeCappedState {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A repository whose one commit lists `n` paths `fNNNNNN` in one tree,
+/// all the same empty blob: tiny on disk (the tree object compresses to
+/// a few hundred KiB at 300 000 entries) however many files it names.
+fn wide_tree(dir: &Path, n: usize) -> Result<String> {
+    git(dir, &["init", "-q"])?;
+    let blob = git_in(dir, &["hash-object", "-w", "--stdin"], "")?;
+    let listing: String = (0..n)
+        .map(|i| format!("100644 blob {blob}\tf{i:06}\n"))
+        .collect();
+    let tree = git_in(dir, &["mktree"], &listing)?;
+    git_in(dir, &["commit-tree", &tree, "-m", "wide"], "")
+}
+
+/// A repository whose commit holds `n` directories `dNNNN`, each with one
+/// file: `2n` entries, of which `ls-tree -r` alone lists only the `n`
+/// files.
+fn dirs_tree(dir: &Path, n: usize) -> Result<String> {
+    git(dir, &["init", "-q"])?;
+    let blob = git_in(dir, &["hash-object", "-w", "--stdin"], "x\n")?;
+    let inner = git_in(dir, &["mktree"], &format!("100644 blob {blob}\tfile\n"))?;
+    let listing: String = (0..n)
+        .map(|i| format!("040000 tree {inner}\td{i:04}\n"))
+        .collect();
+    let tree = git_in(dir, &["mktree"], &listing)?;
+    git_in(dir, &["commit-tree", &tree, "-m", "dirs"], "")
+}
+
+/// Issue 29 item 7: the default entry cap is sized to real repositories,
+/// and a commit over a cap (directories counted) is refused on its
+/// listing, before the baseline holds a single file. The state directory
+/// is a tmpfs of 512 inodes: the code before the fix wrote the entries
+/// first (a 300 000-path commit was under its 1 000 000 default; the
+/// directories of a commit were counted only while being written), so it
+/// failed here with ENOSPC instead of the cap.
+fn over_cap_commit_is_refused_before_writing(unprivileged: bool) -> Result<()> {
+    if !needs_root_for(unprivileged)
+        || !require(is_root(), "needs root to mount an inode-capped tmpfs")
+        || !require(can_sandbox(), "needs a working launcher")
+    {
+        return Ok(());
+    }
+    let (t, state) = setup("over-cap", unprivileged)?;
+    let wide = t.path().join("wide");
+    let dirs = t.path().join("dirs");
+    std::fs::create_dir(&wide)?;
+    std::fs::create_dir(&dirs)?;
+    let wide_rev = wide_tree(&wide, 300_000)?;
+    let dirs_rev = dirs_tree(&dirs, 600)?;
+    own(&t, unprivileged);
+    let capped = InodeCappedState::mount(&state, 512, unprivileged)?;
+    let create = |repo: &Path, rev: &str, extra: &[&str]| -> Result<Output> {
+        let mut args = vec!["create", "--from-git", repo.to_str().unwrap(), "--rev", rev];
+        args.extend_from_slice(extra);
+        output_within(hutch_command(&state, &args, unprivileged), 300)
+    };
+
+    // 300 000 paths: over the default cap, refused from the listing.
+    let o = create(&wide, &wide_rev, &[])?;
+    let err = stderr_of(&o);
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains(&format!("commit {wide_rev} has more than 250000 entries"))
+            && err.contains("--max-files N")
+            && err.trim_end().lines().count() == 1,
+        "{err}"
+    );
+    assert!(entries(&state).is_empty(), "{:?}", entries(&state));
+
+    // 600 files in 600 directories: 1200 entries, over --max-files 1000
+    // although the files alone are under it.
+    let o = create(&dirs, &dirs_rev, &["--max-files", "1000"])?;
+    let err = stderr_of(&o);
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("has more than 1000 entries") && err.contains("--max-files N"),
+        "{err}"
+    );
+    assert!(entries(&state).is_empty(), "{:?}", entries(&state));
+
+    // Raised to what the commit holds, it imports (room for its inodes).
+    capped.remount(4096)?;
+    let o = create(&dirs, &dirs_rev, &["--max-files", "1200"])?;
+    let id = ok(&o)?.trim().to_string();
+    let show: serde_json::Value =
+        serde_json::from_str(&ok(&hutch(&state, &["show", &id, "--json"], unprivileged))?)?;
+    assert_eq!(show["result"]["files"], 600, "{show}");
+    ok(&hutch(&state, &["close", &id], unprivileged))?;
+    drop(capped);
+    Ok(())
+}
+
+#[test]
+fn over_cap_commit_is_refused_before_writing_as_root() -> Result<()> {
+    over_cap_commit_is_refused_before_writing(false)
+}
+
+#[test]
+fn over_cap_commit_is_refused_before_writing_unprivileged() -> Result<()> {
+    over_cap_commit_is_refused_before_writing(true)
 }
 
 /// Each cap (depth, path length, file size, total size, entries) refuses

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import shutil
 import subprocess
 import time
@@ -130,6 +131,60 @@ def test_create_refusals_overrides_and_fingerprints(tmp_path: Path, state_dir: P
     with pytest.raises(TypeError):
         hutch.Session.create(from_git=r, state_dir=state_dir)
     assert hutch.Session.list(state_dir=state_dir) == []
+
+
+def _git_in(repo: Path, args: list[str], data: str) -> str:
+    """``git ARGS`` in ``repo`` with ``data`` on stdin (plumbing: no
+    identity or configuration needed beyond commit-tree's)."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(repo.parent),
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    return subprocess.run(
+        ["git", "-C", str(repo), *args],
+        input=data,
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    ).stdout.strip()
+
+
+def _wide_commit(repo: Path, n: int) -> str:
+    """A commit of ``n`` paths in one tree, all the same empty blob: a
+    repository of a few hundred KiB whatever ``n``."""
+    repo.mkdir()
+    git(repo, "init", "-q")
+    blob = _git_in(repo, ["hash-object", "-w", "--stdin"], "")
+    tree = _git_in(repo, ["mktree"], "".join(f"100644 blob {blob}\tf{i:06}\n" for i in range(n)))
+    return _git_in(repo, ["commit-tree", tree, "-m", "wide"], "")
+
+
+def test_default_entry_cap_refuses_a_wide_commit_before_writing(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    # Issue 29 item 7: 300 000 paths were under the old default (1 000 000)
+    # and were all written; the default cap (250 000) refuses the commit
+    # from its listing, and max_files raises the cap for one that fits.
+    wide = tmp_path / "wide"
+    rev = _wide_commit(wide, 300_000)
+    with pytest.raises(hutch.Refused, match=r"more than 250000 entries.*--max-files"):
+        hutch.Session.create(from_git=wide, rev=rev, state_dir=state_dir)
+    assert list(state_dir.iterdir()) == []
+    small = tmp_path / "small"
+    small_rev = _wide_commit(small, 300)
+    with pytest.raises(hutch.Refused, match=r"more than 299 entries"):
+        hutch.Session.create(from_git=small, rev=small_rev, max_files=299, state_dir=state_dir)
+    assert list(state_dir.iterdir()) == []
+    with hutch.Session.create(
+        from_git=small, rev=small_rev, max_files=300, state_dir=state_dir
+    ) as s:
+        assert s.info is not None and s.info.files == 300
 
 
 def test_files_commands_and_limits(work: Path, state_dir: Path) -> None:

@@ -12,7 +12,7 @@ use crate::spec::ByteSize;
 
 const USAGE: &str = "usage: hutch image [--image-store DIR] COMMAND ...
   import SRC [--name NAME] [--platform OS/ARCH[/VARIANT]] [--rootfs] [--ref REF]
-             [--max-image-size SIZE] [--allow-platform-mismatch] [--allow-volumes]
+             [--max-image-size SIZE] [--max-expansion N] [--allow-platform-mismatch] [--allow-volumes]
              [--allow-secret-env] [--allow-devices] [--json]
       SRC: an OCI image layout (directory or tar), a docker-archive (`docker save`),
       or with --rootfs a root filesystem (directory, or tar/tar.gz/tar.zst)
@@ -92,8 +92,9 @@ fn help(command: &str) -> Result<&'static str> {
     Ok(match command {
         "import" => {
             "usage: hutch image import SRC [--name NAME] [--platform OS/ARCH[/VARIANT]] [--rootfs]
-                         [--ref REF] [--max-image-size SIZE] [--allow-platform-mismatch]
-                         [--allow-volumes] [--allow-secret-env] [--allow-devices] [--json]
+                         [--ref REF] [--max-image-size SIZE] [--max-expansion N]
+                         [--allow-platform-mismatch] [--allow-volumes] [--allow-secret-env]
+                         [--allow-devices] [--json]
 
 Imports an OCI image layout (a directory, or a tar of one), a docker-archive
 (`docker save`), or with --rootfs a plain root filesystem (a directory, or a
@@ -105,6 +106,8 @@ docs/images.md). Prints the manifest digest to pin runs to.
   --platform P         the platform to pick and require (default: the host's, linux/amd64)
   --ref REF            which image of a multi-image archive (OCI ref name or RepoTag)
   --max-image-size S   cap on the uncompressed layers (default 16G)
+  --max-expansion N    a compressed layer, and the image, may unpack to at most N times
+                       their compressed size, or 64M whatever the ratio (default 100)
   --allow-platform-mismatch, --allow-volumes, --allow-secret-env, --allow-devices
                        accept an image the corresponding check refuses"
         }
@@ -182,6 +185,16 @@ fn import(store: Store, rest: Vec<OsString>) -> Result<i32> {
                 opts.max_image_size = ByteSize::parse(&v)
                     .map_err(|e| anyhow!("--max-image-size: {e}"))?
                     .0
+            }
+            Some("--max-expansion") => {
+                let v = value("--max-expansion")?;
+                opts.max_expansion =
+                    v.parse::<u64>().ok().filter(|n| *n >= 1).with_context(|| {
+                        format!(
+                            "--max-expansion {}: a whole ratio of at least 1 (default 100)",
+                            crate::workspace::display_name(v.as_bytes())
+                        )
+                    })?
             }
             Some("--rootfs") => opts.rootfs = true,
             Some("--allow-platform-mismatch") => opts.overrides.allow_platform_mismatch = true,

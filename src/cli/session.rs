@@ -78,9 +78,10 @@ from them.
                               NAME@sha256:DIGEST; resolved now, recorded pinned)
   --image-store DIR  --platform OS/ARCH  --allow-unpinned  --allow-platform-mismatch
   --allow-volumes  --allow-secret-env  --allow-devices   as for `hutch run`
-Import caps (exceeding one refuses the import whole, nothing is kept):
-  --max-files N               entries: files, links, directories (default 1000000)
-  --max-bytes SIZE            all file contents (default 16G)
+Import caps (exceeding one refuses the import whole, nothing is kept; a git
+commit is checked on its listing before anything is written):
+  --max-files N               entries: files, links, directories (default 250000)
+  --max-bytes SIZE            all file contents (default 4G)
   --max-file-bytes SIZE       the largest file (default 4G)
   --max-depth N               path components (default 512)
   --max-path-bytes N          bytes of the longest path (default 4096)",

@@ -2,9 +2,14 @@
 //! stream) and zstd (ruzstd, a pure-Rust decoder: no C code parses
 //! attacker-controlled frames, and the static build needs no C library;
 //! every frame of a multi-frame stream). Output size is bounded by the
-//! caller's counting reader, memory by the decoders' window limits.
+//! caller's counting reader, memory by the decoders' window limits, and
+//! output per input byte by [`Expansion`] (a decompression bomb: gzip
+//! reaches ~1 000x, zstd ~30 000x on zeros).
 
+use std::cell::Cell;
+use std::fmt;
 use std::io::{self, BufRead, Read};
+use std::rc::Rc;
 
 use super::oci::Compression;
 
@@ -30,6 +35,168 @@ pub fn sniff(head: &[u8]) -> Compression {
         Compression::Zstd
     } else {
         Compression::None
+    }
+}
+
+/// How far a layer's uncompressed stream may outgrow its compressed
+/// blob: at most `ratio` times the compressed bytes read so far, or
+/// `floor` bytes whatever the ratio (small layers that are mostly zeros
+/// or tar headers are legitimately far above any ratio).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpansionCap {
+    pub ratio: u64,
+    pub floor: u64,
+}
+
+impl ExpansionCap {
+    fn allows(&self, unpacked: u64, compressed: u64) -> bool {
+        unpacked <= self.floor.max(self.ratio.saturating_mul(compressed))
+    }
+}
+
+/// Marker error: a decompressed stream outgrew [`ExpansionCap`]. Carried
+/// inside an `io::Error` (like [`OverLimit`](super::digest::OverLimit)) so
+/// it survives the tar reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverExpansion {
+    pub cap: ExpansionCap,
+    /// Uncompressed bytes when the cap tripped.
+    pub unpacked: u64,
+    /// Compressed bytes read by then.
+    pub compressed: u64,
+    /// The whole image so far tripped it (else this layer alone).
+    pub image: bool,
+}
+
+impl fmt::Display for OverExpansion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} bytes from {} compressed bytes ({}x), over the expansion cap of {}x \
+             (or {} bytes at any ratio): a decompression bomb? (raise the cap with \
+             --max-expansion N)",
+            if self.image {
+                "the image's layers unpack to"
+            } else {
+                "unpacks to"
+            },
+            self.unpacked,
+            self.compressed,
+            self.unpacked / self.compressed.max(1),
+            self.cap.ratio,
+            self.cap.floor
+        )
+    }
+}
+
+impl std::error::Error for OverExpansion {}
+
+/// The [`OverExpansion`] inside an io::Error, if that is what it is.
+pub fn over_expansion(e: &io::Error) -> Option<OverExpansion> {
+    let mut inner: Option<&(dyn std::error::Error + 'static)> = e.get_ref().map(|r| r as _);
+    // Decompressors may wrap the error once more.
+    for _ in 0..4 {
+        let cur = inner?;
+        if let Some(o) = cur.downcast_ref::<OverExpansion>() {
+            return Some(*o);
+        }
+        if let Some(io) = cur.downcast_ref::<io::Error>() {
+            inner = io.get_ref().map(|r| r as _);
+        } else {
+            inner = cur.source();
+        }
+    }
+    None
+}
+
+/// Counts the bytes a decoder consumes of its (buffered) input, the
+/// compressed side of a layer, into a cell that [`Expansion`] reads.
+pub struct Counting<R> {
+    inner: R,
+    count: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Counting<R> {
+    pub fn new(inner: R) -> (Self, Rc<Cell<u64>>) {
+        let count = Rc::new(Cell::new(0));
+        (
+            Counting {
+                inner,
+                count: count.clone(),
+            },
+            count,
+        )
+    }
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.set(self.count.get() + n as u64);
+        Ok(n)
+    }
+}
+
+impl<R: BufRead> BufRead for Counting<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.count.set(self.count.get() + n as u64);
+        self.inner.consume(n);
+    }
+}
+
+/// The uncompressed stream of a layer, failing with [`OverExpansion`]
+/// before it hands on a byte beyond the cap, for the layer alone and for
+/// the image (the layers before it plus this one). The compressed count
+/// is what the decoder consumed ([`Counting`] over its buffered input).
+pub struct Expansion<R> {
+    inner: R,
+    cap: ExpansionCap,
+    compressed: Rc<Cell<u64>>,
+    unpacked: u64,
+    /// (uncompressed, compressed) bytes of the image's earlier layers.
+    before: (u64, u64),
+}
+
+impl<R: Read> Expansion<R> {
+    pub fn new(inner: R, cap: ExpansionCap, compressed: Rc<Cell<u64>>, before: (u64, u64)) -> Self {
+        Expansion {
+            inner,
+            cap,
+            compressed,
+            unpacked: 0,
+            before,
+        }
+    }
+}
+
+impl<R: Read> Read for Expansion<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.unpacked += n as u64;
+        let compressed = self.compressed.get();
+        let over = |unpacked, compressed, image| {
+            io::Error::other(OverExpansion {
+                cap: self.cap,
+                unpacked,
+                compressed,
+                image,
+            })
+        };
+        if !self.cap.allows(self.unpacked, compressed) {
+            return Err(over(self.unpacked, compressed, false));
+        }
+        let (u, c) = (
+            self.before.0.saturating_add(self.unpacked),
+            self.before.1.saturating_add(compressed),
+        );
+        if !self.cap.allows(u, c) {
+            return Err(over(u, c, true));
+        }
+        Ok(n)
     }
 }
 
@@ -96,6 +263,61 @@ mod tests {
             .read_to_string(&mut s)
             .unwrap();
         assert_eq!(s, "hello world");
+    }
+
+    #[test]
+    fn expansion_stops_a_bomb_before_handing_on_its_bytes() {
+        use flate2::write::GzEncoder;
+        use std::io::Write;
+        let mut e = GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(&vec![0u8; 8 << 20]).unwrap();
+        let bomb = e.finish().unwrap();
+        let cap = ExpansionCap {
+            ratio: 100,
+            floor: 1 << 20,
+        };
+        let (input, count) = Counting::new(&bomb[..]);
+        let plain = decoder(Compression::Gzip, input).unwrap();
+        let mut r = Expansion::new(plain, cap, count, (0, 0));
+        let mut out = 0u64;
+        let mut buf = vec![0u8; 64 << 10];
+        let e = loop {
+            match r.read(&mut buf) {
+                Ok(0) => panic!("an 8 MiB gzip of zeros passed a 100x cap"),
+                Ok(n) => out += n as u64,
+                Err(e) => break e,
+            }
+        };
+        let o = over_expansion(&e).expect("the marker");
+        assert!(!o.image && o.unpacked > cap.floor, "{o}");
+        // The ratio is gzip's on zeros (~1 000x), not diluted by read-ahead.
+        assert!(o.unpacked / o.compressed > 500, "{o}");
+        // Only what the cap allowed was handed on.
+        assert!(out <= cap.floor.max(100 * o.compressed), "{out} {o}");
+        assert!(o.to_string().contains("--max-expansion N"), "{o}");
+        // Earlier layers count: a small layer over an image already at
+        // the floor trips the image's cap.
+        let (input, count) = Counting::new(&bomb[..]);
+        let plain = decoder(Compression::Gzip, input).unwrap();
+        let mut r = Expansion::new(plain, cap, count, (cap.floor, 0));
+        let e = r.read_to_end(&mut Vec::new()).unwrap_err();
+        assert!(over_expansion(&e).unwrap().image);
+        // A layer within the ratio passes whole.
+        let text = b"hello, world\n".repeat(1000);
+        let mut e = GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(&text).unwrap();
+        let gz = e.finish().unwrap();
+        let (input, count) = Counting::new(&gz[..]);
+        let plain = decoder(Compression::Gzip, input).unwrap();
+        let tight = ExpansionCap {
+            ratio: 1000,
+            floor: 0,
+        };
+        let mut got = Vec::new();
+        Expansion::new(plain, tight, count, (0, 0))
+            .read_to_end(&mut got)
+            .unwrap();
+        assert_eq!(got, text);
     }
 
     #[test]

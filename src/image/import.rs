@@ -10,6 +10,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::checks::{self, LayerFacts, Overrides, Refusal, Verdict};
+use super::decompress::ExpansionCap;
 use super::digest::Digest;
 use super::error::{ImageError, Result};
 use super::layer::{LayerInput, LayerLimits, LayerMeta};
@@ -25,6 +26,18 @@ pub const DEFAULT_MAX_LAYER_ENTRIES: u64 = 1 << 20;
 pub const DEFAULT_MAX_IMAGE_ENTRIES: u64 = 4 << 20;
 /// Layers allowed in one image (overlayfs stacks at most 500 lowers).
 pub const MAX_LAYERS: usize = 128;
+/// Default of `--max-expansion`: a compressed layer may unpack to at most
+/// this many times its compressed size. Real layers are far below it
+/// (gzip and zstd of rootfs trees: 2-6x; a layer of 20 000 empty files,
+/// all tar headers: 50-60x), while zeros reach ~1 000x in gzip and
+/// ~30 000x in zstd.
+pub const DEFAULT_MAX_EXPANSION: u64 = 100;
+/// Uncompressed bytes a layer (and an image) may reach whatever its
+/// ratio: small layers that are mostly padding or headers (a one-directory
+/// layer is 10 KiB of tar in ~130 bytes of gzip, 80x) never trip the cap.
+/// It bounds what a bomb writes before it is stopped to this plus
+/// `--max-expansion` times its compressed size.
+pub const EXPANSION_FLOOR: u64 = 64 << 20;
 /// Nesting of image indexes.
 const MAX_INDEX_DEPTH: u32 = 4;
 
@@ -44,6 +57,10 @@ pub struct ImportOptions {
     pub max_image_size: u64,
     pub max_layer_entries: u64,
     pub max_image_entries: u64,
+    /// A compressed layer, and the image's layers together, may unpack to
+    /// at most this many times their compressed size (beyond
+    /// [`EXPANSION_FLOOR`]); checked while streaming.
+    pub max_expansion: u64,
 }
 
 impl Default for ImportOptions {
@@ -57,6 +74,7 @@ impl Default for ImportOptions {
             max_image_size: DEFAULT_MAX_IMAGE_SIZE,
             max_layer_entries: DEFAULT_MAX_LAYER_ENTRIES,
             max_image_entries: DEFAULT_MAX_IMAGE_ENTRIES,
+            max_expansion: DEFAULT_MAX_EXPANSION,
         }
     }
 }
@@ -124,7 +142,13 @@ impl Store {
             )));
         }
         let mut metas: Vec<LayerMeta> = Vec::new();
+        if opts.max_expansion == 0 {
+            return Err(ImageError::Invalid(
+                "--max-expansion 0: the expansion cap is a ratio of at least 1".into(),
+            ));
+        }
         let mut used = 0u64;
+        let mut compressed = 0u64;
         let mut entries = 0u64;
         let mut new_layers = 0;
         for input in plan.layers {
@@ -133,9 +157,15 @@ impl Store {
                 image_limit: opts.max_image_size,
                 entries: opts.max_layer_entries,
                 allow_devices: opts.overrides.allow_devices,
+                expansion: ExpansionCap {
+                    ratio: opts.max_expansion,
+                    floor: EXPANSION_FLOOR,
+                },
+                before: (used, compressed),
             };
             let (meta, new) = self.import_layer(input, &metas, &limits)?;
             used += meta.unpacked_size;
+            compressed += meta.size;
             entries += meta.summary.entries;
             if used > opts.max_image_size {
                 return Err(ImageError::Invalid(format!(

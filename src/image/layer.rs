@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::decompress::{decoder, sniff};
+use super::decompress::{Counting, Expansion, ExpansionCap, decoder, over_expansion, sniff};
 use super::digest::{Digest, HashingReader, over_limit};
 use super::error::{ImageError, Result};
 use super::oci::{self, Compression};
@@ -64,6 +64,11 @@ pub struct LayerLimits {
     pub image_limit: u64,
     pub entries: u64,
     pub allow_devices: bool,
+    /// Uncompressed bytes per compressed byte (a compressed layer's).
+    pub expansion: ExpansionCap,
+    /// (uncompressed, compressed) bytes of the image's layers below this
+    /// one, for the image's own expansion.
+    pub before: (u64, u64),
 }
 
 impl Store {
@@ -148,10 +153,11 @@ impl Store {
         limits: &LayerLimits,
     ) -> Result<(LayerMeta, super::store::Staging)> {
         let staging = self.staging("layer")?;
-        let shown = input
-            .expected
-            .as_ref()
-            .map_or_else(|| "(new)".to_string(), |(d, _)| d.to_string());
+        let shown = match (&input.expected, &input.diff_id) {
+            (Some((d, _)), _) => d.to_string(),
+            (None, Some(diff)) => format!("(the layer of diff_id {diff})"),
+            (None, None) => "(new)".to_string(),
+        };
         let root_path = staging.path.join("root");
         std::fs::create_dir(&root_path).map_err(|e| ImageError::Store {
             path: root_path.display().to_string(),
@@ -177,7 +183,8 @@ impl Store {
         let blob_limit = input.expected.as_ref().map_or(u64::MAX, |(_, s)| *s);
         let mut blob = HashingReader::new(input.reader, blob_limit, "descriptor size");
         let (summary, compression, diff, unpacked_size) = {
-            let mut buffered = BufReader::with_capacity(256 * 1024, &mut blob);
+            let (mut buffered, compressed) =
+                Counting::new(BufReader::with_capacity(256 * 1024, &mut blob));
             let compression = match input.compression {
                 Some(c) => c,
                 None => {
@@ -186,6 +193,17 @@ impl Store {
                 }
             };
             let plain = decoder(compression, buffered).map_err(|e| read_error(&shown, e))?;
+            // Checked while streaming: a bomb stops at the cap, before its
+            // bytes reach the unpacker (and the disk).
+            let plain: Box<dyn Read + '_> = match compression {
+                Compression::None => plain,
+                _ => Box::new(Expansion::new(
+                    plain,
+                    limits.expansion,
+                    compressed,
+                    limits.before,
+                )),
+            };
             let counted = HashingReader::new(plain, limits.unpacked, "unpacked size");
             let mut tar = TarReader::new(counted);
             let summary = unpack::unpack(&mut tar, root.as_fd(), &mut records, &opts)
@@ -268,6 +286,12 @@ impl Store {
 }
 
 fn read_error(shown: &str, e: std::io::Error) -> ImageError {
+    if let Some(o) = over_expansion(&e) {
+        return ImageError::Blob {
+            digest: shown.to_string(),
+            why: o.to_string(),
+        };
+    }
     if let Some(o) = over_limit(&e) {
         return ImageError::Blob {
             digest: shown.to_string(),
@@ -287,6 +311,12 @@ fn layer_error(shown: &str, e: UnpackError, image_limit: u64) -> ImageError {
             why: super::tar::TarError::Io(io),
             offset,
         } => {
+            if let Some(o) = over_expansion(&io) {
+                return ImageError::Blob {
+                    digest: shown.to_string(),
+                    why: o.to_string(),
+                };
+            }
             if let Some(o) = over_limit(&io) {
                 return ImageError::Blob {
                     digest: shown.to_string(),

@@ -27,8 +27,8 @@ pub use checks::{Outcome, Overrides, Refusal, Verdict};
 pub use digest::Digest;
 pub use error::{ImageError, Result};
 pub use import::{
-    DEFAULT_MAX_IMAGE_ENTRIES, DEFAULT_MAX_IMAGE_SIZE, DEFAULT_MAX_LAYER_ENTRIES, ImportOptions,
-    ImportReport, valid_name,
+    DEFAULT_MAX_EXPANSION, DEFAULT_MAX_IMAGE_ENTRIES, DEFAULT_MAX_IMAGE_SIZE,
+    DEFAULT_MAX_LAYER_ENTRIES, EXPANSION_FLOOR, ImportOptions, ImportReport, valid_name,
 };
 pub use layer::LayerMeta;
 pub use oci::Platform;

@@ -38,12 +38,25 @@ pub struct ImportLimits {
     pub max_path_bytes: usize,
 }
 
+/// Default of [`ImportLimits::max_files`]: a quarter of a million entries
+/// admits the Linux kernel (~95 000 files and directories), LLVM and
+/// nearly every repository (most hold fewer than 50 000), while a tree
+/// bomb costs the host at most this many inodes. Monorepos beyond it
+/// (chromium's ~450 000 files) raise it with `--max-files`.
+pub const DEFAULT_MAX_FILES: u64 = 250_000;
+/// Default of [`ImportLimits::max_bytes`]: 4 GiB of contents, about three
+/// times a Linux kernel checkout (~1.4 GB). A git import briefly stages
+/// as much again (the blobs as git printed them), so the defaults bound
+/// what an import writes to about 8 GiB and 250 000 inodes.
+pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
+
 impl Default for ImportLimits {
-    /// 1 M entries, 16 GiB, 4 GiB per file, 512 levels, 4096-byte paths.
+    /// [`DEFAULT_MAX_FILES`] entries, [`DEFAULT_MAX_BYTES`], 4 GiB per
+    /// file, 512 levels, 4096-byte paths.
     fn default() -> Self {
         ImportLimits {
-            max_files: 1_000_000,
-            max_bytes: 16 << 30,
+            max_files: DEFAULT_MAX_FILES,
+            max_bytes: DEFAULT_MAX_BYTES,
             max_file_bytes: 4 << 30,
             max_depth: 512,
             max_path_bytes: 4096,

@@ -19,9 +19,12 @@
 //! What hutch itself reads of the repository (finding the git directory)
 //! is in `repo.rs`: beneath the repository, no symlink, non-blocking,
 //! regular files only, capped, never echoed. The listing carries sizes
-//! (`ls-tree -l`), so the import caps ([`ImportLimits`](crate::workspace::ImportLimits)) are checked before
-//! any blob is fetched, and each step's output is cut (`head`) to what the
-//! caps allow, so a tree bomb cannot fill the state directory.
+//! and the trees themselves (`ls-tree -r -t -l`), so every import cap
+//! ([`ImportLimits`](crate::workspace::ImportLimits)), directories
+//! included, is checked on the whole listing before anything is written to
+//! the baseline or any blob is fetched; each step's output is cut (`head`)
+//! to what the caps allow (reading stops at `max_files + 1` records), so a
+//! tree bomb cannot fill the state directory.
 //!
 //! Policy (like the platform that asked for sessions): commits with
 //! submodules (mode 160000), tracked symlinks (120000) or
@@ -72,17 +75,21 @@ const ATTRIBUTES_MAX_BYTES: u64 = 1 << 20;
 /// Exit status of the listing step when the commit is not in the
 /// repository.
 const EXIT_MISSING: i32 = 4;
+/// Bytes of an `ls-tree -l` record besides its path (mode, type, a
+/// SHA-256 object id, the size column, separators), rounded up.
+const RECORD_OVERHEAD: u64 = 128;
 
 /// Step 1: whether the object exists, its type, then (if a commit) the
-/// recursive listing with sizes, cut after `$2` records and `$3` bytes so a
-/// tree bomb cannot fill the state directory; git's own status goes to
-/// `/out/status` (141 when the cut ended it).
+/// recursive listing with sizes and with the trees (`-t`: directories are
+/// entries too, counted before anything is written), cut after `$2`
+/// records and `$3` bytes so a tree bomb cannot fill the state directory;
+/// git's own status goes to `/out/status` (141 when the cut ended it).
 const LIST_SCRIPT: &str = "git cat-file -e \"$1\" 2>/out/err
 rc=$?
 if [ $rc != 0 ]; then [ $rc = 1 ] && [ ! -s /out/err ] && exit 4; exit 3; fi
 git cat-file -t \"$1\" >/out/type 2>/out/err || exit 3
 [ \"$(cat /out/type)\" = commit ] || exit 0
-{ git ls-tree -r -z -l --full-tree \"$1\" 2>/out/err; echo $? >/out/status; } | head -z -n \"$2\" | head -c \"$3\" >/out/out";
+{ git ls-tree -r -t -z -l --full-tree \"$1\" 2>/out/err; echo $? >/out/status; } | head -z -n \"$2\" | head -c \"$3\" >/out/out";
 /// Step 2: the blobs named in `/out/in`, one per line, cut after `$1`
 /// bytes (what the listing said they hold).
 const BLOB_SCRIPT: &str = "{ git cat-file --batch </out/in 2>/out/err; echo $? >/out/status; } | head -c \"$1\" >/out/out";
@@ -366,7 +373,7 @@ pub fn import_git(
     };
     let limits = *writer.limits();
     let max_records = limits.max_files.saturating_add(1);
-    let max_listing = max_records.saturating_mul(limits.max_path_bytes as u64 + 128);
+    let max_listing = max_records.saturating_mul(limits.max_path_bytes as u64 + RECORD_OVERHEAD);
     let (list_dir, report) = git.step(
         c"list",
         LIST_SCRIPT,
@@ -407,15 +414,19 @@ pub fn import_git(
             &String::from_utf8_lossy(&status),
         ));
     }
+    // The whole listing is checked before anything is written: the
+    // baseline's directories come from the blobs' paths, submodules are
+    // created after the loop.
     let mut listing = BufReader::with_capacity(256 * 1024, open_output(list_dir.as_fd(), c"out")?);
     let mut blobs = Vec::new();
+    let mut submodules = Vec::new();
     let mut record = Vec::new();
     let (mut records, mut total) = (0u64, 0u64);
     loop {
         record.clear();
         let n = listing
             .by_ref()
-            .take(limits.max_path_bytes as u64 + 128)
+            .take(limits.max_path_bytes as u64 + RECORD_OVERHEAD)
             .read_until(0, &mut record)
             .map_err(|e| WorkspaceError::io("read git ls-tree output", e))?;
         if n == 0 {
@@ -467,6 +478,9 @@ pub fn import_git(
         let shown = display_name(path);
         limits.check_path(path, path.split(|&b| b == b'/').count())?;
         match mode {
+            // A directory: counted above, made by the writer on the way
+            // to the files below it (an empty tree makes nothing).
+            0o040000 => continue,
             0o160000 if !policy.allow_submodules => {
                 return Err(WorkspaceError::Refused(
                     format!("commit {rev} contains a submodule at {shown}"),
@@ -474,7 +488,7 @@ pub fn import_git(
                 ));
             }
             0o160000 => {
-                writer.add_dir(&split_components(path)?)?;
+                submodules.push(split_components(path)?);
                 continue;
             }
             0o120000 if !policy.allow_symlinks => {
@@ -521,6 +535,13 @@ pub fn import_git(
             format!("commit {rev} exceeds the import caps"),
             "--max-files N / --max-path-bytes N",
         ));
+    }
+    // The listing (up to max_files records) is not needed any more: its
+    // disk goes before the blobs arrive.
+    drop(list_dir);
+    super::remove::remove_tree(staging.dir, c"list")?;
+    for dir in &submodules {
+        writer.add_dir(dir)?;
     }
     let request: Vec<u8> = blobs
         .iter()

@@ -179,6 +179,87 @@ impl Default for ImageSpec {
 /// Write an OCI image layout at `dir` with `layers` (uncompressed tar
 /// bytes), returning the manifest digest.
 pub fn oci_layout(dir: &Path, layers: &[(Vec<u8>, Comp)], spec: &ImageSpec) -> String {
+    let blobs: Vec<LayerBlob> = layers
+        .iter()
+        .map(|(tar, comp)| match comp {
+            Comp::Tar => LayerBlob {
+                blob: tar.clone(),
+                media_type: "application/vnd.oci.image.layer.v1.tar",
+                diff_id: sha(tar),
+            },
+            Comp::Gzip => LayerBlob {
+                blob: gzip(tar),
+                media_type: "application/vnd.oci.image.layer.v1.tar+gzip",
+                diff_id: sha(tar),
+            },
+        })
+        .collect();
+    oci_layout_blobs(dir, &blobs, spec)
+}
+
+/// A layer as stored: its blob, media type and diff_id (the sha256 of
+/// its uncompressed tar).
+pub struct LayerBlob {
+    pub blob: Vec<u8>,
+    pub media_type: &'static str,
+    pub diff_id: String,
+}
+
+/// A gzip layer holding one file `name` of `mib` MiB of zeros: a
+/// decompression bomb (~1 000x) built as one gzip member per MiB (each
+/// ~1 KiB), never holding the tar in memory; its diff_id comes from
+/// `sha256sum` fed the tar as a stream.
+pub fn gzip_zeros_layer(name: &str, mib: u64) -> LayerBlob {
+    let size = mib << 20;
+    let head = header(&Header {
+        typeflag: b'0',
+        path: name.as_bytes(),
+        link: b"",
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        size,
+        mtime: 1_700_000_000,
+        dev_major: 0,
+        dev_minor: 0,
+    });
+    let chunk = vec![0u8; 1 << 20];
+    let end = [0u8; 1024];
+    let mut hasher = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("sha256sum");
+    let mut stdin = hasher.stdin.take().unwrap();
+    stdin.write_all(&head).unwrap();
+    for _ in 0..mib {
+        stdin.write_all(&chunk).unwrap();
+    }
+    stdin.write_all(&end).unwrap();
+    drop(stdin);
+    let out = hasher.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let hex = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let zeros = gzip(&chunk);
+    let mut blob = gzip(&head);
+    for _ in 0..mib {
+        blob.extend_from_slice(&zeros);
+    }
+    blob.extend(gzip(&end));
+    LayerBlob {
+        blob,
+        media_type: "application/vnd.oci.image.layer.v1.tar+gzip",
+        diff_id: format!("sha256:{hex}"),
+    }
+}
+
+/// Write an OCI image layout at `dir` with `layers` as stored, returning
+/// the manifest digest.
+pub fn oci_layout_blobs(dir: &Path, layers: &[LayerBlob], spec: &ImageSpec) -> String {
     let blobs = dir.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).unwrap();
     let put = |data: &[u8]| -> (String, u64) {
@@ -188,14 +269,10 @@ pub fn oci_layout(dir: &Path, layers: &[(Vec<u8>, Comp)], spec: &ImageSpec) -> S
     };
     let mut descs = Vec::new();
     let mut diff_ids = Vec::new();
-    for (tar, comp) in layers {
-        diff_ids.push(sha(tar));
-        let (blob, mt) = match comp {
-            Comp::Tar => (tar.clone(), "application/vnd.oci.image.layer.v1.tar"),
-            Comp::Gzip => (gzip(tar), "application/vnd.oci.image.layer.v1.tar+gzip"),
-        };
-        let (d, n) = put(&blob);
-        descs.push(json!({"mediaType": mt, "digest": d, "size": n}));
+    for l in layers {
+        diff_ids.push(l.diff_id.clone());
+        let (d, n) = put(&l.blob);
+        descs.push(json!({"mediaType": l.media_type, "digest": d, "size": n}));
     }
     let volumes: serde_json::Map<String, Value> = spec
         .volumes
@@ -291,15 +368,28 @@ pub fn give(path: &Path, who: As) {
 
 /// `hutch image --image-store STORE ARGS` as `who`.
 pub fn image(who: As, store: &Path, args: &[&str]) -> Output {
-    let mut cmd = match who {
-        As::Root => Command::new(hutch_bin()),
-        As::Nobody => {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(hutch_bin());
-            c
-        }
+    image_limited(who, store, args, &[])
+}
+
+/// [`image`] under resource limits: `prlimit LIMITS -- ...` (e.g.
+/// `--fsize=N`), applied before the switch to uid 65534 so they hold for
+/// hutch itself.
+pub fn image_limited(who: As, store: &Path, args: &[&str], limits: &[&str]) -> Output {
+    let mut cmd = if limits.is_empty() {
+        Command::new(hutch_bin())
+    } else {
+        let mut c = Command::new("prlimit");
+        c.args(limits).arg("--").arg(hutch_bin());
+        c
     };
+    if who == As::Nobody {
+        let program = cmd.get_program().to_owned();
+        let inner: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
+        cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(program)
+            .args(inner);
+    }
     cmd.arg("image").arg("--image-store").arg(store).args(args);
     cmd.env_remove("HUTCH_IMAGE_STORE")
         .stdin(std::process::Stdio::null());
