@@ -484,9 +484,10 @@ pub fn parse_signal(text: &str) -> Option<i32> {
 }
 
 fn kill(root: &Root, rest: &[String]) -> Result<i32, Failed> {
-    // `--all`: hutch init forwards to the workload, and SIGKILL of
-    // hutch init ends every process of the container's pid namespace.
-    let (_, positional) = parse_flags(rest, &[], &["--all", "-a"], false)?;
+    // `--all`: every process of the container, with or without a pid
+    // namespace of its own (oci::procs).
+    let (pairs, positional) = parse_flags(rest, &[], &["--all", "-a"], false)?;
+    let all = !pairs.is_empty();
     let (id, signal) = match positional.as_slice() {
         [id] => (id.clone(), libc::SIGTERM),
         [id, sig] => (
@@ -495,7 +496,7 @@ fn kill(root: &Root, rest: &[String]) -> Result<i32, Failed> {
         ),
         _ => return Err(anyhow!("expected a container id and an optional signal").into()),
     };
-    root.kill(&id, signal)?;
+    root.kill(&id, signal, all)?;
     Ok(0)
 }
 
