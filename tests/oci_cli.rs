@@ -1332,3 +1332,97 @@ fn kill_all_and_delete_end_every_process_of_a_container_without_a_pid_namespace(
         assert!(!b.state_root.join(&id).exists());
     }
 }
+
+/// CVE-2019-5736: the process `hutch-oci exec` starts is hutch-oci's image
+/// inside the container until its execve. strace holds it at that execve
+/// (`inject=execve:delay_enter`) while the container's workload, a loop
+/// over /proc, tries every hutch-oci process it sees but hutch init.
+/// Without CAP_SYS_PTRACE it may not even open `/proc/PID/exe`: the
+/// process is not dumpable from before its first setns. With
+/// CAP_SYS_PTRACE (root in the host's user namespace: no user namespace of
+/// its own) it can, and `tests/programs/exe_mount` finds the file on a
+/// read-only mount, so the O_PATH fd an attacker keeps can never be
+/// reopened for writing, even once nothing runs the binary (until then a
+/// write open fails with ETXTBSY either way). Landlock is off: it alone
+/// denies the ptrace access. Before the fix the process was dumpable with
+/// its capabilities already cut to the container's, so the first probe
+/// read the host's binary ("readable"); without the read-only copy the
+/// second finds it on a writable mount ("rw").
+#[test]
+fn exec_is_not_dumpable_and_runs_from_a_read_only_copy() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    require!(
+        have("strace"),
+        "strace holds the exec'd process (apt: strace)"
+    );
+    become_subreaper();
+    for (tag, cap, probe) in [
+        (
+            "read",
+            "CAP_KILL",
+            "if cat $d/exe >/dev/null 2>&1; then echo \"$p readable\"; else echo \"$p denied\"; fi",
+        ),
+        (
+            "write",
+            "CAP_SYS_PTRACE",
+            "echo \"$p $(/bin/exe_mount $d/exe)\"",
+        ),
+    ] {
+        let checker = format!(
+            "while :; do for d in /proc/[0-9]*; do p=${{d#/proc/}}; \
+             [ \"$p\" = 1 ] || [ -e /tmp/seen-$p ] && continue; \
+             grep -q hutch[-]oci $d/cmdline 2>/dev/null || continue; touch /tmp/seen-$p; \
+             {probe} >> /tmp/report; done; sleep 0.05; done"
+        );
+        let mut config = base_config(&["sh", "-c", &checker]);
+        for set in ["bounding", "effective", "permitted"] {
+            config["process"]["capabilities"][set] = json!([cap]);
+        }
+        config["annotations"] = json!({"run.hutch.landlock": "off"});
+        let b = Bundle::new("oci-exec-cve", &config);
+        for applet in ["grep", "touch"] {
+            std::os::unix::fs::symlink("busybox", b.path().join("rootfs/bin").join(applet))
+                .unwrap();
+        }
+        let helper = b.path().join("rootfs/bin/exe_mount");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/exe_mount.c");
+        let st = Command::new("gcc")
+            .args(["-O1", "-Wall", "-static", "-o"])
+            .arg(&helper)
+            .arg(&src)
+            .status()
+            .expect("gcc runs");
+        assert!(st.success(), "compiling {}", src.display());
+        let id = format!("exec-{tag}-{}", std::process::id());
+        let (st, err, _) = b.create(&id);
+        assert!(st.success(), "create: {err}");
+        assert!(b.run(&["start", &id]).status.success());
+        // Every execve is held 2 s: strace's own of hutch-oci, hutch-oci's
+        // re-exec from its read-only copy, the exec'd process's.
+        let o = Command::new("strace")
+            .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=execve"])
+            .args(["-e", "inject=execve:delay_enter=2000000"])
+            .arg(hutch_oci())
+            .arg("--root")
+            .arg(&b.state_root)
+            .args(["exec", &id, "true"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{tag}: exec: {}", stderr(&o));
+        let mut report = String::new();
+        wait_until(Duration::from_secs(30), "the workload's report", || {
+            let o = b.run(&["exec", &id, "cat", "/tmp/report"]);
+            report = stdout(&o);
+            !report.is_empty()
+        });
+        for line in report.lines() {
+            match tag {
+                "read" => assert!(line.ends_with(" denied"), "{tag}: {report}"),
+                _ => assert!(line.ends_with(" ro"), "{tag}: {report}"),
+            }
+        }
+        let o = b.run(&["delete", "--force", &id]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+}

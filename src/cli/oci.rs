@@ -70,6 +70,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
             .collect();
         return crate::oci::hooks::exec_in(&rest);
     }
+    let original = args.clone();
     let args: Vec<String> = match args.into_iter().map(|a| a.into_string()).collect() {
         Ok(a) => a,
         Err(_) => return report(&g, &Failed(1, anyhow!("arguments must be UTF-8"))),
@@ -128,6 +129,20 @@ pub fn main(args: Vec<OsString>) -> i32 {
         return usage_error(&g, "a command is needed");
     };
     let rest: Vec<String> = it.collect();
+    // exec's process enters the container as hutch-oci's image until its
+    // execve: that image is a read-only copy, never the host's binary
+    // (CVE-2019-5736; crate::sys::ensure_sealed, docs/oci.md).
+    if cmd == "exec"
+        && let Err(e) = crate::sys::ensure_sealed(&original)
+    {
+        return report(
+            &g,
+            &Failed(
+                1,
+                anyhow!("exec: running from a read-only copy of hutch-oci: {e}"),
+            ),
+        );
+    }
     let root = Root::new(g.root.clone());
     let result = match cmd.as_str() {
         "create" => create(&root, &rest, false, g.systemd_cgroup),
