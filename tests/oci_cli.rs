@@ -1163,8 +1163,8 @@ fn live_sleeps(n: &str) -> Vec<i32> {
 /// its workload and a daemon it starts (`setsid` in a subshell that exits:
 /// a new session, reparented away from the workload) are both the
 /// container's. `ps` lists both, `kill --all` ends both, and so do
-/// `delete --force` and the `delete` of a container stopped by a kill of
-/// hutch init alone, which leaves them orphaned. As root and as uid 65534
+/// `delete --force`, and the `delete` and `kill --all` of a container
+/// stopped by a kill of hutch init alone, which leaves them orphaned. As root and as uid 65534
 /// (a user namespace of its own then). Before the fix `--all` was ignored
 /// and delete ended hutch init only: the two sleeps outlived every step.
 #[test]
@@ -1319,6 +1319,29 @@ fn kill_all_and_delete_end_every_process_of_a_container_without_a_pid_namespace(
         let o = oci(&["delete", &id]);
         assert!(o.status.success(), "{who:?}: delete: {}", stderr(&o));
         gone(&marks, "delete of a stopped container to end its orphans");
+
+        // The same orphans, ended by kill --all: a stopped container whose
+        // processes are left still takes it (as with runc).
+        let (id, marks) = start(4);
+        let o = oci(&["kill", &id, "KILL"]);
+        assert!(o.status.success(), "{who:?}: kill: {}", stderr(&o));
+        wait_until(Duration::from_secs(30), "the container to stop", || {
+            let o = oci(&["state", &id]);
+            serde_json::from_slice::<Value>(&o.stdout).is_ok_and(|s| s["status"] == "stopped")
+        });
+        let o = oci(&["kill", "--all", &id, "KILL"]);
+        assert!(o.status.success(), "{who:?}: kill --all: {}", stderr(&o));
+        gone(
+            &marks,
+            "kill --all of a stopped container to end its orphans",
+        );
+        let o = oci(&["kill", "--all", &id, "KILL"]);
+        assert!(
+            stderr(&o).contains("container not running"),
+            "{who:?}: nothing left: {}",
+            stderr(&o)
+        );
+        assert!(oci(&["delete", &id]).status.success());
 
         // delete --force of a running one.
         let (id, marks) = start(3);

@@ -794,8 +794,23 @@ impl Root {
 
     /// Send `signal` to the container's hutch init (forwarded to the
     /// workload; SIGKILL ends the whole container), or with `all` to every
-    /// process of the container ([`super::procs::Members::signal_all`]).
+    /// process of the container ([`super::procs::Members::signal_all`]),
+    /// also when it has stopped but processes of it are left.
     pub fn kill(&self, id: &str, signal: i32, all: bool) -> Result<(), OciError> {
+        if all {
+            // As runc: a stopped container whose processes are left (the
+            // orphans of one without a pid namespace) still gets it.
+            let r = self.load(id)?;
+            let members = super::procs::Members::of(&r);
+            if self.status(&r) == Status::Stopped && members.find()?.is_empty() {
+                return Err(OciError::WrongState {
+                    id: id.into(),
+                    status: "stopped",
+                    message: "container not running",
+                });
+            }
+            return members.signal_all(id, signal);
+        }
         let r = self.load_not_stopped(id)?;
         let pidfd = sys::raw::pidfd_open(r.pid).map_err(|e| OciError::Io {
             what: format!("pidfd_open({})", r.pid),
@@ -808,9 +823,6 @@ impl Root {
                 status: "stopped",
                 message: "container not running",
             });
-        }
-        if all {
-            return super::procs::Members::of(&r).signal_all(id, signal);
         }
         sys::raw::pidfd_send_signal(pidfd.as_fd(), signal).map_err(|e| OciError::Io {
             what: format!("sending signal {signal} to {}", r.pid),
