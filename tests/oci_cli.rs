@@ -1132,3 +1132,320 @@ fn ps_lists_the_containers_processes_and_only_them() {
     );
     assert!(b.run(&["delete", &id]).status.success());
 }
+
+/// The live processes (zombies are not) whose argv is exactly `sleep N`,
+/// anywhere on the host; zombies of this test (a subreaper) are reaped on
+/// the way.
+fn live_sleeps(n: &str) -> Vec<i32> {
+    loop {
+        let mut status = 0;
+        // SAFETY: a valid out-pointer.
+        if unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } <= 0 {
+            break;
+        }
+    }
+    let want = format!("sleep\0{n}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok() == Some(want.clone().into()))
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r.trim_start().chars().next());
+            !matches!(state, None | Some(Some('Z' | 'X')))
+        })
+        .collect()
+}
+
+/// A container without a pid namespace of its own (podman `--pid=host`):
+/// its workload and a daemon it starts (`setsid` in a subshell that exits:
+/// a new session, reparented away from the workload) are both the
+/// container's. `ps` lists both, `kill --all` ends both, and so do
+/// `delete --force`, and the `delete` and `kill --all` of a container
+/// stopped by a kill of hutch init alone, which leaves them orphaned. As root and as uid 65534
+/// (a user namespace of its own then). Before the fix `--all` was ignored
+/// and delete ended hutch init only: the two sleeps outlived every step.
+#[test]
+fn kill_all_and_delete_end_every_process_of_a_container_without_a_pid_namespace() {
+    for who in [As::Root, As::Nobody] {
+        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+        require!(
+            Path::new(BUSYBOX).exists(),
+            "busybox-static builds the rootfs"
+        );
+        become_subreaper();
+        let rootless = who.drops_to_nobody();
+        let mut config = base_config(&["true"]);
+        // No pid namespace, so no /proc of its own to mount (a rootless
+        // container may not mount the host's).
+        config["linux"]["namespaces"] =
+            json!([{"type": "mount"}, {"type": "ipc"}, {"type": "uts"}, {"type": "network"}]);
+        config["mounts"].as_array_mut().unwrap().remove(0);
+        config["linux"]
+            .as_object_mut()
+            .unwrap()
+            .remove("maskedPaths");
+        config["linux"]
+            .as_object_mut()
+            .unwrap()
+            .remove("readonlyPaths");
+        if rootless {
+            config["linux"]["namespaces"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"type": "user"}));
+            let map = json!([{"containerID": 0, "hostID": NOBODY, "size": 1}]);
+            config["linux"]["uidMappings"] = map.clone();
+            config["linux"]["gidMappings"] = map;
+        }
+        let b = Bundle::new("oci-killall", &config);
+        std::os::unix::fs::symlink("busybox", b.path().join("rootfs/bin/setsid")).unwrap();
+        let rootfs = b.path().join("rootfs");
+        let mut owned = vec![b.path().to_path_buf(), rootfs.clone(), rootfs.join("bin")];
+        owned.extend(
+            std::fs::read_dir(rootfs.join("bin"))
+                .unwrap()
+                .map(|e| e.unwrap().path()),
+        );
+        for p in owned {
+            own_as(&p, who);
+        }
+        let oci = |args: &[&str]| -> Output {
+            let mut cmd = if rootless {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(hutch_oci());
+                c
+            } else {
+                Command::new(hutch_oci())
+            };
+            cmd.arg("--root")
+                .arg(&b.state_root)
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .output()
+                .unwrap()
+        };
+        let base = 7_000_000 + std::process::id() * 10;
+        // A fresh container whose workload and daemon are `sleep N1` and
+        // `sleep N2`, started and both seen running.
+        let start = |step: u32| -> (String, [String; 2]) {
+            let n = base + step;
+            let (daemon, workload) = (format!("{n}1"), format!("{n}2"));
+            let mut config = config.clone();
+            config["process"]["args"] = json!([
+                "sh",
+                "-c",
+                format!("(setsid sleep {daemon} &); exec sleep {workload}")
+            ]);
+            b.write_config(&config);
+            own_as(&b.path().join("config.json"), who);
+            let id = format!("killall-{}-{n}", if rootless { "nobody" } else { "root" });
+            b.ids.borrow_mut().push(id.clone());
+            // The container's stdio is not a pipe of ours (it would stay
+            // open as long as the container runs).
+            let mut cmd = if rootless {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(hutch_oci());
+                c
+            } else {
+                Command::new(hutch_oci())
+            };
+            let st = cmd
+                .arg("--root")
+                .arg(&b.state_root)
+                .args(["create", "--bundle"])
+                .arg(b.path())
+                .arg(&id)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(st.success(), "{who:?}: create {id}");
+            let o = oci(&["start", &id]);
+            assert!(o.status.success(), "{who:?}: start: {}", stderr(&o));
+            wait_until(
+                Duration::from_secs(30),
+                "the workload and its daemon",
+                || live_sleeps(&daemon).len() == 1 && live_sleeps(&workload).len() == 1,
+            );
+            (id, [daemon, workload])
+        };
+        let gone = |marks: &[String; 2], what: &str| {
+            wait_until(Duration::from_secs(30), what, || {
+                marks.iter().all(|m| live_sleeps(m).is_empty())
+            });
+        };
+
+        // ps lists both; kill --all ends both.
+        let (id, marks) = start(1);
+        let o = oci(&["ps", "--format", "json", &id]);
+        assert!(o.status.success(), "{who:?}: ps: {}", stderr(&o));
+        let pids: Vec<i32> = serde_json::from_str(&stdout(&o)).unwrap();
+        for m in &marks {
+            let p = live_sleeps(m)[0];
+            assert!(pids.contains(&p), "{who:?}: sleep {m} ({p}) in ps {pids:?}");
+        }
+        assert!(
+            !pids.contains(&(std::process::id() as i32)),
+            "{who:?}: the caller is not the container's"
+        );
+        let o = oci(&["kill", "--all", &id, "KILL"]);
+        assert!(o.status.success(), "{who:?}: kill --all: {}", stderr(&o));
+        gone(&marks, "kill --all to end the workload and its daemon");
+        let o = oci(&["delete", &id]);
+        assert!(o.status.success(), "{who:?}: delete: {}", stderr(&o));
+        assert!(!b.state_root.join(&id).exists());
+
+        // hutch init alone killed: the container is stopped, its workload
+        // and daemon are orphans, and delete (no --force) ends them.
+        let (id, marks) = start(2);
+        let o = oci(&["kill", &id, "KILL"]);
+        assert!(o.status.success(), "{who:?}: kill: {}", stderr(&o));
+        wait_until(Duration::from_secs(30), "the container to stop", || {
+            let o = oci(&["state", &id]);
+            serde_json::from_slice::<Value>(&o.stdout).is_ok_and(|s| s["status"] == "stopped")
+        });
+        assert!(
+            marks.iter().all(|m| live_sleeps(m).len() == 1),
+            "{who:?}: killing hutch init alone leaves the orphans this delete must end"
+        );
+        let o = oci(&["delete", &id]);
+        assert!(o.status.success(), "{who:?}: delete: {}", stderr(&o));
+        gone(&marks, "delete of a stopped container to end its orphans");
+
+        // The same orphans, ended by kill --all: a stopped container whose
+        // processes are left still takes it (as with runc).
+        let (id, marks) = start(4);
+        let o = oci(&["kill", &id, "KILL"]);
+        assert!(o.status.success(), "{who:?}: kill: {}", stderr(&o));
+        wait_until(Duration::from_secs(30), "the container to stop", || {
+            let o = oci(&["state", &id]);
+            serde_json::from_slice::<Value>(&o.stdout).is_ok_and(|s| s["status"] == "stopped")
+        });
+        let o = oci(&["kill", "--all", &id, "KILL"]);
+        assert!(o.status.success(), "{who:?}: kill --all: {}", stderr(&o));
+        gone(
+            &marks,
+            "kill --all of a stopped container to end its orphans",
+        );
+        let o = oci(&["kill", "--all", &id, "KILL"]);
+        assert!(
+            stderr(&o).contains("container not running"),
+            "{who:?}: nothing left: {}",
+            stderr(&o)
+        );
+        assert!(oci(&["delete", &id]).status.success());
+
+        // delete --force of a running one.
+        let (id, marks) = start(3);
+        let o = oci(&["delete", "--force", &id]);
+        assert!(
+            o.status.success(),
+            "{who:?}: delete --force: {}",
+            stderr(&o)
+        );
+        gone(&marks, "delete --force to end the workload and its daemon");
+        assert!(!b.state_root.join(&id).exists());
+    }
+}
+
+/// CVE-2019-5736: the process `hutch-oci exec` starts is hutch-oci's image
+/// inside the container until its execve. strace holds it at that execve
+/// (`inject=execve:delay_enter`) while the container's workload, a loop
+/// over /proc, tries every hutch-oci process it sees but hutch init.
+/// Without CAP_SYS_PTRACE it may not even open `/proc/PID/exe`: the
+/// process is not dumpable from before its first setns. With
+/// CAP_SYS_PTRACE (root in the host's user namespace: no user namespace of
+/// its own) it can, and `tests/programs/exe_mount` finds the file on a
+/// read-only mount, so the O_PATH fd an attacker keeps can never be
+/// reopened for writing, even once nothing runs the binary (until then a
+/// write open fails with ETXTBSY either way). Landlock is off: it alone
+/// denies the ptrace access. Before the fix the process was dumpable with
+/// its capabilities already cut to the container's, so the first probe
+/// read the host's binary ("readable"); without the read-only copy the
+/// second finds it on a writable mount ("rw").
+#[test]
+fn exec_is_not_dumpable_and_runs_from_a_read_only_copy() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    require!(
+        have("strace"),
+        "strace holds the exec'd process (apt: strace)"
+    );
+    become_subreaper();
+    for (tag, cap, probe) in [
+        (
+            "read",
+            "CAP_KILL",
+            "if cat $d/exe >/dev/null 2>&1; then echo \"$p readable\"; else echo \"$p denied\"; fi",
+        ),
+        (
+            "write",
+            "CAP_SYS_PTRACE",
+            "echo \"$p $(/bin/exe_mount $d/exe)\"",
+        ),
+    ] {
+        let checker = format!(
+            "while :; do for d in /proc/[0-9]*; do p=${{d#/proc/}}; \
+             [ \"$p\" = 1 ] || [ -e /tmp/seen-$p ] && continue; \
+             grep -q hutch[-]oci $d/cmdline 2>/dev/null || continue; touch /tmp/seen-$p; \
+             {probe} >> /tmp/report; done; sleep 0.05; done"
+        );
+        let mut config = base_config(&["sh", "-c", &checker]);
+        for set in ["bounding", "effective", "permitted"] {
+            config["process"]["capabilities"][set] = json!([cap]);
+        }
+        config["annotations"] = json!({"run.hutch.landlock": "off"});
+        let b = Bundle::new("oci-exec-cve", &config);
+        for applet in ["grep", "touch"] {
+            std::os::unix::fs::symlink("busybox", b.path().join("rootfs/bin").join(applet))
+                .unwrap();
+        }
+        let helper = b.path().join("rootfs/bin/exe_mount");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/exe_mount.c");
+        let st = Command::new("gcc")
+            .args(["-O1", "-Wall", "-static", "-o"])
+            .arg(&helper)
+            .arg(&src)
+            .status()
+            .expect("gcc runs");
+        assert!(st.success(), "compiling {}", src.display());
+        let id = format!("exec-{tag}-{}", std::process::id());
+        let (st, err, _) = b.create(&id);
+        assert!(st.success(), "create: {err}");
+        assert!(b.run(&["start", &id]).status.success());
+        // Every execve is held 2 s: strace's own of hutch-oci, hutch-oci's
+        // re-exec from its read-only copy, the exec'd process's.
+        let o = Command::new("strace")
+            .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=execve"])
+            .args(["-e", "inject=execve:delay_enter=2000000"])
+            .arg(hutch_oci())
+            .arg("--root")
+            .arg(&b.state_root)
+            .args(["exec", &id, "true"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{tag}: exec: {}", stderr(&o));
+        let mut report = String::new();
+        wait_until(Duration::from_secs(30), "the workload's report", || {
+            let o = b.run(&["exec", &id, "cat", "/tmp/report"]);
+            report = stdout(&o);
+            !report.is_empty()
+        });
+        for line in report.lines() {
+            match tag {
+                "read" => assert!(line.ends_with(" denied"), "{tag}: {report}"),
+                _ => assert!(line.ends_with(" ro"), "{tag}: {report}"),
+            }
+        }
+        let o = b.run(&["delete", "--force", &id]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+}

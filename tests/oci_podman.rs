@@ -38,6 +38,7 @@ impl Podman {
         std::fs::copy(BUSYBOX, bin.join("busybox")).unwrap();
         for applet in [
             "sh", "echo", "cat", "sleep", "ls", "id", "touch", "grep", "tty", "test", "hostname",
+            "setsid",
         ] {
             std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
         }
@@ -609,5 +610,73 @@ fn a_start_container_hook_runs_as_the_container_process() {
             hook.contains("Seccomp:\t2"),
             "{user}: podman's filter: {hook}"
         );
+    }
+}
+
+/// The live processes (zombies are not) whose argv is exactly `sleep N`,
+/// anywhere on the host.
+fn live_sleeps(n: &str) -> Vec<i32> {
+    let want = format!("sleep\0{n}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok() == Some(want.clone().into()))
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r.trim_start().chars().next());
+            !matches!(state, None | Some(Some('Z' | 'X')))
+        })
+        .collect()
+}
+
+/// `podman run --pid=host`: the container has no pid namespace, so ending
+/// hutch init ends nothing else. Its workload and a daemon it starts
+/// (`setsid` in a subshell that exits: another session, reparented away)
+/// must not outlive `podman stop` (hutch-oci `kill --all 15`, then
+/// `delete --force`), `podman kill` (hutch init only, then podman's
+/// cleanup `delete --force`), or `podman rm -f`. Before the fix the
+/// daemon (and after `podman kill` the workload) stayed on the host,
+/// reparented to its pid 1.
+#[test]
+fn stop_kill_and_rm_end_every_process_of_a_pid_host_container() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let p = Podman::new("podman-pidhost");
+    let base = 8_000_000 + std::process::id() * 10;
+    for (step, end) in [
+        (1, &["stop", "-t", "1"][..]),
+        (2, &["kill"][..]),
+        (3, &["rm", "-f", "-t", "0"][..]),
+    ] {
+        let n = base + step;
+        let (daemon, workload) = (format!("{n}1"), format!("{n}2"));
+        let script = format!("(setsid sleep {daemon} &); exec sleep {workload}");
+        let o = p.run(&[
+            "-d",
+            "--network",
+            "none",
+            "--pid",
+            "host",
+            IMAGE,
+            "sh",
+            "-c",
+            &script,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let id = stdout(&o).trim().to_string();
+        wait_until(
+            Duration::from_secs(30),
+            "the workload and its daemon",
+            || live_sleeps(&daemon).len() == 1 && live_sleeps(&workload).len() == 1,
+        );
+        let o = p.podman(end).arg(&id).output().unwrap();
+        assert!(o.status.success(), "podman {end:?}: {}", stderr(&o));
+        wait_until(
+            Duration::from_secs(30),
+            &format!("podman {end:?} to end the workload and its daemon"),
+            || live_sleeps(&daemon).is_empty() && live_sleeps(&workload).is_empty(),
+        );
+        let _ = p.podman(&["rm", "-f", &id]).output();
     }
 }

@@ -70,6 +70,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
             .collect();
         return crate::oci::hooks::exec_in(&rest);
     }
+    let original = args.clone();
     let args: Vec<String> = match args.into_iter().map(|a| a.into_string()).collect() {
         Ok(a) => a,
         Err(_) => return report(&g, &Failed(1, anyhow!("arguments must be UTF-8"))),
@@ -128,6 +129,20 @@ pub fn main(args: Vec<OsString>) -> i32 {
         return usage_error(&g, "a command is needed");
     };
     let rest: Vec<String> = it.collect();
+    // exec's process enters the container as hutch-oci's image until its
+    // execve: that image is a read-only copy, never the host's binary
+    // (CVE-2019-5736; crate::sys::ensure_sealed, docs/oci.md).
+    if cmd == "exec"
+        && let Err(e) = crate::sys::ensure_sealed(&original)
+    {
+        return report(
+            &g,
+            &Failed(
+                1,
+                anyhow!("exec: running from a read-only copy of hutch-oci: {e}"),
+            ),
+        );
+    }
     let root = Root::new(g.root.clone());
     let result = match cmd.as_str() {
         "create" => create(&root, &rest, false, g.systemd_cgroup),
@@ -484,9 +499,10 @@ pub fn parse_signal(text: &str) -> Option<i32> {
 }
 
 fn kill(root: &Root, rest: &[String]) -> Result<i32, Failed> {
-    // `--all`: hutch init forwards to the workload, and SIGKILL of
-    // hutch init ends every process of the container's pid namespace.
-    let (_, positional) = parse_flags(rest, &[], &["--all", "-a"], false)?;
+    // `--all`: every process of the container, with or without a pid
+    // namespace of its own (oci::procs).
+    let (pairs, positional) = parse_flags(rest, &[], &["--all", "-a"], false)?;
+    let all = !pairs.is_empty();
     let (id, signal) = match positional.as_slice() {
         [id] => (id.clone(), libc::SIGTERM),
         [id, sig] => (
@@ -495,7 +511,7 @@ fn kill(root: &Root, rest: &[String]) -> Result<i32, Failed> {
         ),
         _ => return Err(anyhow!("expected a container id and an optional signal").into()),
     };
-    root.kill(&id, signal)?;
+    root.kill(&id, signal, all)?;
     Ok(0)
 }
 

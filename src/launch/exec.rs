@@ -85,6 +85,12 @@ pub fn exec(
             drop(report_r);
             drop(pid_r);
             let code = (|| -> Result<(), sys::Errno> {
+                // Not dumpable before the first setns, until the
+                // workload's execve resets it (CVE-2019-5736): no process
+                // of the container may ptrace this one, read its memory
+                // or open its /proc/PID/exe or fds (which include the
+                // host's cgroup directory).
+                sys::raw::set_dumpable(false)?;
                 for (_, ty, fd) in &joins {
                     sys::raw::setns(fd.as_fd(), *ty)?;
                 }

@@ -9,9 +9,10 @@
 //!   and answers `Started` (or the workload's exec failure record);
 //! - `state` reads the record and looks at the process: alive and started
 //!   is `running`, alive is `created`, gone is `stopped`;
-//! - `kill` signals hutch init (which forwards to the workload);
-//! - `delete` kills what is left (hutch init, its keeper) and removes the
-//!   state directory.
+//! - `kill` signals hutch init (which forwards to the workload), `kill
+//!   --all` every process of the container ([`super::procs`]);
+//! - `delete` kills what is left (every process of the container, its
+//!   keeper) and removes the state directory.
 //!
 //! State lives under a root directory (default `/run/hutch-oci`), one
 //! directory per container, so it survives hutch-oci's own restarts.
@@ -63,6 +64,11 @@ pub struct Record {
     pub cgroup: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cgroup_made: Vec<PathBuf>,
+    /// The id of the container's mount namespace (`NS_GET_MNTNS_ID`,
+    /// never reused): `kill --all`, `delete` and `ps` find the container's
+    /// processes by it, even once hutch init is gone ([`super::procs`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mnt_ns: Option<u64>,
 }
 
 /// A container's status (`runtime.md`, "State").
@@ -136,33 +142,6 @@ pub fn start_time(pid: i32) -> Option<u64> {
 
 fn alive(pid: i32, start: u64) -> bool {
     pid > 0 && start_time(pid) == Some(start)
-}
-
-/// `root` and its descendants among `pids` (by `/proc/PID/stat`'s ppid).
-fn descendants(root: i32, pids: &[i32]) -> Vec<i32> {
-    let parent_of = |pid: i32| -> Option<i32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // The command name (field 2) may hold spaces and parentheses.
-        let rest = &stat[stat.rfind(')')? + 1..];
-        rest.split_whitespace().nth(1)?.parse().ok()
-    };
-    let parents: Vec<(i32, i32)> = pids
-        .iter()
-        .filter_map(|&p| Some((p, parent_of(p)?)))
-        .collect();
-    let mut found = vec![root];
-    let mut i = 0;
-    while i < found.len() {
-        let parent = found[i];
-        found.extend(
-            parents
-                .iter()
-                .filter(|(_, pp)| *pp == parent)
-                .map(|(p, _)| *p),
-        );
-        i += 1;
-    }
-    found
 }
 
 /// Write `data` to `path` through a temporary file and a rename.
@@ -507,6 +486,7 @@ impl Root {
             keeper: None,
             cgroup: cgroup_dir,
             cgroup_made,
+            mnt_ns: None,
         };
         // A record from the start: `delete` finds the cgroup even if this
         // process is killed before hutch init exists.
@@ -563,6 +543,9 @@ impl Root {
             );
             hooks::run(Phase::CreateContainer, &hooks, &state, Some(pid), None).map_err(fail_with)
         };
+        // Read while hutch init waits for `Go`, still dumpable: a rootless
+        // hutch-oci cannot inspect it once it is not.
+        let mut mnt_ns = None;
         let created = launch_create(
             &t.spec,
             CreateOptions {
@@ -575,9 +558,11 @@ impl Root {
             // builds the root): a `delete` finds it even if this process
             // is killed now.
             &mut |pid| {
+                mnt_ns = super::procs::container_mnt_ns_id(pid);
                 let early = Record {
                     pid,
                     start_time: start_time(pid).unwrap_or(0),
+                    mnt_ns,
                     ..base.clone()
                 };
                 let json = serde_json::to_vec(&early).expect("record serializes");
@@ -603,6 +588,7 @@ impl Root {
             pid: created.pid,
             start_time: stamp(created.pid),
             keeper: created.keeper.map(|k| (k, stamp(k))),
+            mnt_ns,
             ..base.clone()
         };
         let kill = || {
@@ -798,38 +784,33 @@ impl Root {
         Ok(r)
     }
 
-    /// The host pids of container `id`'s processes (`ps`): hutch init and
-    /// every process in its pid namespace (the workload, its children,
-    /// `exec`ed processes). A container without a pid namespace of its
-    /// own has hutch init and its descendants instead.
+    /// The host pids of container `id`'s processes (`ps`): hutch init
+    /// and every process [`super::procs`] identifies as the container's
+    /// (its pid namespace, mount namespace, cgroup).
     pub fn processes(&self, id: &str) -> Result<Vec<i32>, OciError> {
         let r = self.load_not_stopped(id)?;
-        let ns_of = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
-        let init_ns = ns_of(r.pid).ok_or_else(|| OciError::Io {
-            what: format!("readlink(\"/proc/{}/ns/pid\")", r.pid),
-            source: std::io::Error::last_os_error(),
-        })?;
-        let own_ns = std::fs::read_link("/proc/self/ns/pid").ok();
-        let entries =
-            std::fs::read_dir("/proc").map_err(OciError::io("reading /proc".to_string()))?;
-        let all: Vec<i32> = entries
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
-        let mut pids: Vec<i32> = if own_ns.as_ref() != Some(&init_ns) {
-            // Processes that end while /proc is read are simply not listed.
-            all.into_iter()
-                .filter(|&p| p == r.pid || ns_of(p).as_ref() == Some(&init_ns))
-                .collect()
-        } else {
-            descendants(r.pid, &all)
-        };
-        pids.sort_unstable();
-        Ok(pids)
+        super::procs::Members::of(&r).pids()
     }
 
     /// Send `signal` to the container's hutch init (forwarded to the
-    /// workload; SIGKILL ends the whole container).
-    pub fn kill(&self, id: &str, signal: i32) -> Result<(), OciError> {
+    /// workload; SIGKILL ends the whole container), or with `all` to every
+    /// process of the container ([`super::procs::Members::signal_all`]),
+    /// also when it has stopped but processes of it are left.
+    pub fn kill(&self, id: &str, signal: i32, all: bool) -> Result<(), OciError> {
+        if all {
+            // As runc: a stopped container whose processes are left (the
+            // orphans of one without a pid namespace) still gets it.
+            let r = self.load(id)?;
+            let members = super::procs::Members::of(&r);
+            if self.status(&r) == Status::Stopped && members.find()?.is_empty() {
+                return Err(OciError::WrongState {
+                    id: id.into(),
+                    status: "stopped",
+                    message: "container not running",
+                });
+            }
+            return members.signal_all(id, signal);
+        }
         let r = self.load_not_stopped(id)?;
         let pidfd = sys::raw::pidfd_open(r.pid).map_err(|e| OciError::Io {
             what: format!("pidfd_open({})", r.pid),
@@ -876,9 +857,13 @@ impl Root {
             });
         }
         let hooks = self.hooks(id).unwrap_or_default();
-        let mut left = vec![(r.pid, r.start_time)];
-        left.extend(r.keeper);
-        for (pid, start) in left {
+        // Every process of the container, hutch init first among them;
+        // without a pid namespace its workload and their children outlive
+        // it (orphans of a stopped container too).
+        let members = super::procs::Members::of(&r);
+        end_process(r.pid, r.start_time)?;
+        members.kill_all(id)?;
+        if let Some((pid, start)) = r.keeper {
             end_process(pid, start)?;
         }
         if let Some(cg) = &r.cgroup {

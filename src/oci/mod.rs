@@ -7,6 +7,7 @@
 pub mod config;
 pub mod hooks;
 pub mod lifecycle;
+pub mod procs;
 pub mod resources;
 pub mod seccomp;
 pub mod translate;
@@ -52,6 +53,17 @@ pub enum OciError {
         key: String,
         path: String,
         why: String,
+    },
+    /// Processes of a container that outlived SIGKILL, or kept appearing,
+    /// until the deadline.
+    #[error(
+        "container {id:?}: processes still alive {secs} s after {what} (pids {pids:?}): one in uninterruptible sleep (D state) or forking as fast as it is killed; run the command again, and look at them with `hutch-oci ps {id}`"
+    )]
+    Survivors {
+        id: String,
+        what: String,
+        pids: Vec<i32>,
+        secs: u64,
     },
     /// The container's start failed (its command could not be executed).
     #[error("starting container {id:?}: {line}")]

@@ -22,6 +22,7 @@ mod process;
 #[cfg(feature = "tokio")]
 pub mod reactor;
 mod rlimit;
+mod sealed_exe;
 mod seccomp;
 pub mod socket;
 pub use socket::peer_hung_up;
@@ -53,6 +54,7 @@ pub use net::*;
 pub use privilege::*;
 pub use process::*;
 pub use rlimit::*;
+pub use sealed_exe::{SEALED_ENV, ensure_sealed, running_sealed};
 pub use seccomp::*;
 pub use tty::setns;
 pub use walk::*;

@@ -290,6 +290,29 @@ pub mod raw {
         Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
     }
 
+    /// `ioctl(NS_GET_MNTNS_ID)` on an fd of a mount namespace: its 64-bit
+    /// id, never reused while the system runs (unlike the nsfs inode
+    /// number). ENOTTY before Linux 6.10.
+    pub fn mnt_ns_id(ns: BorrowedFd<'_>) -> Result<u64, Errno> {
+        // _IOR(NSIO = 0xb7, 0x5, __u64).
+        const NS_GET_MNTNS_ID: libc::c_ulong = 0x8008_b705;
+        let mut id: u64 = 0;
+        // SAFETY: the request writes one u64 through the valid pointer.
+        ret(unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_MNTNS_ID, &mut id) } as libc::c_long)?;
+        Ok(id)
+    }
+
+    /// `ioctl(NS_GET_PARENT)` on an fd of a pid or user namespace: an fd
+    /// of its parent (EPERM when the parent is outside this process's).
+    pub fn ns_parent(ns: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+        // _IO(NSIO = 0xb7, 0x2).
+        const NS_GET_PARENT: libc::c_ulong = 0xb702;
+        // SAFETY: an integer request without argument.
+        let fd = ret(unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_PARENT) } as libc::c_long)?;
+        // SAFETY: NS_GET_PARENT returned a new fd that we now own.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+
     /// kill(2).
     pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> Result<(), Errno> {
         // SAFETY: integer arguments only.
