@@ -1371,6 +1371,47 @@ fn kill_all_and_delete_end_every_process_of_a_container_without_a_pid_namespace(
 /// its capabilities already cut to the container's, so the first probe
 /// read the host's binary ("readable"); without the read-only copy the
 /// second finds it on a writable mount ("rw").
+/// tests/programs/exe_mount.c, built into the bundle's rootfs as
+/// /bin/exe_mount.
+fn build_exe_mount(b: &Bundle) {
+    let helper = b.path().join("rootfs/bin/exe_mount");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/exe_mount.c");
+    let st = Command::new("gcc")
+        .args(["-O1", "-Wall", "-static", "-o"])
+        .arg(&helper)
+        .arg(&src)
+        .status()
+        .expect("gcc runs");
+    assert!(st.success(), "compiling {}", src.display());
+}
+
+// hutch init (and the keeper) are hutch-oci's image for the container's
+// whole life: a container process with CAP_SYS_PTRACE in the host's user
+// namespace (no user namespace, Landlock off) can open /proc/1/exe, and
+// must find a read-only copy there, never the host's binary
+// (CVE-2019-5736). Before: "rw".
+#[test]
+fn hutch_init_runs_from_a_read_only_copy() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let mut config = base_config(&["/bin/exe_mount", "/proc/1/exe"]);
+    for set in ["bounding", "effective", "permitted"] {
+        config["process"]["capabilities"][set] = json!(["CAP_SYS_PTRACE"]);
+    }
+    config["annotations"] = json!({"run.hutch.landlock": "off"});
+    let b = Bundle::new("oci-init-exe", &config);
+    build_exe_mount(&b);
+    let id = format!("init-exe-{}", std::process::id());
+    let o = b
+        .oci(&["run", "--bundle"])
+        .arg(b.path())
+        .arg(&id)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "ro\n", "{}", stderr(&o));
+}
+
 #[test]
 fn exec_is_not_dumpable_and_runs_from_a_read_only_copy() {
     require!(requirements().is_ok(), requirements().unwrap_err());
@@ -1407,15 +1448,7 @@ fn exec_is_not_dumpable_and_runs_from_a_read_only_copy() {
             std::os::unix::fs::symlink("busybox", b.path().join("rootfs/bin").join(applet))
                 .unwrap();
         }
-        let helper = b.path().join("rootfs/bin/exe_mount");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/exe_mount.c");
-        let st = Command::new("gcc")
-            .args(["-O1", "-Wall", "-static", "-o"])
-            .arg(&helper)
-            .arg(&src)
-            .status()
-            .expect("gcc runs");
-        assert!(st.success(), "compiling {}", src.display());
+        build_exe_mount(&b);
         let id = format!("exec-{tag}-{}", std::process::id());
         let (st, err, _) = b.create(&id);
         assert!(st.success(), "create: {err}");

@@ -130,16 +130,18 @@ pub fn main(args: Vec<OsString>) -> i32 {
     };
     let rest: Vec<String> = it.collect();
     // exec's process enters the container as hutch-oci's image until its
-    // execve: that image is a read-only copy, never the host's binary
-    // (CVE-2019-5736; crate::sys::ensure_sealed, docs/oci.md).
-    if cmd == "exec"
+    // execve, and hutch init (and the keeper) stay that image for the
+    // container's life: it is a read-only copy, never the host's binary
+    // (CVE-2019-5736; crate::sys::ensure_sealed, docs/oci.md). Hooks
+    // re-run this image through /proc/self/exe.
+    if matches!(cmd.as_str(), "exec" | "create" | "run")
         && let Err(e) = crate::sys::ensure_sealed(&original)
     {
         return report(
             &g,
             &Failed(
                 1,
-                anyhow!("exec: running from a read-only copy of hutch-oci: {e}"),
+                anyhow!("{cmd}: running from a read-only copy of hutch-oci: {e}"),
             ),
         );
     }

@@ -305,8 +305,9 @@ fn run_one(
             }
             _ => NO_CREDENTIALS.into(),
         };
-        let exe = std::env::current_exe().map_err(|e| format!("finding hutch-oci itself: {e}"))?;
-        let mut c = Command::new(exe);
+        // This very image (the read-only copy hutch-oci runs from, whose
+        // path current_exe() cannot name), not the host's binary.
+        let mut c = Command::new("/proc/self/exe");
         c.arg(EXEC_IN)
             .arg(pid.to_string())
             .arg(creds)
