@@ -146,6 +146,21 @@ impl Reporting {
     }
 }
 
+/// Where the sandbox's workspace comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum WorkspaceFrom {
+    /// The flags (`hutch run`): `--workspace DIR` or the current
+    /// directory overlaid and made the working directory, `--changes`,
+    /// `--bare`.
+    #[default]
+    Flags,
+    /// The caller mounts it and sets the working directory itself (a
+    /// session): no workspace overlay and no working directory are added,
+    /// so a relative `--chdir` stays relative, for the caller to place in
+    /// its workspace; `--workspace`, `--changes` and `--bare` are refused.
+    Caller,
+}
+
 /// Parse `hutch run` arguments into a Spec and options. The Spec is not
 /// validated here: `launch::run` validates it before anything happens.
 pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
@@ -155,18 +170,20 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
 /// [`parse`], starting from `base` (as a `--profile` would) instead of the
 /// default profile when given.
 pub fn parse_onto(args: &[OsString], base: Option<Spec>) -> Result<(Spec, RunOptions)> {
-    parse_reporting_onto(args, base, &mut Reporting::default())
+    parse_reporting_onto(args, base, WorkspaceFrom::Flags, &mut Reporting::default())
 }
 
 /// [`parse`], also filling `rep` with the reporting flags as they come.
 pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, RunOptions)> {
-    parse_reporting_onto(args, None, rep)
+    parse_reporting_onto(args, None, WorkspaceFrom::Flags, rep)
 }
 
-/// [`parse_onto`] and [`parse_reporting`] in one.
+/// [`parse_onto`] and [`parse_reporting`] in one, the workspace from
+/// `workspace_from`.
 pub fn parse_reporting_onto(
     args: &[OsString],
     base: Option<Spec>,
+    workspace_from: WorkspaceFrom,
     rep: &mut Reporting,
 ) -> Result<(Spec, RunOptions)> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
@@ -210,6 +227,9 @@ pub fn parse_reporting_onto(
                 // reported against the file, not against the flags.
                 launch::validate(&profile).map_err(|e| e.in_file(path))?;
                 base = Some(profile);
+            }
+            "--bare" | "--workspace" | "--changes" if workspace_from == WorkspaceFrom::Caller => {
+                bail!("{arg} does not apply: the caller provides the workspace")
             }
             "--bare" => bare = true,
             "--workspace" => {
@@ -546,6 +566,7 @@ pub fn parse_reporting_onto(
             }
             Spec::default()
         }
+        (None, false) if workspace_from == WorkspaceFrom::Caller => spec::default_profile(),
         (None, false) => {
             let dir = workspace.unwrap_or_else(|| cwd.clone());
             if dir == Path::new("/") {
@@ -948,6 +969,50 @@ pub fn with_flags(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn a_caller_workspace_adds_no_overlay_and_keeps_chdir_relative() {
+        let from_flags = parse(&args(&["--workspace", "/srv/w", "--", "true"]))
+            .unwrap()
+            .0;
+        let (spec, _) = parse_reporting_onto(
+            &args(&["--chdir", "src", "--", "true"]),
+            None,
+            WorkspaceFrom::Caller,
+            &mut Reporting::default(),
+        )
+        .unwrap();
+        // The flags' Spec less its workspace overlay, which comes last of
+        // the profile's operations.
+        assert_eq!(spec.fs, from_flags.fs[..from_flags.fs.len() - 1]);
+        assert_eq!(spec.cwd, Some(PathBuf::from("src")));
+        for flag in [
+            &["--workspace", "/srv/w"][..],
+            &["--changes", "/c"],
+            &["--bare"],
+        ] {
+            let mut line = args(flag);
+            line.extend(args(&["--", "true"]));
+            let e = parse_reporting_onto(
+                &line,
+                None,
+                WorkspaceFrom::Caller,
+                &mut Reporting::default(),
+            )
+            .unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "{} does not apply: the caller provides the workspace",
+                    flag[0]
+                )
+            );
+        }
+    }
 
     #[test]
     fn key_paths_get_their_flag() {

@@ -435,7 +435,7 @@ impl BaselineWriter {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
-            .unwrap_or_else(|| WorkspaceError::Launch("a baseline writer thread failed".into()))
+            .unwrap_or(WorkspaceError::WriterFailed)
     }
 
     /// A symlink with `target` (stored, never resolved).
@@ -471,9 +471,7 @@ impl BaselineWriter {
             for w in pool.workers.drain(..) {
                 match w.join() {
                     Ok(entries) => self.manifest.entries.extend(entries),
-                    Err(_) => self.shared.fail(WorkspaceError::Launch(
-                        "a baseline writer thread panicked".into(),
-                    )),
+                    Err(_) => self.shared.fail(WorkspaceError::WriterPanicked),
                 }
             }
         }

@@ -182,7 +182,7 @@ impl StateDir {
         let mut cgroups = Vec::new();
         let mut inits = Vec::new();
         let records: Vec<_> = registry::list()
-            .map_err(|e| WorkspaceError::Launch(e.to_string()))?
+            .map_err(WorkspaceError::Registry)?
             .into_iter()
             .filter(|e| e.record.session() == Some(id))
             .collect();

@@ -72,11 +72,10 @@ impl Session {
                 .as_ref()
                 .is_some_and(|i| i.digest != image.digest)
             {
-                return Err(WorkspaceError::Launch(format!(
-                    "session {} runs every command with its image {}; a command cannot name another",
-                    self.info.id,
-                    image.digest.as_deref().unwrap_or("")
-                )));
+                return Err(WorkspaceError::OtherImage {
+                    id: self.info.id.clone(),
+                    digest: image.digest.clone().unwrap_or_default(),
+                });
             }
             crate::spec::use_image(&mut spec, image.clone());
         }
@@ -219,7 +218,7 @@ impl Session {
                 }))?;
                 self.record_progress(seq, start, disk)?;
                 self.clear_running()?;
-                return Err(WorkspaceError::Launch(e.to_string()));
+                return Err(e.into());
             }
         };
         let deadline_hit = bounded && report.reason == Outcome::TimedOut;
@@ -411,9 +410,7 @@ impl Session {
             .map_err(|e| WorkspaceError::io("stat the egress audit", e))?
             .is_file()
         {
-            return Err(WorkspaceError::Launch(
-                "the egress audit file is not a regular file".into(),
-            ));
+            return Err(WorkspaceError::EgressAuditNotFile);
         }
         if let Some(path) = user_audit {
             let mut out = std::fs::OpenOptions::new()

@@ -403,7 +403,7 @@ impl StateDir {
                     && let Err(e) = crate::image::spec::hold_for(image, &session.path)
                 {
                     let _ = self.trash(&final_name, &id);
-                    return Err(WorkspaceError::Launch(e.to_string()));
+                    return Err(WorkspaceError::Image(e));
                 }
                 Ok(session)
             }
@@ -419,9 +419,7 @@ impl StateDir {
 
     fn populate(&self, name: &CString, id: &str, opts: &CreateOptions) -> Result<()> {
         let image = match &opts.image {
-            Some(i) => Some(
-                crate::image::spec::pin(i).map_err(|e| WorkspaceError::Launch(e.to_string()))?,
-            ),
+            Some(i) => Some(crate::image::spec::pin(i).map_err(WorkspaceError::Image)?),
             None => None,
         };
         let dir = sys::open_dir_beneath(self.fd.as_fd(), name)?;

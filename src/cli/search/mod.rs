@@ -112,7 +112,7 @@ pub fn search(
             .error
             .clone()
             .unwrap_or_else(|| "the search sandbox failed".into());
-        return Err(WorkspaceError::Launch(line).into());
+        return Err(WorkspaceError::SetupFailed(line).into());
     }
     let stdout = stdout.ok_or_else(|| {
         InternalError(format!(
