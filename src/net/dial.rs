@@ -12,9 +12,10 @@ use hyper::{Response, StatusCode};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::accept::State;
-use super::decision::{Body, Decision, Outcome, answer};
+use super::answer::{Body, answer};
 use super::host::CanonicalHost;
+use super::record::{Decision, Outcome};
+use super::state::State;
 
 /// Resolve (or take the override / literal), vet every address, dial the
 /// first vetted one that answers. Errors are the answer to send.

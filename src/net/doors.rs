@@ -9,7 +9,36 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
 
+use super::names::{SYNTHETIC_NET, SYNTHETIC_PREFIX};
+use super::policy::Policy;
 use crate::sys::SysError;
+
+/// Which door a connection came through; the only caller authentication
+/// the proxy needs (each door belongs to exactly one sandbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// The Unix socket at [`PROXY_SOCKET_PATH`]; also routes origin-form
+    /// requests by their `Host` header.
+    Unix,
+    /// The TCP listener on `127.0.0.1:3128` inside the sandbox.
+    Tcp,
+    /// `transparent` egress: a listener that captured connections to the
+    /// synthetic addresses arrive on.
+    Transparent,
+    /// `transparent` egress: the resolver's UDP socket on 127.0.0.1:53.
+    /// Its decisions are audited as `transparent` too (method `DNS`).
+    Resolver,
+}
+
+impl Door {
+    pub fn name(self) -> &'static str {
+        match self {
+            Door::Unix => "unix",
+            Door::Tcp => "tcp",
+            Door::Transparent | Door::Resolver => "transparent",
+        }
+    }
+}
 
 /// Where the Unix door appears inside the sandbox.
 pub const PROXY_SOCKET_PATH: &str = "/run/hutch/proxy.sock";
@@ -72,7 +101,7 @@ pub const RESOLV_CONF: &str = "# hutch: transparent egress (see docs/egress.md)\
 
 /// The ports `transparent` egress captures: every port `policy` can
 /// allow, except the TCP door's own (a connection to it is the proxy).
-pub fn transparent_ports(policy: &super::Policy) -> Vec<u16> {
+pub fn transparent_ports(policy: &Policy) -> Vec<u16> {
     let mut ports = policy.allowed_ports();
     ports.retain(|&p| p != PROXY_TCP_PORT);
     ports
@@ -85,11 +114,7 @@ pub fn transparent_ports(policy: &super::Policy) -> Vec<u16> {
 /// in `ports`. The sockets are close-on-exec and go to the supervisor;
 /// nothing of hutch's runs in the sandbox to serve them.
 pub fn transparent_in_current_netns(ports: &[u16]) -> Result<Vec<OwnedFd>, SysError> {
-    crate::sys::add_local_route_v4(
-        super::names::SYNTHETIC_NET,
-        super::names::SYNTHETIC_PREFIX,
-        c"lo",
-    )?;
+    crate::sys::add_local_route_v4(SYNTHETIC_NET, SYNTHETIC_PREFIX, c"lo")?;
     transparent_sockets_only(ports)
 }
 
