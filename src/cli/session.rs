@@ -912,7 +912,7 @@ fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
             .map(|s| {
                 json!({
                     "path": String::from_utf8_lossy(&s.path),
-                    "path_quoted": crate::workspace::git_quote(&s.path),
+                    "path_quoted": crate::util::quote::git_quote(&s.path),
                     "kind": s.kind,
                 })
             })
@@ -956,7 +956,7 @@ fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     for s in summary.skipped {
         eprintln!(
             "hutch session: {} is a {} and is not part of the diff",
-            crate::workspace::display_name(&s.path),
+            crate::util::quote::display_name(&s.path),
             s.kind
         );
     }
@@ -1203,7 +1203,7 @@ fn describe_human(d: &serde_json::Value) -> String {
     out += &format!("commands     {} {budget}\n", field("commands_run"));
     let deadline = match field("deadline_unix_ms").as_u64() {
         Some(ms) => {
-            let left = ms.saturating_sub(crate::workspace::now_ms()) / 1000;
+            let left = ms.saturating_sub(crate::util::clock::now_ms()) / 1000;
             format!("in {left} s (unix ms {ms})")
         }
         None => "none".into(),

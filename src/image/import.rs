@@ -121,7 +121,7 @@ impl Store {
         {
             return Err(ImageError::Invalid(format!(
                 "--name {}: a name is letters, digits and ._/:- (at most 255, no '@'), starting with a letter or digit",
-                crate::workspace::display_name(n.as_bytes())
+                crate::util::quote::display_name(n.as_bytes())
             )));
         }
         let plan = if opts.rootfs {
@@ -263,9 +263,7 @@ impl Store {
             layers: metas.iter().map(|m| m.digest.clone()).collect(),
             size: metas.iter().map(|m| m.summary.file_bytes).sum(),
             format: plan.format.into(),
-            imported: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            imported: crate::util::clock::now_secs(),
         };
         let _index = self.lock_index()?;
         let mut images = self.images()?;
@@ -536,7 +534,7 @@ fn choose(
         if candidates.is_empty() {
             return Err(ImageError::NotFound(format!(
                 "no manifest in the index has the ref name {}",
-                crate::workspace::display_name(sel.as_bytes())
+                crate::util::quote::display_name(sel.as_bytes())
             )));
         }
     }
@@ -666,7 +664,7 @@ fn plan_docker(source: &Source, opts: &ImportOptions) -> Result<Plan> {
             digest: diff.to_string(),
             why: format!(
                 "the layer file {} is missing",
-                crate::workspace::display_name(name.as_bytes())
+                crate::util::quote::display_name(name.as_bytes())
             ),
         };
         let mut head = [0u8; 4];

@@ -24,7 +24,6 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 use serde::{Deserialize, Serialize};
 
 use super::OciError;
@@ -32,6 +31,7 @@ use super::config::{Config, State};
 use crate::launch::create::{CreateOptions, create as launch_create};
 use crate::launch::message::{self, Incoming, Message};
 use crate::sys;
+use crate::sys::socket::UnixAddr;
 
 /// The default state root.
 pub const DEFAULT_ROOT: &str = "/run/hutch-oci";
@@ -207,14 +207,9 @@ pub fn read_config(bundle: &Path) -> Result<Config, OciError> {
 
 /// A connection to the engine's console socket.
 fn connect_console(path: &Path) -> Result<OwnedFd, OciError> {
-    let fd = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::STREAM,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(|e| OciError::io("socket(AF_UNIX, SOCK_STREAM)")(e.into()))?;
-    rustix::net::connect(&fd, &unix_addr(path)?).map_err(|e| {
+    let fd = sys::raw::socket(libc::AF_UNIX, libc::SOCK_STREAM)
+        .map_err(|e| OciError::io("socket(AF_UNIX, SOCK_STREAM)")(e.into()))?;
+    sys::raw::connect_unix(fd.as_fd(), &unix_addr(path)?).map_err(|e| {
         OciError::io(format!(
             "connecting to the console socket {}",
             path.display()
@@ -224,17 +219,12 @@ fn connect_console(path: &Path) -> Result<OwnedFd, OciError> {
 }
 
 fn seqpacket() -> Result<OwnedFd, OciError> {
-    rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(|e| OciError::io("socket(AF_UNIX, SOCK_SEQPACKET)")(e.into()))
+    sys::raw::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET)
+        .map_err(|e| OciError::io("socket(AF_UNIX, SOCK_SEQPACKET)")(e.into()))
 }
 
-fn unix_addr(path: &Path) -> Result<SocketAddrUnix, OciError> {
-    SocketAddrUnix::new(path).map_err(|e| {
+fn unix_addr(path: &Path) -> Result<UnixAddr, OciError> {
+    UnixAddr::new(path).map_err(|e| {
         OciError::io(format!("socket address {} (too long?)", path.display()))(e.into())
     })
 }
@@ -242,7 +232,7 @@ fn unix_addr(path: &Path) -> Result<SocketAddrUnix, OciError> {
 /// The hold socket of a state directory, addressed through an fd of the
 /// directory (`/proc/self/fd/N/hold.sock`), so that a long state root
 /// never exceeds sun_path's 108 bytes. Returns the fd with the address.
-fn hold_addr(dir: &Path) -> Result<(OwnedFd, SocketAddrUnix), OciError> {
+fn hold_addr(dir: &Path) -> Result<(OwnedFd, UnixAddr), OciError> {
     let fd: OwnedFd = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
@@ -516,9 +506,9 @@ impl Root {
         let hold_path = dir.join(HOLD_SOCKET);
         let hold = seqpacket()?;
         let (_dir_fd, addr) = hold_addr(dir)?;
-        rustix::net::bind(&hold, &addr)
+        sys::raw::bind_unix(hold.as_fd(), &addr)
             .map_err(|e| OciError::io(format!("bind({})", hold_path.display()))(e.into()))?;
-        rustix::net::listen(&hold, 1)
+        sys::raw::listen(hold.as_fd(), 1)
             .map_err(|e| OciError::io(format!("listen({})", hold_path.display()))(e.into()))?;
         let console = req.console_socket.map(connect_console).transpose()?;
         // A hook's failure in before_go or before_pivot, kept to be the
@@ -650,7 +640,7 @@ impl Root {
         let sock = seqpacket()?;
         let hold_path = dir.join(HOLD_SOCKET);
         let (_dir_fd, addr) = hold_addr(&dir)?;
-        rustix::net::connect(&sock, &addr).map_err(|e| {
+        sys::raw::connect_unix(sock.as_fd(), &addr).map_err(|e| {
             OciError::io(format!("connecting to {}", hold_path.display()))(e.into())
         })?;
         sys::socket::send(sock.as_fd(), b"start", &[]).map_err(|e| OciError::Io {

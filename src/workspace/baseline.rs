@@ -14,11 +14,11 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest, Sha256};
 
 use crate::sys::{self, EntryKind};
+use crate::util::quote::display_name;
 
 use super::error::{Result, WorkspaceError};
 use super::layers::lstat_opt;
 use super::manifest::{MODE_LINK, Manifest, ManifestEntry, git_file_mode};
-use super::quote::display_name;
 use super::relpath::join;
 
 /// Caps of a baseline import (`session create --max-files ...`). Exceeding

@@ -15,11 +15,12 @@ use serde_json::json;
 
 use crate::registry::{self, KillOutcome, Liveness};
 use crate::sys;
+use crate::util::clock::now_ms;
 
 use super::disk::DiskMechanism;
 use super::error::{Result, WorkspaceError};
 use super::json::json_line;
-use super::session::{StateDir, now_ms, valid_id};
+use super::session::{StateDir, valid_id};
 
 /// How long close waits for a killed command's process to let go of the
 /// session (it records the command's end first).

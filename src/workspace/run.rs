@@ -18,10 +18,11 @@ use serde_json::json;
 use crate::launch::{self, ExitReport, Outcome, RunOptions};
 use crate::spec::{Duration, FsOp, Network, Spec};
 use crate::sys;
+use crate::util::clock::now_ms;
 
 use super::disk::DiskUsage;
 use super::error::{Result, WorkspaceError};
-use super::session::{RunningCommand, Session, now_ms};
+use super::session::{RunningCommand, Session};
 
 /// Bytes of the head and of the tail of stdout/stderr kept in the audit.
 pub const AUDIT_CAPTURE_BYTES: usize = 4096;

@@ -6,13 +6,15 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::spec::Spec;
 use crate::sys;
+use crate::util::clock::now_ms;
+use crate::util::quote::display_name;
 
 use super::baseline::{BaselineWriter, ImportLimits, import_dir};
 use super::changes::Skipped;
@@ -24,7 +26,6 @@ use super::ignore::{IGNORE_FILE_MAX_BYTES, IgnoreFiles, IgnoreRules};
 use super::json::json_line;
 use super::layers::{Layers, MergedDir, lstat_opt, read_regular};
 use super::manifest::fingerprint;
-use super::quote::display_name;
 use super::relpath::{RelPath, WORKSPACE_DIR};
 use super::remove::remove_tree;
 use super::render::{DiffFormat, DiffSummary, diff_filtered};
@@ -305,13 +306,6 @@ fn collect_ignore_files(
         ));
     }
     Ok(out)
-}
-
-/// Milliseconds since the epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn random_id() -> Result<String> {

@@ -32,13 +32,14 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::error::{Result, WorkspaceError};
-use super::session::{Session, now_ms};
+use super::session::Session;
 use crate::launch::claim::{ClaimCommand, shape_digest};
 use crate::launch::helper::{HelperChild, Link};
 use crate::launch::pool::Pool;
 use crate::launch::{Finished, LaunchError, RunOptions};
 use crate::spec::Spec;
 use crate::sys;
+use crate::util::clock::now_ms;
 
 /// The server's socket, in the session directory.
 pub const SOCKET: &CStr = c"warm.sock";
