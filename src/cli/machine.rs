@@ -167,7 +167,7 @@ impl MachineError {
         };
         let mut m = MachineError::new(kind, what);
         m.location = (!s.path.is_empty()).then(|| s.path.clone());
-        m.hint = super::run::flag_for(&s.path).map(|f| format!("set by {f}"));
+        m.hint = super::flags::flag_for(&s.path).map(|f| format!("set by {f}"));
         m
     }
 

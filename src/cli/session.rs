@@ -775,7 +775,7 @@ fn session_defaults(options: Vec<OsString>) -> Result<crate::spec::Spec> {
     )?;
     // Checked now, against a stand-in command, so a mistake fails create.
     crate::launch::validate(&spec)
-        .map_err(|e| anyhow::anyhow!(super::run::with_flags(&e.to_string())))?;
+        .map_err(|e| anyhow::anyhow!(super::flags::with_flags(&e.to_string())))?;
     spec.command.clear();
     Ok(spec)
 }

@@ -15,6 +15,7 @@ use super::digest::Digest;
 use super::error::{ImageError, Result};
 use super::layer::{LayerInput, LayerLimits, LayerMeta};
 use super::oci::{self, Config, Descriptor, Index, Manifest, Platform};
+use super::plan::Plan;
 use super::source::Source;
 use super::store::{ImageRecord, Store};
 
@@ -98,17 +99,6 @@ pub fn valid_name(name: &str) -> bool {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._/:-".contains(&b))
         && !name.starts_with("sha256:")
-}
-
-/// The pieces of an image before its layers are imported.
-pub(crate) struct Plan {
-    pub format: &'static str,
-    /// The original manifest (OCI); None: synthesised after the layers.
-    pub manifest: Option<(Digest, Vec<u8>, Manifest)>,
-    pub config_bytes: Vec<u8>,
-    pub config: Config,
-    pub layers: Vec<LayerInput>,
-    pub default_name: Option<String>,
 }
 
 impl Store {

@@ -17,17 +17,16 @@
 //! State lives under a root directory (default `/run/hutch-oci`), one
 //! directory per container, so it survives hutch-oci's own restarts.
 
-use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use super::OciError;
 use super::config::{Config, State};
+use super::procs::start_time;
+use super::record::Record;
 use crate::launch::create::{CreateOptions, create as launch_create};
 use crate::launch::message::{self, Incoming, Message};
 use crate::sys;
@@ -46,30 +45,6 @@ const CREATED_MARK: &str = "created";
 const HOOKS_FILE: &str = "hooks.json";
 /// The container process's credentials, for its startContainer hooks.
 const HOOK_CREDENTIALS_FILE: &str = "hook-credentials.json";
-
-/// A container's record in its state directory.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Record {
-    pub id: String,
-    /// hutch init's pid, and its start time (`/proc/PID/stat` field 22).
-    pub pid: i32,
-    pub start_time: u64,
-    pub bundle: String,
-    pub annotations: BTreeMap<String, String>,
-    /// The keeper (egress proxy, status file), when there is one.
-    pub keeper: Option<(i32, u64)>,
-    /// The container's cgroup (`linux.resources` asked for a limit), and
-    /// the directories hutch-oci made for it: `delete` removes them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<PathBuf>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cgroup_made: Vec<PathBuf>,
-    /// The id of the container's mount namespace (`NS_GET_MNTNS_ID`,
-    /// never reused): `kill --all`, `delete` and `ps` find the container's
-    /// processes by it, even once hutch init is gone ([`super::procs`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mnt_ns: Option<u64>,
-}
 
 /// A container's status (`runtime.md`, "State").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,26 +93,6 @@ pub fn check_id(id: &str) -> Result<(), OciError> {
     } else {
         Err(OciError::BadId(id.chars().take(64).collect()))
     }
-}
-
-/// `/proc/PID/stat` field 22 (start time in clock ticks), if the process
-/// exists and is not a zombie.
-pub fn start_time(pid: i32) -> Option<u64> {
-    let mut buf = String::new();
-    std::fs::File::open(format!("/proc/{pid}/stat"))
-        .ok()?
-        .take(4096)
-        .read_to_string(&mut buf)
-        .ok()?;
-    // The command name (field 2) may hold spaces and parentheses: the
-    // fields after it follow the last ')'.
-    let rest = &buf[buf.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state).
-    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
-        return None;
-    }
-    fields.get(19)?.parse().ok()
 }
 
 fn alive(pid: i32, start: u64) -> bool {
