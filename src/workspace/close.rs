@@ -20,6 +20,7 @@ use crate::util::clock::now_ms;
 use super::disk::DiskMechanism;
 use super::error::{Result, WorkspaceError};
 use super::json::json_line;
+use super::remove::remove_tree;
 use super::session::{StateDir, valid_id};
 
 /// How long close waits for a killed command's process to let go of the
@@ -166,6 +167,89 @@ impl Mode0600 for std::fs::OpenOptions {
 }
 
 impl StateDir {
+    /// Remove session `id` and everything in it (killing its live
+    /// commands first, see [`StateDir::close_with`]). Closing a session
+    /// that does not exist (any more) succeeds: `Ok(false)`. Something of
+    /// it left behind is an error naming it.
+    pub fn close(&self, id: &str, wait: bool) -> Result<bool> {
+        let report = self.close_with(
+            id,
+            &CloseOptions {
+                wait,
+                keep_audit: None,
+                kill_live: true,
+            },
+        )?;
+        if !report.remaining.is_empty() {
+            return Err(WorkspaceError::State {
+                path: self.path.join(id),
+                reason: format!("still there after close: {}", report.remaining.join("; ")),
+            });
+        }
+        Ok(report.existed)
+    }
+
+    /// Remove sessions unused for longer than `older_than` (skipping those
+    /// busy right now), leftovers of interrupted closes (`.trash-*`) and of
+    /// creates (`.creating-*`, when older than `older_than`). An entry that
+    /// cannot be removed is reported and gc goes on with the others.
+    pub fn gc(&self, older_than: Duration) -> Result<GcReport> {
+        let cutoff = now_ms().saturating_sub(older_than.as_millis() as u64);
+        let mut report = GcReport::default();
+        for name in sys::list_dir(self.fd())? {
+            let Ok(text) = name.to_str() else { continue };
+            let result = if text.starts_with(".trash-") {
+                remove_tree(self.fd(), &name).map(|()| false)
+            } else if text.starts_with(".creating-") {
+                self.mtime_before(&name, cutoff).and_then(|old| {
+                    if old {
+                        remove_tree(self.fd(), &name)?;
+                    }
+                    Ok(false)
+                })
+            } else if valid_id(text) {
+                self.gc_session(text, &name, cutoff)
+            } else {
+                continue;
+            };
+            match result {
+                Ok(true) => report.removed.push(text.to_string()),
+                Ok(false) => {}
+                Err(e) => report.failed.push((text.to_string(), e)),
+            }
+        }
+        Ok(report)
+    }
+
+    /// Whether the entry `name` was last modified before `cutoff` (ms).
+    fn mtime_before(&self, name: &CString, cutoff: u64) -> Result<bool> {
+        let meta = sys::lstat_at(self.fd(), name)?;
+        Ok((meta.mtime.max(0) as u64) * 1000 <= cutoff)
+    }
+
+    /// Close session `id` if unused since `cutoff`; whether it was removed.
+    fn gc_session(&self, id: &str, name: &CString, cutoff: u64) -> Result<bool> {
+        let old = match self.open_session(id) {
+            Ok(s) => s.info.used_unix_ms <= cutoff,
+            Err(WorkspaceError::State { .. }) => self.mtime_before(name, cutoff)?,
+            Err(_) => false,
+        };
+        if !old {
+            return Ok(false);
+        }
+        // A session with a live command is in use, whatever its age.
+        let opts = CloseOptions::default();
+        match self.close_with(id, &opts) {
+            Ok(r) if r.remaining.is_empty() => Ok(true),
+            Ok(r) => Err(WorkspaceError::State {
+                path: self.path.join(id),
+                reason: format!("still there after close: {}", r.remaining.join("; ")),
+            }),
+            Err(WorkspaceError::Busy(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Close session `id` (see the module documentation). Closing a
     /// session that does not exist (any more) succeeds; what remains of
     /// one is in the report's `remaining`.
@@ -341,4 +425,13 @@ mod tests {
         assert_eq!(unescape_mountinfo("/a\\040b\\134c"), b"/a b\\c");
         assert_eq!(unescape_mountinfo("/x\\04"), b"/x\\04");
     }
+}
+
+/// What [`StateDir::gc`] did.
+#[derive(Debug, Default)]
+pub struct GcReport {
+    /// Ids of the sessions removed.
+    pub removed: Vec<String>,
+    /// Entries of the state directory that could not be removed, and why.
+    pub failed: Vec<(String, WorkspaceError)>,
 }

@@ -18,6 +18,7 @@ mod error;
 mod export;
 mod git;
 mod ignore;
+mod info;
 mod json;
 mod layers;
 mod manifest;
@@ -28,6 +29,7 @@ mod render;
 mod repo;
 mod run;
 mod seal;
+mod seal_journal;
 mod session;
 mod show;
 mod spool;
@@ -39,7 +41,7 @@ pub use changes::{
     ChangeRef, DEFAULT_MAX_FILE_BYTES, SideRef, Skipped, Visitor as ChangeVisitor,
     walk as walk_changes,
 };
-pub use close::{CloseOptions, CloseReport};
+pub use close::{CloseOptions, CloseReport, GcReport};
 pub use disk::{DiskMechanism, DiskPolicy, DiskUsage, human as human_bytes};
 pub use error::{Result, WorkspaceError};
 pub use export::export as export_to;
@@ -64,7 +66,7 @@ pub use run::{
     AUDIT_CAPTURE_BYTES, AUDIT_EGRESS_MAX_BYTES, AUDIT_EGRESS_MAX_LINES, EgressSummary, RunRecord,
 };
 pub use session::{
-    CreateOptions, DiffOptions, GcReport, Lock, RunningCommand, STATE_DIR_ENV, SealInfo, Session,
+    CreateOptions, DiffOptions, Lock, RunningCommand, STATE_DIR_ENV, SealInfo, Session,
     SessionInfo, SessionLock, Since, Source, StateDir, valid_id,
 };
 pub use show::read_audit;

@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 
 use super::disk::DiskUsage;
 use super::error::{Result, WorkspaceError};
-use super::session::SessionInfo;
+use super::info::SessionInfo;
 use crate::sys;
 
 /// The file's name in the session directory.

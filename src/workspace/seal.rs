@@ -11,23 +11,23 @@
 //! and the layer renamed back to `upper`. A crash therefore leaves the
 //! session as it was before the seal.
 
-use std::ffi::{CStr, CString};
 use std::io::Read;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::sys::{self, Errno};
+use crate::sys;
 use crate::util::clock::now_ms;
 use crate::util::quote::display_name;
 
 use super::changes::{ChangeRef, SideRef, walk};
 use super::disk::DiskMechanism;
 use super::error::{Result, WorkspaceError};
+use super::info::{ROOT_LAUNCH_UID, SealInfo};
 use super::manifest::{Manifest, ManifestEntry, fingerprint, git_file_mode};
-use super::remove::remove_tree;
-use super::session::{ROOT_LAUNCH_UID, SealInfo, Session};
+use super::seal_journal::seal_name;
+use super::session::Session;
 use super::stack::MAX_LAYERS;
 
 /// Mode of a deletion line in a seal manifest.
@@ -107,14 +107,6 @@ fn changes_manifest(c: &ChangeRef<'_>, out: &mut Manifest) -> Result<()> {
     Ok(())
 }
 
-fn seal_name(n: usize) -> CString {
-    CString::new(n.to_string()).expect("digits")
-}
-
-fn exists(dir: BorrowedFd<'_>, name: &CStr) -> Result<bool> {
-    Ok(super::layers::lstat_opt(dir, name)?.is_some())
-}
-
 impl Session {
     /// Seal the session (see the module documentation). With
     /// `network_none`, no later command may have egress.
@@ -187,45 +179,4 @@ impl Session {
         let seals = sys::open_dir_beneath(self.dir_fd(), c"seals")?;
         super::layers::read_regular(seals.as_fd(), &seal_name(n), 1 << 30, b"seal manifest")
     }
-}
-
-/// Roll back a seal that did not reach its commit point (see the module
-/// documentation). `seals` is the number of committed seals; the caller
-/// holds the session lock. Returns whether there was one.
-pub(crate) fn recover(dir: BorrowedFd<'_>, rw: BorrowedFd<'_>, seals: usize) -> Result<bool> {
-    let pending = seal_name(seals + 1);
-    let layers_dir = sys::open_dir_beneath(rw, c"layers")?;
-    let mut recovered = false;
-    if exists(layers_dir.as_fd(), &pending)? {
-        if exists(rw, c"upper")? {
-            let upper = sys::open_dir_beneath(rw, c"upper")?;
-            if !sys::list_dir(upper.as_fd())?.is_empty() {
-                return Err(WorkspaceError::State {
-                    path: "upper".into(),
-                    reason: format!(
-                        "an unfinished seal {} left a non-empty upper beside its layer",
-                        seals + 1
-                    ),
-                });
-            }
-            drop(upper);
-            remove_tree(rw, c"upper")?;
-        }
-        sys::rename_at(layers_dir.as_fd(), &pending, rw, c"upper")?;
-        recovered = true;
-    } else if !exists(rw, c"upper")? {
-        return Err(WorkspaceError::State {
-            path: "upper".into(),
-            reason: "is missing".into(),
-        });
-    }
-    let seals_dir = sys::open_dir_beneath(dir, c"seals")?;
-    for name in [pending.as_c_str(), c".tmp"] {
-        match sys::unlink_at(seals_dir.as_fd(), name, false) {
-            Ok(()) => recovered = true,
-            Err(e) if e.errno == Errno::ENOENT => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(recovered)
 }

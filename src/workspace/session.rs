@@ -8,7 +8,6 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::spec::Spec;
@@ -18,11 +17,14 @@ use crate::util::quote::display_name;
 
 use super::baseline::{BaselineWriter, ImportLimits, import_dir};
 use super::changes::Skipped;
-use super::disk::{DiskMechanism, DiskPolicy, DiskUsage};
+use super::disk::{DiskMechanism, DiskUsage};
 use super::error::{Result, WorkspaceError};
 use super::export::{ExportOptions, ExportOrigin, ExportSummary, export};
 use super::git::{GitPolicy, GitStaging, import_git};
 use super::ignore::{IGNORE_FILE_MAX_BYTES, IgnoreFiles, IgnoreRules};
+pub use super::info::{
+    Lock, ROOT_LAUNCH_UID, RunningCommand, SealInfo, SessionInfo, Since, Source,
+};
 use super::json::json_line;
 use super::layers::{Layers, MergedDir, lstat_opt, read_regular};
 use super::manifest::fingerprint;
@@ -31,22 +33,8 @@ use super::remove::remove_tree;
 use super::render::{DiffFormat, DiffSummary, diff_filtered};
 use super::spool::Spool;
 
-/// Host uid (and gid) of the workload when root launches (the launcher's
-/// default `identity.host_uid`).
-pub const ROOT_LAUNCH_UID: u32 = 65534;
-
 /// Environment variable naming the state directory.
 pub const STATE_DIR_ENV: &str = "HUTCH_STATE_DIR";
-
-/// Where a baseline comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Source {
-    /// A host directory (copied; a top-level `.git` is skipped).
-    Dir { path: PathBuf },
-    /// A commit of a git repository (exported from its objects).
-    Git { repo: PathBuf, rev: String },
-}
 
 /// Options of `session create`.
 #[derive(Debug, Clone)]
@@ -94,149 +82,6 @@ impl CreateOptions {
             locks: Vec::new(),
             audit_dir: None,
             image: None,
-        }
-    }
-}
-
-/// What a session command may not widen beyond the session's defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Lock {
-    /// No egress beyond the session's (no other host, no host network).
-    Egress,
-    /// No host path bound beyond the session's.
-    Binds,
-    /// The environment stays the session's.
-    Env,
-    /// Memory, CPU, process caps and rlimits stay at most the session's.
-    Limits,
-    /// Seccomp, Landlock and capabilities stay at least as strict.
-    Confinement,
-}
-
-impl Lock {
-    pub const ALL: [Lock; 5] = [
-        Lock::Egress,
-        Lock::Binds,
-        Lock::Env,
-        Lock::Limits,
-        Lock::Confinement,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Lock::Egress => "egress",
-            Lock::Binds => "binds",
-            Lock::Env => "env",
-            Lock::Limits => "limits",
-            Lock::Confinement => "confinement",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Lock> {
-        Lock::ALL.into_iter().find(|l| l.name() == s)
-    }
-}
-
-/// One sealed layer of a session (`session seal`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SealInfo {
-    /// 1 for the first seal.
-    pub index: usize,
-    pub time_unix_ms: u64,
-    /// sha256 of the layer's manifest (`seals/N`): the changes it holds,
-    /// one line each, as the baseline's manifest lists files (deletions
-    /// with mode 0).
-    pub fingerprint: String,
-    /// Paths the layer changes.
-    pub changes: usize,
-    /// Sealed with `--network none`: no later command may have egress.
-    pub network_none: bool,
-    /// Bytes the layer holds on disk (accounted quotas add them up).
-    pub disk_bytes: u64,
-}
-
-/// A command that started and has not recorded its end (its supervisor
-/// may have been killed: then the next operation records it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunningCommand {
-    pub command_seq: u64,
-    /// The process running it (pid and start time).
-    pub pid: i32,
-    pub start_time: u64,
-    pub start_unix_ms: u64,
-}
-
-/// The persistent description of a session (`session.json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SessionInfo {
-    pub id: String,
-    pub source: Source,
-    /// Root digest of `baseline/manifest` (sha256 hex).
-    pub fingerprint: String,
-    pub files: usize,
-    pub created_unix_ms: u64,
-    /// Last time a command or file operation used the session.
-    pub used_unix_ms: u64,
-    pub deadline_unix_ms: Option<u64>,
-    pub max_commands: Option<u64>,
-    pub commands_run: u64,
-    /// Where the workspace appears in the session's sandboxes.
-    #[serde(default = "default_workspace_path")]
-    pub workspace_path: PathBuf,
-    /// Sealed layers, oldest first.
-    #[serde(default)]
-    pub seals: Vec<SealInfo>,
-    /// A seal with `--network none` happened: no command may have egress.
-    #[serde(default)]
-    pub network_sealed: bool,
-    #[serde(default)]
-    pub disk: Option<DiskPolicy>,
-    /// Disk use measured after the last command (or seal).
-    #[serde(default)]
-    pub disk_usage: Option<DiskUsage>,
-    /// Defaults of every command (see [`CreateOptions::defaults`]).
-    #[serde(default)]
-    pub defaults: Option<Spec>,
-    #[serde(default)]
-    pub locks: Vec<Lock>,
-    #[serde(default)]
-    pub audit_dir: Option<PathBuf>,
-    /// Written by hutch versions before the `running` marker file (see
-    /// [`RUNNING`]); still read (and cleared) when recovering a session
-    /// one of them left with a command running.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub running: Option<RunningCommand>,
-    /// The image of every command, pinned (its manifest digest).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<crate::spec::ImageRef>,
-}
-
-fn default_workspace_path() -> PathBuf {
-    PathBuf::from(WORKSPACE_DIR)
-}
-
-/// Where a diff starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Since {
-    /// Changes since the last seal (the baseline when there is none).
-    #[default]
-    LastSeal,
-    /// Every change since the baseline.
-    Baseline,
-    /// Changes since seal N (1 is the first).
-    Seal(usize),
-}
-
-impl std::str::FromStr for Since {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Since, String> {
-        match s {
-            "baseline" | "0" => Ok(Since::Baseline),
-            "last-seal" | "seal" => Ok(Since::LastSeal),
-            n => n.parse::<usize>().map(Since::Seal).map_err(|_| {
-                format!("--since: {n:?} is not `baseline`, `last-seal` or a seal number")
-            }),
         }
     }
 }
@@ -577,28 +422,6 @@ impl StateDir {
         })
     }
 
-    /// Remove session `id` and everything in it (killing its live
-    /// commands first, see [`StateDir::close_with`]). Closing a session
-    /// that does not exist (any more) succeeds: `Ok(false)`. Something of
-    /// it left behind is an error naming it.
-    pub fn close(&self, id: &str, wait: bool) -> Result<bool> {
-        let report = self.close_with(
-            id,
-            &super::close::CloseOptions {
-                wait,
-                keep_audit: None,
-                kill_live: true,
-            },
-        )?;
-        if !report.remaining.is_empty() {
-            return Err(WorkspaceError::State {
-                path: self.path.join(id),
-                reason: format!("still there after close: {}", report.remaining.join("; ")),
-            });
-        }
-        Ok(report.existed)
-    }
-
     /// The state directory's fd.
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.fd.as_fd()
@@ -630,76 +453,6 @@ impl StateDir {
         out.sort_by_key(|i| i.created_unix_ms);
         Ok(out)
     }
-
-    /// Remove sessions unused for longer than `older_than` (skipping those
-    /// busy right now), leftovers of interrupted closes (`.trash-*`) and of
-    /// creates (`.creating-*`, when older than `older_than`). An entry that
-    /// cannot be removed is reported and gc goes on with the others.
-    pub fn gc(&self, older_than: Duration) -> Result<GcReport> {
-        let cutoff = now_ms().saturating_sub(older_than.as_millis() as u64);
-        let mut report = GcReport::default();
-        for name in sys::list_dir(self.fd.as_fd())? {
-            let Ok(text) = name.to_str() else { continue };
-            let result = if text.starts_with(".trash-") {
-                remove_tree(self.fd.as_fd(), &name).map(|()| false)
-            } else if text.starts_with(".creating-") {
-                self.mtime_before(&name, cutoff).and_then(|old| {
-                    if old {
-                        remove_tree(self.fd.as_fd(), &name)?;
-                    }
-                    Ok(false)
-                })
-            } else if valid_id(text) {
-                self.gc_session(text, &name, cutoff)
-            } else {
-                continue;
-            };
-            match result {
-                Ok(true) => report.removed.push(text.to_string()),
-                Ok(false) => {}
-                Err(e) => report.failed.push((text.to_string(), e)),
-            }
-        }
-        Ok(report)
-    }
-
-    /// Whether the entry `name` was last modified before `cutoff` (ms).
-    fn mtime_before(&self, name: &CString, cutoff: u64) -> Result<bool> {
-        let meta = sys::lstat_at(self.fd.as_fd(), name)?;
-        Ok((meta.mtime.max(0) as u64) * 1000 <= cutoff)
-    }
-
-    /// Close session `id` if unused since `cutoff`; whether it was removed.
-    fn gc_session(&self, id: &str, name: &CString, cutoff: u64) -> Result<bool> {
-        let old = match self.open_session(id) {
-            Ok(s) => s.info.used_unix_ms <= cutoff,
-            Err(WorkspaceError::State { .. }) => self.mtime_before(name, cutoff)?,
-            Err(_) => false,
-        };
-        if !old {
-            return Ok(false);
-        }
-        // A session with a live command is in use, whatever its age.
-        let opts = super::close::CloseOptions::default();
-        match self.close_with(id, &opts) {
-            Ok(r) if r.remaining.is_empty() => Ok(true),
-            Ok(r) => Err(WorkspaceError::State {
-                path: self.path.join(id),
-                reason: format!("still there after close: {}", r.remaining.join("; ")),
-            }),
-            Err(WorkspaceError::Busy(_)) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-}
-
-/// What [`StateDir::gc`] did.
-#[derive(Debug, Default)]
-pub struct GcReport {
-    /// Ids of the sessions removed.
-    pub removed: Vec<String>,
-    /// Entries of the state directory that could not be removed, and why.
-    pub failed: Vec<(String, WorkspaceError)>,
 }
 
 pub(crate) fn write_new(
@@ -856,7 +609,7 @@ impl Session {
     fn recover(&self) -> Result<()> {
         let mut info = load_info(self.dir.as_fd(), &self.path)?;
         let rw = self.rw()?;
-        if super::seal::recover(self.dir.as_fd(), rw.as_fd(), info.seals.len())? {
+        if super::seal_journal::recover(self.dir.as_fd(), rw.as_fd(), info.seals.len())? {
             self.audit(&serde_json::json!({
                 "event": "seal-rolled-back", "time_unix_ms": now_ms(),
                 "seal": info.seals.len() + 1,

@@ -1,0 +1,169 @@
+//! What a session is, as `session.json` records it: its source, seals,
+//! running command, defaults and locks. A leaf of `workspace/`: the
+//! session's operations (session.rs and the files beside it) and the
+//! progress file build on it.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::disk::{DiskPolicy, DiskUsage};
+use super::relpath::WORKSPACE_DIR;
+use crate::spec::Spec;
+
+/// Host uid (and gid) of the workload when root launches (the launcher's
+/// default `identity.host_uid`).
+pub const ROOT_LAUNCH_UID: u32 = 65534;
+
+/// Where a baseline comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Source {
+    /// A host directory (copied; a top-level `.git` is skipped).
+    Dir { path: PathBuf },
+    /// A commit of a git repository (exported from its objects).
+    Git { repo: PathBuf, rev: String },
+}
+
+/// What a session command may not widen beyond the session's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Lock {
+    /// No egress beyond the session's (no other host, no host network).
+    Egress,
+    /// No host path bound beyond the session's.
+    Binds,
+    /// The environment stays the session's.
+    Env,
+    /// Memory, CPU, process caps and rlimits stay at most the session's.
+    Limits,
+    /// Seccomp, Landlock and capabilities stay at least as strict.
+    Confinement,
+}
+
+impl Lock {
+    pub const ALL: [Lock; 5] = [
+        Lock::Egress,
+        Lock::Binds,
+        Lock::Env,
+        Lock::Limits,
+        Lock::Confinement,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Lock::Egress => "egress",
+            Lock::Binds => "binds",
+            Lock::Env => "env",
+            Lock::Limits => "limits",
+            Lock::Confinement => "confinement",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Lock> {
+        Lock::ALL.into_iter().find(|l| l.name() == s)
+    }
+}
+
+/// One sealed layer of a session (`session seal`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealInfo {
+    /// 1 for the first seal.
+    pub index: usize,
+    pub time_unix_ms: u64,
+    /// sha256 of the layer's manifest (`seals/N`): the changes it holds,
+    /// one line each, as the baseline's manifest lists files (deletions
+    /// with mode 0).
+    pub fingerprint: String,
+    /// Paths the layer changes.
+    pub changes: usize,
+    /// Sealed with `--network none`: no later command may have egress.
+    pub network_none: bool,
+    /// Bytes the layer holds on disk (accounted quotas add them up).
+    pub disk_bytes: u64,
+}
+
+/// A command that started and has not recorded its end (its supervisor
+/// may have been killed: then the next operation records it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningCommand {
+    pub command_seq: u64,
+    /// The process running it (pid and start time).
+    pub pid: i32,
+    pub start_time: u64,
+    pub start_unix_ms: u64,
+}
+
+/// The persistent description of a session (`session.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub id: String,
+    pub source: Source,
+    /// Root digest of `baseline/manifest` (sha256 hex).
+    pub fingerprint: String,
+    pub files: usize,
+    pub created_unix_ms: u64,
+    /// Last time a command or file operation used the session.
+    pub used_unix_ms: u64,
+    pub deadline_unix_ms: Option<u64>,
+    pub max_commands: Option<u64>,
+    pub commands_run: u64,
+    /// Where the workspace appears in the session's sandboxes.
+    #[serde(default = "default_workspace_path")]
+    pub workspace_path: PathBuf,
+    /// Sealed layers, oldest first.
+    #[serde(default)]
+    pub seals: Vec<SealInfo>,
+    /// A seal with `--network none` happened: no command may have egress.
+    #[serde(default)]
+    pub network_sealed: bool,
+    #[serde(default)]
+    pub disk: Option<DiskPolicy>,
+    /// Disk use measured after the last command (or seal).
+    #[serde(default)]
+    pub disk_usage: Option<DiskUsage>,
+    /// Defaults of every command (see `CreateOptions::defaults`).
+    #[serde(default)]
+    pub defaults: Option<Spec>,
+    #[serde(default)]
+    pub locks: Vec<Lock>,
+    #[serde(default)]
+    pub audit_dir: Option<PathBuf>,
+    /// Written by hutch versions before the `running` marker file (see
+    /// `session::RUNNING`); still read (and cleared) when recovering a session
+    /// one of them left with a command running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<RunningCommand>,
+    /// The image of every command, pinned (its manifest digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<crate::spec::ImageRef>,
+}
+
+fn default_workspace_path() -> PathBuf {
+    PathBuf::from(WORKSPACE_DIR)
+}
+
+/// Where a diff starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Since {
+    /// Changes since the last seal (the baseline when there is none).
+    #[default]
+    LastSeal,
+    /// Every change since the baseline.
+    Baseline,
+    /// Changes since seal N (1 is the first).
+    Seal(usize),
+}
+
+impl std::str::FromStr for Since {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Since, String> {
+        match s {
+            "baseline" | "0" => Ok(Since::Baseline),
+            "last-seal" | "seal" => Ok(Since::LastSeal),
+            n => n.parse::<usize>().map(Since::Seal).map_err(|_| {
+                format!("--since: {n:?} is not `baseline`, `last-seal` or a seal number")
+            }),
+        }
+    }
+}
