@@ -18,12 +18,15 @@ use std::time::Instant;
 use nix::sys::signal::SigSet;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-use super::describe::failure_line;
-use super::maps::{idmapped_layers, write_id_maps, write_oom_score_adj};
-use super::message::{self, Incoming, Message};
-use super::prepare::prepare_with;
-use super::supervise::{Sandbox, keep};
-use super::{LaunchError, RunOptions, WorkloadStdio, child};
+use crate::launch::child;
+use crate::launch::error::LaunchError;
+use crate::launch::options::RunOptions;
+use crate::launch::options::WorkloadStdio;
+use crate::launch::prepare::prepare_with;
+use crate::launch::supervisor::describe::failure_line;
+use crate::launch::supervisor::maps::{idmapped_layers, write_id_maps, write_oom_score_adj};
+use crate::launch::supervisor::{Sandbox, keep};
+use crate::launch::wire::message::{self, Incoming, Message};
 use crate::spec::Spec;
 use crate::sys::{self, Forked, SysError};
 
@@ -104,7 +107,7 @@ pub fn create(
     p.child.command.non_default_signals = status.non_default_signals;
     p.child.report_started = opts.status_file.is_some();
     p.child.detached = true;
-    p.child.forwarded_signals = super::steps::forward_all_signals();
+    p.child.forwarded_signals = crate::launch::child::steps::forward_all_signals();
     p.child.command.controlling_tty = opts.console.is_some();
     p.child.console = opts.console;
     p.child.hold = Some(opts.hold);
@@ -115,10 +118,10 @@ pub fn create(
     let status_file = opts
         .status_file
         .as_deref()
-        .map(super::supervise::open_status_path)
+        .map(crate::launch::supervisor::open_status_path)
         .transpose()?;
     let (sup_sock, child_sock) = sys::socket::seqpacket_pair()?;
-    let joins = super::join::open_joins(spec)?;
+    let joins = crate::launch::prepare::join::open_joins(spec)?;
     let threads = sys::thread_count();
     if threads != 1 {
         return Err(LaunchError::MultiThreaded(threads));

@@ -1,6 +1,6 @@
 //! One more process in a running sandbox (the OCI runtime's `exec`): it
 //! enters the namespaces of the sandbox's hutch init and goes through the
-//! workload's own steps ([`super::child::workload`]: session, stdio,
+//! workload's own steps ([`crate::launch::child::workload`]: session, stdio,
 //! working directory, ids, capabilities, no-new-privs, Landlock, seccomp,
 //! execve) from a plan prepared from the same Spec.
 //!
@@ -13,9 +13,10 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use super::message::{self, Incoming};
-use super::prepare::prepare_with;
-use super::{LaunchError, WorkloadStdio};
+use crate::launch::error::LaunchError;
+use crate::launch::options::WorkloadStdio;
+use crate::launch::prepare::prepare_with;
+use crate::launch::wire::message::{self, Incoming};
 use crate::spec::Spec;
 use crate::sys::{self, Forked};
 
@@ -113,8 +114,8 @@ pub fn exec(
                                 sys::raw::dup2(peer.as_fd(), target)?;
                             }
                         }
-                        let failure = super::child::workload(
-                            &mut super::real_sys::RealSys,
+                        let failure = crate::launch::child::workload(
+                            &mut crate::launch::child::real_sys::RealSys,
                             &p.child,
                             report_w.as_fd(),
                         );

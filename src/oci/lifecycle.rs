@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use super::OciError;
 use super::config::{Config, State};
 use crate::launch::create::{CreateOptions, create as launch_create};
-use crate::launch::message::{self, Incoming, Message};
+use crate::launch::wire::message::{self, Incoming, Message};
 use crate::sys;
 
 /// The default state root.

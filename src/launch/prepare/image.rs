@@ -10,18 +10,17 @@
 //! mounts.
 
 use std::collections::BTreeSet;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::LaunchError;
-use super::maps::{Extent, Subordinate};
-use super::prepare::{DEFAULT_ROOT_HOST_ID, Ids, LaunchPlan};
 use super::subid;
 use crate::image::{self, ResolvedImage, Store, unpack::OpaqueXattr};
+use crate::launch::error::LaunchError;
+use crate::launch::plan::{DEFAULT_ROOT_HOST_ID, Extent, Ids, Subordinate};
 use crate::spec::{DEFAULT_PATH, ImageRef, Spec};
-use crate::sys::{self, SysError};
+use crate::sys::{self};
 
 /// What the exit report says about the image (`enforced.image`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,7 +47,7 @@ pub struct ImageReport {
 /// A prepared image run: the ids, the layers (top first) and what the
 /// supervisor keeps (the Spec with the image's defaults applied, the
 /// store lock, the report).
-pub(super) struct Prepared {
+pub(crate) struct Prepared {
     pub ids: Ids,
     pub lowers: Vec<PathBuf>,
     pub held: Held,
@@ -69,7 +68,7 @@ fn refused(r: &ImageRef, why: impl std::fmt::Display) -> LaunchError {
 }
 
 /// Resolve `spec.image` (None: no image) and apply its config.
-pub(super) fn prepare(spec: &Spec) -> Result<Option<Prepared>, LaunchError> {
+pub(crate) fn prepare(spec: &Spec) -> Result<Option<Prepared>, LaunchError> {
     let Some(r) = &spec.image else {
         return Ok(None);
     };
@@ -430,81 +429,6 @@ fn check_fits(need: &BTreeSet<u32>, count: u32, what: &str, file: &str) -> Resul
 
 /// The image's layers become the lowers of the new root (top first).
 /// Root launches get them from the supervisor as idmapped mounts.
-pub(super) fn add_lowers(plan: &mut crate::fs::Plan, prepared: &Prepared) {
+pub(crate) fn add_lowers(plan: &mut crate::fs::Plan, prepared: &Prepared) {
     crate::fs::plan::add_image_lowers(plan, &prepared.lowers, prepared.ids.root_launch);
-}
-
-/// Unprivileged subordinate maps: newuidmap/newgidmap write them (they
-/// check /etc/subuid and /etc/subgid again, as root).
-pub(super) fn write_maps_with_helpers(
-    pid: libc::pid_t,
-    uids: &[Extent],
-    gids: &[Extent],
-) -> Result<(), SysError> {
-    for (name, extents) in [("newuidmap", uids), ("newgidmap", gids)] {
-        let triples: Vec<(u32, u32, u32)> = extents
-            .iter()
-            .map(|e| (e.inside, e.host, e.count))
-            .collect();
-        let call = format!(
-            "{name} {pid} {}",
-            triples
-                .iter()
-                .map(|(a, b, c)| format!("{a} {b} {c}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-        let helper = subid::helper(name).ok_or_else(|| {
-            SysError::new(
-                format!("{call} (not found: install package uidmap)"),
-                sys::Errno::ENOENT,
-            )
-        })?;
-        subid::run_helper(&helper, pid, &triples)
-            .map_err(|why| SysError::new(format!("{call}: {why}"), sys::Errno::EPERM))?;
-    }
-    Ok(())
-}
-
-/// Root launches: each image layer as a detached, idmapped, read-only,
-/// nosuid, nodev mount. The idmapping is the sandbox's own user namespace,
-/// so a file the archive gave uid N shows as uid N inside.
-pub(super) fn layer_mounts(
-    pid: libc::pid_t,
-    p: &LaunchPlan,
-) -> Result<Vec<(usize, OwnedFd)>, LaunchError> {
-    let plan = &p.child.fs;
-    let handed: Vec<usize> = plan
-        .image_lowers
-        .iter()
-        .copied()
-        .filter(|i| plan.sources[*i].handed_over)
-        .collect();
-    if handed.is_empty() {
-        return Ok(Vec::new());
-    }
-    let ns = std::fs::File::open(format!("/proc/{pid}/ns/user"))
-        .map(OwnedFd::from)
-        .map_err(|e| LaunchError::Sys(sys::io_err(format!("open(/proc/{pid}/ns/user)"), e)))?;
-    let attrs = sys::MOUNT_ATTR_IDMAP
-        | sys::MOUNT_ATTR_RDONLY
-        | sys::MOUNT_ATTR_NOSUID
-        | sys::MOUNT_ATTR_NODEV;
-    let mut out = Vec::with_capacity(handed.len());
-    for i in handed {
-        let path = &plan.sources[i].path;
-        let fail = |e: SysError| {
-            LaunchError::Image(format!(
-                "idmapping image layer {}: {e} (the image store's filesystem must support \
-                 idmapped mounts, Linux 5.12+: ext4, xfs, btrfs; see `hutch check`)",
-                String::from_utf8_lossy(path.as_bytes())
-            ))
-        };
-        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
-        let dir = sys::openat2(None, path, flags, 0, 0).map_err(fail)?;
-        let tree = sys::open_tree_clone(dir.as_fd(), false).map_err(fail)?;
-        sys::mount_setattr(tree.as_fd(), false, attrs, 0, Some(ns.as_fd())).map_err(fail)?;
-        out.push((i, tree));
-    }
-    Ok(out)
 }

@@ -65,61 +65,32 @@
 //! ambient), Landlock (the ruleset init built), seccomp last, `execve`
 //! (each candidate resolved inside the root first).
 
-use std::convert::Infallible;
+pub(crate) mod claim;
+pub(crate) mod real_sys;
+pub(crate) mod steps;
+mod stop;
+pub(crate) mod syscalls;
+pub(crate) mod workload;
+
 use std::ffi::CStr;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::sys::signal::{SigSet, Signal};
 
-use super::child_sys::ChildSys;
-use super::message::{self, Message};
-use super::prepare::{CapPlan, ChildPlan, Exec, PROXY_DOOR_IN_ROOT};
-use super::real_sys::RealSys;
-use super::stage::{At, Failure, Stage};
-use crate::confine::landlock::{FILE_RIGHTS, LandlockPlan};
-use crate::fs::{self, BuildError};
-use crate::sys::{self, Errno, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS};
-
-/// Signals pid 1 forwards to the workload.
-pub const FORWARDED: [libc::c_int; 6] = [
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
-
-/// Resolution of every path the Spec names, after `pivot_root`: inside
-/// the new root, never through a `/proc/.../fd` magic link.
-const IN_ROOT: u64 = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
-
-/// Why hutch init stopped before the workload ran.
-#[derive(Debug)]
-pub(super) enum Stop {
-    /// A step failed; the text (init may allocate) says more than the
-    /// record when there is more to say.
-    Failed(Failure, Option<String>),
-    /// The supervisor went away or spoke nonsense: nothing to report to.
-    SupervisorGone,
-}
-
-impl From<Failure> for Stop {
-    fn from(f: Failure) -> Stop {
-        Stop::Failed(f, None)
-    }
-}
-
-fn described(stage: Stage) -> impl FnOnce(sys::SysError) -> Stop {
-    move |e| Stop::Failed(Failure::new(stage, e.errno), Some(e.to_string()))
-}
-
-fn built(stage: Stage) -> impl FnOnce(BuildError) -> Stop {
-    move |e| Stop::Failed(Failure::new(stage, e.err.errno), Some(e.to_string()))
-}
+use crate::fs::{self};
+use crate::launch::plan::{ChildPlan, PROXY_DOOR_IN_ROOT};
+use crate::launch::wire::message::{self, Message};
+use crate::launch::wire::stage::{At, Failure, Stage};
+use crate::sys::{self, Errno};
+use real_sys::RealSys;
+pub(crate) use stop::Stop;
+use stop::{built, described};
+use syscalls::ChildSys;
+pub(crate) use workload::workload;
+use workload::{add_landlock_path_rule, drop_bounding_set};
 
 /// hutch init once the workload runs.
-pub(super) struct Running {
+pub(crate) struct Running {
     pub workload: libc::pid_t,
     /// The private overlay uppers, to count what the workload changed.
     pub uppers: Vec<OwnedFd>,
@@ -145,7 +116,7 @@ pub fn sandbox_main(plan: &mut ChildPlan, sock: OwnedFd) -> ! {
 }
 
 /// hutch init's setup, steps 1 to 10, in order.
-pub(super) fn init<S: ChildSys>(
+pub(crate) fn init<S: ChildSys>(
     sys: &mut S,
     plan: &mut ChildPlan,
     sock: BorrowedFd<'_>,
@@ -198,7 +169,7 @@ pub(super) fn init<S: ChildSys>(
     if plan.own_userns {
         sys.lock_user_namespaces().at(Stage::LockUserNamespaces)?;
     }
-    super::steps::write_sysctls(sys, plan)?;
+    steps::write_sysctls(sys, plan)?;
     let door = plan.proxy_doors.then_some(PROXY_DOOR_IN_ROOT);
     let mut built = if plan.pause_before_pivot {
         before_pivot(sys, plan, sock, sources, handed, door)?
@@ -305,13 +276,13 @@ pub(super) fn init<S: ChildSys>(
         sys.set_rlimit_soft(*resource, *soft)
             .map_err(|e| Failure::new(Stage::Rlimits, e).at(plan.rlimits.len() + i))?;
     }
-    super::steps::hand_terminal(sys, plan)?;
-    super::steps::enter_user_namespace_after_setup(sys, plan, sock)?;
+    steps::hand_terminal(sys, plan)?;
+    steps::enter_user_namespace_after_setup(sys, plan, sock)?;
     sys.set_dumpable(false).at(Stage::NonDumpable)?;
     if plan.exec_in_place {
         return Err(exec_in_place(sys, plan, sock, built));
     }
-    let blocked = super::steps::signal_list(plan.forwarded_signals | 1 << (libc::SIGCHLD - 1));
+    let blocked = steps::signal_list(plan.forwarded_signals | 1 << (libc::SIGCHLD - 1));
     sys.block_signals(&blocked).at(Stage::BlockSignals)?;
     if !plan.pid_namespace_init {
         // Not pid 1: orphans of the workload come back to hutch init.
@@ -319,7 +290,7 @@ pub(super) fn init<S: ChildSys>(
     }
     // A created container waits here (its command found) for `start`; the
     // workload then reports an exec failure to whoever started it.
-    let start = super::steps::hold(sys, plan, sock)?;
+    let start = steps::hold(sys, plan, sock)?;
     let report_to = start.as_ref().map_or(sock, |c| c.as_fd());
     let workload = sys
         .start_workload(plan, report_to)
@@ -405,188 +376,6 @@ fn exec_in_place<S: ChildSys>(
     Stop::Failed(workload(sys, plan, sock), None)
 }
 
-/// The workload, between clone and execve, on its own stack over init's
-/// memory: it allocates nothing. Returns only when a step failed (a
-/// successful execve does not return).
-pub(super) fn workload<S: ChildSys>(
-    sys: &mut S,
-    plan: &ChildPlan,
-    sock: BorrowedFd<'_>,
-) -> Failure {
-    match workload_steps(sys, plan, sock) {
-        Ok(never) => match never {},
-        Err(f) => f,
-    }
-}
-
-fn workload_steps<S: ChildSys>(
-    sys: &mut S,
-    plan: &ChildPlan,
-    sock: BorrowedFd<'_>,
-) -> Result<Infallible, Failure> {
-    let cmd = &plan.command;
-    sys.reset_signals(cmd.non_default_signals);
-    if plan.new_session {
-        sys.new_session().at(Stage::WorkloadSession)?;
-    }
-    for (target, fd) in cmd.stdio.fds.iter().enumerate() {
-        if let Some(fd) = fd {
-            sys.dup2(fd.as_fd(), target as RawFd).at(Stage::Stdio)?;
-        }
-    }
-    if cmd.controlling_tty {
-        sys.set_controlling_tty().at(Stage::ControllingTerminal)?;
-    }
-    // The socket stays open (close-on-exec) to report an execve failure;
-    // the inherited fds stay at their numbers, open across execve.
-    // Landlock's ruleset (close-on-exec) stays until it is enforced.
-    let keep: &[BorrowedFd<'_>] = match &plan.landlock_ruleset {
-        Some(r) => &[sock, r.as_fd()],
-        None => &[sock],
-    };
-    sys.close_fds_except(keep, &plan.inherited_fds)
-        .at(Stage::CloseFds)?;
-    for &fd in &plan.inherited_fds {
-        sys.keep_across_exec(fd).at(Stage::CloseFds)?;
-    }
-    if let Some(mask) = cmd.umask {
-        sys.set_umask(mask);
-    }
-    let root = sys
-        .openat2(None, c"/", libc::O_PATH | libc::O_DIRECTORY, 0)
-        .at(Stage::WorkingDirectory)?;
-    enter_working_directory(sys, &cmd.cwd, root.as_fd())?;
-    let nnp = plan.confinement.no_new_privs();
-    if nnp {
-        sys.set_no_new_privs().at(Stage::NoNewPrivs)?;
-        drop_capabilities(sys, plan)?;
-    }
-    // Landlock, then seccomp: the very last steps before execve. Without
-    // no-new-privs they need CAP_SYS_ADMIN, so they come before the
-    // capabilities are dropped (the filter must then allow the drop).
-    match (&plan.landlock_ruleset, plan.confinement.landlock_plan()) {
-        (Some(ruleset), _) => sys
-            .landlock_restrict(ruleset.as_fd())
-            .at(Stage::LandlockRestrict)?,
-        (None, Some(ll)) => enforce_landlock(sys, ll, root.as_fd())?,
-        (None, None) => {}
-    }
-    if let Some(filter) = plan.confinement.workload_filter() {
-        sys.seccomp(&filter.program).at(Stage::Seccomp)?;
-    }
-    for program in plan.confinement.raw_filters() {
-        sys.seccomp(program).at(Stage::Seccomp)?;
-    }
-    if !nnp {
-        drop_capabilities(sys, plan)?;
-    }
-    Err(exec(sys, &cmd.exec, root.as_fd()))
-}
-
-/// `chdir` resolved inside the new root (no `..` above it, no magic link
-/// through `/proc/.../fd` to a directory outside), then checked: the
-/// kernel must reach the result from the root.
-fn enter_working_directory<S: ChildSys>(
-    sys: &mut S,
-    cwd: &CStr,
-    root: BorrowedFd<'_>,
-) -> Result<(), Failure> {
-    let dir = sys
-        .openat2(Some(root), cwd, libc::O_PATH | libc::O_DIRECTORY, IN_ROOT)
-        .at(Stage::WorkingDirectory)?;
-    sys.enter_dir(dir.as_fd()).at(Stage::WorkingDirectory)?;
-    if !sys.cwd_inside_root().at(Stage::WorkingDirectory)? {
-        return Err(Failure::new(Stage::WorkingDirectory, Errno::EXDEV));
-    }
-    Ok(())
-}
-
-/// Every capability not in the bounding set leaves it (up to the kernel's
-/// `cap_last_cap`), then the workload becomes its own ids when it has
-/// them (keeping its permitted set across), then the effective, permitted
-/// and inheritable sets hold only theirs, then the ambient set (raised,
-/// so they survive execve).
-fn drop_capabilities<S: ChildSys>(sys: &mut S, plan: &ChildPlan) -> Result<(), Failure> {
-    let caps: CapPlan = plan.caps;
-    let has = |set: u64, cap: u32| cap < 64 && set & (1u64 << cap) != 0;
-    if !plan.bounding_set_dropped {
-        drop_bounding_set(sys, plan)?;
-    }
-    if let Some(w) = &plan.ids.workload_ids {
-        super::steps::switch_ids(sys, w)?;
-    }
-    sys.set_caps(caps.effective, caps.permitted, caps.inheritable)
-        .at(Stage::Capabilities)?;
-    sys.clear_ambient_caps().at(Stage::AmbientCapabilities)?;
-    for cap in (0..=caps.last).filter(|c| has(caps.ambient, *c)) {
-        sys.raise_ambient_cap(cap)
-            .map_err(|e| Failure::new(Stage::AmbientCapabilities, e).at(cap as usize))?;
-    }
-    Ok(())
-}
-
-/// Every capability not in the plan's bounding set leaves it (up to the
-/// kernel's `cap_last_cap`).
-fn drop_bounding_set<S: ChildSys>(sys: &mut S, plan: &ChildPlan) -> Result<(), Failure> {
-    let caps: CapPlan = plan.caps;
-    for cap in 0..=caps.last {
-        if cap >= 64 || caps.bounding & (1u64 << cap) == 0 {
-            sys.drop_bounding_cap(cap)
-                .map_err(|e| Failure::new(Stage::BoundingSet, e).at(cap as usize))?;
-        }
-    }
-    Ok(())
-}
-
-/// The Landlock ruleset of the plan, its paths resolved inside the new
-/// root. A path that does not exist (an optional bind that was skipped)
-/// gets no rule, which only denies more.
-fn enforce_landlock<S: ChildSys>(
-    sys: &mut S,
-    plan: &LandlockPlan,
-    root: BorrowedFd<'_>,
-) -> Result<(), Failure> {
-    let ruleset = sys
-        .landlock_ruleset(plan.handled_fs, plan.handled_net, plan.scoped)
-        .at(Stage::LandlockRuleset)?;
-    for i in 0..plan.paths.len() {
-        add_landlock_path_rule(sys, plan, i, ruleset.as_fd(), root)?;
-    }
-    for (i, &(port, access)) in plan.ports.iter().enumerate() {
-        sys.landlock_port_rule(ruleset.as_fd(), port, access)
-            .map_err(|e| Failure::new(Stage::LandlockPortRule, e).at(i))?;
-    }
-    sys.landlock_restrict(ruleset.as_fd())
-        .at(Stage::LandlockRestrict)
-}
-
-/// Rule `i` of the plan added to `ruleset`, its path resolved inside the
-/// root. A path that does not exist (an optional bind that was skipped)
-/// gets no rule, which only denies more.
-fn add_landlock_path_rule<S: ChildSys>(
-    sys: &mut S,
-    plan: &LandlockPlan,
-    i: usize,
-    ruleset: BorrowedFd<'_>,
-    root: BorrowedFd<'_>,
-) -> Result<(), Failure> {
-    let rule = &plan.paths[i];
-    let fd = match sys.openat2(Some(root), &rule.path, libc::O_PATH, IN_ROOT) {
-        Ok(fd) => fd,
-        Err(Errno::ENOENT) => return Ok(()),
-        Err(e) => return Err(Failure::new(Stage::LandlockPathRule, e).at(i)),
-    };
-    let access = match sys.file_type(fd.as_fd()) {
-        Ok(libc::S_IFDIR) => rule.access,
-        _ => rule.access & FILE_RIGHTS,
-    };
-    if access == 0 {
-        return Ok(());
-    }
-    sys.landlock_path_rule(ruleset, fd.as_fd(), access)
-        .map_err(|e| Failure::new(Stage::LandlockPathRule, e).at(i))
-}
-
 /// Where the overlays a warm sandbox mounts at its claim go.
 fn claim_dests(plan: &ChildPlan) -> Vec<&CStr> {
     plan.fs
@@ -613,71 +402,12 @@ fn inside(path: &CStr, dest: &CStr) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"))
 }
 
-/// Whether an execve candidate exists in the new root (hutch init, after
-/// `pivot_root`; a relative candidate from its working directory, `/`).
-pub(super) fn exists_in_root<S: ChildSys>(sys: &mut S, candidate: &CStr) -> bool {
-    let Ok(root) = sys.openat2(None, c"/", libc::O_PATH | libc::O_DIRECTORY, 0) else {
-        return false;
-    };
-    let absolute = candidate.to_bytes().starts_with(b"/");
-    let (dir, resolve) = if absolute {
-        (Some(root.as_fd()), IN_ROOT)
-    } else {
-        (None, RESOLVE_NO_MAGICLINKS)
-    };
-    sys.openat2(dir, candidate, libc::O_PATH, resolve).is_ok()
-}
-
-/// Try each execve candidate like execvp, each resolved inside the root
-/// first (a relative one from the working directory); returns the failure
-/// worth reporting.
-fn exec<S: ChildSys>(sys: &mut S, exec: &Exec, root: BorrowedFd<'_>) -> Failure {
-    let mut reported: Option<Failure> = None;
-    for (i, candidate) in exec.candidates.iter().enumerate() {
-        let dir = candidate.to_bytes().starts_with(b"/").then_some(root);
-        let resolve = if dir.is_some() {
-            IN_ROOT
-        } else {
-            RESOLVE_NO_MAGICLINKS
-        };
-        let (errno, exists) = match sys.openat2(dir, candidate, libc::O_PATH, resolve) {
-            Ok(_) => {
-                let errno = sys.execve(candidate, &exec.argv_ptrs, &exec.envp_ptrs);
-                (errno, errno != Errno::ENOENT || sys.exists(candidate))
-            }
-            Err(e) => (e, false),
-        };
-        // ENOENT for a file that exists: its ELF or #! interpreter is what
-        // is missing, a "cannot execute" rather than a "not found".
-        let missing_interpreter = errno == Errno::ENOENT && exists;
-        // Like execvp: a missing candidate moves on; any other error is
-        // the one worth reporting.
-        let keep = match &reported {
-            None => true,
-            Some(r) => {
-                r.errno == Errno::ENOENT
-                    && !r.interpreter_missing
-                    && (missing_interpreter || !matches!(errno, Errno::ENOENT | Errno::ENOTDIR))
-            }
-        };
-        if keep {
-            reported = Some(Failure {
-                stage: Stage::Exec,
-                errno,
-                index: i as u32,
-                interpreter_missing: missing_interpreter,
-            });
-        }
-    }
-    reported.unwrap_or(Failure::new(Stage::Exec, Errno::ENOENT))
-}
-
 /// Step 11: reap and forward signals until the workload ends, kill what is
 /// left, count the changes, report `Exited`. Never returns.
 fn init_loop(running: Running, sock: &OwnedFd) -> ! {
     let mut set = SigSet::empty();
     set.add(Signal::SIGCHLD);
-    for s in super::steps::signal_list(running.forwarded) {
+    for s in steps::signal_list(running.forwarded) {
         if let Ok(sig) = Signal::try_from(s) {
             set.add(sig);
         }
@@ -731,5 +461,5 @@ fn init_loop(running: Running, sock: &OwnedFd) -> ! {
     // hutch init ends as its workload did (128+N for signal N), for a
     // parent that reads its status rather than the report (an engine
     // running a created container).
-    sys::exit_now(super::steps::exit_code(status.unwrap_or(0)))
+    sys::exit_now(steps::exit_code(status.unwrap_or(0)))
 }

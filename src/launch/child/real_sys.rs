@@ -4,10 +4,10 @@ use std::convert::Infallible;
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-use super::child_sys::ChildSys;
-use super::message::{self, Incoming, Message};
-use super::prepare::ChildPlan;
+use super::syscalls::ChildSys;
 use crate::fs::FsSys;
+use crate::launch::plan::ChildPlan;
+use crate::launch::wire::message::{self, Incoming, Message};
 use crate::sys::{self, Errno, SysError, raw, sock_filter};
 
 /// The real syscall layer (used in the child).
@@ -302,7 +302,7 @@ impl ChildSys for RealSys {
             ))) => super::claim::decode(command, report_started, linger, fds, non_default_signals)
                 .map(Some),
             Ok(Some(_)) => Err(Errno::EPROTO),
-            Err(super::message::MessageError::Sys(e)) => Err(e.errno),
+            Err(crate::launch::wire::message::MessageError::Sys(e)) => Err(e.errno),
             Err(_) => Err(Errno::EPROTO),
         }
     }
@@ -326,7 +326,7 @@ impl ChildSys for RealSys {
         // execve or _exit.
         unsafe {
             sys::spawn_vfork(&mut || -> Infallible {
-                let failure = super::child::workload(&mut RealSys, plan, sock);
+                let failure = super::workload::workload(&mut RealSys, plan, sock);
                 message::send_failure(sock, &failure, None);
                 sys::exit_now(failure.exit_status())
             })

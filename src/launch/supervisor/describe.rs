@@ -2,13 +2,13 @@
 //! (rebuilt from the plan: the child sends only the stage, the errno and
 //! the index of the failing item), why, and what to do.
 
-use super::prepare::LaunchPlan;
-use super::stage::{Failure, Stage};
+use crate::launch::prepare::LaunchPlan;
+use crate::launch::wire::stage::{Failure, Stage};
 use crate::spec::Spec;
 use crate::sys::{self, Errno};
 
 /// One line for a failed step: what, where, the call, why, what to do.
-pub(super) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec: &Spec) -> String {
+pub(crate) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec: &Spec) -> String {
     let errno = f.errno;
     let why = |call: &str| format!("{call} => {errno:?}: {}", errno.desc());
     if f.stage == Stage::Exec {
@@ -262,9 +262,9 @@ pub(super) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
 }
 
 /// The 126/127 line: not found in PATH, not found, or not executable.
-pub(super) fn exec_line(f: &Failure, p: &LaunchPlan, spec: &Spec) -> String {
+pub(crate) fn exec_line(f: &Failure, p: &LaunchPlan, spec: &Spec) -> String {
     let errno = f.errno;
-    let code = super::ending::exec_failure_status(errno, f.interpreter_missing);
+    let code = crate::launch::wire::stage::exec_failure_status(errno, f.interpreter_missing);
     let program = spec.command[0].as_str();
     if code == 127 && !program.contains('/') {
         let path = spec

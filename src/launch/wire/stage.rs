@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::sys::Errno;
 
 /// One step of the sandbox's setup, in the documented order (see
-/// [`super::child`]). The workload's steps come after
+/// [`crate::launch::child`]). The workload's steps come after
 /// [`Stage::StartWorkload`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -216,7 +216,7 @@ impl Failure {
     /// failures, 125 for everything else.
     pub fn exit_status(&self) -> i32 {
         match self.stage {
-            Stage::Exec => super::ending::exec_failure_status(self.errno, self.interpreter_missing),
+            Stage::Exec => exec_failure_status(self.errno, self.interpreter_missing),
             _ => 125,
         }
     }
@@ -284,6 +284,15 @@ impl Failure {
         let text = &bytes[FAILURE_LEN..];
         let text = (!text.is_empty()).then(|| String::from_utf8_lossy(text).into_owned());
         Ok((failure, text))
+    }
+}
+
+/// 126 (cannot execute) or 127 (not found), as a shell says.
+pub fn exec_failure_status(errno: Errno, interpreter_missing: bool) -> i32 {
+    if !interpreter_missing && matches!(errno, Errno::ENOENT | Errno::ENOTDIR) {
+        127
+    } else {
+        126
     }
 }
 

@@ -8,13 +8,13 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use super::LaunchError;
+use crate::launch::error::LaunchError;
 use crate::spec::{NamespaceRef, Spec, SpecError};
 use crate::sys::{self, SysError};
 
 /// Namespaces to enter, opened.
 #[derive(Default)]
-pub(super) struct Joins(Vec<(&'static str, libc::c_int, OwnedFd)>);
+pub(crate) struct Joins(Vec<(&'static str, libc::c_int, OwnedFd)>);
 
 fn nstype(kind: &str) -> libc::c_int {
     match kind {
@@ -27,7 +27,7 @@ fn nstype(kind: &str) -> libc::c_int {
     }
 }
 
-pub(super) fn open(kind: &str, r: &NamespaceRef) -> Result<OwnedFd, LaunchError> {
+pub(crate) fn open(kind: &str, r: &NamespaceRef) -> Result<OwnedFd, LaunchError> {
     let at = format!("namespaces.join.{kind}");
     if let Some(path) = &r.path {
         return std::fs::File::open(path).map(OwnedFd::from).map_err(|e| {
@@ -53,7 +53,7 @@ pub(super) fn open(kind: &str, r: &NamespaceRef) -> Result<OwnedFd, LaunchError>
 }
 
 /// Open every namespace the Spec joins, user first.
-pub(super) fn open_joins(spec: &Spec) -> Result<Joins, LaunchError> {
+pub(crate) fn open_joins(spec: &Spec) -> Result<Joins, LaunchError> {
     let mut joins = Joins::default();
     for (kind, r) in spec.namespaces.join.iter() {
         joins.0.push((kind, nstype(kind), open(kind, r)?));
@@ -63,7 +63,7 @@ pub(super) fn open_joins(spec: &Spec) -> Result<Joins, LaunchError> {
 
 impl Joins {
     /// Enter them (this process; must be single-threaded).
-    pub(super) fn enter(self) -> Result<(), LaunchError> {
+    pub(crate) fn enter(self) -> Result<(), LaunchError> {
         for (kind, ty, fd) in self.0 {
             sys::setns(fd.as_fd(), ty, kind).map_err(|e: SysError| {
                 LaunchError::Prepare(format!(

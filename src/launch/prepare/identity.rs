@@ -4,8 +4,8 @@
 //! own (shared or joined: the workload switches from the launcher's
 //! credentials, keeping the capabilities `security` asks for).
 
-use super::LaunchError;
-use super::prepare::{IdMaps, Ids, WorkloadIds};
+use crate::launch::error::LaunchError;
+use crate::launch::plan::{IdMaps, Ids, WorkloadIds};
 use crate::spec::{IdMapping, Spec, SpecError};
 
 fn spec_err(path: &str, msg: impl Into<String>) -> LaunchError {
@@ -26,7 +26,7 @@ fn map_text(map: &[IdMapping]) -> String {
 }
 
 /// `caller_uid`/`caller_gid`: the launching process's ids.
-pub(super) fn ids(spec: &Spec, caller_uid: u32, caller_gid: u32) -> Result<Ids, LaunchError> {
+pub(crate) fn ids(spec: &Spec, caller_uid: u32, caller_gid: u32) -> Result<Ids, LaunchError> {
     let id = &spec.identity;
     let root = caller_uid == 0;
     if id.host_uid.is_some() || id.host_gid.is_some() {

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::stage::Stage;
 use crate::cgroup::LimitsReport;
 use crate::confine::ConfinementReport;
+use crate::launch::wire::stage::Stage;
 
 /// Why the sandbox ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,7 +106,7 @@ pub struct Enforcement {
     /// The container image the sandbox's system came from (manifest
     /// digest, platform, whether it was pinned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<super::image::ImageReport>,
+    pub image: Option<crate::launch::prepare::image::ImageReport>,
 }
 
 /// Which step of the sandbox's setup failed, for programs (the `error`

@@ -11,7 +11,7 @@
 //!
 //! - [`ToHelper::Run`]: launch and supervise a sandbox now;
 //! - [`ToHelper::Warm`]: build a warm sandbox of the Spec's shape
-//!   ([`super::claim`]), answer [`FromHelper::Ready`], then wait for
+//!   ([`crate::launch::prepare::claim`]), answer [`FromHelper::Ready`], then wait for
 //!   [`ToHelper::Claim`], which brings the command and the workload's
 //!   stdin, stdout and stderr (the warm sandbox's owner may hand the
 //!   control socket to whoever claims it; with `lifeline`, fd
@@ -27,6 +27,9 @@
 //! answer. When the caller's end closes before the end (it went away, or
 //! dropped its child), the sandbox is killed the same way.
 
+pub mod pool;
+mod warm;
+
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -34,13 +37,15 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::claim::ClaimCommand;
-use super::relay::Captured;
-use super::report::ExitReport;
-use super::supervise::{self, Control, ControlRequest, Finished};
-use super::warm::{self, ClaimRequest, WarmError};
-use super::{LaunchError, LaunchFailure, RunOptions};
+use crate::launch::error::LaunchError;
+use crate::launch::error::LaunchFailure;
+use crate::launch::options::RunOptions;
+use crate::launch::prepare::claim::ClaimCommand;
+use crate::launch::supervisor::relay::Captured;
+use crate::launch::supervisor::report::ExitReport;
+use crate::launch::supervisor::{self, ClaimRequest, Control, ControlRequest, Finished};
 use crate::spec::Spec;
+use warm::WarmError;
 
 /// The helper's subcommand (`hutch __supervise`).
 pub const SUBCOMMAND: &str = "__supervise";
@@ -74,12 +79,12 @@ pub enum ToHelper {
     },
     /// Run this command in the warm sandbox. The frame carries the
     /// workload's stdin, stdout and stderr. `shape`: the
-    /// [`super::claim::shape_digest`] the command was made for; any other
+    /// [`crate::launch::prepare::claim::shape_digest`] the command was made for; any other
     /// is refused. `upper_lock`: a fourth fd follows, a lock the claimer
     /// holds and that everyone else who mounts the sandbox's host uppers
     /// takes first (a session's `upper.lock`); the helper keeps it until
     /// hutch init is reaped, so the report may go out before the overlay
-    /// is gone ([`super::supervise::report_on_exit_allowed`]).
+    /// is gone ([`crate::launch::supervisor::report_on_exit_allowed`]).
     Claim {
         shape: String,
         command: Box<ClaimCommand>,
@@ -411,7 +416,7 @@ impl Link {
     }
 
     /// Claim the warm sandbox: `shape` is the claim's
-    /// [`super::claim::shape_digest`], `stdio` the workload's stdin,
+    /// [`crate::launch::prepare::claim::shape_digest`], `stdio` the workload's stdin,
     /// stdout and stderr; `upper_lock` see [`ToHelper::Claim`].
     pub fn claim(
         &mut self,
@@ -707,7 +712,7 @@ pub fn serve() -> i32 {
     let mut lingering = None;
     let mut leftover = None;
     let result = match request {
-        Ok(ToHelper::Run { spec, options }) => supervise::run(&spec, &options, Some(&mut channel)),
+        Ok(ToHelper::Run { spec, options }) => supervisor::run(&spec, &options, Some(&mut channel)),
         Ok(ToHelper::Warm { spec, lifeline }) => {
             if lifeline {
                 match adopt_lifeline() {
@@ -805,7 +810,7 @@ mod tests {
         let msgs = [
             encode(&FromHelper::Killing),
             encode(&FromHelper::Failed(LaunchFailure {
-                kind: super::super::FailureKind::Prepare,
+                kind: crate::launch::error::FailureKind::Prepare,
                 message: "x".into(),
                 location: None,
                 errno: None,

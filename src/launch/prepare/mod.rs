@@ -8,244 +8,31 @@
 //! root, confinement, limits) and the [`CommandPlan`] (argv, env, cwd,
 //! stdio).
 
+pub mod claim;
+mod identity;
+pub(crate) mod image;
+pub(crate) mod join;
+pub(crate) mod subid;
+pub(crate) mod validate;
+
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::{LaunchError, WorkloadStdio};
-use crate::fs::{self, Plan};
+use crate::fs::{self};
+use crate::launch::error::LaunchError;
+use crate::launch::options::WorkloadStdio;
+use crate::launch::plan::{
+    CapPlan, ChildPlan, CommandPlan, DEFAULT_ROOT_HOST_ID, Exec, FORWARDED, IdMaps, Ids, StdioPlan,
+    signal_mask,
+};
 use crate::spec::{DEFAULT_PATH, FsOp, Network, Spec};
 use crate::sys::{
     self, CLONE_NEWCGROUP, CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER,
     CLONE_NEWUTS,
 };
-
-/// Host id the workload runs as when root launches.
-pub const DEFAULT_ROOT_HOST_ID: u32 = 65534;
-
-/// Where the egress proxy's Unix door is made, inside the new root.
-pub const PROXY_DOOR_IN_ROOT: &std::ffi::CStr = c"run/hutch/proxy.sock";
-
-/// Who the sandbox is, inside and on the host.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ids {
-    /// The workload's ids (inside the sandbox's user namespace, if any).
-    pub inside_uid: u32,
-    pub inside_gid: u32,
-    /// The host ids of the workload's ids.
-    pub host_uid: u32,
-    pub host_gid: u32,
-    /// Root launched.
-    pub root_launch: bool,
-    /// hutch init drops root's supplementary groups (allowed only for root).
-    pub clear_groups: bool,
-    /// The ids hutch init switches to before building the root (None:
-    /// it keeps the launcher's).
-    pub init_ids: Option<(u32, u32)>,
-    /// The ids (and groups) the workload switches to itself, after the
-    /// bounding set is dropped and keeping its capabilities across.
-    pub workload_ids: Option<WorkloadIds>,
-    /// The maps the supervisor writes (None: no user namespace of the
-    /// sandbox's own).
-    pub maps: Option<IdMaps>,
-    /// More than one id mapped (an image's owners or user need it).
-    pub subordinate: Option<super::maps::Subordinate>,
-}
-
-/// The ids a workload switches to itself.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WorkloadIds {
-    pub uid: u32,
-    pub gid: u32,
-    /// setgroups(2) with these (None: leave the groups alone).
-    pub groups: Option<Vec<libc::gid_t>>,
-}
-
-/// The user namespace's maps, as written to `/proc/PID/{uid,gid}_map`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct IdMaps {
-    pub uid_map: String,
-    pub gid_map: String,
-    /// Written to `/proc/PID/setgroups` first (unprivileged: `deny`).
-    pub setgroups: Option<&'static str>,
-}
-
-impl Ids {
-    /// An image run's ids (always a user namespace of the sandbox's own):
-    /// hutch init becomes the inside ids, the supervisor writes the one-id
-    /// maps unless a subordinate range is mapped.
-    pub fn for_image(mut self) -> Ids {
-        self.init_ids = Some((self.inside_uid, self.inside_gid));
-        if self.subordinate.is_none() {
-            self.maps = Some(IdMaps {
-                uid_map: format!("{} {} 1", self.inside_uid, self.host_uid),
-                gid_map: format!("{} {} 1", self.inside_gid, self.host_gid),
-                setgroups: (!self.root_launch).then_some("deny"),
-            });
-        }
-        self
-    }
-
-    /// hutch init is root inside before it switches to the workload's
-    /// uid (an unprivileged caller mapped to 0 with a subordinate range):
-    /// the switch must keep its capabilities, which it needs to build the
-    /// root.
-    pub fn keep_caps_on_setuid(&self) -> bool {
-        self.subordinate.is_some_and(|s| s.helpers) && self.inside_uid != 0
-    }
-}
-
-/// argv/envp and the paths execve tries, as C strings and pointer arrays
-/// (valid in the child, which has a copy of this memory).
-pub struct Exec {
-    pub candidates: Vec<CString>,
-    /// The strings `argv_ptrs` and `envp_ptrs` point into.
-    #[allow(dead_code)]
-    pub argv: Vec<CString>,
-    #[allow(dead_code)]
-    pub envp: Vec<CString>,
-    pub argv_ptrs: Vec<*const libc::c_char>,
-    pub envp_ptrs: Vec<*const libc::c_char>,
-}
-
-/// The fds the workload gets as its stdin, stdout and stderr (None: the
-/// supervisor's own, inherited).
-#[derive(Default)]
-pub struct StdioPlan {
-    pub fds: [Option<OwnedFd>; 3],
-}
-
-/// The command-dependent part of the child plan.
-pub struct CommandPlan {
-    pub exec: Exec,
-    pub cwd: CString,
-    pub stdio: StdioPlan,
-    /// Signals whose disposition in the supervisor is not SIG_DFL (bit N-1
-    /// for signal N): those the workload resets. Every signal unless the
-    /// caller knows better.
-    pub non_default_signals: u64,
-    /// The workload's umask.
-    pub umask: Option<u32>,
-    /// Make stdin (a terminal hutch init opened) the workload's
-    /// controlling terminal.
-    pub controlling_tty: bool,
-}
-
-/// The workload's capability sets, as numbers the child can use (bit N
-/// for capability N).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CapPlan {
-    pub bounding: u64,
-    pub effective: u64,
-    pub permitted: u64,
-    pub inheritable: u64,
-    pub ambient: u64,
-    /// The kernel's highest capability number, read before clone.
-    pub last: u32,
-}
-
-impl CapPlan {
-    /// The same capabilities in every set (`security.cap_add`).
-    #[cfg(test)]
-    pub fn keeping(keep: u64, last: u32) -> CapPlan {
-        CapPlan {
-            bounding: keep,
-            effective: keep,
-            permitted: keep,
-            inheritable: keep,
-            ambient: keep,
-            last,
-        }
-    }
-}
-
-/// Everything the post-clone code (hutch init and the workload until its
-/// execve) reads. Nothing else is reachable from there: the child gets a
-/// shared reference to this and its socket, and the workload, which shares
-/// init's memory, allocates nothing.
-pub struct ChildPlan {
-    pub ids: Ids,
-    pub fs: Plan,
-    /// `fs[3] (ro-bind /usr)`, for build errors (init may allocate).
-    pub op_names: Vec<String>,
-    pub hostname: Option<String>,
-    pub net_namespace: bool,
-    /// Network mode `proxy`: make the egress proxy's doors (the TCP one in
-    /// the network namespace, the Unix one in the root) and hand them over.
-    pub proxy_doors: bool,
-    /// `transparent` egress: also the route, the resolver and one capture
-    /// listener per port (these), made in the network namespace.
-    pub transparent_ports: Option<Vec<u16>>,
-    pub rlimits: Vec<(libc::c_int, u64)>,
-    pub caps: CapPlan,
-    /// seccomp BPF compiled, Landlock ABI probed and rules computed.
-    pub confinement: crate::confine::Confinement,
-    /// Whether pid 1 reports `Started` (only a status file's start event
-    /// needs it; otherwise it would be one more wake-up per spawn).
-    pub report_started: bool,
-    /// A warm sandbox: after the root, hostname, loopback and doors, hutch
-    /// init reports `Ready` and waits for the `Claim` that brings the
-    /// command ([`super::claim`]).
-    pub warm: bool,
-    pub command: CommandPlan,
-    /// The sandbox outlives the process that launched it (a created
-    /// container): no parent-death signal.
-    pub detached: bool,
-    /// The sandbox has a user namespace of its own.
-    pub own_userns: bool,
-    /// hutch init is pid 1 of a pid namespace of its own (else it only
-    /// reaps what it started and leaves the rest alone).
-    pub pid_namespace_init: bool,
-    /// `/proc/sys/...` paths and values, written in the sandbox's
-    /// namespaces before the root is built.
-    pub sysctls: Vec<(CString, Vec<u8>)>,
-    /// (resource, soft value) lowered after `rlimits` are set.
-    pub rlimits_soft: Vec<(libc::c_int, u64)>,
-    /// Signals pid 1 blocks and forwards to the workload (bit N-1 for
-    /// signal N).
-    pub forwarded_signals: u64,
-    /// A connected Unix socket: open a terminal in the new root, send its
-    /// master here (SCM_RIGHTS), and give its other end to the workload
-    /// as stdio and controlling terminal.
-    pub console: Option<OwnedFd>,
-    /// `namespaces.join.user_after_setup`, opened: hutch init enters it
-    /// right before the workload starts.
-    pub userns_after_setup: Option<OwnedFd>,
-    /// A listening SOCK_SEQPACKET socket: once the sandbox is built, report
-    /// `Held` and wait for a connection (the start request) before
-    /// starting the workload.
-    pub hold: Option<OwnedFd>,
-    /// Fds of the supervisor the workload keeps at their numbers across
-    /// execve (`Spec::inherit_fds`, `inherit_open_fds`, resolved before
-    /// clone); sorted, each 3 or above.
-    pub inherited_fds: Vec<RawFd>,
-    /// `Spec::new_session`: hutch init and the workload call setsid.
-    pub new_session: bool,
-    /// `Spec::init = none`: once the sandbox is built, hutch init runs the
-    /// workload's steps itself and execs the command in its place (pid 1
-    /// of the sandbox's pid namespace); nothing of init runs after that.
-    pub exec_in_place: bool,
-    /// A created container with createContainer hooks (set by
-    /// [`super::create::create`] only): once the root is built and before
-    /// `pivot_root`, hutch init shows the root at its host directory,
-    /// reports `RootBuilt` and waits for `Pivot` while the supervisor runs
-    /// the hooks in this mount namespace, where `/` is still the host's.
-    pub pause_before_pivot: bool,
-    /// Set by hutch init once it has dropped the capability bounding set
-    /// (step 7): the workload, which inherits it, does not again.
-    pub bounding_set_dropped: bool,
-    /// Landlock's ruleset, its rules added by hutch init (step 7, and
-    /// after a claim those under the overlays it mounts): the workload
-    /// only enforces it.
-    pub landlock_ruleset: Option<OwnedFd>,
-}
-
-/// The default set of forwarded signals as a mask.
-pub fn signal_mask(signals: &[libc::c_int]) -> u64 {
-    signals.iter().fold(0, |m, s| m | 1u64 << (s - 1))
-}
 
 /// The prepared launch: the child's plan and what the supervisor keeps.
 pub struct LaunchPlan {
@@ -266,7 +53,7 @@ pub struct LaunchPlan {
     /// Network mode `proxy`: the compiled policy.
     pub proxy: Option<ProxyPrep>,
     /// An image run: the store lock held until the end, and the report.
-    pub image: Option<super::image::Held>,
+    pub image: Option<image::Held>,
     /// The runtime registry's directory, opened before a joined user
     /// namespace is entered (the registration then goes there, not to the
     /// directory the joined uid would name).
@@ -337,8 +124,8 @@ pub fn prepare_with(
     workload_stdio: WorkloadStdio,
     own_leaf: bool,
 ) -> Result<LaunchPlan, LaunchError> {
-    super::validate(spec)?;
-    let image = super::image::prepare(spec)?;
+    validate::validate(spec)?;
+    let image = image::prepare(spec)?;
     // The image's config fills the command part (an image run only).
     let with_image = image.as_ref().map(|i| i.held.spec.clone());
     let spec = with_image.as_ref().unwrap_or(spec);
@@ -360,10 +147,10 @@ pub fn prepare_with(
 /// and (last: from here on the leaf exists, dropping the plan removes it)
 /// the cgroup leaf. The command part is a placeholder. `warm`: the sandbox
 /// waits for a claim, and its writable overlays are mounted then (see
-/// [`super::claim`]).
-pub(super) fn prepare_sandbox(
+/// [`claim`]).
+pub(crate) fn prepare_sandbox(
     spec: &Spec,
-    image: Option<super::image::Prepared>,
+    image: Option<image::Prepared>,
     warm: bool,
     own_leaf: bool,
 ) -> Result<LaunchPlan, LaunchError> {
@@ -381,10 +168,10 @@ pub(super) fn prepare_sandbox(
     let idmap_layers = ids.root_launch && spec.namespaces.user && spec.identity.uid_map.is_empty();
     let mut plan = fs::plan(spec, idmap_layers);
     if let Some(i) = &image {
-        super::image::add_lowers(&mut plan, i);
+        image::add_lowers(&mut plan, i);
     }
     if warm {
-        plan.claim_overlays = super::claim::claim_overlays(spec);
+        plan.claim_overlays = claim::claim_overlays(spec);
     }
     let idmap_sources = plan
         .sources
@@ -467,10 +254,10 @@ pub(super) fn prepare_sandbox(
         pid_namespace_init: ns.pid,
         sysctls: sysctls(spec),
         rlimits_soft: rlimits_soft(spec),
-        forwarded_signals: signal_mask(&super::child::FORWARDED),
+        forwarded_signals: signal_mask(&FORWARDED),
         console: None,
         userns_after_setup: match &spec.namespaces.join.user_after_setup {
-            Some(r) => Some(super::join::open("user_after_setup", r)?),
+            Some(r) => Some(join::open("user_after_setup", r)?),
             None => None,
         },
         hold: None,
@@ -501,7 +288,7 @@ pub(super) fn prepare_sandbox(
 /// working directory, the workload's stdio (and the read ends the
 /// supervisor relays). `proxy`: the sandbox's network is the egress proxy,
 /// whose environment the workload gets.
-pub(super) fn prepare_command(
+pub(crate) fn prepare_command(
     spec: &Spec,
     proxy: bool,
     relay: bool,
@@ -537,26 +324,12 @@ pub(super) fn prepare_command(
     Ok((command, relay))
 }
 
-impl CommandPlan {
-    /// No command yet (a warm sandbox, until it is claimed).
-    pub fn placeholder() -> CommandPlan {
-        CommandPlan {
-            exec: Exec::from_strings(Vec::new(), Vec::new(), Vec::new()),
-            cwd: CString::from(c"/"),
-            stdio: StdioPlan::default(),
-            non_default_signals: u64::MAX,
-            umask: None,
-            controlling_tty: false,
-        }
-    }
-}
-
 fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
     let uid = nix::unistd::getuid().as_raw();
     let gid = nix::unistd::getgid().as_raw();
     let id = &spec.identity;
     if !spec.namespaces.user || !id.uid_map.is_empty() {
-        return super::identity::ids(spec, uid, gid);
+        return identity::ids(spec, uid, gid);
     }
     if id.groups.as_ref().is_some_and(|g| !g.is_empty()) {
         return Err(LaunchError::Spec(crate::spec::SpecError::new(
@@ -660,13 +433,13 @@ fn prepare_upper(upper: &Path, work: &Path, ids: &Ids) -> Result<(), LaunchError
 /// argv/envp and the execve candidates (the PATH search is done here, in
 /// the supervisor).
 #[cfg(test)]
-pub(super) fn exec_of(command: &[String], env: &BTreeMap<String, String>) -> Exec {
+pub(crate) fn exec_of(command: &[String], env: &BTreeMap<String, String>) -> Exec {
     exec_with_argv0(command, None, env)
 }
 
 /// [`exec_of`], the workload seeing `argv0` as its `argv[0]` when given
 /// (`Spec::argv0`); `command[0]` is still what is searched and executed.
-pub(super) fn exec_with_argv0(
+pub(crate) fn exec_with_argv0(
     command: &[String],
     argv0: Option<&str>,
     env: &BTreeMap<String, String>,
@@ -689,34 +462,12 @@ pub(super) fn exec_with_argv0(
     Exec::from_strings(candidates, argv, envp)
 }
 
-impl Exec {
-    /// From validated strings (no NUL).
-    pub fn from_strings(candidates: Vec<String>, argv: Vec<String>, envp: Vec<String>) -> Exec {
-        let to_c = |s: String| CString::new(s).expect("validated: no NUL");
-        let argv: Vec<CString> = argv.into_iter().map(to_c).collect();
-        let envp: Vec<CString> = envp.into_iter().map(to_c).collect();
-        let ptrs = |v: &[CString]| {
-            v.iter()
-                .map(|c| c.as_ptr())
-                .chain(std::iter::once(std::ptr::null()))
-                .collect()
-        };
-        Exec {
-            argv_ptrs: ptrs(&argv),
-            envp_ptrs: ptrs(&envp),
-            candidates: candidates.into_iter().map(to_c).collect(),
-            argv,
-            envp,
-        }
-    }
-}
-
 /// Relay stdout/stderr through pipes when asked (output cap, capture) or
 /// when they are terminals (the workload never gets the user's tty,
 /// unless `share_terminal`: it stays in the caller's session,
 /// `Spec::new_session = false`); a terminal stdin becomes /dev/null.
 /// Returns the workload's stdio and the read ends the supervisor relays.
-pub(super) fn stdio(
+pub(crate) fn stdio(
     relay: bool,
     workload_stdio: WorkloadStdio,
     share_terminal: bool,

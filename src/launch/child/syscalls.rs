@@ -9,9 +9,9 @@
 use std::ffi::CStr;
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 
-use super::message::Message;
-use super::prepare::ChildPlan;
 use crate::fs::FsSys;
+use crate::launch::plan::ChildPlan;
+use crate::launch::wire::message::Message;
 use crate::sys::{Errno, sock_filter};
 
 pub trait ChildSys: FsSys {
@@ -67,7 +67,7 @@ pub trait ChildSys: FsSys {
     fn set_rlimit(&mut self, resource: libc::c_int, value: u64) -> Result<(), Errno>;
     fn set_dumpable(&mut self, on: bool) -> Result<(), Errno>;
     fn block_signals(&mut self, signals: &[libc::c_int]) -> Result<(), Errno>;
-    /// Start the workload ([`super::child::workload`] with this same
+    /// Start the workload ([`super::workload`] with this same
     /// syscall layer) and return its pid.
     fn start_workload(&mut self, plan: &ChildPlan, sock: BorrowedFd<'_>) -> Result<i32, Errno>;
     fn confine_init(&mut self, confinement: &crate::confine::Confinement) -> Result<(), Errno>;

@@ -1,8 +1,8 @@
 //! The supervisor of a warm sandbox: the same prepare, clone, id maps, poll
-//! loop and report as a cold launch ([`super::supervise`]), with a pause.
+//! loop and report as a cold launch ([`crate::launch::supervisor`]), with a pause.
 //!
 //! [`warm_up`] prepares the sandbox from the Spec's shape
-//! ([`super::claim::shape`]), forks it and lets hutch init build
+//! ([`crate::launch::prepare::claim::shape`]), forks it and lets hutch init build
 //! everything that does not depend on the command, up to `Ready`; the
 //! egress proxy's doors are made then, and served from the claim on.
 //! [`Warm::wait_claim`] waits for the command; [`Warm::claim`] checks
@@ -18,30 +18,19 @@ use std::time::Instant;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use super::claim::{self, ClaimCommand, WireCommand};
-use super::describe::failure_line;
-use super::message::{self, Incoming, Message};
-use super::prepare::{LaunchPlan, prepare_command, prepare_sandbox};
-use super::summary::namespace_inodes;
-use super::supervise::{
-    self, Control, ControlRequest, Finished, Sandbox, Supervising, fork_sandbox, go,
+use crate::launch::error::LaunchError;
+use crate::launch::prepare::claim::{self, ClaimCommand};
+use crate::launch::prepare::{LaunchPlan, prepare_command, prepare_sandbox};
+use crate::launch::supervisor::describe::failure_line;
+use crate::launch::supervisor::summary::namespace_inodes;
+use crate::launch::supervisor::{
+    self, ClaimRequest, Control, ControlRequest, Finished, Sandbox, Supervising, fork_sandbox, go,
     open_status_file,
 };
-use super::{LaunchError, RunOptions};
+use crate::launch::wire::command::WireCommand;
+use crate::launch::wire::message::{self, Incoming, Message};
 use crate::spec::Spec;
 use crate::sys::{self, Errno, SysError};
-
-/// A claim: the shape it was made for, the command, how to run it, the
-/// workload's stdin, stdout and stderr, and the claimer's lock on the
-/// host uppers, if it gave one ([`super::helper::ToHelper::Claim`]).
-#[derive(Debug)]
-pub(crate) struct ClaimRequest {
-    pub shape: String,
-    pub command: ClaimCommand,
-    pub options: RunOptions,
-    pub stdio: [OwnedFd; 3],
-    pub upper_lock: Option<OwnedFd>,
-}
 
 /// hutch init of a sandbox whose report went out when its workload
 /// exited (every other process of its pid namespace killed and reaped),
@@ -170,7 +159,7 @@ pub(crate) fn warm_up(
     if status.threads != 1 {
         return Err(LaunchError::MultiThreaded(status.threads).into());
     }
-    super::validate(spec).map_err(LaunchError::Spec)?;
+    crate::launch::prepare::validate::validate(spec).map_err(LaunchError::Spec)?;
     claim::warmable(spec).map_err(LaunchError::Spec)?;
     let shape = claim::shape(spec);
     let digest = claim::shape_digest(spec);
@@ -308,7 +297,7 @@ impl Warm {
             );
         }
         let spec = command.apply(&self.shape);
-        if let Err(e) = super::validate::validate_claimed(&spec, &command) {
+        if let Err(e) = crate::launch::prepare::validate::validate_claimed(&spec, &command) {
             return refuse(self, e.into());
         }
         if spec.command.is_empty() {
@@ -320,7 +309,7 @@ impl Warm {
         // Every sandbox of this shape names the same host uppers: wait for
         // the one of them whose overlay is still mounted, if any
         // (`launch::uppers`). Kept until init is reaped.
-        let mut upper_locks = match super::uppers::lock_host_uppers(&spec) {
+        let mut upper_locks = match crate::launch::supervisor::uppers::lock_host_uppers(&spec) {
             Ok(l) => l,
             Err(e) => return refuse(self, e.into()),
         };
@@ -366,7 +355,7 @@ impl Warm {
         let wire = WireCommand::of(&cmd);
         // The host uppers are locked (above): the report may go out before
         // their overlays are gone.
-        let report_on_exit = supervise::report_on_exit_allowed(&self.p);
+        let report_on_exit = supervisor::report_on_exit_allowed(&self.p);
         // Kept open until the report is out: hutch init waits for its close
         // before it ends (`linger`). Without a report on `Exited`, the lock
         // is let go when this returns, after init was reaped.
@@ -379,7 +368,7 @@ impl Warm {
             }),
             Some(Err(e)) => return refuse(self, e.into()),
         };
-        if let Err(e) = claim::send(
+        if let Err(e) = crate::launch::wire::claim::send(
             &self.sb.sock,
             &wire,
             options.status_file.is_some(),
@@ -398,7 +387,7 @@ impl Warm {
             proxy,
             report_on_exit,
         };
-        let finished = supervise::supervise(
+        let finished = supervisor::supervise(
             &mut self.p,
             &spec,
             &options,
@@ -436,7 +425,7 @@ impl Warm {
             ));
         };
         let mut slot = None;
-        supervise::start_proxy(&mut self.p, &doors, fds, &mut slot)
+        supervisor::start_proxy(&mut self.p, &doors, fds, &mut slot)
             .map_err(LaunchError::Prepare)?;
         Ok(slot)
     }

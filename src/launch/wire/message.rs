@@ -2,14 +2,14 @@
 //! one per SOCK_SEQPACKET datagram, fds attached by SCM_RIGHTS.
 //!
 //! Messages are JSON in a versioned envelope. A setup failure is not a
-//! message but a fixed-size [`Failure`] record (see [`super::stage`]): the
+//! message but a fixed-size [`Failure`] record (see [`crate::launch::wire::stage`]): the
 //! workload must report one without allocating.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use serde::{Deserialize, Serialize};
 
-use super::stage::Failure;
+use crate::launch::wire::stage::Failure;
 use crate::sys::{self, SysError};
 
 /// Bumped whenever a message changes shape.
@@ -46,7 +46,7 @@ pub enum Message {
     /// supervisor closes the socket, so that its report goes out before
     /// init's teardown competes with it for a CPU.
     Claim {
-        command: Option<super::claim::WireCommand>,
+        command: Option<super::command::WireCommand>,
         report_started: bool,
         #[serde(default)]
         linger: bool,
@@ -133,8 +133,8 @@ pub fn recv(sock: &impl AsFd) -> Result<Option<Incoming>, MessageError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::stage::Stage;
     use super::*;
+    use crate::launch::wire::stage::Stage;
 
     #[test]
     fn round_trip_with_fds_failures_and_version_check() {

@@ -1,7 +1,17 @@
 //! The supervisor: prepare, clone3, then id maps, idmapped layers and `Go`,
 //! then one poll loop (messages, pidfd, forwarded signals, wall clock,
 //! control requests, output relay) until the sandbox's pid 1 is gone and
-//! its output is out; the ending ([`super::ending`]) and the report.
+//! its output is out; the ending ([`ending`]) and the report.
+
+mod control;
+pub(crate) mod describe;
+pub mod ending;
+pub(crate) mod maps;
+pub(crate) mod relay;
+pub mod report;
+mod seen;
+pub(crate) mod summary;
+pub(crate) mod uppers;
 
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -11,19 +21,22 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-use super::child::{self, FORWARDED};
-use super::describe::failure_line;
-use super::ending::Facts;
-use super::maps::{idmapped_layers, write_id_maps};
-use super::message::{self, Incoming, Message};
-use super::prepare::{LaunchPlan, prepare};
-use super::relay::{Captured, Relay};
-use super::report::{ExitReport, SetupFailure};
-use super::stage::{Failure, Stage};
-use super::summary::{namespace_inodes, report, write_start_event};
-use super::{LaunchError, RunOptions};
+use crate::launch::child;
+use crate::launch::error::LaunchError;
+use crate::launch::options::RunOptions;
+use crate::launch::plan::FORWARDED;
+use crate::launch::prepare::{LaunchPlan, prepare};
+use crate::launch::wire::message::{self, Incoming, Message};
+use crate::launch::wire::stage::Stage;
 use crate::spec::Spec;
 use crate::sys::{self, Errno, Forked, SysError};
+pub(crate) use control::{ClaimRequest, Control, ControlRequest};
+use describe::failure_line;
+use maps::{idmapped_layers, write_id_maps};
+use relay::{Captured, Relay};
+use report::ExitReport;
+use seen::Seen;
+use summary::{namespace_inodes, report, write_start_event};
 
 /// How long buffered output may still wait for a slow reader once a
 /// forwarded signal or a kill request ended the sandbox.
@@ -40,44 +53,8 @@ pub struct Finished {
     pub captured: [Option<Captured>; 2],
 }
 
-/// What the process that asked for the sandbox wants while it runs (the
-/// helper's control channel, [`super::helper`]).
-pub(super) trait Control {
-    fn fd(&self) -> BorrowedFd<'_>;
-    /// A pipe whose other end only the sandbox's owner holds: readable
-    /// (hung up) once the owner is gone, even when the control channel
-    /// itself was handed to someone else (a session's warm server).
-    fn lifeline(&self) -> Option<BorrowedFd<'_>> {
-        None
-    }
-    /// A whole request already read (it came in one read with an earlier
-    /// one): [`Control::read`] returns it without reading the fd, and
-    /// nobody may wait for the fd to become readable first.
-    fn buffered(&self) -> bool {
-        false
-    }
-    /// The fd is readable (or [`Control::buffered`]): read the request.
-    fn read(&mut self) -> ControlRequest;
-    /// The sandbox is being killed as asked (sent before the report).
-    fn acknowledge_kill(&mut self);
-}
-
-#[derive(Debug)]
-pub(super) enum ControlRequest {
-    None,
-    /// End the sandbox now (then clean up and report as usual).
-    Kill,
-    /// The other end went away: nobody will read the report.
-    Gone,
-    /// Forward this signal to the sandbox, as the supervisor forwards its
-    /// own (a warm sandbox's client is not its supervisor's caller).
-    Signal(i32),
-    /// A warm sandbox: the command that claims it.
-    Claim(Box<super::warm::ClaimRequest>),
-}
-
 /// Run a sandbox to completion from this (single-threaded) process.
-pub(super) fn run(
+pub(crate) fn run(
     spec: &Spec,
     opts: &RunOptions,
     control: Option<&mut dyn Control>,
@@ -90,7 +67,7 @@ pub(super) fn run(
     let mut p = prepare(spec, opts.capture_bytes.is_some(), opts.stdio)?;
     // Held until the sandbox is gone (this returns after init is reaped).
     let _upper_locks = if opts.lock_host_uppers {
-        super::uppers::lock_host_uppers(spec)?
+        uppers::lock_host_uppers(spec)?
     } else {
         Vec::new()
     };
@@ -101,7 +78,7 @@ pub(super) fn run(
     let sb = fork_sandbox(&mut p, spec, started)?;
     // Read while pid 1 is still dumpable and ours (it becomes neither).
     let namespaces = status_file.as_ref().map(|_| namespace_inodes(sb.pid));
-    if let Err(e) = super::summary::write_bwrap_start(&opts.status_fds, sb.pid, spec) {
+    if let Err(e) = summary::write_bwrap_start(&opts.status_fds, sb.pid, spec) {
         sb.kill_and_reap();
         sb.restore_mask();
         return Err(e);
@@ -117,12 +94,12 @@ pub(super) fn run(
     });
     sb.restore_mask();
     if let Ok(f) = &result {
-        super::summary::write_bwrap_exit(&opts.status_fds, &f.report);
+        summary::write_bwrap_exit(&opts.status_fds, &f.report);
     }
     result
 }
 
-pub(super) fn open_status_file(opts: &RunOptions) -> Result<Option<std::fs::File>, LaunchError> {
+pub(crate) fn open_status_file(opts: &RunOptions) -> Result<Option<std::fs::File>, LaunchError> {
     opts.status_file
         .as_deref()
         .map(open_status_path)
@@ -137,7 +114,7 @@ pub(super) fn open_status_file(opts: &RunOptions) -> Result<Option<std::fs::File
 /// truncation; a FIFO is opened non-blocking so that one without a reader
 /// fails at once instead of hanging the launch. Streams go to
 /// `--status-fd` (bubblewrap's `--json-status-fd`) instead.
-pub(super) fn open_status_path(path: &std::path::Path) -> Result<std::fs::File, LaunchError> {
+pub(crate) fn open_status_path(path: &std::path::Path) -> Result<std::fs::File, LaunchError> {
     use std::os::unix::fs::OpenOptionsExt;
     let fail = |why: String| {
         LaunchError::Prepare(format!(
@@ -173,7 +150,7 @@ pub(super) fn open_status_path(path: &std::path::Path) -> Result<std::fs::File, 
 /// signals blocked and queued on a signalfd (the sandbox inherits the mask
 /// and its pid 1 keeps them blocked for sigwait), clone3. The caller
 /// restores the signal mask ([`Sandbox::restore_mask`]) when it is done.
-pub(super) fn fork_sandbox(
+pub(crate) fn fork_sandbox(
     p: &mut LaunchPlan,
     spec: &Spec,
     started: Instant,
@@ -188,7 +165,7 @@ pub(super) fn fork_sandbox(
         .map_err(|e| SysError::new("sigprocmask(SIG_BLOCK)", e))?;
     let signals = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| LaunchError::Sys(SysError::new("signalfd()", e)));
-    let joins = super::join::open_joins(spec);
+    let joins = crate::launch::prepare::join::open_joins(spec);
     let result = signals.and_then(|signals| {
         // Prepare ran code that could have started a thread: look again
         // right before the fork.
@@ -291,7 +268,7 @@ fn clone_nested(p: &LaunchPlan, cgroup_fd: Option<BorrowedFd<'_>>) -> Result<For
 }
 
 /// The running sandbox, as the supervisor holds it.
-pub(super) struct Sandbox {
+pub(crate) struct Sandbox {
     pub pid: libc::pid_t,
     pub pidfd: OwnedFd,
     pub sock: OwnedFd,
@@ -302,7 +279,7 @@ pub(super) struct Sandbox {
 }
 
 impl Sandbox {
-    pub(super) fn kill(&self, p: &LaunchPlan) {
+    pub(crate) fn kill(&self, p: &LaunchPlan) {
         let _ = sys::raw::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL);
         if let Some(c) = &p.cgroup {
             c.kill();
@@ -310,32 +287,21 @@ impl Sandbox {
     }
 
     /// Kill pid 1 and reap it (a failure before the poll loop).
-    pub(super) fn kill_and_reap(&self) {
+    pub(crate) fn kill_and_reap(&self) {
         let _ = sys::raw::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL);
         let _ = sys::raw::waitpid(self.pid, 0);
     }
 
-    pub(super) fn restore_mask(&self) {
+    pub(crate) fn restore_mask(&self) {
         let _ = self.old_mask.thread_set_mask();
     }
-}
-
-/// What the loop saw, for the ending and the report.
-#[derive(Default)]
-pub(super) struct Seen {
-    pub facts: Facts,
-    /// The failure record (and init's text), or the supervisor's own line.
-    pub failure: Option<(Option<Failure>, String)>,
-    pub changed_paths: Option<Vec<u64>>,
-    /// A forwarded signal or a kill request: output waits no longer.
-    pub hurry: bool,
 }
 
 /// The supervision of a created container after its `Held`, in its
 /// keeper (a process that is not the sandbox's parent): serve the egress
 /// proxy on the doors the sandbox sent, write the start event and the exit
 /// report. Ends when the sandbox does.
-pub(super) fn keep(
+pub(crate) fn keep(
     p: &mut LaunchPlan,
     spec: &Spec,
     opts: &RunOptions,
@@ -389,7 +355,7 @@ pub(super) fn keep(
 }
 /// The id maps, the idmapped layers and `Go`; returns the layers that
 /// could not be idmapped. On failure the sandbox is killed and reaped.
-pub(super) fn go(
+pub(crate) fn go(
     p: &LaunchPlan,
     spec: &Spec,
     sb: &Sandbox,
@@ -399,10 +365,10 @@ pub(super) fn go(
         e
     };
     write_id_maps(sb.pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
-    super::maps::write_oom_score_adj(sb.pid, spec.limits.oom_score_adj)
+    maps::write_oom_score_adj(sb.pid, spec.limits.oom_score_adj)
         .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     let (mut handed, layers_without_idmap) = idmapped_layers(sb.pid, p).map_err(kill_and_reap)?;
-    handed.extend(super::image::layer_mounts(sb.pid, p).map_err(kill_and_reap)?);
+    handed.extend(maps::layer_mounts(sb.pid, p).map_err(kill_and_reap)?);
     let fds: Vec<BorrowedFd<'_>> = handed.iter().map(|(_, fd)| fd.as_fd()).collect();
     message::send(
         &sb.sock,
@@ -417,7 +383,7 @@ pub(super) fn go(
 
 /// What the supervisor brings to the poll loop besides the plan.
 #[derive(Default)]
-pub(super) struct Supervising {
+pub(crate) struct Supervising {
     pub layers_without_idmap: Vec<std::path::PathBuf>,
     /// The namespaces' inodes, for the status file's start event.
     pub namespaces: serde_json::Map<String, serde_json::Value>,
@@ -441,12 +407,12 @@ pub(super) struct Supervising {
 /// claim locked each such upper (`launch::uppers`, and a session's
 /// `upper.lock`), and the supervisor holds the locks until init is
 /// reaped, so the next mounter waits for the overlay's end.
-pub(super) fn report_on_exit_allowed(p: &LaunchPlan) -> bool {
+pub(crate) fn report_on_exit_allowed(p: &LaunchPlan) -> bool {
     p.child.pid_namespace_init && p.cgroup.as_ref().is_none_or(|c| c.cgroup_dir().is_none())
 }
 
 /// The poll loop until the sandbox is gone, then the report.
-pub(super) fn supervise(
+pub(crate) fn supervise(
     p: &mut LaunchPlan,
     spec: &Spec,
     opts: &RunOptions,
@@ -836,23 +802,6 @@ impl Watch<'_, '_> {
     }
 }
 
-impl Seen {
-    /// hutch's own failure (the first one is the one reported).
-    fn failed(&mut self, record: Option<Failure>, line: String) {
-        self.facts.setup_failed = true;
-        self.failure.get_or_insert((record, line));
-    }
-
-    pub(super) fn failure_record(&self) -> Option<SetupFailure> {
-        let (f, _) = self.failure.as_ref()?;
-        let f = (*f)?;
-        Some(SetupFailure {
-            stage: f.stage,
-            errno: (f.errno as i32 != 0).then(|| format!("{:?}", f.errno)),
-        })
-    }
-}
-
 fn poll_timeout(deadline: Option<Instant>) -> PollTimeout {
     match deadline {
         Some(d) => {
@@ -920,7 +869,7 @@ fn flush(relay: &mut Relay, sb: &Sandbox, deadline: Option<Instant>, hurry: bool
 }
 
 /// Serve the egress proxy on the doors the sandbox just sent.
-pub(super) fn start_proxy(
+pub(crate) fn start_proxy(
     p: &mut LaunchPlan,
     doors: &[String],
     fds: Vec<OwnedFd>,

@@ -9,49 +9,12 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
-use super::LaunchError;
-use super::prepare::LaunchPlan;
+use crate::launch::error::LaunchError;
+use crate::launch::plan::{Extent, Subordinate};
+use crate::launch::prepare::LaunchPlan;
 use crate::sys::{self, Errno, SysError};
 
-/// One line of a uid or gid map: `inside host count`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Extent {
-    pub inside: u32,
-    pub host: u32,
-    pub count: u32,
-}
-
-/// Maps with more than one id, from a subordinate range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Subordinate {
-    /// The extents of the uid and gid maps (`len` of each used).
-    pub uid: [Extent; 2],
-    pub gid: [Extent; 2],
-    pub len: usize,
-    /// Unprivileged: written by newuidmap/newgidmap, and the caller's own
-    /// id is root inside (so hutch init keeps its capabilities when it
-    /// switches to the workload's uid).
-    pub helpers: bool,
-}
-
-impl Subordinate {
-    /// The host id inside id `id` maps to, if any.
-    pub fn host_of(extents: &[Extent], id: u32) -> Option<u32> {
-        extents
-            .iter()
-            .find(|e| id >= e.inside && id - e.inside < e.count)
-            .map(|e| e.host + (id - e.inside))
-    }
-
-    fn lines(extents: &[Extent]) -> String {
-        extents
-            .iter()
-            .map(|e| format!("{} {} {}\n", e.inside, e.host, e.count))
-            .collect()
-    }
-}
-
-pub(super) fn write_id_maps(pid: libc::pid_t, p: &LaunchPlan) -> Result<(), SysError> {
+pub(crate) fn write_id_maps(pid: libc::pid_t, p: &LaunchPlan) -> Result<(), SysError> {
     let proc = format!("/proc/{pid}");
     let ids = &p.child.ids;
     let write = |file: &str, data: &str| {
@@ -64,7 +27,7 @@ pub(super) fn write_id_maps(pid: libc::pid_t, p: &LaunchPlan) -> Result<(), SysE
             write("uid_map", &Subordinate::lines(uids))?;
             return write("gid_map", &Subordinate::lines(gids));
         }
-        return super::image::write_maps_with_helpers(pid, uids, gids);
+        return write_maps_with_helpers(pid, uids, gids);
     }
     let Some(maps) = &ids.maps else {
         return Ok(());
@@ -77,7 +40,7 @@ pub(super) fn write_id_maps(pid: libc::pid_t, p: &LaunchPlan) -> Result<(), SysE
 }
 
 /// `oom_score_adj` of the sandbox (its children inherit it).
-pub(super) fn write_oom_score_adj(pid: libc::pid_t, value: Option<i32>) -> Result<(), SysError> {
+pub(crate) fn write_oom_score_adj(pid: libc::pid_t, value: Option<i32>) -> Result<(), SysError> {
     let Some(v) = value else {
         return Ok(());
     };
@@ -96,7 +59,7 @@ pub(super) fn write_oom_score_adj(pid: libc::pid_t, value: Option<i32>) -> Resul
 /// host id may read the workspace (a usual 0755 checkout), and the report
 /// says that this layer was not idmapped.
 #[allow(clippy::type_complexity)]
-pub(super) fn idmapped_layers(
+pub(crate) fn idmapped_layers(
     pid: libc::pid_t,
     p: &LaunchPlan,
 ) -> Result<(Vec<(usize, OwnedFd)>, Vec<PathBuf>), LaunchError> {
@@ -145,4 +108,79 @@ pub(super) fn idmapped_layers(
         out.push((*index, tree));
     }
     Ok((out, without_idmap))
+}
+
+/// Unprivileged subordinate maps: newuidmap/newgidmap write them (they
+/// check /etc/subuid and /etc/subgid again, as root).
+pub(crate) fn write_maps_with_helpers(
+    pid: libc::pid_t,
+    uids: &[Extent],
+    gids: &[Extent],
+) -> Result<(), SysError> {
+    for (name, extents) in [("newuidmap", uids), ("newgidmap", gids)] {
+        let triples: Vec<(u32, u32, u32)> = extents
+            .iter()
+            .map(|e| (e.inside, e.host, e.count))
+            .collect();
+        let call = format!(
+            "{name} {pid} {}",
+            triples
+                .iter()
+                .map(|(a, b, c)| format!("{a} {b} {c}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let helper = crate::launch::prepare::subid::helper(name).ok_or_else(|| {
+            SysError::new(
+                format!("{call} (not found: install package uidmap)"),
+                sys::Errno::ENOENT,
+            )
+        })?;
+        crate::launch::prepare::subid::run_helper(&helper, pid, &triples)
+            .map_err(|why| SysError::new(format!("{call}: {why}"), sys::Errno::EPERM))?;
+    }
+    Ok(())
+}
+
+/// Root launches: each image layer as a detached, idmapped, read-only,
+/// nosuid, nodev mount. The idmapping is the sandbox's own user namespace,
+/// so a file the archive gave uid N shows as uid N inside.
+pub(crate) fn layer_mounts(
+    pid: libc::pid_t,
+    p: &LaunchPlan,
+) -> Result<Vec<(usize, OwnedFd)>, LaunchError> {
+    let plan = &p.child.fs;
+    let handed: Vec<usize> = plan
+        .image_lowers
+        .iter()
+        .copied()
+        .filter(|i| plan.sources[*i].handed_over)
+        .collect();
+    if handed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/user"))
+        .map(OwnedFd::from)
+        .map_err(|e| LaunchError::Sys(sys::io_err(format!("open(/proc/{pid}/ns/user)"), e)))?;
+    let attrs = sys::MOUNT_ATTR_IDMAP
+        | sys::MOUNT_ATTR_RDONLY
+        | sys::MOUNT_ATTR_NOSUID
+        | sys::MOUNT_ATTR_NODEV;
+    let mut out = Vec::with_capacity(handed.len());
+    for i in handed {
+        let path = &plan.sources[i].path;
+        let fail = |e: SysError| {
+            LaunchError::Image(format!(
+                "idmapping image layer {}: {e} (the image store's filesystem must support \
+                 idmapped mounts, Linux 5.12+: ext4, xfs, btrfs; see `hutch check`)",
+                String::from_utf8_lossy(path.as_bytes())
+            ))
+        };
+        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+        let dir = sys::openat2(None, path, flags, 0, 0).map_err(fail)?;
+        let tree = sys::open_tree_clone(dir.as_fd(), false).map_err(fail)?;
+        sys::mount_setattr(tree.as_fd(), false, attrs, 0, Some(ns.as_fd())).map_err(fail)?;
+        out.push((i, tree));
+    }
+    Ok(out)
 }

@@ -2,6 +2,7 @@
 //! the exit status, code, signal and [`Outcome`] of the report.
 
 use super::report::Outcome;
+use crate::launch::wire::stage::exec_failure_status;
 use crate::sys::Errno;
 
 /// What the supervisor saw happen, in no particular order.
@@ -38,15 +39,6 @@ pub struct Ending {
     /// The signal that ended it.
     pub signal: Option<i32>,
     pub reason: Outcome,
-}
-
-/// 126 (cannot execute) or 127 (not found), as a shell says.
-pub fn exec_failure_status(errno: Errno, interpreter_missing: bool) -> i32 {
-    if !interpreter_missing && matches!(errno, Errno::ENOENT | Errno::ENOTDIR) {
-        127
-    } else {
-        126
-    }
 }
 
 /// The ending of a sandbox from the facts. The order is the precedence:

@@ -1,11 +1,11 @@
 //! A pool of warm sandboxes of one Spec's shape, owned by this process.
 //!
-//! Each warm sandbox is a helper (`hutch __supervise`, [`super::helper`])
+//! Each warm sandbox is a helper (`hutch __supervise`, [`crate::launch::helper`])
 //! that built a sandbox up to the point where it needs the command
 //! ([`super::warm`]). The pool keeps `size` of them spawned: a thread of
 //! its own starts a replacement whenever one is taken, off the path of the
 //! command that took it. Taking one gives a [`HelperChild`] to claim
-//! ([`super::helper::Link::claim`]); it serves that one command and
+//! ([`super::Link::claim`]); it serves that one command and
 //! exits. Nothing outlives the pool: dropping it closes every unclaimed
 //! helper's control socket (each then kills its sandbox, removes its
 //! cgroup leaf and exits) and reaps them; if the owning process dies,
@@ -20,9 +20,11 @@ use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::claim::ClaimCommand;
-use super::helper::HelperChild;
-use super::{LaunchError, LaunchFailure, claim};
+use super::HelperChild;
+use crate::launch::error::LaunchError;
+use crate::launch::error::LaunchFailure;
+use crate::launch::prepare::claim;
+use crate::launch::prepare::claim::ClaimCommand;
 use crate::spec::Spec;
 
 /// Longest pause between warm-ups after failures (one failing warm-up does
@@ -115,7 +117,7 @@ pub struct Pool {
 impl Pool {
     /// Keep `size` warm sandboxes of `spec`'s shape, supervised by helpers
     /// running `binary`. `lifeline`: passed to every helper (see
-    /// [`super::helper::ToHelper::Warm`]), for an owner that hands the
+    /// [`super::ToHelper::Warm`]), for an owner that hands the
     /// helpers' control sockets to others.
     pub fn new(
         binary: &Path,
@@ -123,7 +125,7 @@ impl Pool {
         size: usize,
         lifeline: Option<OwnedFd>,
     ) -> Result<Pool, LaunchError> {
-        super::validate(spec)?;
+        crate::launch::prepare::validate::validate(spec)?;
         claim::warmable(spec)?;
         let shape = claim::shape(spec);
         let digest = claim::shape_digest(spec);

@@ -23,22 +23,12 @@
 //! workload exactly as a cold launch does.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
-use std::io::{Read, Seek, Write};
-use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::message::{self, Message};
-use super::prepare::{CommandPlan, Exec, StdioPlan};
 use crate::spec::{ByteSize, Duration, FsOp, Network, Spec, SpecError};
-use crate::sys::{self, Errno, SysError};
-
-/// Largest command (argv, environment, candidates) a claim carries; the
-/// kernel's own execve limit is lower than this.
-pub const MAX_COMMAND_BYTES: u64 = 8 << 20;
 
 /// What a command brings when it claims a warm sandbox: the parts of a
 /// Spec that do not change the sandbox.
@@ -182,156 +172,6 @@ pub fn warmable(spec: &Spec) -> Result<(), SpecError> {
     Ok(())
 }
 
-/// The command as the supervisor sends it to hutch init (which may
-/// allocate; the workload then reads the [`CommandPlan`] built from it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WireCommand {
-    pub candidates: Vec<String>,
-    pub argv: Vec<String>,
-    pub envp: Vec<String>,
-    /// Bytes: a working directory need not be UTF-8.
-    pub cwd: Vec<u8>,
-    /// The workload's umask (the Spec's).
-    #[serde(default)]
-    pub umask: Option<u32>,
-}
-
-impl WireCommand {
-    pub(super) fn of(plan: &CommandPlan) -> WireCommand {
-        let strings = |v: &[CString]| {
-            v.iter()
-                .map(|c| String::from_utf8_lossy(c.as_bytes()).into_owned())
-                .collect()
-        };
-        WireCommand {
-            candidates: strings(&plan.exec.candidates),
-            argv: strings(&plan.exec.argv),
-            envp: strings(&plan.exec.envp),
-            cwd: plan.cwd.as_bytes().to_vec(),
-            umask: plan.umask,
-        }
-    }
-
-    fn into_plan(
-        self,
-        stdio: [OwnedFd; 3],
-        non_default_signals: u64,
-    ) -> Result<CommandPlan, Errno> {
-        let has_nul = |v: &[String]| v.iter().any(|s| s.contains('\0'));
-        if has_nul(&self.candidates) || has_nul(&self.argv) || has_nul(&self.envp) {
-            return Err(Errno::EINVAL);
-        }
-        if self.argv.is_empty() || self.candidates.is_empty() {
-            return Err(Errno::EINVAL);
-        }
-        let cwd = CString::new(self.cwd).map_err(|_| Errno::EINVAL)?;
-        let [a, b, c] = stdio;
-        Ok(CommandPlan {
-            exec: Exec::from_strings(self.candidates, self.argv, self.envp),
-            cwd,
-            stdio: StdioPlan {
-                fds: [Some(a), Some(b), Some(c)],
-            },
-            non_default_signals,
-            umask: self.umask,
-            controlling_tty: false,
-        })
-    }
-}
-
-/// What hutch init got from a claim.
-pub struct Claimed {
-    pub command: CommandPlan,
-    /// Whether to report `Started` (the claim has a status file).
-    pub report_started: bool,
-    /// After `Exited`, wait for the supervisor to close the socket before
-    /// ending (see `Message::Claim`).
-    pub linger: bool,
-}
-
-/// Supervisor side: send the claim to hutch init, with the workload's
-/// stdin, stdout and stderr. A command too large for one datagram goes
-/// in a memfd attached after them.
-pub(super) fn send(
-    sock: &impl AsFd,
-    command: &WireCommand,
-    report_started: bool,
-    linger: bool,
-    stdio: [&OwnedFd; 3],
-) -> Result<(), SysError> {
-    let fds = stdio.map(|f| f.as_fd());
-    let inline = Message::Claim {
-        command: Some(command.clone()),
-        report_started,
-        linger,
-    };
-    let size = serde_json::to_vec(&inline).map_or(usize::MAX, |v| v.len());
-    // The envelope adds a few bytes.
-    if size + 64 <= sys::socket::MAX_MESSAGE {
-        return message::send(sock, &inline, &fds);
-    }
-    let json = serde_json::to_vec(command).expect("a command serializes");
-    let memfd =
-        rustix::fs::memfd_create("hutch-claim", rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| {
-            SysError::new(
-                "memfd_create(\"hutch-claim\")",
-                Errno::from_raw(e.raw_os_error()),
-            )
-        })?;
-    let mut file = std::fs::File::from(memfd);
-    file.write_all(&json)
-        .and_then(|()| file.rewind())
-        .map_err(|e| sys::io_err("write(memfd \"hutch-claim\")".into(), e))?;
-    let [a, b, c] = fds;
-    message::send(
-        sock,
-        &Message::Claim {
-            command: None,
-            report_started,
-            linger,
-        },
-        &[a, b, c, file.as_fd()],
-    )
-}
-
-/// hutch init's side: the claim's command (inline, or read from the memfd
-/// after the three stdio fds), as the plan the workload reads.
-pub(super) fn decode(
-    command: Option<WireCommand>,
-    report_started: bool,
-    linger: bool,
-    fds: Vec<OwnedFd>,
-    non_default_signals: u64,
-) -> Result<Claimed, Errno> {
-    let mut fds = fds.into_iter();
-    let (Some(a), Some(b), Some(c)) = (fds.next(), fds.next(), fds.next()) else {
-        return Err(Errno::EPROTO);
-    };
-    let command = match (command, fds.next()) {
-        (Some(c), None) => c,
-        (None, Some(memfd)) => {
-            let mut text = Vec::new();
-            std::fs::File::from(memfd)
-                .take(MAX_COMMAND_BYTES + 1)
-                .read_to_end(&mut text)
-                .map_err(|_| Errno::EIO)?;
-            if text.len() as u64 > MAX_COMMAND_BYTES {
-                return Err(Errno::E2BIG);
-            }
-            serde_json::from_slice(&text).map_err(|_| Errno::EPROTO)?
-        }
-        _ => return Err(Errno::EPROTO),
-    };
-    if fds.next().is_some() {
-        return Err(Errno::EPROTO);
-    }
-    Ok(Claimed {
-        command: command.into_plan([a, b, c], non_default_signals)?,
-        report_started,
-        linger,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,72 +282,5 @@ mod tests {
         let e = warmable(&session).unwrap_err();
         assert_eq!(e.path, "new_session");
         assert!(e.message.contains("launch it cold"), "{e}");
-    }
-
-    #[test]
-    fn a_claim_round_trips_inline_and_through_a_memfd() {
-        for big in [false, true] {
-            let (a, b) = sys::socket::seqpacket_pair().unwrap();
-            let mut spec = default_profile();
-            spec.command = vec!["echo".into(), "x".repeat(if big { 100_000 } else { 10 })];
-            let (plan, _) =
-                super::super::prepare::prepare_command(&spec, false, false, Default::default())
-                    .unwrap();
-            let wire = WireCommand::of(&plan);
-            let null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
-            let stdio = [null(), null(), null()];
-            send(&a, &wire, true, big, [&stdio[0], &stdio[1], &stdio[2]]).unwrap();
-            let Some(message::Incoming::Message(
-                Message::Claim {
-                    command,
-                    report_started,
-                    linger,
-                },
-                fds,
-            )) = message::recv(&b).unwrap()
-            else {
-                panic!("not a claim")
-            };
-            assert_eq!(command.is_none(), big);
-            let claimed = decode(command, report_started, linger, fds, 5).unwrap();
-            assert!(claimed.report_started);
-            assert_eq!(claimed.linger, big);
-            assert_eq!(WireCommand::of(&claimed.command), wire);
-            assert_eq!(claimed.command.non_default_signals, 5);
-            assert!(claimed.command.stdio.fds.iter().all(Option::is_some));
-        }
-    }
-
-    #[test]
-    fn a_malformed_claim_is_refused() {
-        let null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
-        let wire = WireCommand {
-            candidates: vec!["/bin/true".into()],
-            argv: vec!["true".into()],
-            envp: vec![],
-            cwd: b"/".to_vec(),
-            umask: None,
-        };
-        assert!(matches!(
-            decode(Some(wire.clone()), false, false, vec![null(), null()], 0),
-            Err(Errno::EPROTO)
-        ));
-        assert!(matches!(
-            decode(
-                Some(wire.clone()),
-                false,
-                false,
-                vec![null(), null(), null(), null()],
-                0
-            ),
-            Err(Errno::EPROTO)
-        ));
-        let mut nul = wire.clone();
-        nul.argv.push("a\0b".into());
-        assert!(matches!(
-            decode(Some(nul), false, false, vec![null(), null(), null()], 0),
-            Err(Errno::EINVAL)
-        ));
-        assert!(decode(Some(wire), false, false, vec![null(), null(), null()], 0).is_ok());
     }
 }

@@ -5,17 +5,17 @@ use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 
-use super::RunOptions;
 use super::ending::ending_of;
-use super::prepare::{LaunchPlan, network_name};
 use super::relay::Relay;
 use super::report::{ChangesReport, Enforcement, ExitReport, Outcome};
-use super::supervise::Seen;
+use super::seen::Seen;
+use crate::launch::options::RunOptions;
+use crate::launch::prepare::{LaunchPlan, network_name};
 use crate::spec::Spec;
 
 /// The exit report (and the notices on stderr): the ending of what was
 /// seen, what was enforced, what changed.
-pub(super) fn report(
+pub(crate) fn report(
     p: &mut LaunchPlan,
     spec: &Spec,
     opts: &RunOptions,
@@ -83,7 +83,7 @@ pub(super) fn report(
 /// Notices on stderr (unless quiet): layers without idmapping, changed
 /// paths, and preferred limits this host does not enforce (once, when the
 /// workload ran).
-pub(super) fn notices(
+pub(crate) fn notices(
     p: &LaunchPlan,
     layers_without_idmap: &[PathBuf],
     changes: &[ChangesReport],
@@ -126,7 +126,7 @@ pub(super) fn notices(
     }
 }
 
-pub(super) fn unenforced(
+pub(crate) fn unenforced(
     p: &LaunchPlan,
     limits: Option<&crate::cgroup::LimitsReport>,
 ) -> Vec<String> {
@@ -145,7 +145,7 @@ pub(super) fn unenforced(
         .collect()
 }
 
-pub(super) fn changes_report(
+pub(crate) fn changes_report(
     p: &LaunchPlan,
     counted: Option<&[u64]>,
     skip_kept: bool,
@@ -176,7 +176,7 @@ pub(super) fn changes_report(
     out
 }
 
-pub(super) fn enforcement(p: &LaunchPlan, spec: &Spec) -> Enforcement {
+pub(crate) fn enforcement(p: &LaunchPlan, spec: &Spec) -> Enforcement {
     let ns = &spec.namespaces;
     let namespaces = [
         ("user", ns.user),
@@ -211,7 +211,7 @@ pub(super) fn enforcement(p: &LaunchPlan, spec: &Spec) -> Enforcement {
     }
 }
 
-pub(super) fn namespace_inodes(pid: libc::pid_t) -> serde_json::Map<String, serde_json::Value> {
+pub(crate) fn namespace_inodes(pid: libc::pid_t) -> serde_json::Map<String, serde_json::Value> {
     let mut namespaces = serde_json::Map::new();
     for ns in ["user", "mnt", "pid", "ipc", "uts", "net", "cgroup"] {
         if let Ok(m) = std::fs::metadata(format!("/proc/{pid}/ns/{ns}")) {
@@ -221,7 +221,7 @@ pub(super) fn namespace_inodes(pid: libc::pid_t) -> serde_json::Map<String, serd
     namespaces
 }
 
-pub(super) fn write_start_event(
+pub(crate) fn write_start_event(
     f: &mut std::fs::File,
     id: &str,
     pid: libc::pid_t,
@@ -253,14 +253,14 @@ fn bwrap_namespaces(spec: &Spec) -> [(&'static str, bool); 6] {
     ]
 }
 
-/// bubblewrap's start records on [`super::StatusFds`] (see there), then
+/// bubblewrap's start records on [`crate::launch::options::StatusFds`] (see there), then
 /// its block fds. A failed write is a launch failure, as in bubblewrap
 /// (`Write to info_fd`).
-pub(super) fn write_bwrap_start(
-    fds: &super::StatusFds,
+pub(crate) fn write_bwrap_start(
+    fds: &crate::launch::options::StatusFds,
     pid: libc::pid_t,
     spec: &Spec,
-) -> Result<(), super::LaunchError> {
+) -> Result<(), crate::launch::error::LaunchError> {
     use std::os::unix::fs::MetadataExt;
     if fds.info.is_none() && fds.json_status.is_none() && fds.block.is_empty() {
         return Ok(());
@@ -275,7 +275,7 @@ pub(super) fn write_bwrap_start(
         })
         .collect();
     let fail = |e: std::io::Error| {
-        super::LaunchError::Sys(crate::sys::SysError::new(
+        crate::launch::error::LaunchError::Sys(crate::sys::SysError::new(
             "write(info fd)",
             crate::sys::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
         ))
@@ -299,7 +299,7 @@ pub(super) fn write_bwrap_start(
     }
     for fd in &fds.block {
         crate::sys::read_one_byte_and_close(*fd).map_err(|e| {
-            super::LaunchError::Sys(crate::sys::SysError::new(
+            crate::launch::error::LaunchError::Sys(crate::sys::SysError::new(
                 "read(block fd)",
                 crate::sys::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
             ))
@@ -310,7 +310,7 @@ pub(super) fn write_bwrap_start(
 
 /// bubblewrap's `{ "exit-code": N }` on the json status fd, only when the
 /// workload was started (bubblewrap writes none when setup or exec failed).
-pub(super) fn write_bwrap_exit(fds: &super::StatusFds, report: &ExitReport) {
+pub(crate) fn write_bwrap_exit(fds: &crate::launch::options::StatusFds, report: &ExitReport) {
     let Some(fd) = fds.json_status else { return };
     if !matches!(report.reason, Outcome::SetupFailed | Outcome::ExecFailed) {
         let _ = crate::sys::write_fd_all(

@@ -2,15 +2,15 @@
 //!
 //! An overlay's upper must never be mounted by two overlays at once (the
 //! kernel only warns, and what either shows is then undefined). Every
-//! sandbox of a [`super::pool::Pool`] names the same upper, so two of its
+//! sandbox of a [`crate::launch::helper::pool::Pool`] names the same upper, so two of its
 //! commands at once would: a claim (and a pool's cold fallback, with
-//! [`super::RunOptions::lock_host_uppers`]) takes an exclusive `flock` on
+//! [`crate::launch::options::RunOptions::lock_host_uppers`]) takes an exclusive `flock` on
 //! each host upper directory of its Spec first, waiting for the command
 //! that holds it, and its supervisor keeps the locks until hutch init, and
 //! with it the overlay, is gone. The lock is on the host directory's own
 //! inode, which no sandbox reaches (inside, the workspace is the overlay's
 //! inode). A helper waiting for the lock answers a kill only once it has
-//! it; the caller then kills the helper itself ([`super::helper`]: after
+//! it; the caller then kills the helper itself ([`crate::launch::helper`]: after
 //! two seconds), and the ready sandbox dies with it.
 
 use std::os::fd::{AsFd, OwnedFd};
