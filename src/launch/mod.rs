@@ -25,7 +25,7 @@ pub(crate) mod wire;
 
 pub use error::{FailureKind, LaunchError, LaunchFailure};
 pub use helper::pool;
-pub use options::{Mode, RunOptions, StatusFds, WorkloadStdio};
+pub use options::{FrontEndStatus, Mode, RunOptions, StatusProtocol, WorkloadStdio};
 pub use plan::DEFAULT_ROOT_HOST_ID;
 pub use prepare::claim;
 pub use prepare::image::ImageReport;

@@ -1,8 +1,12 @@
-//! How to run a launch (as opposed to what: that is the [`Spec`](crate::spec::Spec)).
+//! How to run a launch (as opposed to what: that is the [`Spec`]).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+
+use crate::spec::Spec;
+use crate::sys::SysError;
 
 /// Where the supervisor of a launch runs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -29,7 +33,7 @@ pub enum WorkloadStdio {
     Null,
 }
 
-/// How to run (as opposed to what: that is the [`Spec`](crate::spec::Spec)).
+/// How to run (as opposed to what: that is the [`Spec`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunOptions {
@@ -58,24 +62,31 @@ pub struct RunOptions {
     /// an upper one of the pool's warm commands has mounted.
     #[serde(default)]
     pub lock_host_uppers: bool,
-    /// bubblewrap's status protocol, for the `hutch-bwrap` front end:
-    /// fds of this process written as bubblewrap writes them. In-process
-    /// launches only (fds do not cross to the helper).
+    /// A front end's own status protocol, spoken by the supervisor at the
+    /// sandbox's start and end (`hutch-bwrap`'s status fds). In-process
+    /// launches only (it does not cross to the helper).
     #[serde(skip)]
-    pub status_fds: StatusFds,
+    pub status_protocol: Option<FrontEndStatus>,
 }
 
-/// bubblewrap's status fds (`docs/bwrap.md`). Right after the sandbox is
-/// created, `info` gets the pretty JSON object and `json_status` one line
-/// with `child-pid` (the host pid of the sandbox's first process, hutch
-/// init) and the inode of every namespace the sandbox made of its own
-/// among `cgroup ipc mnt net pid uts` (`"mnt-namespace": N`, ...); `info`
-/// is then closed. Then each `block` fd is read (one byte or EOF) and
-/// closed before the sandbox goes on. When the workload was started and
-/// has ended, `json_status` gets `{ "exit-code": N }`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct StatusFds {
-    pub info: Option<i32>,
-    pub json_status: Option<i32>,
-    pub block: Vec<i32>,
+/// A front end's status protocol (bubblewrap's status fds,
+/// `bwrap::status`): the supervisor tells it when the sandbox has started
+/// and when it has ended, and knows nothing of what it writes.
+pub trait StatusProtocol: std::fmt::Debug + Send + Sync {
+    /// The sandbox exists (`pid` is its first process, hutch init) and its
+    /// workload has not started yet; an error fails the launch.
+    fn started(&self, pid: libc::pid_t, spec: &Spec) -> Result<(), SysError>;
+    /// The sandbox has ended with `status`; `workload_started` is false
+    /// when its setup or the execve of its command failed.
+    fn ended(&self, workload_started: bool, status: i32);
+}
+
+/// A [`StatusProtocol`] in [`RunOptions`] (equal only to itself).
+#[derive(Debug, Clone)]
+pub struct FrontEndStatus(pub Arc<dyn StatusProtocol>);
+
+impl PartialEq for FrontEndStatus {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }

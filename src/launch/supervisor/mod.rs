@@ -23,7 +23,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::launch::child;
 use crate::launch::error::LaunchError;
-use crate::launch::options::RunOptions;
+use crate::launch::options::{FrontEndStatus, RunOptions};
 use crate::launch::plan::FORWARDED;
 use crate::launch::prepare::{LaunchPlan, prepare};
 use crate::launch::wire::message::{self, Incoming, Message};
@@ -34,7 +34,7 @@ pub(crate) use control::{ClaimRequest, Control, ControlRequest};
 use describe::failure_line;
 use maps::{idmapped_layers, write_id_maps};
 use relay::{Captured, Relay};
-use report::ExitReport;
+use report::{ExitReport, Outcome};
 use seen::Seen;
 use summary::{namespace_inodes, report, write_start_event};
 
@@ -78,10 +78,12 @@ pub(crate) fn run(
     let sb = fork_sandbox(&mut p, spec, started)?;
     // Read while pid 1 is still dumpable and ours (it becomes neither).
     let namespaces = status_file.as_ref().map(|_| namespace_inodes(sb.pid));
-    if let Err(e) = summary::write_bwrap_start(&opts.status_fds, sb.pid, spec) {
+    if let Some(FrontEndStatus(protocol)) = &opts.status_protocol
+        && let Err(e) = protocol.started(sb.pid, spec)
+    {
         sb.kill_and_reap();
         sb.restore_mask();
-        return Err(e);
+        return Err(LaunchError::Sys(e));
     }
     let result = go(&p, spec, &sb).and_then(|layers_without_idmap| {
         let with = Supervising {
@@ -93,8 +95,10 @@ pub(crate) fn run(
         supervise(&mut p, spec, opts, &sb, status_file.as_mut(), control, with)
     });
     sb.restore_mask();
-    if let Ok(f) = &result {
-        summary::write_bwrap_exit(&opts.status_fds, &f.report);
+    if let (Ok(f), Some(FrontEndStatus(protocol))) = (&result, &opts.status_protocol) {
+        let workload_started =
+            !matches!(f.report.reason, Outcome::SetupFailed | Outcome::ExecFailed);
+        protocol.ended(workload_started, f.report.status);
     }
     result
 }
