@@ -19,7 +19,7 @@ use nix::sys::signal::SigSet;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::launch::child;
-use crate::launch::error::LaunchError;
+use crate::launch::error::{LaunchError, PrepareError};
 use crate::launch::options::RunOptions;
 use crate::launch::options::WorkloadStdio;
 use crate::launch::prepare::prepare_with;
@@ -147,7 +147,7 @@ pub fn create(
     write_oom_score_adj(pid, spec.limits.oom_score_adj)
         .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     let (handed, _) = idmapped_layers(pid, &p).map_err(kill_and_reap)?;
-    before_go(pid).map_err(|e| kill_and_reap(LaunchError::Prepare(e)))?;
+    before_go(pid).map_err(|e| kill_and_reap(PrepareError::Hook(e).into()))?;
     let fds: Vec<BorrowedFd<'_>> = handed.iter().map(|(_, fd)| fd.as_fd()).collect();
     message::send(
         &sup_sock,
@@ -169,11 +169,9 @@ pub fn create(
                 // Only a sandbox told to pause sends it; a stray one ends
                 // the sandbox rather than being answered.
                 let Some(at) = before_pivot.as_mut() else {
-                    return Err(kill_and_reap(LaunchError::Prepare(
-                        "the sandbox paused before pivot_root unasked".into(),
-                    )));
+                    return Err(kill_and_reap(PrepareError::UnaskedPause.into()));
                 };
-                at(pid).map_err(|e| kill_and_reap(LaunchError::Prepare(e)))?;
+                at(pid).map_err(|e| kill_and_reap(PrepareError::Hook(e).into()))?;
                 message::send(&sup_sock, &Message::Pivot, &[])
                     .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
             }
@@ -191,11 +189,9 @@ pub fn create(
                 }));
             }
             Ok(None) => {
-                return Err(kill_and_reap(LaunchError::Prepare(
-                    "the sandbox ended while it was being created".into(),
-                )));
+                return Err(kill_and_reap(PrepareError::EndedWhileCreated.into()));
             }
-            Err(e) => return Err(kill_and_reap(LaunchError::Prepare(e.to_string()))),
+            Err(e) => return Err(kill_and_reap(PrepareError::Message(e).into())),
         }
     }
     if p.proxy.is_none() && status_file.is_none() {

@@ -1,6 +1,7 @@
 //! Why a launch failed: [`LaunchError`], and its typed form
 //! [`LaunchFailure`] that crosses the helper boundary.
 
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -19,8 +20,8 @@ pub enum LaunchError {
         "the launching process has {0} threads; an in-process launch needs a single-threaded caller (use Mode::Auto or hutch::Command, which run the hutch helper)"
     )]
     MultiThreaded(usize),
-    #[error("{0}")]
-    Prepare(String),
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
     #[error("{0}")]
     Cgroup(#[from] crate::cgroup::CgroupError),
     #[error("{0}")]
@@ -158,6 +159,174 @@ impl LaunchError {
             location,
             errno,
             hint,
+        }
+    }
+}
+
+/// Why a launch failed around the sandbox (policy, status file, uppers,
+/// fds, joined namespaces, the helper's warm sandbox, an OCI step): one
+/// variant per failure, carrying its values. Display is the one line.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error("egress policy: {0}")]
+    EgressPolicy(crate::net::NetError),
+    #[error("{0}")]
+    Audit(#[from] crate::audit::AuditError),
+    #[error("{0}")]
+    Confinement(#[from] crate::confine::ConfineError),
+    #[error("{0}")]
+    Registry(#[from] crate::registry::RegistryError),
+    #[error("{0}")]
+    Message(#[from] super::wire::message::MessageError),
+    #[error("cannot write status file {}: {why}", path.display())]
+    StatusFile { path: PathBuf, why: StatusFileError },
+    #[error(
+        "{} exists and is not a directory; point --changes at an empty or hutch-made directory",
+        path.display()
+    )]
+    UpperNotDirectory { path: PathBuf },
+    #[error("cannot create {}: {err}", path.display())]
+    CreateUpper { path: PathBuf, err: std::io::Error },
+    #[error("cannot hand {} to host uid {uid}: {err}", path.display())]
+    ChownUpper {
+        path: PathBuf,
+        uid: u32,
+        err: std::io::Error,
+    },
+    #[error("cannot open /dev/null: {0}")]
+    DevNull(std::io::Error),
+    #[error(
+        "inherit_fds: fd {0} is not open in the launching process (open it before the launch, or leave it out of inherit_fds)"
+    )]
+    InheritedFdNotOpen(RawFd),
+    #[error("inherit_open_fds: reading /proc/self/fd: {0} (is /proc mounted?)")]
+    ReadOpenFds(std::io::Error),
+    #[error(
+        "the launching process has {count} fds to inherit; at most {max} can be passed (close the others or mark them close-on-exec)"
+    )]
+    TooManyInheritedFds { count: usize, max: usize },
+    #[error(
+        "joining the {kind} namespace (namespaces.join.{kind}): {err}{}",
+        join_hint(err)
+    )]
+    JoinNamespace { kind: &'static str, err: SysError },
+    #[error("{0}")]
+    ProxyDoors(#[from] ProxyDoorsError),
+    #[error("starting the pool's thread: {0}")]
+    PoolThread(std::io::Error),
+    /// hutch init of a warm sandbox reported this failure (as
+    /// `supervisor::describe` words it) and ended.
+    #[error("{0}")]
+    SandboxFailed(String),
+    #[error("the warm sandbox ended before it was ready")]
+    WarmEndedBeforeReady,
+    #[error("the warm sandbox ended while it waited for a command")]
+    WarmEndedWaiting,
+    #[error(
+        "this warm sandbox was built for another sandbox shape (binds, limits, network, confinement); launch the command cold or from a pool of its shape"
+    )]
+    OtherShape,
+    #[error("the warm sandbox did not hand over the egress proxy's doors")]
+    NoProxyDoors,
+    /// An OCI hook run by `create` at one of its points failed (its
+    /// runner's line).
+    #[error("{0}")]
+    Hook(String),
+    #[error("the sandbox paused before pivot_root unasked")]
+    UnaskedPause,
+    #[error("the sandbox ended while it was being created")]
+    EndedWhileCreated,
+    #[error("entering the namespaces of process {init_pid} failed (is the container running?)")]
+    EnterNamespaces { init_pid: libc::pid_t },
+}
+
+fn join_hint(err: &SysError) -> &'static str {
+    match err.errno {
+        crate::sys::Errno::EINVAL => " (not a namespace of that kind)",
+        crate::sys::Errno::EPERM => " (not allowed: the launcher lacks the capability over it)",
+        _ => "",
+    }
+}
+
+/// Why a status file cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusFileError {
+    #[error(
+        "it is not a regular file (a FIFO, socket or device): name a regular file, or pass a descriptor (--status-fd)"
+    )]
+    NotRegular,
+    #[error("it is a symbolic link, which is not followed there: name the file itself")]
+    Symlink,
+    #[error("{0}")]
+    Open(std::io::Error),
+    #[error("fstat: {0}")]
+    Fstat(std::io::Error),
+    #[error("truncate: {0}")]
+    Truncate(std::io::Error),
+}
+
+/// Why the egress proxy could not be served on the doors a sandbox sent.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyDoorsError {
+    #[error("the sandbox sent proxy doors it was not asked for")]
+    NotAsked,
+    #[error("the sandbox sent its proxy doors twice")]
+    Twice,
+    #[error("the proxy doors message carried the wrong fds")]
+    WrongFds,
+    #[error("the sandbox sent an unknown proxy door {0:?}")]
+    Unknown(String),
+    #[error("starting the egress proxy: {0}")]
+    Start(crate::net::NetError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The typed failures print the lines the strings they replaced did
+    /// (the CLI prints them, scripts match on them).
+    #[test]
+    fn prepare_errors_print_the_lines_they_always_did() {
+        let io = || std::io::Error::from_raw_os_error(libc::EACCES);
+        let cases: [(PrepareError, String); 7] = [
+            (
+                PrepareError::UpperNotDirectory { path: "/u".into() },
+                "/u exists and is not a directory; point --changes at an empty or hutch-made directory".into(),
+            ),
+            (
+                PrepareError::ChownUpper { path: "/u".into(), uid: 7, err: io() },
+                format!("cannot hand /u to host uid 7: {}", io()),
+            ),
+            (
+                PrepareError::InheritedFdNotOpen(9),
+                "inherit_fds: fd 9 is not open in the launching process (open it before the launch, or leave it out of inherit_fds)".into(),
+            ),
+            (
+                PrepareError::StatusFile { path: "/s".into(), why: StatusFileError::Truncate(io()) },
+                format!("cannot write status file /s: truncate: {}", io()),
+            ),
+            (
+                PrepareError::JoinNamespace {
+                    kind: "net",
+                    err: SysError::new("setns(3, CLONE_NEWNET)", crate::sys::Errno::EINVAL),
+                },
+                format!(
+                    "joining the net namespace (namespaces.join.net): {} (not a namespace of that kind)",
+                    SysError::new("setns(3, CLONE_NEWNET)", crate::sys::Errno::EINVAL)
+                ),
+            ),
+            (
+                PrepareError::ProxyDoors(ProxyDoorsError::Unknown("x".into())),
+                "the sandbox sent an unknown proxy door \"x\"".into(),
+            ),
+            (
+                PrepareError::EnterNamespaces { init_pid: 42 },
+                "entering the namespaces of process 42 failed (is the container running?)".into(),
+            ),
+        ];
+        for (e, line) in cases {
+            assert_eq!(LaunchError::from(e).to_string(), line);
         }
     }
 }

@@ -13,7 +13,7 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use crate::launch::error::LaunchError;
+use crate::launch::error::{LaunchError, PrepareError};
 use crate::launch::options::WorkloadStdio;
 use crate::launch::prepare::prepare_with;
 use crate::launch::wire::message::{self, Incoming};
@@ -138,9 +138,7 @@ pub fn exec(
             let mut buf = [0u8; 4];
             let n = sys::raw::read(pid_r.as_fd(), &mut buf).unwrap_or(0);
             if !ok || n != 4 {
-                return Err(LaunchError::Prepare(format!(
-                    "entering the namespaces of process {init_pid} failed (is the container running?)"
-                )));
+                return Err(PrepareError::EnterNamespaces { init_pid }.into());
             }
             let pid = i32::from_le_bytes(buf);
             // A failure record, or the end (the socket closed on execve).
@@ -159,7 +157,7 @@ pub fn exec(
                     })
                 }
                 Ok(Some(Incoming::Message(..))) => Ok(pid),
-                Err(e) => Err(LaunchError::Prepare(e.to_string())),
+                Err(e) => Err(PrepareError::Message(e).into()),
             }
         }
         Err(e) => Err(LaunchError::Clone(e)),

@@ -23,7 +23,9 @@ mod supervisor;
 mod tests;
 pub(crate) mod wire;
 
-pub use error::{FailureKind, LaunchError, LaunchFailure};
+pub use error::{
+    FailureKind, LaunchError, LaunchFailure, PrepareError, ProxyDoorsError, StatusFileError,
+};
 pub use helper::pool;
 pub use options::{FrontEndStatus, Mode, RunOptions, StatusProtocol, WorkloadStdio};
 pub use plan::DEFAULT_ROOT_HOST_ID;

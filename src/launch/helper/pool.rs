@@ -21,8 +21,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::HelperChild;
-use crate::launch::error::LaunchError;
 use crate::launch::error::LaunchFailure;
+use crate::launch::error::{LaunchError, PrepareError};
 use crate::launch::prepare::claim;
 use crate::launch::prepare::claim::ClaimCommand;
 use crate::spec::Spec;
@@ -162,7 +162,7 @@ impl Pool {
             std::thread::Builder::new()
                 .name("hutch-pool".into())
                 .spawn(move || refill(&shared, &binary, &shape, lifeline))
-                .map_err(|e| LaunchError::Prepare(format!("starting the pool's thread: {e}")))?
+                .map_err(|e| LaunchError::from(PrepareError::PoolThread(e)))?
         };
         Ok(Pool {
             defaults: ClaimCommand::of(spec),

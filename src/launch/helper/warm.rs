@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use crate::launch::error::LaunchError;
+use crate::launch::error::{LaunchError, PrepareError};
 use crate::launch::prepare::claim::{self, ClaimCommand};
 use crate::launch::prepare::{LaunchPlan, prepare_command, prepare_sandbox};
 use crate::launch::supervisor::describe::failure_line;
@@ -203,13 +203,13 @@ pub(crate) fn warm_up(
                     failure.get_or_insert("the sandbox sent an unexpected message".into());
                     warm.sb.kill(&warm.p);
                 }
-                Ok(None) => return Err(warm.ended_early(failure)),
+                Ok(None) => return Err(warm.ended_early(ended(failure))),
                 Err(e) => {
                     failure.get_or_insert(e.to_string());
                     warm.sb.kill(&warm.p);
                 }
             },
-            Event::Init => return Err(warm.ended_early(failure)),
+            Event::Init => return Err(warm.ended_early(ended(failure))),
             Event::Control => match control.read() {
                 ControlRequest::Claim(c) if pending.is_none() => pending = Some(c),
                 ControlRequest::None | ControlRequest::Signal(_) => {}
@@ -235,11 +235,10 @@ impl Warm {
     }
 
     /// hutch init ended before it was ready.
-    fn ended_early(self, failure: Option<String>) -> WarmError {
+    fn ended_early(self, why: PrepareError) -> WarmError {
         self.sb.kill(&self.p);
         let _ = sys::raw::waitpid(self.sb.pid, 0);
-        let line = failure.unwrap_or_else(|| "the warm sandbox ended before it was ready".into());
-        WarmError::Launch(LaunchError::Prepare(line))
+        WarmError::Launch(LaunchError::Prepare(why))
     }
 
     /// Wait for the command that claims this sandbox.
@@ -256,9 +255,7 @@ impl Warm {
                 },
                 // Nothing is expected from an idle sandbox: it ended.
                 Event::Socket | Event::Init => {
-                    return Err(self.ended_early(Some(
-                        "the warm sandbox ended while it waited for a command".into(),
-                    )));
+                    return Err(self.ended_early(PrepareError::WarmEndedWaiting));
                 }
                 Event::Owner => return Err(self.end()),
             }
@@ -289,12 +286,7 @@ impl Warm {
         } = *req;
         if shape != self.digest {
             // Never run a command in a sandbox built for another shape.
-            return refuse(
-                self,
-                LaunchError::Prepare(
-                    "this warm sandbox was built for another sandbox shape (binds, limits, network, confinement); launch the command cold or from a pool of its shape".into(),
-                ),
-            );
+            return refuse(self, PrepareError::OtherShape.into());
         }
         let spec = command.apply(&self.shape);
         if let Err(e) = crate::launch::prepare::validate::validate_claimed(&spec, &command) {
@@ -414,19 +406,24 @@ impl Warm {
         };
         if let Some(path) = &command.proxy_audit {
             let cap = Some(prep.policy.limits().max_audit_bytes);
-            prep.audit = Some(
-                crate::audit::AuditSink::open_capped(path, cap)
-                    .map_err(|e| LaunchError::Prepare(e.to_string()))?,
-            );
+            prep.audit =
+                Some(crate::audit::AuditSink::open_capped(path, cap).map_err(PrepareError::Audit)?);
         }
         let Some((doors, fds)) = self.doors.take() else {
-            return Err(LaunchError::Prepare(
-                "the warm sandbox did not hand over the egress proxy's doors".into(),
-            ));
+            return Err(PrepareError::NoProxyDoors.into());
         };
         let mut slot = None;
         supervisor::start_proxy(&mut self.p, &doors, fds, &mut slot)
-            .map_err(LaunchError::Prepare)?;
+            .map_err(PrepareError::ProxyDoors)?;
         Ok(slot)
     }
+}
+
+/// Why a warm sandbox ended before it was ready: the failure hutch init
+/// reported (as described), or none.
+fn ended(failure: Option<String>) -> PrepareError {
+    failure.map_or(
+        PrepareError::WarmEndedBeforeReady,
+        PrepareError::SandboxFailed,
+    )
 }

@@ -8,9 +8,9 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use crate::launch::error::LaunchError;
+use crate::launch::error::{LaunchError, PrepareError};
 use crate::spec::{NamespaceRef, Spec, SpecError};
-use crate::sys::{self, SysError};
+use crate::sys;
 
 /// Namespaces to enter, opened.
 #[derive(Default)]
@@ -65,17 +65,8 @@ impl Joins {
     /// Enter them (this process; must be single-threaded).
     pub(crate) fn enter(self) -> Result<(), LaunchError> {
         for (kind, ty, fd) in self.0 {
-            sys::setns(fd.as_fd(), ty, kind).map_err(|e: SysError| {
-                LaunchError::Prepare(format!(
-                    "joining the {kind} namespace (namespaces.join.{kind}): {e}{}",
-                    match e.errno {
-                        sys::Errno::EINVAL => " (not a namespace of that kind)",
-                        sys::Errno::EPERM =>
-                            " (not allowed: the launcher lacks the capability over it)",
-                        _ => "",
-                    }
-                ))
-            })?;
+            sys::setns(fd.as_fd(), ty, kind)
+                .map_err(|err| PrepareError::JoinNamespace { kind, err })?;
         }
         Ok(())
     }

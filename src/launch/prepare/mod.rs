@@ -22,7 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::fs::{self};
-use crate::launch::error::LaunchError;
+use crate::launch::error::{LaunchError, PrepareError};
 use crate::launch::options::WorkloadStdio;
 use crate::launch::plan::{
     CapPlan, ChildPlan, CommandPlan, DEFAULT_ROOT_HOST_ID, Exec, FORWARDED, IdMaps, Ids, StdioPlan,
@@ -79,12 +79,11 @@ fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
     let Network::Proxy(pp) = &spec.network else {
         return Ok(None);
     };
-    let policy = crate::net::Policy::from_spec(pp)
-        .map_err(|e| LaunchError::Prepare(format!("egress policy: {e}")))?;
+    let policy = crate::net::Policy::from_spec(pp).map_err(PrepareError::EgressPolicy)?;
     let audit = match &pp.audit {
         Some(path) => Some(
             crate::audit::AuditSink::open_capped(path, Some(policy.limits().max_audit_bytes))
-                .map_err(|e| LaunchError::Prepare(e.to_string()))?,
+                .map_err(PrepareError::Audit)?,
         ),
         None => None,
     };
@@ -213,8 +212,7 @@ pub(crate) fn prepare_sandbox(
             clone_flags |= flag;
         }
     }
-    let confinement =
-        crate::confine::prepare(spec).map_err(|e| LaunchError::Prepare(e.to_string()))?;
+    let confinement = crate::confine::prepare(spec).map_err(PrepareError::Confinement)?;
     let [bounding, effective, permitted, inheritable, ambient] = confinement.cap_sets();
     let caps = CapPlan {
         bounding,
@@ -406,23 +404,19 @@ fn prepare_upper(upper: &Path, work: &Path, ids: &Ids) -> Result<(), LaunchError
         match std::fs::symlink_metadata(dir) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
-                return Err(LaunchError::Prepare(format!(
-                    "{} exists and is not a directory; point --changes at an empty or hutch-made directory",
-                    dir.display()
-                )));
+                return Err(PrepareError::UpperNotDirectory { path: dir.into() }.into());
             }
-            Err(_) => std::fs::create_dir_all(dir).map_err(|e| {
-                LaunchError::Prepare(format!("cannot create {}: {e}", dir.display()))
+            Err(_) => std::fs::create_dir_all(dir).map_err(|err| PrepareError::CreateUpper {
+                path: dir.into(),
+                err,
             })?,
         }
         if ids.root_launch {
             std::os::unix::fs::lchown(dir, Some(ids.host_uid), Some(ids.host_gid)).map_err(
-                |e| {
-                    LaunchError::Prepare(format!(
-                        "cannot hand {} to host uid {}: {e}",
-                        dir.display(),
-                        ids.host_uid
-                    ))
+                |err| PrepareError::ChownUpper {
+                    path: dir.into(),
+                    uid: ids.host_uid,
+                    err,
                 },
             )?;
         }
@@ -477,7 +471,7 @@ pub(crate) fn stdio(
     let null = || {
         std::fs::File::open("/dev/null")
             .map(OwnedFd::from)
-            .map_err(|e| LaunchError::Prepare(format!("cannot open /dev/null: {e}")))
+            .map_err(|e| LaunchError::from(PrepareError::DevNull(e)))
     };
     if workload_stdio == WorkloadStdio::Null {
         plan.fds = [Some(null()?), Some(null()?), Some(null()?)];
@@ -505,28 +499,22 @@ fn inherited_fds(spec: &Spec) -> Result<Vec<RawFd>, LaunchError> {
     let mut fds = Vec::new();
     for &fd in &spec.inherit_fds {
         if !sys::raw::fd_is_open(fd) {
-            return Err(LaunchError::Prepare(format!(
-                "inherit_fds: fd {fd} is not open in the launching process (open it before the launch, or leave it out of inherit_fds)"
-            )));
+            return Err(PrepareError::InheritedFdNotOpen(fd).into());
         }
         fds.push(fd);
     }
     if spec.inherit_open_fds {
-        let open = sys::inheritable_fds().map_err(|e| {
-            LaunchError::Prepare(format!(
-                "inherit_open_fds: reading /proc/self/fd: {e} (is /proc mounted?)"
-            ))
-        })?;
+        let open = sys::inheritable_fds().map_err(PrepareError::ReadOpenFds)?;
         fds.extend(open);
     }
     fds.sort_unstable();
     fds.dedup();
     if fds.len() > crate::spec::MAX_INHERIT_FDS {
-        return Err(LaunchError::Prepare(format!(
-            "the launching process has {} fds to inherit; at most {} can be passed (close the others or mark them close-on-exec)",
-            fds.len(),
-            crate::spec::MAX_INHERIT_FDS
-        )));
+        return Err(PrepareError::TooManyInheritedFds {
+            count: fds.len(),
+            max: crate::spec::MAX_INHERIT_FDS,
+        }
+        .into());
     }
     Ok(fds)
 }

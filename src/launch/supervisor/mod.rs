@@ -22,7 +22,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::launch::child;
-use crate::launch::error::LaunchError;
+use crate::launch::error::{LaunchError, PrepareError, ProxyDoorsError, StatusFileError};
 use crate::launch::options::{FrontEndStatus, RunOptions};
 use crate::launch::plan::FORWARDED;
 use crate::launch::prepare::{LaunchPlan, prepare};
@@ -120,33 +120,31 @@ pub(crate) fn open_status_file(opts: &RunOptions) -> Result<Option<std::fs::File
 /// `--status-fd` (bubblewrap's `--json-status-fd`) instead.
 pub(crate) fn open_status_path(path: &std::path::Path) -> Result<std::fs::File, LaunchError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let fail = |why: String| {
-        LaunchError::Prepare(format!(
-            "cannot write status file {}: {why}",
-            path.display()
-        ))
+    let fail = |why: StatusFileError| {
+        LaunchError::from(PrepareError::StatusFile {
+            path: path.into(),
+            why,
+        })
     };
-    let not_regular = || {
-        fail("it is not a regular file (a FIFO, socket or device): name a regular file, or pass a descriptor (--status-fd)".into())
-    };
+    let not_regular = || fail(StatusFileError::NotRegular);
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
         .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => fail(
-                "it is a symbolic link, which is not followed there: name the file itself".into(),
-            ),
+            Some(libc::ELOOP) => fail(StatusFileError::Symlink),
             Some(libc::ENXIO) => not_regular(),
-            _ => fail(e.to_string()),
+            _ => fail(StatusFileError::Open(e)),
         })?;
-    let meta = file.metadata().map_err(|e| fail(format!("fstat: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| fail(StatusFileError::Fstat(e)))?;
     if !meta.file_type().is_file() {
         return Err(not_regular());
     }
     file.set_len(0)
-        .map_err(|e| fail(format!("truncate: {e}")))?;
+        .map_err(|e| fail(StatusFileError::Truncate(e)))?;
     Ok(file)
 }
 
@@ -180,10 +178,8 @@ pub(crate) fn fork_sandbox(
         let joins = joins?;
         if spec.namespaces.join.user.is_some() {
             // After setns this process's uid is the joined namespace's.
-            p.registry_dir = Some(
-                crate::registry::open_runtime_dir()
-                    .map_err(|e| LaunchError::Prepare(e.to_string()))?,
-            );
+            p.registry_dir =
+                Some(crate::registry::open_runtime_dir().map_err(PrepareError::Registry)?);
         }
         joins.enter()?;
         let cgroup_fd = p.cgroup.as_ref().and_then(|c| c.cgroup_fd());
@@ -334,7 +330,7 @@ pub(crate) fn keep(
     if let Some((names, fds)) = doors
         && let Err(e) = start_proxy(watch.p, &names, fds, &mut watch.proxy)
     {
-        watch.seen.failed(None, e);
+        watch.seen.failed(None, e.to_string());
         sb.kill(watch.p);
     }
     watch.run()?;
@@ -436,7 +432,7 @@ pub(crate) fn supervise(
     } else {
         let r = register(p, spec, sb.pid).map_err(|e| {
             sb.kill_and_reap();
-            LaunchError::Prepare(e.to_string())
+            LaunchError::from(PrepareError::Registry(e))
         })?;
         (Some(r), None)
     };
@@ -712,7 +708,7 @@ impl Watch<'_, '_> {
                 }
                 Message::ListenerReady { doors } => {
                     if let Err(e) = start_proxy(self.p, &doors, fds, &mut self.proxy) {
-                        self.seen.failed(None, e);
+                        self.seen.failed(None, e.to_string());
                         self.sb.kill(self.p);
                     }
                 }
@@ -878,19 +874,19 @@ pub(crate) fn start_proxy(
     doors: &[String],
     fds: Vec<OwnedFd>,
     slot: &mut Option<crate::net::ProxyHandle>,
-) -> Result<(), String> {
+) -> Result<(), ProxyDoorsError> {
     let sandbox_id = p.sandbox_id.clone();
     let Some(prep) = p.proxy.as_mut() else {
-        return Err("the sandbox sent proxy doors it was not asked for".into());
+        return Err(ProxyDoorsError::NotAsked);
     };
     if slot.is_some() {
-        return Err("the sandbox sent its proxy doors twice".into());
+        return Err(ProxyDoorsError::Twice);
     }
     // The TCP and Unix doors, then (transparent egress) the resolver and
     // one capture listener per captured port: exactly what was asked for.
     let expected = 2 + prep.transparent_ports.as_ref().map_or(0, |p| 1 + p.len());
     if doors.len() != fds.len() || doors.len() != expected {
-        return Err("the proxy doors message carried the wrong fds".into());
+        return Err(ProxyDoorsError::WrongFds);
     }
     let mut listeners = Vec::new();
     for (name, fd) in doors.iter().zip(fds) {
@@ -899,7 +895,7 @@ pub(crate) fn start_proxy(
             "unix" => crate::net::Door::Unix,
             "resolver" if prep.transparent_ports.is_some() => crate::net::Door::Resolver,
             "transparent" if prep.transparent_ports.is_some() => crate::net::Door::Transparent,
-            other => return Err(format!("the sandbox sent an unknown proxy door {other:?}")),
+            other => return Err(ProxyDoorsError::Unknown(other.to_string())),
         };
         listeners.push((door, fd));
     }
@@ -909,7 +905,7 @@ pub(crate) fn start_proxy(
         sandbox_id,
         prep.audit.clone(),
     )
-    .map_err(|e| format!("starting the egress proxy: {e}"))?;
+    .map_err(ProxyDoorsError::Start)?;
     *slot = Some(handle);
     Ok(())
 }
