@@ -9,7 +9,7 @@ use crate::launch::wire::command::{MAX_COMMAND_BYTES, WireCommand};
 use crate::sys::Errno;
 
 /// What hutch init got from a claim.
-pub struct Claimed {
+pub(crate) struct Claimed {
     pub command: CommandPlan,
     /// Whether to report `Started` (the claim has a status file).
     pub report_started: bool,

@@ -104,7 +104,7 @@ pub(crate) struct Running {
 }
 
 /// The sandbox's pid 1. Never returns.
-pub fn sandbox_main(plan: &mut ChildPlan, sock: OwnedFd) -> ! {
+pub(crate) fn sandbox_main(plan: &mut ChildPlan, sock: OwnedFd) -> ! {
     match init(&mut RealSys, plan, sock.as_fd()) {
         Ok(running) => init_loop(running, &sock),
         Err(Stop::Failed(f, text)) => {

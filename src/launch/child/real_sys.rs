@@ -11,7 +11,7 @@ use crate::launch::wire::message::{self, Incoming, Message};
 use crate::sys::{self, Errno, SysError, raw, sock_filter};
 
 /// The real syscall layer (used in the child).
-pub struct RealSys;
+pub(crate) struct RealSys;
 
 impl FsSys for RealSys {
     fn mount(

@@ -109,7 +109,7 @@ pub(crate) fn signal_list(mask: u64) -> Vec<libc::c_int> {
 /// Every signal an engine may send a container's init that hutch init
 /// forwards to the workload: all but the uncatchable ones, SIGCHLD, and
 /// the synchronous faults.
-pub fn forward_all_signals() -> u64 {
+pub(crate) fn forward_all_signals() -> u64 {
     let skip = [
         libc::SIGKILL,
         libc::SIGSTOP,

@@ -14,7 +14,7 @@ use crate::launch::plan::ChildPlan;
 use crate::launch::wire::message::Message;
 use crate::sys::{Errno, sock_filter};
 
-pub trait ChildSys: FsSys {
+pub(crate) trait ChildSys: FsSys {
     // hutch init
     fn set_parent_death_signal(&mut self) -> Result<(), Errno>;
     /// Close every fd but 0, 1, 2, `keep` and the `inherited` fd numbers

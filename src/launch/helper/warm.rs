@@ -52,7 +52,7 @@ impl Lingering {
     /// The claimer's stdio (this process's 0/1/2 since the claim) are let
     /// go first: a claimer reading its pipes to their end is not kept
     /// waiting for the teardown.
-    pub fn reap(self) {
+    pub(crate) fn reap(self) {
         if let Ok(null) = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -223,7 +223,7 @@ pub(crate) fn warm_up(
 
 impl Warm {
     /// The sandbox's id (its cgroup leaf's name).
-    pub fn sandbox_id(&self) -> &str {
+    pub(crate) fn sandbox_id(&self) -> &str {
         &self.p.sandbox_id
     }
 
@@ -242,7 +242,7 @@ impl Warm {
     }
 
     /// Wait for the command that claims this sandbox.
-    pub fn wait_claim(
+    pub(crate) fn wait_claim(
         self,
         control: &mut dyn Control,
     ) -> Result<(Warm, Box<ClaimRequest>), WarmError> {
@@ -267,7 +267,7 @@ impl Warm {
     /// The report may go out before hutch init is reaped (see
     /// [`Supervising::report_on_exit`]): then the [`Lingering`] init is
     /// returned too, to reap once the report is sent.
-    pub fn claim(
+    pub(crate) fn claim(
         &mut self,
         req: Box<ClaimRequest>,
         control: &mut dyn Control,

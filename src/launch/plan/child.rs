@@ -8,12 +8,12 @@ use super::command::CommandPlan;
 use super::ids::Ids;
 
 /// Where the egress proxy's Unix door is made, inside the new root.
-pub const PROXY_DOOR_IN_ROOT: &std::ffi::CStr = c"run/hutch/proxy.sock";
+pub(crate) const PROXY_DOOR_IN_ROOT: &std::ffi::CStr = c"run/hutch/proxy.sock";
 
 /// The workload's capability sets, as numbers the child can use (bit N
 /// for capability N).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CapPlan {
+pub(crate) struct CapPlan {
     pub bounding: u64,
     pub effective: u64,
     pub permitted: u64,
@@ -26,7 +26,7 @@ pub struct CapPlan {
 impl CapPlan {
     /// The same capabilities in every set (`security.cap_add`).
     #[cfg(test)]
-    pub fn keeping(keep: u64, last: u32) -> CapPlan {
+    pub(crate) fn keeping(keep: u64, last: u32) -> CapPlan {
         CapPlan {
             bounding: keep,
             effective: keep,
@@ -42,7 +42,7 @@ impl CapPlan {
 /// execve) reads. Nothing else is reachable from there: the child gets a
 /// shared reference to this and its socket, and the workload, which shares
 /// init's memory, allocates nothing.
-pub struct ChildPlan {
+pub(crate) struct ChildPlan {
     pub ids: Ids,
     pub fs: crate::fs::Plan,
     /// `fs[3] (ro-bind /usr)`, for build errors (init may allocate).
@@ -120,7 +120,7 @@ pub struct ChildPlan {
 }
 
 /// Signals pid 1 forwards to the workload.
-pub const FORWARDED: [libc::c_int; 6] = [
+pub(crate) const FORWARDED: [libc::c_int; 6] = [
     libc::SIGINT,
     libc::SIGTERM,
     libc::SIGHUP,
@@ -130,6 +130,6 @@ pub const FORWARDED: [libc::c_int; 6] = [
 ];
 
 /// The default set of forwarded signals as a mask.
-pub fn signal_mask(signals: &[libc::c_int]) -> u64 {
+pub(crate) fn signal_mask(signals: &[libc::c_int]) -> u64 {
     signals.iter().fold(0, |m, s| m | 1u64 << (s - 1))
 }

@@ -6,7 +6,7 @@ use std::os::fd::OwnedFd;
 
 /// argv/envp and the paths execve tries, as C strings and pointer arrays
 /// (valid in the child, which has a copy of this memory).
-pub struct Exec {
+pub(crate) struct Exec {
     pub candidates: Vec<CString>,
     /// The strings `argv_ptrs` and `envp_ptrs` point into.
     #[allow(dead_code)]
@@ -19,7 +19,11 @@ pub struct Exec {
 
 impl Exec {
     /// From validated strings (no NUL).
-    pub fn from_strings(candidates: Vec<String>, argv: Vec<String>, envp: Vec<String>) -> Exec {
+    pub(crate) fn from_strings(
+        candidates: Vec<String>,
+        argv: Vec<String>,
+        envp: Vec<String>,
+    ) -> Exec {
         let to_c = |s: String| CString::new(s).expect("validated: no NUL");
         let argv: Vec<CString> = argv.into_iter().map(to_c).collect();
         let envp: Vec<CString> = envp.into_iter().map(to_c).collect();
@@ -42,12 +46,12 @@ impl Exec {
 /// The fds the workload gets as its stdin, stdout and stderr (None: the
 /// supervisor's own, inherited).
 #[derive(Default)]
-pub struct StdioPlan {
+pub(crate) struct StdioPlan {
     pub fds: [Option<OwnedFd>; 3],
 }
 
 /// The command-dependent part of the child plan.
-pub struct CommandPlan {
+pub(crate) struct CommandPlan {
     pub exec: Exec,
     pub cwd: CString,
     pub stdio: StdioPlan,
@@ -64,7 +68,7 @@ pub struct CommandPlan {
 
 impl CommandPlan {
     /// No command yet (a warm sandbox, until it is claimed).
-    pub fn placeholder() -> CommandPlan {
+    pub(crate) fn placeholder() -> CommandPlan {
         CommandPlan {
             exec: Exec::from_strings(Vec::new(), Vec::new(), Vec::new()),
             cwd: CString::from(c"/"),

@@ -6,7 +6,7 @@ pub const DEFAULT_ROOT_HOST_ID: u32 = 65534;
 
 /// Who the sandbox is, inside and on the host.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Ids {
+pub(crate) struct Ids {
     /// The workload's ids (inside the sandbox's user namespace, if any).
     pub inside_uid: u32,
     pub inside_gid: u32,
@@ -32,7 +32,7 @@ pub struct Ids {
 
 /// The ids a workload switches to itself.
 #[derive(Debug, Clone, PartialEq)]
-pub struct WorkloadIds {
+pub(crate) struct WorkloadIds {
     pub uid: u32,
     pub gid: u32,
     /// setgroups(2) with these (None: leave the groups alone).
@@ -41,7 +41,7 @@ pub struct WorkloadIds {
 
 /// The user namespace's maps, as written to `/proc/PID/{uid,gid}_map`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct IdMaps {
+pub(crate) struct IdMaps {
     pub uid_map: String,
     pub gid_map: String,
     /// Written to `/proc/PID/setgroups` first (unprivileged: `deny`).
@@ -52,7 +52,7 @@ impl Ids {
     /// An image run's ids (always a user namespace of the sandbox's own):
     /// hutch init becomes the inside ids, the supervisor writes the one-id
     /// maps unless a subordinate range is mapped.
-    pub fn for_image(mut self) -> Ids {
+    pub(crate) fn for_image(mut self) -> Ids {
         self.init_ids = Some((self.inside_uid, self.inside_gid));
         if self.subordinate.is_none() {
             self.maps = Some(IdMaps {
@@ -68,14 +68,14 @@ impl Ids {
     /// uid (an unprivileged caller mapped to 0 with a subordinate range):
     /// the switch must keep its capabilities, which it needs to build the
     /// root.
-    pub fn keep_caps_on_setuid(&self) -> bool {
+    pub(crate) fn keep_caps_on_setuid(&self) -> bool {
         self.subordinate.is_some_and(|s| s.helpers) && self.inside_uid != 0
     }
 }
 
 /// One line of a uid or gid map: `inside host count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Extent {
+pub(crate) struct Extent {
     pub inside: u32,
     pub host: u32,
     pub count: u32,
@@ -83,7 +83,7 @@ pub struct Extent {
 
 /// Maps with more than one id, from a subordinate range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Subordinate {
+pub(crate) struct Subordinate {
     /// The extents of the uid and gid maps (`len` of each used).
     pub uid: [Extent; 2],
     pub gid: [Extent; 2],
@@ -96,7 +96,7 @@ pub struct Subordinate {
 
 impl Subordinate {
     /// The host id inside id `id` maps to, if any.
-    pub fn host_of(extents: &[Extent], id: u32) -> Option<u32> {
+    pub(crate) fn host_of(extents: &[Extent], id: u32) -> Option<u32> {
         extents
             .iter()
             .find(|e| id >= e.inside && id - e.inside < e.count)

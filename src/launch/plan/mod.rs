@@ -6,6 +6,7 @@ mod child;
 mod command;
 mod ids;
 
-pub use child::{CapPlan, ChildPlan, FORWARDED, PROXY_DOOR_IN_ROOT, signal_mask};
-pub use command::{CommandPlan, Exec, StdioPlan};
-pub use ids::{DEFAULT_ROOT_HOST_ID, Extent, IdMaps, Ids, Subordinate, WorkloadIds};
+pub(crate) use child::{CapPlan, ChildPlan, FORWARDED, PROXY_DOOR_IN_ROOT, signal_mask};
+pub(crate) use command::{CommandPlan, Exec, StdioPlan};
+pub use ids::DEFAULT_ROOT_HOST_ID;
+pub(crate) use ids::{Extent, IdMaps, Ids, Subordinate, WorkloadIds};

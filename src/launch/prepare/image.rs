@@ -54,7 +54,7 @@ pub(crate) struct Prepared {
 }
 
 /// Kept by the supervisor until the sandbox is gone.
-pub struct Held {
+pub(crate) struct Held {
     /// The Spec as launched: the image's Env, WorkingDir, User and command
     /// applied (what failure lines describe).
     pub spec: Spec,

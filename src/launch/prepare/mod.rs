@@ -35,7 +35,7 @@ use crate::sys::{
 };
 
 /// The prepared launch: the child's plan and what the supervisor keeps.
-pub struct LaunchPlan {
+pub(crate) struct LaunchPlan {
     pub child: ChildPlan,
     pub sandbox_id: String,
     pub clone_flags: u64,
@@ -64,7 +64,7 @@ pub struct LaunchPlan {
 
 /// The egress proxy of a `proxy`-mode sandbox, prepared before clone; the
 /// supervisor serves it once the sandbox sends its doors.
-pub struct ProxyPrep {
+pub(crate) struct ProxyPrep {
     pub policy: crate::net::Policy,
     pub audit: Option<crate::audit::AuditSink>,
     /// `transparent` egress: the ports captured (those the policy can
@@ -107,7 +107,7 @@ fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
 }
 
 /// Validate and prepare. `relay` forces stdout/stderr through pipes.
-pub fn prepare(
+pub(crate) fn prepare(
     spec: &Spec,
     relay: bool,
     workload_stdio: WorkloadStdio,
@@ -117,7 +117,7 @@ pub fn prepare(
 
 /// [`prepare`]; `own_leaf: false` when the caller places the sandbox in a
 /// cgroup of its own (no leaf of hutch's; only rlimits).
-pub fn prepare_with(
+pub(crate) fn prepare_with(
     spec: &Spec,
     relay: bool,
     workload_stdio: WorkloadStdio,

@@ -15,14 +15,14 @@ const HELPER_DIRS: &[&str] = &["/usr/bin", "/usr/sbin", "/bin", "/sbin"];
 
 /// One range of a subordinate id file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Range {
+pub(crate) struct Range {
     pub start: u32,
     pub count: u32,
 }
 
 /// The first range `/etc/subuid` (`uid = true`) or `/etc/subgid` gives the
 /// user `name` or numeric `id`.
-pub fn range_for(file: &Path, name: Option<&str>, id: u32) -> Option<Range> {
+pub(crate) fn range_for(file: &Path, name: Option<&str>, id: u32) -> Option<Range> {
     let text = read_small(file)?;
     let id = id.to_string();
     text.lines().find_map(|line| {
@@ -38,7 +38,7 @@ pub fn range_for(file: &Path, name: Option<&str>, id: u32) -> Option<Range> {
 
 /// The name of host user `uid` in `/etc/passwd` (the helpers match ranges
 /// by name or number).
-pub fn user_name(uid: u32) -> Option<String> {
+pub(crate) fn user_name(uid: u32) -> Option<String> {
     let text = read_small(Path::new("/etc/passwd"))?;
     let id = uid.to_string();
     text.lines().find_map(|line| {
@@ -58,7 +58,7 @@ fn read_small(path: &Path) -> Option<String> {
 }
 
 /// `newuidmap` or `newgidmap`, by absolute path.
-pub fn helper(name: &str) -> Option<std::path::PathBuf> {
+pub(crate) fn helper(name: &str) -> Option<std::path::PathBuf> {
     HELPER_DIRS
         .iter()
         .map(|d| Path::new(d).join(name))
@@ -67,7 +67,7 @@ pub fn helper(name: &str) -> Option<std::path::PathBuf> {
 
 /// Run `helper PID inside host count ...` with an empty environment;
 /// its first stderr line on failure.
-pub fn run_helper(
+pub(crate) fn run_helper(
     helper: &Path,
     pid: libc::pid_t,
     extents: &[(u32, u32, u32)],

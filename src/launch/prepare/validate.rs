@@ -21,7 +21,7 @@ pub fn validate(spec: &Spec) -> Result<(), SpecError> {
 /// [`validate`] for a warm sandbox's claim: `spec` is the sandbox's shape
 /// (checked when it was made) with `command` applied, so only the command
 /// part is looked through for NUL bytes.
-pub fn validate_claimed(
+pub(crate) fn validate_claimed(
     spec: &Spec,
     command: &super::claim::ClaimCommand,
 ) -> Result<(), SpecError> {

@@ -21,7 +21,7 @@ use crate::sys;
 /// Lock every host upper directory of `spec`'s writable overlays, in the
 /// Spec's order (the same order for every sandbox of a shape: no two
 /// claims can hold one each and wait for the other's).
-pub fn lock_host_uppers(spec: &Spec) -> Result<Vec<OwnedFd>, sys::SysError> {
+pub(crate) fn lock_host_uppers(spec: &Spec) -> Result<Vec<OwnedFd>, sys::SysError> {
     let mut locks = Vec::new();
     for op in &spec.fs {
         if let FsOp::Overlay { upper, .. } = op {

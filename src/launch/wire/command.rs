@@ -10,7 +10,7 @@ use crate::sys::Errno;
 
 /// Largest command (argv, environment, candidates) a claim carries; the
 /// kernel's own execve limit is lower than this.
-pub const MAX_COMMAND_BYTES: u64 = 8 << 20;
+pub(crate) const MAX_COMMAND_BYTES: u64 = 8 << 20;
 
 /// The command as the supervisor sends it to hutch init (which may
 /// allocate; the workload then reads the [`CommandPlan`] built from it).
