@@ -44,6 +44,9 @@ use crate::launch::pool::InFlight;
 use crate::launch::{LaunchError, LaunchFailure, RunOptions};
 use crate::spec::{self, ByteSize, Duration, FsOp, Network, Spec};
 
+mod options;
+use options::{CommandOptions, shared_setters};
+
 /// Why a sandbox could not be spawned or awaited.
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
@@ -72,8 +75,7 @@ impl From<LaunchError> for SpawnError {
 /// A sandboxed command, built like [`std::process::Command`].
 pub struct Command {
     spec: Spec,
-    status_file: Option<PathBuf>,
-    quiet: bool,
+    options: CommandOptions,
     binary: Option<PathBuf>,
     /// `changes()` called before there was a workspace overlay to keep.
     changes: Option<PathBuf>,
@@ -103,8 +105,7 @@ impl Command {
     pub fn from_spec(spec: Spec) -> Self {
         Command {
             spec,
-            status_file: None,
-            quiet: true,
+            options: CommandOptions::default(),
             binary: None,
             changes: None,
             stdin: None,
@@ -113,26 +114,12 @@ impl Command {
         }
     }
 
-    pub fn arg(&mut self, arg: impl AsRef<str>) -> &mut Self {
-        self.spec.command.push(arg.as_ref().to_string());
-        self
-    }
-
-    pub fn args<I: IntoIterator<Item = S>, S: AsRef<str>>(&mut self, args: I) -> &mut Self {
-        for a in args {
-            self.arg(a);
-        }
-        self
-    }
-
-    pub fn env(&mut self, key: impl Into<String>, value: impl Into<String>) -> &mut Self {
-        self.spec.env.insert(key.into(), value.into());
-        self
-    }
-
-    pub fn env_remove(&mut self, key: &str) -> &mut Self {
-        self.spec.env.remove(key);
-        self
+    shared_setters! {
+        spec;
+        /// Wall-clock limit (the whole tree is killed; status 124).
+        fn timeout;
+        /// No wall-clock limit.
+        fn no_timeout;
     }
 
     /// Overlay `dir` at the same path (writes are discarded unless
@@ -167,11 +154,6 @@ impl Command {
             }
         }
         self.changes = Some(keep.to_path_buf());
-        self
-    }
-
-    pub fn current_dir(&mut self, dir: impl AsRef<Path>) -> &mut Self {
-        self.spec.cwd = Some(dir.as_ref().to_path_buf());
         self
     }
 
@@ -222,23 +204,6 @@ impl Command {
         self
     }
 
-    /// Wall-clock limit (the whole tree is killed; status 124).
-    pub fn timeout(&mut self, limit: std::time::Duration) -> &mut Self {
-        self.spec.limits.wall_clock = Some(Duration(limit));
-        self
-    }
-
-    /// No wall-clock limit.
-    pub fn no_timeout(&mut self) -> &mut Self {
-        self.spec.limits.wall_clock = None;
-        self
-    }
-
-    pub fn output_limit(&mut self, bytes: u64) -> &mut Self {
-        self.spec.limits.output_bytes = Some(ByteSize(bytes));
-        self
-    }
-
     pub fn uid(&mut self, uid: u32) -> &mut Self {
         self.spec.identity.uid = Some(uid);
         self
@@ -246,19 +211,6 @@ impl Command {
 
     pub fn gid(&mut self, gid: u32) -> &mut Self {
         self.spec.identity.gid = Some(gid);
-        self
-    }
-
-    /// Also write the status events (JSON lines) to this file.
-    pub fn status_file(&mut self, path: impl AsRef<Path>) -> &mut Self {
-        self.status_file = Some(path.as_ref().into());
-        self
-    }
-
-    /// Print the notices (changed paths, limits not enforced here) on
-    /// stderr (off by default).
-    pub fn notify_changes(&mut self, on: bool) -> &mut Self {
-        self.quiet = !on;
         self
     }
 
@@ -312,8 +264,8 @@ impl Command {
             None => crate::launch::helper::find_binary().ok_or(SpawnError::BinaryNotFound)?,
         };
         let options = RunOptions {
-            status_file: self.status_file.clone(),
-            quiet: self.quiet,
+            status_file: self.options.status_file.clone(),
+            quiet: self.options.quiet,
             ..Default::default()
         };
         let stdio = [
@@ -594,8 +546,7 @@ impl Pool {
         PoolCommand {
             pool: self,
             command,
-            status_file: None,
-            quiet: true,
+            options: CommandOptions::default(),
             stdio: [None, None, None],
         }
     }
@@ -620,67 +571,17 @@ impl Pool {
 pub struct PoolCommand<'a> {
     pool: &'a Pool,
     command: ClaimCommand,
-    status_file: Option<PathBuf>,
-    quiet: bool,
+    options: CommandOptions,
     stdio: [Option<Redirect>; 3],
 }
 
 impl PoolCommand<'_> {
-    pub fn arg(&mut self, arg: impl AsRef<str>) -> &mut Self {
-        self.command.command.push(arg.as_ref().to_string());
-        self
-    }
-
-    pub fn args<I: IntoIterator<Item = S>, S: AsRef<str>>(&mut self, args: I) -> &mut Self {
-        for a in args {
-            self.arg(a);
-        }
-        self
-    }
-
-    pub fn env(&mut self, key: impl Into<String>, value: impl Into<String>) -> &mut Self {
-        self.command.env.insert(key.into(), value.into());
-        self
-    }
-
-    pub fn env_remove(&mut self, key: &str) -> &mut Self {
-        self.command.env.remove(key);
-        self
-    }
-
-    pub fn current_dir(&mut self, dir: impl AsRef<Path>) -> &mut Self {
-        self.command.cwd = Some(dir.as_ref().to_path_buf());
-        self
-    }
-
-    /// Wall-clock limit from the claim on (the whole tree is killed;
-    /// status 124).
-    pub fn timeout(&mut self, limit: std::time::Duration) -> &mut Self {
-        self.command.wall_clock = Some(Duration(limit));
-        self
-    }
-
-    pub fn no_timeout(&mut self) -> &mut Self {
-        self.command.wall_clock = None;
-        self
-    }
-
-    pub fn output_limit(&mut self, bytes: u64) -> &mut Self {
-        self.command.output_bytes = Some(ByteSize(bytes));
-        self
-    }
-
-    /// Also write the status events (JSON lines) to this file.
-    pub fn status_file(&mut self, path: impl AsRef<Path>) -> &mut Self {
-        self.status_file = Some(path.as_ref().into());
-        self
-    }
-
-    /// Print the notices (changed paths, limits not enforced here) on
-    /// stderr (off by default).
-    pub fn notify_changes(&mut self, on: bool) -> &mut Self {
-        self.quiet = !on;
-        self
+    shared_setters! {
+        command;
+        /// Wall-clock limit from the claim on (the whole tree is killed;
+        /// status 124).
+        fn timeout;
+        fn no_timeout;
     }
 
     pub fn stdin(&mut self, r: impl Into<Redirect>) -> &mut Self {
@@ -713,12 +614,12 @@ impl PoolCommand<'_> {
             return Err(spec::SpecError::new("command", "no command to run").into());
         }
         let options = RunOptions {
-            status_file: match &self.status_file {
+            status_file: match &self.options.status_file {
                 // The supervisor runs elsewhere: name the file absolutely.
                 Some(p) => Some(std::path::absolute(p)?),
                 None => None,
             },
-            quiet: self.quiet,
+            quiet: self.options.quiet,
             ..Default::default()
         };
         let (fds, pipes) = pooled_stdio(std::mem::take(&mut self.stdio))?;

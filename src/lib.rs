@@ -48,13 +48,13 @@ pub mod oci;
 pub mod probe;
 #[doc(hidden)]
 pub mod registry;
-mod static_words;
 #[doc(hidden)]
 pub mod sys;
 
 mod api;
 #[cfg(test)]
 mod test_support;
+mod util;
 
 pub use api::{Child, Command, Output, Pool, PoolCommand, Redirect, SpawnError, find_binary};
 
@@ -90,6 +90,7 @@ pub fn supervisor_main() -> Option<i32> {
 /// fuzzers. Nothing here is stable.
 #[doc(hidden)]
 pub mod internals {
+    pub use crate::util::clock;
     pub use crate::{
         audit, bwrap, cgroup, cli, confine, fs, image, net, oci, probe, registry, sys,
     };

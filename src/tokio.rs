@@ -578,9 +578,7 @@ impl Session {
         let task = guard.task.as_mut().expect("just set");
         let result = task.await;
         guard.task = None;
-        result.map_err(|e| {
-            crate::workspace::WorkspaceError::Launch(format!("the command's thread: {e}"))
-        })?
+        result.map_err(|e| crate::workspace::WorkspaceError::CommandThread(Box::new(e)))?
     }
 
     /// The sync session back, once no command runs.

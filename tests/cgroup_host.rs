@@ -197,9 +197,7 @@ fn rlimit_applies_in_the_sandbox() {
 /// suffixes where the rlimit counts bytes; counts stay numbers.
 #[test]
 fn rlimit_sizes_take_suffixes() {
-    if !userns_works() {
-        return;
-    }
+    require!(userns_works(), NO_LAUNCH);
     let out = hutch(&[
         "run",
         "--rlimit",

@@ -6,7 +6,9 @@
 
 mod confine_support;
 
+use confine_support::install::install_ns;
 use confine_support::seccomp_reference::compile_with_seccompiler;
+use confine_support::seccompiler_format::{Ordered, to_seccompiler};
 use hutch::internals::confine::seccomp::{self, BUILTIN, INIT_PROFILE};
 use serde_json::{Value, json};
 
@@ -111,50 +113,6 @@ fn interesting(profile: &Value) -> Vec<u64> {
     vals
 }
 
-/// A profile's filters in file order (their order is their meaning;
-/// `serde_json::Value` would sort them by name).
-struct Ordered(Vec<(String, Value)>);
-
-impl<'de> serde::Deserialize<'de> for Ordered {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Ordered;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a profile")
-            }
-            fn visit_map<M: serde::de::MapAccess<'de>>(
-                self,
-                mut m: M,
-            ) -> Result<Ordered, M::Error> {
-                let mut out = Vec::new();
-                while let Some(kv) = m.next_entry()? {
-                    out.push(kv);
-                }
-                Ok(Ordered(out))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-impl Ordered {
-    fn parse(text: &str) -> Ordered {
-        serde_json::from_str(text).unwrap()
-    }
-    fn text(&self) -> String {
-        let filters: Vec<String> = self
-            .0
-            .iter()
-            .map(|(k, v)| format!("{}: {v}", json!(k)))
-            .collect();
-        format!("{{{}}}", filters.join(", "))
-    }
-    fn value(&self) -> Value {
-        Value::Object(self.0.iter().cloned().collect())
-    }
-}
-
 /// Compare the two compilers on `profile` (new) and `oracle_profile`
 /// (the same rules in seccompiler's format). Returns the two lengths.
 fn compare(what: &str, profile: &str, oracle_profile: &str) -> (usize, usize) {
@@ -206,65 +164,6 @@ fn compare(what: &str, profile: &str, oracle_profile: &str) -> (usize, usize) {
         old.len()
     );
     (new.len(), old.len())
-}
-
-/// The seccompiler equivalent of a stage that uses `unlisted_action`:
-/// "allow if any rule (an AND of `==`) matches, else E" (unlisted syscalls
-/// allowed) becomes its complement as a deny stage: AND over the rules of
-/// (OR of `!=`), expanded into rules of `!=` conditions.
-fn to_seccompiler(profile: &str) -> String {
-    let mut out = Ordered::parse(profile);
-    for (_, f) in out.0.iter_mut() {
-        let Some(unlisted) = f.as_object_mut().unwrap().remove("unlisted_action") else {
-            continue;
-        };
-        assert_eq!(unlisted, json!("allow"));
-        assert_eq!(f["match_action"], json!("allow"));
-        let deny = f["mismatch_action"].clone();
-        // syscall -> the complement's rules (each a list of `ne` conditions)
-        let mut by_syscall: Vec<(String, Vec<Vec<Value>>)> = Vec::new();
-        for r in f["filter"].as_array().unwrap() {
-            let negated: Vec<Value> = r["args"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|c| {
-                    assert_eq!(c["op"], json!("eq"), "only == rules are converted");
-                    let mut c = c.clone();
-                    c["op"] = json!("ne");
-                    c.as_object_mut().unwrap().remove("comment");
-                    c
-                })
-                .collect();
-            let name = r["syscall"].as_str().unwrap().to_string();
-            let at = match by_syscall.iter().position(|(n, _)| *n == name) {
-                Some(i) => i,
-                None => {
-                    by_syscall.push((name, vec![Vec::new()]));
-                    by_syscall.len() - 1
-                }
-            };
-            let rules = &mut by_syscall[at].1;
-            *rules = rules
-                .iter()
-                .flat_map(|rule| {
-                    negated.iter().map(move |c| {
-                        let mut r = rule.clone();
-                        r.push(c.clone());
-                        r
-                    })
-                })
-                .collect();
-        }
-        let mut filter = Vec::new();
-        for (s, rules) in by_syscall {
-            for conds in rules {
-                filter.push(json!({"syscall": s, "args": conds}));
-            }
-        }
-        *f = json!({"mismatch_action": "allow", "match_action": deny, "filter": filter});
-    }
-    out.text()
 }
 
 #[test]
@@ -468,95 +367,15 @@ fn long_programs_decide_as_the_seccompiler_compiler() {
     );
 }
 
-/// Nanoseconds one `seccomp(SECCOMP_SET_MODE_FILTER)` of `prog` takes, in a
-/// forked child (the kernel checks, converts and JITs the program and
-/// builds its action cache).
-fn install_ns(prog: &[hutch::internals::sys::sock_filter]) -> u64 {
-    let mut fds = [0; 2];
-    // SAFETY: creating a pipe into a local array.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // SAFETY: the child makes raw syscalls only and leaves with _exit.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        // SAFETY: raw prctl/clock_gettime/seccomp/write/_exit in the child.
-        unsafe {
-            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-            let fprog = libc::sock_fprog {
-                len: prog.len() as u16,
-                filter: prog.as_ptr() as *mut libc::sock_filter,
-            };
-            let mut t0: libc::timespec = std::mem::zeroed();
-            let mut t1: libc::timespec = std::mem::zeroed();
-            libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t0);
-            let r = libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0,
-                &fprog as *const libc::sock_fprog,
-            );
-            libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t1);
-            let ns: u64 = if r == 0 {
-                ((t1.tv_sec - t0.tv_sec) * 1_000_000_000 + (t1.tv_nsec - t0.tv_nsec)) as u64
-            } else {
-                u64::MAX
-            };
-            libc::write(fds[1], &ns as *const u64 as *const libc::c_void, 8);
-            libc::_exit(0);
-        }
-    }
-    let mut ns = 0u64;
-    // SAFETY: reading 8 bytes into a local; waiting for our own child.
-    unsafe {
-        libc::close(fds[1]);
-        assert_eq!(
-            libc::read(fds[0], &mut ns as *mut u64 as *mut libc::c_void, 8),
-            8
-        );
-        libc::close(fds[0]);
-        libc::waitpid(pid, std::ptr::null_mut(), 0);
-    }
-    assert_ne!(ns, u64::MAX, "the kernel refused the program");
-    ns
-}
-
-/// Median in microseconds.
-fn median_us(mut v: Vec<u64>) -> f64 {
-    v.sort_unstable();
-    v[v.len() / 2] as f64 / 1000.0
-}
-
-/// The kernel accepts every built-in program (installed in forked
-/// children), and the timings of the new and the old (seccompiler layout)
-/// programs are printed: compile, and one install (check, JIT, action
-/// cache). `cargo nextest run --release --test confine_codegen install --no-capture`
+/// The kernel accepts every built-in program, and its seccompiler layout
+/// (each installed in a forked child). What compiling and installing them
+/// cost, against seccompiler: `benches/seccomp_codegen.sh`.
 #[test]
-fn builtin_programs_install_timings() {
+fn builtin_programs_install_in_the_kernel() {
     for (name, text) in BUILTIN.iter().chain([("init", INIT_PROFILE)].iter()) {
-        let oracle = to_seccompiler(text);
-        let (mut c_new, mut c_old, mut i_new, mut i_old) = (vec![], vec![], vec![], vec![]);
-        let (mut new, mut old) = (Vec::new(), Vec::new());
-        // Compiles first (warm caches), then installs, each interleaved.
-        for _ in 0..200 {
-            let t = std::time::Instant::now();
-            new = seccomp::compile(name, text.as_bytes()).unwrap().program;
-            c_new.push(t.elapsed().as_nanos() as u64);
-            let t = std::time::Instant::now();
-            old = compile_with_seccompiler(oracle.as_bytes()).unwrap();
-            c_old.push(t.elapsed().as_nanos() as u64);
-        }
-        for _ in 0..200 {
-            i_new.push(install_ns(&new));
-            i_old.push(install_ns(&old));
-        }
-        println!(
-            "{name}: new {} insns, compile {:.1} us, install {:.1} us | seccompiler layout {} insns, compile {:.1} us, install {:.1} us",
-            new.len(),
-            median_us(c_new),
-            median_us(i_new),
-            old.len(),
-            median_us(c_old),
-            median_us(i_old),
-        );
+        let new = seccomp::compile(name, text.as_bytes()).unwrap().program;
+        let old = compile_with_seccompiler(to_seccompiler(text).as_bytes()).unwrap();
+        install_ns(&new);
+        install_ns(&old);
     }
 }

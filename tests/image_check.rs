@@ -6,21 +6,11 @@
 mod common;
 mod image_support;
 
-use std::process::Command;
-
 use common::*;
 use image_support::*;
 
 fn check(who: As, store: &std::path::Path) -> serde_json::Value {
-    let mut cmd = match who {
-        As::Root => Command::new(hutch_bin()),
-        As::Nobody => {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(hutch_bin());
-            c
-        }
-    };
+    let mut cmd = hutch_command(who);
     let o = cmd
         .args(["check", "--json"])
         .env("HUTCH_IMAGE_STORE", store)
@@ -38,8 +28,7 @@ fn check(who: As, store: &std::path::Path) -> serde_json::Value {
 
 #[test]
 fn the_image_store_line_probes_overlay_lowers_and_cleans_up() {
-    for who in [As::Root, As::Nobody] {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let t = TempDir::new("img-check", who);
         let store = t.path().join("store");
         let f = check(who, &store);
@@ -57,6 +46,10 @@ fn the_image_store_line_probes_overlay_lowers_and_cleans_up() {
 
 #[test]
 fn a_store_owned_by_someone_else_is_reported() {
+    require!(
+        is_root(),
+        "a store owned by someone else: root makes one and uid 65534 probes it"
+    );
     require!(
         can_launch_as(As::Nobody).is_ok(),
         can_launch_as(As::Nobody).unwrap_err()

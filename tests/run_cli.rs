@@ -6,10 +6,6 @@ use std::path::Path;
 
 use common::*;
 
-// The unprivileged path first: when the tests do not run as root it runs,
-// and the root launch after it skips.
-const BOTH: [As; 2] = [As::Nobody, As::Root];
-
 fn workspace(tag: &str, who: As) -> TempDir {
     let dir = TempDir::new(tag, who);
     write_as(&dir.path().join("existing.txt"), "original\n", who);
@@ -18,8 +14,7 @@ fn workspace(tag: &str, who: As) -> TempDir {
 
 #[test]
 fn writes_land_in_the_upper_and_never_on_the_host() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let ws = workspace("writes", who);
         let keep = TempDir::new("keep", who);
         let changes = keep.path().join("changes");
@@ -85,8 +80,7 @@ fn writes_land_in_the_upper_and_never_on_the_host() {
 
 #[test]
 fn read_only_paths_stay_read_only() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let ws = workspace("ro", who);
         // The mount check needs both mounts listed, or it would check nothing.
         let script = "for p in /usr/hutch-probe /etc/hutch-probe /hutch-probe; do if touch $p 2>/dev/null; then echo WROTE $p; fi; done; \
@@ -105,8 +99,7 @@ fn read_only_paths_stay_read_only() {
 
 #[test]
 fn only_sandbox_pids_are_visible() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let ws = workspace("pids", who);
         let out = sandbox_sh(
             who,
@@ -137,8 +130,7 @@ fn only_sandbox_pids_are_visible() {
 
 #[test]
 fn no_capabilities_and_no_new_privs() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let ws = workspace("caps", who);
         let out = sandbox_sh(
             who,
@@ -159,8 +151,7 @@ fn no_capabilities_and_no_new_privs() {
 
 #[test]
 fn network_namespace_holds_only_lo() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let ws = workspace("net", who);
         let out = sandbox_sh(
             who,
@@ -174,8 +165,7 @@ fn network_namespace_holds_only_lo() {
 
 #[test]
 fn host_environment_does_not_leak() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let ws = workspace("env", who);
         let out = hutch_command(who)
             .args(["run", "--quiet", "--setenv", "CHOSEN", "yes", "--", "env"])
@@ -196,8 +186,7 @@ fn host_environment_does_not_leak() {
 
 #[test]
 fn only_stdio_fds_are_open_in_the_workload() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let ws = workspace("fds", who);
         // A shell glob lists the fds without opening one of its own.
         let out = sandbox_sh(who, ws.path(), "cd /proc/self/fd && echo *");
@@ -226,8 +215,7 @@ fn only_stdio_fds_are_open_in_the_workload() {
 
 #[test]
 fn exit_codes_follow_the_workload() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let ws = workspace("exit", who);
         let code = |args: &[&str]| hutch_as(who, ws.path(), args).status.code();
         assert_eq!(code(&["run", "--", "sh", "-c", "exit 42"]), Some(42));
@@ -247,8 +235,7 @@ fn exit_codes_follow_the_workload() {
 
 #[test]
 fn timeout_kills_the_whole_tree() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let ws = workspace("timeout", who);
         let marker = format!(
             "{}",
@@ -297,8 +284,7 @@ fn timeout_kills_the_whole_tree() {
 
 #[test]
 fn missing_bind_source_is_one_clear_line() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let ws = workspace("missing", who);
         let out = hutch_as(
             who,
@@ -324,8 +310,7 @@ fn missing_bind_source_is_one_clear_line() {
 
 #[test]
 fn overlay_paths_with_option_characters_are_mounted_not_injected() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let base = TempDir::new("odd", who);
         for name in ["a,upperdir=x", "b:c", "d\\e", "lowerdir=f,g"] {
             let ws = base.path().join(name);
@@ -647,8 +632,7 @@ fn bad_input_gets_one_line_and_125() {
 
 #[test]
 fn every_fs_operation_of_a_profile_applies_in_order() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let dir = TempDir::new("fsops", who);
         for (layer, file) in [("l1", "a"), ("l2", "b")] {
             let d = dir.path().join(layer);

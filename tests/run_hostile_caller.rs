@@ -12,7 +12,6 @@ use std::process::Command;
 
 use common::*;
 
-const BOTH: [As; 2] = [As::Root, As::Nobody];
 const SECRET: &str = "HOST-CANARY-5d1f";
 
 /// A JSON profile: the default one, Landlock on or off.
@@ -26,13 +25,12 @@ fn profile(dir: &Path, landlock: bool, who: As) -> std::path::PathBuf {
 
 /// `sh -c SCRIPT` as `who`: the script sets up the leak and execs hutch.
 fn sh_as(who: As, cwd: &Path, script: &str) -> std::process::Output {
-    let mut cmd = match who {
-        As::Root => Command::new("sh"),
-        As::Nobody => {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh"]);
-            c
-        }
+    let mut cmd = if who.drops_to_nobody() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh"]);
+        c
+    } else {
+        Command::new("sh")
     };
     cmd.arg("-c").arg(script).current_dir(cwd);
     cmd.output().expect("spawn sh")
@@ -45,9 +43,7 @@ fn host_dir(base: &TempDir, who: As) -> std::path::PathBuf {
     let canary = host.join("canary");
     write_as(&canary, SECRET, who);
     std::fs::set_permissions(&canary, std::fs::Permissions::from_mode(0o600)).unwrap();
-    if who == As::Nobody {
-        std::os::unix::fs::chown(&host, Some(NOBODY), Some(NOBODY)).unwrap();
-    }
+    own_as(&host, who);
     host
 }
 
@@ -82,16 +78,13 @@ fn assert_host_untouched(
 
 #[test]
 fn a_working_directory_through_a_leaked_fd_never_reaches_the_host() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         for landlock in [true, false] {
             let base = TempDir::new("cwd-leak", who);
             let host = host_dir(&base, who);
             let ws = base.path().join("ws");
             std::fs::create_dir(&ws).unwrap();
-            if who == As::Nobody {
-                std::os::unix::fs::chown(&ws, Some(NOBODY), Some(NOBODY)).unwrap();
-            }
+            own_as(&ws, who);
             let profile = profile(base.path(), landlock, who);
             let before = std::fs::metadata(host.join("canary")).unwrap();
             let payload = "cat canary; chmod 777 canary; touch -d @0 canary; echo x > made-by-sandbox; ls .. ; pwd";

@@ -9,10 +9,6 @@ use std::time::Duration;
 use common::*;
 use hutch::{Command, Outcome};
 
-// The unprivileged path first: when the tests do not run as root it runs,
-// and the root launch after it skips.
-const BOTH: [As; 2] = [As::Nobody, As::Root];
-
 fn command(who: As, tools: &TempDir, script: &str) -> Command {
     let mut c = Command::new("sh");
     c.args(["-c", script]);
@@ -26,8 +22,7 @@ fn command(who: As, tools: &TempDir, script: &str) -> Command {
 
 #[test]
 fn library_run_confines_and_keeps_writes_in_the_upper() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let tools = TempDir::new("lib-tools", As::Root);
         let ws = TempDir::new("lib-ws", who);
         write_as(&ws.path().join("in.txt"), "host\n", who);
@@ -73,8 +68,7 @@ fn library_run_confines_and_keeps_writes_in_the_upper() {
 
 #[test]
 fn library_reports_exit_codes_signals_and_timeouts() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let tools = TempDir::new("lib-tools", As::Root);
         let r = command(who, &tools, "exit 9").status().unwrap();
         assert_eq!(
@@ -221,8 +215,7 @@ fn a_session_command_runs_from_a_multi_threaded_process() {
 /// it is gone, and the supervisor still reports (it was not killed).
 #[test]
 fn kill_ends_the_sandbox_through_its_supervisor_and_reports() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let tools = TempDir::new("lib-tools", As::Root);
         let status = TempDir::new("lib-kill", who);
         let status_file = status.path().join("status.jsonl");
@@ -363,8 +356,7 @@ fn launch_failures_arrive_typed() {
 #[test]
 fn inherit_open_fds_passes_the_callers_open_fds() {
     use std::os::fd::AsRawFd;
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let tools = TempDir::new("lib-tools", As::Root);
         let dir = TempDir::new("lib-fds", As::Root);
         let path = dir.path().join("data");
@@ -400,8 +392,7 @@ fn inherit_open_fds_passes_the_callers_open_fds() {
 /// namespace, its exit status and output are the sandbox's.
 #[test]
 fn init_none_makes_the_command_pid_1() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let tools = TempDir::new("lib-tools", As::Root);
         let mut c = command(who, &tools, "echo pid $$; exit 9");
         c.spec_mut().init = hutch::spec::Init::None;

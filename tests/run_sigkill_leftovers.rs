@@ -10,8 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const BOTH: [As; 2] = [As::Root, As::Nobody];
-
 fn random_ms(below: u64) -> u64 {
     let mut b = [0u8; 8];
     std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").unwrap(), &mut b).unwrap();
@@ -20,8 +18,7 @@ fn random_ms(below: u64) -> u64 {
 
 #[test]
 fn sigkill_during_a_proxy_mode_launch_leaves_nothing_in_the_temp_dir() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let tmp = TempDir::new("sigkill-tmp", who);
         let runtime = TempDir::new("sigkill-runtime", who);
         let ws = TempDir::new("sigkill-ws", who);
@@ -30,15 +27,7 @@ fn sigkill_during_a_proxy_mode_launch_leaves_nothing_in_the_temp_dir() {
             600_000 + std::process::id() % 90_000 + if who == As::Root { 0 } else { 1 }
         );
         for i in 0..50 {
-            let mut cmd = match who {
-                As::Root => Command::new(hutch_bin()),
-                As::Nobody => {
-                    let mut c = Command::new("setpriv");
-                    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                        .arg(hutch_bin());
-                    c
-                }
-            };
+            let mut cmd = hutch_command(who);
             let mut child = cmd
                 .args([
                     "run",
@@ -91,15 +80,7 @@ fn sigkill_during_a_proxy_mode_launch_leaves_nothing_in_the_temp_dir() {
         assert!(left.is_empty(), "{who:?}: left in the temp dir: {left:?}");
         // The records of the killed supervisors are stale: the next
         // `hutch ps` recognises and removes them, and lists none as live.
-        let mut ps = match who {
-            As::Root => Command::new(hutch_bin()),
-            As::Nobody => {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .arg(hutch_bin());
-                c
-            }
-        };
+        let mut ps = hutch_command(who);
         let out = ps
             .args(["ps", "--json"])
             .env("HUTCH_RUNTIME_DIR", runtime.path())

@@ -12,18 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const BOTH: [As; 2] = [As::Root, As::Nobody];
-
 fn hutch_cmd(who: As, cwd: &Path, args: &[&str]) -> Command {
-    let mut cmd = match who {
-        As::Root => Command::new(hutch_bin()),
-        As::Nobody => {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(hutch_bin());
-            c
-        }
-    };
+    let mut cmd = hutch_command(who);
     cmd.args(args).current_dir(cwd).stdin(Stdio::null());
     cmd
 }
@@ -50,8 +40,7 @@ fn exit_within(child: &mut Child, limit: Duration) -> Option<(ExitStatus, Durati
 /// wakes up.
 #[test]
 fn a_late_reader_does_not_stretch_the_timeout() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let ws = TempDir::new("late-reader", who);
         let mut child = hutch_cmd(
             who,
@@ -92,8 +81,7 @@ fn a_late_reader_does_not_stretch_the_timeout() {
 /// stdout is a FIFO whose reader holds it open and never reads.
 #[test]
 fn a_fifo_nobody_reads_ends_at_the_timeout() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let dir = TempDir::new("fifo", who);
         let fifo = dir.path().join("out.fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
@@ -135,8 +123,7 @@ fn a_fifo_nobody_reads_ends_at_the_timeout() {
 /// hutch ends with it.
 #[test]
 fn sigterm_is_forwarded_while_stdout_is_stalled() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let dir = TempDir::new("stalled-term", who);
         let status_file = dir.path().join("status.jsonl");
         let mut child = hutch_cmd(
@@ -190,15 +177,12 @@ fn sigterm_is_forwarded_while_stdout_is_stalled() {
 /// up to the cap arrives, the last ones included.
 #[test]
 fn relayed_output_to_a_file_arrives_whole() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let dir = TempDir::new("relay-file", who);
         for _ in 0..5 {
             let path = dir.path().join("out.bin");
             let file = std::fs::File::create(&path).unwrap();
-            if who == As::Nobody {
-                std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).unwrap();
-            }
+            own_as(&path, who);
             let status = hutch_cmd(
                 who,
                 dir.path(),

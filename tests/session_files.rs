@@ -736,7 +736,7 @@ fn close_and_gc_never_follow_links_out() -> Result<()> {
     // Make `a` look unused for two days.
     let info_path = state.join(&a).join("session.json");
     let mut info: serde_json::Value = serde_json::from_slice(&std::fs::read(&info_path)?)?;
-    info["used_unix_ms"] = (hutch::workspace::now_ms() - 2 * 86_400_000).into();
+    info["used_unix_ms"] = (hutch::internals::clock::now_ms() - 2 * 86_400_000).into();
     std::fs::write(&info_path, serde_json::to_vec(&info)?)?;
     let removed = ok(&hutch(&state, &["gc", "--older-than", "1d"], false))?;
     assert_eq!(removed.trim(), a);

@@ -717,7 +717,7 @@ fn deep_trees(unprivileged: bool, depth: usize) -> Result<()> {
     make_deep(&state.join(&old).join("upper"), depth, unprivileged)?;
     let info_path = state.join(&old).join("session.json");
     let mut info: serde_json::Value = serde_json::from_slice(&std::fs::read(&info_path)?)?;
-    info["used_unix_ms"] = (hutch::workspace::now_ms() - 2 * 86_400_000).into();
+    info["used_unix_ms"] = (hutch::internals::clock::now_ms() - 2 * 86_400_000).into();
     std::fs::write(&info_path, serde_json::to_vec(&info)?)?;
     let trash = state.join(format!(".trash-{}-leftover", "0".repeat(32)));
     std::fs::create_dir(&trash)?;
@@ -783,7 +783,7 @@ fn gc_continues_past_a_failing_entry() -> Result<()> {
     let old = dir_session(&t, &state, false)?;
     let info_path = state.join(&old).join("session.json");
     let mut info: serde_json::Value = serde_json::from_slice(&std::fs::read(&info_path)?)?;
-    info["used_unix_ms"] = (hutch::workspace::now_ms() - 2 * 86_400_000).into();
+    info["used_unix_ms"] = (hutch::internals::clock::now_ms() - 2 * 86_400_000).into();
     std::fs::write(&info_path, serde_json::to_vec(&info)?)?;
     let o = hutch(&state, &["gc", "--older-than", "1d"], false);
     let _ = chattr("-i");

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{As, TempDir, can_launch_as, have, hutch_as};
+use common::{As, TempDir, can_launch_as, have, hutch_as, identities};
 use proxy_support::*;
 use serde_json::Value;
 
@@ -683,9 +683,7 @@ fn pending_handshakes_over_the_cap_are_refused_and_audited() {
     const CAP: usize = 8;
     const N: usize = 12;
     require!(have("python3"), "python3 is needed (see .ci/run)");
-    for who in [As::Root, As::Nobody] {
-        let can = can_launch_as(who);
-        require!(can.is_ok(), can.unwrap_err());
+    for who in identities() {
         let dir = TempDir::new("transparent-pending", who);
         let up = upstream(0);
         let audit = dir.path().join("audit.jsonl");

@@ -10,10 +10,6 @@ use std::time::Duration;
 
 use common::*;
 
-// The unprivileged path first: when the tests do not run as root it runs,
-// and the root launch after it skips.
-const BOTH: [As; 2] = [As::Nobody, As::Root];
-
 fn binary(who: As, tools: &TempDir) -> std::path::PathBuf {
     if who == As::Nobody {
         nobody_wrapper(tools.path())
@@ -62,8 +58,7 @@ fn consecutive_pooled_commands_share_nothing_but_the_workspace() {
         have("python3") && have("ipcmk"),
         "python3 and ipcmk are needed"
     );
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let tools = TempDir::new("warm-tools", As::Root);
         let ws = TempDir::new("warm-ws", who);
         write_as(&ws.path().join("log"), "", who);
@@ -141,8 +136,7 @@ cat /proc/sys/user/max_user_namespaces
 ls / /dev
 touch /etc/x 2>&1 | sed 's/.*: //'
 "#;
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let tools = TempDir::new("warm-tools", As::Root);
         let ws = TempDir::new("warm-ws", who);
         let keep = TempDir::new("warm-keep", who);
@@ -306,8 +300,7 @@ fn processes_with(marker: &str) -> Vec<(i32, String)> {
 /// with the report waiting for init's end (a workspace with a host upper).
 #[test]
 fn a_pooled_report_returns_once_every_process_of_the_command_is_gone() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let tools = TempDir::new("warm-tools", As::Root);
         let ws = TempDir::new("warm-ws", who);
         let keep = TempDir::new("warm-keep", who);
@@ -354,53 +347,49 @@ fn a_pooled_report_returns_once_every_process_of_the_command_is_gone() {
 /// launches lock the upper as its claims do).
 #[test]
 fn concurrent_pooled_commands_on_a_kept_upper_take_turns() {
-    for (who, size) in [
-        (As::Nobody, 2),
-        (As::Root, 2),
-        (As::Nobody, 0),
-        (As::Root, 0),
-    ] {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
-        let warm = size > 0;
-        let tools = TempDir::new("warm-turns-tools", As::Root);
-        let ws = TempDir::new("warm-turns-ws", who);
-        let keep = TempDir::new("warm-turns-keep", who);
-        let changes = keep.path().join("c");
-        let spec = workspace_spec(ws.path(), &changes);
-        let pool = hutch::Pool::with_binary(spec, size, binary(who, &tools)).unwrap();
-        assert!(pool.wait_ready(size, READY), "{who:?}: {:?}", pool.status());
-        let mut first = pool
-            .command(["sh", "-c", "echo one > a; read x || true"])
-            .stdin(hutch::Redirect::Piped)
-            .spawn()
-            .unwrap();
-        let stdin = first.stdin().unwrap();
-        let written = changes.join("upper/a");
-        wait_until(READY, "the first command's file", || written.exists());
-        let second = pool
-            .command(["cat", "a"])
-            .stdout(hutch::Redirect::Piped)
-            .spawn()
-            .unwrap();
-        let upper = changes.join("upper");
-        wait_until(READY, "the second command to wait for the upper", || {
-            flocks_on(&upper) == (1, 1)
-        });
-        assert!(first.try_wait().unwrap().is_none(), "{who:?}");
-        drop(stdin);
-        let one = first.wait().unwrap();
-        assert!(one.success() && one.warm == warm, "{who:?}: {one:?}");
-        let two = second.wait_with_output().unwrap();
-        assert!(
-            two.report.success() && two.report.warm == warm,
-            "{who:?}: {:?}",
-            two.report
-        );
-        assert_eq!(String::from_utf8_lossy(&two.stdout), "one\n", "{who:?}");
-        // The last report may come before its sandbox's end: the lock
-        // goes with it.
-        wait_until(READY, "the upper's lock to go with the sandbox", || {
-            flocks_on(&upper) == (0, 0)
-        });
+    for size in [2, 0] {
+        for who in identities() {
+            let warm = size > 0;
+            let tools = TempDir::new("warm-turns-tools", As::Root);
+            let ws = TempDir::new("warm-turns-ws", who);
+            let keep = TempDir::new("warm-turns-keep", who);
+            let changes = keep.path().join("c");
+            let spec = workspace_spec(ws.path(), &changes);
+            let pool = hutch::Pool::with_binary(spec, size, binary(who, &tools)).unwrap();
+            assert!(pool.wait_ready(size, READY), "{who:?}: {:?}", pool.status());
+            let mut first = pool
+                .command(["sh", "-c", "echo one > a; read x || true"])
+                .stdin(hutch::Redirect::Piped)
+                .spawn()
+                .unwrap();
+            let stdin = first.stdin().unwrap();
+            let written = changes.join("upper/a");
+            wait_until(READY, "the first command's file", || written.exists());
+            let second = pool
+                .command(["cat", "a"])
+                .stdout(hutch::Redirect::Piped)
+                .spawn()
+                .unwrap();
+            let upper = changes.join("upper");
+            wait_until(READY, "the second command to wait for the upper", || {
+                flocks_on(&upper) == (1, 1)
+            });
+            assert!(first.try_wait().unwrap().is_none(), "{who:?}");
+            drop(stdin);
+            let one = first.wait().unwrap();
+            assert!(one.success() && one.warm == warm, "{who:?}: {one:?}");
+            let two = second.wait_with_output().unwrap();
+            assert!(
+                two.report.success() && two.report.warm == warm,
+                "{who:?}: {:?}",
+                two.report
+            );
+            assert_eq!(String::from_utf8_lossy(&two.stdout), "one\n", "{who:?}");
+            // The last report may come before its sandbox's end: the lock
+            // goes with it.
+            wait_until(READY, "the upper's lock to go with the sandbox", || {
+                flocks_on(&upper) == (0, 0)
+            });
+        }
     }
 }

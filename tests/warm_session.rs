@@ -11,8 +11,6 @@ use anyhow::Result;
 use common::{wait_for_event, wait_until};
 use session_support::*;
 
-const BOTH: [bool; 2] = [true, false];
-
 fn setup(t: &Tmp, unprivileged: bool, extra: &[&str]) -> Result<(PathBuf, String)> {
     let src = t.0.join("src");
     std::fs::create_dir_all(&src)?;
@@ -62,10 +60,6 @@ fn server_of(id: &str) -> Vec<i32> {
     processes_with(&["__session-warm", id])
 }
 
-fn can_run(unprivileged: bool) -> bool {
-    can_sandbox() && (!unprivileged || can_launch_as(As::Nobody).is_ok())
-}
-
 /// What one command sees of what the last one left, then what it leaves
 /// for the next: a file in /tmp and /dev/shm, a SysV shm segment, an
 /// abstract socket held by a daemon in a session of its own, and one more
@@ -106,8 +100,9 @@ fn sandbox_alive(status: &Path) -> bool {
 /// two overlays at once.
 #[test]
 fn two_hundred_session_commands_run_warm_and_share_only_the_workspace() -> Result<()> {
-    for unprivileged in BOTH {
-        crate::require!(can_run(unprivileged), "cannot sandbox here");
+    for who in common::identities() {
+        let unprivileged = who == As::Nobody;
+        crate::require!(can_sandbox(), "cannot sandbox here");
         crate::require!(
             common::have("python3") && common::have("ipcmk"),
             "python3 and ipcmk are needed"
@@ -189,8 +184,9 @@ fn two_hundred_session_commands_run_warm_and_share_only_the_workspace() -> Resul
 /// the command's own options (timeout, environment) stay warm.
 #[test]
 fn a_command_that_changes_the_sandbox_runs_cold() -> Result<()> {
-    for unprivileged in BOTH {
-        crate::require!(can_run(unprivileged), "cannot sandbox here");
+    for who in common::identities() {
+        let unprivileged = who == As::Nobody;
+        crate::require!(can_sandbox(), "cannot sandbox here");
         let t = Tmp::new("warm-shape");
         let (state, id) = setup(&t, unprivileged, &["--warm", "1"])?;
         let status = t.0.join("status");
@@ -246,8 +242,9 @@ fn a_command_that_changes_the_sandbox_runs_cold() -> Result<()> {
 /// later commands launch cold.
 #[test]
 fn killing_the_server_ends_its_command_and_leaves_nothing() -> Result<()> {
-    for unprivileged in BOTH {
-        crate::require!(can_run(unprivileged), "cannot sandbox here");
+    for who in common::identities() {
+        let unprivileged = who == As::Nobody;
+        crate::require!(can_sandbox(), "cannot sandbox here");
         let t = Tmp::new("warm-kill");
         let (state, id) = setup(&t, unprivileged, &["--warm", "2"])?;
         let status = t.0.join("status");
@@ -319,8 +316,9 @@ fn killing_the_server_ends_its_command_and_leaves_nothing() -> Result<()> {
 /// warm` starts one for an existing session.
 #[test]
 fn the_idle_timeout_stops_the_server() -> Result<()> {
-    for unprivileged in BOTH {
-        crate::require!(can_run(unprivileged), "cannot sandbox here");
+    for who in common::identities() {
+        let unprivileged = who == As::Nobody;
+        crate::require!(can_sandbox(), "cannot sandbox here");
         let t = Tmp::new("warm-idle");
         let (state, id) = setup(&t, unprivileged, &[])?;
         assert!(server_of(&id).is_empty());
@@ -352,8 +350,9 @@ fn the_idle_timeout_stops_the_server() -> Result<()> {
 #[test]
 fn the_next_operation_waits_for_the_last_sandbox_to_end() -> Result<()> {
     use std::os::fd::AsRawFd;
-    for unprivileged in BOTH {
-        crate::require!(can_run(unprivileged), "cannot sandbox here");
+    for who in common::identities() {
+        let unprivileged = who == As::Nobody;
+        crate::require!(can_sandbox(), "cannot sandbox here");
         let t = Tmp::new("warm-upper-lock");
         let (state, id) = setup(&t, unprivileged, &["--warm", "1"])?;
         ok(&hutch(

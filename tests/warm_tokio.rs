@@ -11,10 +11,6 @@ use std::time::Duration;
 use common::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-// The unprivileged path first: when the tests do not run as root it runs,
-// and the root launch after it skips.
-const BOTH: [As; 2] = [As::Nobody, As::Root];
-
 fn binary(who: As, tools: &TempDir) -> PathBuf {
     if who == As::Nobody {
         nobody_wrapper(tools.path())
@@ -36,8 +32,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// could not tick and the sandboxes would never be released.
 #[test]
 fn a_hundred_concurrent_sandboxes_from_one_thread_do_not_block_it() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let tools = TempDir::new("tokio-tools", As::Root);
         let bin = binary(who, &tools);
         runtime().block_on(async {
@@ -121,8 +116,7 @@ async fn join_all<F: std::future::Future<Output = ()>>(futures: Vec<F>) {
 
 #[test]
 fn async_commands_and_pools_report_like_the_sync_ones() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let tools = TempDir::new("tokio-tools", As::Root);
         let bin = binary(who, &tools);
         runtime().block_on(async {
@@ -283,8 +277,7 @@ async fn nothing_left(h: Held, sockets_before: usize) {
 
 #[test]
 fn cancellation_kills_the_sandbox_and_leaves_nothing_behind() {
-    for who in BOTH {
-        require!(can_launch_as(who).is_ok(), can_launch_as(who).unwrap_err());
+    for who in identities() {
         let tools = TempDir::new("tokio-tools", As::Root);
         let bin = binary(who, &tools);
         let dir = TempDir::new("tokio-cancel", who);

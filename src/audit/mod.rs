@@ -14,9 +14,10 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+
+use crate::util::clock;
 
 /// An audit failure (opening or writing the log).
 #[derive(Debug, thiserror::Error)]
@@ -76,10 +77,7 @@ impl Drop for Inner {
 
 /// One JSON line: `ts` and `kind`, then the event's own fields.
 fn stamped(kind: &str, mut value: serde_json::Value) -> Vec<u8> {
-    let ts = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| (d.as_millis() as f64) / 1000.0)
-        .unwrap_or(0.0);
+    let ts = clock::now_ms() as f64 / 1000.0;
     let mut line = serde_json::Map::new();
     line.insert("ts".into(), serde_json::json!(ts));
     line.insert("kind".into(), serde_json::json!(kind));

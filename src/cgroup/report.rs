@@ -16,8 +16,8 @@ pub struct LimitsReport {
     /// Usage and limit events read from the leaf.
     pub stats: Option<CgroupStats>,
     /// `oom-killed` or `pids-limit-hit` when a limit event happened.
-    #[serde(deserialize_with = "crate::static_words::opt_word")]
-    pub ended_by: Option<crate::static_words::Word>,
+    #[serde(deserialize_with = "crate::util::static_words::opt_word")]
+    pub ended_by: Option<crate::util::static_words::Word>,
     /// Set when the leaf could not be removed at the end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cleanup_error: Option<String>,

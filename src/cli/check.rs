@@ -57,7 +57,7 @@ fn name_limit_flags(cgroup: &mut serde_json::Value) {
         let flag = entry
             .get("key")
             .and_then(|k| k.as_str())
-            .and_then(super::run::flag_for);
+            .and_then(super::flags::flag_for);
         if let (Some(flag), Some(obj)) = (flag, entry.as_object_mut()) {
             obj.insert("flag".into(), flag.into());
         }

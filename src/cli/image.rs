@@ -83,7 +83,7 @@ fn run(args: Vec<OsString>) -> Result<i32> {
         "gc" => gc(open()?, rest),
         other => bail!(
             "unknown command {}; see `hutch image --help`",
-            crate::workspace::display_name(other.as_bytes())
+            crate::util::quote::display_name(other.as_bytes())
         ),
     }
 }
@@ -135,7 +135,7 @@ session uses (`hutch session create --image`) is not removed."
         }
         other => bail!(
             "unknown command {}; see `hutch image --help`",
-            crate::workspace::display_name(other.as_bytes())
+            crate::util::quote::display_name(other.as_bytes())
         ),
     })
 }
@@ -147,7 +147,7 @@ fn flag_json(rest: &[OsString]) -> Result<bool> {
             Some("--json") => json = true,
             _ => bail!(
                 "unexpected argument {}",
-                crate::workspace::display_name(a.as_encoded_bytes())
+                crate::util::quote::display_name(a.as_encoded_bytes())
             ),
         }
     }
@@ -192,7 +192,7 @@ fn import(store: Store, rest: Vec<OsString>) -> Result<i32> {
                     v.parse::<u64>().ok().filter(|n| *n >= 1).with_context(|| {
                         format!(
                             "--max-expansion {}: a whole ratio of at least 1 (default 100)",
-                            crate::workspace::display_name(v.as_bytes())
+                            crate::util::quote::display_name(v.as_bytes())
                         )
                     })?
             }
@@ -204,7 +204,7 @@ fn import(store: Store, rest: Vec<OsString>) -> Result<i32> {
             Some("--json") => json = true,
             Some(s) if s.starts_with('-') => bail!(
                 "unknown option {}; see `hutch image import --help`",
-                crate::workspace::display_name(s.as_bytes())
+                crate::util::quote::display_name(s.as_bytes())
             ),
             _ if src.is_none() => src = Some(PathBuf::from(a)),
             _ => bail!("only one SRC may be given"),
@@ -310,7 +310,7 @@ fn inspect(store: Store, rest: Vec<OsString>) -> Result<i32> {
             }
             Some(s) if s.starts_with('-') => bail!(
                 "unknown option {}",
-                crate::workspace::display_name(s.as_bytes())
+                crate::util::quote::display_name(s.as_bytes())
             ),
             _ if target.is_none() => target = Some(text(&a, "NAME|DIGEST")?),
             _ => bail!("only one NAME|DIGEST may be given"),
@@ -330,7 +330,7 @@ fn inspect(store: Store, rest: Vec<OsString>) -> Result<i32> {
 fn shown_env(kv: &str) -> String {
     let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
     let v = if secret_like(k) { "<redacted>" } else { v };
-    crate::workspace::display_name(format!("{k}={v}").as_bytes())
+    crate::util::quote::display_name(format!("{k}={v}").as_bytes())
 }
 
 fn words(list: &[String]) -> String {
@@ -338,7 +338,7 @@ fn words(list: &[String]) -> String {
         return "(none)".into();
     }
     list.iter()
-        .map(|w| crate::workspace::display_name(w.as_bytes()))
+        .map(|w| crate::util::quote::display_name(w.as_bytes()))
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -350,7 +350,7 @@ fn render(store: &Store, ins: &Inspection) -> String {
         if s.is_empty() {
             "(none)".to_string()
         } else {
-            crate::workspace::display_name(s.as_bytes())
+            crate::util::quote::display_name(s.as_bytes())
         }
     };
     let mut out = String::new();

@@ -167,7 +167,7 @@ impl MachineError {
         };
         let mut m = MachineError::new(kind, what);
         m.location = (!s.path.is_empty()).then(|| s.path.clone());
-        m.hint = super::run::flag_for(&s.path).map(|f| format!("set by {f}"));
+        m.hint = super::flags::flag_for(&s.path).map(|f| format!("set by {f}"));
         m
     }
 
@@ -250,8 +250,23 @@ impl MachineError {
                 (ErrorKind::Io, Some(path.display().to_string()))
             }
             WorkspaceError::Git(_) => (ErrorKind::Setup, None),
-            WorkspaceError::Launch(line) => {
-                let mut m = Self::from_setup_line(line);
+            // Classified by their line, as when they were carried as text.
+            WorkspaceError::Launch(_)
+            | WorkspaceError::SetupFailed(_)
+            | WorkspaceError::Image(_)
+            | WorkspaceError::OtherImage { .. }
+            | WorkspaceError::Registry(_)
+            | WorkspaceError::MkfsMissing
+            | WorkspaceError::MkfsFailed { .. }
+            | WorkspaceError::DiskAttached { .. }
+            | WorkspaceError::WriterFailed
+            | WorkspaceError::WriterPanicked
+            | WorkspaceError::EgressAuditNotFile
+            | WorkspaceError::WarmClosed
+            | WorkspaceError::WarmOversized
+            | WorkspaceError::WarmRequest(_)
+            | WorkspaceError::CommandThread(_) => {
+                let mut m = Self::from_setup_line(&w.to_string());
                 m.what = what;
                 return m;
             }
@@ -447,6 +462,23 @@ mod tests {
             MachineError::classify_or(&plain, ErrorKind::Usage).kind,
             ErrorKind::Usage
         );
+    }
+
+    #[test]
+    fn a_session_launch_failure_reads_and_classifies_as_its_line() {
+        let launch = LaunchError::Sys(SysError::new("mount(\"a\")", crate::sys::Errno::EPERM));
+        let line = launch.to_string();
+        let w = WorkspaceError::from(launch);
+        assert!(
+            matches!(&w, WorkspaceError::Launch(f) if f.location.as_deref() == Some("mount(\"a\")"))
+        );
+        // The same line, once, also through a chain printed with `{:#}`.
+        assert_eq!(w.to_string(), line);
+        let e = anyhow::Error::new(w);
+        assert_eq!(format!("{e:#}"), line);
+        let mut by_line = MachineError::from_setup_line(&line);
+        by_line.what = line.clone();
+        assert_eq!(MachineError::classify(&e), by_line);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the module that owns the job) and turns the result into an exit code.
 
 mod check;
+mod flags;
 mod image;
 pub mod machine;
 pub mod oci;

@@ -194,7 +194,7 @@ fn report(g: &Global, f: &Failed) -> i32 {
             .append(true)
             .open(path)
     {
-        let time = rfc3339_now();
+        let time = crate::util::clock::rfc3339_now();
         let line = if g.json_log {
             serde_json::json!({"level": "error", "msg": msg, "time": time}).to_string()
         } else {
@@ -203,30 +203,6 @@ fn report(g: &Global, f: &Failed) -> i32 {
         let _ = writeln!(file, "{line}");
     }
     f.0
-}
-
-/// UTC now as RFC 3339 (seconds).
-fn rfc3339_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 /// (flag, value) pairs and the positional arguments.

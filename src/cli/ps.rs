@@ -58,7 +58,7 @@ fn fail(verb: &str, json: bool, e: &anyhow::Error) -> i32 {
 }
 
 fn age(started_ms: u64) -> String {
-    let s = crate::workspace::now_ms().saturating_sub(started_ms) / 1000;
+    let s = crate::util::clock::now_ms().saturating_sub(started_ms) / 1000;
     match s {
         0..60 => format!("{s}s"),
         60..3600 => format!("{}m", s / 60),
@@ -167,7 +167,7 @@ pub fn ps_main(args: Vec<OsString>) -> i32 {
         "SANDBOX", "SESSION", "PID", "AGE", "STATE"
     );
     for e in &entries {
-        let command = crate::workspace::display_name(e.record.command.join(" ").as_bytes());
+        let command = crate::util::quote::display_name(e.record.command.join(" ").as_bytes());
         out += &format!(
             "{:<16}  {:<32}  {:>7}  {:>4}  {:<6}  {}\n",
             e.record.sandbox_id,
@@ -187,7 +187,7 @@ pub fn ps_main(args: Vec<OsString>) -> i32 {
             st.pid.unwrap_or(0),
             "-",
             st.status,
-            crate::workspace::display_name(st.bundle.as_bytes())
+            crate::util::quote::display_name(st.bundle.as_bytes())
         );
     }
     print(&out);
@@ -361,7 +361,7 @@ fn audit_kill(e: &Entry, outcome: KillOutcome) {
     };
     if let Ok(s) = dir.open_session(id) {
         let _ = s.audit(&json!({
-            "event": "kill", "time_unix_ms": crate::workspace::now_ms(),
+            "event": "kill", "time_unix_ms": crate::util::clock::now_ms(),
             "sandbox_id": e.record.sandbox_id, "by": "hutch kill",
             "by_uid": rustix::process::getuid().as_raw(), "outcome": outcome,
             "stale": matches!(e.liveness, Liveness::Stale { .. }),

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 
+use super::flags::with_flags;
 use super::machine::{self, ErrorKind, MachineError};
 use crate::launch::{self, RunOptions};
 use crate::spec::{self, ByteSize, Duration, FsOp, Limit, Network, Spec};
@@ -146,6 +147,21 @@ impl Reporting {
     }
 }
 
+/// Where the sandbox's workspace comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum WorkspaceFrom {
+    /// The flags (`hutch run`): `--workspace DIR` or the current
+    /// directory overlaid and made the working directory, `--changes`,
+    /// `--bare`.
+    #[default]
+    Flags,
+    /// The caller mounts it and sets the working directory itself (a
+    /// session): no workspace overlay and no working directory are added,
+    /// so a relative `--chdir` stays relative, for the caller to place in
+    /// its workspace; `--workspace`, `--changes` and `--bare` are refused.
+    Caller,
+}
+
 /// Parse `hutch run` arguments into a Spec and options. The Spec is not
 /// validated here: `launch::run` validates it before anything happens.
 pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
@@ -155,18 +171,20 @@ pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
 /// [`parse`], starting from `base` (as a `--profile` would) instead of the
 /// default profile when given.
 pub fn parse_onto(args: &[OsString], base: Option<Spec>) -> Result<(Spec, RunOptions)> {
-    parse_reporting_onto(args, base, &mut Reporting::default())
+    parse_reporting_onto(args, base, WorkspaceFrom::Flags, &mut Reporting::default())
 }
 
 /// [`parse`], also filling `rep` with the reporting flags as they come.
 pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, RunOptions)> {
-    parse_reporting_onto(args, None, rep)
+    parse_reporting_onto(args, None, WorkspaceFrom::Flags, rep)
 }
 
-/// [`parse_onto`] and [`parse_reporting`] in one.
+/// [`parse_onto`] and [`parse_reporting`] in one, the workspace from
+/// `workspace_from`.
 pub fn parse_reporting_onto(
     args: &[OsString],
     base: Option<Spec>,
+    workspace_from: WorkspaceFrom,
     rep: &mut Reporting,
 ) -> Result<(Spec, RunOptions)> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
@@ -210,6 +228,9 @@ pub fn parse_reporting_onto(
                 // reported against the file, not against the flags.
                 launch::validate(&profile).map_err(|e| e.in_file(path))?;
                 base = Some(profile);
+            }
+            "--bare" | "--workspace" | "--changes" if workspace_from == WorkspaceFrom::Caller => {
+                bail!("{arg} does not apply: the caller provides the workspace")
             }
             "--bare" => bare = true,
             "--workspace" => {
@@ -546,6 +567,7 @@ pub fn parse_reporting_onto(
             }
             Spec::default()
         }
+        (None, false) if workspace_from == WorkspaceFrom::Caller => spec::default_profile(),
         (None, false) => {
             let dir = workspace.unwrap_or_else(|| cwd.clone());
             if dir == Path::new("/") {
@@ -868,115 +890,51 @@ pub fn run_reporting(spec: &Spec, opts: &RunOptions, rep: &Reporting) -> i32 {
     }
 }
 
-/// The `hutch run` flags that set a Spec key. Lower layers name keys in
-/// their errors (`limits.pids: must be 1 to 4194304`), never flags; the
-/// CLI adds the flag when it prints ([`with_flags`]).
-const FLAGS: &[(&str, &str)] = &[
-    ("cwd", "--chdir"),
-    ("identity.uid", "--uid"),
-    ("identity.gid", "--gid"),
-    ("identity.hostname", "--hostname"),
-    ("limits.memory", "--memory"),
-    ("limits.pids", "--pids"),
-    ("limits.cpus", "--cpus"),
-    ("limits.io", "--io-max"),
-    ("limits.wall_clock", "--timeout"),
-    ("limits.output_bytes", "--output-limit"),
-    ("limits.upper_size", "--changes-size"),
-    ("limits.rlimits", "--rlimit"),
-    ("limits.cgroup_parent", "--cgroup-parent"),
-    ("security.seccomp", "--seccomp"),
-    ("security.landlock.min_abi", "--landlock-min-abi"),
-    ("security.cap_add", "--cap-add"),
-    ("network.allow", "--allow-host"),
-    ("network.allow_address", "--allow-address"),
-    ("network.resolve", "--resolve"),
-    ("network.audit", "--audit"),
-    ("image.digest", "--image"),
-    ("image.name", "--image"),
-    ("image.platform", "--platform"),
-    ("image.store", "--image-store"),
-    ("image.allow_unpinned", "--allow-unpinned"),
-];
-
-/// The `hutch run` flag that sets the key path `key` (`limits.io[0].wbps`
-/// is set by `--io-max`), if one does.
-pub fn flag_for(key: &str) -> Option<&'static str> {
-    FLAGS
-        .iter()
-        .find(|(k, _)| {
-            key.strip_prefix(k)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
-        })
-        .map(|(_, flag)| *flag)
-}
-
-/// `text` followed by the flags that set the key paths it names, so a
-/// user of `hutch run` learns which option to change:
-/// `limits.pids: must be 1 to 4194304 (flags: --pids)`.
-pub fn with_flags(text: &str) -> String {
-    let in_key = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '[' | ']');
-    let mut flags: Vec<&str> = Vec::new();
-    let mut prev: Option<char> = None;
-    let mut rest = text;
-    while let Some(c) = rest.chars().next() {
-        let len = if in_key(c) {
-            rest.find(|c| !in_key(c)).unwrap_or(rest.len())
-        } else {
-            c.len_utf8()
-        };
-        // A key is a whole word that starts with a lowercase letter; a
-        // sentence's full stop is not part of it.
-        if c.is_ascii_lowercase() && !prev.is_some_and(|p| in_key(p) || p.is_alphanumeric()) {
-            let key = rest[..len].trim_end_matches('.');
-            if let Some(flag) = flag_for(key)
-                && !flags.contains(&flag)
-            {
-                flags.push(flag);
-            }
-        }
-        prev = rest[..len].chars().next_back();
-        rest = &rest[len..];
-    }
-    if flags.is_empty() {
-        text.to_string()
-    } else {
-        format!("{text} (flags: {})", flags.join(", "))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
     #[test]
-    fn key_paths_get_their_flag() {
-        assert_eq!(flag_for("limits.io[0].wbps"), Some("--io-max"));
-        assert_eq!(flag_for("limits.rlimits.as"), Some("--rlimit"));
-        assert_eq!(
-            flag_for("network.allow_address[1]"),
-            Some("--allow-address")
-        );
-        assert_eq!(flag_for("network.allow[1]"), Some("--allow-host"));
-        assert_eq!(flag_for("limits.pidsx"), None);
-        assert_eq!(flag_for("fs[2].dest"), None);
-        assert_eq!(
-            with_flags("limits.pids: must be 1 to 4194304"),
-            "limits.pids: must be 1 to 4194304 (flags: --pids)"
-        );
-        assert_eq!(
-            with_flags("invalid sandbox spec at `cwd`: x is not an absolute path"),
-            "invalid sandbox spec at `cwd`: x is not an absolute path (flags: --chdir)"
-        );
-        assert_eq!(
-            with_flags(
-                "limits.memory: not available; fix, or set limits.cgroup_parent. See limits.memory."
-            ),
-            "limits.memory: not available; fix, or set limits.cgroup_parent. See limits.memory. (flags: --memory, --cgroup-parent)"
-        );
-        // Words that merely contain a key, and unknown keys, stay as they are.
-        assert_eq!(with_flags("xlimits.pids nolimits"), "xlimits.pids nolimits");
-        assert_eq!(with_flags("ABI 9: Ölimits.pids"), "ABI 9: Ölimits.pids");
-        assert_eq!(with_flags("fs[3].dest: bad"), "fs[3].dest: bad");
+    fn a_caller_workspace_adds_no_overlay_and_keeps_chdir_relative() {
+        let from_flags = parse(&args(&["--workspace", "/srv/w", "--", "true"]))
+            .unwrap()
+            .0;
+        let (spec, _) = parse_reporting_onto(
+            &args(&["--chdir", "src", "--", "true"]),
+            None,
+            WorkspaceFrom::Caller,
+            &mut Reporting::default(),
+        )
+        .unwrap();
+        // The flags' Spec less its workspace overlay, which comes last of
+        // the profile's operations.
+        assert_eq!(spec.fs, from_flags.fs[..from_flags.fs.len() - 1]);
+        assert_eq!(spec.cwd, Some(PathBuf::from("src")));
+        for flag in [
+            &["--workspace", "/srv/w"][..],
+            &["--changes", "/c"],
+            &["--bare"],
+        ] {
+            let mut line = args(flag);
+            line.extend(args(&["--", "true"]));
+            let e = parse_reporting_onto(
+                &line,
+                None,
+                WorkspaceFrom::Caller,
+                &mut Reporting::default(),
+            )
+            .unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "{} does not apply: the caller provides the workspace",
+                    flag[0]
+                )
+            );
+        }
     }
 }

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::machine::{self, ErrorKind, MachineError};
+use super::run::WorkspaceFrom;
 
 use crate::spec::{ByteSize, Duration};
 use crate::workspace::{
@@ -647,17 +648,14 @@ fn warm_ready(state: &StateDir, id: &str, timeout: std::time::Duration) -> Resul
 /// defaults, before the session adds its workspace): the shape of its warm
 /// sandboxes.
 fn plain_run_spec(session: &crate::workspace::Session) -> Result<crate::spec::Spec> {
-    let args: Vec<OsString> = vec![
-        "--workspace".into(),
-        PLACEHOLDER.into(),
-        "--".into(),
-        "true".into(),
-    ];
+    let args: Vec<OsString> = vec!["--".into(), "true".into()];
     let mut rep = super::run::Reporting::default();
-    let (mut spec, _) =
-        super::run::parse_reporting_onto(&args, Some(session.base_spec()), &mut rep)?;
-    spec.fs
-        .retain(|op| op.dest() != std::path::Path::new(PLACEHOLDER));
+    let (mut spec, _) = super::run::parse_reporting_onto(
+        &args,
+        Some(session.base_spec()),
+        WorkspaceFrom::Caller,
+        &mut rep,
+    )?;
     spec.cwd = None;
     Ok(spec)
 }
@@ -765,23 +763,19 @@ pub fn warm_server_main(args: Vec<OsString>) -> i32 {
 /// The Spec of `hutch run` options given at create: every command's
 /// defaults (no workspace, no command).
 fn session_defaults(options: Vec<OsString>) -> Result<crate::spec::Spec> {
-    let mut full: Vec<OsString> = vec!["--workspace".into(), PLACEHOLDER.into()];
-    full.extend(options);
+    let mut full = options;
     full.extend(["--".into(), "true".into()]);
-    let (mut spec, _) = super::parse_run(&full)?;
-    spec.fs
-        .retain(|op| op.dest() != std::path::Path::new(PLACEHOLDER));
-    spec.cwd = match spec.cwd.take() {
-        Some(c) if c == std::path::Path::new(PLACEHOLDER) => None,
-        Some(c) => match c.strip_prefix(PLACEHOLDER) {
-            Ok(rel) => Some(rel.to_path_buf()),
-            Err(_) => Some(c),
-        },
-        None => None,
-    };
+    // A relative --chdir stays relative: inside the workspace, wherever
+    // the session mounts it.
+    let (mut spec, _) = super::run::parse_reporting_onto(
+        &full,
+        None,
+        WorkspaceFrom::Caller,
+        &mut super::run::Reporting::default(),
+    )?;
     // Checked now, against a stand-in command, so a mistake fails create.
     crate::launch::validate(&spec)
-        .map_err(|e| anyhow::anyhow!(super::run::with_flags(&e.to_string())))?;
+        .map_err(|e| anyhow::anyhow!(super::flags::with_flags(&e.to_string())))?;
     spec.command.clear();
     Ok(spec)
 }
@@ -918,7 +912,7 @@ fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
             .map(|s| {
                 json!({
                     "path": String::from_utf8_lossy(&s.path),
-                    "path_quoted": crate::workspace::git_quote(&s.path),
+                    "path_quoted": crate::util::quote::git_quote(&s.path),
                     "kind": s.kind,
                 })
             })
@@ -962,7 +956,7 @@ fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     for s in summary.skipped {
         eprintln!(
             "hutch session: {} is a {} and is not part of the diff",
-            crate::workspace::display_name(&s.path),
+            crate::util::quote::display_name(&s.path),
             s.kind
         );
     }
@@ -1209,7 +1203,7 @@ fn describe_human(d: &serde_json::Value) -> String {
     out += &format!("commands     {} {budget}\n", field("commands_run"));
     let deadline = match field("deadline_unix_ms").as_u64() {
         Some(ms) => {
-            let left = ms.saturating_sub(crate::workspace::now_ms()) / 1000;
+            let left = ms.saturating_sub(crate::util::clock::now_ms()) / 1000;
             format!("in {left} s (unix ms {ms})")
         }
         None => "none".into(),
@@ -1368,10 +1362,6 @@ fn search(state: &StateDir, tool: &'static str, a: &mut Args, wait: bool) -> Res
 /// provides the workspace).
 const NOT_IN_SESSION: &[&str] = &["--workspace", "--changes", "--changes-size", "--bare"];
 
-/// Placeholder workspace given to the `hutch run` parser, replaced by the
-/// session overlay.
-const PLACEHOLDER: &str = "/nonexistent/hutch-session-workspace";
-
 fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     let id = id_arg(a)?;
     let args = a.rest();
@@ -1380,8 +1370,6 @@ fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
             bail!("session run: {bad} does not apply (the session provides the workspace)");
         }
     }
-    let mut full: Vec<OsString> = vec!["--workspace".into(), PLACEHOLDER.into()];
-    full.extend(args);
     // With --json the status lines end with the `session.run` document.
     let mut rep = super::run::Reporting {
         json: json_mode(),
@@ -1405,20 +1393,17 @@ fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
         Ok(s) => s.with_wait(wait),
         Err(e) => {
             // Parsed only to learn where the status lines go.
-            let _ = super::run::parse_reporting(&full, &mut rep);
+            let _ = super::run::parse_reporting_onto(&args, None, WorkspaceFrom::Caller, &mut rep);
             return Err(fail(&rep, e.into()));
         }
     };
     let base = session.base_spec();
-    let (mut spec, opts) = match super::run::parse_reporting_onto(&full, Some(base), &mut rep) {
+    let parsed =
+        super::run::parse_reporting_onto(&args, Some(base), WorkspaceFrom::Caller, &mut rep);
+    let (mut spec, opts) = match parsed {
         Ok(v) => v,
         Err(e) => return Err(fail(&rep, e)),
     };
-    spec.fs
-        .retain(|op| op.dest() != std::path::Path::new(PLACEHOLDER));
-    if spec.cwd.as_deref() == Some(std::path::Path::new(PLACEHOLDER)) {
-        spec.cwd = None;
-    }
     // A relative --chdir is inside the session's workspace.
     if let Some(c) = spec.cwd.take() {
         spec.cwd = Some(session.info.workspace_path.join(c));

@@ -100,11 +100,11 @@ pub struct LandlockReport {
     /// Filesystem rights are restricted to the mount plan.
     pub filesystem: bool,
     /// `denied`, `proxy-only`, or `unrestricted` (host network or ABI < 4).
-    #[serde(deserialize_with = "crate::static_words::word")]
-    pub tcp: crate::static_words::Word,
+    #[serde(deserialize_with = "crate::util::static_words::word")]
+    pub tcp: crate::util::static_words::Word,
     /// Scopes in force: `abstract-unix-socket`, `signal` (ABI >= 6).
-    #[serde(deserialize_with = "crate::static_words::words")]
-    pub scoped: Vec<crate::static_words::Word>,
+    #[serde(deserialize_with = "crate::util::static_words::words")]
+    pub scoped: Vec<crate::util::static_words::Word>,
 }
 
 fn path_cstring(p: &Path) -> Option<CString> {

@@ -175,7 +175,7 @@ pub fn evaluate(
                 .volumes
                 .keys()
                 .take(4)
-                .map(|k| crate::workspace::display_name(k.as_bytes()))
+                .map(|k| crate::util::quote::display_name(k.as_bytes()))
                 .collect();
             format!("{volumes} declared: {}", shown.join(" "))
         } else {

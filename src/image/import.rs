@@ -15,6 +15,7 @@ use super::digest::Digest;
 use super::error::{ImageError, Result};
 use super::layer::{LayerInput, LayerLimits, LayerMeta};
 use super::oci::{self, Config, Descriptor, Index, Manifest, Platform};
+use super::plan::Plan;
 use super::source::Source;
 use super::store::{ImageRecord, Store};
 
@@ -100,17 +101,6 @@ pub fn valid_name(name: &str) -> bool {
         && !name.starts_with("sha256:")
 }
 
-/// The pieces of an image before its layers are imported.
-pub(crate) struct Plan {
-    pub format: &'static str,
-    /// The original manifest (OCI); None: synthesised after the layers.
-    pub manifest: Option<(Digest, Vec<u8>, Manifest)>,
-    pub config_bytes: Vec<u8>,
-    pub config: Config,
-    pub layers: Vec<LayerInput>,
-    pub default_name: Option<String>,
-}
-
 impl Store {
     /// Import the image at `src`.
     pub fn import(&self, src: &Path, opts: &ImportOptions) -> Result<ImportReport> {
@@ -121,7 +111,7 @@ impl Store {
         {
             return Err(ImageError::Invalid(format!(
                 "--name {}: a name is letters, digits and ._/:- (at most 255, no '@'), starting with a letter or digit",
-                crate::workspace::display_name(n.as_bytes())
+                crate::util::quote::display_name(n.as_bytes())
             )));
         }
         let plan = if opts.rootfs {
@@ -263,9 +253,7 @@ impl Store {
             layers: metas.iter().map(|m| m.digest.clone()).collect(),
             size: metas.iter().map(|m| m.summary.file_bytes).sum(),
             format: plan.format.into(),
-            imported: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            imported: crate::util::clock::now_secs(),
         };
         let _index = self.lock_index()?;
         let mut images = self.images()?;
@@ -536,7 +524,7 @@ fn choose(
         if candidates.is_empty() {
             return Err(ImageError::NotFound(format!(
                 "no manifest in the index has the ref name {}",
-                crate::workspace::display_name(sel.as_bytes())
+                crate::util::quote::display_name(sel.as_bytes())
             )));
         }
     }
@@ -666,7 +654,7 @@ fn plan_docker(source: &Source, opts: &ImportOptions) -> Result<Plan> {
             digest: diff.to_string(),
             why: format!(
                 "the layer file {} is missing",
-                crate::workspace::display_name(name.as_bytes())
+                crate::util::quote::display_name(name.as_bytes())
             ),
         };
         let mut head = [0u8; 4];

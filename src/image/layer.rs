@@ -387,7 +387,7 @@ fn check_lowers(store: &Store, meta: &LayerMeta, lowers: &[LayerMeta]) -> Result
         if !merged_is_dir_or_absent(&stack, &bytes)? {
             return Err(super::checks::Refusal::LowerPath {
                 layer: meta.digest.to_string(),
-                entry: crate::workspace::display_name(&bytes),
+                entry: crate::util::quote::display_name(&bytes),
             }
             .into());
         }

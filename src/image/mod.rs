@@ -14,6 +14,7 @@ mod import;
 pub mod layer;
 pub mod oci;
 pub mod passwd;
+mod plan;
 mod refs;
 mod resolve;
 mod rootfs;

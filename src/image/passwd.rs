@@ -34,7 +34,7 @@ pub fn resolve_user(user: &str, layers: &[(&Path, OpaqueXattr)]) -> Result<(u32,
     let bad = |why: &str| {
         ImageError::Invalid(format!(
             "the image config's User {}: {why}",
-            crate::workspace::display_name(user.as_bytes())
+            crate::util::quote::display_name(user.as_bytes())
         ))
     };
     let mut passwd: Option<Option<Vec<u8>>> = None;
@@ -105,7 +105,7 @@ fn find(db: &[u8], pick: impl Fn(&[String]) -> bool) -> Option<Vec<String>> {
 /// The content of `path` (relative, `/`-separated) in the merged view of
 /// `layers`, or None when no layer shows a regular file there.
 pub fn merged_file(layers: &[(&Path, OpaqueXattr)], path: &str) -> Result<Option<Vec<u8>>> {
-    let shown = || crate::workspace::display_name(path.as_bytes());
+    let shown = || crate::util::quote::display_name(path.as_bytes());
     let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
     let Some((last, dirs)) = comps.split_last() else {
         return Ok(None);

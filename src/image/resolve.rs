@@ -38,7 +38,7 @@ impl Reference {
         let bad = |why: String| {
             ImageError::Invalid(format!(
                 "image reference {}: {why}",
-                crate::workspace::display_name(text.as_bytes())
+                crate::util::quote::display_name(text.as_bytes())
             ))
         };
         if let Some((name, d)) = text.split_once('@') {
@@ -155,7 +155,7 @@ impl Store {
             ImageError::NotFound(match r {
                 Reference::Name(n) => format!(
                     "no image named {} in {} (see `hutch image list`)",
-                    crate::workspace::display_name(n.as_bytes()),
+                    crate::util::quote::display_name(n.as_bytes()),
                     self.root().display()
                 ),
                 Reference::Digest(d) | Reference::Named { digest: d, .. } => format!(
@@ -241,7 +241,7 @@ impl Store {
         let r = Reference::parse(reference)?;
         if !r.is_pinned() && !overrides.allow_unpinned {
             return Err(Refusal::Unpinned {
-                reference: crate::workspace::display_name(reference.as_bytes()),
+                reference: crate::util::quote::display_name(reference.as_bytes()),
             }
             .into());
         }

@@ -12,9 +12,9 @@ use std::path::Path;
 use std::thread::JoinHandle;
 
 use super::error::{ImageError, Result};
-use super::import::Plan;
 use super::layer::LayerInput;
 use super::oci::{Config, Platform, RootFs, RunConfig};
+use super::plan::Plan;
 use super::source::open_input;
 use super::tar::write::{Header, header, padding};
 use crate::sys::{self, Errno};

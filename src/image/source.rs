@@ -139,7 +139,7 @@ impl Source {
             ImageError::Invalid(format!(
                 "{}: a reference to a member outside the image ({})",
                 self.shown,
-                crate::workspace::display_name(name.as_bytes())
+                crate::util::quote::display_name(name.as_bytes())
             ))
         })?;
         match &self.kind {
@@ -207,7 +207,7 @@ impl Source {
             return Err(ImageError::Invalid(format!(
                 "{}: {} is {} bytes, over the {cap}-byte limit for metadata",
                 self.shown,
-                crate::workspace::display_name(name.as_bytes()),
+                crate::util::quote::display_name(name.as_bytes()),
                 blob.size
             )));
         }
@@ -256,7 +256,7 @@ fn index_tar(file: &File) -> Result<TarIndex, String> {
                     if members.contains_key(&name) || links.contains_key(&name) {
                         return Err(format!(
                             "two members named {}",
-                            crate::workspace::display_name(name.as_bytes())
+                            crate::util::quote::display_name(name.as_bytes())
                         ));
                     }
                     members.insert(

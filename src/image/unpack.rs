@@ -161,7 +161,7 @@ pub fn unescape_path(s: &str) -> Option<Vec<u8>> {
 
 fn shown(p: &[u8]) -> String {
     let cut = &p[..p.len().min(200)];
-    crate::workspace::display_name(cut)
+    crate::util::quote::display_name(cut)
 }
 
 /// Normalise an archive name into its components: `./` and empty

@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hyper::Request;
@@ -16,59 +16,15 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UdpSocket, UnixListener};
-use tokio::sync::Semaphore;
 
-use super::decision::{Decision, Outcome, handle};
+use super::decision::handle;
+use super::doors::Door;
+use super::error::NetError;
 use super::policy::{EgressLimits, Policy};
+use super::record::{Decision, Outcome};
+use super::state::State;
+use super::transparent;
 use super::tunnel::SpliceIo;
-use super::{Door, NetError};
-use crate::audit::AuditSink;
-
-/// Concurrent name resolutions (each holds a blocking thread).
-pub(crate) const MAX_RESOLVERS: usize = 16;
-
-/// Everything shared by the connections of one sandbox.
-pub(crate) struct State {
-    pub(super) policy: Policy,
-    pub(super) sandbox_id: String,
-    pub(super) audit: Option<AuditSink>,
-    pub(super) connections: Arc<Semaphore>,
-    pub(super) tunnels: Arc<Semaphore>,
-    /// `transparent` egress: captured connections not yet classified.
-    pub(super) pending_handshakes: Arc<Semaphore>,
-    pub(super) resolvers: Semaphore,
-    pub(super) bytes_total: AtomicU64,
-    /// `transparent` egress: the names the resolver handed out.
-    pub(super) names: super::names::Names,
-}
-
-impl State {
-    pub(crate) fn new(policy: Policy, sandbox_id: String, audit: Option<AuditSink>) -> Arc<State> {
-        let l = policy.limits().clone();
-        Arc::new(State {
-            connections: Arc::new(Semaphore::new(
-                l.max_connections.min(Semaphore::MAX_PERMITS),
-            )),
-            tunnels: Arc::new(Semaphore::new(l.max_tunnels.min(Semaphore::MAX_PERMITS))),
-            pending_handshakes: Arc::new(Semaphore::new(
-                l.max_pending_handshakes.min(Semaphore::MAX_PERMITS),
-            )),
-            resolvers: Semaphore::new(MAX_RESOLVERS),
-            bytes_total: AtomicU64::new(0),
-            names: Default::default(),
-            policy,
-            sandbox_id,
-            audit,
-        })
-    }
-
-    pub(super) fn budget_left(&self) -> bool {
-        match self.policy.limits().max_bytes {
-            Some(max) => self.bytes_total.load(Ordering::Relaxed) < max,
-            None => true,
-        }
-    }
-}
 
 /// A listening door, registered with the runtime.
 pub(crate) enum Listener {
@@ -154,13 +110,13 @@ pub(crate) async fn serve(
                     match l.accept().await {
                         Ok((s, _)) => {
                             let _ = s.set_nodelay(true);
-                            super::transparent::admit(&st, s);
+                            transparent::admit(&st, s);
                         }
                         Err(e) => accept_failed(e).await,
                     }
                 }
             }),
-            Listener::Resolver(s) => tasks.spawn(super::transparent::serve_resolver(st, s)),
+            Listener::Resolver(s) => tasks.spawn(transparent::serve_resolver(st, s)),
         };
     }
     let _ = stop.await;

@@ -5,16 +5,18 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use hyper::{Response, StatusCode};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::accept::State;
-use super::decision::{Body, Decision, Outcome, answer};
+use super::answer::{Body, answer};
 use super::host::CanonicalHost;
+use super::record::{Decision, Outcome};
+use super::state::State;
+use crate::sys::raw;
 
 /// Resolve (or take the override / literal), vet every address, dial the
 /// first vetted one that answers. Errors are the answer to send.
@@ -117,29 +119,23 @@ async fn connect_by(
 /// Make a non-blocking socket and start connecting it to `sa`; true when
 /// the connection is already established.
 fn start_connect(sa: SocketAddr) -> io::Result<(OwnedFd, bool)> {
-    use rustix::event::{PollFd, PollFlags, Timespec};
-    use rustix::net::{AddressFamily, SocketFlags, SocketType};
     let family = if sa.is_ipv4() {
-        AddressFamily::INET
+        libc::AF_INET
     } else {
-        AddressFamily::INET6
+        libc::AF_INET6
     };
-    let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
-    let fd = rustix::net::socket_with(family, SocketType::STREAM, flags, None)?;
-    match rustix::net::connect(&fd, &sa) {
+    let fd = raw::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK)?;
+    match raw::connect(fd.as_fd(), &sa) {
         Ok(()) => return Ok((fd, true)),
-        Err(rustix::io::Errno::INPROGRESS) => {}
+        Err(crate::sys::Errno::EINPROGRESS) => {}
         Err(e) => return Err(e.into()),
     }
-    let now = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    let mut pfd = [PollFd::new(&fd, PollFlags::OUT)];
-    if rustix::event::poll(&mut pfd, Some(&now))? == 0 {
+    if raw::poll_one(fd.as_fd(), libc::POLLOUT, 0)? == 0 {
         return Ok((fd, false));
     }
-    rustix::net::sockopt::socket_error(&fd)??;
+    if let Some(e) = raw::socket_error(fd.as_fd())? {
+        return Err(e.into());
+    }
     Ok((fd, true))
 }
 

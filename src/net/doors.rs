@@ -3,21 +3,50 @@
 //! in its network namespace, the Unix one in its root), and handed to the
 //! supervisor: nothing of them exists on the host.
 
-use std::ffi::CStr;
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::ffi::{CStr, CString};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::Path;
 
-use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
+use super::names::{SYNTHETIC_NET, SYNTHETIC_PREFIX};
+use super::policy::Policy;
+use crate::sys::socket::UnixAddr;
+use crate::sys::{Errno, SysError, raw};
 
-use crate::sys::SysError;
+/// Which door a connection came through; the only caller authentication
+/// the proxy needs (each door belongs to exactly one sandbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// The Unix socket at [`PROXY_SOCKET_PATH`]; also routes origin-form
+    /// requests by their `Host` header.
+    Unix,
+    /// The TCP listener on `127.0.0.1:3128` inside the sandbox.
+    Tcp,
+    /// `transparent` egress: a listener that captured connections to the
+    /// synthetic addresses arrive on.
+    Transparent,
+    /// `transparent` egress: the resolver's UDP socket on 127.0.0.1:53.
+    /// Its decisions are audited as `transparent` too (method `DNS`).
+    Resolver,
+}
+
+impl Door {
+    pub fn name(self) -> &'static str {
+        match self {
+            Door::Unix => "unix",
+            Door::Tcp => "tcp",
+            Door::Transparent | Door::Resolver => "transparent",
+        }
+    }
+}
 
 /// Where the Unix door appears inside the sandbox.
 pub const PROXY_SOCKET_PATH: &str = "/run/hutch/proxy.sock";
 /// Port of the TCP door on the sandbox's loopback.
 pub const PROXY_TCP_PORT: u16 = 3128;
 
-fn sys_err(call: String) -> impl FnOnce(rustix::io::Errno) -> SysError {
-    move |e| SysError::new(call, crate::sys::Errno::from_raw(e.raw_os_error()))
+fn sys_err(call: String) -> impl FnOnce(Errno) -> SysError {
+    move |e| SysError::new(call, e)
 }
 
 /// A listening Unix stream socket bound at `name` in the directory `dir`
@@ -30,19 +59,16 @@ pub fn unix_door(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, SysError> 
         dir.as_raw_fd(),
         name.to_string_lossy()
     );
-    let fd = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::STREAM,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(sys_err("socket(AF_UNIX, SOCK_STREAM)".into()))?;
-    let addr = rustix::net::SocketAddrUnix::new(path.as_str())
-        .map_err(sys_err(format!("sockaddr_un({path:?})")))?;
-    rustix::net::bind(&fd, &addr).map_err(sys_err(format!("bind({path:?})")))?;
-    rustix::fs::chmod(path.as_str(), rustix::fs::Mode::from_raw_mode(0o666))
+    let fd = raw::socket(libc::AF_UNIX, libc::SOCK_STREAM)
+        .map_err(sys_err("socket(AF_UNIX, SOCK_STREAM)".into()))?;
+    let addr =
+        UnixAddr::new(Path::new(&path)).map_err(sys_err(format!("sockaddr_un({path:?})")))?;
+    raw::bind_unix(fd.as_fd(), &addr).map_err(sys_err(format!("bind({path:?})")))?;
+    CString::new(path.as_str())
+        .map_err(|_| Errno::EINVAL)
+        .and_then(|c| raw::chmod(&c, 0o666))
         .map_err(sys_err(format!("chmod({path:?}, 0666)")))?;
-    rustix::net::listen(&fd, 1024).map_err(sys_err(format!("listen({path:?})")))?;
+    raw::listen(fd.as_fd(), 1024).map_err(sys_err(format!("listen({path:?})")))?;
     Ok(fd)
 }
 
@@ -50,17 +76,12 @@ pub fn unix_door(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, SysError> 
 /// socket listening on 127.0.0.1:3128, close-on-exec, for the supervisor.
 pub fn tcp_door_in_current_netns() -> Result<OwnedFd, SysError> {
     let sys = sys_err;
-    let fd = rustix::net::socket_with(
-        AddressFamily::INET,
-        SocketType::STREAM,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(sys("socket(AF_INET, SOCK_STREAM)".into()))?;
-    sockopt::set_socket_reuseaddr(&fd, true).map_err(sys("setsockopt(SO_REUSEADDR)".into()))?;
-    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, PROXY_TCP_PORT);
-    rustix::net::bind(&fd, &addr).map_err(sys(format!("bind(127.0.0.1:{PROXY_TCP_PORT})")))?;
-    rustix::net::listen(&fd, 1024).map_err(sys(format!("listen(127.0.0.1:{PROXY_TCP_PORT})")))?;
+    let fd = raw::socket(libc::AF_INET, libc::SOCK_STREAM)
+        .map_err(sys("socket(AF_INET, SOCK_STREAM)".into()))?;
+    raw::set_reuseaddr(fd.as_fd()).map_err(sys("setsockopt(SO_REUSEADDR)".into()))?;
+    let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, PROXY_TCP_PORT));
+    raw::bind(fd.as_fd(), &addr).map_err(sys(format!("bind(127.0.0.1:{PROXY_TCP_PORT})")))?;
+    raw::listen(fd.as_fd(), 1024).map_err(sys(format!("listen(127.0.0.1:{PROXY_TCP_PORT})")))?;
     Ok(fd)
 }
 
@@ -72,7 +93,7 @@ pub const RESOLV_CONF: &str = "# hutch: transparent egress (see docs/egress.md)\
 
 /// The ports `transparent` egress captures: every port `policy` can
 /// allow, except the TCP door's own (a connection to it is the proxy).
-pub fn transparent_ports(policy: &super::Policy) -> Vec<u16> {
+pub fn transparent_ports(policy: &Policy) -> Vec<u16> {
     let mut ports = policy.allowed_ports();
     ports.retain(|&p| p != PROXY_TCP_PORT);
     ports
@@ -85,11 +106,7 @@ pub fn transparent_ports(policy: &super::Policy) -> Vec<u16> {
 /// in `ports`. The sockets are close-on-exec and go to the supervisor;
 /// nothing of hutch's runs in the sandbox to serve them.
 pub fn transparent_in_current_netns(ports: &[u16]) -> Result<Vec<OwnedFd>, SysError> {
-    crate::sys::add_local_route_v4(
-        super::names::SYNTHETIC_NET,
-        super::names::SYNTHETIC_PREFIX,
-        c"lo",
-    )?;
+    crate::sys::add_local_route_v4(SYNTHETIC_NET, SYNTHETIC_PREFIX, c"lo")?;
     transparent_sockets_only(ports)
 }
 
@@ -97,28 +114,18 @@ pub fn transparent_in_current_netns(ports: &[u16]) -> Result<Vec<OwnedFd>, SysEr
 pub fn transparent_sockets_only(ports: &[u16]) -> Result<Vec<OwnedFd>, SysError> {
     let sys = sys_err;
     let mut fds = Vec::with_capacity(1 + ports.len());
-    let dns = rustix::net::socket_with(
-        AddressFamily::INET,
-        SocketType::DGRAM,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(sys("socket(AF_INET, SOCK_DGRAM)".into()))?;
-    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, RESOLVER_PORT);
-    rustix::net::bind(&dns, &addr).map_err(sys(format!("bind(udp 127.0.0.1:{RESOLVER_PORT})")))?;
+    let dns = raw::socket(libc::AF_INET, libc::SOCK_DGRAM)
+        .map_err(sys("socket(AF_INET, SOCK_DGRAM)".into()))?;
+    let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, RESOLVER_PORT));
+    raw::bind(dns.as_fd(), &addr).map_err(sys(format!("bind(udp 127.0.0.1:{RESOLVER_PORT})")))?;
     fds.push(dns);
     for &port in ports {
-        let fd = rustix::net::socket_with(
-            AddressFamily::INET,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(sys("socket(AF_INET, SOCK_STREAM)".into()))?;
-        sockopt::set_socket_reuseaddr(&fd, true).map_err(sys("setsockopt(SO_REUSEADDR)".into()))?;
-        let addr = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
-        rustix::net::bind(&fd, &addr).map_err(sys(format!("bind(0.0.0.0:{port})")))?;
-        rustix::net::listen(&fd, 1024).map_err(sys(format!("listen(0.0.0.0:{port})")))?;
+        let fd = raw::socket(libc::AF_INET, libc::SOCK_STREAM)
+            .map_err(sys("socket(AF_INET, SOCK_STREAM)".into()))?;
+        raw::set_reuseaddr(fd.as_fd()).map_err(sys("setsockopt(SO_REUSEADDR)".into()))?;
+        let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port));
+        raw::bind(fd.as_fd(), &addr).map_err(sys(format!("bind(0.0.0.0:{port})")))?;
+        raw::listen(fd.as_fd(), 1024).map_err(sys(format!("listen(0.0.0.0:{port})")))?;
         fds.push(fd);
     }
     Ok(fds)

@@ -14,7 +14,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{NetError, Policy};
+use super::error::NetError;
+use super::policy::Policy;
 use crate::spec::ProxyPolicy;
 
 #[derive(Debug, Deserialize)]

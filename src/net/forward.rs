@@ -16,8 +16,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::decision::{Body, Decision, DirMeter, Outcome, answer};
+use super::answer::{Body, answer};
 use super::host::CanonicalHost;
+use super::record::{Decision, DirMeter, Outcome};
 use super::tunnel::{Meter, SpliceIo, pump, write_all};
 
 /// Run an established CONNECT tunnel until both sides close, a side

@@ -9,71 +9,49 @@
 //! connections to resolved names are captured and decided by the same
 //! policy. See `docs/egress.md`.
 //!
-//! The proxy server is four steps, one module each: [`accept`] (doors,
-//! connection caps, request heads), [`decision`] (target, policy, audit
-//! record), [`dial`] (resolve, vet, connect) and [`forward`] (tunnel or
-//! forward, metered); [`tunnel`] holds the byte pumps.
+//! The proxy server is four steps, one module each, each calling only the
+//! ones after it: [`accept`] (doors, connection caps, request heads; a
+//! captured connection goes to [`transparent`]), [`decision`] (target,
+//! policy), [`dial`] (resolve, vet, connect) and [`forward`] (tunnel or
+//! forward, metered). Below them, what they share: [`state`] (one
+//! sandbox's policy, caps and counters), [`record`] (a decision's audit
+//! record and traffic), [`answer`] (the proxy's own responses) and
+//! [`tunnel`] (the byte pumps).
 
 mod accept;
 pub mod addr;
+mod answer;
 mod decision;
 mod dial;
 pub mod dns;
 mod doors;
+mod error;
 mod file;
 mod forward;
 pub mod host;
 pub mod loopback;
 pub mod names;
 pub mod policy;
+mod record;
 pub mod sni;
+mod state;
 mod transparent;
 mod tunnel;
 
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
 use std::thread::JoinHandle;
 
 pub use doors::{
-    PROXY_SOCKET_PATH, PROXY_TCP_PORT, RESOLV_CONF, RESOLVER_PORT, proxy_env,
+    Door, PROXY_SOCKET_PATH, PROXY_TCP_PORT, RESOLV_CONF, RESOLVER_PORT, proxy_env,
     tcp_door_in_current_netns, transparent_failure_hint, transparent_in_current_netns,
     transparent_ports, transparent_sockets_only, unix_door,
 };
+pub use error::NetError;
 pub use file::load_policy_file;
 pub use policy::{EgressLimits, Policy, Verdict};
 
 use crate::audit::AuditSink;
 use crate::spec::{Network, Spec, SpecError};
-
-/// Errors of the egress proxy and its policy.
-#[derive(Debug, thiserror::Error)]
-pub enum NetError {
-    /// A policy entry is invalid; `key` is its path, e.g. `allow[2]`.
-    #[error("{key}: {message}")]
-    Policy { key: String, message: String },
-    #[error("policy file {}: {message}", path.display())]
-    PolicyFile { path: PathBuf, message: String },
-    /// A policy file with several profiles and no `default`, and no
-    /// profile named by the caller (front ends add how to name one).
-    #[error("policy file {}: several profiles and no `default`; choose one (profiles: {profiles})", path.display())]
-    NoProfileChosen { path: PathBuf, profiles: String },
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Sys(#[from] crate::sys::SysError),
-}
-
-impl NetError {
-    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
-        NetError::Io {
-            what: what.into(),
-            source,
-        }
-    }
-}
 
 /// Check the `network` section of a Spec: in proxy mode every rule,
 /// address and override must compile. Errors name the key (`network.allow[2]`).
@@ -122,7 +100,7 @@ pub mod fuzzing {
     /// One packet through the transparent-egress resolver (with
     /// [`offline_policy`]); the answer it sends, if any.
     pub fn resolver_answer(bytes: &[u8]) -> Option<Vec<u8>> {
-        let state = super::accept::State::new(offline_policy(), "fuzz".into(), None);
+        let state = super::state::State::new(offline_policy(), "fuzz".into(), None);
         super::transparent::resolve_packet(&state, bytes)
     }
 
@@ -133,33 +111,6 @@ pub mod fuzzing {
         let out = super::accept::answer_raw(offline_policy(), Door::Unix, bytes).ok()?;
         let text = std::str::from_utf8(out.get(..12)?).ok()?;
         text.strip_prefix("HTTP/1.1 ")?.parse().ok()
-    }
-}
-
-/// Which door a connection came through; the only caller authentication
-/// the proxy needs (each door belongs to exactly one sandbox).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Door {
-    /// The Unix socket at [`PROXY_SOCKET_PATH`]; also routes origin-form
-    /// requests by their `Host` header.
-    Unix,
-    /// The TCP listener on `127.0.0.1:3128` inside the sandbox.
-    Tcp,
-    /// `transparent` egress: a listener that captured connections to the
-    /// synthetic addresses arrive on.
-    Transparent,
-    /// `transparent` egress: the resolver's UDP socket on 127.0.0.1:53.
-    /// Its decisions are audited as `transparent` too (method `DNS`).
-    Resolver,
-}
-
-impl Door {
-    pub fn name(self) -> &'static str {
-        match self {
-            Door::Unix => "unix",
-            Door::Tcp => "tcp",
-            Door::Transparent | Door::Resolver => "transparent",
-        }
     }
 }
 
@@ -204,7 +155,7 @@ pub fn spawn(
 ) -> Result<ProxyHandle, NetError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .max_blocking_threads(accept::MAX_RESOLVERS + 2)
+        .max_blocking_threads(state::MAX_RESOLVERS + 2)
         .thread_name("hutch-proxy-resolver")
         .build()
         .map_err(|e| NetError::io("cannot start the proxy runtime", e))?;
@@ -216,7 +167,7 @@ pub fn spawn(
             .collect::<Result<Vec<_>, _>>()?
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-    let state = accept::State::new(policy, sandbox_id, audit);
+    let state = state::State::new(policy, sandbox_id, audit);
     let thread = std::thread::Builder::new()
         .name("hutch-proxy".into())
         .spawn(move || {
@@ -264,5 +215,46 @@ mod tests {
         assert!(validate_spec(&spec).is_ok());
         spec.namespaces.net = false;
         assert!(validate_spec(&spec).is_err());
+    }
+
+    #[test]
+    fn hostile_heads_get_clear_answers_and_nothing_is_dialled() {
+        let table: &[(&[u8], u16)] = &[
+            (b"CONNECT fuzz.test:443 HTTP/1.1\r\n\r\n", 403), // resolves to TEST-NET
+            (b"CONNECT other.test:443 HTTP/1.1\r\n\r\n", 403),
+            (b"CONNECT deny.example:443 HTTP/1.1\r\n\r\n", 403),
+            (b"CONNECT a.example:22 HTTP/1.1\r\n\r\n", 403),
+            (b"CONNECT [fe80::1%25lo]:443 HTTP/1.1\r\n\r\n", 400),
+            (b"CONNECT a.example HTTP/1.1\r\n\r\n", 400),
+            (b"CONNECT a.example:0 HTTP/1.1\r\n\r\n", 400),
+            (
+                b"GET https://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n",
+                400,
+            ),
+            (b"GET http://u:p@a.example/ HTTP/1.1\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 403),
+            (b"GET / HTTP/1.1\r\nHost: 2130706433:80\r\n\r\n", 403),
+            (b"GET / HTTP/1.1\r\nHost: fuzz.test\r\n\r\n", 403),
+            (b"GET / HTTP/1.1\r\nHost: \xff\xfe\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a.example:99999\r\n\r\n", 400),
+        ];
+        for (head, want) in table {
+            assert_eq!(
+                fuzzing::answer_status(head),
+                Some(*want),
+                "{:?}",
+                String::from_utf8_lossy(head)
+            );
+        }
+        // Garbage gets a 400 from the parser or a closed connection.
+        for junk in [
+            &b"\0\0\0\0"[..],
+            b"CONNECT\r\n\r\n",
+            b"GET  HTTP/1.1\r\n\r\n",
+        ] {
+            assert!(matches!(fuzzing::answer_status(junk), None | Some(400)));
+        }
     }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::NetError;
 use super::addr::{parse_allowed, special_range};
+use super::error::NetError;
 use super::host::{CanonicalHost, canonicalize, split_host_port};
 use crate::spec::ProxyPolicy;
 

@@ -17,15 +17,15 @@ use std::sync::Arc;
 
 use tokio::net::{TcpStream, UdpSocket};
 
-use super::Door;
-use super::accept::State;
-use super::decision::{Decision, DirMeter, Outcome};
 use super::dial::dial;
 use super::dns::{self, Rcode};
+use super::doors::Door;
 use super::host::{CanonicalHost, canonicalize};
 use super::names::Assigned;
 use super::policy::Verdict;
+use super::record::{Decision, DirMeter, Outcome};
 use super::sni;
+use super::state::State;
 use super::tunnel::pump;
 
 /// Answer the sandbox's DNS queries until the task is cancelled.

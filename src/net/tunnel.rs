@@ -10,6 +10,8 @@ use rustix::pipe::{PipeFlags, SpliceFlags, pipe_with, splice};
 use tokio::io::Interest;
 use tokio::net::{TcpStream, UnixStream};
 
+use crate::sys::raw;
+
 /// Most bytes moved per splice call.
 const CHUNK: usize = 1 << 20;
 /// Pipe capacity asked for (the default 64 KiB halves loopback throughput).
@@ -76,14 +78,11 @@ pub(crate) async fn pump<A: SpliceIo, B: SpliceIo>(
             src.ready_for(Interest::READABLE).await?;
             let mut probe = [0u8; 1];
             let peeked = src.try_io_with(Interest::READABLE, || {
-                let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
-                rustix::net::recv(src.as_fd(), &mut probe, flags)
-                    .map(|(n, _)| n)
-                    .map_err(io::Error::from)
+                raw::peek_now(src.as_fd(), &mut probe).map_err(io::Error::from)
             });
             match peeked {
                 Ok(0) => {
-                    let _ = rustix::net::shutdown(dst.as_fd(), rustix::net::Shutdown::Write);
+                    let _ = raw::shutdown_write(dst.as_fd());
                     return Ok(());
                 }
                 Ok(_) => pipe = Some(new_pipe()?),
@@ -137,7 +136,7 @@ pub(crate) async fn pump<A: SpliceIo, B: SpliceIo>(
             }
         }
         if eof && pending == 0 {
-            let _ = rustix::net::shutdown(dst.as_fd(), rustix::net::Shutdown::Write);
+            let _ = raw::shutdown_write(dst.as_fd());
             return Ok(());
         }
         if progressed {

@@ -17,21 +17,20 @@
 //! State lives under a root directory (default `/run/hutch-oci`), one
 //! directory per container, so it survives hutch-oci's own restarts.
 
-use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-use serde::{Deserialize, Serialize};
-
 use super::OciError;
 use super::config::{Config, State};
+use super::procs::start_time;
+use super::record::Record;
 use crate::launch::create::{CreateOptions, create as launch_create};
 use crate::launch::wire::message::{self, Incoming, Message};
 use crate::sys;
+use crate::sys::socket::UnixAddr;
 
 /// The default state root.
 pub const DEFAULT_ROOT: &str = "/run/hutch-oci";
@@ -46,30 +45,6 @@ const CREATED_MARK: &str = "created";
 const HOOKS_FILE: &str = "hooks.json";
 /// The container process's credentials, for its startContainer hooks.
 const HOOK_CREDENTIALS_FILE: &str = "hook-credentials.json";
-
-/// A container's record in its state directory.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Record {
-    pub id: String,
-    /// hutch init's pid, and its start time (`/proc/PID/stat` field 22).
-    pub pid: i32,
-    pub start_time: u64,
-    pub bundle: String,
-    pub annotations: BTreeMap<String, String>,
-    /// The keeper (egress proxy, status file), when there is one.
-    pub keeper: Option<(i32, u64)>,
-    /// The container's cgroup (`linux.resources` asked for a limit), and
-    /// the directories hutch-oci made for it: `delete` removes them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<PathBuf>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cgroup_made: Vec<PathBuf>,
-    /// The id of the container's mount namespace (`NS_GET_MNTNS_ID`,
-    /// never reused): `kill --all`, `delete` and `ps` find the container's
-    /// processes by it, even once hutch init is gone ([`super::procs`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mnt_ns: Option<u64>,
-}
 
 /// A container's status (`runtime.md`, "State").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,26 +93,6 @@ pub fn check_id(id: &str) -> Result<(), OciError> {
     } else {
         Err(OciError::BadId(id.chars().take(64).collect()))
     }
-}
-
-/// `/proc/PID/stat` field 22 (start time in clock ticks), if the process
-/// exists and is not a zombie.
-pub fn start_time(pid: i32) -> Option<u64> {
-    let mut buf = String::new();
-    std::fs::File::open(format!("/proc/{pid}/stat"))
-        .ok()?
-        .take(4096)
-        .read_to_string(&mut buf)
-        .ok()?;
-    // The command name (field 2) may hold spaces and parentheses: the
-    // fields after it follow the last ')'.
-    let rest = &buf[buf.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state).
-    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
-        return None;
-    }
-    fields.get(19)?.parse().ok()
 }
 
 fn alive(pid: i32, start: u64) -> bool {
@@ -207,14 +162,9 @@ pub fn read_config(bundle: &Path) -> Result<Config, OciError> {
 
 /// A connection to the engine's console socket.
 fn connect_console(path: &Path) -> Result<OwnedFd, OciError> {
-    let fd = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::STREAM,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(|e| OciError::io("socket(AF_UNIX, SOCK_STREAM)")(e.into()))?;
-    rustix::net::connect(&fd, &unix_addr(path)?).map_err(|e| {
+    let fd = sys::raw::socket(libc::AF_UNIX, libc::SOCK_STREAM)
+        .map_err(|e| OciError::io("socket(AF_UNIX, SOCK_STREAM)")(e.into()))?;
+    sys::raw::connect_unix(fd.as_fd(), &unix_addr(path)?).map_err(|e| {
         OciError::io(format!(
             "connecting to the console socket {}",
             path.display()
@@ -224,17 +174,12 @@ fn connect_console(path: &Path) -> Result<OwnedFd, OciError> {
 }
 
 fn seqpacket() -> Result<OwnedFd, OciError> {
-    rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(|e| OciError::io("socket(AF_UNIX, SOCK_SEQPACKET)")(e.into()))
+    sys::raw::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET)
+        .map_err(|e| OciError::io("socket(AF_UNIX, SOCK_SEQPACKET)")(e.into()))
 }
 
-fn unix_addr(path: &Path) -> Result<SocketAddrUnix, OciError> {
-    SocketAddrUnix::new(path).map_err(|e| {
+fn unix_addr(path: &Path) -> Result<UnixAddr, OciError> {
+    UnixAddr::new(path).map_err(|e| {
         OciError::io(format!("socket address {} (too long?)", path.display()))(e.into())
     })
 }
@@ -242,7 +187,7 @@ fn unix_addr(path: &Path) -> Result<SocketAddrUnix, OciError> {
 /// The hold socket of a state directory, addressed through an fd of the
 /// directory (`/proc/self/fd/N/hold.sock`), so that a long state root
 /// never exceeds sun_path's 108 bytes. Returns the fd with the address.
-fn hold_addr(dir: &Path) -> Result<(OwnedFd, SocketAddrUnix), OciError> {
+fn hold_addr(dir: &Path) -> Result<(OwnedFd, UnixAddr), OciError> {
     let fd: OwnedFd = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
@@ -516,9 +461,9 @@ impl Root {
         let hold_path = dir.join(HOLD_SOCKET);
         let hold = seqpacket()?;
         let (_dir_fd, addr) = hold_addr(dir)?;
-        rustix::net::bind(&hold, &addr)
+        sys::raw::bind_unix(hold.as_fd(), &addr)
             .map_err(|e| OciError::io(format!("bind({})", hold_path.display()))(e.into()))?;
-        rustix::net::listen(&hold, 1)
+        sys::raw::listen(hold.as_fd(), 1)
             .map_err(|e| OciError::io(format!("listen({})", hold_path.display()))(e.into()))?;
         let console = req.console_socket.map(connect_console).transpose()?;
         // A hook's failure in before_go or before_pivot, kept to be the
@@ -650,7 +595,7 @@ impl Root {
         let sock = seqpacket()?;
         let hold_path = dir.join(HOLD_SOCKET);
         let (_dir_fd, addr) = hold_addr(&dir)?;
-        rustix::net::connect(&sock, &addr).map_err(|e| {
+        sys::raw::connect_unix(sock.as_fd(), &addr).map_err(|e| {
             OciError::io(format!("connecting to {}", hold_path.display()))(e.into())
         })?;
         sys::socket::send(sock.as_fd(), b"start", &[]).map_err(|e| OciError::Io {

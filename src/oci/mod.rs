@@ -8,6 +8,7 @@ pub mod config;
 pub mod hooks;
 pub mod lifecycle;
 pub mod procs;
+pub mod record;
 pub mod resources;
 pub mod seccomp;
 pub mod translate;

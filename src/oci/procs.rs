@@ -31,14 +31,35 @@
 //! which is gone (ESRCH).
 
 use std::collections::BTreeSet;
+use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::OciError;
-use super::lifecycle::{Record, start_time};
+use super::record::Record;
 use crate::sys;
+
+/// `/proc/PID/stat` field 22 (start time in clock ticks), if the process
+/// exists and is not a zombie.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let mut buf = String::new();
+    std::fs::File::open(format!("/proc/{pid}/stat"))
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut buf)
+        .ok()?;
+    // The command name (field 2) may hold spaces and parentheses: the
+    // fields after it follow the last ')'.
+    let rest = &buf[buf.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state).
+    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
 
 /// How long `delete` and `kill --all` go on finding and signalling
 /// processes (a container that forks as fast as it is killed).

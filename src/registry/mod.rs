@@ -146,7 +146,7 @@ impl Record {
             supervisor: ProcessRef::of(me)?,
             init: ProcessRef::of(init_pid)?,
             cgroup: cgroup.map(Path::to_path_buf),
-            started_unix_ms: crate::workspace::now_ms(),
+            started_unix_ms: crate::util::clock::now_ms(),
             command,
         })
     }
@@ -615,7 +615,7 @@ pub fn kill(entry: &Entry, by: &str) -> Result<KillOutcome, RegistryError> {
         let mark = KillMark {
             by: by.to_string(),
             by_uid: rustix::process::getuid().as_raw(),
-            time_unix_ms: crate::workspace::now_ms(),
+            time_unix_ms: crate::util::clock::now_ms(),
         };
         if let Ok(f) = sys::open_beneath(
             fd.as_fd(),
@@ -663,7 +663,7 @@ pub fn sweep_kill_marks() {
     let Ok(names) = sys::list_dir(fd.as_fd()) else {
         return;
     };
-    let cutoff = crate::workspace::now_ms().saturating_sub(60_000) / 1000;
+    let cutoff = crate::util::clock::now_ms().saturating_sub(60_000) / 1000;
     for name in names {
         let text = name.to_str().ok();
         let half_written = text

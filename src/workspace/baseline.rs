@@ -14,11 +14,11 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest, Sha256};
 
 use crate::sys::{self, EntryKind};
+use crate::util::quote::display_name;
 
 use super::error::{Result, WorkspaceError};
 use super::layers::lstat_opt;
 use super::manifest::{MODE_LINK, Manifest, ManifestEntry, git_file_mode};
-use super::quote::display_name;
 use super::relpath::join;
 
 /// Caps of a baseline import (`session create --max-files ...`). Exceeding
@@ -435,7 +435,7 @@ impl BaselineWriter {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
-            .unwrap_or_else(|| WorkspaceError::Launch("a baseline writer thread failed".into()))
+            .unwrap_or(WorkspaceError::WriterFailed)
     }
 
     /// A symlink with `target` (stored, never resolved).
@@ -471,9 +471,7 @@ impl BaselineWriter {
             for w in pool.workers.drain(..) {
                 match w.join() {
                     Ok(entries) => self.manifest.entries.extend(entries),
-                    Err(_) => self.shared.fail(WorkspaceError::Launch(
-                        "a baseline writer thread panicked".into(),
-                    )),
+                    Err(_) => self.shared.fail(WorkspaceError::WriterPanicked),
                 }
             }
         }

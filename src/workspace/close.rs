@@ -15,11 +15,12 @@ use serde_json::json;
 
 use crate::registry::{self, KillOutcome, Liveness};
 use crate::sys;
+use crate::util::clock::now_ms;
 
 use super::disk::DiskMechanism;
 use super::error::{Result, WorkspaceError};
 use super::json::json_line;
-use super::session::{StateDir, now_ms, valid_id};
+use super::session::{StateDir, valid_id};
 
 /// How long close waits for a killed command's process to let go of the
 /// session (it records the command's end first).
@@ -182,7 +183,7 @@ impl StateDir {
         let mut cgroups = Vec::new();
         let mut inits = Vec::new();
         let records: Vec<_> = registry::list()
-            .map_err(|e| WorkspaceError::Launch(e.to_string()))?
+            .map_err(WorkspaceError::Registry)?
             .into_iter()
             .filter(|e| e.record.session() == Some(id))
             .collect();

@@ -144,9 +144,7 @@ fn mkfs() -> Result<&'static Path> {
     .iter()
     .map(Path::new)
     .find(|p| p.is_file())
-    .ok_or_else(|| {
-        WorkspaceError::Launch("--disk-max: mkfs.ext4 is not installed (install e2fsprogs)".into())
-    })
+    .ok_or(WorkspaceError::MkfsMissing)
 }
 
 /// Create the image of a new session in `dir` (at `path` on the host),
@@ -183,10 +181,10 @@ pub fn create_image(dir: BorrowedFd<'_>, path: &Path, bytes: u64, owner: u32) ->
             .chars()
             .take(200)
             .collect::<String>();
-        return Err(WorkspaceError::Launch(format!(
-            "mkfs.ext4 of the session disk image failed ({}): {first:?}",
-            out.status
-        )));
+        return Err(WorkspaceError::MkfsFailed {
+            status: out.status,
+            first_line: first,
+        });
     }
     sys::mkdirat(dir, MOUNT, 0o700)?;
     Ok(())
@@ -223,10 +221,9 @@ pub fn attach(dir: BorrowedFd<'_>) -> Result<()> {
     let deadline = Instant::now() + ATTACH_WAIT;
     while !sys::flock_exclusive(image.as_fd(), false)? {
         if Instant::now() >= deadline {
-            return Err(WorkspaceError::Launch(format!(
-                "the session's disk image is still attached elsewhere after {}s (a mount of it outlived its session operation; see `losetup -a`)",
-                ATTACH_WAIT.as_secs()
-            )));
+            return Err(WorkspaceError::DiskAttached {
+                seconds: ATTACH_WAIT.as_secs(),
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -2,6 +2,9 @@
 
 use std::path::PathBuf;
 
+use crate::image::ImageError;
+use crate::launch::{LaunchError, LaunchFailure};
+use crate::registry::RegistryError;
 use crate::sys::SysError;
 
 /// Everything a session operation can fail with.
@@ -39,8 +42,60 @@ pub enum WorkspaceError {
     State { path: PathBuf, reason: String },
     #[error("state directory {path}: {reason}")]
     StateDir { path: PathBuf, reason: String },
+    // The variants below hold another layer's error without making it a
+    // `source`: their line is already the whole message, and a chain
+    // printed with `{:#}` would repeat it.
+    /// A sandbox could not be launched: the launcher's failure record
+    /// (what failed, where, the errno, a hint).
     #[error("{0}")]
-    Launch(String),
+    Launch(LaunchFailure),
+    /// A sandbox's own setup failed: the line its exit report gives.
+    #[error("{0}")]
+    SetupFailed(String),
+    /// The session's image could not be pinned or held.
+    #[error("{0}")]
+    Image(ImageError),
+    /// A command named an image other than its session's.
+    #[error(
+        "session {id} runs every command with its image {digest}; a command cannot name another"
+    )]
+    OtherImage { id: String, digest: String },
+    /// The runtime registry (the live sandboxes) could not be read.
+    #[error("{0}")]
+    Registry(RegistryError),
+    #[error("--disk-max: mkfs.ext4 is not installed (install e2fsprogs)")]
+    MkfsMissing,
+    #[error("mkfs.ext4 of the session disk image failed ({status}): {first_line:?}")]
+    MkfsFailed {
+        status: std::process::ExitStatus,
+        first_line: String,
+    },
+    #[error(
+        "the session's disk image is still attached elsewhere after {seconds}s (a mount of it outlived its session operation; see `losetup -a`)"
+    )]
+    DiskAttached { seconds: u64 },
+    #[error("a baseline writer thread failed")]
+    WriterFailed,
+    #[error("a baseline writer thread panicked")]
+    WriterPanicked,
+    #[error("the egress audit file is not a regular file")]
+    EgressAuditNotFile,
+    #[error("the warm server closed the connection")]
+    WarmClosed,
+    #[error("an oversized line on warm.sock")]
+    WarmOversized,
+    /// A request on warm.sock that is not one.
+    #[error("{0}")]
+    WarmRequest(serde_json::Error),
+    /// The thread that ran a session command (the async API's) failed.
+    #[error("the command's thread: {0}")]
+    CommandThread(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl From<LaunchError> for WorkspaceError {
+    fn from(e: LaunchError) -> Self {
+        WorkspaceError::Launch(e.failure())
+    }
 }
 
 impl WorkspaceError {

@@ -33,12 +33,12 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::sys::{self, Meta};
+use crate::util::quote::{display_name, git_quote};
 
 use super::changes::special_kind;
 use super::error::{Result, WorkspaceError};
 use super::json;
 use super::layers::{Layers, lstat_opt};
-use super::quote::{display_name, git_quote};
 use super::relpath::{RelPath, child_path, join};
 use super::spool::Spool;
 use super::stack::{Chains, Resolved, members};

@@ -42,10 +42,10 @@ use std::path::{Path, PathBuf};
 use crate::launch::{self, ExitReport, Outcome, RunOptions};
 use crate::spec::{Duration, FsOp, Network, Spec};
 use crate::sys;
+use crate::util::quote::{display_name, git_quote};
 
 use super::baseline::{BaselineWriter, Content, QUEUED_BYTES_MAX, split_components};
 use super::error::{Result, WorkspaceError};
-use super::quote::{display_name, git_quote};
 use super::repo::RepoDir;
 
 /// Where the sandboxed git sees the repository's git directory.

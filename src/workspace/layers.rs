@@ -8,9 +8,9 @@ use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::sys::{self, Errno, Meta};
+use crate::util::quote::display_name;
 
 use super::error::{Result, WorkspaceError};
-use super::quote::display_name;
 use super::relpath::RelPath;
 
 /// xattrs marking an opaque upper directory (privileged and `userxattr`

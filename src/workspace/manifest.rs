@@ -10,7 +10,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::quote::git_quote;
+use crate::util::quote::git_quote;
 
 /// Git mode of a regular file.
 pub const MODE_FILE: u32 = 0o100644;

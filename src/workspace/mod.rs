@@ -22,7 +22,6 @@ mod json;
 mod layers;
 mod manifest;
 mod progress;
-mod quote;
 mod relpath;
 mod remove;
 mod render;
@@ -53,7 +52,6 @@ pub use ignore::{IgnoreFiles, IgnoreRules};
 pub use json::{is_unsafe_char, json_line};
 pub use layers::{Layer, Layers};
 pub use manifest::{Manifest, ManifestEntry, fingerprint};
-pub use quote::{display_name, git_quote};
 pub use relpath::{RelPath, WORKSPACE_DIR};
 pub use render::{
     DiffFormat, DiffSummary, IGNORED_LISTED, Ignored, TEXT_DIFF_MAX_BYTES, diff, diff_filtered,
@@ -67,7 +65,7 @@ pub use run::{
 };
 pub use session::{
     CreateOptions, DiffOptions, GcReport, Lock, RunningCommand, STATE_DIR_ENV, SealInfo, Session,
-    SessionInfo, SessionLock, Since, Source, StateDir, now_ms, valid_id,
+    SessionInfo, SessionLock, Since, Source, StateDir, valid_id,
 };
 pub use show::read_audit;
 pub use spool::Spool;

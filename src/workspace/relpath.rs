@@ -5,8 +5,9 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use crate::util::quote::display_name;
+
 use super::error::{Result, WorkspaceError};
-use super::quote::display_name;
 
 /// Mount point of the workspace inside a session's sandboxes.
 pub const WORKSPACE_DIR: &str = "/workspace";

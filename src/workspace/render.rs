@@ -27,6 +27,7 @@ use sha2::Sha256;
 use similar::{Algorithm, DiffOp, capture_diff_slices_deadline, group_diff_ops};
 
 use crate::sys;
+use crate::util::quote::{display_name, git_quote, git_quote_prefixed};
 
 use super::changes::{ChangeRef, DEFAULT_MAX_FILE_BYTES, SideRef, Skipped, Visitor, walk};
 use super::error::{Result, WorkspaceError};
@@ -34,7 +35,6 @@ use super::ignore::IgnoreRules;
 use super::json;
 use super::layers::Layers;
 use super::manifest::{MODE_LINK, git_file_mode};
-use super::quote::{display_name, git_quote, git_quote_prefixed};
 use super::spool::{Limited, Spool, is_limit};
 
 const ZERO_OID: &str = "0000000000000000000000000000000000000000";

@@ -18,10 +18,11 @@ use serde_json::json;
 use crate::launch::{self, ExitReport, Outcome, RunOptions};
 use crate::spec::{Duration, FsOp, Network, Spec};
 use crate::sys;
+use crate::util::clock::now_ms;
 
 use super::disk::DiskUsage;
 use super::error::{Result, WorkspaceError};
-use super::session::{RunningCommand, Session, now_ms};
+use super::session::{RunningCommand, Session};
 
 /// Bytes of the head and of the tail of stdout/stderr kept in the audit.
 pub const AUDIT_CAPTURE_BYTES: usize = 4096;
@@ -72,11 +73,10 @@ impl Session {
                 .as_ref()
                 .is_some_and(|i| i.digest != image.digest)
             {
-                return Err(WorkspaceError::Launch(format!(
-                    "session {} runs every command with its image {}; a command cannot name another",
-                    self.info.id,
-                    image.digest.as_deref().unwrap_or("")
-                )));
+                return Err(WorkspaceError::OtherImage {
+                    id: self.info.id.clone(),
+                    digest: image.digest.clone().unwrap_or_default(),
+                });
             }
             crate::spec::use_image(&mut spec, image.clone());
         }
@@ -219,7 +219,7 @@ impl Session {
                 }))?;
                 self.record_progress(seq, start, disk)?;
                 self.clear_running()?;
-                return Err(WorkspaceError::Launch(e.to_string()));
+                return Err(e.into());
             }
         };
         let deadline_hit = bounded && report.reason == Outcome::TimedOut;
@@ -411,9 +411,7 @@ impl Session {
             .map_err(|e| WorkspaceError::io("stat the egress audit", e))?
             .is_file()
         {
-            return Err(WorkspaceError::Launch(
-                "the egress audit file is not a regular file".into(),
-            ));
+            return Err(WorkspaceError::EgressAuditNotFile);
         }
         if let Some(path) = user_audit {
             let mut out = std::fs::OpenOptions::new()

@@ -19,14 +19,15 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::sys::{self, Errno};
+use crate::util::clock::now_ms;
+use crate::util::quote::display_name;
 
 use super::changes::{ChangeRef, SideRef, walk};
 use super::disk::DiskMechanism;
 use super::error::{Result, WorkspaceError};
 use super::manifest::{Manifest, ManifestEntry, fingerprint, git_file_mode};
-use super::quote::display_name;
 use super::remove::remove_tree;
-use super::session::{ROOT_LAUNCH_UID, SealInfo, Session, now_ms};
+use super::session::{ROOT_LAUNCH_UID, SealInfo, Session};
 use super::stack::MAX_LAYERS;
 
 /// Mode of a deletion line in a seal manifest.

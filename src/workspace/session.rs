@@ -6,13 +6,15 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::spec::Spec;
 use crate::sys;
+use crate::util::clock::now_ms;
+use crate::util::quote::display_name;
 
 use super::baseline::{BaselineWriter, ImportLimits, import_dir};
 use super::changes::Skipped;
@@ -24,7 +26,6 @@ use super::ignore::{IGNORE_FILE_MAX_BYTES, IgnoreFiles, IgnoreRules};
 use super::json::json_line;
 use super::layers::{Layers, MergedDir, lstat_opt, read_regular};
 use super::manifest::fingerprint;
-use super::quote::display_name;
 use super::relpath::{RelPath, WORKSPACE_DIR};
 use super::remove::remove_tree;
 use super::render::{DiffFormat, DiffSummary, diff_filtered};
@@ -307,13 +308,6 @@ fn collect_ignore_files(
     Ok(out)
 }
 
-/// Milliseconds since the epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 fn random_id() -> Result<String> {
     let mut b = [0u8; 16];
     std::fs::File::open("/dev/urandom")
@@ -403,7 +397,7 @@ impl StateDir {
                     && let Err(e) = crate::image::spec::hold_for(image, &session.path)
                 {
                     let _ = self.trash(&final_name, &id);
-                    return Err(WorkspaceError::Launch(e.to_string()));
+                    return Err(WorkspaceError::Image(e));
                 }
                 Ok(session)
             }
@@ -419,9 +413,7 @@ impl StateDir {
 
     fn populate(&self, name: &CString, id: &str, opts: &CreateOptions) -> Result<()> {
         let image = match &opts.image {
-            Some(i) => Some(
-                crate::image::spec::pin(i).map_err(|e| WorkspaceError::Launch(e.to_string()))?,
-            ),
+            Some(i) => Some(crate::image::spec::pin(i).map_err(WorkspaceError::Image)?),
             None => None,
         };
         let dir = sys::open_dir_beneath(self.fd.as_fd(), name)?;

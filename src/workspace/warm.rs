@@ -32,13 +32,14 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::error::{Result, WorkspaceError};
-use super::session::{Session, now_ms};
+use super::session::Session;
 use crate::launch::claim::{ClaimCommand, shape_digest};
 use crate::launch::helper::{HelperChild, Link};
 use crate::launch::pool::Pool;
 use crate::launch::{Finished, LaunchError, RunOptions};
 use crate::spec::Spec;
 use crate::sys;
+use crate::util::clock::now_ms;
 
 /// The server's socket, in the session directory.
 pub const SOCKET: &CStr = c"warm.sock";
@@ -131,7 +132,7 @@ pub fn serve(
 ) -> Result<()> {
     let (lifeline, keep) = std::io::pipe().map_err(io("pipe for the warm sandboxes' lifeline"))?;
     let pool = Pool::new(&opts.binary, spec, opts.size, Some(OwnedFd::from(lifeline)))
-        .map_err(|e| WorkspaceError::Launch(e.to_string()))?;
+        .map_err(WorkspaceError::from)?;
     let _keep = keep;
     match sys::unlink_at(session.dir_fd(), SOCKET, false) {
         Ok(()) => {}
@@ -240,9 +241,9 @@ fn serve_one(mut conn: UnixStream, pool: &Pool, claimed: usize) -> Served {
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(LINE_TIMEOUT));
     let _ = conn.set_write_timeout(Some(LINE_TIMEOUT));
-    let request: Request = match read_line(&mut conn).and_then(|(l, _)| {
-        serde_json::from_slice(&l).map_err(|e| WorkspaceError::Launch(e.to_string()))
-    }) {
+    let request: Request = match read_line(&mut conn)
+        .and_then(|(l, _)| serde_json::from_slice(&l).map_err(WorkspaceError::WarmRequest))
+    {
         Ok(r) => r,
         Err(_) => return Served::Answered,
     };
@@ -302,9 +303,7 @@ fn read_line(conn: &mut UnixStream) -> Result<(Vec<u8>, Vec<OwnedFd>)> {
         let (n, got) = sys::socket::recv_stream(conn.as_fd(), &mut buf)?;
         fds.extend(got);
         if n == 0 {
-            return Err(WorkspaceError::Launch(
-                "the warm server closed the connection".into(),
-            ));
+            return Err(WorkspaceError::WarmClosed);
         }
         line.extend_from_slice(&buf[..n]);
         if let Some(end) = line.iter().position(|b| *b == b'\n') {
@@ -312,9 +311,7 @@ fn read_line(conn: &mut UnixStream) -> Result<(Vec<u8>, Vec<OwnedFd>)> {
             return Ok((line, fds));
         }
         if line.len() > MAX_LINE || fds.len() > 4 {
-            return Err(WorkspaceError::Launch(
-                "an oversized line on warm.sock".into(),
-            ));
+            return Err(WorkspaceError::WarmOversized);
         }
     }
 }

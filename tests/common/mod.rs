@@ -68,6 +68,45 @@ impl As {
     pub fn drops_to_nobody(self) -> bool {
         self == As::Nobody && is_root()
     }
+
+    /// The host uid hutch runs as when launched as `self`: 0, 65534 when
+    /// root drops to it, else the (non-root) caller's.
+    pub fn uid(self) -> u32 {
+        match self {
+            As::Root => 0,
+            As::Nobody if is_root() => NOBODY,
+            As::Nobody => nix::unistd::geteuid().as_raw(),
+        }
+    }
+}
+
+/// The identities a test that covers both launches runs as: the
+/// unprivileged path first, then the root launch, each one that cannot
+/// launch here ([`can_launch_as`]) reported through [`skip`] on its own.
+/// A per-identity `require!` inside the loop would return from the whole
+/// test, so a non-root run would lose the unprivileged half too.
+///
+/// ```ignore
+/// for who in identities() { ... }
+/// ```
+pub fn identities() -> impl Iterator<Item = As> {
+    identities_ready(can_launch_as)
+}
+
+/// [`identities`] with the test's own per-identity readiness check (which
+/// should include [`can_launch_as`]).
+pub fn identities_ready<E: std::fmt::Display>(
+    ready: impl Fn(As) -> Result<(), E>,
+) -> impl Iterator<Item = As> {
+    [As::Nobody, As::Root]
+        .into_iter()
+        .filter(move |&who| match ready(who) {
+            Ok(()) => true,
+            Err(why) => {
+                skip(module_path!(), &format_args!("the {who:?} half: {why}"));
+                false
+            }
+        })
 }
 
 pub const NOBODY: u32 = 65534;

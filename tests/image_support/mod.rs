@@ -12,7 +12,7 @@ use hutch::internals::image::tar::write::{Header, header, padding, pax_record};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
-use crate::common::{As, NOBODY, hutch_bin};
+use crate::common::{As, NOBODY, hutch_bin, hutch_command};
 
 pub fn sha(data: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(data)))
@@ -354,7 +354,7 @@ pub fn umoci_layout(layout: &Path, tag: &str, rootfs: &Path) {
 
 /// Give `path` and everything below it to `who` (readable by uid 65534).
 pub fn give(path: &Path, who: As) {
-    if who == As::Nobody {
+    if who.drops_to_nobody() {
         run_ok(
             "chown",
             &[
@@ -382,7 +382,7 @@ pub fn image_limited(who: As, store: &Path, args: &[&str], limits: &[&str]) -> O
         c.args(limits).arg("--").arg(hutch_bin());
         c
     };
-    if who == As::Nobody {
+    if who.drops_to_nobody() {
         let program = cmd.get_program().to_owned();
         let inner: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
         cmd = Command::new("setpriv");
@@ -484,15 +484,7 @@ pub const TOOLS: &[&str] = &[
 
 /// `hutch ARGS` as `who` in `cwd`, with no store from the environment.
 pub fn hutch_in(who: As, cwd: &Path, args: &[&str]) -> Output {
-    let mut cmd = match who {
-        As::Root => Command::new(hutch_bin()),
-        As::Nobody => {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(hutch_bin());
-            c
-        }
-    };
+    let mut cmd = hutch_command(who);
     cmd.args(args)
         .current_dir(cwd)
         .env_remove("HUTCH_IMAGE_STORE")

@@ -221,8 +221,3 @@ pub fn repo(w: &World, dir: &Path, files: &[(&str, &str)]) -> Result<String> {
     }
     Ok(rev)
 }
-
-/// Both identities' test bodies.
-pub fn as_both(f: impl Fn(As) -> Result<()>) -> (Result<()>, Result<()>) {
-    (f(As::Root), f(As::Nobody))
-}

@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use serde_json::{Value, json};
 
 use super::pattern::Glob;
-use crate::workspace::git_quote;
+use crate::util::quote::git_quote;
 
 /// Lines longer than this are searched in their first this many bytes.
 const SCAN_LINE_MAX: usize = 1 << 20;

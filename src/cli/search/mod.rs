@@ -28,7 +28,8 @@ use serde_json::{Value, json};
 use super::machine::InternalError;
 use crate::launch::{self, Outcome, RunOptions};
 use crate::spec::{ByteSize, Duration, FsOp};
-use crate::workspace::{RelPath, StateDir, WORKSPACE_DIR, WorkspaceError, now_ms};
+use crate::util::clock::now_ms;
+use crate::workspace::{RelPath, StateDir, WORKSPACE_DIR, WorkspaceError};
 
 /// Where the helper binary appears inside the sandbox.
 pub const HELPER_PATH: &str = "/run/hutch/hutch";
@@ -112,7 +113,7 @@ pub fn search(
             .error
             .clone()
             .unwrap_or_else(|| "the search sandbox failed".into());
-        return Err(WorkspaceError::Launch(line).into());
+        return Err(WorkspaceError::SetupFailed(line).into());
     }
     let stdout = stdout.ok_or_else(|| {
         InternalError(format!(

@@ -55,11 +55,11 @@ pub struct SeccompReport {
     /// Whether a filter is installed at all (false for `unconfined`).
     pub enforced: bool,
     /// Architectures whose syscalls the profile filters.
-    #[serde(deserialize_with = "crate::static_words::words")]
-    pub architectures: Vec<crate::static_words::Word>,
+    #[serde(deserialize_with = "crate::util::static_words::words")]
+    pub architectures: Vec<crate::util::static_words::Word>,
     /// System call ABIs whose every call kills the process.
-    #[serde(deserialize_with = "crate::static_words::words")]
-    pub killed_abis: Vec<crate::static_words::Word>,
+    #[serde(deserialize_with = "crate::util::static_words::words")]
+    pub killed_abis: Vec<crate::util::static_words::Word>,
     /// Filters of the profile, in evaluation order.
     pub stages: Vec<String>,
     /// Length of the installed BPF program.

@@ -63,7 +63,7 @@ pub(crate) struct Held {
 }
 
 fn refused(r: &ImageRef, why: impl std::fmt::Display) -> LaunchError {
-    let shown = crate::workspace::display_name(image::spec::reference(r).as_bytes());
+    let shown = crate::util::quote::display_name(image::spec::reference(r).as_bytes());
     LaunchError::Image(format!("image {shown}: {why}"))
 }
 

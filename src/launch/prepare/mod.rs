@@ -523,9 +523,7 @@ fn inherited_fds(spec: &Spec) -> Result<Vec<RawFd>, LaunchError> {
 fn sandbox_id() -> String {
     let mut b = [0u8; 8];
     if sys::getrandom(&mut b).is_err() {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let t = crate::util::clock::since_epoch();
         b = (t.as_nanos() as u64 ^ u64::from(std::process::id())).to_le_bytes();
     }
     hex::encode(b)

@@ -127,6 +127,13 @@ pub(crate) fn open_status_path(path: &std::path::Path) -> Result<std::fs::File, 
         })
     };
     let not_regular = || fail(StatusFileError::NotRegular);
+    if own_descriptor(path) {
+        // `/proc/self/fd/N` (how `--status-fd N` reaches the launcher):
+        // a descriptor the caller handed over, reopened as it is (a pipe
+        // too, and blocking, so no line is lost). Only the kernel writes
+        // that directory, so the link was not planted by anyone.
+        return std::fs::File::create(path).map_err(|e| fail(StatusFileError::Open(e)));
+    }
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -146,6 +153,16 @@ pub(crate) fn open_status_path(path: &std::path::Path) -> Result<std::fs::File, 
     file.set_len(0)
         .map_err(|e| fail(StatusFileError::Truncate(e)))?;
     Ok(file)
+}
+
+/// Whether `path` is `/proc/self/fd/N`: one of this process's own
+/// descriptors.
+fn own_descriptor(path: &std::path::Path) -> bool {
+    path.parent() == Some(std::path::Path::new("/proc/self/fd"))
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Create the sandbox of a prepared plan: the socketpair, the forwarded

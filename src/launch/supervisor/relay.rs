@@ -133,22 +133,7 @@ impl Out {
         let r = match self {
             Out::Direct(_) | Out::NonBlocking(_) => raw::write(self.fd(), data),
             Out::Guarded(_) => raw::write(self.fd(), &data[..data.len().min(GUARDED_WRITE)]),
-            Out::Socket(fd) => {
-                // SAFETY: data is valid for its length.
-                let n = unsafe {
-                    libc::send(
-                        *fd,
-                        data.as_ptr().cast(),
-                        data.len(),
-                        libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                    )
-                };
-                if n < 0 {
-                    Err(Errno::last())
-                } else {
-                    Ok(n as usize)
-                }
-            }
+            Out::Socket(_) => raw::send_now(self.fd(), data),
         };
         match r {
             Err(Errno::EAGAIN | Errno::EINTR) => Ok(0),

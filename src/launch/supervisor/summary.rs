@@ -234,7 +234,7 @@ pub(crate) fn write_start_event(
         "pid": pid,
         "workload_pid": workload_pid,
         "namespaces": namespaces,
-        "time_ms": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+        "time_ms": crate::util::clock::now_ms(),
     });
     let _ = writeln!(f, "{event}");
 }

@@ -2,14 +2,14 @@
 //! newlines, escape sequences, invalid UTF-8 and quotes stay one inert token.
 
 /// Whether git would quote this name.
-pub fn needs_quote(name: &[u8]) -> bool {
+fn needs_quote(name: &[u8]) -> bool {
     name.iter()
         .any(|&b| b < 0x20 || b == b'"' || b == b'\\' || b >= 0x7f)
 }
 
 /// `name` quoted like git's `quote_c_style`: unchanged when nothing needs
 /// quoting, else in double quotes with C escapes and octal for other bytes.
-pub fn git_quote(name: &[u8]) -> String {
+pub(crate) fn git_quote(name: &[u8]) -> String {
     if !needs_quote(name) {
         // Only printable ASCII remains, so this is valid UTF-8.
         return String::from_utf8_lossy(name).into_owned();
@@ -36,7 +36,7 @@ pub fn git_quote(name: &[u8]) -> String {
 }
 
 /// `prefix` + `name` quoted as one token (`"a/x\ny"`), as in diff headers.
-pub fn git_quote_prefixed(prefix: &str, name: &[u8]) -> String {
+pub(crate) fn git_quote_prefixed(prefix: &str, name: &[u8]) -> String {
     let mut full = prefix.as_bytes().to_vec();
     full.extend_from_slice(name);
     git_quote(&full)
@@ -44,7 +44,7 @@ pub fn git_quote_prefixed(prefix: &str, name: &[u8]) -> String {
 
 /// Quote a name for a log or error line: git quoting, plus a leading `-`
 /// is made visible by quoting so it cannot pass for an option.
-pub fn display_name(name: &[u8]) -> String {
+pub(crate) fn display_name(name: &[u8]) -> String {
     if name.first() == Some(&b'-') && !needs_quote(name) {
         format!("\"{}\"", String::from_utf8_lossy(name))
     } else {

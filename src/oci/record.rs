@@ -1,0 +1,31 @@
+//! A container's record in its state directory (`state.json`): what
+//! every verb after `create` knows of the container.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// A container's record in its state directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub id: String,
+    /// hutch init's pid, and its start time (`/proc/PID/stat` field 22).
+    pub pid: i32,
+    pub start_time: u64,
+    pub bundle: String,
+    pub annotations: BTreeMap<String, String>,
+    /// The keeper (egress proxy, status file), when there is one.
+    pub keeper: Option<(i32, u64)>,
+    /// The container's cgroup (`linux.resources` asked for a limit), and
+    /// the directories hutch-oci made for it: `delete` removes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroup_made: Vec<PathBuf>,
+    /// The id of the container's mount namespace (`NS_GET_MNTNS_ID`,
+    /// never reused): `kill --all`, `delete` and `ps` find the container's
+    /// processes by it, even once hutch init is gone ([`super::procs`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mnt_ns: Option<u64>,
+}
