@@ -11,14 +11,16 @@
 
 pub mod args;
 pub mod error;
+mod status;
 pub mod translate;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use crate::launch::{self, Outcome, RunOptions, StatusFds};
+use crate::launch::{self, FrontEndStatus, Outcome, RunOptions};
 use crate::spec::{Network, Spec};
 pub use error::BwrapError;
+use status::StatusFds;
 
 /// The bubblewrap release whose command line this speaks.
 pub const BWRAP_VERSION: &str = "0.11.0";
@@ -225,11 +227,11 @@ fn run(program: &str, mut args: Vec<OsString>, level_prefix: &mut bool) -> Resul
     let opts = RunOptions {
         status_file: hutch.status_file,
         quiet: true,
-        status_fds: StatusFds {
+        status_protocol: Some(FrontEndStatus(std::sync::Arc::new(StatusFds {
             info: extras.info_fd,
             json_status: extras.json_status_fd,
             block: extras.block_fds.clone(),
-        },
+        }))),
         ..RunOptions::default()
     };
     let result = launch::run(&spec, &opts);

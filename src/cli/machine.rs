@@ -180,8 +180,8 @@ impl MachineError {
             LaunchError::Cgroup(_) | LaunchError::MultiThreaded(_) => {
                 MachineError::new(ErrorKind::Setup, what)
             }
-            LaunchError::Prepare(line) => {
-                let mut m = Self::from_setup_line(line);
+            LaunchError::Prepare(e) => {
+                let mut m = Self::from_setup_line(&e.to_string());
                 m.what = what;
                 m
             }

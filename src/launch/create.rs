@@ -18,12 +18,15 @@ use std::time::Instant;
 use nix::sys::signal::SigSet;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-use super::describe::failure_line;
-use super::maps::{idmapped_layers, write_id_maps, write_oom_score_adj};
-use super::message::{self, Incoming, Message};
-use super::prepare::prepare_with;
-use super::supervise::{Sandbox, keep};
-use super::{LaunchError, RunOptions, WorkloadStdio, child};
+use crate::launch::child;
+use crate::launch::error::{LaunchError, PrepareError};
+use crate::launch::options::RunOptions;
+use crate::launch::options::WorkloadStdio;
+use crate::launch::prepare::prepare_with;
+use crate::launch::supervisor::describe::failure_line;
+use crate::launch::supervisor::maps::{idmapped_layers, write_id_maps, write_oom_score_adj};
+use crate::launch::supervisor::{Sandbox, keep};
+use crate::launch::wire::message::{self, Incoming, Message};
 use crate::spec::Spec;
 use crate::sys::{self, Forked, SysError};
 
@@ -104,7 +107,7 @@ pub fn create(
     p.child.command.non_default_signals = status.non_default_signals;
     p.child.report_started = opts.status_file.is_some();
     p.child.detached = true;
-    p.child.forwarded_signals = super::steps::forward_all_signals();
+    p.child.forwarded_signals = crate::launch::child::steps::forward_all_signals();
     p.child.command.controlling_tty = opts.console.is_some();
     p.child.console = opts.console;
     p.child.hold = Some(opts.hold);
@@ -115,10 +118,10 @@ pub fn create(
     let status_file = opts
         .status_file
         .as_deref()
-        .map(super::supervise::open_status_path)
+        .map(crate::launch::supervisor::open_status_path)
         .transpose()?;
     let (sup_sock, child_sock) = sys::socket::seqpacket_pair()?;
-    let joins = super::join::open_joins(spec)?;
+    let joins = crate::launch::prepare::join::open_joins(spec)?;
     let threads = sys::thread_count();
     if threads != 1 {
         return Err(LaunchError::MultiThreaded(threads));
@@ -144,7 +147,7 @@ pub fn create(
     write_oom_score_adj(pid, spec.limits.oom_score_adj)
         .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     let (handed, _) = idmapped_layers(pid, &p).map_err(kill_and_reap)?;
-    before_go(pid).map_err(|e| kill_and_reap(LaunchError::Prepare(e)))?;
+    before_go(pid).map_err(|e| kill_and_reap(PrepareError::Hook(e).into()))?;
     let fds: Vec<BorrowedFd<'_>> = handed.iter().map(|(_, fd)| fd.as_fd()).collect();
     message::send(
         &sup_sock,
@@ -166,11 +169,9 @@ pub fn create(
                 // Only a sandbox told to pause sends it; a stray one ends
                 // the sandbox rather than being answered.
                 let Some(at) = before_pivot.as_mut() else {
-                    return Err(kill_and_reap(LaunchError::Prepare(
-                        "the sandbox paused before pivot_root unasked".into(),
-                    )));
+                    return Err(kill_and_reap(PrepareError::UnaskedPause.into()));
                 };
-                at(pid).map_err(|e| kill_and_reap(LaunchError::Prepare(e)))?;
+                at(pid).map_err(|e| kill_and_reap(PrepareError::Hook(e).into()))?;
                 message::send(&sup_sock, &Message::Pivot, &[])
                     .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
             }
@@ -188,11 +189,9 @@ pub fn create(
                 }));
             }
             Ok(None) => {
-                return Err(kill_and_reap(LaunchError::Prepare(
-                    "the sandbox ended while it was being created".into(),
-                )));
+                return Err(kill_and_reap(PrepareError::EndedWhileCreated.into()));
             }
-            Err(e) => return Err(kill_and_reap(LaunchError::Prepare(e.to_string()))),
+            Err(e) => return Err(kill_and_reap(PrepareError::Message(e).into())),
         }
     }
     if p.proxy.is_none() && status_file.is_none() {

@@ -1,6 +1,6 @@
 //! One more process in a running sandbox (the OCI runtime's `exec`): it
 //! enters the namespaces of the sandbox's hutch init and goes through the
-//! workload's own steps ([`super::child::workload`]: session, stdio,
+//! workload's own steps ([`crate::launch::child::workload`]: session, stdio,
 //! working directory, ids, capabilities, no-new-privs, Landlock, seccomp,
 //! execve) from a plan prepared from the same Spec.
 //!
@@ -13,9 +13,10 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use super::message::{self, Incoming};
-use super::prepare::prepare_with;
-use super::{LaunchError, WorkloadStdio};
+use crate::launch::error::{LaunchError, PrepareError};
+use crate::launch::options::WorkloadStdio;
+use crate::launch::prepare::prepare_with;
+use crate::launch::wire::message::{self, Incoming};
 use crate::spec::Spec;
 use crate::sys::{self, Forked};
 
@@ -113,8 +114,8 @@ pub fn exec(
                                 sys::raw::dup2(peer.as_fd(), target)?;
                             }
                         }
-                        let failure = super::child::workload(
-                            &mut super::real_sys::RealSys,
+                        let failure = crate::launch::child::workload(
+                            &mut crate::launch::child::real_sys::RealSys,
                             &p.child,
                             report_w.as_fd(),
                         );
@@ -137,9 +138,7 @@ pub fn exec(
             let mut buf = [0u8; 4];
             let n = sys::raw::read(pid_r.as_fd(), &mut buf).unwrap_or(0);
             if !ok || n != 4 {
-                return Err(LaunchError::Prepare(format!(
-                    "entering the namespaces of process {init_pid} failed (is the container running?)"
-                )));
+                return Err(PrepareError::EnterNamespaces { init_pid }.into());
             }
             let pid = i32::from_le_bytes(buf);
             // A failure record, or the end (the socket closed on execve).
@@ -158,7 +157,7 @@ pub fn exec(
                     })
                 }
                 Ok(Some(Incoming::Message(..))) => Ok(pid),
-                Err(e) => Err(LaunchError::Prepare(e.to_string())),
+                Err(e) => Err(PrepareError::Message(e).into()),
             }
         }
         Err(e) => Err(LaunchError::Clone(e)),

@@ -8,12 +8,13 @@ use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::child::{self, Stop};
-use super::child_sys::ChildSys;
-use super::message::Message;
-use super::prepare::{CapPlan, ChildPlan, CommandPlan, Ids, StdioPlan, exec_of};
-use super::stage::{Failure, Stage};
 use crate::fs::tests::Recorder;
+use crate::launch::child::syscalls::ChildSys;
+use crate::launch::child::{self, Stop};
+use crate::launch::plan::{CapPlan, ChildPlan, CommandPlan, Ids, StdioPlan};
+use crate::launch::prepare::exec_of;
+use crate::launch::wire::message::Message;
+use crate::launch::wire::stage::{Failure, Stage};
 use crate::spec::{FsOp, Spec};
 use crate::sys::{Errno, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, sock_filter};
 
@@ -138,11 +139,11 @@ impl ChildSys for Recorder {
         &mut self,
         _sock: BorrowedFd<'_>,
         non_default_signals: u64,
-    ) -> Result<Option<super::claim::Claimed>, Errno> {
+    ) -> Result<Option<crate::launch::child::claim::Claimed>, Errno> {
         self.note("recv Claim".into());
         let mut spec = test_spec();
         spec.command = vec!["/usr/bin/true".into(), "claimed".into()];
-        Ok(Some(super::claim::Claimed {
+        Ok(Some(crate::launch::child::claim::Claimed {
             command: CommandPlan {
                 exec: exec_of(&spec.command, &spec.env),
                 cwd: CString::new("/work").unwrap(),
@@ -372,7 +373,7 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         pid_namespace_init: true,
         sysctls: Vec::new(),
         rlimits_soft: Vec::new(),
-        forwarded_signals: super::prepare::signal_mask(&child::FORWARDED),
+        forwarded_signals: crate::launch::plan::signal_mask(&crate::launch::plan::FORWARDED),
         console: None,
         userns_after_setup: None,
         bounding_set_dropped: false,
@@ -468,7 +469,10 @@ fn transparent_egress_hands_its_sockets_over_or_fails_closed_with_the_fix() {
     NO_LOCAL_ROUTE.set(false);
     match r {
         Err(Stop::Failed(f, Some(text))) => {
-            assert_eq!(f.stage, super::stage::Stage::TransparentEgress);
+            assert_eq!(
+                f.stage,
+                crate::launch::wire::stage::Stage::TransparentEgress
+            );
             assert_eq!(f.exit_status(), 125);
             assert!(
                 text.contains("RTM_NEWROUTE") && text.contains("EOPNOTSUPP"),
@@ -641,7 +645,7 @@ fn a_warm_sandbox_waits_for_its_claim_then_mounts_its_workspace() {
     ));
     let mut plan = plan_for(&spec, true, 0);
     plan.warm = true;
-    plan.fs.claim_overlays = super::claim::claim_overlays(&spec);
+    plan.fs.claim_overlays = crate::launch::prepare::claim::claim_overlays(&spec);
     assert_eq!(plan.fs.claim_overlays, vec![spec.fs.len() - 1]);
     let mut rec = Recorder::default();
     let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
@@ -771,7 +775,7 @@ fn a_warm_sandbox_runs_the_same_setup_steps_as_a_cold_one() {
         let mut rec = Recorder::default();
         if warm {
             plan.warm = true;
-            plan.fs.claim_overlays = super::claim::claim_overlays(&spec);
+            plan.fs.claim_overlays = crate::launch::prepare::claim::claim_overlays(&spec);
         } else {
             // A claim always brings explicit stdio; so does this launch.
             plan.command.stdio = StdioPlan {
@@ -820,7 +824,7 @@ fn a_warm_sandbox_runs_the_same_setup_steps_as_a_cold_one() {
 /// switch; with single-id maps it is never set.
 #[test]
 fn init_keeps_its_capabilities_into_a_subordinate_uid() {
-    use super::maps::{Extent, Subordinate};
+    use crate::launch::plan::{Extent, Subordinate};
     let spec = test_spec();
     let run = |ids: Ids| {
         let mut plan = plan_for(&spec, false, 0);
@@ -992,8 +996,12 @@ fn the_workload_allocates_nothing_even_when_it_fails() {
             return 99;
         }
         ARMED.set(true);
-        let failure = child::workload(&mut super::real_sys::RealSys, &plan, sock.as_fd());
-        super::message::send_failure(sock.as_fd(), &failure, None);
+        let failure = child::workload(
+            &mut crate::launch::child::real_sys::RealSys,
+            &plan,
+            sock.as_fd(),
+        );
+        crate::launch::wire::message::send_failure(sock.as_fd(), &failure, None);
         ARMED.set(false);
         ALLOCATIONS.load(Ordering::Relaxed).min(100) as i32
     })
@@ -1002,8 +1010,8 @@ fn the_workload_allocates_nothing_even_when_it_fails() {
     let (_, status) = crate::sys::raw::waitpid(pid, 0).unwrap().unwrap();
     assert!(libc::WIFEXITED(status), "status {status:#x}");
     assert_eq!(libc::WEXITSTATUS(status), 0, "allocations in the workload");
-    match super::message::recv(&peer).unwrap() {
-        Some(super::message::Incoming::Failure(f, None)) => {
+    match crate::launch::wire::message::recv(&peer).unwrap() {
+        Some(crate::launch::wire::message::Incoming::Failure(f, None)) => {
             assert_eq!((f.stage, f.errno), (Stage::Exec, Errno::ENOENT));
             assert_eq!(f.exit_status(), 127);
         }
@@ -1214,5 +1222,85 @@ fn create_container_hooks_get_a_pause_after_the_root_is_built_and_before_pivot_r
     assert_eq!(without, plain.iter().collect::<Vec<_>>());
     for absent in ["RootBuilt", "Pivot", "umount2 /tmp"] {
         assert!(!plain.iter().any(|c| c.contains(absent)), "{absent}");
+    }
+}
+
+/// A claim crosses the socket (the supervisor's `wire::claim::send`) and
+/// is decoded by hutch init (`child::claim::decode`) intact.
+mod claim_wire {
+    use std::os::fd::OwnedFd;
+
+    use crate::launch::child::claim::decode;
+    use crate::launch::wire::claim::send;
+    use crate::launch::wire::command::WireCommand;
+    use crate::launch::wire::message::{self, Message};
+    use crate::spec::default_profile;
+    use crate::sys::{self, Errno};
+
+    #[test]
+    fn a_claim_round_trips_inline_and_through_a_memfd() {
+        for big in [false, true] {
+            let (a, b) = sys::socket::seqpacket_pair().unwrap();
+            let mut spec = default_profile();
+            spec.command = vec!["echo".into(), "x".repeat(if big { 100_000 } else { 10 })];
+            let (plan, _) =
+                crate::launch::prepare::prepare_command(&spec, false, false, Default::default())
+                    .unwrap();
+            let wire = WireCommand::of(&plan);
+            let null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+            let stdio = [null(), null(), null()];
+            send(&a, &wire, true, big, [&stdio[0], &stdio[1], &stdio[2]]).unwrap();
+            let Some(message::Incoming::Message(
+                Message::Claim {
+                    command,
+                    report_started,
+                    linger,
+                },
+                fds,
+            )) = message::recv(&b).unwrap()
+            else {
+                panic!("not a claim")
+            };
+            assert_eq!(command.is_none(), big);
+            let claimed = decode(command, report_started, linger, fds, 5).unwrap();
+            assert!(claimed.report_started);
+            assert_eq!(claimed.linger, big);
+            assert_eq!(WireCommand::of(&claimed.command), wire);
+            assert_eq!(claimed.command.non_default_signals, 5);
+            assert!(claimed.command.stdio.fds.iter().all(Option::is_some));
+        }
+    }
+
+    #[test]
+    fn a_malformed_claim_is_refused() {
+        let null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let wire = WireCommand {
+            candidates: vec!["/bin/true".into()],
+            argv: vec!["true".into()],
+            envp: vec![],
+            cwd: b"/".to_vec(),
+            umask: None,
+        };
+        assert!(matches!(
+            decode(Some(wire.clone()), false, false, vec![null(), null()], 0),
+            Err(Errno::EPROTO)
+        ));
+        assert!(matches!(
+            decode(
+                Some(wire.clone()),
+                false,
+                false,
+                vec![null(), null(), null(), null()],
+                0
+            ),
+            Err(Errno::EPROTO)
+        ));
+        let mut nul = wire.clone();
+        nul.argv.push("a\0b".into());
+        assert!(matches!(
+            decode(Some(nul), false, false, vec![null(), null(), null()], 0),
+            Err(Errno::EINVAL)
+        ));
+        assert!(decode(Some(wire), false, false, vec![null(), null(), null()], 0).is_ok());
     }
 }

@@ -28,7 +28,7 @@ use super::config::{Config, State};
 use super::procs::start_time;
 use super::record::Record;
 use crate::launch::create::{CreateOptions, create as launch_create};
-use crate::launch::message::{self, Incoming, Message};
+use crate::launch::wire::message::{self, Incoming, Message};
 use crate::sys;
 use crate::sys::socket::UnixAddr;
 
