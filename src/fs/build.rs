@@ -18,119 +18,14 @@ use std::os::unix::ffi::OsStrExt;
 
 mod mounts;
 
+use super::builder::{Builder, Dir, STAGING, STAGING_ROOT, dir_fd, staging_under};
 use super::plan::{DEV_BIND, PROC_ATTRS, Plan, RO_BIND, RW_BIND, Step, Upper, tmpfs_data};
+pub(super) use super::syscalls::{BASE, O_PATH_DIR, OpResult, fd_path, plain};
+pub use super::syscalls::{BuildError, FsSys};
 use crate::sys::{
     Errno, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, RESOLVE_IN_ROOT,
     RESOLVE_NO_SYMLINKS, SysError,
 };
-
-/// `/proc/self/fd/N` of an fd the builder holds.
-pub(super) fn fd_path(fd: BorrowedFd<'_>) -> CString {
-    crate::sys::fd_path(std::os::fd::AsRawFd::as_raw_fd(&fd))
-}
-
-/// The syscalls the builder uses. `RealSys` (`src/launch/real_sys.rs`)
-/// performs them; tests record them. fds the builder opens are owned (a
-/// drop closes them); fds it only uses are borrowed.
-pub trait FsSys {
-    fn mount(
-        &mut self,
-        src: Option<&CStr>,
-        target: &CStr,
-        fstype: Option<&CStr>,
-        flags: libc::c_ulong,
-        data: Option<&CStr>,
-    ) -> Result<(), SysError>;
-    /// openat2 (AT_FDCWD without `dir`).
-    fn open(
-        &mut self,
-        dir: Option<BorrowedFd<'_>>,
-        path: &CStr,
-        flags: libc::c_int,
-        mode: u32,
-        resolve: u64,
-    ) -> Result<OwnedFd, SysError>;
-    fn mkdirat(&mut self, dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<(), SysError>;
-    fn symlinkat(
-        &mut self,
-        target: &CStr,
-        dir: BorrowedFd<'_>,
-        name: &CStr,
-    ) -> Result<(), SysError>;
-    fn mount_setattr(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        recursive: bool,
-        set: u64,
-    ) -> Result<(), SysError>;
-    fn move_mount(&mut self, from: BorrowedFd<'_>, to: &CStr) -> Result<(), SysError>;
-    /// A detached copy (`open_tree(OPEN_TREE_CLONE)`) of the mount at
-    /// `name` under `dir` (a symlink as `name` is not followed; an empty
-    /// `name` means `dir` itself).
-    fn clone_tree(
-        &mut self,
-        dir: BorrowedFd<'_>,
-        name: &CStr,
-        recursive: bool,
-    ) -> Result<OwnedFd, SysError>;
-    /// Attach the detached mount `from` at `name` under `dir` (not
-    /// following a symlink there).
-    fn move_mount_at(
-        &mut self,
-        from: BorrowedFd<'_>,
-        dir: BorrowedFd<'_>,
-        name: &CStr,
-    ) -> Result<(), SysError>;
-    fn write_all(&mut self, fd: BorrowedFd<'_>, data: &[u8]) -> Result<(), SysError>;
-    fn chmod(&mut self, path: &CStr, mode: u32) -> Result<(), SysError>;
-    fn is_dir(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError>;
-    /// Whether two fds name the same file (device and inode).
-    fn same_file(&mut self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<bool, SysError>;
-    fn fchdir(&mut self, fd: BorrowedFd<'_>) -> Result<(), SysError>;
-    fn pivot_root(&mut self, new_root: &CStr, put_old: &CStr) -> Result<(), SysError>;
-    fn umount2(&mut self, target: &CStr, flags: libc::c_int) -> Result<(), SysError>;
-    fn chdir(&mut self, path: &CStr) -> Result<(), SysError>;
-    /// A listening Unix stream socket bound at `name` under `dir`.
-    fn unix_listener(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, SysError>;
-    /// A context of a new `fstype` with these options (a value, or a flag
-    /// when None): fsopen, fsconfig.
-    fn fs_context(
-        &mut self,
-        fstype: &CStr,
-        options: &[(&CStr, Option<&CStr>)],
-    ) -> Result<OwnedFd, SysError>;
-    /// The filesystem of a context, as a detached mount with MOUNT_ATTR_*
-    /// `attrs`: FSCONFIG_CMD_CREATE, fsmount.
-    fn fs_mount(&mut self, fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd, SysError>;
-    /// mknodat(dir, name, mode (S_IF* | permissions), rdev).
-    fn mknodat(
-        &mut self,
-        dir: BorrowedFd<'_>,
-        name: &CStr,
-        mode: u32,
-        rdev: u64,
-    ) -> Result<(), SysError>;
-    /// fchownat(dir, name, uid, gid, AT_SYMLINK_NOFOLLOW).
-    fn lchown_at(
-        &mut self,
-        dir: BorrowedFd<'_>,
-        name: &CStr,
-        uid: u32,
-        gid: u32,
-    ) -> Result<(), SysError>;
-    fn stat(&mut self, fd: BorrowedFd<'_>) -> Result<crate::sys::Meta, SysError>;
-    /// Whether the directory `fd` (O_PATH) has no entry but `.` and `..`.
-    fn dir_is_empty(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError>;
-}
-
-/// A failed build step: which operation, the failed call, and a hint.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{what}: {err}{}", hint.map(|h| format!(" ({h})")).unwrap_or_default())]
-pub struct BuildError {
-    pub what: String,
-    pub err: SysError,
-    pub hint: Option<&'static str>,
-}
 
 /// What survives the build: fds of the private overlay uppers, opened for
 /// counting changes after the workload ends, and the Unix door when one
@@ -143,14 +38,6 @@ pub struct Built {
     /// order: mounted by [`super::claim::attach`].
     pub staged: Vec<super::claim::Staged>,
 }
-
-/// Where the child stages the new root in its private copy of the host
-/// tree. Host sources are opened before this is covered.
-const STAGING: &CStr = c"/tmp";
-const STAGING_ROOT: &CStr = c"/tmp/root";
-
-pub(super) const O_PATH_DIR: libc::c_int = libc::O_PATH | libc::O_DIRECTORY;
-pub(super) const BASE: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV;
 
 /// Files of /proc that leak host state: covered with /dev/null.
 const PROC_MASKED_FILES: &[&CStr] = &[
@@ -183,50 +70,6 @@ const DEV_LINKS: &[(&CStr, &CStr)] = &[
     (c"/proc/self/fd/2", c"stderr"),
     (c"pts/ptmx", c"ptmx"),
 ];
-
-pub(super) struct Builder<'a, S: FsSys> {
-    pub(super) sys: &'a mut S,
-    pub(super) root: OwnedFd,
-    pub(super) source_fds: Vec<Option<OwnedFd>>,
-    /// Warm sandboxes: (step, detached mount of a host upper's directory).
-    pub(super) holders: Vec<(usize, OwnedFd)>,
-    host_dev: Option<OwnedFd>,
-    scratch: usize,
-    /// The device tmpfs of `device` steps is mounted.
-    nodes_mounted: bool,
-    /// Per source: where a recursive bind of it holds a copy of the
-    /// staging tmpfs (relative to the bind; `/` → `tmp`, `/tmp` → ``),
-    /// None for the sources that do not hold `/tmp`.
-    pub(super) staging_in_source: Vec<Option<CString>>,
-}
-
-/// Where a recursive bind of `source` (a host path) holds the staging
-/// tmpfs, mounted at [`STAGING`] in this mount namespace: the path of
-/// `/tmp` relative to `source` when `source` is `/tmp` or an ancestor.
-pub(super) fn staging_under(source: &[u8]) -> Option<CString> {
-    let staging = STAGING.to_bytes();
-    let src = source.strip_suffix(b"/").unwrap_or(source);
-    let rest = staging.strip_prefix(src)?;
-    if !rest.is_empty() && !rest.starts_with(b"/") {
-        return None;
-    }
-    let rel = rest.strip_prefix(b"/").unwrap_or(rest);
-    Some(CString::new(rel).expect("no NUL"))
-}
-
-/// A directory found inside the new root: the root itself (borrowed from
-/// the builder) or one the builder opened.
-pub(super) enum Dir {
-    Root,
-    Opened(OwnedFd),
-}
-
-pub(super) fn dir_fd<'a>(root: &'a OwnedFd, d: &'a Dir) -> BorrowedFd<'a> {
-    match d {
-        Dir::Root => root.as_fd(),
-        Dir::Opened(fd) => fd.as_fd(),
-    }
-}
 
 /// Host sources opened by [`open_sources`] (None: optional and missing, or
 /// handed over by the supervisor as detached mounts, attached by
@@ -576,13 +419,6 @@ pub fn pivot<S: FsSys>(sys: &mut S, plan: &Plan, staged: Unpivoted) -> Result<Bu
         .map_err(err("detaching the old root"))?;
     sys.chdir(c"/").map_err(err("entering the new root"))?;
     Ok(built)
-}
-
-/// An fs operation's result: the failed call and a hint.
-pub(super) type OpResult<T> = Result<T, (SysError, Option<&'static str>)>;
-
-pub(super) fn plain<T>(r: Result<T, SysError>) -> OpResult<T> {
-    r.map_err(|e| (e, None))
 }
 
 impl<S: FsSys> Builder<'_, S> {

@@ -27,9 +27,9 @@
 use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
 
-use super::BuildError;
-use super::build::{BASE, Builder, Dir, FsSys, O_PATH_DIR, OpResult, fd_path, plain};
+use super::builder::{Builder, Dir};
 use super::plan::{Step, Upper, tmpfs_data};
+use super::syscalls::{BASE, BuildError, FsSys, O_PATH_DIR, OpResult, fd_path, plain};
 use crate::sys::{
     Errno, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, RESOLVE_BENEATH, RESOLVE_IN_ROOT,
     RESOLVE_NO_SYMLINKS, SysError,

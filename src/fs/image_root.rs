@@ -10,7 +10,7 @@
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use super::build::FsSys;
+use super::syscalls::FsSys;
 use crate::sys::SysError;
 
 /// Where the overlay is mounted, on the staging tmpfs (outside the root tmpfs).

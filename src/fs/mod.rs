@@ -2,10 +2,12 @@
 //! [`build`] in the child through the mockable [`FsSys`] layer.
 
 pub mod build;
+mod builder;
 pub mod claim;
 pub mod count;
 mod image_root;
 pub mod plan;
+mod syscalls;
 
 #[cfg(test)]
 pub(crate) mod tests;

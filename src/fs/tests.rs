@@ -588,7 +588,7 @@ fn image_layers_become_the_root_overlay_under_every_step() {
 /// `/tmp`; the builder knows where the copy is, and only for those.
 #[test]
 fn a_bind_of_a_path_holding_tmp_names_the_staging_copy() {
-    use super::build::staging_under;
+    use super::builder::staging_under;
     assert_eq!(staging_under(b"/").unwrap().as_bytes(), b"tmp");
     assert_eq!(staging_under(b"/tmp").unwrap().as_bytes(), b"");
     assert_eq!(staging_under(b"/tmp/").unwrap().as_bytes(), b"");
