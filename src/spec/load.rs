@@ -16,6 +16,7 @@ use std::path::Path;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 
 use super::Spec;
+use super::key_path::key_segment;
 use super::validate::{SpecError, validate};
 
 /// Parse a TOML profile and check its shape ([`validate`]).
@@ -136,20 +137,6 @@ fn render_path(p: &serde_path_to_error::Path) -> String {
         }
     }
     out
-}
-
-/// One key of a path: as it is when it is printable, else quoted with
-/// escapes (`"A\0"`), so a path never carries a control character.
-pub(super) fn key_segment(key: &str) -> String {
-    let plain = !key.is_empty()
-        && key
-            .chars()
-            .all(|c| !c.is_control() && !c.is_whitespace() && !matches!(c, '"' | '`' | '\\'));
-    if plain {
-        key.to_string()
-    } else {
-        format!("\"{}\"", key.escape_debug())
-    }
 }
 
 /// Control characters of a message (from an unknown key's name, say) as

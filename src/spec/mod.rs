@@ -14,6 +14,7 @@ mod data;
 pub(crate) use data::base64_encode;
 mod de;
 mod defaults;
+mod key_path;
 mod load;
 pub mod mount;
 mod process;

@@ -182,7 +182,7 @@ pub(super) fn validate_process(spec: &Spec) -> Result<(), SpecError> {
         ));
     }
     for (name, soft) in &spec.limits.rlimits_soft {
-        let at = format!("limits.rlimits_soft.{}", super::load::key_segment(name));
+        let at = format!("limits.rlimits_soft.{}", super::key_path::key_segment(name));
         match spec.limits.rlimits.get(name) {
             None => {
                 return Err(SpecError::new(
@@ -240,7 +240,7 @@ fn check_map(key: &str, map: &[super::IdMapping]) -> Result<(), SpecError> {
 }
 
 fn check_sysctl(spec: &Spec, key: &str, value: &str) -> Result<(), SpecError> {
-    let at = format!("sysctl.{}", super::load::key_segment(key));
+    let at = format!("sysctl.{}", super::key_path::key_segment(key));
     let well_formed = !key.is_empty()
         && key.len() <= 256
         && key.split('.').all(|c| {

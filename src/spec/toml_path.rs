@@ -11,7 +11,7 @@ use toml_parser::Source;
 use toml_parser::decoder::Encoding;
 use toml_parser::parser::{Event, EventKind};
 
-use super::load::key_segment;
+use super::key_path::key_segment;
 
 /// One step of a key path.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
-use super::load::key_segment;
+use super::key_path::key_segment;
 use super::{FsOp, Network, SPEC_VERSION, Spec};
 
 /// A profile or Spec that hutch refuses, with the offending key path: the
