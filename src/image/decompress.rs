@@ -93,20 +93,7 @@ impl std::error::Error for OverExpansion {}
 
 /// The [`OverExpansion`] inside an io::Error, if that is what it is.
 pub fn over_expansion(e: &io::Error) -> Option<OverExpansion> {
-    let mut inner: Option<&(dyn std::error::Error + 'static)> = e.get_ref().map(|r| r as _);
-    // Decompressors may wrap the error once more.
-    for _ in 0..4 {
-        let cur = inner?;
-        if let Some(o) = cur.downcast_ref::<OverExpansion>() {
-            return Some(*o);
-        }
-        if let Some(io) = cur.downcast_ref::<io::Error>() {
-            inner = io.get_ref().map(|r| r as _);
-        } else {
-            inner = cur.source();
-        }
-    }
-    None
+    super::digest::cause_in(e)
 }
 
 /// Counts the bytes a decoder consumes of its (buffered) input, the

@@ -106,11 +106,16 @@ impl std::error::Error for OverLimit {}
 
 /// The [`OverLimit`] inside an io::Error, if that is what it is.
 pub fn over_limit(e: &io::Error) -> Option<OverLimit> {
+    cause_in(e)
+}
+
+/// The error of type `T` a reader failed with, inside the io::Error that
+/// reached the caller (decompressors may wrap it once more).
+pub(crate) fn cause_in<T: std::error::Error + Copy + 'static>(e: &io::Error) -> Option<T> {
     let mut inner: Option<&(dyn std::error::Error + 'static)> = e.get_ref().map(|r| r as _);
-    // Decompressors may wrap the error once more.
     for _ in 0..4 {
         let cur = inner?;
-        if let Some(o) = cur.downcast_ref::<OverLimit>() {
+        if let Some(o) = cur.downcast_ref::<T>() {
             return Some(*o);
         }
         if let Some(io) = cur.downcast_ref::<io::Error>() {
