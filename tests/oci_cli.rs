@@ -1143,19 +1143,7 @@ fn live_sleeps(n: &str) -> Vec<i32> {
             break;
         }
     }
-    let want = format!("sleep\0{n}\0");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok() == Some(want.clone().into()))
-        .filter(|p| {
-            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-            let state = stat
-                .rsplit_once(')')
-                .map(|(_, r)| r.trim_start().chars().next());
-            !matches!(state, None | Some(Some('Z' | 'X')))
-        })
-        .collect()
+    common::live_sleeps(n)
 }
 
 /// A container without a pid namespace of its own (podman `--pid=host`):

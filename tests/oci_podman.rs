@@ -613,24 +613,6 @@ fn a_start_container_hook_runs_as_the_container_process() {
     }
 }
 
-/// The live processes (zombies are not) whose argv is exactly `sleep N`,
-/// anywhere on the host.
-fn live_sleeps(n: &str) -> Vec<i32> {
-    let want = format!("sleep\0{n}\0");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok() == Some(want.clone().into()))
-        .filter(|p| {
-            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-            let state = stat
-                .rsplit_once(')')
-                .map(|(_, r)| r.trim_start().chars().next());
-            !matches!(state, None | Some(Some('Z' | 'X')))
-        })
-        .collect()
-}
-
 /// `podman run --pid=host`: the container has no pid namespace, so ending
 /// hutch init ends nothing else. Its workload and a daemon it starts
 /// (`setsid` in a subshell that exits: another session, reparented away)
