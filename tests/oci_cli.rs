@@ -19,6 +19,18 @@ fn hutch_oci() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_hutch-oci"))
 }
 
+/// `hutch-oci`, run as `who` (through setpriv when root drops to 65534).
+fn hutch_oci_as(who: As) -> Command {
+    if who.drops_to_nobody() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(hutch_oci());
+        c
+    } else {
+        Command::new(hutch_oci())
+    }
+}
+
 const BUSYBOX: &str = "/bin/busybox";
 
 /// A bundle: `rootfs/` with busybox and its applets, and a config.json.
@@ -559,14 +571,7 @@ fn a_user_namespace_container_runs_as_root_and_as_nobody() {
         }
         let id = format!("userns-{}-{}", host, std::process::id());
         let oci = |args: &[&str]| {
-            let mut cmd = if who.drops_to_nobody() {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .arg(hutch_oci());
-                c
-            } else {
-                Command::new(hutch_oci())
-            };
+            let mut cmd = hutch_oci_as(who);
             cmd.arg("--root")
                 .arg(&b.state_root)
                 .args(args)
@@ -595,14 +600,7 @@ fn a_user_namespace_container_runs_as_root_and_as_nobody() {
             assert!(!b.state_root.join(&id).exists());
             let _ = std::fs::remove_file(b.path().join("rootfs/hooked"));
         }
-        let mut cmd = if who.drops_to_nobody() {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(hutch_oci());
-            c
-        } else {
-            Command::new(hutch_oci())
-        };
+        let mut cmd = hutch_oci_as(who);
         let o = cmd
             .arg("--root")
             .arg(&b.state_root)
@@ -1206,14 +1204,7 @@ fn kill_all_and_delete_end_every_process_of_a_container_without_a_pid_namespace(
             own_as(&p, who);
         }
         let oci = |args: &[&str]| -> Output {
-            let mut cmd = if who.drops_to_nobody() {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .arg(hutch_oci());
-                c
-            } else {
-                Command::new(hutch_oci())
-            };
+            let mut cmd = hutch_oci_as(who);
             cmd.arg("--root")
                 .arg(&b.state_root)
                 .args(args)
@@ -1241,14 +1232,7 @@ fn kill_all_and_delete_end_every_process_of_a_container_without_a_pid_namespace(
             b.ids.borrow_mut().push(id.clone());
             // The container's stdio is not a pipe of ours (it would stay
             // open as long as the container runs).
-            let mut cmd = if who.drops_to_nobody() {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .arg(hutch_oci());
-                c
-            } else {
-                Command::new(hutch_oci())
-            };
+            let mut cmd = hutch_oci_as(who);
             let st = cmd
                 .arg("--root")
                 .arg(&b.state_root)
