@@ -578,6 +578,7 @@ impl Leaf {
 
     /// `oom-killed` or `pids-limit-hit` when the leaf's events show one
     /// (OOM wins). Use it to explain a workload that did not exit 0.
+    #[cfg(test)]
     pub fn ended_by(&self) -> Option<&'static str> {
         let leaf = self.leaf.as_ref()?;
         CgroupStats::read(&leaf.cg).ended_by()
@@ -632,14 +633,6 @@ impl Drop for Leaf {
             let _ = teardown(&leaf.cg);
         }
     }
-}
-
-/// Apply rlimits (soft = hard = value). Called in the sandbox child.
-pub fn apply_rlimits(list: &[(libc::c_int, u64)]) -> Result<(), crate::sys::SysError> {
-    for (r, v) in list {
-        crate::sys::setrlimit(*r, *v)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -207,10 +207,6 @@ impl Root {
         Root(path.into())
     }
 
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-
     fn dir(&self, id: &str) -> Result<PathBuf, OciError> {
         check_id(id)?;
         Ok(self.0.join(id))

@@ -138,6 +138,7 @@ pub struct Report {
 
 impl Report {
     /// The feature called `name`, if probed.
+    #[cfg(feature = "internals")]
     pub fn feature(&self, name: &str) -> Option<&Feature> {
         self.features.iter().find(|f| f.name == name)
     }
