@@ -43,6 +43,7 @@ impl Fake {
             v2_mount: Some(self.root.clone()),
             own: Some(self.root.join(own).components().collect()),
             uid,
+            v1: Vec::new(),
         }
     }
 

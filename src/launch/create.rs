@@ -143,6 +143,11 @@ pub fn create(
         let _ = sys::raw::waitpid(pid, 0);
         e
     };
+    // A cgroup v1 leaf takes hutch init now, before it runs anything.
+    if let Some(c) = &p.cgroup {
+        c.attach(pid)
+            .map_err(|e| kill_and_reap(LaunchError::Cgroup(e)))?;
+    }
     write_id_maps(pid, &p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     write_oom_score_adj(pid, spec.limits.oom_score_adj)
         .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;

@@ -381,6 +381,11 @@ pub(crate) fn go(
         sb.kill_and_reap();
         e
     };
+    // A cgroup v1 leaf takes hutch init now, before it runs anything.
+    if let Some(c) = &p.cgroup {
+        c.attach(sb.pid)
+            .map_err(|e| kill_and_reap(LaunchError::Cgroup(e)))?;
+    }
     write_id_maps(sb.pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     maps::write_oom_score_adj(sb.pid, spec.limits.oom_score_adj)
         .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;

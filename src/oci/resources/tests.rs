@@ -235,6 +235,7 @@ fn fake_host(dir: &Path, controllers: &str, layout: Layout) -> HostCgroups {
         v2_mount: Some(dir.to_path_buf()),
         own: Some(dir.to_path_buf()),
         uid: 0,
+        v1: Vec::new(),
     }
 }
 
