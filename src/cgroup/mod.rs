@@ -8,9 +8,9 @@
 //! enforced, creates the leaf and writes its limits; the launcher passes
 //! [`Leaf::cgroup_fd`] to clone3 (`CLONE_INTO_CGROUP`) and calls
 //! [`apply_rlimits`] in the sandbox; at the end [`Leaf::finish`] reads
-//! the counters, kills what is left and removes the leaf. A v1 leaf has
-//! no `CLONE_INTO_CGROUP`: the supervisor calls [`Leaf::attach`] with
-//! hutch init's pid before init goes on.
+//! the counters, kills what is left and removes the leaf. v1 has no
+//! `CLONE_INTO_CGROUP`: around clone3 the launcher calls
+//! [`Leaf::enter_for_clone`] and [`Leaf::leave_after_clone`].
 
 mod error;
 pub mod host;
@@ -366,7 +366,7 @@ fn prepare_v1<'w>(
     if parents.is_empty() {
         return Ok(());
     }
-    let leaf = v1::V1Leaf::create(&parents, leaf_name).map_err(|f| {
+    let leaf = v1::V1Leaf::create(host, &parents, leaf_name).map_err(|f| {
         CgroupError::io(
             f.action,
             f.path,
@@ -649,7 +649,7 @@ impl Leaf {
         dirs: Vec<(&'static str, std::path::PathBuf)>,
         enforced: Vec<Enforced>,
     ) {
-        self.v1 = Some(v1::V1Leaf::adopt(dirs));
+        self.v1 = Some(v1::V1Leaf::adopt(&HostCgroups::detect(), dirs));
         self.external = true;
         self.enforced.extend(enforced);
     }
@@ -664,16 +664,50 @@ impl Leaf {
         }
     }
 
-    /// Move hutch init (`pid`, cloned but waiting for its `Go`) into the
-    /// v1 leaves; nothing to do for a v2 leaf (it was cloned into it).
+    /// v1 leaves: move this (single-threaded) process into them right
+    /// before clone3, so that the sandbox starts in them and its new cgroup
+    /// namespace is rooted at them. Nothing to do for a v2 leaf
+    /// (`CLONE_INTO_CGROUP`). Always pair with [`Leaf::leave_after_clone`].
+    pub fn enter_for_clone(&self) -> Result<(), CgroupError> {
+        match &self.v1 {
+            Some(v1) => v1.enter().map_err(|(path, e)| {
+                CgroupError::io(
+                    "move the launcher into",
+                    path,
+                    &e,
+                    "hutch could not enter its cgroup v1 leaf; `hutch check` shows the layout",
+                )
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Move this process back into its own v1 groups after clone3.
+    pub fn leave_after_clone(&self) -> Result<(), CgroupError> {
+        match &self.v1 {
+            Some(v1) => v1.leave().map_err(|(path, e)| {
+                CgroupError::io(
+                    "move the launcher back into",
+                    path,
+                    &e,
+                    "hutch could not leave its cgroup v1 leaf; the sandbox was ended",
+                )
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Move process `pid` into the v1 leaves (an OCI `exec`'s process,
+    /// which joins the container's cgroup namespace instead of making
+    /// one); nothing to do for a v2 leaf.
     pub fn attach(&self, pid: libc::pid_t) -> Result<(), CgroupError> {
         match &self.v1 {
             Some(v1) => v1.attach(pid).map_err(|(path, e)| {
                 CgroupError::io(
-                    "move the sandbox into",
+                    "move the process into",
                     path,
                     &e,
-                    "the cgroup v1 leaf refused hutch init; `hutch check` shows the layout",
+                    "the cgroup v1 leaf refused it; `hutch check` shows the layout",
                 )
             }),
             None => Ok(()),

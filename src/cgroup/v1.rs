@@ -5,9 +5,10 @@
 //! for root at the hierarchy's top (as runc's cgroupfs driver, never
 //! inside a group the host made), for another user in its own cgroup of
 //! that hierarchy when that is delegated (writable). v1 has no
-//! `CLONE_INTO_CGROUP`: the supervisor writes hutch init's pid into every
-//! leaf before it lets init go on ([`V1Leaf::attach`]), so nothing of the
-//! sandbox runs outside them. Each leaf directory is held open with an
+//! `CLONE_INTO_CGROUP`: the supervisor moves itself into the leaves right
+//! before clone3 and back right after ([`V1Leaf::enter`],
+//! [`V1Leaf::leave`]), so hutch init starts in them and its new cgroup
+//! namespace is rooted at them, as on v2. Each leaf directory is held open with an
 //! exclusive flock while its sandbox lives: a leaf left by a SIGKILLed
 //! supervisor is unlocked, and the next launch removes it ([`sweep`]).
 
@@ -74,6 +75,9 @@ pub struct V1Leaf {
 struct V1Dir {
     controller: &'static str,
     cg: Cgroup,
+    /// This process's own group in the hierarchy, to go back to after
+    /// clone.
+    home: Option<Cgroup>,
     /// The leaf's directory, flocked while the sandbox lives; None for a
     /// leaf an engine made (it is removed by its `delete`).
     _lock: Option<OwnedFd>,
@@ -91,11 +95,18 @@ pub struct V1Failure {
 impl V1Leaf {
     /// Make leaf `name` under `parent` for each `(controller, parent)`,
     /// each locked; on failure what was made is removed.
-    pub fn create(parents: &[(&'static str, Cgroup)], name: &str) -> Result<V1Leaf, V1Failure> {
+    pub fn create(
+        host: &HostCgroups,
+        parents: &[(&'static str, Cgroup)],
+        name: &str,
+    ) -> Result<V1Leaf, V1Failure> {
         let mut leaf = V1Leaf { dirs: Vec::new() };
         for (controller, parent) in parents {
             match make_leaf(controller, parent, name) {
-                Ok(d) => leaf.dirs.push(d),
+                Ok(mut d) => {
+                    d.home = home(host, controller);
+                    leaf.dirs.push(d)
+                }
                 Err(f) => {
                     leaf.teardown(Instant::now() + Duration::from_secs(1)).ok();
                     return Err(f);
@@ -107,17 +118,54 @@ impl V1Leaf {
 
     /// Leaves an engine made (an OCI `cgroupsPath` in each hierarchy):
     /// not locked, not removed here.
-    pub fn adopt(dirs: Vec<(&'static str, PathBuf)>) -> V1Leaf {
+    pub fn adopt(host: &HostCgroups, dirs: Vec<(&'static str, PathBuf)>) -> V1Leaf {
         V1Leaf {
             dirs: dirs
                 .into_iter()
                 .map(|(controller, dir)| V1Dir {
                     controller,
                     cg: Cgroup::new(dir),
+                    home: home(host, controller),
                     _lock: None,
                 })
                 .collect(),
         }
+    }
+
+    /// Move this process into every leaf, right before clone3: the child
+    /// starts there. On failure the moves done are undone.
+    pub fn enter(&self) -> Result<(), (PathBuf, std::io::Error)> {
+        let me = std::process::id().to_string();
+        for d in &self.dirs {
+            if d.home.is_none() {
+                return Err((
+                    d.cg.file("cgroup.procs"),
+                    std::io::Error::from_raw_os_error(libc::ENOENT),
+                ));
+            }
+        }
+        for d in &self.dirs {
+            if let Err(e) = d.cg.write("cgroup.procs", &me) {
+                let _ = self.leave();
+                return Err((d.cg.file("cgroup.procs"), e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Move this process back into its own groups, right after clone3.
+    pub fn leave(&self) -> Result<(), (PathBuf, std::io::Error)> {
+        let me = std::process::id().to_string();
+        let mut first = Ok(());
+        for d in &self.dirs {
+            if let Some(home) = &d.home
+                && let Err(e) = home.write("cgroup.procs", &me)
+                && first.is_ok()
+            {
+                first = Err((home.file("cgroup.procs"), e));
+            }
+        }
+        first
     }
 
     /// The leaf of `controller`, when the sandbox joins its hierarchy.
@@ -257,8 +305,17 @@ fn make_leaf(controller: &'static str, parent: &Cgroup, name: &str) -> Result<V1
     Ok(V1Dir {
         controller,
         cg: leaf,
+        home: None,
         _lock: Some(fd),
     })
+}
+
+/// This process's own group in the hierarchy of `controller`.
+fn home(host: &HostCgroups, controller: &str) -> Option<Cgroup> {
+    host.v1_hierarchy(controller)?
+        .own
+        .as_deref()
+        .map(Cgroup::new)
 }
 
 /// Make the `hutch` parent when it is missing (a cpuset parent starts
@@ -312,7 +369,9 @@ pub fn sweep(parent: &Cgroup) {
 }
 
 fn kill_members(cg: &Cgroup) {
-    for pid in cg.procs() {
+    // Never this process (were it left in a leaf by a failed `leave`).
+    let me = std::process::id() as i32;
+    for pid in cg.procs().into_iter().filter(|p| *p != me) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGKILL,

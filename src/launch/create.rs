@@ -128,12 +128,25 @@ pub fn create(
     }
     joins.enter()?;
     let cgroup_fd: Option<BorrowedFd<'_>> = p.cgroup.as_ref().and_then(|c| c.cgroup_fd());
+    if let Some(c) = &p.cgroup {
+        c.enter_for_clone()?;
+    }
     // SAFETY: the process is single-threaded (checked just above).
-    let (pid, pidfd) = match unsafe { sys::clone3(p.clone_flags, cgroup_fd) } {
+    let forked = unsafe { sys::clone3(p.clone_flags, cgroup_fd) };
+    let left = match (&forked, &p.cgroup) {
+        (Ok(Forked::Child), _) | (_, None) => Ok(()),
+        (_, Some(c)) => c.leave_after_clone(),
+    };
+    let (pid, pidfd) = match forked {
         Ok(Forked::Child) => child::sandbox_main(&mut p.child, child_sock),
         Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
         Err(e) => return Err(LaunchError::Clone(e)),
     };
+    if let Err(e) = left {
+        let _ = sys::raw::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+        let _ = sys::raw::waitpid(pid, 0);
+        return Err(e.into());
+    }
     drop(child_sock);
     // The hold socket, the console and the stdio ends are the sandbox's.
     p.child.hold = None;
@@ -143,11 +156,6 @@ pub fn create(
         let _ = sys::raw::waitpid(pid, 0);
         e
     };
-    // A cgroup v1 leaf takes hutch init now, before it runs anything.
-    if let Some(c) = &p.cgroup {
-        c.attach(pid)
-            .map_err(|e| kill_and_reap(LaunchError::Cgroup(e)))?;
-    }
     write_id_maps(pid, &p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     write_oom_score_adj(pid, spec.limits.oom_score_adj)
         .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
