@@ -102,7 +102,10 @@ fn memory_256m_kills_a_1gib_allocation_and_reports_oom_killed() {
     assert_eq!(report["reason"], "oom-killed", "{report}");
     let limits = &report["enforced"]["limits"];
     assert_eq!(limits["ended_by"], "oom-killed", "{report}");
-    assert!(limits["stats"]["oom_kill"].as_u64().unwrap() >= 1, "{report}");
+    assert!(
+        limits["stats"]["oom_kill"].as_u64().unwrap() >= 1,
+        "{report}"
+    );
     assert!(
         limits["stats"]["memory_peak"].as_u64().unwrap() <= 256 << 20,
         "{report}"
@@ -117,7 +120,11 @@ fn memory_256m_kills_a_1gib_allocation_and_reports_oom_killed() {
         Some(leaf(MEMORY, id).to_str().unwrap())
     );
     for h in [MEMORY, PIDS] {
-        assert!(!leaf(h, id).exists(), "{} left behind", leaf(h, id).display());
+        assert!(
+            !leaf(h, id).exists(),
+            "{} left behind",
+            leaf(h, id).display()
+        );
     }
 }
 
@@ -146,17 +153,7 @@ for k in kids:
 #[test]
 fn pids_64_holds_and_the_refused_fork_is_reported() {
     require!(v1_host().is_ok(), v1_host().unwrap_err());
-    let (out, report) = run_with_status(
-        "pids",
-        &[
-            "--pids",
-            "64",
-            "--",
-            "python3",
-            "-c",
-            FORK_100,
-        ],
-    );
+    let (out, report) = run_with_status("pids", &["--pids", "64", "--", "python3", "-c", FORK_100]);
     let text = stdout(&out);
     let running: u32 = text
         .trim()
@@ -170,7 +167,11 @@ fn pids_64_holds_and_the_refused_fork_is_reported() {
         "{running} processes under --pids 64"
     );
     let limits = &report["enforced"]["limits"];
-    assert_eq!(enforced_by(&report, "pids"), "cgroup v1 pids.max", "{report}");
+    assert_eq!(
+        enforced_by(&report, "pids"),
+        "cgroup v1 pids.max",
+        "{report}"
+    );
     assert!(
         limits["stats"]["pids_max_events"].as_u64().unwrap() >= 1,
         "{report}"

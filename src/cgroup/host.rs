@@ -101,9 +101,7 @@ impl HostCgroups {
                         .collect();
                     let mount = PathBuf::from(unescape(mount_point));
                     // A hierarchy mounted twice is used at its first mount.
-                    if !controllers.is_empty()
-                        && !v1.iter().any(|h| h.controllers == controllers)
-                    {
+                    if !controllers.is_empty() && !v1.iter().any(|h| h.controllers == controllers) {
                         let own = v1_own(proc_cgroup, &controllers, &unescape(root))
                             .map(|rel| mount.join(rel));
                         v1.push(V1Hierarchy {

@@ -36,6 +36,17 @@ pub fn controller_for(key: &str) -> &'static str {
     }
 }
 
+/// The v1 controllers hutch makes groups in, by name.
+pub const CONTROLLERS: &[&str] = &[
+    "memory", "pids", "cpu", "cpuacct", "cpuset", "blkio", "hugetlb",
+];
+
+/// `name` as one of [`CONTROLLERS`] (records keep controller names as
+/// strings).
+pub fn controller_name(name: &str) -> Option<&'static str> {
+    CONTROLLERS.iter().copied().find(|c| *c == name)
+}
+
 /// Where hutch's leaves of `controller` go (the `hutch` parent, which may
 /// not exist yet), or what hutch found that rules v1 out. Reads only.
 pub fn parent_for(host: &HostCgroups, controller: &str) -> Result<Cgroup, String> {
@@ -102,6 +113,17 @@ impl V1Leaf {
     ) -> Result<V1Leaf, V1Failure> {
         let mut leaf = V1Leaf { dirs: Vec::new() };
         for (controller, parent) in parents {
+            // Comounted controllers (`cpu,cpuacct`) share one leaf.
+            if let Some(same) = leaf.dirs.iter().find(|d| d.cg == parent.child(name)) {
+                let cg = same.cg.clone();
+                leaf.dirs.push(V1Dir {
+                    controller,
+                    cg,
+                    home: home(host, controller),
+                    _lock: None,
+                });
+                continue;
+            }
             match make_leaf(controller, parent, name) {
                 Ok(mut d) => {
                     d.home = home(host, controller);

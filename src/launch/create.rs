@@ -47,11 +47,15 @@ pub struct CreateOptions {
 }
 
 /// A cgroup the caller made for the sandbox: its directory, an fd of it
-/// for `CLONE_INTO_CGROUP`, and the limits written there (for the report,
-/// whose counters and `oom-killed` come from it). The caller removes it.
+/// for `CLONE_INTO_CGROUP` (cgroup v2), or its group in each cgroup v1
+/// hierarchy, and the limits written there (for the report, whose
+/// counters and `oom-killed` come from it). The caller removes it.
 pub struct EngineCgroup {
     pub dir: PathBuf,
-    pub fd: OwnedFd,
+    pub fd: Option<OwnedFd>,
+    /// cgroup v1: (controller, directory) per hierarchy; hutch init is
+    /// started in each.
+    pub v1: Vec<(&'static str, PathBuf)>,
     pub enforced: Vec<crate::cgroup::Enforced>,
 }
 
@@ -113,7 +117,10 @@ pub fn create(
     p.child.hold = Some(opts.hold);
     p.child.pause_before_pivot = before_pivot.is_some();
     if let (Some(c), Some(leaf)) = (opts.cgroup, p.cgroup.as_mut()) {
-        leaf.adopt(c.dir, c.fd, c.enforced);
+        match c.fd {
+            Some(fd) => leaf.adopt(c.dir, fd, c.enforced),
+            None => leaf.adopt_v1(c.v1, c.enforced),
+        }
     }
     let status_file = opts
         .status_file
