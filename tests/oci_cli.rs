@@ -833,7 +833,7 @@ fn limits_go_to_the_cgroup_v1_hierarchies_and_delete_removes_them() {
     config["linux"]["cgroupsPath"] = json!(format!("/{parent}/c1"));
     config["linux"]["resources"] = json!({
         "pids": {"limit": 2048},
-        "memory": {"limit": 67108864, "swap": 134217728},
+        "memory": {"limit": 67108864, "swap": 134217728, "swappiness": 10},
         "cpu": {"shares": 512, "quota": 50000, "period": 100000}
     });
     let b = Bundle::new("oci-limits", &config);
@@ -853,6 +853,8 @@ fn limits_go_to_the_cgroup_v1_hierarchies_and_delete_removes_them() {
         read("memory", "memory.memsw.limit_in_bytes").trim(),
         "134217728"
     );
+    // v1 keeps swappiness (cgroup v2 has no such file).
+    assert_eq!(read("memory", "memory.swappiness").trim(), "10");
     assert_eq!(read("cpu", "cpu.shares").trim(), "512");
     assert_eq!(read("cpu", "cpu.cfs_quota_us").trim(), "50000");
     // hutch init is in each group before it starts anything.

@@ -366,6 +366,7 @@ fn prepare_v1<'w>(
     if parents.is_empty() {
         return Ok(());
     }
+    v1::sweep_all(host);
     let leaf = v1::V1Leaf::create(host, &parents, leaf_name).map_err(|f| {
         CgroupError::io(
             f.action,

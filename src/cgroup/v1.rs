@@ -252,7 +252,11 @@ impl V1Leaf {
         if let Some(m) = self.dir("memory") {
             let num = |f: &str| m.read(f).ok().and_then(|t| t.trim().parse::<u64>().ok());
             s.memory_peak = num("memory.max_usage_in_bytes");
-            s.memory_max_events = num("memory.failcnt");
+            // Hits of the memory cap, or of memory+swap at the same cap.
+            s.memory_max_events = match (num("memory.failcnt"), num("memory.memsw.failcnt")) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
             // `oom_kill` in memory.oom_control: Linux >= 4.13.
             s.oom_kill = m.key("memory.oom_control", "oom_kill");
         }
@@ -288,7 +292,6 @@ fn make_leaf(controller: &'static str, parent: &Cgroup, name: &str) -> Result<V1
         error,
     };
     ensure_parent(controller, parent).map_err(|(p, e)| fail("mkdir", &p, e))?;
-    sweep(parent);
     let leaf = parent.child(name);
     // Another launch's sweep may take a fresh leaf between its mkdir and
     // the lock (it is unlocked and empty then): make it again.
@@ -367,6 +370,17 @@ pub fn copy_cpuset(from: &Cgroup, to: &Cgroup) -> Result<(), (PathBuf, std::io::
         to.write(f, v.trim()).map_err(|e| (to.file(f), e))?;
     }
     Ok(())
+}
+
+/// [`sweep`] the `hutch` parent of every v1 hierarchy this process may
+/// use: a launch cleans what SIGKILLed supervisors left in all of them,
+/// not only in the hierarchies it joins.
+pub fn sweep_all(host: &HostCgroups) {
+    for h in &host.v1 {
+        if let Ok(parent) = parent_for(host, &h.controllers[0]) {
+            sweep(&parent);
+        }
+    }
 }
 
 /// Remove the leaves under `parent` that no sandbox holds (their

@@ -270,10 +270,11 @@ impl Root {
         if let Some(h) = &config.hooks {
             super::hooks::validate(h)?;
         }
-        let cgroup_plan = super::resources::plan(
+        let cgroup_plan = super::resources::plan_for(
             config.linux.as_ref().unwrap_or(&Default::default()),
             id,
             req.systemd_cgroup,
+            super::resources::v1::used(&crate::cgroup::host::HostCgroups::detect()),
         )?;
         if t.terminal != req.console_socket.is_some() {
             return Err(OciError::Config {
@@ -336,11 +337,8 @@ impl Root {
             return self.create_in(id, dir, bundle, config, t, req, None);
         };
         let host = crate::cgroup::host::HostCgroups::detect();
-        let mut plan = plan;
+        // The plan holds runc's v1 files on such a host (`create`).
         let (applied, v1) = if super::resources::v1::used(&host) {
-            // runc's v1 mapping of the same resources.
-            let resources = config.linux.as_ref().and_then(|l| l.resources.as_ref());
-            plan.writes = super::resources::v1::writes(resources.unwrap_or(&Default::default()))?;
             super::resources::v1::apply(&host, &plan)?
         } else {
             (super::resources::apply(&host, &plan)?, Vec::new())
