@@ -888,7 +888,13 @@ fn limits_go_to_the_cgroup_v1_hierarchies_and_delete_removes_them() {
     }
     // `update` writes the v1 files.
     let res = b.path().join("update.json");
-    std::fs::write(&res, r#"{"pids": {"limit": 100}, "cpu": {"shares": 256}}"#).unwrap();
+    // Memory raised above the old memory+swap cap: memsw goes first.
+    std::fs::write(
+        &res,
+        r#"{"pids": {"limit": 100}, "cpu": {"shares": 256},
+            "memory": {"limit": 209715200, "swap": 419430400}}"#,
+    )
+    .unwrap();
     let o = b
         .oci(&["update", "--resources"])
         .arg(&res)
@@ -898,6 +904,11 @@ fn limits_go_to_the_cgroup_v1_hierarchies_and_delete_removes_them() {
     assert!(o.status.success(), "update: {}", stderr(&o));
     assert_eq!(read("pids", "pids.max").trim(), "100");
     assert_eq!(read("cpu", "cpu.shares").trim(), "256");
+    assert_eq!(read("memory", "memory.limit_in_bytes").trim(), "209715200");
+    assert_eq!(
+        read("memory", "memory.memsw.limit_in_bytes").trim(),
+        "419430400"
+    );
     let o = b.run(&["delete", "--force", &id]);
     assert!(o.status.success(), "delete: {}", stderr(&o));
     for c in ["memory", "pids", "cpu", "cpuacct"] {

@@ -311,9 +311,34 @@ fn write_all<'a>(
 }
 
 /// The OCI `update` on v1: each write into the group of its controller.
+/// Raising memory above the current memory+swap cap needs the latter
+/// first (the kernel keeps limit <= memsw), as runc orders it.
 pub fn update(dirs: &[(&'static str, PathBuf)], writes: &[Write]) -> Result<(), OciError> {
+    let mut writes = writes.to_vec();
+    let at = |f: &str, w: &[Write]| w.iter().position(|w| w.file == f);
+    if let (Some(limit), Some(memsw)) = (
+        at("memory.limit_in_bytes", &writes),
+        at("memory.memsw.limit_in_bytes", &writes),
+    ) {
+        let current = dirs
+            .iter()
+            .find(|(c, _)| *c == "memory")
+            .and_then(|(_, d)| {
+                Cgroup::new(d)
+                    .read("memory.memsw.limit_in_bytes")
+                    .ok()?
+                    .trim()
+                    .parse::<i64>()
+                    .ok()
+            });
+        let new_limit = writes[limit].value.parse::<i64>().unwrap_or(i64::MAX);
+        if current.is_some_and(|c| new_limit > c) && memsw > limit {
+            let w = writes.remove(memsw);
+            writes.insert(limit, w);
+        }
+    }
     let mut tagged = Vec::new();
-    for w in writes {
+    for w in &writes {
         let Some(c) = crate::cgroup::v1::controller_name(w.controller()) else {
             return Err(cannot(
                 w,
