@@ -807,7 +807,7 @@ fn hybrid_host_gets_a_leaf_in_each_v1_hierarchy_with_runcs_files() {
     assert_eq!(stats.memory_peak, Some(4096));
     assert_eq!(stats.pids_max_events, Some(3));
     assert_eq!(stats.cpu_usage_usec, Some(5));
-    assert_eq!(r.ended_by.as_deref(), Some("oom-killed"));
+    assert_eq!(r.ended_by, Some("oom-killed"));
     drop(live_fd);
 }
 
