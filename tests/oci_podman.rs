@@ -80,6 +80,9 @@ impl Podman {
             .arg("--runtime")
             .arg(env!("CARGO_BIN_EXE_hutch-oci"))
             .args(args)
+            // conmon writes an `oom` mark into its working directory when
+            // the container is OOM-killed: not into the source tree.
+            .current_dir(d)
             .stdin(Stdio::null());
         c
     }
@@ -424,6 +427,8 @@ fn podman_default_pids_limit_and_memory_are_enforced_through_cgroup_v1() {
             .unwrap();
         assert_eq!(o.status.code(), Some(code), "bs={size}: {}", stderr(&o));
     }
+    // conmon saw the kill through the v1 group's OOM events.
+    assert!(p.path().join("oom").exists(), "conmon's oom mark");
     let ids = container_ids(&p);
     assert_nothing_left(&ids);
 }
