@@ -336,3 +336,42 @@ fn uid_65534_without_a_delegated_v1_subtree_is_refused_in_one_line() {
     );
     assert!(err.contains("run hutch as root"), "{err}");
 }
+
+/// A warm pool (the library's `hutch::Pool`, as sessions' `--warm` use)
+/// limits its sandboxes through v1 as a cold launch does: a pooled
+/// command over its memory cap is OOM-killed and reported so, and the
+/// sandbox's leaves are gone once the pool is.
+#[test]
+fn a_warm_pools_command_is_held_to_its_v1_memory_cap() {
+    require!(v1_host().is_ok(), v1_host().unwrap_err());
+    let mut c = hutch::Command::new("true");
+    c.spec_mut().limits.memory = Some(hutch::spec::Limit::Required(hutch::spec::ByteSize(
+        128 << 20,
+    )));
+    let spec = c.as_spec().clone();
+    let pool = hutch::Pool::with_binary(spec, 1, hutch_bin()).unwrap();
+    assert!(
+        pool.wait_ready(1, Duration::from_secs(30)),
+        "a warm sandbox"
+    );
+    let out = pool
+        .command(["python3", "-c", "b = bytearray(1 << 30); print('survived')"])
+        .output()
+        .unwrap();
+    let r = &out.report;
+    assert!(r.warm, "{r:?}");
+    assert_eq!(r.reason, hutch::Outcome::OomKilled, "{r:?}");
+    let limits = r.enforced.limits.as_ref().expect("limits");
+    assert!(
+        limits
+            .enforced
+            .iter()
+            .any(|e| e.limit == "memory" && e.by.starts_with("cgroup v1 memory.limit_in_bytes")),
+        "{limits:?}"
+    );
+    let leaf = limits.cgroup.clone().expect("a v1 leaf");
+    drop(pool);
+    wait_until(Duration::from_secs(20), "the leaf's removal", || {
+        !leaf.exists()
+    });
+}
