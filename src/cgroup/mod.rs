@@ -698,23 +698,6 @@ impl Leaf {
         }
     }
 
-    /// Move process `pid` into the v1 leaves (an OCI `exec`'s process,
-    /// which joins the container's cgroup namespace instead of making
-    /// one); nothing to do for a v2 leaf.
-    pub fn attach(&self, pid: libc::pid_t) -> Result<(), CgroupError> {
-        match &self.v1 {
-            Some(v1) => v1.attach(pid).map_err(|(path, e)| {
-                CgroupError::io(
-                    "move the process into",
-                    path,
-                    &e,
-                    "the cgroup v1 leaf refused it; `hutch check` shows the layout",
-                )
-            }),
-            None => Ok(()),
-        }
-    }
-
     /// (resource, value) pairs to apply in the sandbox with
     /// [`apply_rlimits`], after its user namespace exists.
     pub fn rlimits(&self) -> &[(libc::c_int, u64)] {

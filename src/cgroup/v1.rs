@@ -206,16 +206,6 @@ impl V1Leaf {
             .map(|c| c.dir.as_path())
     }
 
-    /// Move process `pid` (hutch init, before it runs anything) into every
-    /// leaf. Err names the leaf that refused.
-    pub fn attach(&self, pid: libc::pid_t) -> Result<(), (PathBuf, std::io::Error)> {
-        for d in &self.dirs {
-            d.cg.write("cgroup.procs", &pid.to_string())
-                .map_err(|e| (d.cg.file("cgroup.procs"), e))?;
-        }
-        Ok(())
-    }
-
     /// SIGKILL every process in the leaves (v1 has no `cgroup.kill`).
     pub fn kill(&self) {
         for d in &self.dirs {

@@ -71,11 +71,13 @@ fn err(key: impl Into<String>, message: impl Into<String>) -> OciError {
 
 /// The writes `linux.resources` asks for, and where; None when it asks
 /// for no limit (no cgroup is made then).
+#[cfg(test)]
 pub fn plan(linux: &Linux, id: &str, systemd: bool) -> Result<Option<CgroupPlan>, OciError> {
     plan_for(linux, id, systemd, false)
 }
 
-/// [`plan`] with the cgroup v1 files instead ([`v1::writes`]) when `v1`.
+/// The writes `linux.resources` asks for, and where (None when it asks
+/// for no limit: no cgroup is made then), with the cgroup v1 files instead ([`v1::writes`]) when `v1`.
 pub fn plan_for(
     linux: &Linux,
     id: &str,
