@@ -923,3 +923,47 @@ fn explicit_proxy_variables_win_over_hutchs() {
         );
     }
 }
+
+/// The sandbox's pid 1 shows no more of hutch's command line than
+/// `hutch init`: no host path, no `--setenv` value (every process of the
+/// sandbox can read `/proc/1/cmdline`). Failed on the code before this
+/// change: it held hutch's whole command line, the value included.
+#[test]
+fn pid1_command_line_carries_no_setenv_value() {
+    for who in identities() {
+        let ws = workspace("cmdline", who);
+        let out = hutch_as(
+            who,
+            ws.path(),
+            &[
+                "run",
+                "--quiet",
+                "--setenv",
+                "SOME_TOKEN",
+                "value-that-must-not-show",
+                "--",
+                "sh",
+                "-c",
+                "tr '\\0' ' ' < /proc/1/cmdline; echo; test \"$SOME_TOKEN\" = value-that-must-not-show && echo set",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{who:?}: {}", stderr(&out));
+        let text = stdout(&out);
+        let mut lines = text.lines();
+        let cmdline = lines.next().unwrap_or_default();
+        assert_eq!(cmdline.trim_end(), "hutch init", "{who:?}: {text}");
+        assert!(
+            !text.contains("value-that-must-not-show"),
+            "{who:?}: {text}"
+        );
+        assert!(
+            !text.contains(&ws.path().display().to_string()),
+            "{who:?}: {text}"
+        );
+        assert_eq!(
+            lines.next(),
+            Some("set"),
+            "{who:?}: the variable still reaches the workload"
+        );
+    }
+}

@@ -348,6 +348,7 @@ fn ids(root_launch: bool) -> Ids {
 /// cgroup leaf, no pipes).
 fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
     ChildPlan {
+        args_area: Default::default(),
         ids: ids(true),
         fs: crate::fs::plan(spec, false),
         op_names: crate::fs::op_names(spec),

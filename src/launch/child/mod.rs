@@ -105,6 +105,8 @@ pub(crate) struct Running {
 
 /// The sandbox's pid 1. Never returns.
 pub(crate) fn sandbox_main(plan: &mut ChildPlan, sock: OwnedFd) -> ! {
+    // Before anything of the workload's exists to read it.
+    sys::blank_command_line(&plan.args_area, b"hutch\0init\0");
     match init(&mut RealSys, plan, sock.as_fd()) {
         Ok(running) => init_loop(running, &sock),
         Err(Stop::Failed(f, text)) => {

@@ -43,6 +43,11 @@ impl CapPlan {
 /// shared reference to this and its socket, and the workload, which shares
 /// init's memory, allocates nothing.
 pub(crate) struct ChildPlan {
+    /// The launching process's argv and environ strings, which the
+    /// sandbox's pid 1 (a fork of it) blanks first thing: the workload
+    /// reads `/proc/1/cmdline`, and must not find hutch's command line
+    /// (host paths, `--setenv` values) there.
+    pub args_area: crate::sys::ArgsArea,
     pub ids: Ids,
     pub fs: crate::fs::Plan,
     /// `fs[3] (ro-bind /usr)`, for build errors (init may allocate).

@@ -237,6 +237,9 @@ pub(crate) fn prepare_sandbox(
         crate::cgroup::rlimits_only(&spec.limits)?
     };
     let child = ChildPlan {
+        // Unknown (no /proc) leaves nothing to blank: cmdline is then the
+        // caller's, as before; /proc is mounted wherever hutch runs.
+        args_area: crate::sys::ArgsArea::of_self().unwrap_or_default(),
         ids,
         op_names: fs::op_names(spec),
         fs: plan,
