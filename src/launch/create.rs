@@ -132,7 +132,7 @@ pub fn create(
     let (pid, pidfd) = match unsafe { sys::clone3(p.clone_flags, cgroup_fd) } {
         Ok(Forked::Child) => child::sandbox_main(&mut p.child, child_sock),
         Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
-        Err(e) => return Err(LaunchError::Clone(e)),
+        Err(e) => return Err(LaunchError::clone_failed(e)),
     };
     drop(child_sock);
     // The hold socket, the console and the stdio ends are the sandbox's.

@@ -24,7 +24,8 @@ mod tests;
 pub(crate) mod wire;
 
 pub use error::{
-    FailureKind, LaunchError, LaunchFailure, PrepareError, ProxyDoorsError, StatusFileError,
+    FailureKind, LaunchError, LaunchFailure, PrepareError, ProcessLimit, ProxyDoorsError,
+    StatusFileError,
 };
 pub use helper::pool;
 pub use options::{FrontEndStatus, Mode, RunOptions, StatusProtocol, WorkloadStdio};

@@ -138,3 +138,17 @@ pub(crate) const FORWARDED: [libc::c_int; 6] = [
 pub(crate) fn signal_mask(signals: &[libc::c_int]) -> u64 {
     signals.iter().fold(0, |m, s| m | 1u64 << (s - 1))
 }
+
+impl ChildPlan {
+    /// The sandbox's own RLIMIT_NPROC (the pids fallback or an explicit
+    /// `nproc`), for what a process-limit failure says.
+    pub(crate) fn nproc_cap(&self) -> Option<u64> {
+        let nproc = libc::RLIMIT_NPROC as libc::c_int;
+        self.rlimits
+            .iter()
+            .chain(&self.rlimits_soft)
+            .filter(|(r, _)| *r == nproc)
+            .map(|(_, v)| *v)
+            .min()
+    }
+}

@@ -205,7 +205,8 @@ pub(crate) fn fork_sandbox(
             clone_nested(p, cgroup_fd)
         } else {
             // SAFETY: the process is single-threaded (checked just above).
-            unsafe { sys::clone3(p.clone_flags, cgroup_fd) }.map_err(LaunchError::Clone)
+            unsafe { sys::clone3(p.clone_flags, cgroup_fd) }
+                .map_err(|e| LaunchError::clone_failed(e))
         };
         match forked {
             Ok(Forked::Child) => child::sandbox_main(&mut p.child, child_sock),
@@ -241,7 +242,7 @@ pub(crate) fn fork_sandbox(
 fn clone_nested(p: &LaunchPlan, cgroup_fd: Option<BorrowedFd<'_>>) -> Result<Forked, LaunchError> {
     let (back_r, back_w) = sys::socket::seqpacket_pair()?;
     // SAFETY: the caller checked that the process is single-threaded.
-    let intermediate = unsafe { sys::clone3(0, None) }.map_err(LaunchError::Clone)?;
+    let intermediate = unsafe { sys::clone3(0, None) }.map_err(|e| LaunchError::clone_failed(e))?;
     let (pid, _pidfd) = match intermediate {
         Forked::Child => {
             drop(back_r);
@@ -263,7 +264,7 @@ fn clone_nested(p: &LaunchPlan, cgroup_fd: Option<BorrowedFd<'_>>) -> Result<For
     drop(back_w);
     let _ = sys::raw::waitpid(pid, 0);
     let failed = |errno| {
-        LaunchError::Clone(SysError::new(
+        LaunchError::clone_failed(SysError::new(
             format!(
                 "clone3(flags={:#x}) inside the joined pid namespace",
                 p.clone_flags | sys::CLONE_PARENT
