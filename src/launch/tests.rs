@@ -133,7 +133,8 @@ impl ChildSys for Recorder {
             ));
         }
         self.note(format!("transparent {ports:?}"));
-        Ok((0..=ports.len()).map(|_| self.fd()).collect())
+        // The resolver, one listener per port, the refusals watch.
+        Ok((0..ports.len() + 2).map(|_| self.fd()).collect())
     }
     fn recv_claim(
         &mut self,

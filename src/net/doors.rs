@@ -28,6 +28,11 @@ pub enum Door {
     /// `transparent` egress: the resolver's UDP socket on 127.0.0.1:53.
     /// Its decisions are audited as `transparent` too (method `DNS`).
     Resolver,
+    /// `transparent` egress: a raw socket that sees each connection
+    /// attempt to a synthetic address on a port nothing captures (the
+    /// kernel refuses it with a reset), for its audit line
+    /// (`sys::syn_watch_v4`). Audited as `transparent`.
+    Refusals,
 }
 
 impl Door {
@@ -35,7 +40,7 @@ impl Door {
         match self {
             Door::Unix => "unix",
             Door::Tcp => "tcp",
-            Door::Transparent | Door::Resolver => "transparent",
+            Door::Transparent | Door::Resolver | Door::Refusals => "transparent",
         }
     }
 }
@@ -128,6 +133,9 @@ pub fn transparent_sockets_only(ports: &[u16]) -> Result<Vec<OwnedFd>, SysError>
         raw::listen(fd.as_fd(), 1024).map_err(sys(format!("listen(0.0.0.0:{port})")))?;
         fds.push(fd);
     }
+    // Last: attempts on the other ports, refused by the kernel, seen here
+    // so that each is audited too.
+    fds.push(crate::sys::syn_watch_v4(SYNTHETIC_NET, SYNTHETIC_PREFIX)?);
     Ok(fds)
 }
 
@@ -140,6 +148,10 @@ pub fn transparent_failure_hint(e: &SysError) -> String {
          (rtnetlink, CONFIG_INET)"
     } else if e.call.contains(":53") {
         "hutch init must be able to bind port 53 in the sandbox's network namespace"
+    } else if e.call.contains("SOCK_RAW") || e.call.contains("SO_ATTACH_FILTER") {
+        "hutch init must be able to open a raw IPv4 socket with a socket filter in the \
+         sandbox's network namespace (CAP_NET_RAW over it), to audit the connections \
+         the kernel refuses"
     } else {
         "a capture listener could not be bound (is that port taken by the TCP door?)"
     };

@@ -19,7 +19,7 @@ mod mount;
 mod net;
 mod privilege;
 mod process;
-#[cfg(feature = "tokio")]
+// Also the egress proxy's (tokio is always a dependency).
 pub mod reactor;
 mod rlimit;
 mod sealed_exe;

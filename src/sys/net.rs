@@ -1,6 +1,7 @@
 //! Network interface syscalls.
 
 use std::ffi::CStr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::SysError;
 
@@ -186,4 +187,75 @@ mod route {
             assert_eq!(ack(&nack), Err(Errno::EPERM));
         }
     }
+}
+
+/// A raw IPv4 socket that gets a copy of every TCP SYN (without ACK) this
+/// network namespace delivers to an address in `net/prefix`, listener or
+/// not: the kernel answers one nobody listens for with a reset, and this
+/// socket is how such an attempt is seen at all. A classic BPF filter
+/// keeps everything else out; packets queued before it was attached are
+/// the caller's to skip (it re-checks what it reads). Non-blocking,
+/// close-on-exec. Needs CAP_NET_RAW over the namespace.
+pub fn syn_watch_v4(net: std::net::Ipv4Addr, prefix: u8) -> Result<OwnedFd, SysError> {
+    let call = "socket(AF_INET, SOCK_RAW, IPPROTO_TCP)";
+    // SAFETY: plain socket(2) call, no pointers.
+    let fd = super::ret(unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            libc::IPPROTO_TCP,
+        )
+    } as libc::c_long)
+    .map_err(|e| SysError::new(call, e))?;
+    // SAFETY: fd was just returned by socket(2) and is owned here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+    let mask = if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(prefix.min(32)))
+    };
+    let program = syn_filter(u32::from(net) & mask, mask);
+    let fprog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: fprog points at `program`, alive for the call; the kernel
+    // copies the program.
+    super::ret(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    } as libc::c_long)
+    .map_err(|e| SysError::new("setsockopt(SO_ATTACH_FILTER)", e))?;
+    Ok(fd)
+}
+
+/// The filter of [`syn_watch_v4`] on a raw IPv4 socket (the packet starts
+/// at the IP header): destination in `net`/`mask`, TCP flags SYN without
+/// ACK; the first 128 bytes of such a packet are kept.
+fn syn_filter(net: u32, mask: u32) -> [libc::sock_filter; 9] {
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const LDX_B_MSH: u16 = 0xb1; // BPF_LDX | BPF_B | BPF_MSH
+    const LD_B_IND: u16 = 0x50; // BPF_LD | BPF_B | BPF_IND
+    const AND_K: u16 = 0x54; // BPF_ALU | BPF_AND | BPF_K
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const SYN: u32 = 0x02;
+    const ACK: u32 = 0x10;
+    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    [
+        op(LD_W_ABS, 0, 0, 16),     // 0: A = destination address
+        op(AND_K, 0, 0, mask),      // 1
+        op(JEQ_K, 0, 5, net),       // 2: not in the range: drop (8)
+        op(LDX_B_MSH, 0, 0, 0),     // 3: X = IP header length
+        op(LD_B_IND, 0, 0, 13),     // 4: A = TCP flags
+        op(AND_K, 0, 0, SYN | ACK), // 5
+        op(JEQ_K, 0, 1, SYN),       // 6: not a first SYN: drop (8)
+        op(RET_K, 0, 0, 128),       // 7: keep the headers
+        op(RET_K, 0, 0, 0),         // 8: drop
+    ]
 }

@@ -198,6 +198,7 @@ pub(crate) fn init<S: ChildSys>(
             })?;
             doors.push("resolver".into());
             doors.extend(ports.iter().map(|_| "transparent".to_string()));
+            doors.push("refusals".into());
             fds.extend(more);
         }
         let ready = Message::ListenerReady { doors };
