@@ -5,7 +5,8 @@
 //! fixed-size [`Failure`] record sent to the supervisor, which turns it
 //! into words.
 //!
-//! Fixed order in hutch init:
+//! Fixed order in hutch init (after `sandbox_main` overwrote the command
+//! line and environment strings inherited from the supervisor):
 //!  1. PDEATHSIG(SIGKILL); close every fd but stdio, the workload's stdio,
 //!     the socket and the fds the workload inherits (`Spec::inherit_fds`;
 //!     close_range: nothing else the caller leaked survives to any path

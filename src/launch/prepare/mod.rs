@@ -237,9 +237,8 @@ pub(crate) fn prepare_sandbox(
         crate::cgroup::rlimits_only(&spec.limits)?
     };
     let child = ChildPlan {
-        // Unknown (no /proc) leaves nothing to blank: cmdline is then the
-        // caller's, as before; /proc is mounted wherever hutch runs.
-        args_area: crate::sys::ArgsArea::of_self().unwrap_or_default(),
+        // Fail closed: without it pid 1 would show the caller's argv.
+        args_area: crate::sys::ArgsArea::of_self()?,
         ids,
         op_names: fs::op_names(spec),
         fs: plan,
