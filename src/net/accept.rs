@@ -124,17 +124,17 @@ pub(crate) async fn serve(
             }),
             Listener::Resolver(s) => tasks.spawn(transparent::serve_resolver(st, s)),
             Listener::Refusals(fd) => {
-                let fd = Arc::new(fd);
-                refusals.push(fd.clone());
-                tasks.spawn(transparent::watch_refusals(st, fd))
+                let watch = Arc::new(transparent::RefusalsWatch::new(fd));
+                refusals.push(watch.clone());
+                tasks.spawn(transparent::watch_refusals(st, watch))
             }
         };
     }
     let _ = stop.await;
     tasks.abort_all();
     // The sandbox has ended: what it attempted last is still queued.
-    for fd in refusals {
-        let _ = transparent::drain_refusals(&state, fd.get_ref());
+    for watch in refusals {
+        let _ = transparent::drain_refusals(&state, &watch);
     }
 }
 

@@ -28,7 +28,7 @@ pub enum Door {
     /// `transparent` egress: the resolver's UDP socket on 127.0.0.1:53.
     /// Its decisions are audited as `transparent` too (method `DNS`).
     Resolver,
-    /// `transparent` egress: a raw socket that sees each connection
+    /// `transparent` egress: a packet socket that sees each connection
     /// attempt to a synthetic address on a port nothing captures (the
     /// kernel refuses it with a reset), for its audit line
     /// (`sys::syn_watch_v4`). Audited as `transparent`.
@@ -148,9 +148,9 @@ pub fn transparent_failure_hint(e: &SysError) -> String {
          (rtnetlink, CONFIG_INET)"
     } else if e.call.contains(":53") {
         "hutch init must be able to bind port 53 in the sandbox's network namespace"
-    } else if e.call.contains("SOCK_RAW") || e.call.contains("SO_ATTACH_FILTER") {
-        "hutch init must be able to open a raw IPv4 socket with a socket filter in the \
-         sandbox's network namespace (CAP_NET_RAW over it), to audit the connections \
+    } else if e.call.contains("AF_PACKET") || e.call.contains("SO_ATTACH_FILTER") {
+        "hutch init must be able to open a packet socket on `lo` with a socket filter in \
+         the sandbox's network namespace (CAP_NET_RAW over it), to audit the connections \
          the kernel refuses"
     } else {
         "a capture listener could not be bound (is that port taken by the TCP door?)"

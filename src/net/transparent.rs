@@ -119,12 +119,12 @@ pub(crate) fn resolve_packet(state: &Arc<State>, pkt: &[u8]) -> Option<Vec<u8>> 
 /// listener captures (the kernel refuses it with a reset, and the sandbox
 /// sees `ECONNREFUSED`): every refusal has its line, as in `proxy` mode.
 /// Until the task is cancelled.
-pub(super) async fn watch_refusals(state: Arc<State>, sock: Arc<AsyncFd<OwnedFd>>) {
+pub(super) async fn watch_refusals(state: Arc<State>, watch: Arc<RefusalsWatch>) {
     loop {
-        let Ok(mut ready) = sock.readable().await else {
+        let Ok(mut ready) = watch.sock.readable().await else {
             return;
         };
-        match drain_refusals(&state, sock.get_ref()) {
+        match drain_refusals(&state, &watch) {
             Ok(()) => ready.clear_ready(),
             // Out of memory or a transient error: back off, go on.
             Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
@@ -135,11 +135,15 @@ pub(super) async fn watch_refusals(state: Arc<State>, sock: Arc<AsyncFd<OwnedFd>
 /// Audit every attempt queued on the refusals watch, until none is left
 /// (Ok) or reading fails. Also run once more when the proxy stops: the
 /// last attempts of a workload that has just ended are still queued.
-pub(super) fn drain_refusals(state: &Arc<State>, sock: &OwnedFd) -> Result<(), crate::sys::Errno> {
+pub(super) fn drain_refusals(
+    state: &Arc<State>,
+    watch: &RefusalsWatch,
+) -> Result<(), crate::sys::Errno> {
     let captured = super::doors::transparent_ports(&state.policy);
+    let sock = watch.sock.get_ref().as_fd();
     let mut buf = [0u8; 128];
-    loop {
-        match crate::sys::socket::raw::recv_now(sock.as_fd(), &mut buf) {
+    let ended = loop {
+        match crate::sys::socket::raw::recv_now(sock, &mut buf) {
             Ok(n) => {
                 if let Some((ip, port)) = first_syn(&buf[..n])
                     && !captured.contains(&port)
@@ -147,9 +151,38 @@ pub(super) fn drain_refusals(state: &Arc<State>, sock: &OwnedFd) -> Result<(), c
                     audit_refusal(state, ip, port);
                 }
             }
-            Err(crate::sys::Errno::EAGAIN) => return Ok(()),
-            Err(e) => return Err(e),
+            Err(crate::sys::Errno::EAGAIN) => break Ok(()),
+            Err(e) => break Err(e),
         }
+    };
+    // A burst faster than this thread reads overflows the queue: those
+    // attempts get one line together, never none.
+    if let Ok(dropped) = crate::sys::syn_watch_drops(sock)
+        && dropped > 0
+    {
+        let dec = Decision::new(state.clone(), Door::Refusals, "TCP".into());
+        dec.finish_with(
+            Outcome::Deny,
+            0,
+            format!(
+                "{} more connection attempts to the sandbox's synthetic addresses were \
+                     refused in the sandbox (no port of theirs is captured) and not audited one \
+                     by one: they came faster than the audit could read them",
+                dropped
+            ),
+        );
+    }
+    ended
+}
+
+/// The refusals watch of a sandbox (`sys::syn_watch_v4`).
+pub(crate) struct RefusalsWatch {
+    pub(crate) sock: AsyncFd<OwnedFd>,
+}
+
+impl RefusalsWatch {
+    pub(crate) fn new(sock: AsyncFd<OwnedFd>) -> RefusalsWatch {
+        RefusalsWatch { sock }
     }
 }
 
