@@ -147,7 +147,7 @@ pub fn create(
     let (pid, pidfd) = match forked {
         Ok(Forked::Child) => child::sandbox_main(&mut p.child, child_sock),
         Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
-        Err(e) => return Err(LaunchError::Clone(e)),
+        Err(e) => return Err(LaunchError::clone_failed(e)),
     };
     if let Err(e) = left {
         let _ = sys::raw::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);

@@ -180,6 +180,6 @@ pub fn exec(
                 Err(e) => Err(PrepareError::Message(e).into()),
             }
         }
-        Err(e) => Err(LaunchError::Clone(e)),
+        Err(e) => Err(LaunchError::clone_failed(e)),
     }
 }

@@ -25,7 +25,8 @@ pub(crate) mod wire;
 
 // The library's face: what a caller of `launch()` names.
 pub use error::{
-    FailureKind, LaunchError, LaunchFailure, PrepareError, ProxyDoorsError, StatusFileError,
+    FailureKind, LaunchError, LaunchFailure, PrepareError, ProcessLimit, ProxyDoorsError,
+    StatusFileError,
 };
 pub use options::{FrontEndStatus, Mode, RunOptions, StatusProtocol, WorkloadStdio};
 pub use prepare::image::ImageReport;

@@ -41,8 +41,8 @@ use std::os::fd::OwnedFd;
 use std::thread::JoinHandle;
 
 pub use doors::{
-    Door, PROXY_TCP_PORT, RESOLV_CONF, proxy_env,
-    tcp_door_in_current_netns, transparent_failure_hint, transparent_in_current_netns,
+    Door, PROXY_TCP_PORT, RESOLV_CONF, is_proxy_variable, proxy_env, tcp_door_in_current_netns,
+    transparent_failure_hint, transparent_in_current_netns,
     transparent_ports, transparent_sockets_only, unix_door,
 };
 pub use error::NetError;

@@ -811,3 +811,70 @@ pub fn command_with_fds(
     }
     Ok(())
 }
+
+/// Where this process's command line and environment strings live (the
+/// `arg_start`..`env_end` fields of `/proc/self/stat`), for
+/// [`blank_command_line`]. All zero: nothing known, nothing to blank.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArgsArea {
+    pub arg_start: usize,
+    pub arg_end: usize,
+    pub env_start: usize,
+    pub env_end: usize,
+}
+
+impl ArgsArea {
+    /// Read from `/proc/self/stat` (fields 48 to 51, Linux 3.5).
+    pub fn of_self() -> Result<ArgsArea, SysError> {
+        let stat = std::fs::read_to_string("/proc/self/stat").map_err(|e| {
+            let errno = Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+            SysError::new("read(/proc/self/stat)", errno)
+        })?;
+        ArgsArea::parse(&stat).ok_or_else(|| {
+            SysError::new("parse(/proc/self/stat: arg_start..env_end)", Errno::EINVAL)
+        })
+    }
+
+    /// The four fields of a `stat` line: after the `)` that ends the
+    /// command name come field 3 on, so field N is the (N-3)th word.
+    fn parse(stat: &str) -> Option<ArgsArea> {
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        let field = |n: usize| words.get(n - 3)?.parse::<usize>().ok();
+        let area = ArgsArea {
+            arg_start: field(48)?,
+            arg_end: field(49)?,
+            env_start: field(50)?,
+            env_end: field(51)?,
+        };
+        (area.arg_start <= area.arg_end && area.env_start <= area.env_end).then_some(area)
+    }
+}
+
+/// Overwrite this process's command line with `title` (NUL-separated
+/// words; cut to fit) and NULs, and its environment strings with NULs:
+/// `/proc/PID/cmdline` (readable by every process that sees the pid) and
+/// `/proc/PID/environ` then show only `title`. For a forked child whose
+/// argv is its parent's (hutch init). Allocates nothing.
+pub fn blank_command_line(area: &ArgsArea, title: &[u8]) {
+    let args = area.arg_end - area.arg_start;
+    if args > 0 {
+        let keep = title.len().min(args - 1);
+        // SAFETY: [arg_start, arg_end) and [env_start, env_end) are this
+        // process's argv and environ strings as the kernel reports them:
+        // mapped and writable (the initial stack). Only their bytes are
+        // overwritten; the pointers to them stay valid (they then read as
+        // shorter or empty strings). The caller is single-threaded (a
+        // freshly forked child), so no other thread reads them meanwhile.
+        unsafe {
+            let p = area.arg_start as *mut u8;
+            std::ptr::copy_nonoverlapping(title.as_ptr(), p, keep);
+            std::ptr::write_bytes(p.add(keep), 0, args - keep);
+        }
+    }
+    let env = area.env_end - area.env_start;
+    if env > 0 {
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(area.env_start as *mut u8, 0, env) };
+    }
+}
