@@ -1,0 +1,157 @@
+//! The upstream side of a brokered request: the policy's verdict on the
+//! upstream, the dial (the same resolution, address vetting and deadline
+//! as every other egress), TLS with certificates verified against the
+//! host's trust store (rustls-native-certs: `SSL_CERT_FILE`,
+//! `SSL_CERT_DIR`, else the system bundle), then HTTP/2 or HTTP/1.1 as
+//! ALPN decided. The TLS code is only reached when a sandbox has a
+//! gateway or an intercepted host; the trust store is read on first use.
+
+use std::sync::{Arc, OnceLock};
+
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
+
+use super::body::UpBody;
+use crate::net::answer::{Body, answer};
+use crate::net::dial::dial;
+use crate::net::host::CanonicalHost;
+use crate::net::policy::Verdict;
+use crate::net::record::{Decision, Outcome};
+
+/// The client configuration, built once per process on first use.
+static TLS: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+
+fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
+    TLS.get_or_init(build_client_config).clone()
+}
+
+fn build_client_config() -> Result<Arc<rustls::ClientConfig>, String> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = found
+            .errors
+            .first()
+            .map_or_else(|| "none found".to_string(), |e| e.to_string());
+        return Err(format!(
+            "no trusted CA certificate on the host ({why}); install ca-certificates \
+             or point SSL_CERT_FILE at a bundle"
+        ));
+    }
+    // ring, not aws-lc-rs: docs/decisions/0005-tls-provider.md. Its
+    // deprecation only says it lacks post-quantum key exchange.
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS configuration: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A connection to an upstream, ready for one request.
+pub(crate) enum Sender {
+    H1(http1::SendRequest<UpBody>),
+    H2(http2::SendRequest<UpBody>),
+}
+
+impl Sender {
+    pub(crate) fn is_h2(&self) -> bool {
+        matches!(self, Sender::H2(_))
+    }
+
+    pub(crate) async fn send(&mut self, req: Request<UpBody>) -> hyper::Result<Response<Incoming>> {
+        match self {
+            Sender::H1(s) => s.send_request(req).await,
+            Sender::H2(s) => s.send_request(req).await,
+        }
+    }
+}
+
+/// Check the upstream against the allow-list, dial it, verify its
+/// certificate and speak HTTP; each failure is recorded in `dec` and is
+/// the answer to send.
+pub(crate) async fn connect(
+    dec: &Arc<Decision>,
+    host: &CanonicalHost,
+    port: u16,
+) -> Result<Sender, Response<Body>> {
+    let state = dec.state.clone();
+    let rule = match state.policy.check(host, port) {
+        Verdict::Allow(rule) => rule,
+        Verdict::Deny(rule) => {
+            let msg = format!("upstream {host}:{port} is not allowed: {rule}");
+            dec.with(|f| f.rule = Some(rule));
+            dec.finish_with(Outcome::Deny, 403, msg.clone());
+            return Err(answer(StatusCode::FORBIDDEN, "denied", &msg));
+        }
+    };
+    dec.with(|f| f.rule = Some(rule.clone()));
+    let config = client_config().map_err(|why| {
+        let msg = format!("upstream {host}:{port}: {why}");
+        dec.finish_with(Outcome::Error, 502, msg.clone());
+        answer(StatusCode::BAD_GATEWAY, "tls", &msg)
+    })?;
+    let tcp = dial(&state, dec, host, port, &rule).await?;
+    let name = match host {
+        CanonicalHost::Name(n) => ServerName::try_from(n.clone()),
+        CanonicalHost::Ip(ip) => Ok(ServerName::IpAddress((*ip).into())),
+    };
+    let name = name.map_err(|e| {
+        let msg = format!("upstream {host}: not a TLS server name: {e}");
+        dec.finish_with(Outcome::Invalid, 502, msg.clone());
+        answer(StatusCode::BAD_GATEWAY, "tls", &msg)
+    })?;
+    let limits = state.policy.limits();
+    let handshake = TlsConnector::from(config).connect(name, tcp);
+    let tls = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            let msg = format!("TLS with upstream {host}:{port} failed: {e}");
+            dec.finish_with(Outcome::Error, 502, msg.clone());
+            return Err(answer(StatusCode::BAD_GATEWAY, "tls", &msg));
+        }
+        Err(_) => {
+            let msg = format!("TLS with upstream {host}:{port} timed out");
+            dec.finish_with(Outcome::Error, 504, msg.clone());
+            return Err(answer(StatusCode::GATEWAY_TIMEOUT, "timeout", &msg));
+        }
+    };
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let io = TokioIo::new(tls);
+    let fail = |e: hyper::Error| {
+        let msg = format!("upstream {host}:{port}: {e}");
+        dec.finish_with(Outcome::Error, 502, msg.clone());
+        answer(StatusCode::BAD_GATEWAY, "upstream", &msg)
+    };
+    let d = dec.clone();
+    let (idle, total) = (limits.idle_timeout, limits.total_timeout);
+    if h2 {
+        let (sender, conn) = http2::handshake(TokioExecutor::new(), io)
+            .await
+            .map_err(fail)?;
+        tokio::spawn(async move {
+            tokio::select! {
+                r = conn => if let Err(e) = r { d.with(|f| f.error = Some(e.to_string())) },
+                why = d.watchdog(idle, total) => d.with(|f| f.error = Some(why.into())),
+            }
+        });
+        Ok(Sender::H2(sender))
+    } else {
+        let (sender, conn) = http1::handshake(io).await.map_err(fail)?;
+        tokio::spawn(async move {
+            tokio::select! {
+                r = conn => if let Err(e) = r { d.with(|f| f.error = Some(e.to_string())) },
+                why = d.watchdog(idle, total) => d.with(|f| f.error = Some(why.into())),
+            }
+        });
+        Ok(Sender::H1(sender))
+    }
+}
