@@ -297,6 +297,9 @@ fn rules_budgets_and_refusals(who: As) {
         paths,
         ["/v1/messages", "/v1/messages/count_tokens", "/v1/messages"]
     );
+    // One HTTP/2 connection, kept by the proxy, carried all three.
+    assert!(seen.iter().all(|s| s.version == "HTTP/2.0"), "{seen:?}");
+    assert_eq!(up.connections(), 1);
     let lines = audit(&dir, 8);
     let statuses: Vec<u64> = lines
         .iter()

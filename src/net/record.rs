@@ -108,6 +108,11 @@ impl Decision {
         });
     }
 
+    /// When the decision began (a request's total timeout counts from it).
+    pub(super) fn started(&self) -> Instant {
+        self.start
+    }
+
     pub(super) fn touch(&self) {
         let ms = self.start.elapsed().as_millis() as u64;
         self.last_activity.store(ms, Ordering::Relaxed);

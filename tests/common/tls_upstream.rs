@@ -10,6 +10,7 @@
 //! - `/echo`: 401 with the request's `x-api-key` and `authorization`
 //!   quoted in the body and in an `x-echo` header (an API error quoting
 //!   the key);
+//! - `/stream/N`: N server-sent events at once (a small streamed answer);
 //! - `/bytes/N`: N bytes, streamed in 64 KiB chunks;
 //! - anything else: 200 `{"ok":true,"path":"..."}`.
 //!
@@ -54,8 +55,11 @@ pub struct TlsUpstream {
     pub port: u16,
     /// The test CA's certificate (PEM), world-readable.
     pub ca_file: PathBuf,
+    /// The same certificate, DER.
+    pub ca_der: Vec<u8>,
     seen: Arc<Mutex<Vec<Seen>>>,
     release: Arc<Semaphore>,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -120,7 +124,8 @@ impl TlsUpstream {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let release = Arc::new(Semaphore::new(0));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let (seen2, release2) = (seen.clone(), release.clone());
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (seen2, release2, conns2) = (seen.clone(), release.clone(), connections.clone());
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -133,6 +138,7 @@ impl TlsUpstream {
                         let Ok((tcp, _)) = l.accept().await else {
                             continue;
                         };
+                        conns2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         let _ = tcp.set_nodelay(true);
                         let (acc, seen, release) =
                             (acceptor.clone(), seen2.clone(), release2.clone());
@@ -166,8 +172,10 @@ impl TlsUpstream {
         TlsUpstream {
             port,
             ca_file,
+            ca_der: ca_cert.der().to_vec(),
             seen,
             release,
+            connections,
             stop: Some(stop_tx),
             thread: Some(thread),
         }
@@ -176,6 +184,11 @@ impl TlsUpstream {
     /// Every request so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Let `n` more server-sent events out.
@@ -249,6 +262,22 @@ async fn answer(
                 }
             }
         });
+        return Ok(Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(ChannelBody { rx }.boxed())
+            .unwrap());
+    }
+    if let Some(n) = path.strip_prefix("/stream/") {
+        let n: usize = n.parse().unwrap_or(1);
+        let mut text = String::new();
+        for i in 1..=n {
+            text.push_str(&format!("event: delta\ndata: {{\"n\":{i}}}\n\n"));
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(n.max(1));
+        for ev in text.split_inclusive("\n\n") {
+            let _ = tx.try_send(Ok(Frame::data(Bytes::from(ev.to_string()))));
+        }
+        drop(tx);
         return Ok(Response::builder()
             .header("content-type", "text/event-stream")
             .body(ChannelBody { rx }.boxed())

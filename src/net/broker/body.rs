@@ -1,11 +1,15 @@
 //! The bodies of a brokered request, both ways: metered against the
 //! sandbox's byte budget and the rule's, and (the response) scrubbed.
 //! Each holds the request's [`Decision`], so the audit line is written
-//! when the response has been sent whole, or abandoned.
+//! when the response has been sent whole, or abandoned; each cuts the
+//! request when no byte moved for the idle timeout, or at the total one.
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
 
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::{Body as HttpBody, Bytes, Frame, SizeHint};
@@ -29,19 +33,15 @@ pub(crate) struct Metered<B> {
     /// A trailers frame waiting behind the scrubber's last bytes.
     pending: Option<Frame<Bytes>>,
     done: bool,
+    idle: Duration,
+    total_at: Instant,
+    /// Fires at the idle deadline (moved on by every frame) or the total.
+    timer: Pin<Box<Sleep>>,
 }
 
 impl<B> Metered<B> {
     pub(crate) fn up(inner: B, dec: Arc<Decision>, rules: RulesRef) -> Self {
-        Metered {
-            inner,
-            dec,
-            rules,
-            up: true,
-            scrub: None,
-            pending: None,
-            done: false,
-        }
+        Self::new(inner, dec, rules, true, None)
     }
 
     pub(crate) fn down(
@@ -50,15 +50,48 @@ impl<B> Metered<B> {
         rules: RulesRef,
         scrub: Option<Scrubber>,
     ) -> Self {
+        Self::new(inner, dec, rules, false, scrub.filter(|s| !s.is_empty()))
+    }
+
+    fn new(
+        inner: B,
+        dec: Arc<Decision>,
+        rules: RulesRef,
+        up: bool,
+        scrub: Option<Scrubber>,
+    ) -> Self {
+        let limits = dec.state.policy.limits();
+        let (idle, total) = (limits.idle_timeout, limits.total_timeout);
+        let total_at = dec.started() + total;
+        let timer = Box::pin(tokio::time::sleep_until(
+            (Instant::now() + idle).min(total_at),
+        ));
         Metered {
             inner,
             dec,
             rules,
-            up: false,
-            scrub: scrub.filter(|s| !s.is_empty()),
+            up,
+            scrub,
             pending: None,
             done: false,
+            idle,
+            total_at,
+            timer,
         }
+    }
+
+    /// Cut the request if its idle or total deadline has passed.
+    fn timed_out(&mut self, cx: &mut Context<'_>) -> Option<BoxError> {
+        if self.timer.as_mut().poll(cx).is_pending() {
+            return None;
+        }
+        let why = if Instant::now() >= self.total_at {
+            "total timeout"
+        } else {
+            "idle timeout"
+        };
+        self.dec.with(|f| f.error = Some(why.into()));
+        Some(why.into())
     }
 
     fn account(&self, n: usize) -> Result<(), BoxError> {
@@ -98,13 +131,20 @@ where
                 return Poll::Ready(None);
             }
             match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    return match this.timed_out(cx) {
+                        Some(e) => Poll::Ready(Some(Err(e))),
+                        None => Poll::Pending,
+                    };
+                }
                 Poll::Ready(Some(Err(e))) => {
                     let e: BoxError = e.into();
                     this.dec.with(|f| f.error = Some(e.to_string()));
                     return Poll::Ready(Some(Err(e)));
                 }
                 Poll::Ready(Some(Ok(frame))) => {
+                    let next = (Instant::now() + this.idle).min(this.total_at);
+                    this.timer.as_mut().reset(next);
                     let frame = match frame.into_data() {
                         Ok(data) => {
                             if let Err(e) = this.account(data.len()) {

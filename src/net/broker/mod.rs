@@ -38,6 +38,8 @@ pub(crate) struct Broker {
     pub(crate) secrets: Secrets,
     /// `(value, placeholder)` of each secret, for [`scrub`].
     pub(crate) scrub_pairs: Vec<(SecretValue, Vec<u8>)>,
+    /// Upstream connections kept for the next request.
+    pub(crate) pool: std::sync::Arc<upstream::Pool>,
 }
 
 impl Broker {
@@ -47,6 +49,7 @@ impl Broker {
         Ok(Broker {
             secrets,
             scrub_pairs,
+            pool: Default::default(),
         })
     }
 }

@@ -16,10 +16,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::body::Metered;
+use super::body::UpBody;
 use super::route::GatewayRequest;
 use super::rules::{RuleRefusal, RulesRef, check_path_is_plain};
 use super::scrub::Scrubber;
-use super::upstream::connect;
+use super::upstream::{check, connect};
 use crate::net::answer::{Body, answer};
 use crate::net::doors::Door;
 use crate::net::forward::strip_hop_by_hop;
@@ -188,41 +189,63 @@ async fn pipeline(
         );
         return refuse(Outcome::Limit, StatusCode::TOO_MANY_REQUESTS, "limit", msg);
     };
-    let mut sender = match connect(&dec, &host, port).await {
-        Ok(s) => s,
+    let rule = match check(&dec, &host, port) {
+        Ok(r) => r,
         Err(resp) => return resp,
+    };
+    let pool = state.broker.pool.clone();
+    let (mut sender, mut reused) = match pool.take(&host, port) {
+        Some((s, address)) => {
+            dec.with(|f| f.address = address);
+            (s, true)
+        }
+        None => match connect(&dec, &host, port, &rule).await {
+            Ok(s) => (s, false),
+            Err(resp) => return resp,
+        },
     };
     let authority = if port == 443 {
         host.to_string()
     } else {
         format!("{host}:{port}")
     };
-    let uri: Result<Uri, _> = if sender.is_h2() {
-        format!("https://{authority}{target}").parse()
-    } else {
-        target.parse()
-    };
-    let Ok(uri) = uri else {
-        let msg = "invalid request path".to_string();
-        return refuse(Outcome::Invalid, StatusCode::BAD_REQUEST, "invalid", msg);
-    };
-    if !sender.is_h2()
-        && let Ok(v) = HeaderValue::from_str(&authority)
-    {
-        headers.insert(header::HOST, v);
-    }
     let mut out = Request::new(Metered::up(body, dec.clone(), rules).boxed_unsync());
     *out.method_mut() = method.clone();
-    *out.uri_mut() = uri;
     *out.headers_mut() = headers;
-    let resp = match sender.send(out).await {
-        Ok(r) => r,
-        Err(e) => {
-            let msg = format!("upstream {host}:{port}: {e}");
-            return refuse(Outcome::Error, StatusCode::BAD_GATEWAY, "upstream", msg);
+    let limits = state.policy.limits().clone();
+    let resp = loop {
+        if fit(&mut out, sender.is_h2(), &authority, &target).is_err() {
+            let msg = "invalid request path".to_string();
+            return refuse(Outcome::Invalid, StatusCode::BAD_REQUEST, "invalid", msg);
+        }
+        let sent = tokio::time::timeout(limits.idle_timeout, sender.send(out)).await;
+        match sent {
+            Ok(Ok(r)) => break r,
+            // A kept connection the upstream had closed: the request
+            // never left; once more on a new connection.
+            Ok(Err((_, Some(req)))) if reused => {
+                out = req;
+                reused = false;
+                sender = match connect(&dec, &host, port, &rule).await {
+                    Ok(s) => s,
+                    Err(resp) => return resp,
+                };
+            }
+            Ok(Err((e, _))) => {
+                let msg = format!("upstream {host}:{port}: {e}");
+                return refuse(Outcome::Error, StatusCode::BAD_GATEWAY, "upstream", msg);
+            }
+            Err(_) => {
+                let msg = format!(
+                    "upstream {host}:{port} sent no answer within the idle timeout ({} s)",
+                    limits.idle_timeout.as_secs()
+                );
+                return refuse(Outcome::Error, StatusCode::GATEWAY_TIMEOUT, "timeout", msg);
+            }
         }
     };
-    drop(sender);
+    let address = dec.with(|f| f.address.clone());
+    pool.put(host.clone(), port, address, sender);
     let status = resp.status();
     dec.with(|f| {
         f.verdict = Some(Outcome::Allow);
@@ -243,4 +266,25 @@ async fn pipeline(
     }
     let body = Metered::down(rbody, dec, rules, Some(scrub));
     Response::from_parts(rparts, body.boxed_unsync())
+}
+
+/// The request's target and authority in the form the connection speaks:
+/// HTTP/2 an absolute URI (its `:authority`) and no `Host`, HTTP/1.1 the
+/// origin form and `Host`.
+fn fit(req: &mut Request<UpBody>, h2: bool, authority: &str, target: &str) -> Result<(), ()> {
+    let uri: Uri = if h2 {
+        format!("https://{authority}{target}")
+            .parse()
+            .map_err(drop)?
+    } else {
+        target.parse().map_err(drop)?
+    };
+    *req.uri_mut() = uri;
+    if h2 {
+        req.headers_mut().remove(header::HOST);
+    } else {
+        let v = HeaderValue::from_str(authority).map_err(drop)?;
+        req.headers_mut().insert(header::HOST, v);
+    }
+    Ok(())
 }
