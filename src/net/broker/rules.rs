@@ -183,7 +183,7 @@ pub(crate) fn check_path_is_plain(path: &str) -> Result<(), String> {
 /// Which rules a brokered request answers to (an index into the policy's
 /// gateways or intercepted hosts), so that a body can count its bytes.
 #[derive(Debug, Clone, Copy)]
-#[allow(dead_code)] // `None`, `Intercept`: interception (s3-intercept)
+#[cfg_attr(not(test), allow(dead_code))] // `None`, `Intercept`: interception (s3-intercept)
 pub(crate) enum RulesRef {
     /// A secret-bound host that is intercepted without rules of its own.
     None,

@@ -32,7 +32,7 @@ use crate::net::state::State;
 /// CONNECT (or captured SNI) named, and the door it came through (for the
 /// audit line).
 #[derive(Debug, Clone)]
-#[allow(dead_code)] // until interception calls it
+#[cfg_attr(not(test), allow(dead_code))] // until interception calls it
 pub(crate) struct InterceptTarget {
     pub(crate) host: CanonicalHost,
     pub(crate) port: u16,
@@ -72,7 +72,7 @@ pub(crate) async fn serve_gateway(
 /// intercepted host (HTTP/2 when `h2`, else HTTP/1.1 with keep-alive)
 /// through the same pipeline as a gateway's; each request gets its own
 /// decision and audit line. Returns when the connection ends.
-#[allow(dead_code)] // until interception calls it
+#[cfg_attr(not(test), allow(dead_code))] // until interception calls it
 pub(crate) async fn serve_connection<IO>(
     io: IO,
     target: InterceptTarget,
@@ -287,4 +287,144 @@ fn fit(req: &mut Request<UpBody>, h2: bool, authority: &str, target: &str) -> Re
         req.headers_mut().insert(header::HOST, v);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::host::canonicalize;
+    use crate::net::policy::Policy;
+    use crate::secret::{ArmedSecret, Placeholder, SecretValue};
+    use crate::spec::{Injection, Intercept, ProxyPolicy, Secret, SecretSource};
+    use http_body_util::Empty;
+    use hyper::body::Bytes;
+
+    /// An intercepted host allowing only `GET /v1/`, a secret bound to
+    /// another host; no request here needs the network.
+    fn state() -> Arc<State> {
+        let policy = Policy::from_spec(&ProxyPolicy {
+            allow: vec!["api.example".into(), "bound.example".into()],
+            intercept: vec![Intercept {
+                host: "api.example".into(),
+                methods: vec!["GET".into()],
+                paths: vec!["/v1/".into()],
+                max_requests: None,
+                max_bytes: None,
+            }],
+            ..Default::default()
+        })
+        .unwrap();
+        let secret = ArmedSecret {
+            rule: Secret {
+                name: "key".into(),
+                env: Some("KEY".into()),
+                from: SecretSource::Env("KEY".into()),
+                hosts: vec!["bound.example".into()],
+                methods: vec![],
+                paths: vec![],
+                inject: Injection::Replace,
+            },
+            placeholder: Placeholder("hutch-placeholder-key-0123".into()),
+            value: SecretValue::new(b"real-value".to_vec()),
+        };
+        let broker = crate::net::broker::Broker::new(crate::net::Brokering {
+            secrets: vec![secret],
+        })
+        .unwrap();
+        State::new(policy, "t".into(), None, broker)
+    }
+
+    fn connection(h2: bool, state: &Arc<State>) -> TokioIo<tokio::io::DuplexStream> {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let target = InterceptTarget {
+            host: canonicalize("api.example").unwrap(),
+            port: 443,
+            door: Door::Tcp,
+        };
+        tokio::spawn(serve_connection(server, target, h2, state.clone()));
+        TokioIo::new(client)
+    }
+
+    /// HTTP/2: all on one connection. HTTP/1.1: a refusal closes its
+    /// connection (`Connection: close`), so one connection each.
+    async fn ask(h2: bool, reqs: Vec<Request<Empty<Bytes>>>) -> Vec<(u16, String)> {
+        let state = state();
+        let mut out = Vec::new();
+        if h2 {
+            let io = connection(true, &state);
+            let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            for r in reqs {
+                let resp = send.send_request(r).await.unwrap();
+                out.push(status_and_reason(resp));
+            }
+        } else {
+            for r in reqs {
+                let io = connection(false, &state);
+                let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+                tokio::spawn(conn);
+                let resp = send.send_request(r).await.unwrap();
+                out.push(status_and_reason(resp));
+            }
+        }
+        out
+    }
+
+    fn status_and_reason(resp: Response<Incoming>) -> (u16, String) {
+        let why = resp
+            .headers()
+            .get("x-hutch-error")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        (resp.status().as_u16(), why)
+    }
+
+    fn req(method: &str, uri: &str, key: Option<&str>) -> Request<Empty<Bytes>> {
+        let mut b = Request::builder().method(method).uri(uri);
+        if let Some(k) = key {
+            b = b.header("x-api-key", k);
+        }
+        b.body(Empty::new()).unwrap()
+    }
+
+    /// Every request on an intercepted connection (HTTP/1.1 with
+    /// keep-alive, and HTTP/2) meets the host's rules and containment.
+    #[test]
+    fn requests_on_an_intercepted_connection_meet_the_rules() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for h2 in [false, true] {
+            let base = if h2 { "https://api.example" } else { "" };
+            let got = rt.block_on(ask(
+                h2,
+                vec![
+                    req("POST", &format!("{base}/v1/x"), None),
+                    req("GET", &format!("{base}/v2/x"), None),
+                    req("GET", &format!("{base}/v1/%2e%2e/admin"), None),
+                    req(
+                        "GET",
+                        &format!("{base}/v1/x"),
+                        Some("hutch-placeholder-key-0123"),
+                    ),
+                ],
+            ));
+            assert_eq!(got[0].0, 403, "{got:?}");
+            assert!(got[0].1.contains("method POST is not allowed"), "{got:?}");
+            assert_eq!(got[1].0, 403, "{got:?}");
+            assert!(got[1].1.contains("not under an allowed prefix"), "{got:?}");
+            assert_eq!(got[2].0, 400, "{got:?}");
+            assert_eq!(got[3].0, 403, "{got:?}");
+            assert!(
+                got[3].1.starts_with(
+                    "secret: the placeholder of secret key may not be sent to api.example:443"
+                ),
+                "{got:?}"
+            );
+            assert!(!got[3].1.contains("real-value") && !got[3].1.contains("0123"));
+        }
+    }
 }
