@@ -11,6 +11,8 @@ use hyper::{Method, Request, Response, StatusCode, Uri};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::answer::{Body, answer};
+use super::broker::route::gateway_route;
+use super::broker::serve::serve_gateway;
 use super::dial::dial;
 use super::doors::Door;
 use super::forward::{forward, tunnel};
@@ -35,6 +37,9 @@ where
     S: SpliceIo + AsyncRead + AsyncWrite + Unpin,
 {
     let dec = Decision::new(state.clone(), door, req.method().as_str().to_string());
+    if let Some(route) = gateway_route(&state.policy.gateways, door, &req) {
+        return serve_gateway(dec, route, req).await;
+    }
     let (target, host_raw, port) = match parse_target(door, &req) {
         Ok(t) => t,
         Err(msg) => {

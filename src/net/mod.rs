@@ -21,6 +21,7 @@
 mod accept;
 pub mod addr;
 mod answer;
+mod broker;
 mod decision;
 mod dial;
 pub mod dns;
@@ -40,6 +41,7 @@ mod tunnel;
 use std::os::fd::OwnedFd;
 use std::thread::JoinHandle;
 
+pub use broker::Brokering;
 pub use doors::{
     Door, PROXY_TCP_PORT, RESOLV_CONF, is_proxy_variable, proxy_env, tcp_door_in_current_netns,
     transparent_failure_hint, transparent_in_current_netns,
@@ -101,7 +103,8 @@ pub mod fuzzing {
     /// [`offline_policy`]); the answer it sends, if any.
     #[cfg(feature = "internals")]
     pub fn resolver_answer(bytes: &[u8]) -> Option<Vec<u8>> {
-        let state = super::state::State::new(offline_policy(), "fuzz".into(), None);
+        let state =
+            super::state::State::new(offline_policy(), "fuzz".into(), None, Default::default());
         super::transparent::resolve_packet(&state, bytes)
     }
 
@@ -147,13 +150,16 @@ impl Drop for ProxyHandle {
 
 /// Serve `doors` (listening sockets) with `policy` on a new thread running
 /// its own single-threaded tokio runtime. Every decision is written to
-/// `audit` when given.
+/// `audit` when given. `brokering` holds what the proxy puts into
+/// requests it reads (gateways, intercepted hosts): the armed secrets.
 pub fn spawn(
     policy: Policy,
     doors: Vec<(Door, OwnedFd)>,
     sandbox_id: String,
     audit: Option<AuditSink>,
+    brokering: Brokering,
 ) -> Result<ProxyHandle, NetError> {
+    let broker = broker::Broker::new(brokering)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(state::MAX_RESOLVERS + 2)
@@ -168,7 +174,7 @@ pub fn spawn(
             .collect::<Result<Vec<_>, _>>()?
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-    let state = state::State::new(policy, sandbox_id, audit);
+    let state = state::State::new(policy, sandbox_id, audit, broker);
     let thread = std::thread::Builder::new()
         .name("hutch-proxy".into())
         .spawn(move || {

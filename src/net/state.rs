@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::Semaphore;
 
+use super::broker::Broker;
 use super::names::Names;
 use super::policy::Policy;
 use crate::audit::AuditSink;
@@ -27,10 +28,17 @@ pub(crate) struct State {
     pub(super) bytes_total: AtomicU64,
     /// `transparent` egress: the names the resolver handed out.
     pub(super) names: Names,
+    /// Secrets the proxy puts into requests (gateways, interception).
+    pub(crate) broker: Broker,
 }
 
 impl State {
-    pub(crate) fn new(policy: Policy, sandbox_id: String, audit: Option<AuditSink>) -> Arc<State> {
+    pub(crate) fn new(
+        policy: Policy,
+        sandbox_id: String,
+        audit: Option<AuditSink>,
+        broker: Broker,
+    ) -> Arc<State> {
         let l = policy.limits().clone();
         Arc::new(State {
             connections: Arc::new(Semaphore::new(
@@ -43,6 +51,7 @@ impl State {
             resolvers: Semaphore::new(MAX_RESOLVERS),
             bytes_total: AtomicU64::new(0),
             names: Default::default(),
+            broker,
             policy,
             sandbox_id,
             audit,

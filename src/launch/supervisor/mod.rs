@@ -941,6 +941,7 @@ pub(crate) fn start_proxy(
         listeners,
         sandbox_id,
         prep.audit.clone(),
+        crate::net::Brokering::default(),
     )
     .map_err(ProxyDoorsError::Start)?;
     *slot = Some(handle);
