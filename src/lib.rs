@@ -53,7 +53,6 @@ pub mod sys;
 
 mod api;
 /// Secret values on the host side (issue 31).
-#[allow(dead_code)] // used by the proxy and the launcher as issue 31 lands
 mod secret;
 #[cfg(test)]
 mod test_support;

@@ -916,6 +916,12 @@ pub(crate) fn start_proxy(
         };
         listeners.push((door, fd));
     }
+    // The armed secrets go to the proxy's broker once `net::spawn` takes
+    // them (issue 31, the gateway's part); until then a Spec with secrets
+    // is served as it was, and the placeholders reach no upstream. They
+    // leave the plan here either way: the child's plan never held them.
+    let secrets = std::mem::take(&mut prep.secrets);
+    drop(secrets);
     let handle = crate::net::spawn(
         prep.policy.clone(),
         listeners,
