@@ -185,7 +185,9 @@ fn the_value_reaches_neither_the_sandbox_nor_any_report() {
         let value = fresh_value();
         let key = dir.path().join("key");
         write_as(&key, &format!("{value}\n"), who);
-        let sources: [(&str, String, Vec<(&str, &str)>, String); 3] = [
+        // (what, the flag's source, hutch's extra environment, a redirect)
+        type Source<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, String);
+        let sources: [Source; 3] = [
             (
                 "env",
                 "from-env=HUTCH_TEST_REAL_KEY".into(),
