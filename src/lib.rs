@@ -65,7 +65,7 @@ pub use api::{Child, Command, Output, Pool, PoolCommand, Redirect, SpawnError, f
 #[cfg(feature = "tokio")]
 pub mod tokio;
 pub use launch::{ExitReport, LaunchFailure, Outcome};
-pub use spec::Spec;
+pub use spec::{Gateway, Injection, Intercept, Secret, SecretSource, Spec};
 pub use workspace::{Session, StateDir};
 
 /// Run as the library's helper (`hutch __supervise`) when this process was

@@ -72,7 +72,7 @@ pub(crate) fn arm(spec: &Spec) -> Result<Vec<ArmedSecret>, SecretError> {
     spec.secrets
         .iter()
         .map(|rule| {
-            let value = read::read_value(rule)?;
+            let value = read::read_value(rule, read::FdOwner::Hutch)?;
             let placeholder =
                 placeholder::new_placeholder(&rule.name).map_err(|err| SecretError::Random {
                     name: rule.name.clone(),
@@ -85,6 +85,41 @@ pub(crate) fn arm(spec: &Spec) -> Result<Vec<ArmedSecret>, SecretError> {
             })
         })
         .collect()
+}
+
+/// The Spec a helper (`hutch __supervise`) is given, and the fds it gets:
+/// each secret is read here, in the caller (its environment and fds are
+/// not the helper's), into a memfd passed at `first_fd + i`, and its
+/// source becomes that fd. The value crosses as an fd, never in the Spec.
+pub(crate) fn handover(
+    spec: &Spec,
+    first_fd: i32,
+) -> Result<(Spec, Vec<(std::os::fd::OwnedFd, i32)>), SecretError> {
+    let mut out = spec.clone();
+    let mut fds = Vec::with_capacity(spec.secrets.len());
+    for (i, rule) in out.secrets.iter_mut().enumerate() {
+        let value = read::read_value(rule, read::FdOwner::Caller)?;
+        let fd = first_fd + i as i32;
+        let memfd = memfd_holding(&value).map_err(|err| SecretError::Read {
+            name: rule.name.clone(),
+            what: "a memfd for the supervisor".into(),
+            err,
+        })?;
+        rule.from = crate::spec::SecretSource::Fd(fd);
+        fds.push((memfd, fd));
+    }
+    Ok((out, fds))
+}
+
+/// A memfd holding `value`, at offset 0.
+fn memfd_holding(value: &SecretValue) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::io::{Seek, Write};
+    let fd =
+        nix::sys::memfd::memfd_create(c"hutch-secret", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(value.expose())?;
+    f.rewind()?;
+    Ok(f.into())
 }
 
 /// The URL of the gateway `name` inside the sandbox (the proxy's TCP door).

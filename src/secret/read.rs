@@ -21,8 +21,18 @@ pub(crate) const MAX_SECRET_BYTES: usize = 64 * 1024;
 /// never closes must not hang the launch).
 pub(crate) const FD_READ_DEADLINE: Duration = Duration::from_secs(10);
 
+/// Whose an fd source is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FdOwner {
+    /// hutch's own (the CLI, the helper): read, then closed, so that
+    /// nothing later (`inherit_open_fds`) passes it on.
+    Hutch,
+    /// The library's caller: read through a duplicate, left open.
+    Caller,
+}
+
 /// Read `secret`'s value from its source.
-pub(crate) fn read_value(secret: &Secret) -> Result<SecretValue, SecretError> {
+pub(crate) fn read_value(secret: &Secret, owner: FdOwner) -> Result<SecretValue, SecretError> {
     let name = secret.name.clone();
     let (what, bytes) = match &secret.from {
         SecretSource::Env(var) => {
@@ -59,7 +69,11 @@ pub(crate) fn read_value(secret: &Secret) -> Result<SecretValue, SecretError> {
         }
         SecretSource::Fd(fd) => {
             let what = format!("fd {fd}");
-            let owned = crate::sys::take_inherited_fd(*fd).map_err(|err| SecretError::Read {
+            let owned = match owner {
+                FdOwner::Hutch => crate::sys::take_inherited_fd(*fd),
+                FdOwner::Caller => crate::sys::dup_caller_fd(*fd),
+            }
+            .map_err(|err| SecretError::Read {
                 name: name.clone(),
                 what: what.clone(),
                 err,
@@ -227,35 +241,42 @@ mod tests {
         let dir = tempdir();
         let p = dir.join("key");
         std::fs::write(&p, "sk-test-123\n").unwrap();
-        let v = read_value(&secret(SecretSource::File(p.clone()))).unwrap();
+        let v = read_value(&secret(SecretSource::File(p.clone())), FdOwner::Hutch).unwrap();
         assert_eq!(v.expose(), b"sk-test-123");
         std::fs::write(&p, "").unwrap();
-        let e = read_value(&secret(SecretSource::File(p.clone()))).unwrap_err();
+        let e = read_value(&secret(SecretSource::File(p.clone())), FdOwner::Hutch).unwrap_err();
         assert!(matches!(e, SecretError::Empty { .. }), "{e}");
         std::fs::write(&p, vec![b'a'; MAX_SECRET_BYTES + 10]).unwrap();
-        let e = read_value(&secret(SecretSource::File(p.clone()))).unwrap_err();
+        let e = read_value(&secret(SecretSource::File(p.clone())), FdOwner::Hutch).unwrap_err();
         assert!(matches!(e, SecretError::TooLarge { .. }), "{e}");
         std::fs::write(&p, "a\nb").unwrap();
-        let e = read_value(&secret(SecretSource::File(p.clone()))).unwrap_err();
+        let e = read_value(&secret(SecretSource::File(p.clone())), FdOwner::Hutch).unwrap_err();
         assert!(matches!(e, SecretError::ControlCharacter { .. }), "{e}");
         // A missing file names the secret and the path, not a value.
-        let e = read_value(&secret(SecretSource::File(dir.join("none")))).unwrap_err();
+        let e = read_value(
+            &secret(SecretSource::File(dir.join("none"))),
+            FdOwner::Hutch,
+        )
+        .unwrap_err();
         let line = e.to_string();
         assert!(
             line.starts_with("secret \"k\": cannot read file "),
             "{line}"
         );
         // A directory is not a regular file.
-        let e = read_value(&secret(SecretSource::File(dir.clone()))).unwrap_err();
+        let e = read_value(&secret(SecretSource::File(dir.clone())), FdOwner::Hutch).unwrap_err();
         assert!(matches!(e, SecretError::NotRegular { .. }), "{e}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn a_missing_env_variable_is_named() {
-        let e = read_value(&secret(SecretSource::Env("HUTCH_TEST_NOT_SET_XYZ".into())))
-            .unwrap_err()
-            .to_string();
+        let e = read_value(
+            &secret(SecretSource::Env("HUTCH_TEST_NOT_SET_XYZ".into())),
+            FdOwner::Hutch,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("HUTCH_TEST_NOT_SET_XYZ") && e.contains("\"k\""),
             "{e}"
@@ -268,10 +289,10 @@ mod tests {
         nix::unistd::write(&w, b"tok-1\n").unwrap();
         drop(w);
         let raw = std::os::fd::IntoRawFd::into_raw_fd(r);
-        let v = read_value(&secret(SecretSource::Fd(raw))).unwrap();
+        let v = read_value(&secret(SecretSource::Fd(raw)), FdOwner::Hutch).unwrap();
         assert_eq!(v.expose(), b"tok-1");
         assert!(crate::sys::check_open(raw).is_err(), "the fd is consumed");
-        let e = read_value(&secret(SecretSource::Fd(raw))).unwrap_err();
+        let e = read_value(&secret(SecretSource::Fd(raw)), FdOwner::Hutch).unwrap_err();
         assert!(matches!(e, SecretError::Read { .. }), "{e}");
     }
 

@@ -52,6 +52,20 @@ pub fn take_inherited_fd(fd: RawFd) -> std::io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
+/// A close-on-exec duplicate of the caller's `fd`, which stays the
+/// caller's (the library reads a secret's `fd` source through it).
+pub fn dup_caller_fd(fd: RawFd) -> std::io::Result<std::os::fd::OwnedFd> {
+    check_open(fd)?;
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) on an open fd makes a new fd, which
+    // we own from here on.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `new` was just returned by fcntl and has no other owner.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(new) })
+}
+
 /// Close `fd` if it is open (errors are of no use to the caller).
 pub fn close_fd(fd: RawFd) {
     if check_open(fd).is_ok() {
