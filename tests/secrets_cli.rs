@@ -257,6 +257,16 @@ fn the_value_reaches_neither_the_sandbox_nor_any_report() {
                 ps.contains(&format!("\"secret-test\":\"{tag}\""))
             });
             assert!(!ps.contains(&value), "{who:?} {what}: hutch ps: {ps}");
+            // It names the secret, not its source.
+            let listed: serde_json::Value = serde_json::from_str(&ps).unwrap();
+            let me = listed["result"]["sandboxes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["labels"]["secret-test"] == tag.as_str())
+                .unwrap()
+                .clone();
+            assert_eq!(me["secrets"], serde_json::json!(["anthropic"]), "{me}");
             std::fs::OpenOptions::new()
                 .write(true)
                 .open(&fifo)
