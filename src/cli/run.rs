@@ -708,12 +708,17 @@ impl Egress {
         }
         let mut p = match (&self.file, &spec.network) {
             (Some(f), _) => {
-                crate::net::load_policy_file(f, self.profile.as_deref()).map_err(|e| match e {
-                    crate::net::NetError::NoProfileChosen { .. } => {
-                        anyhow!("{e}, with --egress-profile NAME")
-                    }
-                    e => e.into(),
-                })?
+                let (policy, secrets) = crate::net::load_policy_profile(f, self.profile.as_deref())
+                    .map_err(|e| match e {
+                        crate::net::NetError::NoProfileChosen { .. } => {
+                            anyhow!("{e}, with --egress-profile NAME")
+                        }
+                        e => e.into(),
+                    })?;
+                // The profile's secrets (a backend's key's source with its
+                // gateway) join the command's own.
+                spec.secrets.extend(secrets);
+                policy
             }
             (None, _) if self.profile.is_some() => {
                 bail!("--egress-profile needs --egress-policy FILE")

@@ -47,7 +47,7 @@ pub use doors::{
     transparent_ports, transparent_sockets_only, unix_door,
 };
 pub use error::NetError;
-pub use file::load_policy_file;
+pub use file::{load_policy_file, load_policy_profile};
 pub use policy::{EgressLimits, Policy, Verdict};
 
 use crate::audit::AuditSink;
