@@ -165,6 +165,45 @@ fn declared_by_name_per_command(unprivileged: bool) -> Result<()> {
         &key,
     ))?;
     assert!(!shown.contains(&key), "session show: {shown}");
+
+    // With --lock egress: the declared secret, as declared, and nothing
+    // else (a secret is egress with a credential).
+    let locked = ok(&session_cmd(
+        &state,
+        &[
+            "create",
+            "--from",
+            src.to_str().unwrap(),
+            "--lock",
+            "egress",
+            "--allow-host",
+            "api.anthropic.com",
+            "--gateway",
+            GATEWAY,
+            "--secret",
+            DECLARED,
+        ],
+        unprivileged,
+        &key,
+    ))?
+    .trim()
+    .to_string();
+    let mut args = vec!["run", locked.as_str(), "--use-secret", "anthropic"];
+    args.extend(env_cmd);
+    let out = ok(&session_cmd(&state, &args, unprivileged, &key))?;
+    assert!(placeholder_of(&out, "ANTHROPIC_API_KEY").is_some(), "{out}");
+    let o = session_cmd(
+        &state,
+        &["run", &locked, "--secret", &inline, "--", "true"],
+        unprivileged,
+        &key,
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the secret \"registry\" widens the session's egress defaults"),
+        "{err}"
+    );
     Ok(())
 }
 
