@@ -204,6 +204,65 @@ impl Command {
         self
     }
 
+    /// The egress policy, switching the network to the allow-list proxy
+    /// first (an empty allow-list: nothing allowed yet).
+    fn proxy_policy(&mut self) -> &mut spec::ProxyPolicy {
+        if !matches!(self.spec.network, Network::Proxy(_)) {
+            self.spec.network = Network::Proxy(spec::ProxyPolicy::default());
+        }
+        self.spec.namespaces.net = true;
+        match &mut self.spec.network {
+            Network::Proxy(p) => p,
+            _ => unreachable!("set to proxy above"),
+        }
+    }
+
+    /// Network through the egress proxy; allow `pattern` (`host`, `*.x`,
+    /// `**.x`, `[:port]`), as `hutch run --allow-host`.
+    pub fn allow_host(&mut self, pattern: impl Into<String>) -> &mut Self {
+        self.proxy_policy().allow.push(pattern.into());
+        self
+    }
+
+    /// Let allowed names reach this special or private address or CIDR
+    /// (`--allow-address`).
+    pub fn allow_address(&mut self, address: impl Into<String>) -> &mut Self {
+        self.proxy_policy().allow_address.push(address.into());
+        self
+    }
+
+    /// Resolve `name` to `address` instead of asking DNS (`--resolve`).
+    pub fn resolve(&mut self, name: impl Into<String>, address: impl Into<String>) -> &mut Self {
+        self.proxy_policy()
+            .resolve
+            .insert(name.into(), address.into());
+        self
+    }
+
+    /// A credential the sandbox never holds (`docs/secrets.md`): it is read
+    /// from its source when the sandbox is spawned (in this process: its
+    /// environment, a file, or one of its fds, which stays open), and the
+    /// sandbox's `env` variable holds a placeholder that the proxy swaps
+    /// for the value on requests to the secret's hosts.
+    pub fn secret(&mut self, secret: spec::Secret) -> &mut Self {
+        self.spec.secrets.push(secret);
+        self
+    }
+
+    /// A plain-HTTP endpoint inside the sandbox mapped to one HTTPS
+    /// upstream (`--gateway`); its host must be allowed.
+    pub fn gateway(&mut self, gateway: spec::Gateway) -> &mut Self {
+        self.proxy_policy().gateways.push(gateway);
+        self
+    }
+
+    /// Terminate an allowed host's TLS with the sandbox's own CA
+    /// (`--intercept`).
+    pub fn intercept(&mut self, intercept: spec::Intercept) -> &mut Self {
+        self.proxy_policy().intercept.push(intercept);
+        self
+    }
+
     pub fn uid(&mut self, uid: u32) -> &mut Self {
         self.spec.identity.uid = Some(uid);
         self

@@ -43,7 +43,6 @@ internal_modules!(
 
 mod api;
 /// Secret values on the host side (issue 31).
-#[allow(dead_code)] // used by the proxy and the launcher as issue 31 lands
 mod secret;
 #[cfg(test)]
 mod test_support;
@@ -55,7 +54,7 @@ pub use api::{Child, Command, Output, Pool, PoolCommand, Redirect, SpawnError, f
 /// [`tokio::Child`], [`tokio::Pool`], [`tokio::Session`].
 #[cfg(feature = "tokio")]
 pub mod tokio;
-pub use spec::Spec;
+pub use spec::{Gateway, Injection, Intercept, Secret, SecretSource, Spec};
 
 // The one launch entry, for callers that pick where the supervisor runs,
 // and what a launch reports.

@@ -41,6 +41,7 @@ from ._errors import (
 )
 from ._options import Bind, Options
 from ._run import Command, run
+from ._secrets import Gateway, Intercept, Secret
 from ._session import Session, kill, ps
 from ._types import (
     Changes,
@@ -102,11 +103,13 @@ __all__ = [
     "ExportManifest",
     "Feature",
     "FingerprintMismatch",
+    "Gateway",
     "GcReport",
     "GlobMatch",
     "GrepMatch",
     "HostIOError",
     "HutchError",
+    "Intercept",
     "InternalError",
     "Killed",
     "LimitSupport",
@@ -118,6 +121,7 @@ __all__ = [
     "Sandbox",
     "SealInfo",
     "SearchResult",
+    "Secret",
     "Session",
     "SessionBusy",
     "SessionInfo",

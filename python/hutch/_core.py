@@ -15,6 +15,7 @@ from typing import Any
 from . import _binary
 from ._errors import CommandFailed, HutchError, InternalError, SetupError, Timeout, from_document
 from ._options import DEFAULT_OUTPUT_LIMIT, PathLike, to_args, uses_proxy
+from ._secrets import SecretFds
 from ._types import EgressDecision, ExitReport, Result, SessionResult, StartEvent
 
 #: Bytes of egress decisions read back into ``Result.egress``.
@@ -73,8 +74,15 @@ class Launch:
                 "status_file: a spawned command reports through its own status stream "
                 "(proc.started(), proc.wait())"
             )
-        opts = with_default_limit(options, default_output_limit)
-        flags = to_args(opts, session=session is not None)
+        # Values become memfds here (closed by the caller once the child
+        # holds them, or by cleanup): nothing of them reaches argv.
+        self.secret_fds = SecretFds(options)
+        try:
+            opts = with_default_limit(self.secret_fds.options, default_output_limit)
+            flags = to_args(opts, session=session is not None)
+        except BaseException:
+            self.secret_fds.close()
+            raise
         self.audit = EgressAudit(opts)
         flags += self.audit.args
         exe = _binary.binary()
@@ -152,7 +160,13 @@ class Launch:
             raise_for_result(res)
         return res
 
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        """The fds the hutch process keeps besides the status fd."""
+        return self.secret_fds.pass_fds
+
     def cleanup(self) -> None:
+        self.secret_fds.close()
         self.audit.cleanup()
 
 

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict, Union
 
+from ._secrets import Gateway, Intercept, Secret
+
 PathLike = Union[str, "os.PathLike[str]"]
 #: A size: bytes as an int, or hutch's notation (``"512M"``, ``"2G"``).
 Size = Union[int, str]
@@ -49,6 +51,11 @@ class Options(TypedDict, total=False):
     connections to allowed hosts work for programs that ignore the proxy
     variables, see docs/egress.md), ``share_net`` (the host's network
     instead).
+    Secrets (docs/secrets.md): ``secrets`` (``hutch.Secret``: the sandbox
+    holds a placeholder, the proxy adds the value), ``gateways``
+    (``hutch.Gateway``: a plain-HTTP base URL inside to an HTTPS upstream),
+    ``intercept`` (``hutch.Intercept`` or a host name), and for a session's
+    command ``use_secrets`` (names of secrets the session declared).
     System: ``image`` (``"sha256:..."`` or ``"name@sha256:..."`` from the
     image store: the image is the read-only system layer, see
     docs/images.md), ``image_store``.
@@ -81,6 +88,10 @@ class Options(TypedDict, total=False):
     egress_audit: PathLike
     egress_mode: str
     share_net: bool
+    secrets: Sequence[Secret]
+    gateways: Sequence[Gateway]
+    intercept: Sequence[Intercept | str]
+    use_secrets: Sequence[str]
     image: str
     image_store: PathLike
     profile: PathLike
@@ -204,6 +215,21 @@ def to_args(options: Mapping[str, Any], *, session: bool = False) -> list[str]:
         a += ["--egress-profile", o["egress_profile"]]
     if "egress_mode" in o:
         a += ["--egress-mode", o["egress_mode"]]
+    for g in o.get("gateways", ()):
+        if not isinstance(g, Gateway):
+            raise TypeError(f"gateways: {type(g).__name__} is not a hutch.Gateway")
+        a += ["--gateway", g.flag()]
+    for x in o.get("intercept", ()):
+        a += ["--intercept", Intercept(x).flag() if isinstance(x, str) else x.flag()]
+    for sec in o.get("secrets", ()):
+        if not isinstance(sec, Secret):
+            raise TypeError(f"secrets: {type(sec).__name__} is not a hutch.Secret")
+        a += ["--secret", sec.flag()]
+    uses = o.get("use_secrets", ())
+    if uses and not session:
+        raise TypeError("use_secrets: names secrets a session declared; for session commands")
+    for name in uses:
+        a += ["--use-secret", name]
     if "seccomp" in o:
         a += ["--seccomp", _flag_value(o["seccomp"])]
     if "landlock_min_abi" in o:
@@ -238,4 +264,6 @@ def uses_proxy(options: Mapping[str, Any]) -> bool:
         or options.get("resolve")
         or options.get("egress_policy")
         or options.get("egress_mode")
+        or options.get("gateways")
+        or options.get("intercept")
     )

@@ -75,11 +75,13 @@ def execute(
                 stdin=in_r if input is not None else subprocess.DEVNULL,
                 stdout=out_w,
                 stderr=err_w,
-                pass_fds=(status_w,),
+                pass_fds=(status_w, *launch.pass_fds),
             )
         except BaseException:
             launch.cleanup()
             raise
+        # hutch holds its own copies of the secrets' memfds now.
+        launch.secret_fds.close()
         for fd in (status_w, out_w, err_w, in_r):
             if fd >= 0:
                 os.close(fd)

@@ -87,6 +87,14 @@ class CreateExtras:
                 raise ValueError(f"locks: {lock!r} is not one of {', '.join(sorted(LOCKS))}")
             a += ["--lock", lock]
         if self.defaults:
+            for sec in self.defaults.get("secrets", ()):
+                per_command = (getattr(sec, a, None) is not None for a in ("value", "from_fd"))
+                if any(per_command):
+                    raise TypeError(
+                        f"secret {sec.name!r}: a session declares secrets read at each command's "
+                        "start: from_env or from_file (a value or an fd is per command: "
+                        "Session.run(secrets=[...]))"
+                    )
             a += to_args(self.defaults, session=True)
         return a
 

@@ -212,6 +212,7 @@ class _Child:
         stdout: str,
         stderr: str,
         status_w: int | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
         self._loop = asyncio.get_running_loop()
         fds: list[int] = []
@@ -234,7 +235,7 @@ class _Child:
                 stdin=in_r if input is not None else subprocess.DEVNULL,
                 stdout=out_w if out_w >= 0 else subprocess.DEVNULL,
                 stderr=err_w if err_w >= 0 else subprocess.DEVNULL,
-                pass_fds=(status_w,) if status_w is not None else (),
+                pass_fds=((status_w,) if status_w is not None else ()) + pass_fds,
             )
             for fd in (out_w, err_w, in_r):
                 if fd >= 0:
@@ -505,13 +506,22 @@ def _start(
         os.close(status_w)
         raise
     try:
-        child = _Child(launch.argv, input=input, stdout=stdout, stderr=stderr, status_w=status_w)
+        child = _Child(
+            launch.argv,
+            input=input,
+            stdout=stdout,
+            stderr=stderr,
+            status_w=status_w,
+            pass_fds=launch.pass_fds,
+        )
     except BaseException:
         os.close(status_r)
         launch.cleanup()
         raise
     finally:
         os.close(status_w)
+        # hutch holds its own copies of the secrets' memfds now.
+        launch.secret_fds.close()
     status = Stream(loop, status_r, capture=True)
     return Process(launch, child, status, check)
 

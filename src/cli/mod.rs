@@ -11,6 +11,7 @@ mod proxy;
 mod ps;
 mod run;
 mod search;
+mod secret_flags;
 mod session;
 mod supervise;
 

@@ -87,6 +87,7 @@ fn entry_json(e: &Entry) -> serde_json::Value {
         "supervisor_pid": e.record.supervisor.pid,
         "started_unix_ms": e.record.started_unix_ms,
         "command": e.record.command,
+        "secrets": e.record.secrets,
         "cgroup": e.record.cgroup,
     })
 }

@@ -58,6 +58,18 @@ Egress (network through the allow-list proxy; see docs/egress.md):
   --audit FILE            one JSON line per egress decision
   --egress-mode proxy|transparent   transparent: names resolve in the sandbox and
                           TCP to them is captured, for programs that ignore HTTPS_PROXY
+Secrets (the sandbox holds a placeholder; the proxy adds the value; docs/secrets.md):
+  --secret name=N,from-env=VAR|from-file=PATH|from-fd=N,host=H[,host=H][,env=VAR]
+           [,method=M][,path=P][,inject=replace|bearer|header:NAME|basic:USER]
+                          the value is read on the host at launch; env=VAR holds the
+                          placeholder inside; each host must be allowed and a gateway's
+                          upstream or intercepted
+  --gateway name=N,upstream=https://HOST[:PORT][/BASE][,env=VAR][,method=M][,path=P]
+           [,max-requests=N][,max-bytes=SIZE]
+                          http://127.0.0.1:3128/N inside maps to the upstream; env=VAR
+                          gets that URL (e.g. ANTHROPIC_BASE_URL)
+  --intercept HOST[:PORT][,method=M][,path=P][,max-requests=N][,max-bytes=SIZE]
+                          terminate this allowed host's TLS with the sandbox's own CA
   --timeout DURATION      wall-clock limit (default 5m; `none` disables); exit 124
   --output-limit SIZE     cap stdout+stderr of the workload (excess discarded)
   --cap-add CAP  --cap-drop CAP   capabilities the workload keeps (default none)
@@ -103,7 +115,7 @@ pub fn value_count(flag: &str) -> Option<usize> {
         | "--cap-add" | "--cap-drop" | "--allow-host" | "--allow-address" | "--resolve"
         | "--egress-policy" | "--egress-profile" | "--audit" | "--egress-mode"
         | "--status-file" | "--cgroup-parent" | "--pass-env" | "--label" | "--status-fd"
-        | "--result-fd" => 1,
+        | "--result-fd" | "--secret" | "--gateway" | "--intercept" => 1,
         _ => return None,
     })
 }
@@ -507,6 +519,21 @@ pub fn parse_reporting_onto(
                 }));
             }
             "--allow-host" => egress.extra.allow.push(value(arg)?),
+            "--gateway" => egress
+                .extra
+                .gateways
+                .push(super::secret_flags::gateway(&value(arg)?)?),
+            "--intercept" => egress
+                .extra
+                .intercept
+                .push(super::secret_flags::intercept(&value(arg)?)?),
+            "--secret" => {
+                let secret = super::secret_flags::secret(&value(arg)?)?;
+                edits.push(Box::new(move |s| {
+                    s.secrets.push(secret);
+                    Ok(())
+                }));
+            }
             "--allow-address" => egress.extra.allow_address.push(value(arg)?),
             "--resolve" => {
                 let v = value(arg)?;
@@ -674,6 +701,8 @@ impl Egress {
             || !e.allow.is_empty()
             || !e.allow_address.is_empty()
             || !e.resolve.is_empty()
+            || !e.gateways.is_empty()
+            || !e.intercept.is_empty()
             || e.audit.is_some()
             || self.mode.is_some();
         if !asked {
@@ -681,12 +710,17 @@ impl Egress {
         }
         let mut p = match (&self.file, &spec.network) {
             (Some(f), _) => {
-                crate::net::load_policy_file(f, self.profile.as_deref()).map_err(|e| match e {
-                    crate::net::NetError::NoProfileChosen { .. } => {
-                        anyhow!("{e}, with --egress-profile NAME")
-                    }
-                    e => e.into(),
-                })?
+                let (policy, secrets) = crate::net::load_policy_profile(f, self.profile.as_deref())
+                    .map_err(|e| match e {
+                        crate::net::NetError::NoProfileChosen { .. } => {
+                            anyhow!("{e}, with --egress-profile NAME")
+                        }
+                        e => e.into(),
+                    })?;
+                // The profile's secrets (a backend's key's source with its
+                // gateway) join the command's own.
+                spec.secrets.extend(secrets);
+                policy
             }
             (None, _) if self.profile.is_some() => {
                 bail!("--egress-profile needs --egress-policy FILE")
@@ -701,6 +735,8 @@ impl Egress {
         p.allow.extend(self.extra.allow);
         p.allow_address.extend(self.extra.allow_address);
         p.resolve.extend(self.extra.resolve);
+        p.gateways.extend(self.extra.gateways);
+        p.intercept.extend(self.extra.intercept);
         if self.extra.audit.is_some() {
             p.audit = self.extra.audit;
         }

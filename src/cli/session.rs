@@ -94,7 +94,11 @@ Run CMD in a fresh sandbox whose workspace path (and cwd) is the session's
 workspace, starting from the options given at create. Takes the options of
 `hutch run` (e.g. --timeout, --status-file, --allow-host, --pass-env), except
 --workspace, --changes and --bare; a relative --chdir is inside the
-workspace. Exits with CMD's status.",
+workspace. Exits with CMD's status.
+  --use-secret NAME   give this command the secret NAME that `session create
+                      --secret name=NAME,...` declared (repeatable); a secret
+                      declared at create reaches no command that does not
+                      name it (docs/secrets.md)",
     ),
     (
         "warm",
@@ -1362,9 +1366,36 @@ fn search(state: &StateDir, tool: &'static str, a: &mut Args, wait: bool) -> Res
 /// provides the workspace).
 const NOT_IN_SESSION: &[&str] = &["--workspace", "--changes", "--changes-size", "--bare"];
 
+/// `--use-secret NAME` (before `--`): taken out of a `session run`'s
+/// options, in order.
+fn take_used_secrets(args: Vec<OsString>) -> Result<(Vec<OsString>, Vec<String>)> {
+    let mut rest = Vec::with_capacity(args.len());
+    let mut used = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        if arg == "--" {
+            rest.push(arg);
+            rest.extend(it);
+            break;
+        }
+        if arg == "--use-secret" {
+            let name = it
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("--use-secret needs a secret's name"))?;
+            used.push(
+                name.into_string()
+                    .map_err(|_| anyhow::anyhow!("--use-secret: the name is not UTF-8"))?,
+            );
+            continue;
+        }
+        rest.push(arg);
+    }
+    Ok((rest, used))
+}
+
 fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     let id = id_arg(a)?;
-    let args = a.rest();
+    let (args, used_secrets) = take_used_secrets(a.rest())?;
     for arg in args.iter().take_while(|x| *x != "--") {
         if let Some(bad) = NOT_IN_SESSION.iter().find(|b| arg == **b) {
             bail!("session run: {bad} does not apply (the session provides the workspace)");
@@ -1408,9 +1439,25 @@ fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     if let Some(c) = spec.cwd.take() {
         spec.cwd = Some(session.info.workspace_path.join(c));
     }
+    // The secrets declared at create that this command uses, by name.
+    for name in &used_secrets {
+        match session.declared_secret(name) {
+            Some(secret) => spec.secrets.push(secret.clone()),
+            None => {
+                let e = anyhow::anyhow!(
+                    "session run: --use-secret {name}: the session declares no secret {name:?} (declared: {})",
+                    session.declared_secret_names().join(", ")
+                );
+                return Err(fail(&rep, e));
+            }
+        }
+    }
     // Checked here, so that a Spec error reaches the caller typed (the
-    // session's launch reports launch errors as text).
-    if let Err(e) = crate::launch::validate(&spec) {
+    // session's launch reports launch errors as text). Secrets in a
+    // session sealed with `--network none` are the session's refusal
+    // (audited, and clearer than "secrets need a network"): left to it.
+    let sealed_with_secrets = session.info.network_sealed && !spec.secrets.is_empty();
+    if !sealed_with_secrets && let Err(e) = crate::launch::validate(&spec) {
         return Err(fail(&rep, anyhow::Error::new(e)));
     }
     let record = match session.run_with_status(spec, opts.status_file) {

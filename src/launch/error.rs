@@ -199,6 +199,10 @@ impl LaunchError {
 pub enum PrepareError {
     #[error("egress policy: {0}")]
     EgressPolicy(crate::net::NetError),
+    /// A secret's source could not be read (names the secret, never its
+    /// value).
+    #[error("{0}")]
+    Secret(crate::secret::SecretError),
     #[error("{0}")]
     Audit(#[from] crate::audit::AuditError),
     #[error("{0}")]

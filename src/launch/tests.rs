@@ -1246,7 +1246,7 @@ mod claim_wire {
             let mut spec = default_profile();
             spec.command = vec!["echo".into(), "x".repeat(if big { 100_000 } else { 10 })];
             let (plan, _) =
-                crate::launch::prepare::prepare_command(&spec, false, false, Default::default())
+                crate::launch::prepare::prepare_command(&spec, None, false, Default::default())
                     .unwrap();
             let wire = WireCommand::of(&plan);
             let null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());

@@ -48,7 +48,7 @@ pub use doors::{
     transparent_ports, transparent_sockets_only, unix_door,
 };
 pub use error::NetError;
-pub use file::load_policy_file;
+pub use file::{load_policy_file, load_policy_profile};
 pub use policy::Policy;
 
 use crate::audit::AuditSink;

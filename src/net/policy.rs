@@ -86,6 +86,30 @@ impl Rule {
     }
 }
 
+/// Is every name `inner` matches also matched by `outer` (host part only)?
+fn pattern_within(inner: &HostPattern, outer: &HostPattern) -> bool {
+    match (inner, outer) {
+        (_, HostPattern::Exact(o)) => matches!(inner, HostPattern::Exact(i) if i == o),
+        (HostPattern::Exact(CanonicalHost::Ip(_)), _) => false,
+        (HostPattern::Exact(CanonicalHost::Name(n)), HostPattern::Subdomains(b)) => {
+            is_strict_subdomain(n, b)
+        }
+        (HostPattern::Exact(CanonicalHost::Name(n)), HostPattern::ApexAndSubdomains(b)) => {
+            n == b || is_strict_subdomain(n, b)
+        }
+        (HostPattern::Subdomains(i), HostPattern::Subdomains(b)) => {
+            i == b || is_strict_subdomain(i, b)
+        }
+        (HostPattern::ApexAndSubdomains(i), HostPattern::Subdomains(b)) => {
+            is_strict_subdomain(i, b)
+        }
+        (
+            HostPattern::Subdomains(i) | HostPattern::ApexAndSubdomains(i),
+            HostPattern::ApexAndSubdomains(b),
+        ) => i == b || is_strict_subdomain(i, b),
+    }
+}
+
 fn is_strict_subdomain(name: &str, base: &str) -> bool {
     name.len() > base.len() + 1
         && name.ends_with(base)
@@ -318,6 +342,26 @@ impl Policy {
             )),
             None => Verdict::Deny("no allow rule matches".into()),
         }
+    }
+
+    /// Is every host and port `rule` names allowed by one allow rule (deny
+    /// rules still refuse what they name at request time)? A secret's or
+    /// a gateway's host must be (`crate::secret`'s validation).
+    pub(crate) fn allows_all_of(&self, rule: &Rule) -> bool {
+        let port = match rule.ports {
+            Ports::Default => 443,
+            Ports::One(p) => p,
+        };
+        if let HostPattern::Exact(h) = &rule.host {
+            return matches!(self.check(h, port), Verdict::Allow(_));
+        }
+        self.allow.iter().any(|a| {
+            let port_ok = match a.ports {
+                Ports::Default => port == 443 || (self.plain_http && port == 80),
+                Ports::One(p) => p == port,
+            };
+            port_ok && pattern_within(&rule.host, &a.host)
+        })
     }
 
     /// Every port some allow rule can allow (the ports `transparent`

@@ -112,6 +112,10 @@ pub struct Record {
     pub started_unix_ms: u64,
     /// The workload's argv, cut to 512 bytes.
     pub command: Vec<String>,
+    /// The names of the secrets the sandbox's proxy holds (never a value
+    /// nor a source: `docs/secrets.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
 }
 
 impl Record {
@@ -147,6 +151,7 @@ impl Record {
             cgroup: cgroup.map(Path::to_path_buf),
             started_unix_ms: crate::util::clock::now_ms(),
             command,
+            secrets: spec.secrets.iter().map(|s| s.name.clone()).collect(),
         })
     }
 

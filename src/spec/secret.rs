@@ -42,6 +42,51 @@ pub struct Secret {
     pub inject: Injection,
 }
 
+impl Secret {
+    /// The secret `name`, read from `from` at launch, that may be sent to
+    /// `hosts`; no variable inside (see [`Secret::env`]), injected by
+    /// [`Injection::Replace`] until [`Secret::inject`] says otherwise.
+    pub fn new<I, S>(name: impl Into<String>, from: SecretSource, hosts: I) -> Secret
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Secret {
+            name: name.into(),
+            env: None,
+            from,
+            hosts: hosts.into_iter().map(Into::into).collect(),
+            methods: Vec::new(),
+            paths: Vec::new(),
+            inject: Injection::Replace,
+        }
+    }
+
+    /// The sandbox's variable that holds the placeholder.
+    pub fn env(mut self, var: impl Into<String>) -> Secret {
+        self.env = Some(var.into());
+        self
+    }
+
+    /// Where the value goes in a request.
+    pub fn inject(mut self, inject: Injection) -> Secret {
+        self.inject = inject;
+        self
+    }
+
+    /// The methods it may go with.
+    pub fn methods<I: IntoIterator<Item = S>, S: Into<String>>(mut self, methods: I) -> Secret {
+        self.methods = methods.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The path prefixes it may go to.
+    pub fn paths<I: IntoIterator<Item = S>, S: Into<String>>(mut self, paths: I) -> Secret {
+        self.paths = paths.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
 /// Where a secret's value is on the host: never the value itself.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +148,47 @@ pub struct Gateway {
     pub max_bytes: Option<ByteSize>,
 }
 
+impl Gateway {
+    /// The gateway `name` (`http://127.0.0.1:3128/<name>` inside) to
+    /// `upstream` (`https://host[:port][/base]`), with no rules.
+    pub fn new(name: impl Into<String>, upstream: impl Into<String>) -> Gateway {
+        Gateway {
+            name: name.into(),
+            upstream: upstream.into(),
+            env: Vec::new(),
+            methods: Vec::new(),
+            paths: Vec::new(),
+            max_requests: None,
+            max_bytes: None,
+        }
+    }
+
+    /// A sandbox variable set to the gateway's URL (`ANTHROPIC_BASE_URL`).
+    pub fn env(mut self, var: impl Into<String>) -> Gateway {
+        self.env.push(var.into());
+        self
+    }
+
+    /// The allowed methods.
+    pub fn methods<I: IntoIterator<Item = S>, S: Into<String>>(mut self, methods: I) -> Gateway {
+        self.methods = methods.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The allowed path prefixes.
+    pub fn paths<I: IntoIterator<Item = S>, S: Into<String>>(mut self, paths: I) -> Gateway {
+        self.paths = paths.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The budget over the sandbox's life: requests, then bytes both ways.
+    pub fn budget(mut self, max_requests: Option<u64>, max_bytes: Option<ByteSize>) -> Gateway {
+        self.max_requests = max_requests;
+        self.max_bytes = max_bytes;
+        self
+    }
+}
+
 /// An allowed host whose TLS the proxy terminates (with a leaf of the
 /// sandbox's own ephemeral CA) so that its requests can carry secrets and
 /// follow rules. Every other allowed host stays an opaque tunnel.
@@ -124,4 +210,36 @@ pub struct Intercept {
     /// Bytes both ways over the sandbox's life.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_bytes: Option<ByteSize>,
+}
+
+impl Intercept {
+    /// Intercept `host` (`name[:port]`), with no rules.
+    pub fn new(host: impl Into<String>) -> Intercept {
+        Intercept {
+            host: host.into(),
+            methods: Vec::new(),
+            paths: Vec::new(),
+            max_requests: None,
+            max_bytes: None,
+        }
+    }
+
+    /// The allowed methods.
+    pub fn methods<I: IntoIterator<Item = S>, S: Into<String>>(mut self, methods: I) -> Intercept {
+        self.methods = methods.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The allowed path prefixes.
+    pub fn paths<I: IntoIterator<Item = S>, S: Into<String>>(mut self, paths: I) -> Intercept {
+        self.paths = paths.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The budget over the sandbox's life: requests, then bytes both ways.
+    pub fn budget(mut self, max_requests: Option<u64>, max_bytes: Option<ByteSize>) -> Intercept {
+        self.max_requests = max_requests;
+        self.max_bytes = max_bytes;
+        self
+    }
 }

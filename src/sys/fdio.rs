@@ -42,6 +42,30 @@ pub fn read_one_byte_and_close(fd: RawFd) -> std::io::Result<()> {
     }
 }
 
+/// Take ownership of the inherited `fd` (it is closed when the result is
+/// dropped): a secret's `fd` source is read once and then gone. EBADF
+/// when it is not open.
+pub fn take_inherited_fd(fd: RawFd) -> std::io::Result<std::os::fd::OwnedFd> {
+    check_open(fd)?;
+    // SAFETY: the fd is open (checked above) and the Spec hands it to us to
+    // consume; no other owner exists in this process.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// A close-on-exec duplicate of the caller's `fd`, which stays the
+/// caller's (the library reads a secret's `fd` source through it).
+pub fn dup_caller_fd(fd: RawFd) -> std::io::Result<std::os::fd::OwnedFd> {
+    check_open(fd)?;
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) on an open fd makes a new fd, which
+    // we own from here on.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `new` was just returned by fcntl and has no other owner.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(new) })
+}
+
 /// Close `fd` if it is open (errors are of no use to the caller).
 pub fn close_fd(fd: RawFd) {
     if check_open(fd).is_ok() {

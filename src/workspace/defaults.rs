@@ -18,18 +18,41 @@ use super::session::{Lock, Session, SessionInfo};
 impl Session {
     /// The Spec a command of this session starts from: the session's
     /// defaults (else the default profile), without network once the
-    /// session was sealed with `--network none`.
+    /// session was sealed with `--network none`, and without the secrets
+    /// declared at create: a command names those it uses
+    /// ([`Session::declared_secret`]).
     pub fn base_spec(&self) -> Spec {
         let mut spec = self
             .info
             .defaults
             .clone()
             .unwrap_or_else(crate::spec::default_profile);
+        spec.secrets.clear();
         if self.info.network_sealed {
             spec.network = Network::None;
             spec.namespaces.net = true;
         }
         spec
+    }
+
+    /// The secret `name` declared at create (`session create --secret`),
+    /// for a command that uses it (`session run --use-secret NAME`).
+    pub fn declared_secret(&self, name: &str) -> Option<&crate::spec::Secret> {
+        self.info
+            .defaults
+            .as_ref()?
+            .secrets
+            .iter()
+            .find(|s| s.name == name)
+    }
+
+    /// The names of the secrets declared at create.
+    pub fn declared_secret_names(&self) -> Vec<&str> {
+        self.info
+            .defaults
+            .as_ref()
+            .map(|d| d.secrets.iter().map(|s| s.name.as_str()).collect())
+            .unwrap_or_default()
     }
 }
 
@@ -73,6 +96,14 @@ fn limit_widens<T: PartialOrd + Copy>(base: Option<&Limit<T>>, run: Option<&Limi
 /// What of `spec` widens the session's locked defaults, or egress after
 /// `seal --network none`: the first such thing, as a phrase.
 pub fn widening(info: &SessionInfo, spec: &Spec) -> Option<String> {
+    // Before the network: a command with secrets would otherwise be told
+    // about its network, not about what it really may not have.
+    if info.network_sealed && !spec.secrets.is_empty() {
+        return Some(format!(
+            "it was sealed with --network none: no command of it may use secrets (this one names {:?})",
+            spec.secrets[0].name
+        ));
+    }
     if info.network_sealed && !matches!(spec.network, Network::None) {
         return Some(format!(
             "it was sealed with --network none: no command of it may have network (this one asks for {})",
@@ -92,6 +123,19 @@ pub fn widening(info: &SessionInfo, spec: &Spec) -> Option<String> {
         ))
     };
     if locked(Lock::Egress) {
+        // A secret is egress with a credential: only those declared at
+        // create, as declared; gateways and intercepted hosts as given.
+        if let Some(s) = spec.secrets.iter().find(|s| !base.secrets.contains(s)) {
+            return refuse(Lock::Egress, format!("the secret {:?}", s.name));
+        }
+        if let (Network::Proxy(b), Network::Proxy(r)) = (&base.network, &spec.network) {
+            if let Some(g) = r.gateways.iter().find(|g| !b.gateways.contains(g)) {
+                return refuse(Lock::Egress, format!("the gateway {:?}", g.name));
+            }
+            if let Some(x) = r.intercept.iter().find(|x| !b.intercept.contains(x)) {
+                return refuse(Lock::Egress, format!("intercepting {:?}", x.host));
+            }
+        }
         match (egress_of(&base), egress_of(spec)) {
             (None, _) => {}
             (Some(_), None) => return refuse(Lock::Egress, "the host network".into()),

@@ -336,6 +336,11 @@ pub fn claim(
     opts: &RunOptions,
     upper_lock: std::os::fd::BorrowedFd<'_>,
 ) -> Option<std::result::Result<Finished, LaunchError>> {
+    // A warm sandbox has no secrets (they are read per launch, and a
+    // pool's sandbox outlives a command): such a command launches cold.
+    if !spec.secrets.is_empty() {
+        return None;
+    }
     let mut conn = connect(session)?;
     let shape = shape_digest(spec);
     send_line(

@@ -53,6 +53,9 @@ pub const SUBCOMMAND: &str = "__supervise";
 pub const CONTROL_FD: i32 = 3;
 /// A warm sandbox's lifeline (see [`ToHelper::Warm`]).
 pub const LIFELINE_FD: i32 = 4;
+/// The first of the fds holding the secrets' values (one each, read by the
+/// caller: [`crate::secret`]'s handover).
+pub const FIRST_SECRET_FD: i32 = 5;
 /// Bumped whenever a frame changes shape.
 pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest frame either side accepts (a Spec can carry file contents).
@@ -475,6 +478,7 @@ impl HelperChild {
         request: &ToHelper,
         stdio: [std::process::Stdio; 3],
         lifeline: Option<BorrowedFd<'_>>,
+        secret_fds: Vec<(OwnedFd, i32)>,
     ) -> Result<HelperChild, LaunchError> {
         let fail = |why: String| LaunchError::Helper {
             binary: binary.to_path_buf(),
@@ -498,6 +502,7 @@ impl HelperChild {
                 .map_err(|e| fail(format!("dup of the lifeline: {e}")))?;
             fds.push((l, LIFELINE_FD));
         }
+        fds.extend(secret_fds);
         crate::sys::command_with_fds(&mut cmd, fds).map_err(|e| fail(e.to_string()))?;
         let process = cmd
             .spawn()
@@ -524,11 +529,13 @@ impl HelperChild {
         opts: &RunOptions,
         stdio: [std::process::Stdio; 3],
     ) -> Result<HelperChild, LaunchError> {
+        let (spec, secret_fds) = crate::secret::handover(spec, FIRST_SECRET_FD)
+            .map_err(crate::launch::error::PrepareError::Secret)?;
         let run = ToHelper::Run {
-            spec: Box::new(spec.clone()),
+            spec: Box::new(spec),
             options: opts.clone(),
         };
-        HelperChild::start(binary, &run, stdio, None)
+        HelperChild::start(binary, &run, stdio, None, secret_fds)
     }
 
     /// Start `binary` as the holder of a warm sandbox of `spec`'s shape
@@ -548,6 +555,7 @@ impl HelperChild {
             &warm,
             [Stdio::null(), Stdio::null(), Stdio::null()],
             lifeline,
+            Vec::new(),
         )
     }
 

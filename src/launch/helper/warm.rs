@@ -318,7 +318,7 @@ impl Warm {
         drop(stdio);
         let prepared = prepare_command(
             &spec,
-            self.p.proxy.is_some(),
+            self.p.proxy.as_ref().map(|x| x.env.as_slice()),
             options.capture_bytes.is_some(),
             options.stdio,
         )

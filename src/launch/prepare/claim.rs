@@ -131,6 +131,14 @@ pub fn warmable(spec: &Spec) -> Result<(), SpecError> {
             "a warm sandbox cannot pass the launcher's fds through (a claim carries stdio only); launch it cold",
         ));
     }
+    // A warm sandbox is built before its command is known, and a pool
+    // serves many commands: the secrets of one would reach the next.
+    if !spec.secrets.is_empty() {
+        return Err(SpecError::new(
+            "secrets",
+            "warm sandboxes with secrets are not supported (a pool's sandboxes outlive one command's credentials); launch it cold",
+        ));
+    }
     if spec.init == crate::spec::Init::None {
         return Err(SpecError::new(
             "init",

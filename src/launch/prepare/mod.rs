@@ -70,16 +70,30 @@ pub(crate) struct ProxyPrep {
     /// `transparent` egress: the ports captured (those the policy can
     /// allow, but the TCP door's).
     pub transparent_ports: Option<Vec<u16>>,
+    /// The Spec's secrets, read from their sources, with their
+    /// placeholders: the proxy's alone (never in the child's plan).
+    pub secrets: Vec<crate::secret::ArmedSecret>,
+    /// What the workload's environment gets besides the Spec's own: the
+    /// proxy's variables, each secret's placeholder, each gateway's URL.
+    pub env: Vec<(String, String)>,
 }
 
-/// Network mode `proxy`: compile the policy, open the audit log, and add
-/// the proxy environment to the Spec. The doors are made by the sandbox
-/// itself (nothing of them exists on the host).
+/// Network mode `proxy`: compile the policy, read the secrets, open the
+/// audit log, and add the proxy environment to the Spec. The doors are
+/// made by the sandbox itself (nothing of them exists on the host).
 fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
     let Network::Proxy(pp) = &spec.network else {
         return Ok(None);
     };
     let policy = crate::net::Policy::from_spec(pp).map_err(PrepareError::EgressPolicy)?;
+    // Before the audit log is opened: a source that cannot be read leaves
+    // nothing behind.
+    let secrets = crate::secret::arm(spec).map_err(PrepareError::Secret)?;
+    let mut env = caller_proxy_env(spec);
+    env.extend(crate::secret::sandbox_env(spec, &secrets));
+    let Network::Proxy(pp) = &spec.network else {
+        return Ok(None);
+    };
     let audit = match &pp.audit {
         Some(path) => Some(
             crate::audit::AuditSink::open_capped(path, Some(policy.limits().max_audit_bytes))
@@ -87,8 +101,7 @@ fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
         ),
         None => None,
     };
-    let proxy_env = caller_proxy_env(spec);
-    spec.env.extend(proxy_env);
+    spec.env.extend(env.iter().cloned());
     let transparent_ports = (pp.egress_mode == crate::spec::EgressMode::Transparent).then(|| {
         // The sandbox's resolver, bound over whatever the root has.
         spec.fs.push(crate::spec::FsOp::BindData {
@@ -104,6 +117,8 @@ fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
         policy,
         audit,
         transparent_ports,
+        secrets,
+        env,
     }))
 }
 
@@ -142,7 +157,8 @@ pub(crate) fn prepare_with(
         )));
     }
     let mut p = prepare_sandbox(spec, image, false, own_leaf)?;
-    let (command, relay) = prepare_command(spec, p.proxy.is_some(), relay, workload_stdio)?;
+    let proxy_env = p.proxy.as_ref().map(|x| x.env.as_slice());
+    let (command, relay) = prepare_command(spec, proxy_env, relay, workload_stdio)?;
     p.child.command = command;
     p.relay = relay;
     Ok(p)
@@ -293,11 +309,12 @@ pub(crate) fn prepare_sandbox(
 
 /// What depends on the command: argv/envp and the execve candidates, the
 /// working directory, the workload's stdio (and the read ends the
-/// supervisor relays). `proxy`: the sandbox's network is the egress proxy,
-/// whose environment the workload gets.
+/// supervisor relays). `proxy_env`: the sandbox's network is the egress
+/// proxy, whose environment (with the secrets' placeholders and the
+/// gateways' URLs) the workload gets.
 pub(crate) fn prepare_command(
     spec: &Spec,
-    proxy: bool,
+    proxy_env: Option<&[(String, String)]>,
     relay: bool,
     workload_stdio: WorkloadStdio,
 ) -> Result<(CommandPlan, [Option<OwnedFd>; 2]), LaunchError> {
@@ -306,9 +323,18 @@ pub(crate) fn prepare_command(
         workload_stdio,
         !spec.new_session,
     )?;
-    let exec = if proxy {
+    let exec = if let Some(extra) = proxy_env {
         let mut env = spec.env.clone();
+        // The proxy variables as this command's Spec leaves them (a warm
+        // claim's command may set or unset some), then the secrets'
+        // placeholders and the gateways' URLs prepared with the sandbox.
         env.extend(caller_proxy_env(spec));
+        env.extend(
+            extra
+                .iter()
+                .filter(|(name, _)| !crate::net::is_proxy_variable(name))
+                .cloned(),
+        );
         exec_with_argv0(&spec.command, spec.argv0.as_deref(), &env)
     } else {
         exec_with_argv0(&spec.command, spec.argv0.as_deref(), &spec.env)

@@ -29,11 +29,12 @@ pub(crate) fn validate_claimed(
     validate_concerns(spec)
 }
 
-/// Every concern's own check (confinement, limits, egress, image).
+/// Every concern's own check (confinement, limits, egress, secrets, image).
 fn validate_concerns(spec: &Spec) -> Result<(), SpecError> {
     crate::confine::validate(&spec.security)?;
     crate::cgroup::validate_limits(&spec.limits)?;
     crate::net::validate_spec(spec)?;
+    crate::secret::validate(spec)?;
     if let Some(image) = &spec.image {
         crate::image::spec::validate(image)?;
     }

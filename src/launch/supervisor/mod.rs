@@ -936,12 +936,17 @@ pub(crate) fn start_proxy(
         };
         listeners.push((door, fd));
     }
+    // The armed secrets leave the plan for the proxy's broker, their only
+    // holder from now on (the child's plan never held them).
+    let brokering = crate::net::Brokering {
+        secrets: std::mem::take(&mut prep.secrets),
+    };
     let handle = crate::net::spawn(
         prep.policy.clone(),
         listeners,
         sandbox_id,
         prep.audit.clone(),
-        crate::net::Brokering::default(),
+        brokering,
     )
     .map_err(ProxyDoorsError::Start)?;
     *slot = Some(handle);
