@@ -170,6 +170,8 @@ impl LaunchError {
 pub enum PrepareError {
     #[error("egress policy: {0}")]
     EgressPolicy(crate::net::NetError),
+    #[error("egress policy: TLS interception: {0}")]
+    Intercept(crate::net::InterceptError),
     #[error("{0}")]
     Audit(#[from] crate::audit::AuditError),
     #[error("{0}")]

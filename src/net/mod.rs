@@ -29,6 +29,7 @@ mod error;
 mod file;
 mod forward;
 pub mod host;
+mod intercept;
 pub mod loopback;
 pub mod names;
 pub mod policy;
@@ -48,6 +49,8 @@ pub use doors::{
 };
 pub use error::NetError;
 pub use file::load_policy_file;
+pub use intercept::InterceptError;
+pub(crate) use intercept::{CA_BUNDLE_PATH, CA_ENV, Interception};
 pub use policy::{EgressLimits, Policy, Verdict};
 
 use crate::audit::AuditSink;
@@ -66,6 +69,12 @@ pub fn validate_spec(spec: &Spec) -> Result<(), SpecError> {
         Policy::from_spec(p).map_err(|e| match e {
             NetError::Policy { key, message } => SpecError::new(format!("network.{key}"), message),
             other => SpecError::new("network", other.to_string()),
+        })?;
+        intercept::validate(&p.intercept).map_err(|e| match e {
+            InterceptError::Entry { index, why } => {
+                SpecError::new(format!("network.intercept[{index}].host"), why)
+            }
+            other => SpecError::new("network.intercept", other.to_string()),
         })?;
     }
     Ok(())
@@ -100,7 +109,7 @@ pub mod fuzzing {
     /// One packet through the transparent-egress resolver (with
     /// [`offline_policy`]); the answer it sends, if any.
     pub fn resolver_answer(bytes: &[u8]) -> Option<Vec<u8>> {
-        let state = super::state::State::new(offline_policy(), "fuzz".into(), None);
+        let state = super::state::State::new(offline_policy(), "fuzz".into(), None, None);
         super::transparent::resolve_packet(&state, bytes)
     }
 
@@ -144,6 +153,15 @@ impl Drop for ProxyHandle {
     }
 }
 
+/// What the proxy brokers for the sandbox besides the policy (issue 31):
+/// the hosts whose TLS it terminates, with the sandbox's CA.
+#[derive(Debug, Default)]
+pub struct Brokering {
+    /// Made before the sandbox is cloned (its certificate is in the
+    /// sandbox's trust bundle); `None`: no host is intercepted.
+    pub(crate) interception: Option<std::sync::Arc<Interception>>,
+}
+
 /// Serve `doors` (listening sockets) with `policy` on a new thread running
 /// its own single-threaded tokio runtime. Every decision is written to
 /// `audit` when given.
@@ -152,6 +170,7 @@ pub fn spawn(
     doors: Vec<(Door, OwnedFd)>,
     sandbox_id: String,
     audit: Option<AuditSink>,
+    brokering: Brokering,
 ) -> Result<ProxyHandle, NetError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -167,7 +186,7 @@ pub fn spawn(
             .collect::<Result<Vec<_>, _>>()?
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-    let state = state::State::new(policy, sandbox_id, audit);
+    let state = state::State::new(policy, sandbox_id, audit, brokering.interception);
     let thread = std::thread::Builder::new()
         .name("hutch-proxy".into())
         .spawn(move || {

@@ -41,6 +41,13 @@ pub(super) struct Fields {
     pub(super) status: u16,
     pub(super) error: Option<String>,
     pub(super) connect_ms: Option<u64>,
+    /// An intercepted host's connection: `leaf-minted` (its first) or
+    /// `leaf-cached`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) intercept: Option<&'static str>,
+    /// An intercepted connection: the protocol the sandbox's client chose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) alpn: Option<&'static str>,
 }
 
 #[derive(Serialize)]

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::Semaphore;
 
+use super::intercept::Interception;
 use super::names::Names;
 use super::policy::Policy;
 use crate::audit::AuditSink;
@@ -27,10 +28,17 @@ pub(crate) struct State {
     pub(super) bytes_total: AtomicU64,
     /// `transparent` egress: the names the resolver handed out.
     pub(super) names: Names,
+    /// The hosts whose TLS the proxy terminates, and the sandbox's CA.
+    pub(super) interception: Option<Arc<Interception>>,
 }
 
 impl State {
-    pub(crate) fn new(policy: Policy, sandbox_id: String, audit: Option<AuditSink>) -> Arc<State> {
+    pub(crate) fn new(
+        policy: Policy,
+        sandbox_id: String,
+        audit: Option<AuditSink>,
+        interception: Option<Arc<Interception>>,
+    ) -> Arc<State> {
         let l = policy.limits().clone();
         Arc::new(State {
             connections: Arc::new(Semaphore::new(
@@ -43,10 +51,18 @@ impl State {
             resolvers: Semaphore::new(MAX_RESOLVERS),
             bytes_total: AtomicU64::new(0),
             names: Default::default(),
+            interception,
             policy,
             sandbox_id,
             audit,
         })
+    }
+
+    /// Whether `host:port`'s TLS is terminated here.
+    pub(super) fn intercepts(&self, host: &super::host::CanonicalHost, port: u16) -> bool {
+        self.interception
+            .as_ref()
+            .is_some_and(|i| i.rule_for(host, port).is_some())
     }
 
     pub(super) fn budget_left(&self) -> bool {

@@ -70,12 +70,18 @@ pub(crate) struct ProxyPrep {
     /// `transparent` egress: the ports captured (those the policy can
     /// allow, but the TCP door's).
     pub transparent_ports: Option<Vec<u16>>,
+    /// Intercepted hosts: the sandbox's CA, made here because its
+    /// certificate is bound into the root the child builds; its key stays
+    /// in this process and goes to the proxy.
+    pub interception: Option<std::sync::Arc<crate::net::Interception>>,
 }
 
 /// Network mode `proxy`: compile the policy, open the audit log, and add
 /// the proxy environment to the Spec. The doors are made by the sandbox
-/// itself (nothing of them exists on the host).
-fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
+/// itself (nothing of them exists on the host). With intercepted hosts,
+/// the sandbox's CA is made and its trust bundle bound read-only at
+/// [`crate::net::CA_BUNDLE_PATH`].
+fn prepare_proxy(spec: &mut Spec, sandbox_id: &str) -> Result<Option<ProxyPrep>, LaunchError> {
     let Network::Proxy(pp) = &spec.network else {
         return Ok(None);
     };
@@ -88,6 +94,17 @@ fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
         None => None,
     };
     spec.env.extend(crate::net::proxy_env());
+    let interception = crate::net::Interception::new(sandbox_id, &pp.intercept)
+        .map_err(PrepareError::Intercept)?;
+    if let Some(i) = &interception {
+        spec.fs.push(crate::spec::FsOp::BindData {
+            dest: crate::net::CA_BUNDLE_PATH.into(),
+            content: i.trust_bundle(),
+            encoding: crate::spec::Encoding::Text,
+            mode: Some(0o444),
+            writable: false,
+        });
+    }
     let transparent_ports = (pp.egress_mode == crate::spec::EgressMode::Transparent).then(|| {
         // The sandbox's resolver, bound over whatever the root has.
         spec.fs.push(crate::spec::FsOp::BindData {
@@ -103,6 +120,7 @@ fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
         policy,
         audit,
         transparent_ports,
+        interception,
     }))
 }
 
@@ -159,7 +177,7 @@ pub(crate) fn prepare_sandbox(
     };
     let sandbox_id = sandbox_id();
     let mut with_proxy = spec.clone();
-    let proxy = prepare_proxy(&mut with_proxy)?;
+    let proxy = prepare_proxy(&mut with_proxy, &sandbox_id)?;
     let spec = if proxy.is_some() { &with_proxy } else { spec };
 
     // What does not depend on the command.
@@ -300,6 +318,7 @@ pub(crate) fn prepare_command(
     let exec = if proxy {
         let mut env = spec.env.clone();
         env.extend(crate::net::proxy_env());
+        add_ca_env(spec, &mut env);
         exec_with_argv0(&spec.command, spec.argv0.as_deref(), &env)
     } else {
         exec_with_argv0(&spec.command, spec.argv0.as_deref(), &spec.env)
@@ -320,6 +339,22 @@ pub(crate) fn prepare_command(
         controlling_tty: false,
     };
     Ok((command, relay))
+}
+
+/// With intercepted hosts, point the common TLS stacks at the sandbox's
+/// trust bundle; a variable the caller set keeps its value.
+fn add_ca_env(spec: &Spec, env: &mut BTreeMap<String, String>) {
+    let Network::Proxy(pp) = &spec.network else {
+        return;
+    };
+    if pp.intercept.is_empty() {
+        return;
+    }
+    for key in crate::net::CA_ENV {
+        if !spec.env.contains_key(key) {
+            env.insert(key.to_string(), crate::net::CA_BUNDLE_PATH.to_string());
+        }
+    }
 }
 
 fn ids(spec: &Spec) -> Result<Ids, LaunchError> {

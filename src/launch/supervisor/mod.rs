@@ -916,11 +916,15 @@ pub(crate) fn start_proxy(
         };
         listeners.push((door, fd));
     }
+    let brokering = crate::net::Brokering {
+        interception: prep.interception.clone(),
+    };
     let handle = crate::net::spawn(
         prep.policy.clone(),
         listeners,
         sandbox_id,
         prep.audit.clone(),
+        brokering,
     )
     .map_err(ProxyDoorsError::Start)?;
     *slot = Some(handle);
