@@ -340,3 +340,68 @@ echo "TO:$(curl -sS --max-time 10 --noproxy '*' https://{OPAQUE}:{p}/captured-op
     assert_eq!(tcp[0]["intercept"], "leaf-minted");
     assert_eq!(connections(&audit, OPAQUE)[0].get("intercept"), None);
 }
+
+/// Bad `intercept` entries are refused before anything starts, in one
+/// line naming the entry; the standalone proxy refuses interception (it
+/// cannot place a CA in anyone's trust).
+#[test]
+fn bad_intercept_entries_and_the_standalone_proxy_are_refused() {
+    let who = common::caller();
+    let dir = TempDir::new("intercept-bad", who);
+    let policy = dir.path().join("policy.toml");
+    for (entry, why) in [
+        ("*.example.com", "one name, not a pattern"),
+        ("api.example.com:0", "api.example.com:0"),
+    ] {
+        write_as(
+            &policy,
+            &format!(
+                "[profiles.t]\nallow = [\"api.example.com\"]\n[[profiles.t.intercept]]\nhost = \"{entry}\"\n"
+            ),
+            who,
+        );
+        let out = hutch_command(who)
+            .args(["run", "--quiet", "--egress-policy"])
+            .arg(&policy)
+            .args(["--", "true"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("network.intercept[0].host") && err.contains(why),
+            "{err}"
+        );
+    }
+    write_as(
+        &policy,
+        "[profiles.t]\nallow = [\"api.example.com\"]\n[[profiles.t.intercept]]\nhost = \"api.example.com\"\n",
+        who,
+    );
+    // A proxy that started would serve until signalled: wait for its end
+    // with a deadline, and stop it if it is still running.
+    let mut child = hutch_command(who)
+        .args(["proxy", "--policy"])
+        .arg(&policy)
+        .args(["--listen", "tcp:127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("hutch proxy with `intercept` started instead of refusing");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("lists hosts to intercept"), "{err}");
+    assert!(!err.contains("listening on"), "{err}");
+}

@@ -577,6 +577,44 @@ pub fn network_name(n: &Network) -> &'static str {
 mod tests {
     use super::*;
 
+    /// With intercepted hosts, the six CA variables point at the bundle,
+    /// except one the caller set; without, none is added.
+    #[test]
+    fn the_ca_variables_point_at_the_bundle_unless_the_caller_set_one() {
+        let mut spec = crate::spec::default_profile();
+        spec.command = vec!["true".into()];
+        spec.env.insert("PIP_CERT".into(), "/mine.pem".into());
+        let mut pp = crate::spec::ProxyPolicy {
+            allow: vec!["api.example.com".into()],
+            ..Default::default()
+        };
+        spec.network = Network::Proxy(pp.clone());
+        let env_of = |spec: &Spec| {
+            let (plan, _) = prepare_command(spec, true, false, WorkloadStdio::Inherit).unwrap();
+            plan.exec
+                .envp
+                .iter()
+                .map(|c| c.to_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            !env_of(&spec)
+                .iter()
+                .any(|e| e.starts_with("SSL_CERT_FILE="))
+        );
+        pp.intercept = vec![serde_json::from_str(r#"{"host":"api.example.com"}"#).unwrap()];
+        spec.network = Network::Proxy(pp);
+        let env = env_of(&spec);
+        for key in crate::net::CA_ENV {
+            let want = if key == "PIP_CERT" {
+                "PIP_CERT=/mine.pem".to_string()
+            } else {
+                format!("{key}={}", crate::net::CA_BUNDLE_PATH)
+            };
+            assert!(env.contains(&want), "{want} in {env:?}");
+        }
+    }
+
     /// Proxy mode prepares no directory or socket on the host: both doors
     /// are made by the sandbox (so a SIGKILL at any moment leaves nothing).
     #[test]
