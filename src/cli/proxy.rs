@@ -210,7 +210,7 @@ fn run(args: Vec<OsString>) -> anyhow::Result<()> {
         .sandbox_id
         .clone()
         .unwrap_or_else(|| format!("proxy-{}", std::process::id()));
-    let handle = net::spawn(policy, doors, sandbox_id, audit, Default::default())?;
+    let handle = net::spawn(policy, doors, sandbox_id, audit, net::Brokering::default())?;
     eprintln!("hutch proxy: listening on {}", shown.join(" "));
     let sig = stop.wait().context("sigwait")?;
     eprintln!("hutch proxy: {sig:?}, stopping");

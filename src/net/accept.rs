@@ -233,7 +233,7 @@ pub(crate) fn answer_raw(policy: Policy, door: Door, bytes: &[u8]) -> io::Result
         .build()?;
     rt.block_on(async {
         let (server_end, mut client) = tokio::net::UnixStream::pair()?;
-        let state = State::new(policy, "fuzz".into(), None, None);
+        let state = State::new(policy, "fuzz".into(), None, Default::default());
         let server = tokio::spawn(serve_connection(state, server_end, door));
         client.write_all(bytes).await?;
         client.shutdown().await?;

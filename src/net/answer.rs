@@ -7,7 +7,7 @@ use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
 
 /// The body of every response the proxy sends or forwards.
-pub(super) type Body = UnsyncBoxBody<Bytes, hyper::Error>;
+pub(super) type Body = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 /// A denial or failure answer that tells the client (often an agent) why.
 pub(super) fn answer(status: StatusCode, code: &str, text: &str) -> Response<Body> {

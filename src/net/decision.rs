@@ -11,6 +11,8 @@ use hyper::{Method, Request, Response, StatusCode, Uri};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::answer::{Body, answer};
+use super::broker::route::gateway_route;
+use super::broker::serve::serve_gateway;
 use super::dial::dial;
 use super::doors::Door;
 use super::forward::{forward, tunnel};
@@ -36,6 +38,9 @@ where
     S: SpliceIo + AsyncRead + AsyncWrite + Unpin,
 {
     let dec = Decision::new(state.clone(), door, req.method().as_str().to_string());
+    if let Some(route) = gateway_route(&state.policy.gateways, door, &req) {
+        return serve_gateway(dec, route, req).await;
+    }
     let (target, host_raw, port) = match parse_target(door, &req) {
         Ok(t) => t,
         Err(msg) => {
@@ -79,7 +84,7 @@ where
     };
     if matches!(target, Target::Tunnel) && state.intercepts(&host, port) {
         // Its TLS ends here; the request pipeline dials the host.
-        return intercepted(dec, req, host, port, permit);
+        return intercepted(dec, door, req, host, port, permit);
     }
     let upstream = match dial(&state, &dec, &host, port, &rule).await {
         Ok(s) => s,
@@ -114,6 +119,7 @@ where
 /// TLS on the upgraded connection ([`super::intercept::serve`]).
 fn intercepted(
     dec: Arc<Decision>,
+    door: Door,
     mut req: Request<Incoming>,
     host: super::host::CanonicalHost,
     port: u16,
@@ -126,7 +132,7 @@ fn intercepted(
     });
     tokio::spawn(async move {
         match on_upgrade.await {
-            Ok(up) => serve::connect(dec, up, host, port, permit).await,
+            Ok(up) => serve::connect(dec, door, up, host, port, permit).await,
             Err(e) => dec.with(|f| f.error = Some(format!("upgrade failed: {e}"))),
         }
     });

@@ -80,7 +80,7 @@ const HOP_BY_HOP: &[&str] = &[
     "host",
 ];
 
-fn strip_hop_by_hop(headers: &HeaderMap) -> HeaderMap {
+pub(super) fn strip_hop_by_hop(headers: &HeaderMap) -> HeaderMap {
     let mut named: Vec<String> = Vec::new();
     for v in headers.get_all(header::CONNECTION) {
         if let Ok(s) = v.to_str() {
@@ -114,6 +114,16 @@ pub(super) async fn forward(
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
+    // Containment: a placeholder never leaves in plain HTTP.
+    let target = format!("{host}:{port}");
+    if let Err(why) = dec.state.broker.secrets.refuse_in_plain_http(
+        &target,
+        &parts.uri.to_string(),
+        &parts.headers,
+    ) {
+        dec.finish_with(Outcome::Deny, 403, why.clone());
+        return answer(StatusCode::FORBIDDEN, "secret", &why);
+    }
     let mut out = Request::new(body);
     *out.method_mut() = parts.method.clone();
     *out.uri_mut() = match path.parse() {
@@ -161,7 +171,7 @@ pub(super) async fn forward(
             });
             let (mut rparts, rbody) = resp.into_parts();
             rparts.headers = strip_hop_by_hop(&rparts.headers);
-            Response::from_parts(rparts, rbody.boxed_unsync())
+            Response::from_parts(rparts, rbody.map_err(Into::into).boxed_unsync())
         }
         Err(e) => {
             let msg = format!("upstream {host}:{port}: {e}");

@@ -21,6 +21,7 @@
 mod accept;
 pub mod addr;
 mod answer;
+mod broker;
 mod decision;
 mod dial;
 pub mod dns;
@@ -42,6 +43,7 @@ mod tunnel;
 use std::os::fd::OwnedFd;
 use std::thread::JoinHandle;
 
+pub use broker::Brokering;
 pub use doors::{
     Door, PROXY_SOCKET_PATH, PROXY_TCP_PORT, RESOLV_CONF, RESOLVER_PORT, proxy_env,
     tcp_door_in_current_netns, transparent_failure_hint, transparent_in_current_netns,
@@ -109,7 +111,8 @@ pub mod fuzzing {
     /// One packet through the transparent-egress resolver (with
     /// [`offline_policy`]); the answer it sends, if any.
     pub fn resolver_answer(bytes: &[u8]) -> Option<Vec<u8>> {
-        let state = super::state::State::new(offline_policy(), "fuzz".into(), None, None);
+        let state =
+            super::state::State::new(offline_policy(), "fuzz".into(), None, Default::default());
         super::transparent::resolve_packet(&state, bytes)
     }
 
@@ -153,18 +156,10 @@ impl Drop for ProxyHandle {
     }
 }
 
-/// What the proxy brokers for the sandbox besides the policy (issue 31):
-/// the hosts whose TLS it terminates, with the sandbox's CA.
-#[derive(Debug, Default)]
-pub struct Brokering {
-    /// Made before the sandbox is cloned (its certificate is in the
-    /// sandbox's trust bundle); `None`: no host is intercepted.
-    pub(crate) interception: Option<std::sync::Arc<Interception>>,
-}
-
 /// Serve `doors` (listening sockets) with `policy` on a new thread running
 /// its own single-threaded tokio runtime. Every decision is written to
-/// `audit` when given.
+/// `audit` when given. `brokering` holds what the proxy puts into
+/// requests it reads (gateways, intercepted hosts): the armed secrets.
 pub fn spawn(
     policy: Policy,
     doors: Vec<(Door, OwnedFd)>,
@@ -172,6 +167,7 @@ pub fn spawn(
     audit: Option<AuditSink>,
     brokering: Brokering,
 ) -> Result<ProxyHandle, NetError> {
+    let broker = broker::Broker::new(brokering)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(state::MAX_RESOLVERS + 2)
@@ -186,7 +182,7 @@ pub fn spawn(
             .collect::<Result<Vec<_>, _>>()?
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-    let state = state::State::new(policy, sandbox_id, audit, brokering.interception);
+    let state = state::State::new(policy, sandbox_id, audit, broker);
     let thread = std::thread::Builder::new()
         .name("hutch-proxy".into())
         .spawn(move || {

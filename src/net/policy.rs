@@ -8,6 +8,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::addr::{parse_allowed, special_range};
+use super::broker::rules::{GatewayRoute, InterceptRules, compile_gateways, compile_intercepts};
 use super::error::NetError;
 use super::host::{CanonicalHost, canonicalize, split_host_port};
 use crate::spec::ProxyPolicy;
@@ -60,6 +61,16 @@ impl Rule {
             host,
             ports,
         })
+    }
+
+    /// Does this rule name `host:port`, a bare pattern meaning port 443
+    /// (a secret's `hosts`, which are only ever sent over TLS)?
+    pub(crate) fn covers_tls(&self, host: &CanonicalHost, port: u16) -> bool {
+        let port_ok = match self.ports {
+            Ports::Default => port == 443,
+            Ports::One(p) => p == port,
+        };
+        port_ok && self.host_matches(host)
     }
 
     fn host_matches(&self, host: &CanonicalHost) -> bool {
@@ -141,6 +152,10 @@ pub struct Policy {
     pub(crate) resolve: HashMap<CanonicalHost, IpAddr>,
     pub(crate) plain_http: bool,
     pub(crate) limits: EgressLimits,
+    /// Plain-HTTP endpoints mapped to HTTPS upstreams ([`super::broker`]).
+    pub(crate) gateways: Vec<GatewayRoute>,
+    /// Hosts whose TLS is terminated, with their request rules.
+    pub(crate) intercepts: Vec<InterceptRules>,
 }
 
 impl Policy {
@@ -245,6 +260,9 @@ impl Policy {
                 });
             }
         }
+        let broker_err = |(key, message): (String, String)| NetError::Policy { key, message };
+        let gateways = compile_gateways(&p.gateways).map_err(broker_err)?;
+        let intercepts = compile_intercepts(&p.intercept).map_err(broker_err)?;
         Ok(Policy {
             allow,
             deny,
@@ -252,6 +270,8 @@ impl Policy {
             resolve,
             plain_http: p.plain_http,
             limits,
+            gateways,
+            intercepts,
         })
     }
 

@@ -37,6 +37,17 @@ pub(super) struct Fields {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) destination: Option<String>,
     pub(super) rule: Option<String>,
+    /// A request the proxy read (gateway, interception): `gateway` or
+    /// `intercept`, its path (no query), the gateway's name and the names
+    /// of the secrets put into it (never a value).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) via: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) gateway: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(super) secrets: Vec<String>,
     pub(super) verdict: Option<Outcome>,
     pub(super) status: u16,
     pub(super) error: Option<String>,
@@ -102,6 +113,21 @@ impl Decision {
             f.status = status;
             f.error = Some(error);
         });
+    }
+
+    /// When the decision began (a request's total timeout counts from it).
+    pub(super) fn started(&self) -> Instant {
+        self.start
+    }
+
+    /// Count `n` bytes of this decision's traffic (`up`: from the
+    /// sandbox) without charging the sandbox's byte budget: an
+    /// intercepted connection's TLS bytes, whose requests the request
+    /// pipeline charges.
+    pub(super) fn count(&self, n: usize, up: bool) {
+        let counter = if up { &self.up } else { &self.down };
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+        self.touch();
     }
 
     pub(super) fn touch(&self) {

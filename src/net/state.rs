@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::Semaphore;
 
-use super::intercept::Interception;
+use super::broker::Broker;
 use super::names::Names;
 use super::policy::Policy;
 use crate::audit::AuditSink;
@@ -28,8 +28,8 @@ pub(crate) struct State {
     pub(super) bytes_total: AtomicU64,
     /// `transparent` egress: the names the resolver handed out.
     pub(super) names: Names,
-    /// The hosts whose TLS the proxy terminates, and the sandbox's CA.
-    pub(super) interception: Option<Arc<Interception>>,
+    /// Secrets the proxy puts into requests (gateways, interception).
+    pub(crate) broker: Broker,
 }
 
 impl State {
@@ -37,7 +37,7 @@ impl State {
         policy: Policy,
         sandbox_id: String,
         audit: Option<AuditSink>,
-        interception: Option<Arc<Interception>>,
+        broker: Broker,
     ) -> Arc<State> {
         let l = policy.limits().clone();
         Arc::new(State {
@@ -51,7 +51,7 @@ impl State {
             resolvers: Semaphore::new(MAX_RESOLVERS),
             bytes_total: AtomicU64::new(0),
             names: Default::default(),
-            interception,
+            broker,
             policy,
             sandbox_id,
             audit,
@@ -60,7 +60,8 @@ impl State {
 
     /// Whether `host:port`'s TLS is terminated here.
     pub(super) fn intercepts(&self, host: &super::host::CanonicalHost, port: u16) -> bool {
-        self.interception
+        self.broker
+            .interception
             .as_ref()
             .is_some_and(|i| i.rule_for(host, port).is_some())
     }

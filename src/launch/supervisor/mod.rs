@@ -918,6 +918,7 @@ pub(crate) fn start_proxy(
     }
     let brokering = crate::net::Brokering {
         interception: prep.interception.clone(),
+        ..Default::default()
     };
     let handle = crate::net::spawn(
         prep.policy.clone(),

@@ -15,7 +15,6 @@
 mod bundle;
 mod ca;
 mod leaf;
-mod relay;
 pub(crate) mod serve;
 mod tls;
 

@@ -1,7 +1,8 @@
 //! An intercepted connection from its first byte to its last: a CONNECT
 //! the proxy answered 200 to, or a captured `transparent` connection,
 //! terminated as the host it was allowed for and handed to the request
-//! pipeline. The connection's decision (its audit line) records the TLS
+//! pipeline ([`crate::net::broker::serve::serve_connection`]: every
+//! request gets its rules, secrets and audit line there). The connection's decision (its audit line) records the TLS
 //! side: the leaf minted or cached, and the bytes the sandbox moved.
 
 use std::sync::Arc;
@@ -12,6 +13,8 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::tls::{Metered, terminate};
 use super::{InterceptError, LeafUse};
+use crate::net::broker::serve::{InterceptTarget, serve_connection};
+use crate::net::doors::Door;
 use crate::net::host::CanonicalHost;
 use crate::net::record::{Decision, Outcome};
 
@@ -19,12 +22,13 @@ use crate::net::record::{Decision, Outcome};
 /// side of the tunnel.
 pub(crate) async fn connect(
     dec: Arc<Decision>,
+    door: Door,
     up: hyper::upgrade::Upgraded,
     host: CanonicalHost,
     port: u16,
     _tunnel: OwnedSemaphorePermit,
 ) {
-    serve(dec, TokioIo::new(up), host, port, None).await;
+    serve(dec, door, TokioIo::new(up), host, port, None).await;
 }
 
 /// A captured `transparent` connection to an intercepted host. `pending`
@@ -36,11 +40,12 @@ pub(crate) async fn captured(
     port: u16,
     pending: OwnedSemaphorePermit,
 ) {
-    serve(dec, client, host, port, Some(pending)).await;
+    serve(dec, Door::Transparent, client, host, port, Some(pending)).await;
 }
 
 async fn serve<IO>(
     dec: Arc<Decision>,
+    door: Door,
     io: IO,
     host: CanonicalHost,
     port: u16,
@@ -49,7 +54,7 @@ async fn serve<IO>(
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let state = dec.state.clone();
-    let Some(interception) = state.interception.clone() else {
+    let Some(interception) = state.broker.interception.clone() else {
         dec.with(|f| f.error = Some("internal: no interception for an intercepted host".into()));
         return;
     };
@@ -77,10 +82,9 @@ async fn serve<IO>(
         });
         f.alpn = Some(if terminated.h2 { "h2" } else { "http/1.1" });
     });
+    let target = InterceptTarget { host, port, door };
     tokio::select! {
-        r = super::relay::relay(&dec, terminated.stream, &host, port, terminated.h2) => if let Err(e) = r {
-            dec.with(|f| f.error = Some(e));
-        },
+        () = serve_connection(terminated.stream, target, terminated.h2, state.clone()) => {},
         why = dec.watchdog(limits.idle_timeout, limits.total_timeout) => {
             dec.with(|f| f.error = Some(why.into()));
         }

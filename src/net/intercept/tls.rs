@@ -15,8 +15,7 @@ use tokio_rustls::server::TlsStream;
 use super::leaf::LeafUse;
 use super::{InterceptError, Interception};
 use crate::net::host::{CanonicalHost, canonicalize};
-use crate::net::record::{Decision, DirMeter};
-use crate::net::tunnel::Meter;
+use crate::net::record::Decision;
 
 /// A terminated connection: the decrypted stream, whether the client
 /// chose HTTP/2, and whether its leaf was minted for it.
@@ -64,8 +63,9 @@ where
 }
 
 /// The sandbox's side of an intercepted connection, counted (the bytes
-/// the sandbox sent and received, TLS included) against its decision and
-/// the sandbox's byte budget, and refreshing the idle clock.
+/// the sandbox sent and received, TLS included) in its decision, which
+/// refreshes the idle clock. The sandbox's byte budget is charged by the
+/// request pipeline, per request.
 pub(crate) struct Metered<IO> {
     pub(crate) inner: IO,
     pub(crate) dec: Arc<Decision>,
@@ -81,11 +81,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Metered<IO> {
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         let n = buf.filled().len() - before;
         if n > 0 {
-            DirMeter {
-                dec: &self.dec,
-                up: true,
-            }
-            .account(n)?;
+            self.dec.count(n, true);
         }
         r
     }
@@ -101,11 +97,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Metered<IO> {
         if let Poll::Ready(Ok(n)) = r
             && n > 0
         {
-            DirMeter {
-                dec: &self.dec,
-                up: false,
-            }
-            .account(n)?;
+            self.dec.count(n, false);
         }
         r
     }
