@@ -3,7 +3,8 @@
 # direct loopback connection and against tinyproxy doing the same.
 #
 #   benches/proxy.sh            (env: SIZE_MB=1024 RUNS=3 SETUPS=2000 IDLE=10000)
-#   (ends with benches/proxy_transparent.sh: the --egress-mode transparent rows)
+#   (ends with benches/proxy_transparent.sh: the --egress-mode transparent rows,
+#   and benches/proxy_intercept.sh: TLS interception)
 #
 # Prints bulk throughput, CONNECT setup latency, and the RSS of hutch proxy
 # holding IDLE idle tunnels, with the ratios the targets are stated in:
@@ -185,3 +186,7 @@ echo "  $target_idle tunnels   = $(python3 -c "print('%.1f' % (($before + ($afte
 
 # The transparent-egress rows (same machine, same run).
 "$here/proxy_transparent.sh"
+
+# TLS interception's rows (issue 31): first request per host (leaf minted),
+# cached, against direct TLS and an opaque tunnel.
+"$here/proxy_intercept.sh"

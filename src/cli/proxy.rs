@@ -164,6 +164,13 @@ fn run(args: Vec<OsString>) -> anyhow::Result<()> {
     let o = parse(args)?;
     let spec_policy = policy_of(&o)?;
     let policy = Policy::from_spec(&spec_policy)?;
+    if !spec_policy.intercept.is_empty() {
+        // Interception needs its CA in the client's trust, which only a
+        // sandbox's own proxy places (docs/egress.md).
+        bail!(
+            "hutch proxy: the policy lists hosts to intercept (`intercept`), which only the proxy of a sandbox started by hutch can do (it places its CA in the sandbox); remove `intercept` from this profile"
+        );
+    }
     if spec_policy.allow.is_empty() {
         eprintln!("hutch proxy: warning: no allow rules, every request will be denied");
     }

@@ -203,6 +203,8 @@ pub enum PrepareError {
     /// value).
     #[error("{0}")]
     Secret(crate::secret::SecretError),
+    #[error("egress policy: TLS interception: {0}")]
+    Intercept(crate::net::InterceptError),
     #[error("{0}")]
     Audit(#[from] crate::audit::AuditError),
     #[error("{0}")]

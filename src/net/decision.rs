@@ -17,6 +17,7 @@ use super::dial::dial;
 use super::doors::Door;
 use super::forward::{forward, tunnel};
 use super::host::{canonicalize, split_host_port};
+use super::intercept::serve;
 use super::policy::Verdict;
 use super::record::{Decision, Outcome};
 use super::state::State;
@@ -81,6 +82,10 @@ where
         dec.finish_with(Outcome::Limit, 429, msg.clone());
         return answer(StatusCode::TOO_MANY_REQUESTS, "limit", &msg);
     };
+    if matches!(target, Target::Tunnel) && state.intercepts(&host, port) {
+        // Its TLS ends here; the request pipeline dials the host.
+        return intercepted(dec, door, req, host, port, permit);
+    }
     let upstream = match dial(&state, &dec, &host, port, &rule).await {
         Ok(s) => s,
         Err(resp) => return resp,
@@ -108,6 +113,34 @@ where
         }
         Target::Forward => forward(dec, req, host, port, upstream, permit).await,
     }
+}
+
+/// Answer a CONNECT to an intercepted host with 200, then terminate its
+/// TLS on the upgraded connection ([`super::intercept::serve`]).
+fn intercepted(
+    dec: Arc<Decision>,
+    door: Door,
+    mut req: Request<Incoming>,
+    host: super::host::CanonicalHost,
+    port: u16,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Response<Body> {
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    dec.with(|f| {
+        f.verdict = Some(Outcome::Allow);
+        f.status = 200;
+    });
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(up) => serve::connect(dec, door, up, host, port, permit).await,
+            Err(e) => dec.with(|f| f.error = Some(format!("upgrade failed: {e}"))),
+        }
+    });
+    Response::new(
+        Full::new(Bytes::new())
+            .map_err(|n| match n {})
+            .boxed_unsync(),
+    )
 }
 
 /// Work out the destination: CONNECT authority, absolute URI, or (on the

@@ -30,6 +30,7 @@ mod error;
 mod file;
 mod forward;
 pub mod host;
+mod intercept;
 pub mod names;
 pub mod policy;
 mod record;
@@ -49,6 +50,8 @@ pub use doors::{
 };
 pub use error::NetError;
 pub use file::{load_policy_file, load_policy_profile};
+pub use intercept::InterceptError;
+pub(crate) use intercept::{CA_BUNDLE_PATH, CA_ENV, Interception};
 pub use policy::Policy;
 
 use crate::audit::AuditSink;
@@ -67,6 +70,12 @@ pub fn validate_spec(spec: &Spec) -> Result<(), SpecError> {
         Policy::from_spec(p).map_err(|e| match e {
             NetError::Policy { key, message } => SpecError::new(format!("network.{key}"), message),
             other => SpecError::new("network", other.to_string()),
+        })?;
+        intercept::validate(&p.intercept).map_err(|e| match e {
+            InterceptError::Entry { index, why } => {
+                SpecError::new(format!("network.intercept[{index}].host"), why)
+            }
+            other => SpecError::new("network.intercept", other.to_string()),
         })?;
     }
     Ok(())

@@ -52,6 +52,13 @@ pub(super) struct Fields {
     pub(super) status: u16,
     pub(super) error: Option<String>,
     pub(super) connect_ms: Option<u64>,
+    /// An intercepted host's connection: `leaf-minted` (its first) or
+    /// `leaf-cached`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) intercept: Option<&'static str>,
+    /// An intercepted connection: the protocol the sandbox's client chose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) alpn: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -111,6 +118,16 @@ impl Decision {
     /// When the decision began (a request's total timeout counts from it).
     pub(super) fn started(&self) -> Instant {
         self.start
+    }
+
+    /// Count `n` bytes of this decision's traffic (`up`: from the
+    /// sandbox) without charging the sandbox's byte budget: an
+    /// intercepted connection's TLS bytes, whose requests the request
+    /// pipeline charges.
+    pub(super) fn count(&self, n: usize, up: bool) {
+        let counter = if up { &self.up } else { &self.down };
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+        self.touch();
     }
 
     pub(super) fn touch(&self) {

@@ -58,6 +58,14 @@ impl State {
         })
     }
 
+    /// Whether `host:port`'s TLS is terminated here.
+    pub(super) fn intercepts(&self, host: &super::host::CanonicalHost, port: u16) -> bool {
+        self.broker
+            .interception
+            .as_ref()
+            .is_some_and(|i| i.rule_for(host, port).is_some())
+    }
+
     pub(super) fn budget_left(&self) -> bool {
         match self.policy.limits().max_bytes {
             Some(max) => self.bytes_total.load(Ordering::Relaxed) < max,

@@ -23,6 +23,7 @@ use super::dial::dial;
 use super::dns::{self, Rcode};
 use super::doors::Door;
 use super::host::{CanonicalHost, canonicalize};
+use super::intercept;
 use super::names::Assigned;
 use super::policy::Verdict;
 use super::record::{Decision, DirMeter, Outcome};
@@ -324,6 +325,12 @@ async fn captured(state: Arc<State>, client: TcpStream) {
         dec.finish_with(Outcome::Limit, 0, msg);
         return reset(client);
     };
+    if state.intercepts(&host, port) {
+        // Its TLS ends here (the server name is checked in the
+        // handshake); the request pipeline dials the host.
+        dec.with(|f| f.verdict = Some(Outcome::Allow));
+        return intercept::serve::captured(dec, client, host, port, pending).await;
+    }
     let upstream = match dial(&state, &dec, &host, port, &rule).await {
         Ok(s) => s,
         // The decision holds why (denied address, resolve or connect).

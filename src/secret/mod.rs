@@ -61,7 +61,6 @@ pub(crate) struct Placeholder(pub(crate) String);
 pub(crate) struct ArmedSecret {
     pub(crate) rule: Secret,
     pub(crate) placeholder: Placeholder,
-    #[allow(dead_code)] // read by the proxy's broker (issue 31, the gateway's part)
     pub(crate) value: SecretValue,
 }
 

@@ -76,12 +76,18 @@ pub(crate) struct ProxyPrep {
     /// What the workload's environment gets besides the Spec's own: the
     /// proxy's variables, each secret's placeholder, each gateway's URL.
     pub env: Vec<(String, String)>,
+    /// Intercepted hosts: the sandbox's CA, made here because its
+    /// certificate is bound into the root the child builds; its key stays
+    /// in this process and goes to the proxy.
+    pub interception: Option<std::sync::Arc<crate::net::Interception>>,
 }
 
 /// Network mode `proxy`: compile the policy, read the secrets, open the
 /// audit log, and add the proxy environment to the Spec. The doors are
-/// made by the sandbox itself (nothing of them exists on the host).
-fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
+/// made by the sandbox itself (nothing of them exists on the host). With
+/// intercepted hosts, the sandbox's CA is made and its trust bundle bound
+/// read-only at [`crate::net::CA_BUNDLE_PATH`].
+fn prepare_proxy(spec: &mut Spec, sandbox_id: &str) -> Result<Option<ProxyPrep>, LaunchError> {
     let Network::Proxy(pp) = &spec.network else {
         return Ok(None);
     };
@@ -102,6 +108,17 @@ fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
         None => None,
     };
     spec.env.extend(env.iter().cloned());
+    let interception = crate::net::Interception::new(sandbox_id, &pp.intercept)
+        .map_err(PrepareError::Intercept)?;
+    if let Some(i) = &interception {
+        spec.fs.push(crate::spec::FsOp::BindData {
+            dest: crate::net::CA_BUNDLE_PATH.into(),
+            content: i.trust_bundle(),
+            encoding: crate::spec::Encoding::Text,
+            mode: Some(0o444),
+            writable: false,
+        });
+    }
     let transparent_ports = (pp.egress_mode == crate::spec::EgressMode::Transparent).then(|| {
         // The sandbox's resolver, bound over whatever the root has.
         spec.fs.push(crate::spec::FsOp::BindData {
@@ -119,6 +136,7 @@ fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
         transparent_ports,
         secrets,
         env,
+        interception,
     }))
 }
 
@@ -182,7 +200,7 @@ pub(crate) fn prepare_sandbox(
     };
     let sandbox_id = sandbox_id();
     let mut with_proxy = spec.clone();
-    let proxy = prepare_proxy(&mut with_proxy)?;
+    let proxy = prepare_proxy(&mut with_proxy, &sandbox_id)?;
     let spec = if proxy.is_some() { &with_proxy } else { spec };
 
     // What does not depend on the command.
@@ -335,6 +353,7 @@ pub(crate) fn prepare_command(
                 .filter(|(name, _)| !crate::net::is_proxy_variable(name))
                 .cloned(),
         );
+        add_ca_env(spec, &mut env);
         exec_with_argv0(&spec.command, spec.argv0.as_deref(), &env)
     } else {
         exec_with_argv0(&spec.command, spec.argv0.as_deref(), &spec.env)
@@ -355,6 +374,23 @@ pub(crate) fn prepare_command(
         controlling_tty: false,
     };
     Ok((command, relay))
+}
+
+/// With intercepted hosts, point the common TLS stacks at the sandbox's
+/// trust bundle; a variable the caller set keeps its value.
+fn add_ca_env(spec: &Spec, env: &mut BTreeMap<String, String>) {
+    let Network::Proxy(pp) = &spec.network else {
+        return;
+    };
+    if pp.intercept.is_empty() {
+        return;
+    }
+    for key in crate::net::CA_ENV {
+        // The caller's explicit choice (set or unset) wins.
+        if !spec.env.contains_key(key) && !spec.unset_env.iter().any(|u| u == key) {
+            env.insert(key.to_string(), crate::net::CA_BUNDLE_PATH.to_string());
+        }
+    }
 }
 
 fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
@@ -576,6 +612,44 @@ pub fn network_name(n: &Network) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With intercepted hosts, the six CA variables point at the bundle,
+    /// except one the caller set; without, none is added.
+    #[test]
+    fn the_ca_variables_point_at_the_bundle_unless_the_caller_set_one() {
+        let mut spec = crate::spec::default_profile();
+        spec.command = vec!["true".into()];
+        spec.env.insert("PIP_CERT".into(), "/mine.pem".into());
+        let mut pp = crate::spec::ProxyPolicy {
+            allow: vec!["api.example.com".into()],
+            ..Default::default()
+        };
+        spec.network = Network::Proxy(pp.clone());
+        let env_of = |spec: &Spec| {
+            let (plan, _) = prepare_command(spec, Some(&[]), false, WorkloadStdio::Inherit).unwrap();
+            plan.exec
+                .envp
+                .iter()
+                .map(|c| c.to_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            !env_of(&spec)
+                .iter()
+                .any(|e| e.starts_with("SSL_CERT_FILE="))
+        );
+        pp.intercept = vec![serde_json::from_str(r#"{"host":"api.example.com"}"#).unwrap()];
+        spec.network = Network::Proxy(pp);
+        let env = env_of(&spec);
+        for key in crate::net::CA_ENV {
+            let want = if key == "PIP_CERT" {
+                "PIP_CERT=/mine.pem".to_string()
+            } else {
+                format!("{key}={}", crate::net::CA_BUNDLE_PATH)
+            };
+            assert!(env.contains(&want), "{want} in {env:?}");
+        }
+    }
 
     /// Proxy mode prepares no directory or socket on the host: both doors
     /// are made by the sandbox (so a SIGKILL at any moment leaves nothing).

@@ -940,6 +940,7 @@ pub(crate) fn start_proxy(
     // holder from now on (the child's plan never held them).
     let brokering = crate::net::Brokering {
         secrets: std::mem::take(&mut prep.secrets),
+        interception: prep.interception.clone(),
     };
     let handle = crate::net::spawn(
         prep.policy.clone(),

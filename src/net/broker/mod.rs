@@ -22,14 +22,21 @@ pub(crate) mod upstream;
 
 use crate::secret::{ArmedSecret, SecretValue};
 
+use std::sync::Arc;
+
 use super::error::NetError;
+use super::intercept::Interception;
 use inject::Secrets;
 
 /// What the proxy brokers beyond the policy: the armed secrets (values
-/// read on the host by the launcher). `Brokering::default()`: none.
+/// read on the host by the launcher) and the hosts whose TLS it
+/// terminates, with the sandbox's CA. `Brokering::default()`: none.
 #[derive(Debug, Default)]
 pub struct Brokering {
     pub(crate) secrets: Vec<ArmedSecret>,
+    /// Made before the sandbox is cloned (its certificate is in the
+    /// sandbox's trust bundle); `None`: no host is intercepted.
+    pub(crate) interception: Option<Arc<Interception>>,
 }
 
 /// The brokering state of one sandbox's proxy.
@@ -40,6 +47,8 @@ pub(crate) struct Broker {
     pub(crate) scrub_pairs: Vec<(SecretValue, Vec<u8>)>,
     /// Upstream connections kept for the next request.
     pub(crate) pool: std::sync::Arc<upstream::Pool>,
+    /// The intercepted hosts' CA and leaves.
+    pub(crate) interception: Option<Arc<Interception>>,
 }
 
 impl Broker {
@@ -50,6 +59,7 @@ impl Broker {
             secrets,
             scrub_pairs,
             pool: Default::default(),
+            interception: b.interception,
         })
     }
 }

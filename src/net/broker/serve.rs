@@ -32,7 +32,6 @@ use crate::net::state::State;
 /// CONNECT (or captured SNI) named, and the door it came through (for the
 /// audit line).
 #[derive(Debug, Clone)]
-#[cfg_attr(not(test), allow(dead_code))] // until interception calls it
 pub(crate) struct InterceptTarget {
     pub(crate) host: CanonicalHost,
     pub(crate) port: u16,
@@ -72,7 +71,6 @@ pub(crate) async fn serve_gateway(
 /// intercepted host (HTTP/2 when `h2`, else HTTP/1.1 with keep-alive)
 /// through the same pipeline as a gateway's; each request gets its own
 /// decision and audit line. Returns when the connection ends.
-#[cfg_attr(not(test), allow(dead_code))] // until interception calls it
 pub(crate) async fn serve_connection<IO>(
     io: IO,
     target: InterceptTarget,
@@ -329,6 +327,7 @@ mod tests {
         };
         let broker = crate::net::broker::Broker::new(crate::net::Brokering {
             secrets: vec![secret],
+            interception: None,
         })
         .unwrap();
         State::new(policy, "t".into(), None, broker)
