@@ -205,7 +205,7 @@ fn prepare_fails_closed_below_the_landlock_floor() {
     assert_eq!(r.seccomp.killed_abis, vec!["i386", "x32"]);
     assert!(r.caps_kept.is_empty());
     let json = serde_json::to_value(&r).unwrap();
-    assert_eq!(json["landlock"]["tcp"], "denied");
+    assert_eq!(json["landlock"]["tcp"], "own-namespace");
 }
 
 #[test]

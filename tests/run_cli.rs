@@ -809,3 +809,161 @@ fn pid1_killed_from_outside_is_reported_as_killed() {
     assert_eq!(last["reason"], "killed", "{last}");
     assert_eq!(last["signal"], 9, "{last}");
 }
+
+/// `--profile` with `--workspace DIR:DEST --changes DIR`: the workspace is
+/// overlaid at DEST, is the working directory, and its upper is kept (the
+/// agent spawner's "foo.txt lands in the upper, not in the host repo").
+/// Failed on the code before this change: both flags were dropped without
+/// a word, the command ran in `/` with no overlay and nothing was kept.
+#[test]
+fn a_profile_keeps_the_workspace_and_changes_flags() {
+    for who in identities() {
+        let ws = workspace("profile-ws", who);
+        let keep = TempDir::new("profile-keep", who);
+        let profile = keep.path().join("profile.json");
+        write_as(
+            &profile,
+            &serde_json::to_string(&hutch::spec::default_profile()).unwrap(),
+            who,
+        );
+        let changes = keep.path().join("changes");
+        let out = hutch_as(
+            who,
+            keep.path(),
+            &[
+                "run",
+                "--quiet",
+                "--profile",
+                profile.to_str().unwrap(),
+                "--workspace",
+                &format!("{}:/workspace/demo", ws.path().display()),
+                "--changes",
+                changes.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                "pwd && cat existing.txt && echo made > foo.txt",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{who:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "/workspace/demo\noriginal\n", "{who:?}");
+        assert_eq!(
+            std::fs::read_to_string(changes.join("upper/foo.txt")).unwrap(),
+            "made\n"
+        );
+        assert!(!ws.path().join("foo.txt").exists(), "{who:?}: write leaked");
+
+        // `--changes` alone: the current directory is the workspace.
+        let changes = keep.path().join("changes-cwd");
+        let out = hutch_as(
+            who,
+            ws.path(),
+            &[
+                "run",
+                "--quiet",
+                "--profile",
+                profile.to_str().unwrap(),
+                "--changes",
+                changes.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                "pwd && echo again > bar.txt",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{who:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), format!("{}\n", ws.path().display()));
+        assert!(changes.join("upper/bar.txt").exists(), "{who:?}");
+        assert!(!ws.path().join("bar.txt").exists(), "{who:?}: write leaked");
+    }
+}
+
+/// `--unsetenv` and `--setenv` of a proxy variable win over hutch's own:
+/// neither case of an unset variable is there, a set one has the caller's
+/// value only. Failed on the code before this change: hutch's
+/// `HTTPS_PROXY` and `NO_PROXY` were added after the options, over them.
+#[test]
+fn explicit_proxy_variables_win_over_hutchs() {
+    for who in identities() {
+        let ws = workspace("proxy-env", who);
+        let out = hutch_as(
+            who,
+            ws.path(),
+            &[
+                "run",
+                "--quiet",
+                "--allow-host",
+                "example.com",
+                "--unsetenv",
+                "HTTPS_PROXY",
+                "--setenv",
+                "NO_PROXY",
+                "localhost,.internal",
+                "--",
+                "env",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{who:?}: {}", stderr(&out));
+        let env = stdout(&out);
+        let mut proxy: Vec<&str> = env
+            .lines()
+            .filter(|l| l.to_ascii_lowercase().contains("_proxy="))
+            .collect();
+        proxy.sort();
+        assert_eq!(
+            proxy,
+            [
+                "ALL_PROXY=http://127.0.0.1:3128",
+                "HTTP_PROXY=http://127.0.0.1:3128",
+                "NO_PROXY=localhost,.internal",
+                "all_proxy=http://127.0.0.1:3128",
+                "http_proxy=http://127.0.0.1:3128",
+            ],
+            "{who:?}"
+        );
+    }
+}
+
+/// The sandbox's pid 1 shows no more of hutch's command line than
+/// `hutch init`: no host path, no `--setenv` value (every process of the
+/// sandbox can read `/proc/1/cmdline`). Failed on the code before this
+/// change: it held hutch's whole command line, the value included.
+#[test]
+fn pid1_command_line_carries_no_setenv_value() {
+    for who in identities() {
+        let ws = workspace("cmdline", who);
+        let out = hutch_as(
+            who,
+            ws.path(),
+            &[
+                "run",
+                "--quiet",
+                "--setenv",
+                "SOME_TOKEN",
+                "value-that-must-not-show",
+                "--",
+                "sh",
+                "-c",
+                "tr '\\0' ' ' < /proc/1/cmdline; echo; test \"$SOME_TOKEN\" = value-that-must-not-show && echo set",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{who:?}: {}", stderr(&out));
+        let text = stdout(&out);
+        let mut lines = text.lines();
+        let cmdline = lines.next().unwrap_or_default();
+        assert_eq!(cmdline.trim_end(), "hutch init", "{who:?}: {text}");
+        assert!(
+            !text.contains("value-that-must-not-show"),
+            "{who:?}: {text}"
+        );
+        assert!(
+            !text.contains(&ws.path().display().to_string()),
+            "{who:?}: {text}"
+        );
+        assert_eq!(
+            lines.next(),
+            Some("set"),
+            "{who:?}: the variable still reaches the workload"
+        );
+    }
+}

@@ -728,3 +728,77 @@ fn pending_handshakes_over_the_cap_are_refused_and_audited() {
         );
     }
 }
+
+/// A connection to an allowed name on a port no rule allows (nothing
+/// captures it: the sandbox's kernel refuses it) is audited like every
+/// other refusal: one `deny` line per attempt, with the name, the port
+/// and why, as root and as uid 65534. Failed on the code before this
+/// change: no line at all (Landlock refused the connect with EACCES
+/// before a packet existed, and nothing watched the port).
+#[test]
+fn refused_attempts_on_an_uncaptured_port_are_audited() {
+    require!(have("python3"), "python3 is needed (see .ci/run)");
+    const TRIES: usize = 6;
+    for who in identities() {
+        let can = can_launch_as(who);
+        require!(can.is_ok(), can.unwrap_err());
+        let dir = TempDir::new("transparent-refused", who);
+        let up = upstream(0);
+        let audit = dir.path().join("audit.jsonl");
+        let allow = format!("api.test:{}", up.port);
+        let script = format!(
+            "import errno, socket\n\
+             for _ in range({TRIES}):\n    \
+                 try:\n        \
+                     socket.create_connection(('api.test', 443), timeout=5); print('connected')\n    \
+                 except OSError as e:\n        \
+                     print(errno.errorcode[e.errno])\n"
+        );
+        let out = hutch_as(
+            who,
+            dir.path(),
+            &[
+                "run",
+                "--quiet",
+                "--egress-mode",
+                "transparent",
+                "--allow-host",
+                &allow,
+                "--resolve",
+                "api.test=127.0.0.1",
+                "--allow-address",
+                "127.0.0.1",
+                "--audit",
+                audit.to_str().unwrap(),
+                "--",
+                "python3",
+                "-c",
+                &script,
+            ],
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{who:?}: {out:?}");
+        assert_eq!(stdout, "ECONNREFUSED\n".repeat(TRIES), "{who:?}");
+        // The run has ended: every line is written.
+        let text = std::fs::read_to_string(&audit).unwrap_or_default();
+        let refused: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|l| l["method"] == "TCP")
+            .collect();
+        assert_eq!(refused.len(), TRIES, "{who:?}: {text}");
+        for l in &refused {
+            assert_eq!(l["door"], "transparent", "{l}");
+            assert_eq!(l["verdict"], "deny", "{l}");
+            assert_eq!(l["host"], "api.test", "{l}");
+            assert_eq!(l["port"], 443, "{l}");
+            assert!(
+                l["destination"].as_str().unwrap().starts_with("198.18."),
+                "{l}"
+            );
+            let error = l["error"].as_str().unwrap();
+            assert!(error.starts_with("api.test:443 is not allowed"), "{l}");
+        }
+        assert_eq!(up.hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+}

@@ -3,7 +3,7 @@
 //! a pooled command may change too ([`CommandParts`]), and the setters of
 //! both, written once ([`shared_setters!`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use crate::launch::claim::ClaimCommand;
@@ -31,6 +31,7 @@ impl Default for CommandOptions {
 pub(super) trait CommandParts {
     fn argv(&mut self) -> &mut Vec<String>;
     fn env(&mut self) -> &mut BTreeMap<String, String>;
+    fn unset_env(&mut self) -> &mut BTreeSet<String>;
     fn cwd(&mut self) -> &mut Option<PathBuf>;
     fn wall_clock(&mut self) -> &mut Option<Duration>;
     fn output_bytes(&mut self) -> &mut Option<ByteSize>;
@@ -42,6 +43,9 @@ impl CommandParts for Spec {
     }
     fn env(&mut self) -> &mut BTreeMap<String, String> {
         &mut self.env
+    }
+    fn unset_env(&mut self) -> &mut BTreeSet<String> {
+        &mut self.unset_env
     }
     fn cwd(&mut self) -> &mut Option<PathBuf> {
         &mut self.cwd
@@ -60,6 +64,9 @@ impl CommandParts for ClaimCommand {
     }
     fn env(&mut self) -> &mut BTreeMap<String, String> {
         &mut self.env
+    }
+    fn unset_env(&mut self) -> &mut BTreeSet<String> {
+        &mut self.unset_env
     }
     fn cwd(&mut self) -> &mut Option<PathBuf> {
         &mut self.cwd
@@ -96,12 +103,17 @@ macro_rules! shared_setters {
         }
 
         pub fn env(&mut self, key: impl Into<String>, value: impl Into<String>) -> &mut Self {
-            options::CommandParts::env(&mut self.$parts).insert(key.into(), value.into());
+            let key = key.into();
+            options::CommandParts::unset_env(&mut self.$parts).remove(&key);
+            options::CommandParts::env(&mut self.$parts).insert(key, value.into());
             self
         }
 
+        /// Also keeps hutch's own variable of that name (a proxy
+        /// variable) out of the command's environment.
         pub fn env_remove(&mut self, key: &str) -> &mut Self {
             options::CommandParts::env(&mut self.$parts).remove(key);
+            options::CommandParts::unset_env(&mut self.$parts).insert(key.to_string());
             self
         }
 

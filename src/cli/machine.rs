@@ -174,7 +174,10 @@ impl MachineError {
     fn from_launch(l: &LaunchError, what: String) -> Self {
         match l {
             LaunchError::Spec(s) => Self::from_spec(s, what),
-            LaunchError::Sys(s) | LaunchError::Clone(s) | LaunchError::Idmap { err: s, .. } => {
+            LaunchError::Sys(s)
+            | LaunchError::Clone(s)
+            | LaunchError::Idmap { err: s, .. }
+            | LaunchError::ProcessLimit { err: s, .. } => {
                 MachineError::new(ErrorKind::Setup, what).with_sys(s)
             }
             LaunchError::Cgroup(_) | LaunchError::MultiThreaded(_) => {

@@ -24,8 +24,10 @@ Profile:
   --profile FILE          start from a TOML or JSON profile instead of the default
   --bare                  start from an empty root (no default profile, no workspace)
   --workspace DIR[:DEST]  overlay DIR instead of the current directory, at DEST
-                          inside (default: the same path)
-  --changes DIR           keep the workspace overlay's upper in DIR/upper (work in DIR/work)
+                          inside (default: the same path); with --profile, adds
+                          this workspace to the profile's filesystem
+  --changes DIR           keep the workspace overlay's upper in DIR/upper (work in DIR/work);
+                          with --profile and no --workspace, the current directory
   --changes-size SIZE     size cap of a discarded upper (default 4G)
 Filesystem (applied in order):
   --ro-bind SRC DEST      --bind SRC DEST      --dev-bind SRC DEST   (+ -try variants)
@@ -43,7 +45,8 @@ Image (the system directories from a container image; see docs/images.md):
   --allow-devices         accept what the corresponding check refuses
 Process:
   --chdir DIR  --setenv KEY VALUE  --unsetenv KEY  --uid N  --gid N  --hostname NAME
-                          (a relative --chdir is inside the workspace)
+                          (a relative --chdir is inside the workspace; --setenv and
+                          --unsetenv win over hutch's own proxy variables)
   --pass-env NAME         copy NAME from hutch's environment (nothing else of it enters)
   --label KEY=VALUE       shown by `hutch ps`, matched by `hutch kill --label`
   --share-net             use the host's network (default: none)
@@ -162,19 +165,15 @@ pub(crate) enum WorkspaceFrom {
     Caller,
 }
 
-/// Parse `hutch run` arguments into a Spec and options. The Spec is not
-/// validated here: `launch::run` validates it before anything happens.
-pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
+/// Parse `hutch run` arguments (the unit tests' door).
+#[cfg(test)]
+fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
     parse_reporting(args, &mut Reporting::default())
 }
 
-/// [`parse`], starting from `base` (as a `--profile` would) instead of the
-/// default profile when given.
-pub fn parse_onto(args: &[OsString], base: Option<Spec>) -> Result<(Spec, RunOptions)> {
-    parse_reporting_onto(args, base, WorkspaceFrom::Flags, &mut Reporting::default())
-}
-
-/// [`parse`], also filling `rep` with the reporting flags as they come.
+/// Parse `hutch run` arguments into a Spec and options, also filling `rep`
+/// with the reporting flags as they come. The Spec is not validated here:
+/// `launch::run` validates it before anything happens.
 pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, RunOptions)> {
     parse_reporting_onto(args, None, WorkspaceFrom::Flags, rep)
 }
@@ -365,14 +364,18 @@ pub fn parse_reporting_onto(
             "--setenv" => {
                 let (k, v) = (value(arg)?, value(arg)?);
                 edits.push(Box::new(move |s| {
+                    s.unset_env.remove(&k);
                     s.env.insert(k, v);
                     Ok(())
                 }));
             }
             "--unsetenv" => {
                 let k = value(arg)?;
+                // Recorded, not only removed: hutch's own variables (the
+                // proxy's) must not come back either.
                 edits.push(Box::new(move |s| {
                     s.env.remove(&k);
+                    s.unset_env.insert(k);
                     Ok(())
                 }));
             }
@@ -558,7 +561,15 @@ pub fn parse_reporting_onto(
     let default_base = base.is_none() && !bare;
     let mut spec = match (base, bare) {
         (Some(_), true) => bail!("--bare and --profile exclude each other"),
-        (Some(profile), false) => profile,
+        // A profile brings no workspace of its own; `--workspace` or
+        // `--changes` add the same overlay the default profile gets.
+        (Some(mut profile), false) => {
+            if workspace.is_some() || changes.is_some() {
+                let dir = workspace.unwrap_or_else(|| cwd.clone());
+                add_workspace(&mut profile, &dir, workspace_dest, changes.as_deref())?;
+            }
+            profile
+        }
         (None, true) => {
             if workspace.is_some() || changes.is_some() {
                 bail!(
@@ -570,17 +581,8 @@ pub fn parse_reporting_onto(
         (None, false) if workspace_from == WorkspaceFrom::Caller => spec::default_profile(),
         (None, false) => {
             let dir = workspace.unwrap_or_else(|| cwd.clone());
-            if dir == Path::new("/") {
-                bail!(
-                    "the workspace would be / ; run hutch from a project directory, pass --workspace DIR, or use --bare"
-                );
-            }
             let mut s = spec::default_profile();
-            let mut overlay = spec::workspace_overlay(&dir, changes.as_deref());
-            let dest = workspace_dest.unwrap_or_else(|| dir.clone());
-            set_dest(&mut overlay, dest.clone());
-            s.fs.push(overlay);
-            s.cwd = Some(dest);
+            add_workspace(&mut s, &dir, workspace_dest, changes.as_deref())?;
             s
         }
     };
@@ -711,6 +713,27 @@ impl Egress {
     }
 }
 
+/// Overlay the workspace `dir` at `dest` (default: the same path), its
+/// upper kept in `changes` when given, and make it the working directory.
+fn add_workspace(
+    spec: &mut Spec,
+    dir: &Path,
+    dest: Option<PathBuf>,
+    changes: Option<&Path>,
+) -> Result<()> {
+    if dir == Path::new("/") {
+        bail!(
+            "the workspace would be / ; run hutch from a project directory, pass --workspace DIR, or use --bare"
+        );
+    }
+    let mut overlay = spec::workspace_overlay(dir, changes);
+    let dest = dest.unwrap_or_else(|| dir.to_path_buf());
+    set_dest(&mut overlay, dest.clone());
+    spec.fs.push(overlay);
+    spec.cwd = Some(dest);
+    Ok(())
+}
+
 /// Mount the workspace overlay at `dest`.
 fn set_dest(op: &mut FsOp, to: PathBuf) {
     match op {
@@ -839,12 +862,6 @@ pub fn report_envelope(
         _ => machine::ok_line(verb, result),
     };
     append_status(path, &line);
-}
-
-/// Launch a parsed Spec from this single-threaded process and turn the
-/// result into an exit code (errors as one line on stderr).
-pub fn run_spec(spec: &Spec, opts: &RunOptions) -> i32 {
-    run_reporting(spec, opts, &Reporting::default())
 }
 
 /// [`run_spec`], reporting as `rep` asks.

@@ -11,14 +11,17 @@
 //! crate: docs/decisions/0003-landlock-abi.md.
 
 use std::ffi::CString;
-use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use serde::Serialize;
 
 use crate::spec::{FsOp, Network, Spec};
+// The test-only enforcement path (`LandlockPlan::enforce`).
+#[cfg(feature = "internals")]
 use crate::sys::{self, Errno, SysError};
+#[cfg(feature = "internals")]
+use std::os::fd::AsFd;
 
 /// Newest Landlock ABI whose rights hutch knows and enforces.
 pub const HUTCH_MAX_ABI: u32 = 7;
@@ -84,6 +87,47 @@ pub struct LandlockPlan {
     pub paths: Vec<PathRule>,
     /// (port, rights) TCP rules.
     pub ports: Vec<(u16, u64)>,
+    /// What the TCP rights amount to, for the report.
+    pub tcp: TcpRule,
+}
+
+/// What Landlock does to TCP. Landlock's TCP rights name a port, never an
+/// address, so they cannot tell the sandbox's own loopback from the
+/// host's; the network namespace can, and decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpRule {
+    /// The sandbox has a network namespace of its own: everything TCP
+    /// reaches there is the sandbox's (its loopback; in network mode
+    /// `proxy` hutch's doors and captures), so bind, listen and connect
+    /// are left to it: a test suite's local server works.
+    OwnNamespace,
+    /// No bind and no connect (network mode `none` in a network namespace
+    /// that is not the sandbox's own).
+    Denied,
+    /// connect only to the proxy's ports, no bind (mode `proxy` in a
+    /// network namespace that is not the sandbox's own).
+    ProxyOnly,
+    /// The caller's network namespace (`--share-net`): connect anywhere,
+    /// but no bind, so no listening on a port the host's processes
+    /// reach.
+    NoBind,
+    /// Not handled: Landlock's network rules are off, the kernel's ABI is
+    /// below 4, or the namespace is one the sandbox was given to join (a
+    /// container engine's).
+    Unrestricted,
+}
+
+impl TcpRule {
+    /// The exit report's word.
+    pub fn word(self) -> &'static str {
+        match self {
+            TcpRule::OwnNamespace => "own-namespace",
+            TcpRule::Denied => "denied",
+            TcpRule::ProxyOnly => "proxy-only",
+            TcpRule::NoBind => "no-bind",
+            TcpRule::Unrestricted => "unrestricted",
+        }
+    }
 }
 
 /// What the exit report says about Landlock.
@@ -99,7 +143,8 @@ pub struct LandlockReport {
     pub enforced_abi: Option<u32>,
     /// Filesystem rights are restricted to the mount plan.
     pub filesystem: bool,
-    /// `denied`, `proxy-only`, or `unrestricted` (host network or ABI < 4).
+    /// [`TcpRule::word`]: `own-namespace`, `denied`, `proxy-only`,
+    /// `no-bind` (host network) or `unrestricted` (ABI < 4).
     #[serde(deserialize_with = "crate::util::static_words::word")]
     pub tcp: crate::util::static_words::Word,
     /// Scopes in force: `abstract-unix-socket`, `signal` (ABI >= 6).
@@ -112,7 +157,9 @@ fn path_cstring(p: &Path) -> Option<CString> {
 }
 
 impl LandlockPlan {
-    /// Compute the ruleset for `spec` under kernel ABI `abi` (>= 1).
+    /// Compute the ruleset for `spec` under kernel ABI `abi` (>= 1). The
+    /// TCP rules follow the Spec's network namespace ([`TcpRule`]): a
+    /// process confined with them must be in the namespace the Spec says.
     pub fn new(spec: &Spec, kernel_abi: u32) -> LandlockPlan {
         let abi = kernel_abi.min(HUTCH_MAX_ABI);
         let all = fs_rights(abi);
@@ -174,10 +221,15 @@ impl LandlockPlan {
             }
         }
         let policy = &spec.security.landlock;
-        let (handled_net, ports) = if abi >= 4 && policy.network {
+        let own_netns = spec.namespaces.net && spec.namespaces.join.net.is_none();
+        let (handled_net, ports, tcp) = if abi >= 4 && policy.network {
             match spec.network {
-                Network::Host => (0, Vec::new()),
-                Network::None => (BIND_TCP | CONNECT_TCP, Vec::new()),
+                _ if own_netns => (0, Vec::new(), TcpRule::OwnNamespace),
+                Network::Host if spec.namespaces.join.net.is_some() => {
+                    (0, Vec::new(), TcpRule::Unrestricted)
+                }
+                Network::Host => (BIND_TCP, Vec::new(), TcpRule::NoBind),
+                Network::None => (BIND_TCP | CONNECT_TCP, Vec::new(), TcpRule::Denied),
                 Network::Proxy(ref p) => {
                     let mut ports = vec![(PROXY_PORT, CONNECT_TCP)];
                     // Transparent egress: the captured ports too. Only the
@@ -191,11 +243,11 @@ impl LandlockPlan {
                         let captured = crate::net::transparent_ports(&policy);
                         ports.extend(captured.into_iter().map(|port| (port, CONNECT_TCP)));
                     }
-                    (BIND_TCP | CONNECT_TCP, ports)
+                    (BIND_TCP | CONNECT_TCP, ports, TcpRule::ProxyOnly)
                 }
             }
         } else {
-            (0, Vec::new())
+            (0, Vec::new(), TcpRule::Unrestricted)
         };
         let scoped = if abi >= 6 && policy.scope {
             SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
@@ -209,16 +261,13 @@ impl LandlockPlan {
             scoped,
             paths,
             ports,
+            tcp,
         }
     }
 
     /// The report entry for this plan.
     pub fn report(&self, min_abi: Option<u32>, available: u32) -> LandlockReport {
-        let tcp = match (self.handled_net, self.ports.is_empty()) {
-            (0, _) => "unrestricted",
-            (_, true) => "denied",
-            (_, false) => "proxy-only",
-        };
+        let tcp = self.tcp.word();
         let mut scoped = Vec::new();
         if self.scoped & SCOPE_ABSTRACT_UNIX_SOCKET != 0 {
             scoped.push("abstract-unix-socket");
@@ -237,6 +286,7 @@ impl LandlockPlan {
         }
     }
 
+    #[cfg(feature = "internals")]
     /// Open the planned paths (inside the new root) and enforce the ruleset
     /// on the calling thread. Paths that do not exist (optional binds that
     /// were skipped) get no rule, which only denies more. Needs no-new-privs.
@@ -270,6 +320,7 @@ impl LandlockPlan {
     }
 }
 
+#[cfg(feature = "internals")]
 fn open_path(path: &CString) -> Result<std::os::fd::OwnedFd, SysError> {
     nix::fcntl::open(
         path.as_c_str(),
@@ -279,6 +330,7 @@ fn open_path(path: &CString) -> Result<std::os::fd::OwnedFd, SysError> {
     .map_err(|e| SysError::new(format!("open({:?}, O_PATH)", path.to_string_lossy()), e))
 }
 
+#[cfg(feature = "internals")]
 fn is_dir(fd: &std::os::fd::OwnedFd) -> bool {
     nix::sys::stat::fstat(fd)
         .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)

@@ -30,6 +30,14 @@ pub enum LaunchError {
         "creating the sandbox: {0} (user namespaces may be disabled or restricted here: run `hutch check`)"
     )]
     Clone(SysError),
+    /// fork, clone or execve said EAGAIN: a process limit was reached
+    /// (`what` is the step).
+    #[error("{what}: {err}; {limit}")]
+    ProcessLimit {
+        what: &'static str,
+        err: SysError,
+        limit: ProcessLimit,
+    },
     /// The Spec's image could not be used (resolution, a check, its
     /// config, the id maps it needs).
     #[error("{0}")]
@@ -99,6 +107,21 @@ pub struct LaunchFailure {
 }
 
 impl LaunchError {
+    /// The sandbox's clone failed: EAGAIN is a process limit (what it
+    /// counts said; the sandbox's own cap is not in force yet), anything
+    /// else the namespaces.
+    pub(crate) fn clone_failed(err: SysError) -> LaunchError {
+        if err.errno == crate::sys::Errno::EAGAIN {
+            LaunchError::ProcessLimit {
+                what: "creating the sandbox",
+                err,
+                limit: ProcessLimit::of_caller(None),
+            }
+        } else {
+            LaunchError::Clone(err)
+        }
+    }
+
     /// The typed form of this error.
     pub fn failure(&self) -> LaunchFailure {
         let errno = |e: &SysError| Some(format!("{:?}", e.errno));
@@ -126,6 +149,12 @@ impl LaunchError {
                 Some(
                     "user namespaces may be disabled or restricted here: run `hutch check`".into(),
                 ),
+            ),
+            LaunchError::ProcessLimit { err, .. } => (
+                FailureKind::Limits,
+                Some(err.call.clone()),
+                errno(err),
+                None,
             ),
             LaunchError::Idmap { path, err } => (
                 FailureKind::Idmap,
@@ -327,6 +356,77 @@ mod tests {
         ];
         for (e, line) in cases {
             assert_eq!(LaunchError::from(e).to_string(), line);
+        }
+    }
+}
+
+/// What RLIMIT_NPROC counted when a fork, clone or execve of a launch
+/// said EAGAIN. The kernel counts a user's tasks (threads included) per
+/// user namespace and checks every level up to the initial one: the
+/// sandbox's level holds only the sandbox's processes, against the
+/// sandbox's own cap; the level above holds every process of the
+/// launching user on the host, each of its sandboxes included, against
+/// the limit the launching process had when it made the sandbox's user
+/// namespace (none for root of the initial user namespace).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessLimit {
+    /// The launching user (its uid where hutch runs).
+    pub uid: u32,
+    /// Its RLIMIT_NPROC (soft), when it counts: not unlimited, not root
+    /// of the initial user namespace.
+    pub user_limit: Option<u64>,
+    /// The sandbox's own RLIMIT_NPROC (`limits.pids` where there is no
+    /// pids cgroup, or `limits.rlimits.nproc`).
+    pub sandbox_cap: Option<u64>,
+}
+
+impl ProcessLimit {
+    /// The launching process's side, read now (it has not changed since
+    /// the launch began).
+    pub(crate) fn of_caller(sandbox_cap: Option<u64>) -> ProcessLimit {
+        let uid = crate::sys::geteuid();
+        let soft = crate::sys::getrlimit(libc::RLIMIT_NPROC as i32)
+            .map(|(soft, _)| soft)
+            .unwrap_or(libc::RLIM_INFINITY);
+        // Root of the initial user namespace is exempt (its map is the
+        // whole id range onto itself).
+        let initial_root = uid == 0
+            && std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| {
+                m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"]
+            });
+        let user_limit = (soft != libc::RLIM_INFINITY && !initial_root).then_some(soft);
+        ProcessLimit {
+            uid,
+            user_limit,
+            sandbox_cap: sandbox_cap.filter(|n| *n != libc::RLIM_INFINITY),
+        }
+    }
+}
+
+impl std::fmt::Display for ProcessLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a process limit (RLIMIT_NPROC) was reached")?;
+        let uid = self.uid;
+        match (self.sandbox_cap, self.user_limit) {
+            (Some(cap), Some(limit)) => write!(
+                f,
+                ": the sandbox's cap of {cap} counts only the sandbox's own processes and threads, \
+                 but uid {uid}'s own limit of {limit} (ulimit -u) counts every process and thread \
+                 of uid {uid} on this host, each of its sandboxes included; raise --pids, run \
+                 fewer sandboxes as uid {uid} at once, or raise its ulimit -u"
+            ),
+            (None, Some(limit)) => write!(
+                f,
+                ": uid {uid}'s limit of {limit} (ulimit -u) counts every process and thread of \
+                 uid {uid} on this host, each of its sandboxes included; run fewer sandboxes as \
+                 uid {uid} at once or raise its ulimit -u"
+            ),
+            (Some(cap), None) => write!(
+                f,
+                ": the sandbox's cap of {cap} counts only the sandbox's own processes and \
+                 threads; raise --pids"
+            ),
+            (None, None) => write!(f, " (docs/limits.md)"),
         }
     }
 }

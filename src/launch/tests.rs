@@ -133,7 +133,8 @@ impl ChildSys for Recorder {
             ));
         }
         self.note(format!("transparent {ports:?}"));
-        Ok((0..=ports.len()).map(|_| self.fd()).collect())
+        // The resolver, one listener per port, the refusals watch.
+        Ok((0..ports.len() + 2).map(|_| self.fd()).collect())
     }
     fn recv_claim(
         &mut self,
@@ -348,6 +349,7 @@ fn ids(root_launch: bool) -> Ids {
 /// cgroup leaf, no pipes).
 fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
     ChildPlan {
+        args_area: Default::default(),
         ids: ids(true),
         fs: crate::fs::plan(spec, false),
         op_names: crate::fs::op_names(spec),

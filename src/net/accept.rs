@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, UdpSocket, UnixListener};
 use super::decision::handle;
 use super::doors::Door;
 use super::error::NetError;
-use super::policy::{EgressLimits, Policy};
+use super::policy::EgressLimits;
 use super::record::{Decision, Outcome};
 use super::state::State;
 use super::transparent;
@@ -34,6 +34,8 @@ pub(crate) enum Listener {
     Captured(TcpListener),
     /// `transparent` egress: the sandbox's resolver.
     Resolver(UdpSocket),
+    /// `transparent` egress: the watch on refused connection attempts.
+    Refusals(tokio::io::unix::AsyncFd<OwnedFd>),
 }
 
 impl Listener {
@@ -56,6 +58,9 @@ impl Listener {
                     .map(Listener::Resolver)
                     .map_err(|e| NetError::io("resolver socket: register", e))
             }
+            Door::Refusals => crate::sys::reactor::async_fd(fd, tokio::io::Interest::READABLE)
+                .map(Listener::Refusals)
+                .map_err(|e| NetError::io("refusals watch: register", e)),
             Door::Tcp => {
                 let l = std::net::TcpListener::from(fd);
                 l.set_nonblocking(true)
@@ -83,6 +88,7 @@ pub(crate) async fn serve(
     stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let mut tasks = tokio::task::JoinSet::new();
+    let mut refusals = Vec::new();
     for l in listeners {
         let st = state.clone();
         match l {
@@ -117,10 +123,19 @@ pub(crate) async fn serve(
                 }
             }),
             Listener::Resolver(s) => tasks.spawn(transparent::serve_resolver(st, s)),
+            Listener::Refusals(fd) => {
+                let watch = Arc::new(transparent::RefusalsWatch::new(fd));
+                refusals.push(watch.clone());
+                tasks.spawn(transparent::watch_refusals(st, watch))
+            }
         };
     }
     let _ = stop.await;
     tasks.abort_all();
+    // The sandbox has ended: what it attempted last is still queued.
+    for watch in refusals {
+        let _ = transparent::drain_refusals(&state, &watch);
+    }
 }
 
 /// Out of fds or memory: back off instead of spinning.
@@ -226,7 +241,8 @@ fn refused_head(e: &hyper::Error, limits: &EgressLimits) -> Option<(Outcome, u16
 /// Feed `bytes` to one proxy connection over a socketpair and return what
 /// the proxy answered (for the fuzz target and tests; nothing is dialled
 /// unless `policy` allows a reachable address).
-pub(crate) fn answer_raw(policy: Policy, door: Door, bytes: &[u8]) -> io::Result<Vec<u8>> {
+#[cfg(any(test, feature = "internals"))]
+pub(crate) fn answer_raw(policy: super::policy::Policy, door: Door, bytes: &[u8]) -> io::Result<Vec<u8>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

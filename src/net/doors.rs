@@ -17,7 +17,7 @@ use crate::sys::{Errno, SysError, raw};
 /// the proxy needs (each door belongs to exactly one sandbox).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Door {
-    /// The Unix socket at [`PROXY_SOCKET_PATH`]; also routes origin-form
+    /// The Unix socket at `/run/hutch/proxy.sock`; also routes origin-form
     /// requests by their `Host` header.
     Unix,
     /// The TCP listener on `127.0.0.1:3128` inside the sandbox.
@@ -28,6 +28,11 @@ pub enum Door {
     /// `transparent` egress: the resolver's UDP socket on 127.0.0.1:53.
     /// Its decisions are audited as `transparent` too (method `DNS`).
     Resolver,
+    /// `transparent` egress: a packet socket that sees each connection
+    /// attempt to a synthetic address on a port nothing captures (the
+    /// kernel refuses it with a reset), for its audit line
+    /// (`sys::syn_watch_v4`). Audited as `transparent`.
+    Refusals,
 }
 
 impl Door {
@@ -35,13 +40,11 @@ impl Door {
         match self {
             Door::Unix => "unix",
             Door::Tcp => "tcp",
-            Door::Transparent | Door::Resolver => "transparent",
+            Door::Transparent | Door::Resolver | Door::Refusals => "transparent",
         }
     }
 }
 
-/// Where the Unix door appears inside the sandbox.
-pub const PROXY_SOCKET_PATH: &str = "/run/hutch/proxy.sock";
 /// Port of the TCP door on the sandbox's loopback.
 pub const PROXY_TCP_PORT: u16 = 3128;
 
@@ -128,6 +131,9 @@ pub fn transparent_sockets_only(ports: &[u16]) -> Result<Vec<OwnedFd>, SysError>
         raw::listen(fd.as_fd(), 1024).map_err(sys(format!("listen(0.0.0.0:{port})")))?;
         fds.push(fd);
     }
+    // Last: attempts on the other ports, refused by the kernel, seen here
+    // so that each is audited too.
+    fds.push(crate::sys::syn_watch_v4(SYNTHETIC_NET, SYNTHETIC_PREFIX)?);
     Ok(fds)
 }
 
@@ -140,25 +146,46 @@ pub fn transparent_failure_hint(e: &SysError) -> String {
          (rtnetlink, CONFIG_INET)"
     } else if e.call.contains(":53") {
         "hutch init must be able to bind port 53 in the sandbox's network namespace"
+    } else if e.call.contains("AF_PACKET") || e.call.contains("SO_ATTACH_FILTER") {
+        "hutch init must be able to open a packet socket on `lo` with a socket filter in \
+         the sandbox's network namespace (CAP_NET_RAW over it), to audit the connections \
+         the kernel refuses"
     } else {
         "a capture listener could not be bound (is that port taken by the TCP door?)"
     };
     format!("transparent egress: {e}; {need}; or run with --egress-mode proxy")
 }
 
+/// The proxy variables hutch sets, upper case (each also in lower case).
+const PROXY_VARIABLES: [&str; 4] = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"];
+
+/// Whether `name` is one of the proxy variables hutch sets (either case).
+pub fn is_proxy_variable(name: &str) -> bool {
+    PROXY_VARIABLES
+        .iter()
+        .any(|v| *v == name || v.to_ascii_lowercase() == name)
+}
+
 /// Environment for the workload: every proxy variable (both cases) points
 /// at the TCP door; `NO_PROXY` only exempts the sandbox's own loopback,
 /// which has nothing outside the sandbox behind it.
-pub fn proxy_env() -> Vec<(String, String)> {
+///
+/// The caller's explicit choice wins: a variable `chosen` says the caller
+/// set or unset (in either case) is left out in both cases, as programs
+/// differ in which case they read first (curl: lower).
+pub fn proxy_env(chosen: impl Fn(&str) -> bool) -> Vec<(String, String)> {
     let url = format!("http://127.0.0.1:{PROXY_TCP_PORT}");
-    let mut env = Vec::new();
-    for key in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
-        env.push((key.to_string(), url.clone()));
-        env.push((key.to_ascii_lowercase(), url.clone()));
-    }
     let no_proxy = "localhost,127.0.0.1,::1".to_string();
-    env.push(("NO_PROXY".into(), no_proxy.clone()));
-    env.push(("no_proxy".into(), no_proxy));
+    let mut env = Vec::new();
+    for key in PROXY_VARIABLES {
+        let lower = key.to_ascii_lowercase();
+        if chosen(key) || chosen(&lower) {
+            continue;
+        }
+        let value = if key == "NO_PROXY" { &no_proxy } else { &url };
+        env.push((key.to_string(), value.clone()));
+        env.push((lower, value.clone()));
+    }
     env
 }
 
@@ -185,12 +212,23 @@ mod tests {
 
     #[test]
     fn env_points_every_variable_at_the_tcp_door() {
-        let env = proxy_env();
+        let env = proxy_env(|_| false);
         for k in ["HTTP_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"] {
             let v = env.iter().find(|(n, _)| n == k).unwrap();
             assert_eq!(v.1, "http://127.0.0.1:3128");
         }
         let np = env.iter().find(|(n, _)| n == "NO_PROXY").unwrap();
         assert_eq!(np.1, "localhost,127.0.0.1,::1");
+    }
+
+    #[test]
+    fn a_variable_the_caller_chose_is_left_out_in_both_cases() {
+        let env = proxy_env(|n| n == "https_proxy" || n == "NO_PROXY");
+        let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
+        );
+        assert!(is_proxy_variable("no_proxy") && !is_proxy_variable("PROXY"));
     }
 }

@@ -13,8 +13,10 @@
 //! there is no HTTP to answer in.
 
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
+use tokio::io::unix::AsyncFd;
 use tokio::net::{TcpStream, UdpSocket};
 
 use super::dial::dial;
@@ -111,6 +113,132 @@ pub(crate) fn resolve_packet(state: &Arc<State>, pkt: &[u8]) -> Option<Vec<u8>> 
             }
         },
     }
+}
+
+/// Audit each connection attempt to a synthetic address on a port no
+/// listener captures (the kernel refuses it with a reset, and the sandbox
+/// sees `ECONNREFUSED`): every refusal has its line, as in `proxy` mode.
+/// Until the task is cancelled.
+pub(super) async fn watch_refusals(state: Arc<State>, watch: Arc<RefusalsWatch>) {
+    loop {
+        let Ok(mut ready) = watch.sock.readable().await else {
+            return;
+        };
+        match drain_refusals(&state, &watch) {
+            Ok(()) => ready.clear_ready(),
+            // Out of memory or a transient error: back off, go on.
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+        }
+    }
+}
+
+/// Audit every attempt queued on the refusals watch, until none is left
+/// (Ok) or reading fails. Also run once more when the proxy stops: the
+/// last attempts of a workload that has just ended are still queued.
+pub(super) fn drain_refusals(
+    state: &Arc<State>,
+    watch: &RefusalsWatch,
+) -> Result<(), crate::sys::Errno> {
+    let captured = super::doors::transparent_ports(&state.policy);
+    let sock = watch.sock.get_ref().as_fd();
+    let mut buf = [0u8; 128];
+    let ended = loop {
+        match crate::sys::socket::raw::recv_now(sock, &mut buf) {
+            Ok(n) => {
+                if let Some((ip, port)) = first_syn(&buf[..n])
+                    && !captured.contains(&port)
+                {
+                    audit_refusal(state, ip, port);
+                }
+            }
+            Err(crate::sys::Errno::EAGAIN) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    // A burst faster than this thread reads overflows the queue: those
+    // attempts get one line together, never none.
+    if let Ok(dropped) = crate::sys::syn_watch_drops(sock)
+        && dropped > 0
+    {
+        let dec = Decision::new(state.clone(), Door::Refusals, "TCP".into());
+        dec.finish_with(
+            Outcome::Deny,
+            0,
+            format!(
+                "{} more connection attempts to the sandbox's synthetic addresses were \
+                     refused in the sandbox (no port of theirs is captured) and not audited one \
+                     by one: they came faster than the audit could read them",
+                dropped
+            ),
+        );
+    }
+    ended
+}
+
+/// The refusals watch of a sandbox (`sys::syn_watch_v4`).
+pub(crate) struct RefusalsWatch {
+    pub(crate) sock: AsyncFd<OwnedFd>,
+}
+
+impl RefusalsWatch {
+    pub(crate) fn new(sock: AsyncFd<OwnedFd>) -> RefusalsWatch {
+        RefusalsWatch { sock }
+    }
+}
+
+/// The destination of an IPv4 TCP packet that opens a connection (SYN
+/// without ACK) to a synthetic address; None for anything else (what was
+/// queued before the socket's filter was attached).
+fn first_syn(packet: &[u8]) -> Option<(std::net::Ipv4Addr, u16)> {
+    let (&v_ihl, _) = packet.split_first()?;
+    let ihl = usize::from(v_ihl & 0x0f) * 4;
+    if v_ihl >> 4 != 4 || ihl < 20 || packet.get(9) != Some(&6) {
+        return None;
+    }
+    let dst: [u8; 4] = packet.get(16..20)?.try_into().ok()?;
+    let ip = std::net::Ipv4Addr::from(dst);
+    let tcp = packet.get(ihl..ihl + 14)?;
+    let port = u16::from_be_bytes([tcp[2], tcp[3]]);
+    let syn_only = tcp[13] & 0x12 == 0x02;
+    (syn_only && super::names::is_synthetic(ip)).then_some((ip, port))
+}
+
+/// The audit line of a refused attempt: the name behind the address, and
+/// why the policy would not have it on that port.
+fn audit_refusal(state: &Arc<State>, ip: std::net::Ipv4Addr, port: u16) {
+    let dec = Decision::new(state.clone(), Door::Refusals, "TCP".into());
+    dec.with(|f| {
+        f.destination = Some(SocketAddr::from((ip, port)).to_string());
+        f.port = Some(port);
+    });
+    let Some(host) = state.names.name_of(ip).and_then(|n| canonicalize(&n).ok()) else {
+        dec.finish_with(
+            Outcome::Deny,
+            0,
+            format!("{ip}:{port} is not an address the sandbox's resolver handed out"),
+        );
+        return;
+    };
+    dec.with(|f| f.host = Some(host.to_string()));
+    let why = match state.policy.check(&host, port) {
+        Verdict::Deny(rule) => {
+            let why = format!("{host}:{port} is not allowed: {rule}");
+            dec.with(|f| f.rule = Some(rule));
+            why
+        }
+        // Only the TCP door's port can be allowed and not captured.
+        Verdict::Allow(rule) => {
+            dec.with(|f| f.rule = Some(rule));
+            format!(
+                "{host}:{port}: port {port} is the proxy's TCP door's, never captured; use the proxy (HTTPS_PROXY) for it"
+            )
+        }
+    };
+    dec.finish_with(
+        Outcome::Deny,
+        0,
+        format!("{why} (nothing captures port {port}: the connection was refused in the sandbox)"),
+    );
 }
 
 /// Take a connection slot for a captured connection, or reset it.
@@ -366,5 +494,25 @@ mod tests {
         assert!(shown.ends_with("..."));
         // Cut on a character boundary.
         assert_eq!(shorten(&"é".repeat(300)).chars().count(), 253 + 3);
+    }
+
+    /// Only a first SYN to a synthetic address counts as an attempt.
+    #[test]
+    fn a_first_syn_to_a_synthetic_address_is_an_attempt() {
+        let packet = |dst: [u8; 4], flags: u8| {
+            let mut p = vec![0u8; 40];
+            p[0] = 0x45;
+            p[9] = 6;
+            p[16..20].copy_from_slice(&dst);
+            p[22..24].copy_from_slice(&443u16.to_be_bytes());
+            p[33] = flags;
+            p
+        };
+        let ip = std::net::Ipv4Addr::new(198, 18, 0, 7);
+        assert_eq!(first_syn(&packet(ip.octets(), 0x02)), Some((ip, 443)));
+        assert_eq!(first_syn(&packet(ip.octets(), 0x12)), None, "SYN-ACK");
+        assert_eq!(first_syn(&packet(ip.octets(), 0x10)), None, "ACK");
+        assert_eq!(first_syn(&packet([127, 0, 0, 1], 0x02)), None, "loopback");
+        assert_eq!(first_syn(&packet(ip.octets(), 0x02)[..30]), None, "cut");
     }
 }

@@ -20,8 +20,6 @@ pub struct Translated {
     pub terminal: bool,
     /// `run.hutch.status-file`: the start event and exit report go there.
     pub status_file: Option<PathBuf>,
-    /// `linux.cgroupsPath`, as given.
-    pub cgroups_path: Option<String>,
     /// `linux.seccomp` as a hutch profile (JSON): the runtime writes it to
     /// the container's state directory and points `security.seccomp` at it.
     pub seccomp_profile: Option<String>,
@@ -229,6 +227,8 @@ pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
                 spec.network = Network::Proxy(policy);
                 spec.namespaces.net = true;
                 spec.namespaces.join.net = None;
+                // Its own namespace now: Landlock's TCP rule follows it.
+                spec.security.landlock.network = true;
             }
             "run.hutch.landlock" => {
                 let ll = &mut spec.security.landlock;
@@ -284,7 +284,6 @@ pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
         spec,
         terminal,
         status_file,
-        cgroups_path: linux.cgroups_path.clone(),
         seccomp_profile,
     })
 }
@@ -419,6 +418,13 @@ fn translate_namespaces(linux: &Linux, spec: &mut Spec) -> Result<(), OciError> 
         }
     }
     spec.network = if ns.net { Network::None } else { Network::Host };
+    if !ns.net && ns.join.net.is_none() {
+        // The engine chose the host's network for the container (no
+        // network namespace in the config): its TCP is the engine's
+        // business, as in a joined namespace; `hutch run --share-net`'s
+        // no-bind rule is for a caller that did not choose it this way.
+        spec.security.landlock.network = false;
+    }
     if ns.user {
         if linux.uid_mappings.is_empty() || linux.gid_mappings.is_empty() {
             return Err(err(
@@ -763,6 +769,22 @@ mod tests {
             .insert("run.hutch.egress.allow".into(), "pypi.org".into());
         let tr = t(&c).unwrap();
         assert!(matches!(&tr.spec.network, Network::Proxy(p) if p.allow == ["pypi.org"]));
+    }
+
+    /// The engine's host network (no network namespace in the config):
+    /// Landlock leaves its TCP alone (a host-network server listens), as
+    /// in a joined namespace; an egress annotation gives the container a
+    /// namespace of its own, and the TCP rule follows it again.
+    #[test]
+    fn a_host_network_container_keeps_its_tcp() {
+        let mut c = config(&EXAMPLE.replace(r#"{"type": "network"}, "#, ""));
+        let s = t(&c).unwrap().spec;
+        assert_eq!(s.network, Network::Host);
+        assert!(!s.security.landlock.network);
+        assert!(t(&config(EXAMPLE)).unwrap().spec.security.landlock.network);
+        c.annotations
+            .insert("run.hutch.egress.allow".into(), "pypi.org".into());
+        assert!(t(&c).unwrap().spec.security.landlock.network);
     }
 
     #[test]

@@ -23,7 +23,7 @@ mod size;
 mod toml_path;
 mod validate;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -77,6 +77,12 @@ pub struct Spec {
     /// The workload's whole environment (nothing is inherited).
     #[serde(deserialize_with = "load::unique_map")]
     pub env: BTreeMap<String, String>,
+    /// Variables the workload must not have, not even those hutch adds
+    /// itself (the proxy variables of network mode `proxy`; `--unsetenv`).
+    /// A name set in `env` or listed here wins over hutch's own value, in
+    /// both cases for the proxy variables (docs/egress.md).
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub unset_env: BTreeSet<String>,
     /// Working directory inside the sandbox (default `/`).
     pub cwd: Option<PathBuf>,
     /// argv of the workload; `command[0]` is searched in the sandbox's `PATH`
@@ -291,6 +297,7 @@ impl Default for Spec {
             namespaces: Namespaces::default(),
             identity: Identity::default(),
             env: BTreeMap::new(),
+            unset_env: BTreeSet::new(),
             cwd: None,
             command: Vec::new(),
             argv0: None,

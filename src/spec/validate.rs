@@ -120,6 +120,20 @@ pub fn validate_where_nul_may_be(
             ));
         }
     }
+    for key in &spec.unset_env {
+        if key.is_empty() || key.contains('=') {
+            return Err(SpecError::new(
+                format!("unset_env.{}", key_segment(key)),
+                "variable names must be non-empty and hold no '='",
+            ));
+        }
+        if spec.env.contains_key(key) {
+            return Err(SpecError::new(
+                format!("unset_env.{}", key_segment(key)),
+                "is also set in env; a variable is either set or unset",
+            ));
+        }
+    }
     if let Some(cwd) = &spec.cwd {
         absolute("cwd", cwd)?;
     }

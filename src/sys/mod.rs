@@ -19,7 +19,7 @@ mod mount;
 mod net;
 mod privilege;
 mod process;
-#[cfg(feature = "tokio")]
+// Also the egress proxy's (tokio is always a dependency).
 pub mod reactor;
 mod rlimit;
 mod sealed_exe;
@@ -54,7 +54,7 @@ pub use net::*;
 pub use privilege::*;
 pub use process::*;
 pub use rlimit::*;
-pub use sealed_exe::{SEALED_ENV, ensure_sealed, running_sealed};
+pub use sealed_exe::ensure_sealed;
 pub use seccomp::*;
 pub use tty::setns;
 pub use walk::*;
@@ -198,6 +198,24 @@ pub fn thread_count() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The area `/proc/self/stat` names is this process's argv: its first
+    /// bytes are argv[0], NUL-terminated.
+    #[test]
+    fn args_area_holds_argv() {
+        let area = ArgsArea::of_self().unwrap();
+        assert!(area.arg_start < area.arg_end && area.env_start <= area.env_end);
+        let argv0 = std::env::args_os().next().unwrap();
+        let len = argv0.len();
+        assert!(len < area.arg_end - area.arg_start);
+        // SAFETY: [arg_start, arg_end) is this process's mapped argv area.
+        let bytes = unsafe { std::slice::from_raw_parts(area.arg_start as *const u8, len + 1) };
+        assert_eq!(
+            &bytes[..len],
+            std::os::unix::ffi::OsStrExt::as_bytes(argv0.as_os_str())
+        );
+        assert_eq!(bytes[len], 0);
+    }
 
     #[test]
     fn self_status_reports_ignored_and_default_signals() {

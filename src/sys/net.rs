@@ -1,6 +1,7 @@
 //! Network interface syscalls.
 
 use std::ffi::CStr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::SysError;
 
@@ -39,12 +40,6 @@ pub mod raw {
         ret(unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } as libc::c_long)
             .map(drop)
     }
-}
-
-/// Set IFF_UP on the named interface (SIOCGIFFLAGS then SIOCSIFFLAGS).
-pub fn set_interface_up(name: &CStr) -> Result<(), SysError> {
-    raw::set_interface_up(name)
-        .map_err(|e| SysError::new(format!("ioctl({name:?}, SIOCSIFFLAGS, IFF_UP)"), e))
 }
 
 /// `ip route add local NET/PREFIX dev IFNAME table local`: every address
@@ -186,4 +181,132 @@ mod route {
             assert_eq!(ack(&nack), Err(Errno::EPERM));
         }
     }
+}
+
+/// A packet socket on `lo` that gets a copy of every TCP SYN (without ACK)
+/// this network namespace delivers to an address in `net/prefix`,
+/// listener or not: the kernel answers one nobody listens for with a
+/// reset, and this socket is how such an attempt is seen at all. A
+/// classic BPF filter keeps everything else out (the same packets going
+/// out on `lo` too); packets queued before it was attached are the
+/// caller's to skip (it re-checks what it reads), and what overflows the
+/// queue is counted ([`syn_watch_drops`]). Non-blocking, close-on-exec.
+/// Needs CAP_NET_RAW over the namespace.
+pub fn syn_watch_v4(net: std::net::Ipv4Addr, prefix: u8) -> Result<OwnedFd, SysError> {
+    let ip = (libc::ETH_P_IP as u16).to_be();
+    let call = "socket(AF_PACKET, SOCK_DGRAM, ETH_P_IP)";
+    // SAFETY: plain socket(2) call, no pointers.
+    let fd = super::ret(unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            libc::c_int::from(ip),
+        )
+    } as libc::c_long)
+    .map_err(|e| SysError::new(call, e))?;
+    // SAFETY: fd was just returned by socket(2) and is owned here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+    let mask = if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(prefix.min(32)))
+    };
+    let program = syn_filter(u32::from(net) & mask, mask);
+    let fprog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: fprog points at `program`, alive for the call; the kernel
+    // copies the program.
+    super::ret(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    } as libc::c_long)
+    .map_err(|e| SysError::new("setsockopt(SO_ATTACH_FILTER)", e))?;
+    // Room for bursts, as far as net.core.rmem_max lets.
+    let size: libc::c_int = 4 << 20;
+    // SAFETY: `size` is a valid c_int for the call.
+    let _ = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    // SAFETY: sockaddr_ll is plain old data; zeroed is a valid value.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_protocol = ip;
+    // SAFETY: a NUL-terminated interface name.
+    addr.sll_ifindex = unsafe { libc::if_nametoindex(c"lo".as_ptr()) } as libc::c_int;
+    // SAFETY: addr is a valid sockaddr_ll of the given size.
+    super::ret(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    } as libc::c_long)
+    .map_err(|e| SysError::new("bind(AF_PACKET, \"lo\")", e))?;
+    Ok(fd)
+}
+
+/// How many packets that passed a [`syn_watch_v4`] socket's filter it
+/// dropped since the last call, its queue being full
+/// (`PACKET_STATISTICS`, which the kernel resets on each read).
+pub fn syn_watch_drops(sock: std::os::fd::BorrowedFd<'_>) -> Result<u32, super::Errno> {
+    let mut stats = libc::tpacket_stats {
+        tp_packets: 0,
+        tp_drops: 0,
+    };
+    let mut len = std::mem::size_of_val(&stats) as libc::socklen_t;
+    // SAFETY: `stats` and `len` are valid for writing; the kernel writes
+    // at most `len` bytes.
+    super::ret(unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&mut stats as *mut libc::tpacket_stats).cast(),
+            &mut len,
+        )
+    } as libc::c_long)?;
+    Ok(stats.tp_drops)
+}
+
+/// The filter of [`syn_watch_v4`] on a packet socket (`SOCK_DGRAM`: the
+/// packet starts at the IP header): a packet coming in (`PACKET_HOST`;
+/// `lo` shows each one going out too), destination in `net`/`mask`, TCP
+/// flags SYN without ACK; the first 128 bytes of such a packet are kept.
+fn syn_filter(net: u32, mask: u32) -> [libc::sock_filter; 11] {
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const LDX_B_MSH: u16 = 0xb1; // BPF_LDX | BPF_B | BPF_MSH
+    const LD_B_IND: u16 = 0x50; // BPF_LD | BPF_B | BPF_IND
+    const AND_K: u16 = 0x54; // BPF_ALU | BPF_AND | BPF_K
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const SYN: u32 = 0x02;
+    const ACK: u32 = 0x10;
+    let pkttype = (libc::SKF_AD_OFF + libc::SKF_AD_PKTTYPE) as u32;
+    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    [
+        op(LD_W_ABS, 0, 0, pkttype),               // 0: A = packet type
+        op(JEQ_K, 0, 7, libc::PACKET_HOST as u32), // 1: not coming in: drop (10)
+        op(LD_W_ABS, 0, 0, 16),                    // 2: A = destination address
+        op(AND_K, 0, 0, mask),                     // 3
+        op(JEQ_K, 0, 4, net),                      // 4: not in the range: drop (10)
+        op(LDX_B_MSH, 0, 0, 0),                    // 5: X = IP header length
+        op(LD_B_IND, 0, 0, 13),                    // 6: A = TCP flags
+        op(AND_K, 0, 0, SYN | ACK),                // 7
+        op(JEQ_K, 0, 1, SYN),                      // 8: not a first SYN: drop (10)
+        op(RET_K, 0, 0, 128),                      // 9: keep the headers
+        op(RET_K, 0, 0, 0),                        // 10: drop
+    ]
 }

@@ -118,6 +118,21 @@ pub mod raw {
         .map(|n| n as usize)
     }
 
+    /// recv(2) with MSG_DONTWAIT: one datagram (cut to `buf`), EAGAIN when
+    /// nothing is there.
+    pub fn recv_now(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Errno> {
+        // SAFETY: buf is valid for its length.
+        ret(unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        } as libc::c_long)
+        .map(|n| n as usize)
+    }
+
     /// shutdown(2) of the writing half.
     pub fn shutdown_write(sock: BorrowedFd<'_>) -> Result<(), Errno> {
         // SAFETY: plain shutdown(2) call, no pointers.

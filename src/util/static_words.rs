@@ -17,8 +17,10 @@ const VOCABULARY: &[&str] = &[
     "i386",
     "x32",
     // Landlock
+    "own-namespace",
     "denied",
     "proxy-only",
+    "no-bind",
     "unrestricted",
     "abstract-unix-socket",
     "signal",

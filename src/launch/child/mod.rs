@@ -5,7 +5,8 @@
 //! fixed-size [`Failure`] record sent to the supervisor, which turns it
 //! into words.
 //!
-//! Fixed order in hutch init:
+//! Fixed order in hutch init (after `sandbox_main` overwrote the command
+//! line and environment strings inherited from the supervisor):
 //!  1. PDEATHSIG(SIGKILL); close every fd but stdio, the workload's stdio,
 //!     the socket and the fds the workload inherits (`Spec::inherit_fds`;
 //!     close_range: nothing else the caller leaked survives to any path
@@ -105,6 +106,8 @@ pub(crate) struct Running {
 
 /// The sandbox's pid 1. Never returns.
 pub(crate) fn sandbox_main(plan: &mut ChildPlan, sock: OwnedFd) -> ! {
+    // Before anything of the workload's exists to read it.
+    sys::blank_command_line(&plan.args_area, b"hutch\0init\0");
     match init(&mut RealSys, plan, sock.as_fd()) {
         Ok(running) => init_loop(running, &sock),
         Err(Stop::Failed(f, text)) => {
@@ -196,6 +199,7 @@ pub(crate) fn init<S: ChildSys>(
             })?;
             doors.push("resolver".into());
             doors.extend(ports.iter().map(|_| "transparent".to_string()));
+            doors.push("refusals".into());
             fds.extend(more);
         }
         let ready = Message::ListenerReady { doors };

@@ -43,6 +43,11 @@ impl CapPlan {
 /// shared reference to this and its socket, and the workload, which shares
 /// init's memory, allocates nothing.
 pub(crate) struct ChildPlan {
+    /// The launching process's argv and environ strings, which the
+    /// sandbox's pid 1 (a fork of it) blanks first thing: the workload
+    /// reads `/proc/1/cmdline`, and must not find hutch's command line
+    /// (host paths, `--setenv` values) there.
+    pub args_area: crate::sys::ArgsArea,
     pub ids: Ids,
     pub fs: crate::fs::Plan,
     /// `fs[3] (ro-bind /usr)`, for build errors (init may allocate).
@@ -132,4 +137,18 @@ pub(crate) const FORWARDED: [libc::c_int; 6] = [
 /// The default set of forwarded signals as a mask.
 pub(crate) fn signal_mask(signals: &[libc::c_int]) -> u64 {
     signals.iter().fold(0, |m, s| m | 1u64 << (s - 1))
+}
+
+impl ChildPlan {
+    /// The sandbox's own RLIMIT_NPROC (the pids fallback or an explicit
+    /// `nproc`), for what a process-limit failure says.
+    pub(crate) fn nproc_cap(&self) -> Option<u64> {
+        let nproc = libc::RLIMIT_NPROC as libc::c_int;
+        self.rlimits
+            .iter()
+            .chain(&self.rlimits_soft)
+            .filter(|(r, _)| *r == nproc)
+            .map(|(_, v)| *v)
+            .min()
+    }
 }

@@ -22,7 +22,7 @@
 //! init mounts the staged writable overlays (`fs::claim`) and starts the
 //! workload exactly as a cold launch does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -37,6 +37,9 @@ use crate::spec::{ByteSize, Duration, FsOp, Network, Spec, SpecError};
 pub struct ClaimCommand {
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
+    /// The Spec's `unset_env`.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub unset_env: BTreeSet<String>,
     pub cwd: Option<PathBuf>,
     /// The command's wall-clock limit (from the claim on).
     pub wall_clock: Option<Duration>,
@@ -55,6 +58,7 @@ impl ClaimCommand {
         ClaimCommand {
             command: spec.command.clone(),
             env: spec.env.clone(),
+            unset_env: spec.unset_env.clone(),
             cwd: spec.cwd.clone(),
             wall_clock: spec.limits.wall_clock,
             output_bytes: spec.limits.output_bytes,
@@ -71,6 +75,7 @@ impl ClaimCommand {
         let mut spec = shape.clone();
         spec.command = self.command.clone();
         spec.env = self.env.clone();
+        spec.unset_env = self.unset_env.clone();
         spec.cwd = self.cwd.clone();
         spec.limits.wall_clock = self.wall_clock;
         spec.limits.output_bytes = self.output_bytes;

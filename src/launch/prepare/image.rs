@@ -153,11 +153,16 @@ fn apply_config(spec: &mut Spec, img: &ResolvedImage, r: &ImageRef) -> Result<()
     let mut env = std::collections::BTreeMap::new();
     env.insert("PATH".to_string(), DEFAULT_PATH.to_string());
     env.insert("HOME".to_string(), "/tmp".to_string());
+    let proxied = matches!(spec.network, crate::spec::Network::Proxy(_));
     for (i, kv) in img.env.iter().enumerate() {
         if kv.contains('\0') {
             return Err(nul(&format!("Env[{i}]")));
         }
         match kv.split_once('=') {
+            // An image's default neither comes back over the caller's
+            // `unset_env` nor points the sandbox away from hutch's proxy.
+            Some((k, _))
+                if spec.unset_env.contains(k) || (proxied && crate::net::is_proxy_variable(k)) => {}
             Some((k, v)) if !k.is_empty() => {
                 env.insert(k.to_string(), v.to_string());
             }

@@ -87,7 +87,8 @@ fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
         ),
         None => None,
     };
-    spec.env.extend(crate::net::proxy_env());
+    let proxy_env = caller_proxy_env(spec);
+    spec.env.extend(proxy_env);
     let transparent_ports = (pp.egress_mode == crate::spec::EgressMode::Transparent).then(|| {
         // The sandbox's resolver, bound over whatever the root has.
         spec.fs.push(crate::spec::FsOp::BindData {
@@ -104,6 +105,12 @@ fn prepare_proxy(spec: &mut Spec) -> Result<Option<ProxyPrep>, LaunchError> {
         audit,
         transparent_ports,
     }))
+}
+
+/// hutch's proxy variables less those the Spec sets or unsets itself (the
+/// caller's explicit choice wins).
+fn caller_proxy_env(spec: &Spec) -> Vec<(String, String)> {
+    crate::net::proxy_env(|name| spec.env.contains_key(name) || spec.unset_env.contains(name))
 }
 
 /// Validate and prepare. `relay` forces stdout/stderr through pipes.
@@ -230,6 +237,8 @@ pub(crate) fn prepare_sandbox(
         crate::cgroup::rlimits_only(&spec.limits)?
     };
     let child = ChildPlan {
+        // Fail closed: without it pid 1 would show the caller's argv.
+        args_area: crate::sys::ArgsArea::of_self()?,
         ids,
         op_names: fs::op_names(spec),
         fs: plan,
@@ -299,7 +308,7 @@ pub(crate) fn prepare_command(
     )?;
     let exec = if proxy {
         let mut env = spec.env.clone();
-        env.extend(crate::net::proxy_env());
+        env.extend(caller_proxy_env(spec));
         exec_with_argv0(&spec.command, spec.argv0.as_deref(), &env)
     } else {
         exec_with_argv0(&spec.command, spec.argv0.as_deref(), &spec.env)

@@ -258,6 +258,11 @@ pub(crate) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
     if let Some(h) = hint {
         line.push_str(&format!(" ({h})"));
     }
+    // A fork of init's refused by a process limit: say which counts what.
+    if errno == Errno::EAGAIN && matches!(f.stage, Stage::StartWorkload) {
+        let limit = crate::launch::ProcessLimit::of_caller(c.nproc_cap());
+        line.push_str(&format!("; {limit}"));
+    }
     line
 }
 
@@ -279,11 +284,16 @@ pub(crate) fn exec_line(f: &Failure, p: &LaunchPlan, spec: &Spec) -> String {
         "command not executable in the sandbox"
     };
     let why = if f.interpreter_missing {
-        " (the file exists; its ELF or #! interpreter is missing in the sandbox)"
+        " (the file exists; its ELF or #! interpreter is missing in the sandbox)".to_string()
     } else if errno == Errno::ELOOP {
-        " (a path through a /proc magic link is refused)"
+        " (a path through a /proc magic link is refused)".to_string()
+    } else if errno == Errno::EAGAIN {
+        // execve's EAGAIN: the process limit was over when the ids changed
+        // (PF_NPROC_EXCEEDED) and still is.
+        let limit = crate::launch::ProcessLimit::of_caller(p.child.nproc_cap());
+        format!("; {limit}")
     } else {
-        ""
+        String::new()
     };
     let candidate = p
         .child

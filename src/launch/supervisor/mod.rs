@@ -201,11 +201,29 @@ pub(crate) fn fork_sandbox(
         joins.enter()?;
         let cgroup_fd = p.cgroup.as_ref().and_then(|c| c.cgroup_fd());
         let nested = spec.namespaces.pid && spec.namespaces.join.pid.is_some();
+        if let Some(c) = &p.cgroup {
+            c.enter_for_clone()?;
+        }
         let forked = if nested {
             clone_nested(p, cgroup_fd)
         } else {
             // SAFETY: the process is single-threaded (checked just above).
-            unsafe { sys::clone3(p.clone_flags, cgroup_fd) }.map_err(LaunchError::Clone)
+            unsafe { sys::clone3(p.clone_flags, cgroup_fd) }.map_err(LaunchError::clone_failed)
+        };
+        let forked = match (forked, &p.cgroup) {
+            (Ok(Forked::Parent { pid, pidfd }), Some(c)) => match c.leave_after_clone() {
+                Ok(()) => Ok(Forked::Parent { pid, pidfd }),
+                Err(e) => {
+                    let _ = sys::raw::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+                    let _ = sys::raw::waitpid(pid, 0);
+                    Err(e.into())
+                }
+            },
+            (Err(e), Some(c)) => {
+                let _ = c.leave_after_clone();
+                Err(e)
+            }
+            (forked, _) => forked,
         };
         match forked {
             Ok(Forked::Child) => child::sandbox_main(&mut p.child, child_sock),
@@ -241,7 +259,7 @@ pub(crate) fn fork_sandbox(
 fn clone_nested(p: &LaunchPlan, cgroup_fd: Option<BorrowedFd<'_>>) -> Result<Forked, LaunchError> {
     let (back_r, back_w) = sys::socket::seqpacket_pair()?;
     // SAFETY: the caller checked that the process is single-threaded.
-    let intermediate = unsafe { sys::clone3(0, None) }.map_err(LaunchError::Clone)?;
+    let intermediate = unsafe { sys::clone3(0, None) }.map_err(LaunchError::clone_failed)?;
     let (pid, _pidfd) = match intermediate {
         Forked::Child => {
             drop(back_r);
@@ -263,7 +281,7 @@ fn clone_nested(p: &LaunchPlan, cgroup_fd: Option<BorrowedFd<'_>>) -> Result<For
     drop(back_w);
     let _ = sys::raw::waitpid(pid, 0);
     let failed = |errno| {
-        LaunchError::Clone(SysError::new(
+        LaunchError::clone_failed(SysError::new(
             format!(
                 "clone3(flags={:#x}) inside the joined pid namespace",
                 p.clone_flags | sys::CLONE_PARENT
@@ -899,9 +917,10 @@ pub(crate) fn start_proxy(
     if slot.is_some() {
         return Err(ProxyDoorsError::Twice);
     }
-    // The TCP and Unix doors, then (transparent egress) the resolver and
-    // one capture listener per captured port: exactly what was asked for.
-    let expected = 2 + prep.transparent_ports.as_ref().map_or(0, |p| 1 + p.len());
+    // The TCP and Unix doors, then (transparent egress) the resolver, one
+    // capture listener per captured port and the watch on refused
+    // attempts: exactly what was asked for.
+    let expected = 2 + prep.transparent_ports.as_ref().map_or(0, |p| 2 + p.len());
     if doors.len() != fds.len() || doors.len() != expected {
         return Err(ProxyDoorsError::WrongFds);
     }
@@ -912,6 +931,7 @@ pub(crate) fn start_proxy(
             "unix" => crate::net::Door::Unix,
             "resolver" if prep.transparent_ports.is_some() => crate::net::Door::Resolver,
             "transparent" if prep.transparent_ports.is_some() => crate::net::Door::Transparent,
+            "refusals" if prep.transparent_ports.is_some() => crate::net::Door::Refusals,
             other => return Err(ProxyDoorsError::Unknown(other.to_string())),
         };
         listeners.push((door, fd));
