@@ -58,7 +58,7 @@ pub(crate) fn gateway_route<B>(
                     return None;
                 }
             }
-            Door::Transparent | Door::Resolver => return None,
+            Door::Transparent | Door::Resolver | Door::Refusals => return None,
         },
     }
     let path = uri.path();
