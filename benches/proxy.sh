@@ -3,8 +3,9 @@
 # direct loopback connection and against tinyproxy doing the same.
 #
 #   benches/proxy.sh            (env: SIZE_MB=1024 RUNS=3 SETUPS=2000 IDLE=10000)
-#   (ends with benches/proxy_transparent.sh: the --egress-mode transparent rows,
-#   and benches/proxy_intercept.sh: TLS interception)
+#   (then the gateway rows, examples/gateway_bench.rs, env GW_REQUESTS=1000
+#   GW_SIZE_MB=256; benches/proxy_transparent.sh: the --egress-mode
+#   transparent rows; and benches/proxy_intercept.sh: TLS interception)
 #
 # Prints bulk throughput, CONNECT setup latency, and the RSS of hutch proxy
 # holding IDLE idle tunnels, with the ratios the targets are stated in:
@@ -183,6 +184,13 @@ printf "  RSS before %6d KiB, with %d tunnels %6d KiB (%s MiB), %d fds\n" \
     "$before" "$IDLE" "$after" "$(python3 -c "print('%.1f' % ($after/1024))")" "$fds"
 echo "  per tunnel       = $(python3 -c "print('%.1f' % (($after-$before)/$IDLE))") KiB"
 echo "  $target_idle tunnels   = $(python3 -c "print('%.1f' % (($before + ($after-$before)/$IDLE*$target_idle)/1024))") MiB   (target < 200)"
+
+# The gateway rows (issue 31): a local HTTPS server (test CA) reached by
+# direct TLS and through a gateway of hutch proxy, interleaved in one run:
+# small POST with a streamed answer (p50/p90; target: <= 0.3 ms added) and
+# a streamed 256 MiB answer (target: >= 0.8x direct TLS).
+(cd "$root" && cargo run --quiet --release --example gateway_bench -- \
+    "$hutch" "${GW_REQUESTS:-1000}" "${GW_SIZE_MB:-256}" "$RUNS")
 
 # The transparent-egress rows (same machine, same run).
 "$here/proxy_transparent.sh"

@@ -50,7 +50,7 @@ fn build_client_config() -> Result<Arc<rustls::ClientConfig>, String> {
              or point SSL_CERT_FILE at a bundle"
         ));
     }
-    // ring, not aws-lc-rs: docs/decisions/0005-tls-provider.md. Its
+    // ring, not aws-lc-rs: docs/decisions/0006-tls-provider.md. Its
     // deprecation only says it lacks post-quantum key exchange.
     #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
