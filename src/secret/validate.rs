@@ -527,12 +527,14 @@ inject = { header = "x-api-key" }
 
     #[test]
     fn gateways_and_intercepts_are_checked() {
+        // As `launch::validate` runs them: the network section first.
+        let full = |s: &Spec| crate::net::validate_spec(s).and_then(|()| validate(s));
         let bad_gw = |body: &str| {
             let s = BASE.replace(
                 "upstream = \"https://api.anthropic.com\"",
                 &format!("upstream = {body:?}"),
             );
-            validate(&spec(&s)).unwrap_err()
+            full(&spec(&s)).unwrap_err()
         };
         assert_eq!(
             bad_gw("http://api.anthropic.com").path,
@@ -546,25 +548,25 @@ inject = { header = "x-api-key" }
         assert!(
             bad_gw("https://u:p@api.anthropic.com")
                 .message
-                .contains("user")
+                .contains("credentials")
         );
-        validate(&spec(&BASE.replace(
+        full(&spec(&BASE.replace(
             "upstream = \"https://api.anthropic.com\"",
             "upstream = \"https://api.anthropic.com/v1/\"",
         )))
         .unwrap();
-        let e = validate(&spec(&BASE.replace(
+        let e = full(&spec(&BASE.replace(
             "name = \"anthropic\"\nupstream",
             "name = \"Anthropic\"\nupstream",
         )))
         .unwrap_err();
         assert_eq!(e.path, "network.gateways[0].name");
-        let e = validate(&spec(
+        let e = full(&spec(
             &BASE.replace("host = \"api.github.com\"", "host = \"*.github.com\""),
         ))
         .unwrap_err();
         assert_eq!(e.path, "network.intercept[0].host");
-        let e = validate(&spec(
+        let e = full(&spec(
             &BASE.replace("host = \"api.github.com\"", "host = \"example.org\""),
         ))
         .unwrap_err();
