@@ -1,0 +1,523 @@
+//! The real agent CLIs inside `hutch run` (issues 31 and 32): Claude Code
+//! and Codex, as installed by `tests/setup` from npm (pinned), each against
+//! the fake model server (tests/model_support) over HTTPS with a test CA,
+//! reached only through hutch's egress proxy. The model asks the CLI to run
+//! a shell command that writes foo.txt and tries a host off the allow-list;
+//! the CLI runs it inside the sandbox, sends the result back, the model
+//! ends. Checked: exit 0 in bounded time, foo.txt in the kept upper and not
+//! in the host repository, the command's output came back to the model,
+//! the disallowed host refused and audited, and with no network the CLI
+//! ended by the wall clock (`timed-out`), never a hang. Root and uid 65534
+//! callers, proxy and transparent egress.
+//!
+//! What each CLI needs set is the `Agent` table below; docs/agents.md says
+//! why for each line.
+
+#[macro_use]
+mod common;
+mod model_support;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use common::*;
+use model_support::{FakeModel, Script};
+
+/// Where `tests/setup` installs the CLIs: one npm prefix per CLI and
+/// version, so the binary's path ends in `node_modules/.bin/NAME` (codex.js
+/// finds its native binary next to it in node_modules).
+const AGENTS_DIR: &str = "/opt/hutch-test-agents";
+
+/// The uid the CLIs run as inside: Claude Code refuses
+/// `--dangerously-skip-permissions` as root, and a root launch runs the
+/// workload as root unless told otherwise.
+const AGENT_UID: &str = "1000";
+
+/// The name the sandbox reaches the fake model by (`--resolve`).
+const MODEL_HOST: &str = "model.test";
+/// A name with no allow rule: the scripted command tries it.
+const FORBIDDEN_HOST: &str = "forbidden.test";
+
+/// The real key, given today with `--setenv` (the gateway of issue 31
+/// replaces it with a placeholder).
+const REAL_KEY: &str = "sk-test-REAL-KEY-5f0c2a9e";
+
+/// Where the test CA is bound inside (the sandbox's /tmp is private).
+const CA_INSIDE: &str = "/tmp/hutch-model-ca.pem";
+
+/// The exit a wall-clock kill reports.
+const TIMEOUT_EXIT: i32 = 124;
+
+struct Agent {
+    name: &'static str,
+    /// The binary, relative to AGENTS_DIR.
+    bin: &'static str,
+    /// The variable holding the API key.
+    key_var: &'static str,
+    /// The header the key travels in, and how.
+    key_header: &'static str,
+    key_value: fn(&str) -> String,
+    /// Environment for the CLI (besides the key).
+    env: fn(base: &str) -> Vec<(&'static str, String)>,
+    /// The command line after the binary.
+    args: fn(base: &str, prompt: &str) -> Vec<String>,
+}
+
+const CLAUDE_CODE: Agent = Agent {
+    name: "claude-code",
+    bin: "claude-code-2.1.332/node_modules/.bin/claude",
+    key_var: "ANTHROPIC_API_KEY",
+    key_header: "x-api-key",
+    key_value: |k| k.to_string(),
+    env: |base| {
+        vec![
+            ("ANTHROPIC_BASE_URL", base.to_string()),
+            // No telemetry, error reporting, auto-update or feature-flag
+            // fetches: only the model's host is reached.
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
+            // Bun's trust for a private CA.
+            ("NODE_EXTRA_CA_CERTS", CA_INSIDE.to_string()),
+        ]
+    },
+    // `--dangerously-skip-permissions`: hutch is the boundary, the CLI's
+    // own permission prompts would wait for a user who is not there.
+    args: |_, prompt| {
+        ["-p", prompt, "--dangerously-skip-permissions"]
+            .map(String::from)
+            .to_vec()
+    },
+};
+
+const CODEX: Agent = Agent {
+    name: "codex",
+    bin: "codex-0.171.0/node_modules/.bin/codex",
+    key_var: "OPENAI_API_KEY",
+    key_header: "authorization",
+    key_value: |k| format!("Bearer {k}"),
+    // Codex's TLS (rustls) trusts SSL_CERT_FILE.
+    env: |_| vec![("SSL_CERT_FILE", CA_INSIDE.to_string())],
+    args: |base, prompt| {
+        let provider = format!(
+            "model_providers.fake={{name=\"fake\",base_url=\"{base}/v1\",env_key=\"OPENAI_API_KEY\",wire_api=\"responses\"}}"
+        );
+        [
+            "exec",
+            // Codex's own sandbox needs user namespaces, which hutch
+            // refuses nested ("bwrap: No permissions to create new
+            // namespace"): hutch is the sandbox.
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--skip-git-repo-check",
+            "-c",
+            "model=fake-model",
+            "-c",
+            "model_provider=fake",
+            "-c",
+            &provider,
+            // No analytics, no plugin sync (github.com, chatgpt.com).
+            "-c",
+            "analytics.enabled=false",
+            "-c",
+            "features.plugins=false",
+            prompt,
+        ]
+        .map(String::from)
+        .to_vec()
+    },
+};
+
+fn agent_bin(agent: &Agent) -> PathBuf {
+    Path::new(AGENTS_DIR).join(agent.bin)
+}
+
+/// The CLI is installed (by tests/setup) and `who` can launch hutch.
+fn ready(agent: &Agent, who: As) -> Result<(), String> {
+    can_launch_as(who)?;
+    let bin = agent_bin(agent);
+    if !bin.exists() {
+        return Err(format!(
+            "{} is not installed at {} (tests/setup installs it)",
+            agent.name,
+            bin.display()
+        ));
+    }
+    Ok(())
+}
+
+/// One `hutch run` of an agent CLI and what it left.
+struct Run {
+    out: Output,
+    elapsed: Duration,
+    /// The host directory mounted at /workspace/repo.
+    repo: PathBuf,
+    /// `--changes DIR`'s upper.
+    upper: PathBuf,
+    audit: Vec<serde_json::Value>,
+    report: serde_json::Value,
+    _dir: TempDir,
+}
+
+impl Run {
+    fn describe(&self) -> String {
+        format!(
+            "exit {:?} after {:?}\nstdout:\n{}\nstderr:\n{}\naudit:\n{}",
+            self.out.status.code(),
+            self.elapsed,
+            stdout(&self.out),
+            stderr(&self.out),
+            self.audit
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    }
+}
+
+enum Net<'a> {
+    /// The fake model allowed (and nothing else), in this egress mode.
+    Model(&'a FakeModel, &'a str),
+    /// No network at all (hutch's default).
+    None,
+}
+
+fn run_agent(agent: &Agent, who: As, net: Net, timeout: &str) -> Run {
+    let dir = TempDir::new(&format!("agent-{}", agent.name), who);
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    own_as(&repo, who);
+    write_as(&repo.join("README"), "the host repository\n", who);
+    let changes = dir.path().join("changes");
+    let audit = dir.path().join("audit.jsonl");
+    let status = dir.path().join("status.jsonl");
+    let ca = dir.path().join("ca.pem");
+
+    let bin = agent_bin(agent);
+    let (base, port) = match &net {
+        Net::Model(server, _) => (
+            format!("https://{MODEL_HOST}:{}", server.https_port),
+            server.https_port,
+        ),
+        // An address that would answer if anything left the sandbox.
+        Net::None => (format!("https://{MODEL_HOST}:443"), 443),
+    };
+    let mut args: Vec<String> = [
+        "run",
+        "--workspace",
+        &format!("{}:/workspace/repo", repo.display()),
+        "--changes",
+        changes.to_str().unwrap(),
+        "--chdir",
+        "/workspace/repo",
+        "--uid",
+        AGENT_UID,
+        "--gid",
+        AGENT_UID,
+        "--status-file",
+        status.to_str().unwrap(),
+        "--timeout",
+        timeout,
+        "--setenv",
+        agent.key_var,
+        REAL_KEY,
+    ]
+    .map(String::from)
+    .to_vec();
+    if let Net::Model(server, mode) = &net {
+        server.write_ca(&ca);
+        own_as(&ca, who);
+        args.extend(
+            [
+                "--allow-host",
+                &format!("{MODEL_HOST}:{port}"),
+                "--resolve",
+                &format!("{MODEL_HOST}=127.0.0.1"),
+                "--resolve",
+                &format!("{FORBIDDEN_HOST}=127.0.0.1"),
+                "--allow-address",
+                "127.0.0.1/32",
+                "--egress-mode",
+                mode,
+                "--audit",
+                audit.to_str().unwrap(),
+                "--ro-bind",
+                ca.to_str().unwrap(),
+                CA_INSIDE,
+            ]
+            .map(String::from),
+        );
+    }
+    for (k, v) in (agent.env)(&base) {
+        args.extend(["--setenv".to_string(), k.to_string(), v]);
+    }
+    args.push("--".to_string());
+    args.push(bin.display().to_string());
+    args.extend((agent.args)(
+        &base,
+        "Create foo.txt in the working directory.",
+    ));
+
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let start = Instant::now();
+    let out = hutch_as(who, dir.path(), &args);
+    let elapsed = start.elapsed();
+    let audit = std::fs::read_to_string(&audit)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let report = if status.exists() {
+        exit_report(&status)
+    } else {
+        serde_json::Value::Null
+    };
+    Run {
+        out,
+        elapsed,
+        repo,
+        upper: changes.join("upper"),
+        audit,
+        report,
+        _dir: dir,
+    }
+}
+
+/// The scripted exchange: write foo.txt, try a host off the allow-list
+/// (through the proxy variables, as any tool the agent runs would), print
+/// a marker the model must get back.
+fn script() -> Script {
+    Script::shell(
+        &format!(
+            "echo written-by-the-agent > foo.txt; \
+             curl -sS --max-time 10 -o /dev/null -w 'forbidden-connect:%{{http_connect}}\\n' https://{FORBIDDEN_HOST}/ 2>&1; \
+             echo forbidden-exit:$?; echo TOOL-RAN-IN-SANDBOX"
+        ),
+        "All done: foo.txt is written.",
+    )
+}
+
+/// The spawner's manual probe and its first two tests, for one CLI: the
+/// exchange completes, foo.txt lands in the kept upper and not in the host
+/// repository, the disallowed host is refused and audited.
+fn exchange_completes(agent: &Agent) {
+    for who in identities_ready(|who| ready(agent, who)) {
+        for mode in ["proxy", "transparent"] {
+            // A server per run: its record is this run's alone.
+            let server = FakeModel::start(script(), &[MODEL_HOST]);
+            let run = run_agent(agent, who, Net::Model(&server, mode), "120s");
+            let what = format!("{} as {who:?}, {mode}: {}", agent.name, run.describe());
+            assert_eq!(run.out.status.code(), Some(0), "{what}");
+            assert!(
+                stdout(&run.out).contains("All done: foo.txt is written."),
+                "{what}"
+            );
+            assert!(run.elapsed < Duration::from_secs(60), "{what}");
+
+            // The tool ran inside the sandbox: its write is in the upper,
+            // never in the host repository.
+            assert_eq!(
+                std::fs::read_to_string(run.upper.join("foo.txt"))
+                    .ok()
+                    .as_deref(),
+                Some("written-by-the-agent\n"),
+                "{what}"
+            );
+            assert!(!run.repo.join("foo.txt").exists(), "{what}");
+
+            // The model got the command's output back, and the key.
+            let model = server.model_requests();
+            let kinds: Vec<&str> = model.iter().map(|r| r.answered).collect();
+            assert!(
+                kinds.contains(&"tool_use") && kinds.contains(&"final"),
+                "{what}\nmodel requests: {kinds:?}"
+            );
+            let result = model
+                .iter()
+                .find_map(|r| r.tool_result())
+                .unwrap_or_default();
+            assert!(
+                result.contains("TOOL-RAN-IN-SANDBOX"),
+                "{what}\ntool result: {result}"
+            );
+            assert!(model.iter().all(|r| r.tls), "{what}");
+            for r in &model {
+                assert_eq!(
+                    r.header(agent.key_header),
+                    Some((agent.key_value)(REAL_KEY).as_str()),
+                    "{what}"
+                );
+            }
+
+            // The disallowed host: refused (the proxy's 403 to the CONNECT,
+            // or no address in transparent mode) and audited.
+            assert!(
+                !result.contains("forbidden-exit:0"),
+                "{what}\ntool result: {result}"
+            );
+            assert!(
+                run.audit
+                    .iter()
+                    .any(|l| l["host"] == FORBIDDEN_HOST && l["verdict"] == "deny"),
+                "{what}"
+            );
+            // The model's host was reached through the proxy, allowed.
+            assert!(
+                run.audit
+                    .iter()
+                    .any(|l| l["host"] == MODEL_HOST && l["verdict"] == "allow"),
+                "{what}"
+            );
+            // Nothing else was tried: no telemetry, no update check.
+            let others: Vec<_> = run
+                .audit
+                .iter()
+                .filter(|l| l["host"] != MODEL_HOST && l["host"] != FORBIDDEN_HOST)
+                .collect();
+            assert!(others.is_empty(), "{what}\nunexpected egress: {others:?}");
+        }
+    }
+}
+
+#[test]
+fn claude_code_completes_a_tool_call_inside_hutch() {
+    exchange_completes(&CLAUDE_CODE);
+}
+
+#[test]
+fn codex_completes_a_tool_call_inside_hutch() {
+    exchange_completes(&CODEX);
+}
+
+/// With no network the CLI retries for ever (Codex: "Reconnecting...
+/// waiting for network"; Claude Code backs off for minutes): the wall
+/// clock ends it, reported `timed-out`, within the timeout and a bounded
+/// grace.
+fn no_network_ends_by_the_wall_clock(agent: &Agent) {
+    for who in identities_ready(|who| ready(agent, who)) {
+        let run = run_agent(agent, who, Net::None, "5s");
+        let what = format!("{} as {who:?}: {}", agent.name, run.describe());
+        assert_eq!(run.out.status.code(), Some(TIMEOUT_EXIT), "{what}");
+        assert_eq!(
+            run.report["reason"], "timed-out",
+            "{what}\nreport: {}",
+            run.report
+        );
+        assert!(run.elapsed < Duration::from_secs(20), "{what}");
+        assert!(!run.upper.join("foo.txt").exists(), "{what}");
+    }
+}
+
+#[test]
+fn claude_code_without_network_is_ended_by_the_wall_clock() {
+    no_network_ends_by_the_wall_clock(&CLAUDE_CODE);
+}
+
+#[test]
+fn codex_without_network_is_ended_by_the_wall_clock() {
+    no_network_ends_by_the_wall_clock(&CODEX);
+}
+
+/// The fake model server itself, through curl on the host (no CLI): both
+/// APIs over HTTPS with the test CA and over plain HTTP, the two turns of
+/// the exchange streamed as server-sent events in order, every request
+/// recorded with its headers, anything else a 404.
+#[test]
+fn fake_model_server_speaks_both_apis() {
+    require!(have("curl"), "curl (tests/setup installs it)");
+    let server = FakeModel::start(Script::shell("touch foo.txt", "Finished."), &["localhost"]);
+    let dir = TempDir::new("fake-model", As::Root);
+    let ca = dir.path().join("ca.pem");
+    server.write_ca(&ca);
+    let post = |url: &str, body: serde_json::Value| -> String {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "10", "--cacert"])
+            .arg(&ca)
+            .args(["-H", "content-type: application/json", "-H"])
+            .arg(format!("x-api-key: {REAL_KEY}"))
+            .arg("--data-binary")
+            .arg(body.to_string())
+            .arg(url)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{url}: {}", stderr(&out));
+        stdout(&out)
+    };
+    let events = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("event: "))
+            .map(String::from)
+            .collect()
+    };
+    let https = format!("https://localhost:{}", server.https_port);
+    let http = format!("http://127.0.0.1:{}", server.http_port);
+
+    let first = post(
+        &format!("{https}/v1/messages?beta=true"),
+        serde_json::json!({"stream": true, "messages": [{"role": "user", "content": "go"}]}),
+    );
+    assert_eq!(
+        events(&first),
+        [
+            "message_start",
+            "content_block_start",
+            "ping",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ],
+        "{first}"
+    );
+    assert!(
+        first.contains(r#""name":"Bash""#) && first.contains("touch foo.txt"),
+        "{first}"
+    );
+    let second = post(
+        &format!("{http}/v1/messages"),
+        serde_json::json!({"stream": false, "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_fake_01", "content": "ok"}]}]}),
+    );
+    let second: serde_json::Value = serde_json::from_str(&second).unwrap();
+    assert_eq!(second["content"][0]["text"], "Finished.");
+    assert_eq!(second["stop_reason"], "end_turn");
+
+    let call = post(
+        &format!("{https}/v1/responses"),
+        serde_json::json!({"stream": true, "input": [{"type": "message", "role": "user", "content": "go"}]}),
+    );
+    assert_eq!(
+        events(&call).last().map(String::as_str),
+        Some("response.completed")
+    );
+    assert!(call.contains(r#""name":"exec_command""#), "{call}");
+    let done = post(
+        &format!("{https}/v1/responses"),
+        serde_json::json!({"stream": true, "input": [
+            {"type": "function_call_output", "call_id": "call_fake_01", "output": "ran"}]}),
+    );
+    assert!(
+        events(&done).contains(&"response.output_text.delta".to_string()),
+        "{done}"
+    );
+    assert!(done.contains("Finished."), "{done}");
+    let missing = post(&format!("{http}/v1/models"), serde_json::json!({}));
+    assert!(missing.contains("not_found_error"), "{missing}");
+
+    let seen = server.requests();
+    let answered: Vec<(&str, bool)> = seen.iter().map(|r| (r.answered, r.tls)).collect();
+    assert_eq!(
+        answered,
+        [
+            ("tool_use", true),
+            ("final", false),
+            ("tool_use", true),
+            ("final", true),
+            ("not_found", false)
+        ]
+    );
+    assert!(seen.iter().all(|r| r.header("x-api-key") == Some(REAL_KEY)));
+    assert_eq!(seen[0].path, "/v1/messages?beta=true");
+    assert_eq!(seen[1].tool_result().as_deref(), Some("ok"));
+    assert_eq!(seen[3].tool_result().as_deref(), Some("ran"));
+}
