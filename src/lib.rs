@@ -21,6 +21,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod agent;
 pub mod launch;
 pub mod spec;
 pub mod workspace;

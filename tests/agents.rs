@@ -1,17 +1,18 @@
-//! The real agent CLIs inside `hutch run` (issues 31 and 32): Claude Code
-//! and Codex, as installed by `tests/setup` from npm (pinned), each against
+//! The real agent CLIs inside `hutch run --agent NAME` (issues 31 and 32):
+//! Claude Code and Codex, as installed by `tests/setup` from npm (pinned),
+//! each with its shipped profile (agents/NAME.toml), each against
 //! the fake model server (tests/model_support) over HTTPS with a test CA,
 //! reached only through hutch's egress proxy. The model asks the CLI to run
 //! a shell command that writes foo.txt and tries a host off the allow-list;
 //! the CLI runs it inside the sandbox, sends the result back, the model
 //! ends. Checked: exit 0 in bounded time, foo.txt in the kept upper and not
 //! in the host repository, the command's output came back to the model,
-//! the disallowed host refused and audited, and with no network the CLI
-//! ended by the wall clock (`timed-out`), never a hang. Root and uid 65534
-//! callers, proxy and transparent egress.
+//! the disallowed host refused and audited, the CLI run as the profile's
+//! non-root uid with its fresh HOME, and with the model out of reach the
+//! CLI ended by the wall clock (`timed-out`), never a hang. Root and uid
+//! 65534 callers, proxy and transparent egress.
 //!
-//! What each CLI needs set is the `Agent` table below; docs/agents.md says
-//! why for each line.
+//! What the profiles set and why: docs/agents.md.
 
 #[macro_use]
 mod common;
@@ -29,10 +30,10 @@ use model_support::{FakeModel, Script};
 /// finds its native binary next to it in node_modules).
 const AGENTS_DIR: &str = "/opt/hutch-test-agents";
 
-/// The uid the CLIs run as inside: Claude Code refuses
-/// `--dangerously-skip-permissions` as root, and a root launch runs the
-/// workload as root unless told otherwise.
-const AGENT_UID: &str = "1000";
+/// Who the profiles run the CLIs as inside (agents/*.toml): not root
+/// (Claude Code refuses to skip its permission prompts as root), with a
+/// fresh HOME.
+const AGENT_IDENTITY: &str = "uid:1000 home:/home/agent";
 
 /// The name the sandbox reaches the fake model by (`--resolve`).
 const MODEL_HOST: &str = "model.test";
@@ -49,7 +50,10 @@ const CA_INSIDE: &str = "/tmp/hutch-model-ca.pem";
 /// The exit a wall-clock kill reports.
 const TIMEOUT_EXIT: i32 = 124;
 
+/// What a test adds to an agent's profile (`hutch run --agent NAME`,
+/// agents/NAME.toml): where the model is and the CA it is signed by.
 struct Agent {
+    /// The profile's name.
     name: &'static str,
     /// The binary, relative to AGENTS_DIR.
     bin: &'static str,
@@ -58,7 +62,7 @@ struct Agent {
     /// The header the key travels in, and how.
     key_header: &'static str,
     key_value: fn(&str) -> String,
-    /// Environment for the CLI (besides the key).
+    /// Environment for the CLI (besides the key): the base URL, the CA.
     env: fn(base: &str) -> Vec<(&'static str, String)>,
     /// The command line after the binary.
     args: fn(base: &str, prompt: &str) -> Vec<String>,
@@ -73,20 +77,13 @@ const CLAUDE_CODE: Agent = Agent {
     env: |base| {
         vec![
             ("ANTHROPIC_BASE_URL", base.to_string()),
-            // No telemetry, error reporting, auto-update or feature-flag
-            // fetches: only the model's host is reached.
-            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
             // Bun's trust for a private CA.
             ("NODE_EXTRA_CA_CERTS", CA_INSIDE.to_string()),
         ]
     },
-    // `--dangerously-skip-permissions`: hutch is the boundary, the CLI's
-    // own permission prompts would wait for a user who is not there.
-    args: |_, prompt| {
-        ["-p", prompt, "--dangerously-skip-permissions"]
-            .map(String::from)
-            .to_vec()
-    },
+    // No --dangerously-skip-permissions: the profile's settings.json
+    // bypasses the prompts.
+    args: |_, prompt| ["-p", prompt].map(String::from).to_vec(),
 };
 
 const CODEX: Agent = Agent {
@@ -97,28 +94,14 @@ const CODEX: Agent = Agent {
     key_value: |k| format!("Bearer {k}"),
     // Codex's TLS (rustls) trusts SSL_CERT_FILE.
     env: |_| vec![("SSL_CERT_FILE", CA_INSIDE.to_string())],
+    // The profile's provider, pointed at the fake model; its config.toml
+    // turns the approvals, Codex's own sandbox and analytics off.
     args: |base, prompt| {
-        let provider = format!(
-            "model_providers.fake={{name=\"fake\",base_url=\"{base}/v1\",env_key=\"OPENAI_API_KEY\",wire_api=\"responses\"}}"
-        );
         [
             "exec",
-            // Codex's own sandbox needs user namespaces, which hutch
-            // refuses nested ("bwrap: No permissions to create new
-            // namespace"): hutch is the sandbox.
-            "--dangerously-bypass-approvals-and-sandbox",
             "--skip-git-repo-check",
             "-c",
-            "model=fake-model",
-            "-c",
-            "model_provider=fake",
-            "-c",
-            &provider,
-            // No analytics, no plugin sync (github.com, chatgpt.com).
-            "-c",
-            "analytics.enabled=false",
-            "-c",
-            "features.plugins=false",
+            &format!("model_providers.hutch_openai.base_url=\"{base}/v1\""),
             prompt,
         ]
         .map(String::from)
@@ -175,10 +158,13 @@ impl Run {
 }
 
 enum Net<'a> {
-    /// The fake model allowed (and nothing else), in this egress mode.
+    /// The fake model allowed (and the profile's model API), in this
+    /// egress mode.
     Model(&'a FakeModel, &'a str),
-    /// No network at all (hutch's default).
-    None,
+    /// No route to the model: only the profile's allow-list (a host that
+    /// does not resolve here), the CLI's base URL on a name the proxy
+    /// refuses.
+    Unreachable,
 }
 
 fn run_agent(agent: &Agent, who: As, net: Net, timeout: &str) -> Run {
@@ -198,23 +184,22 @@ fn run_agent(agent: &Agent, who: As, net: Net, timeout: &str) -> Run {
             format!("https://{MODEL_HOST}:{}", server.https_port),
             server.https_port,
         ),
-        // An address that would answer if anything left the sandbox.
-        Net::None => (format!("https://{MODEL_HOST}:443"), 443),
+        Net::Unreachable => (format!("https://{MODEL_HOST}:443"), 443),
     };
     let mut args: Vec<String> = [
         "run",
+        "--agent",
+        agent.name,
         "--workspace",
         &format!("{}:/workspace/repo", repo.display()),
         "--changes",
         changes.to_str().unwrap(),
         "--chdir",
         "/workspace/repo",
-        "--uid",
-        AGENT_UID,
-        "--gid",
-        AGENT_UID,
         "--status-file",
         status.to_str().unwrap(),
+        "--audit",
+        audit.to_str().unwrap(),
         "--timeout",
         timeout,
         "--setenv",
@@ -238,8 +223,6 @@ fn run_agent(agent: &Agent, who: As, net: Net, timeout: &str) -> Run {
                 "127.0.0.1/32",
                 "--egress-mode",
                 mode,
-                "--audit",
-                audit.to_str().unwrap(),
                 "--ro-bind",
                 ca.to_str().unwrap(),
                 CA_INSIDE,
@@ -290,7 +273,7 @@ fn script() -> Script {
         &format!(
             "echo written-by-the-agent > foo.txt; \
              curl -sS --max-time 10 -o /dev/null -w 'forbidden-connect:%{{http_connect}}\\n' https://{FORBIDDEN_HOST}/ 2>&1; \
-             echo forbidden-exit:$?; echo TOOL-RAN-IN-SANDBOX"
+             echo forbidden-exit:$?; echo uid:$(id -u) home:$HOME; echo TOOL-RAN-IN-SANDBOX"
         ),
         "All done: foo.txt is written.",
     )
@@ -337,6 +320,10 @@ fn exchange_completes(agent: &Agent) {
                 .unwrap_or_default();
             assert!(
                 result.contains("TOOL-RAN-IN-SANDBOX"),
+                "{what}\ntool result: {result}"
+            );
+            assert!(
+                result.contains(AGENT_IDENTITY),
                 "{what}\ntool result: {result}"
             );
             assert!(model.iter().all(|r| r.tls), "{what}");
@@ -388,13 +375,13 @@ fn codex_completes_a_tool_call_inside_hutch() {
     exchange_completes(&CODEX);
 }
 
-/// With no network the CLI retries for ever (Codex: "Reconnecting...
-/// waiting for network"; Claude Code backs off for minutes): the wall
-/// clock ends it, reported `timed-out`, within the timeout and a bounded
-/// grace.
-fn no_network_ends_by_the_wall_clock(agent: &Agent) {
+/// With the model out of reach the CLI retries for ever (Codex:
+/// "Reconnecting... waiting for network"; Claude Code backs off for
+/// minutes): the wall clock ends it, reported `timed-out`, within the
+/// timeout and a bounded grace.
+fn unreachable_model_ends_by_the_wall_clock(agent: &Agent) {
     for who in identities_ready(|who| ready(agent, who)) {
-        let run = run_agent(agent, who, Net::None, "5s");
+        let run = run_agent(agent, who, Net::Unreachable, "5s");
         let what = format!("{} as {who:?}: {}", agent.name, run.describe());
         assert_eq!(run.out.status.code(), Some(TIMEOUT_EXIT), "{what}");
         assert_eq!(
@@ -404,17 +391,26 @@ fn no_network_ends_by_the_wall_clock(agent: &Agent) {
         );
         assert!(run.elapsed < Duration::from_secs(20), "{what}");
         assert!(!run.upper.join("foo.txt").exists(), "{what}");
+        // Every attempt was refused by the proxy, and audited.
+        assert!(
+            !run.audit.is_empty()
+                && run
+                    .audit
+                    .iter()
+                    .all(|l| l["host"] == MODEL_HOST && l["verdict"] == "deny"),
+            "{what}"
+        );
     }
 }
 
 #[test]
-fn claude_code_without_network_is_ended_by_the_wall_clock() {
-    no_network_ends_by_the_wall_clock(&CLAUDE_CODE);
+fn claude_code_without_its_model_is_ended_by_the_wall_clock() {
+    unreachable_model_ends_by_the_wall_clock(&CLAUDE_CODE);
 }
 
 #[test]
-fn codex_without_network_is_ended_by_the_wall_clock() {
-    no_network_ends_by_the_wall_clock(&CODEX);
+fn codex_without_its_model_is_ended_by_the_wall_clock() {
+    unreachable_model_ends_by_the_wall_clock(&CODEX);
 }
 
 /// The fake model server itself, through curl on the host (no CLI): both
@@ -520,4 +516,225 @@ fn fake_model_server_speaks_both_apis() {
     assert_eq!(seen[0].path, "/v1/messages?beta=true");
     assert_eq!(seen[1].tool_result().as_deref(), Some("ok"));
     assert_eq!(seen[3].tool_result().as_deref(), Some("ran"));
+}
+
+/// `hutch agent check NAME` says what the host still lacks, each with what
+/// to do (exit 1), and `ready` (exit 0) once nothing is: the CLI found
+/// where a sandbox shows it, the key's variable set, a trial start of the
+/// CLI through `hutch run --agent` (`CLI --version`).
+#[test]
+fn agent_check_says_what_the_host_lacks() {
+    for agent in [&CLAUDE_CODE, &CODEX] {
+        for who in identities_ready(|who| ready(agent, who)) {
+            let dir = TempDir::new("agent-check", who);
+            let check = |command: &Path, key: bool| -> Output {
+                let mut c = hutch_command(who);
+                c.args(["agent", "check", agent.name, "--command"])
+                    .arg(command)
+                    .current_dir(dir.path())
+                    .env_remove(agent.key_var)
+                    .stdin(std::process::Stdio::null());
+                if key {
+                    c.env(agent.key_var, REAL_KEY);
+                }
+                c.output().unwrap()
+            };
+            let what =
+                |o: &Output| format!("{} as {who:?}: {}{}", agent.name, stdout(o), stderr(o));
+
+            let missing = check(Path::new("/nonexistent/bin/agent"), false);
+            assert_eq!(missing.status.code(), Some(1), "{}", what(&missing));
+            let text = stdout(&missing);
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with("lacks") && l.contains("not found")),
+                "{}",
+                what(&missing)
+            );
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with("lacks") && l.contains(agent.key_var)),
+                "{}",
+                what(&missing)
+            );
+
+            let found = check(&agent_bin(agent), true);
+            assert_eq!(found.status.code(), Some(0), "{}", what(&found));
+            let text = stdout(&found);
+            assert!(
+                text.lines().any(|l| l.starts_with("ok")
+                    && l.contains(&format!("hutch run --agent {} --", agent.name))
+                    && (l.contains("2.1.332") || l.contains("0.171.0"))),
+                "{}",
+                what(&found)
+            );
+            assert!(
+                text.ends_with(&format!("{}: ready\n", agent.name)),
+                "{}",
+                what(&found)
+            );
+            // The key's value is never printed.
+            assert!(!text.contains(REAL_KEY));
+        }
+    }
+}
+
+/// A mistake in `--agent` is one line and exit 125 before anything starts:
+/// an unknown name (the built-in ones listed), a profile file with an
+/// unknown key or a bad value (the file and the key named).
+#[test]
+fn agent_profile_mistakes_exit_125_before_anything_starts() {
+    let who = caller();
+    let can = can_launch_as(who);
+    require!(can.is_ok(), can.unwrap_err());
+    let dir = TempDir::new("agent-bad", who);
+    let marker = dir.path().join("started");
+    let touch = format!("touch {}", marker.display());
+    let bad_key = dir.path().join("bad-key.toml");
+    write_as(
+        &bad_key,
+        "description = \"x\"\ncommand = \"x\"\ncolour = \"blue\"\n",
+        who,
+    );
+    let bad_value = dir.path().join("bad-value.toml");
+    write_as(
+        &bad_value,
+        "description = \"x\"\ncommand = \"x\"\ntimeout = \"soon\"\n",
+        who,
+    );
+    let cases: [(&str, &[&str]); 3] = [
+        (
+            "no-such-agent",
+            &["no agent profile \"no-such-agent\"", "claude-code, codex"],
+        ),
+        (bad_key.to_str().unwrap(), &["bad-key.toml", "colour"]),
+        (bad_value.to_str().unwrap(), &["bad-value.toml", "timeout"]),
+    ];
+    for (agent, says) in cases {
+        let out = hutch_as(
+            who,
+            dir.path(),
+            &["run", "--agent", agent, "--", "sh", "-c", &touch],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(125), "{agent}: {err}");
+        assert_eq!(err.lines().count(), 1, "{agent}: {err}");
+        for s in says {
+            assert!(err.contains(s), "{agent}: {err:?} does not say {s:?}");
+        }
+        assert!(!marker.exists(), "{agent}: the command ran");
+        let check = hutch_as(who, dir.path(), &["agent", "check", agent]);
+        assert_eq!(
+            check.status.code(),
+            Some(125),
+            "{agent}: {}",
+            stderr(&check)
+        );
+    }
+}
+
+/// The same in a session: `hutch session run ID --agent NAME -- CLI ...`
+/// (the agent spawner's per-invocation run over a persistent workspace):
+/// the exchange completes and foo.txt is in the session's workspace
+/// (`session diff`), not in the directory it was created from.
+#[test]
+fn an_agent_runs_in_a_session() {
+    let agent = &CODEX;
+    for who in identities_ready(|who| ready(agent, who)) {
+        let dir = TempDir::new("agent-session", who);
+        let repo = dir.path().join("repo");
+        let state = dir.path().join("state");
+        for d in [&repo, &state] {
+            std::fs::create_dir(d).unwrap();
+            own_as(d, who);
+        }
+        write_as(&repo.join("README"), "the host repository\n", who);
+        let ca = dir.path().join("ca.pem");
+        let server = FakeModel::start(script(), &[MODEL_HOST]);
+        server.write_ca(&ca);
+        own_as(&ca, who);
+        let session = |args: &[&str]| -> Output {
+            let mut c = hutch_command(who);
+            c.arg("session")
+                .arg("--state-dir")
+                .arg(&state)
+                .args(args)
+                .current_dir(dir.path())
+                .stdin(std::process::Stdio::null());
+            c.output().unwrap()
+        };
+        let created = session(&[
+            "create",
+            "--from",
+            repo.to_str().unwrap(),
+            "--workspace-path",
+            "/workspace/repo",
+        ]);
+        assert_eq!(
+            created.status.code(),
+            Some(0),
+            "{who:?}: {}",
+            stderr(&created)
+        );
+        let id = stdout(&created).trim().to_string();
+
+        let base = format!("https://{MODEL_HOST}:{}", server.https_port);
+        let mut args: Vec<String> = [
+            "run",
+            &id,
+            "--agent",
+            agent.name,
+            "--allow-host",
+            &format!("{MODEL_HOST}:{}", server.https_port),
+            "--resolve",
+            &format!("{MODEL_HOST}=127.0.0.1"),
+            "--allow-address",
+            "127.0.0.1/32",
+            "--ro-bind",
+            ca.to_str().unwrap(),
+            CA_INSIDE,
+            "--setenv",
+            agent.key_var,
+            REAL_KEY,
+            "--timeout",
+            "120s",
+        ]
+        .map(String::from)
+        .to_vec();
+        for (k, v) in (agent.env)(&base) {
+            args.extend(["--setenv".to_string(), k.to_string(), v]);
+        }
+        args.push("--".to_string());
+        args.push(agent_bin(agent).display().to_string());
+        args.extend((agent.args)(&base, "Create foo.txt."));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let ran = session(&args);
+        let what = format!("{who:?}: {}\n{}", stdout(&ran), stderr(&ran));
+        assert_eq!(ran.status.code(), Some(0), "{what}");
+        let result = server
+            .model_requests()
+            .iter()
+            .find_map(|r| r.tool_result())
+            .unwrap_or_default();
+        assert!(
+            result.contains(AGENT_IDENTITY),
+            "{what}\ntool result: {result}"
+        );
+
+        let read = session(&["read", &id, "foo.txt"]);
+        assert_eq!(
+            stdout(&read),
+            "written-by-the-agent\n",
+            "{who:?}: {}",
+            stderr(&read)
+        );
+        assert!(!repo.join("foo.txt").exists());
+        let closed = session(&["close", &id]);
+        assert_eq!(
+            closed.status.code(),
+            Some(0),
+            "{who:?}: {}",
+            stderr(&closed)
+        );
+    }
 }
