@@ -292,6 +292,8 @@ struct NetworkFields {
     plain_http: Option<bool>,
     egress_mode: Option<super::EgressMode>,
     limits: Option<ProxyLimits>,
+    gateways: Option<Vec<super::Gateway>>,
+    intercept: Option<Vec<super::Intercept>>,
 }
 
 fn unique_map_opt<'de, D: Deserializer<'de>>(
@@ -316,6 +318,8 @@ impl<'de> Deserialize<'de> for Network {
             ("plain_http", f.plain_http.is_some()),
             ("egress_mode", f.egress_mode.is_some()),
             ("limits", f.limits.is_some()),
+            ("gateways", f.gateways.is_some()),
+            ("intercept", f.intercept.is_some()),
         ]
         .into_iter()
         .find_map(|(k, set)| set.then_some(k));
@@ -336,6 +340,8 @@ impl<'de> Deserialize<'de> for Network {
                 plain_http: f.plain_http.unwrap_or(false),
                 egress_mode: f.egress_mode.unwrap_or_default(),
                 limits: f.limits.unwrap_or_default(),
+                gateways: f.gateways.unwrap_or_default(),
+                intercept: f.intercept.unwrap_or_default(),
             })),
             other => Err(de::Error::custom(format!(
                 "unknown network mode {other:?}, expected none, host or proxy"

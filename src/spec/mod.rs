@@ -18,6 +18,7 @@ mod key_path;
 mod load;
 pub mod mount;
 mod process;
+mod secret;
 mod size;
 mod toml_path;
 mod validate;
@@ -34,6 +35,7 @@ pub use defaults::{
 };
 pub use load::{load_profile, parse_json, parse_toml};
 pub use process::MAX_INHERIT_FDS;
+pub use secret::{Gateway, Injection, Intercept, Secret, SecretSource};
 pub use size::{ByteSize, Duration};
 pub use validate::{SpecError, validate, validate_where_nul_may_be};
 
@@ -141,6 +143,11 @@ pub struct Spec {
     /// `cwd`, `identity` and `command`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<ImageRef>,
+    /// Credentials the sandbox never holds (`docs/secrets.md`): it sees
+    /// placeholders; the proxy puts the values in requests to their hosts.
+    /// Needs `network = "proxy"`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<Secret>,
 }
 
 /// The new root as a host directory (see [`Spec::root`]).
@@ -299,6 +306,7 @@ impl Default for Spec {
             init: Init::Hutch,
             sysctl: BTreeMap::new(),
             image: None,
+            secrets: Vec::new(),
         }
     }
 }
@@ -922,6 +930,12 @@ pub struct ProxyPolicy {
     pub egress_mode: EgressMode,
     /// Resource limits of the proxy serving this sandbox.
     pub limits: ProxyLimits,
+    /// Plain-HTTP endpoints inside the sandbox mapped to HTTPS upstreams.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gateways: Vec<Gateway>,
+    /// Allowed hosts whose TLS the proxy terminates (opt-in, per host).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub intercept: Vec<Intercept>,
 }
 
 /// How programs in a `proxy`-network sandbox reach the policy engine.

@@ -565,3 +565,63 @@ fn a_nul_is_found_wherever_it_is_and_its_escape_text_is_not_one() {
         "command[2]"
     );
 }
+
+#[test]
+fn secrets_gateways_and_intercepts_parse_from_toml_with_sources_not_values() {
+    let spec = parse_toml(
+        r#"
+command = ["true"]
+[network]
+mode = "proxy"
+allow = ["api.anthropic.com", "github.com"]
+[[network.gateways]]
+name = "anthropic"
+upstream = "https://api.anthropic.com"
+env = ["ANTHROPIC_BASE_URL"]
+methods = ["POST"]
+paths = ["/v1/messages"]
+max_requests = 100
+[[network.intercept]]
+host = "github.com"
+[[secrets]]
+name = "anthropic"
+env = "ANTHROPIC_API_KEY"
+from = { env = "REAL_ANTHROPIC_KEY" }
+hosts = ["api.anthropic.com"]
+inject = { header = "x-api-key" }
+[[secrets]]
+name = "gh"
+from = { file = "/run/keys/gh" }
+hosts = ["github.com"]
+inject = { basic = "x-access-token" }
+[[secrets]]
+name = "bearer"
+from = { fd = 3 }
+hosts = ["github.com"]
+inject = "bearer"
+"#,
+    )
+    .unwrap();
+    assert_eq!(spec.secrets.len(), 3);
+    assert_eq!(
+        spec.secrets[0].from,
+        SecretSource::Env("REAL_ANTHROPIC_KEY".into())
+    );
+    assert_eq!(
+        spec.secrets[0].inject,
+        Injection::Header("x-api-key".into())
+    );
+    assert_eq!(
+        spec.secrets[1].inject,
+        Injection::Basic("x-access-token".into())
+    );
+    assert_eq!(spec.secrets[2].inject, Injection::Bearer);
+    let Network::Proxy(p) = &spec.network else {
+        panic!("proxy")
+    };
+    assert_eq!(p.gateways[0].max_requests, Some(100));
+    assert_eq!(p.intercept[0].host, "github.com");
+    // The round trip keeps the shape (session.json stores Specs).
+    let back: Spec = serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+    assert_eq!(back, spec);
+}
