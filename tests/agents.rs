@@ -41,8 +41,17 @@ const MODEL_HOST: &str = "model.test";
 const FORBIDDEN_HOST: &str = "forbidden.test";
 
 /// The real key, given today with `--setenv` (the gateway of issue 31
-/// replaces it with a placeholder).
+/// replaces it with a placeholder). Its two halves: the scripted command
+/// searches the sandbox for the key without ever carrying it whole (the
+/// command's text is in the CLI's memory and session log).
+const KEY_HEAD: &str = "sk-test-REAL-";
+const KEY_TAIL: &str = "KEY-5f0c2a9e";
 const REAL_KEY: &str = "sk-test-REAL-KEY-5f0c2a9e";
+
+/// How the key reaches the model today: `--setenv` puts it in the CLI's
+/// environment, where the scripted search must find it (which proves the
+/// search can find a key). With the gateway the search must find nothing.
+const KEY_INSIDE: bool = true;
 
 /// Where the test CA is bound inside (the sandbox's /tmp is private).
 const CA_INSIDE: &str = "/tmp/hutch-model-ca.pem";
@@ -266,14 +275,22 @@ fn run_agent(agent: &Agent, who: As, net: Net, timeout: &str) -> Run {
 }
 
 /// The scripted exchange: write foo.txt, try a host off the allow-list
-/// (through the proxy variables, as any tool the agent runs would), print
-/// a marker the model must get back.
+/// (through the proxy variables, as any tool the agent runs would), say
+/// who it runs as, search the sandbox for the real key (every readable
+/// /proc/*/environ and /proc/*/cmdline, files under the workspace, HOME
+/// and /tmp: one `key-in:` line per place), print a marker the model must
+/// get back.
 fn script() -> Script {
     Script::shell(
         &format!(
             "echo written-by-the-agent > foo.txt; \
              curl -sS --max-time 10 -o /dev/null -w 'forbidden-connect:%{{http_connect}}\\n' https://{FORBIDDEN_HOST}/ 2>&1; \
-             echo forbidden-exit:$?; echo uid:$(id -u) home:$HOME; echo TOOL-RAN-IN-SANDBOX"
+             echo forbidden-exit:$?; echo uid:$(id -u) home:$HOME; \
+             k={KEY_HEAD}; k=${{k}}{KEY_TAIL}; \
+             for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do \
+               tr '\\0' '\\n' < $f 2>/dev/null | grep -qF \"$k\" && echo key-in:$f; done; \
+             grep -rlsF \"$k\" /workspace/repo $HOME /tmp | sed 's/^/key-in:/'; \
+             echo key-search-done; echo TOOL-RAN-IN-SANDBOX"
         ),
         "All done: foo.txt is written.",
     )
@@ -326,6 +343,26 @@ fn exchange_completes(agent: &Agent) {
                 result.contains(AGENT_IDENTITY),
                 "{what}\ntool result: {result}"
             );
+            assert!(
+                result.contains("key-search-done"),
+                "{what}\ntool result: {result}"
+            );
+            let key_in: Vec<&str> = result
+                .lines()
+                .filter(|l| l.starts_with("key-in:"))
+                .collect();
+            if KEY_INSIDE {
+                // --setenv: the CLI's own environment holds it.
+                assert!(
+                    key_in.iter().any(|l| l.ends_with("/environ")),
+                    "{what}\ntool result: {result}"
+                );
+            } else {
+                assert!(key_in.is_empty(), "{what}\nthe key is inside: {key_in:?}");
+                assert!(
+                    !stdout(&run.out).contains(REAL_KEY) && !stderr(&run.out).contains(REAL_KEY)
+                );
+            }
             assert!(model.iter().all(|r| r.tls), "{what}");
             for r in &model {
                 assert_eq!(
