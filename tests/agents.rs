@@ -775,3 +775,60 @@ fn an_agent_runs_in_a_session() {
         );
     }
 }
+
+/// The spawner's third test: with the profile and a required memory cap
+/// (`--memory`), a runaway allocation is killed where the host can enforce
+/// the cap (`oom-killed`), and otherwise the run is refused before it
+/// starts, exit 125, one line saying why and naming the flag; never a run
+/// without the cap it asked for.
+#[test]
+fn a_runaway_allocation_is_killed_or_the_run_refused() {
+    let agent = &CLAUDE_CODE;
+    for who in identities_ready(|who| ready(agent, who)) {
+        let dir = TempDir::new("agent-memory", who);
+        let status = dir.path().join("status.jsonl");
+        let marker = dir.path().join("started");
+        let script = format!(
+            "touch {}; python3 -c 'a = bytearray(1 << 30); print(\"allocated\")'",
+            marker.display()
+        );
+        let out = hutch_as(
+            who,
+            dir.path(),
+            &[
+                "run",
+                "--agent",
+                agent.name,
+                "--memory",
+                "256M",
+                "--bind",
+                dir.path().to_str().unwrap(),
+                dir.path().to_str().unwrap(),
+                "--status-file",
+                status.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        );
+        let (err, report) = (stderr(&out), exit_report(&status));
+        let what = format!(
+            "{who:?}: exit {:?}\n{err}\nreport: {report}",
+            out.status.code()
+        );
+        assert!(!stdout(&out).contains("allocated"), "{what}");
+        if out.status.code() == Some(125) {
+            // Refused: before anything started, the reason and the flag.
+            assert!(!marker.exists(), "{what}");
+            assert_eq!(err.lines().count(), 1, "{what}");
+            assert!(
+                err.contains("limits.memory") && err.contains("--memory"),
+                "{what}"
+            );
+        } else {
+            assert!(marker.exists(), "{what}");
+            assert_eq!(report["reason"], "oom-killed", "{what}");
+        }
+    }
+}
