@@ -30,7 +30,16 @@ fn main() -> anyhow::Result<()> {
             loop {
                 let all = server.requests();
                 for r in &all[logged..] {
-                    eprintln!("{} {} tls={} -> {}", r.method, r.path, r.tls, r.answered);
+                    // The key as received: a test server's fake keys only.
+                    let key = r.header("x-api-key").or(r.header("authorization"));
+                    eprintln!(
+                        "{} {} tls={} key={} -> {}",
+                        r.method,
+                        r.path,
+                        r.tls,
+                        key.unwrap_or("-"),
+                        r.answered
+                    );
                 }
                 logged = all.len();
                 if seen.load(std::sync::atomic::Ordering::SeqCst) {

@@ -68,18 +68,17 @@ impl AgentProfile {
         for (k, v) in &self.env {
             spec.env.insert(k.clone(), v.clone());
         }
-        if !self.allow_hosts.is_empty() {
-            match &mut spec.network {
-                Network::Proxy(p) => p.allow.extend(self.allow_hosts.iter().cloned()),
+        if !self.allow_hosts.is_empty() || !self.gateways.is_empty() {
+            if !matches!(spec.network, Network::Proxy(_)) {
                 // The caller's --share-net, applied after, replaces this.
-                Network::None | Network::Host => {
-                    spec.network = Network::Proxy(ProxyPolicy {
-                        allow: self.allow_hosts.clone(),
-                        ..Default::default()
-                    });
-                    spec.namespaces.net = true;
-                }
+                spec.network = Network::Proxy(ProxyPolicy::default());
+                spec.namespaces.net = true;
+            }
+            if let Network::Proxy(p) = &mut spec.network {
+                p.allow.extend(self.allow_hosts.iter().cloned());
+                p.gateways.extend(self.gateways.iter().cloned());
             }
         }
+        spec.secrets.extend(self.secrets.iter().cloned());
     }
 }

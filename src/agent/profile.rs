@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::AgentError;
-use crate::spec::{ByteSize, Duration};
+use crate::spec::{ByteSize, Duration, Gateway, Secret};
 
 /// One agent CLI's needs (a TOML file; every key optional but
 /// `description` and `command`). Unknown keys are refused.
@@ -46,6 +46,15 @@ pub struct AgentProfile {
     /// content (the CLI's own configuration).
     #[serde(default)]
     pub files: BTreeMap<String, String>,
+    /// Model-API gateways (`[[gateways]]`, the policy file's schema:
+    /// docs/egress.md): the CLI's base URL on hutch's proxy instead of the
+    /// model's host.
+    #[serde(default)]
+    pub gateways: Vec<Gateway>,
+    /// Secrets (`[[secrets]]`, docs/secrets.md): the key stays on the host,
+    /// the CLI holds a placeholder.
+    #[serde(default)]
+    pub secrets: Vec<Secret>,
 }
 
 /// The profiles shipped with hutch: name → TOML.
@@ -191,5 +200,53 @@ mod tests {
             load("no-such-agent"),
             Err(AgentError::Unknown { .. })
         ));
+    }
+}
+
+#[cfg(test)]
+mod gateway_tests {
+    use super::*;
+    use crate::spec::Network;
+
+    /// A profile's `[[gateways]]` and `[[secrets]]` are the policy file's
+    /// own tables, and land in the Spec as if given there.
+    #[test]
+    fn gateways_and_secrets_reach_the_spec() {
+        let p = parse(
+            r#"
+description = "x"
+command = "claude"
+allow_hosts = ["api.anthropic.com"]
+[[gateways]]
+name = "anthropic"
+upstream = "https://api.anthropic.com"
+env = ["ANTHROPIC_BASE_URL"]
+methods = ["POST"]
+paths = ["/v1/messages"]
+[[secrets]]
+name = "anthropic"
+env = "ANTHROPIC_API_KEY"
+from = { env = "ANTHROPIC_API_KEY" }
+hosts = ["api.anthropic.com"]
+inject = { header = "x-api-key" }
+"#,
+            "t.toml",
+        )
+        .unwrap();
+        let mut spec = crate::spec::default_profile();
+        p.apply_to(&mut spec);
+        let Network::Proxy(policy) = &spec.network else {
+            panic!("no proxy network: {:?}", spec.network)
+        };
+        assert_eq!(policy.allow, ["api.anthropic.com"]);
+        assert_eq!(policy.gateways.len(), 1);
+        assert_eq!(policy.gateways[0].upstream, "https://api.anthropic.com");
+        assert_eq!(spec.secrets.len(), 1);
+        assert_eq!(spec.secrets[0].env.as_deref(), Some("ANTHROPIC_API_KEY"));
+        let bad = parse(
+            "description = \"x\"\ncommand = \"x\"\n[[secrets]]\nname = \"k\"\nfrom = { argv = \"x\" }\nhosts = []\n",
+            "t.toml",
+        );
+        assert!(bad.unwrap_err().to_string().contains("secrets[0].from"));
     }
 }
