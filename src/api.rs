@@ -502,7 +502,7 @@ impl From<OwnedFd> for Redirect {
 /// execve), which then ends; the pool builds a replacement in the
 /// background. Commands may differ from the Spec only in what does not
 /// change the sandbox: argv, environment, working directory, wall clock,
-/// output cap ([`crate::launch::claim`]). Dropping the pool ends every
+/// output cap (`launch::claim`). Dropping the pool ends every
 /// sandbox it holds; nothing outlives it.
 ///
 /// ```no_run

@@ -9,48 +9,37 @@
 //! The library's face:
 //! - [`Command`] → [`Child`] → [`ExitReport`] (or [`Output`]): run a
 //!   command in a sandbox from any thread of any program;
-//! - [`launch`]: the one launch entry ([`launch::launch`] and its
-//!   [`launch::Mode`]s), for callers that want to pick where the
-//!   supervisor runs;
+//! - [`launch()`]: the one launch entry (and its [`Mode`]s), for callers
+//!   that want to pick where the supervisor runs; [`run()`] in this process;
 //! - [`spec`]: the schema;
-//! - [`workspace`]: sessions over a sealed baseline ([`StateDir`],
-//!   [`Session`]);
+//! - sessions over a sealed baseline: [`StateDir`], [`Session`];
 //! - [`supervisor_main`]: let a program be its own helper binary.
 //!
 //! See `docs/architecture.md` for what is built and why.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod agent;
-pub mod launch;
 pub mod spec;
-pub mod workspace;
 
-// Not API: reached through [`internals`] by the binary, tests and fuzzers.
-#[doc(hidden)]
-pub mod audit;
-#[doc(hidden)]
-pub mod bwrap;
-#[doc(hidden)]
-pub mod cgroup;
-#[doc(hidden)]
-pub mod cli;
-#[doc(hidden)]
-pub mod confine;
-#[doc(hidden)]
-pub mod fs;
-#[doc(hidden)]
-pub mod image;
-#[doc(hidden)]
-pub mod net;
-#[doc(hidden)]
-pub mod oci;
-#[doc(hidden)]
-pub mod probe;
-#[doc(hidden)]
-pub mod registry;
-#[doc(hidden)]
-pub mod sys;
+// Not API: private unless the cargo feature `internals` is on (the tests,
+// fuzzers and benches turn it on, through [`internals`]); the binaries
+// reach them through [`entry`]. Private, the compiler's dead-code lint
+// sees them (docs/decisions/0012-library-face.md).
+macro_rules! internal_modules {
+    ($($(#[$attr:meta])* $name:ident),* $(,)?) => {$(
+        $(#[$attr])*
+        #[cfg(feature = "internals")]
+        #[doc(hidden)]
+        pub mod $name;
+        $(#[$attr])*
+        #[cfg(not(feature = "internals"))]
+        mod $name;
+    )*};
+}
+internal_modules!(
+    agent, audit, bwrap, cgroup, cli, confine, fs, image, launch, net, oci, probe, registry, sys,
+    workspace,
+);
 
 mod api;
 /// Secret values on the host side (issue 31).
@@ -66,9 +55,23 @@ pub use api::{Child, Command, Output, Pool, PoolCommand, Redirect, SpawnError, f
 /// [`tokio::Child`], [`tokio::Pool`], [`tokio::Session`].
 #[cfg(feature = "tokio")]
 pub mod tokio;
-pub use launch::{ExitReport, LaunchFailure, Outcome};
 pub use spec::Spec;
-pub use workspace::{Session, StateDir};
+
+// The one launch entry, for callers that pick where the supervisor runs,
+// and what a launch reports.
+pub use launch::{
+    Captured, ChangesReport, Enforcement, ExitReport, FailureKind, Finished, FrontEndStatus,
+    ImageReport, LaunchError, LaunchFailure, Mode, Outcome, PrepareError, ProxyDoorsError,
+    RunOptions, SetupFailure, StatusFileError, StatusProtocol, WorkloadStdio, launch, run,
+    validate,
+};
+
+// Sessions: a persistent workspace over a sealed baseline.
+pub use workspace::{
+    ArchiveKind, CloseOptions, CloseReport, CreateOptions, DiffFormat, DiffOptions, DiffSummary,
+    DiskUsage, ExportOptions, ExportSummary, GcReport, RunRecord, SealInfo, Session, SessionInfo,
+    Since, Source, StateDir, WorkspaceError,
+};
 
 /// Run as the library's helper (`hutch __supervise`) when this process was
 /// started as one, and return its exit code; `None` otherwise. A program
@@ -90,12 +93,41 @@ pub fn supervisor_main() -> Option<i32> {
     (first == launch::helper::SUBCOMMAND).then(launch::helper::serve)
 }
 
-/// hutch's modules that are not API, for the `hutch` binary, tests and
-/// fuzzers. Nothing here is stable.
+/// hutch's modules that are not API, for tests, fuzzers and benches (cargo
+/// feature `internals`). Nothing here is stable.
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod internals {
     pub use crate::util::clock;
     pub use crate::{
         audit, bwrap, cgroup, cli, confine, fs, image, net, oci, probe, registry, sys,
     };
+}
+
+/// The entry points of hutch's own binaries (`hutch`, `hutch-oci`,
+/// `hutch-bwrap`): not API.
+#[doc(hidden)]
+pub mod entry {
+    use std::ffi::OsString;
+
+    /// Refuse to run set-user-id, set-group-id or with file capabilities:
+    /// prints one line (`prefix`: ..., naming `binary`) and exits with `code`.
+    pub fn refuse_elevated_start(prefix: &str, binary: &str, code: i32) {
+        crate::cli::privileged::refuse_elevated_start(prefix, binary, code)
+    }
+
+    /// `hutch ARGS`: the exit code.
+    pub fn hutch(args: Vec<OsString>) -> i32 {
+        crate::cli::main(args)
+    }
+
+    /// `hutch-oci ARGS`: the exit code.
+    pub fn hutch_oci(args: Vec<OsString>) -> i32 {
+        crate::cli::oci::main(args)
+    }
+
+    /// `hutch-bwrap ARGS` (called as `program`): the exit code.
+    pub fn hutch_bwrap(program: &str, args: Vec<OsString>) -> i32 {
+        crate::bwrap::main(program, args)
+    }
 }

@@ -3,7 +3,7 @@
 fn main() {
     // First: a setuid/setgid or file-capability install is refused before
     // argv, the environment or any file is read (125: hutch's setup failure).
-    hutch::internals::cli::privileged::refuse_elevated_start("hutch", "hutch", 125);
+    hutch::entry::refuse_elevated_start("hutch", "hutch", 125);
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    std::process::exit(hutch::internals::cli::main(args));
+    std::process::exit(hutch::entry::hutch(args));
 }

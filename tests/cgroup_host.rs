@@ -2,34 +2,43 @@
 //! memory controller (e.g. a hybrid v1 layout): a required --memory fails
 //! closed with the reason, the default profile's preferred memory cap is
 //! reported unenforced, and --pids is still enforced by RLIMIT_NPROC in the
-//! sandbox's user namespace. On hosts where the controller works these
-//! tests skip (the kernel-VM harness covers them), unless HUTCH_REQUIRE=all.
+//! sandbox's user namespace. hutch runs as the unprivileged caller (uid
+//! 65534 when the tests run as root): root on a v1 or hybrid host has the
+//! v1 hierarchies (tests/cgroup_v1.rs), an unprivileged caller without a
+//! delegated subtree has none. On hosts where the controller works for
+//! that caller these tests skip (the kernel-VM harness covers them),
+//! unless HUTCH_REQUIRE=all.
 
 mod common;
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Output};
 
+use common::{As, hutch_as};
+
 const MEMORY_WORKS: &str =
     "this host can enforce --memory (these tests are about hosts that cannot)";
 const NO_LAUNCH: &str = "`hutch run -- true` does not work here (user namespaces?)";
 
+/// Whether `hutch check`, run as the unprivileged caller, says `limit`
+/// works.
+fn limit_works(limit: &str) -> bool {
+    let out = hutch(&["check", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["cgroup"]["limits"][limit]["works"] == true
+}
+
 fn memory_unavailable() -> bool {
-    !hutch::internals::cgroup::probe::probe().limits["memory"].works
+    !limit_works("memory")
 }
 
 fn userns_works() -> bool {
-    Command::new(env!("CARGO_BIN_EXE_hutch"))
-        .args(["run", "--", "true"])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    hutch(&["run", "--", "true"]).status.success()
 }
 
+/// `hutch ARGS` as the unprivileged caller.
 fn hutch(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hutch"))
-        .args(args)
-        .output()
-        .expect("run hutch")
+    hutch_as(As::Nobody, &std::env::temp_dir(), args)
 }
 
 fn exit_event(status_file: &std::path::Path) -> serde_json::Value {
@@ -239,7 +248,7 @@ fn rlimit_sizes_take_suffixes() {
 }
 
 fn io_unavailable() -> bool {
-    !hutch::internals::cgroup::probe::probe().limits["io"].works
+    !limit_works("io")
 }
 
 /// A whole-disk block device of this host, from /sys/block.

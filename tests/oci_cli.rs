@@ -397,8 +397,8 @@ fn bad_bundles_fail_with_one_line_and_leave_nothing() {
         "linux.namespaces[0].type",
     );
     with(
-        &|c| c["linux"]["resources"] = json!({"pids": {"limit": 100}}),
-        "linux.resources.pids.limit",
+        &|c| c["linux"]["resources"] = json!({"pids": {"limit": -5}}),
+        "linux.resources.pids.limit: must be 1 to",
     );
     with(
         &|c| c["linux"]["seccomp"] = json!({"defaultAction": "SCMP_ACT_NOTIFY"}),
@@ -510,7 +510,7 @@ fn features_name_the_versions_engines_check() {
         ])
     );
     assert_eq!(f["linux"]["cgroup"]["v2"], true);
-    assert_eq!(f["linux"]["cgroup"]["v1"], false);
+    assert_eq!(f["linux"]["cgroup"]["v1"], true);
     // CRI-O's gate for annotations that change confinement.
     assert_eq!(
         f["potentiallyUnsafeConfigAnnotations"],
@@ -806,12 +806,16 @@ fn hooks_run_at_their_points_with_the_state_and_in_the_right_namespaces() {
     assert!(!b.state_root.join(&id).exists());
 }
 
-/// This host's cgroups are hybrid v1 (the cgroup2 mount offers no
-/// controllers): a limit fails create with one line naming the key, before
-/// anything is made, and a config without one runs as before. (The limits
-/// themselves are tested in the kernel VM: tests/kernel/suite.sh.)
+/// On a host whose controllers are cgroup v1 (hybrid here: the cgroup2
+/// mount offers none of them), root's hutch-oci makes the container's
+/// `cgroupsPath` in each v1 hierarchy and writes runc's v1 files there,
+/// hutch init starts in them, `update` writes them again and `delete`
+/// removes them. An unprivileged hutch-oci, for which no v1 subtree is
+/// delegated, fails create with one line naming the key, before anything
+/// is made. (The v2 mapping is tested in the kernel VM:
+/// tests/kernel/suite.sh.)
 #[test]
-fn a_limit_this_host_cannot_enforce_fails_create_naming_the_key() {
+fn limits_go_to_the_cgroup_v1_hierarchies_and_delete_removes_them() {
     require!(requirements().is_ok(), requirements().unwrap_err());
     let host = hutch::internals::cgroup::host::HostCgroups::detect();
     let offered = host
@@ -820,23 +824,100 @@ fn a_limit_this_host_cannot_enforce_fails_create_naming_the_key() {
         .map(|m| std::fs::read_to_string(m.join("cgroup.controllers")).unwrap_or_default())
         .unwrap_or_default();
     require!(
-        !offered.contains("pids"),
-        "this host has a cgroup v2 pids controller: the VM suite covers that case"
+        !offered.contains("pids") && host.v1_hierarchy("pids").is_some(),
+        "this host has no cgroup v1 pids hierarchy, or a cgroup v2 one (the VM suite covers that)"
     );
-    let mut config = base_config(&["true"]);
-    config["linux"]["cgroupsPath"] = json!("/hutch-oci-test/refused");
-    config["linux"]["resources"] = json!({"pids": {"limit": 2048}, "memory": {"limit": -1}});
+    become_subreaper();
+    let parent = format!("hutch-oci-test-{}", std::process::id());
+    let mut config = base_config(&["sh", "-c", "cat /proc/self/cgroup; sleep 100"]);
+    config["linux"]["cgroupsPath"] = json!(format!("/{parent}/c1"));
+    config["linux"]["resources"] = json!({
+        "pids": {"limit": 2048},
+        "memory": {"limit": 67108864, "swap": 134217728, "swappiness": 10},
+        "cpu": {"shares": 512, "quota": 50000, "period": 100000}
+    });
     let b = Bundle::new("oci-limits", &config);
     let id = format!("limits-{}", std::process::id());
-    let (st, err, _) = b.create(&id);
-    assert!(!st.success());
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(
-        err.contains("linux.resources.pids.limit: cannot be enforced: cgroup v2 pids controller not available"),
-        "{err}"
+    let (st, err, out) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let group = |c: &str| {
+        PathBuf::from("/sys/fs/cgroup")
+            .join(c)
+            .join(&parent)
+            .join("c1")
+    };
+    let read = |c: &str, f: &str| std::fs::read_to_string(group(c).join(f)).unwrap();
+    assert_eq!(read("pids", "pids.max").trim(), "2048");
+    assert_eq!(read("memory", "memory.limit_in_bytes").trim(), "67108864");
+    assert_eq!(
+        read("memory", "memory.memsw.limit_in_bytes").trim(),
+        "134217728"
     );
-    assert!(!b.state_root.join(&id).exists());
-    // The same from an unprivileged hutch-oci (a rootless engine's).
+    // v1 keeps swappiness (cgroup v2 has no such file).
+    assert_eq!(read("memory", "memory.swappiness").trim(), "10");
+    assert_eq!(read("cpu", "cpu.shares").trim(), "512");
+    assert_eq!(read("cpu", "cpu.cfs_quota_us").trim(), "50000");
+    // hutch init is in each group before it starts anything.
+    let init = b.pid(&id).to_string();
+    for c in ["memory", "pids", "cpu", "cpuacct"] {
+        let procs = read(c, "cgroup.procs");
+        assert!(procs.lines().any(|p| p == init), "{c}: {procs}");
+    }
+    let o = b.run(&["start", &id]);
+    assert!(o.status.success(), "start: {}", stderr(&o));
+    wait_until(Duration::from_secs(20), "the workload's output", || {
+        std::fs::read_to_string(&out).is_ok_and(|t| t.contains("pids:"))
+    });
+    let seen = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        seen.lines()
+            .any(|l| l.ends_with(&format!(":pids:/{parent}/c1"))),
+        "{seen}"
+    );
+    // An exec'd process joins the same groups.
+    let o = b.run(&["exec", &id, "cat", "/proc/self/cgroup"]);
+    assert!(o.status.success(), "exec: {}", stderr(&o));
+    for c in ["memory", "pids", "cpu"] {
+        assert!(
+            stdout(&o)
+                .lines()
+                .any(|l| l.ends_with(&format!(":{c}:/{parent}/c1"))),
+            "{c}: {}",
+            stdout(&o)
+        );
+    }
+    // `update` writes the v1 files.
+    let res = b.path().join("update.json");
+    // Memory raised above the old memory+swap cap: memsw goes first.
+    std::fs::write(
+        &res,
+        r#"{"pids": {"limit": 100}, "cpu": {"shares": 256},
+            "memory": {"limit": 209715200, "swap": 419430400}}"#,
+    )
+    .unwrap();
+    let o = b
+        .oci(&["update", "--resources"])
+        .arg(&res)
+        .arg(&id)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "update: {}", stderr(&o));
+    assert_eq!(read("pids", "pids.max").trim(), "100");
+    assert_eq!(read("cpu", "cpu.shares").trim(), "256");
+    assert_eq!(read("memory", "memory.limit_in_bytes").trim(), "209715200");
+    assert_eq!(
+        read("memory", "memory.memsw.limit_in_bytes").trim(),
+        "419430400"
+    );
+    let o = b.run(&["delete", "--force", &id]);
+    assert!(o.status.success(), "delete: {}", stderr(&o));
+    for c in ["memory", "pids", "cpu", "cpuacct"] {
+        let made = PathBuf::from("/sys/fs/cgroup").join(c).join(&parent);
+        assert!(!made.exists(), "{} left", made.display());
+    }
+
+    // An unprivileged hutch-oci (a rootless engine's) may not write the v1
+    // hierarchies: one line, nothing made.
     if can_launch_as(As::Nobody).is_ok() {
         for p in [b.path().to_path_buf(), b.path().join("config.json")] {
             own_as(&p, As::Nobody);
@@ -856,16 +937,20 @@ fn a_limit_this_host_cannot_enforce_fails_create_naming_the_key() {
         let err = stderr(&o);
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
         assert!(
-            err.contains("linux.resources.pids.limit: cannot be enforced"),
+            err.contains(": cannot be enforced: cgroup v1 ")
+                && err.contains(" hierarchy: /sys/fs/cgroup/")
+                && err.contains(" is not writable by uid 65534 (not delegated)"),
             "{err}"
         );
         assert!(!b.path().join("nobody-state").join(&id).exists());
-    }
-    if let Some(m) = &host.v2_mount {
-        assert!(
-            !m.join("hutch-oci-test").exists(),
-            "nothing made in the host tree"
-        );
+        for c in ["memory", "pids"] {
+            assert!(
+                !PathBuf::from("/sys/fs/cgroup")
+                    .join(c)
+                    .join(&parent)
+                    .exists()
+            );
+        }
     }
 }
 

@@ -8,8 +8,9 @@
 //! The podman flags every run needs on this kind of host (docs/oci.md):
 //! `--ulimit nofile=1024:1024 --ulimit nproc=4096:4096` (root lacks
 //! CAP_SYS_RESOURCE here, so podman's default rlimits cannot be set),
-//! `--cgroup-manager cgroupfs`, `--pids-limit 0` (hutch-oci refuses the
-//! cgroup limit it cannot enforce). podman's own seccomp profile is
+//! `--cgroup-manager cgroupfs`. podman's default limits (a pids limit of
+//! 2048) are enforced through the cgroup v1 hierarchies on this hybrid
+//! host, so no `--pids-limit 0` is needed. podman's own seccomp profile is
 //! translated and enforced in every run.
 
 mod common;
@@ -38,7 +39,7 @@ impl Podman {
         std::fs::copy(BUSYBOX, bin.join("busybox")).unwrap();
         for applet in [
             "sh", "echo", "cat", "sleep", "ls", "id", "touch", "grep", "tty", "test", "hostname",
-            "setsid",
+            "setsid", "dd",
         ] {
             std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
         }
@@ -79,6 +80,9 @@ impl Podman {
             .arg("--runtime")
             .arg(env!("CARGO_BIN_EXE_hutch-oci"))
             .args(args)
+            // conmon writes an `oom` mark into its working directory when
+            // the container is OOM-killed: not into the source tree.
+            .current_dir(d)
             .stdin(Stdio::null());
         c
     }
@@ -111,8 +115,6 @@ const RUN_FLAGS: &[&str] = &[
     "nofile=1024:1024",
     "--ulimit",
     "nproc=4096:4096",
-    "--pids-limit",
-    "0",
 ];
 
 fn requirements() -> Result<(), String> {
@@ -367,12 +369,13 @@ fn podman_seccomp_profiles_are_enforced() {
 }
 
 /// podman's defaults include a pids limit (2048, as `linux.resources.pids`)
-/// and `--memory` a memory limit. On this host (hybrid v1: no cgroup v2
-/// controllers for hutch-oci) neither can be enforced, and RLIMIT_NPROC is
-/// no stand-in (it does not bind uid 0), so the container is refused with
-/// the line naming the key (docs/oci.md: "cgroups"), and nothing is left.
+/// and `--memory 64m` a memory limit (with swap: memory+swap 128m). On this
+/// host (hybrid: the controllers are cgroup v1) hutch-oci enforces both in
+/// the container's group of each v1 hierarchy: the files hold podman's
+/// values while it runs, a 100 MiB buffer is OOM-killed (137) where a
+/// 10 MiB one passes, and `rm` leaves no group behind.
 #[test]
-fn podman_default_pids_limit_and_memory_are_refused_where_cgroup_v2_is_missing() {
+fn podman_default_pids_limit_and_memory_are_enforced_through_cgroup_v1() {
     require!(requirements().is_ok(), requirements().unwrap_err());
     let host = hutch::internals::cgroup::host::HostCgroups::detect();
     let offered = host
@@ -381,33 +384,51 @@ fn podman_default_pids_limit_and_memory_are_refused_where_cgroup_v2_is_missing()
         .map(|m| std::fs::read_to_string(m.join("cgroup.controllers")).unwrap_or_default())
         .unwrap_or_default();
     require!(
-        !offered.contains("pids"),
-        "this host gives cgroup v2 controllers: the limits would be enforced (the VM suite)"
+        !offered.contains("pids") && host.v1_hierarchy("pids").is_some(),
+        "this host has no cgroup v1 pids hierarchy, or a cgroup v2 one (the VM suite covers that)"
     );
     let p = Podman::new("podman-pids");
-    let ulimits = &RUN_FLAGS[..4];
-    for (extra, key) in [
-        (&[][..], "linux.resources.pids.limit"),
-        (
-            &["--pids-limit", "0", "--memory", "64m"][..],
-            "linux.resources.memory.limit",
-        ),
-    ] {
+    let o = p
+        .podman(&["run", "-d", "--network", "none", "--memory", "64m"])
+        .args(RUN_FLAGS)
+        .args([IMAGE, "sleep", "100"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "run -d: {}", stderr(&o));
+    let id = stdout(&o).trim().to_string();
+    // podman's cgroupfs manager: /libpod_parent/libpod-ID in each hierarchy.
+    let group = |c: &str| {
+        PathBuf::from("/sys/fs/cgroup")
+            .join(c)
+            .join("libpod_parent")
+            .join(format!("libpod-{id}"))
+    };
+    let read = |c: &str, f: &str| {
+        std::fs::read_to_string(group(c).join(f))
+            .unwrap_or_else(|e| panic!("{}: {e}", group(c).join(f).display()))
+    };
+    assert_eq!(read("pids", "pids.max").trim(), "2048");
+    assert_eq!(read("memory", "memory.limit_in_bytes").trim(), "67108864");
+    let procs = read("memory", "cgroup.procs");
+    assert!(!procs.trim().is_empty(), "the container runs in its group");
+    assert_eq!(procs, read("pids", "cgroup.procs"));
+    let o = p.podman(&["rm", "-f", "-t", "0", &id]).output().unwrap();
+    assert!(o.status.success(), "rm: {}", stderr(&o));
+    for c in ["memory", "pids", "cpuacct"] {
+        assert!(!group(c).exists(), "{} left", group(c).display());
+    }
+    for (size, code) in [("100M", 137), ("10M", 0)] {
         let o = p
-            .podman(&["run", "--rm", "--network", "none"])
-            .args(ulimits)
-            .args(extra)
-            .args([IMAGE, "true"])
+            .podman(&["run", "--rm", "--network", "none", "--memory", "64m"])
+            .args(RUN_FLAGS)
+            .args([IMAGE, "dd", "if=/dev/zero", "of=/dev/null", "count=1"])
+            .arg(format!("bs={size}"))
             .output()
             .unwrap();
-        assert!(!o.status.success(), "{extra:?}: ran without the limit");
-        let err = stderr(&o);
-        assert!(
-            err.contains(&format!("{key}: cannot be enforced: cgroup v2")),
-            "{extra:?}: {err}"
-        );
-        assert!(err.contains("--pids-limit 0"), "the fix is named: {err}");
+        assert_eq!(o.status.code(), Some(code), "bs={size}: {}", stderr(&o));
     }
+    // conmon saw the kill through the v1 group's OOM events.
+    assert!(p.path().join("oom").exists(), "conmon's oom mark");
     let ids = container_ids(&p);
     assert_nothing_left(&ids);
 }

@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
                 let h = canonicalize(ip).expect("literal");
                 for port in [443, 80] {
                     assert!(
-                        matches!(p.check(&h, port), hutch::internals::net::Verdict::Deny(_)),
+                        matches!(p.check(&h, port), hutch::internals::net::policy::Verdict::Deny(_)),
                         "{text:?} matched {ip}"
                     );
                 }

@@ -94,6 +94,7 @@ fn stamped(kind: &str, mut value: serde_json::Value) -> Vec<u8> {
 
 impl AuditSink {
     /// Open (creating with mode 0600) `path` for appending, unbounded.
+    #[cfg(test)]
     pub fn open(path: &Path) -> Result<AuditSink, AuditError> {
         Self::open_capped(path, None)
     }
@@ -123,11 +124,6 @@ impl AuditSink {
                 }),
             }),
         })
-    }
-
-    /// The log's path.
-    pub fn path(&self) -> &Path {
-        &self.inner.path
     }
 
     /// Append one event. `kind` names it (e.g. `egress`); the event's own

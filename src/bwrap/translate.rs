@@ -78,7 +78,6 @@ pub struct Extras {
     /// `--lock-file` files, open and read-locked until hutch-bwrap exits.
     pub locks: Vec<std::fs::File>,
     pub die_with_parent: bool,
-    pub warnings: Vec<String>,
 }
 
 fn die(msg: impl Into<String>) -> BwrapError {
@@ -284,7 +283,6 @@ pub fn translate(
         info_fd: p.info_fd,
         json_status_fd: p.json_status_fd,
         die_with_parent: p.die_with_parent,
-        warnings: p.warnings.clone(),
         ..Extras::default()
     };
     extras.block_fds.extend(p.userns_block_fd);

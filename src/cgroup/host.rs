@@ -1,4 +1,5 @@
-//! Where cgroup v2 is mounted and which cgroup this process is in.
+//! Where cgroup v2 (and, on legacy and hybrid hosts, each cgroup v1
+//! hierarchy) is mounted and which cgroup this process is in.
 
 use std::path::{Path, PathBuf};
 
@@ -39,7 +40,26 @@ pub struct HostCgroups {
     pub own: Option<PathBuf>,
     /// Effective uid (root decides delegation differently).
     pub uid: u32,
+    /// The mounted cgroup v1 hierarchies (empty on a unified host).
+    pub v1: Vec<V1Hierarchy>,
 }
+
+/// One mounted cgroup v1 hierarchy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct V1Hierarchy {
+    /// The controllers bound to it (`cpu` and `cpuacct` when comounted).
+    pub controllers: Vec<String>,
+    /// Its mount point.
+    pub mount: PathBuf,
+    /// This process's cgroup in it, as a directory under `mount`.
+    pub own: Option<PathBuf>,
+}
+
+/// The v1 controllers hutch may use; other mount options (`rw`,
+/// `name=systemd`, `xattr`, ...) and other controllers are left out.
+const V1_CONTROLLERS: &[&str] = &[
+    "memory", "pids", "cpu", "cpuacct", "cpuset", "blkio", "hugetlb",
+];
 
 impl HostCgroups {
     /// Read `/proc/self/mountinfo` and `/proc/self/cgroup`.
@@ -57,6 +77,7 @@ impl HostCgroups {
     pub fn from_proc(mountinfo: &str, proc_cgroup: &str, uid: u32) -> HostCgroups {
         let mut v2: Option<(PathBuf, String)> = None;
         let mut has_v1 = false;
+        let mut v1: Vec<V1Hierarchy> = Vec::new();
         for line in mountinfo.lines() {
             let Some((left, right)) = line.split_once(" - ") else {
                 continue;
@@ -70,7 +91,26 @@ impl HostCgroups {
                 "cgroup2" if v2.is_none() => {
                     v2 = Some((PathBuf::from(unescape(mount_point)), unescape(root)));
                 }
-                "cgroup" => has_v1 = true,
+                "cgroup" => {
+                    has_v1 = true;
+                    let options = right.split_whitespace().nth(2).unwrap_or("");
+                    let controllers: Vec<String> = options
+                        .split(',')
+                        .filter(|o| V1_CONTROLLERS.contains(o))
+                        .map(str::to_string)
+                        .collect();
+                    let mount = PathBuf::from(unescape(mount_point));
+                    // A hierarchy mounted twice is used at its first mount.
+                    if !controllers.is_empty() && !v1.iter().any(|h| h.controllers == controllers) {
+                        let own = v1_own(proc_cgroup, &controllers, &unescape(root))
+                            .map(|rel| mount.join(rel));
+                        v1.push(V1Hierarchy {
+                            controllers,
+                            mount,
+                            own,
+                        });
+                    }
+                }
                 _ => {}
             }
         }
@@ -100,13 +140,37 @@ impl HostCgroups {
             v2_mount: v2.map(|(m, _)| m),
             own,
             uid,
+            v1,
         }
+    }
+
+    /// The v1 hierarchy holding `controller`, if one is mounted.
+    pub fn v1_hierarchy(&self, controller: &str) -> Option<&V1Hierarchy> {
+        self.v1
+            .iter()
+            .find(|h| h.controllers.iter().any(|c| c == controller))
     }
 
     /// Whether `dir` is the root of the cgroup2 mount.
     pub fn is_root(&self, dir: &Path) -> bool {
         self.v2_mount.as_deref() == Some(dir)
     }
+}
+
+/// This process's cgroup in the v1 hierarchy of `controllers` (from its
+/// `N:cpu,cpuacct:/path` line), relative to the mounted `root`.
+fn v1_own(proc_cgroup: &str, controllers: &[String], root: &str) -> Option<PathBuf> {
+    proc_cgroup.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, names, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let names: Vec<&str> = names.split(',').collect();
+        if !controllers.iter().all(|c| names.contains(&c.as_str())) {
+            return None;
+        }
+        let rel = Path::new(path.trim_end_matches(" (deleted)"));
+        let inside = rel.strip_prefix(root).unwrap_or(rel);
+        Some(inside.strip_prefix("/").unwrap_or(inside).to_path_buf())
+    })
 }
 
 /// Undo mountinfo's octal escapes (`\040` for space).
@@ -155,6 +219,27 @@ mod tests {
         );
         assert_eq!(h.own.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
         assert!(h.is_root(h.own.as_deref().unwrap()));
+        let m = h.v1_hierarchy("memory").expect("memory hierarchy");
+        assert_eq!(m.mount, Path::new("/sys/fs/cgroup/memory"));
+        assert_eq!(m.own.as_deref(), Some(Path::new("/sys/fs/cgroup/memory/x")));
+        assert!(h.v1_hierarchy("pids").is_none());
+    }
+
+    #[test]
+    fn comounted_v1_controllers_and_named_hierarchies() {
+        let mi = "\
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+40 31 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd
+";
+        let h = HostCgroups::from_proc(mi, "9:name=systemd:/\n2:cpu,cpuacct:/a/b\n", 0);
+        assert_eq!(h.layout, Layout::Legacy);
+        assert_eq!(h.v1.len(), 1, "name=systemd holds no controller");
+        let c = h.v1_hierarchy("cpuacct").unwrap();
+        assert_eq!(c.controllers, ["cpu", "cpuacct"]);
+        assert_eq!(
+            c.own.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/cpu,cpuacct/a/b"))
+        );
     }
 
     #[test]

@@ -9,9 +9,6 @@ use crate::spec::{ByteSize, IoMax, SpecError};
 /// Largest iops value the kernel keeps (it clamps to UINT_MAX silently).
 pub const MAX_IOPS: u64 = u32::MAX as u64;
 
-/// The keys of one `io.max` entry, in the kernel's order.
-pub const KEYS: [&str; 4] = ["rbps", "wbps", "riops", "wiops"];
-
 /// `(key, value)` pairs set in `e`, in [`KEYS`] order.
 pub fn values(e: &IoMax) -> Vec<(&'static str, u64)> {
     [

@@ -1,12 +1,16 @@
-//! cgroup v2 leaf per sandbox (limits, events, kill, removal), and the
-//! rlimits applied inside the sandbox.
+//! cgroup leaf per sandbox (limits, events, kill, removal), and the
+//! rlimits applied inside the sandbox. cgroup v2 is preferred; on a host
+//! whose controllers live in v1 hierarchies (legacy, hybrid) the sandbox
+//! gets a leaf in each of them instead ([`v1`]).
 //!
 //! hutch writes cgroupfs directly (docs/decisions/0001-cgroupfs-direct.md).
 //! Flow: [`prepare`] in the supervisor before clone decides what can be
 //! enforced, creates the leaf and writes its limits; the launcher passes
 //! [`Leaf::cgroup_fd`] to clone3 (`CLONE_INTO_CGROUP`) and calls
 //! [`apply_rlimits`] in the sandbox; at the end [`Leaf::finish`] reads
-//! the counters, kills what is left and removes the leaf.
+//! the counters, kills what is left and removes the leaf. v1 has no
+//! `CLONE_INTO_CGROUP`: around clone3 the launcher calls
+//! [`Leaf::enter_for_clone`] and [`Leaf::leave_after_clone`].
 
 mod error;
 pub mod host;
@@ -16,6 +20,7 @@ pub mod probe;
 mod report;
 pub mod rlimits;
 pub mod tree;
+pub mod v1;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -28,7 +33,7 @@ pub use report::{CgroupStats, Enforced, LimitsReport, Unenforced};
 use crate::spec::{Limit, Limits, SpecError};
 pub(crate) use error::errno_text;
 use host::HostCgroups;
-use plan::{Place, SUPERVISOR};
+use plan::{NoPlace, Place, SUPERVISOR};
 use tree::Cgroup;
 
 /// Period written to `cpu.max` (the kernel's default, 100 ms).
@@ -131,6 +136,8 @@ pub struct Leaf {
     /// The leaf's directory; None where no cgroup could be created (the
     /// rlimits and the report still apply).
     leaf: Option<LeafDir>,
+    /// The leaves in the v1 hierarchies, on a host without the v2 ones.
+    v1: Option<v1::V1Leaf>,
     rlimits: Vec<(libc::c_int, u64)>,
     enforced: Vec<Enforced>,
     unenforced: Vec<Unenforced>,
@@ -174,6 +181,7 @@ pub fn prepare_on(
     }
     let mut p = Leaf {
         leaf: None,
+        v1: None,
         rlimits: Vec::new(),
         enforced: Vec::new(),
         unenforced: Vec::new(),
@@ -218,6 +226,18 @@ pub fn prepare_on(
                 problem: np.found,
                 fix: np.fix,
             });
+        }
+        Err(np) if !host.v1.is_empty() => {
+            prepare_v1(
+                host,
+                &np,
+                &leaf_name,
+                limits,
+                &io_devices,
+                &wanted,
+                &mut p,
+                &mut missing,
+            )?;
         }
         Err(np) => {
             for w in &wanted {
@@ -300,6 +320,83 @@ pub fn prepare_on(
     }
     plan_rlimits(limits, &mut p)?;
     Ok(p)
+}
+
+/// No cgroup v2 place, but v1 hierarchies: a leaf in each v1 hierarchy
+/// of a wanted limit (and in memory, pids and cpuacct for the report's
+/// counters, where usable), its limits written. Limits whose hierarchy
+/// hutch may not use go to `missing`, saying both what the v2 tree and
+/// the v1 hierarchy lack.
+#[allow(clippy::too_many_arguments)]
+fn prepare_v1<'w>(
+    host: &HostCgroups,
+    np: &NoPlace,
+    leaf_name: &str,
+    limits: &Limits,
+    io_devices: &[io::IoDevice],
+    wanted: &'w [Wanted],
+    p: &mut Leaf,
+    missing: &mut Vec<(&'w Wanted, String, String)>,
+) -> Result<(), CgroupError> {
+    let fix = format!(
+        "{}, or run hutch as root (it then uses the cgroup v1 hierarchies), or delegate a v1 subtree to this user (chown its cgroup directory in each v1 hierarchy)",
+        np.fix
+    );
+    let mut parents: Vec<(&'static str, Cgroup)> = Vec::new();
+    let mut limited: Vec<&Wanted> = Vec::new();
+    for w in wanted {
+        let c = v1::controller_for(w.key);
+        match v1::parent_for(host, c) {
+            Ok(parent) => {
+                if !parents.iter().any(|(pc, _)| *pc == c) {
+                    parents.push((c, parent));
+                }
+                limited.push(w);
+            }
+            Err(found) => missing.push((w, format!("{}; {found}", np.found), fix.clone())),
+        }
+    }
+    for c in ["memory", "pids", "cpuacct"] {
+        if !parents.iter().any(|(pc, _)| *pc == c)
+            && let Ok(parent) = v1::parent_for(host, c)
+        {
+            parents.push((c, parent));
+        }
+    }
+    if parents.is_empty() {
+        return Ok(());
+    }
+    v1::sweep_all(host);
+    let leaf = v1::V1Leaf::create(host, &parents, leaf_name).map_err(|f| {
+        CgroupError::io(
+            f.action,
+            f.path,
+            &f.error,
+            format!(
+                "hutch needs its own group in the cgroup v1 {} hierarchy; `hutch check` shows the layout",
+                f.controller
+            ),
+        )
+    })?;
+    for w in limited {
+        let dir = leaf
+            .dir(v1::controller_for(w.key))
+            .expect("a leaf in each hierarchy of a limit");
+        match v1::write_limit(dir, w.key, limits, io_devices) {
+            Ok(by) => p.enforced.push(Enforced {
+                limit: w.key.into(),
+                value: w.value.clone(),
+                by,
+            }),
+            Err((file, e)) => missing.push((
+                w,
+                format!("writing {}/{file} failed: {e}", dir.dir.display()),
+                "report this as a bug with `hutch check` output".into(),
+            )),
+        }
+    }
+    p.v1 = Some(leaf);
+    Ok(())
 }
 
 /// Make sure `place`'s children get the controllers hutch wants; returns
@@ -460,6 +557,7 @@ fn write_limit(
 pub fn rlimits_only(limits: &Limits) -> Result<Leaf, CgroupError> {
     let mut p = Leaf {
         leaf: None,
+        v1: None,
         rlimits: Vec::new(),
         enforced: Vec::new(),
         unenforced: Vec::new(),
@@ -544,9 +642,60 @@ impl Leaf {
         self.enforced.extend(enforced);
     }
 
-    /// The leaf's directory, when one was created.
+    /// Use `dirs` (the groups an engine made in each cgroup v1 hierarchy,
+    /// with their limits written) as the sandbox's cgroups: [`Leaf::attach`]
+    /// moves hutch init into them; the caller removes them.
+    pub fn adopt_v1(
+        &mut self,
+        dirs: Vec<(&'static str, std::path::PathBuf)>,
+        enforced: Vec<Enforced>,
+    ) {
+        self.v1 = Some(v1::V1Leaf::adopt(&HostCgroups::detect(), dirs));
+        self.external = true;
+        self.enforced.extend(enforced);
+    }
+
+    /// The leaf's directory, when one was created (on v1: the memory
+    /// hierarchy's leaf).
     pub fn cgroup_dir(&self) -> Option<&std::path::Path> {
-        self.leaf.as_ref().map(|l| l.cg.dir.as_path())
+        match (&self.leaf, &self.v1) {
+            (Some(l), _) => Some(l.cg.dir.as_path()),
+            (None, Some(v1)) => v1.primary(),
+            (None, None) => None,
+        }
+    }
+
+    /// v1 leaves: move this (single-threaded) process into them right
+    /// before clone3, so that the sandbox starts in them and its new cgroup
+    /// namespace is rooted at them. Nothing to do for a v2 leaf
+    /// (`CLONE_INTO_CGROUP`). Always pair with [`Leaf::leave_after_clone`].
+    pub fn enter_for_clone(&self) -> Result<(), CgroupError> {
+        match &self.v1 {
+            Some(v1) => v1.enter().map_err(|(path, e)| {
+                CgroupError::io(
+                    "move the launcher into",
+                    path,
+                    &e,
+                    "hutch could not enter its cgroup v1 leaf; `hutch check` shows the layout",
+                )
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Move this process back into its own v1 groups after clone3.
+    pub fn leave_after_clone(&self) -> Result<(), CgroupError> {
+        match &self.v1 {
+            Some(v1) => v1.leave().map_err(|(path, e)| {
+                CgroupError::io(
+                    "move the launcher back into",
+                    path,
+                    &e,
+                    "hutch could not leave its cgroup v1 leaf; the sandbox was ended",
+                )
+            }),
+            None => Ok(()),
+        }
     }
 
     /// (resource, value) pairs to apply in the sandbox with
@@ -561,13 +710,24 @@ impl Leaf {
         if let Some(leaf) = &self.leaf {
             kill_all(&leaf.cg);
         }
+        if let Some(v1) = &self.v1 {
+            v1.kill();
+        }
+    }
+
+    fn stats(&self) -> Option<CgroupStats> {
+        match (&self.leaf, &self.v1) {
+            (Some(l), _) => Some(CgroupStats::read(&l.cg)),
+            (None, Some(v1)) => Some(v1.stats()),
+            (None, None) => None,
+        }
     }
 
     /// Enforced and unenforced limits with the counters read now.
     pub fn report(&self) -> LimitsReport {
-        let stats = self.leaf.as_ref().map(|l| CgroupStats::read(&l.cg));
+        let stats = self.stats();
         LimitsReport {
-            cgroup: self.leaf.as_ref().map(|l| l.cg.dir.clone()),
+            cgroup: self.cgroup_dir().map(std::path::Path::to_path_buf),
             enforced: self.enforced.clone(),
             unenforced: self.unenforced.clone(),
             ended_by: stats.as_ref().and_then(CgroupStats::ended_by),
@@ -578,9 +738,9 @@ impl Leaf {
 
     /// `oom-killed` or `pids-limit-hit` when the leaf's events show one
     /// (OOM wins). Use it to explain a workload that did not exit 0.
+    #[cfg(test)]
     pub fn ended_by(&self) -> Option<&'static str> {
-        let leaf = self.leaf.as_ref()?;
-        CgroupStats::read(&leaf.cg).ended_by()
+        self.stats()?.ended_by()
     }
 
     /// Read the final counters, kill what is left, remove the leaf.
@@ -589,6 +749,12 @@ impl Leaf {
         if let Some(leaf) = self.leaf.take()
             && !self.external
             && let Err(e) = teardown(&leaf.cg)
+        {
+            report.cleanup_error = Some(e);
+        }
+        if let Some(v1) = self.v1.take()
+            && !self.external
+            && let Err(e) = v1.teardown(Instant::now() + TEARDOWN)
         {
             report.cleanup_error = Some(e);
         }
@@ -631,15 +797,10 @@ impl Drop for Leaf {
         if let Some(leaf) = self.leaf.take() {
             let _ = teardown(&leaf.cg);
         }
+        if let Some(v1) = self.v1.take() {
+            let _ = v1.teardown(Instant::now() + TEARDOWN);
+        }
     }
-}
-
-/// Apply rlimits (soft = hard = value). Called in the sandbox child.
-pub fn apply_rlimits(list: &[(libc::c_int, u64)]) -> Result<(), crate::sys::SysError> {
-    for (r, v) in list {
-        crate::sys::setrlimit(*r, *v)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -22,7 +22,6 @@ pub struct Place {
     /// `parent/hutch-supervisor` before enabling controllers.
     pub evacuate: bool,
     pub root: bool,
-    pub explicit: bool,
 }
 
 /// Why there is no usable parent.
@@ -112,7 +111,6 @@ pub fn find_place(host: &HostCgroups, explicit: Option<&Path>) -> Result<Place, 
         parent: cand,
         evacuate,
         root,
-        explicit: false,
     })
 }
 
@@ -166,7 +164,6 @@ fn explicit_place(host: &HostCgroups, mount: &Path, dir: &Path) -> Result<Place,
         parent: cg,
         evacuate,
         root,
-        explicit: true,
     })
 }
 

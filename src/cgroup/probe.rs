@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::host::HostCgroups;
 use super::plan::{self, Place};
 use super::tree::Cgroup;
+use super::v1;
 
 /// The cgroup layout as seen from this process, and which limits work.
 #[derive(Debug, Clone, Serialize)]
@@ -30,6 +31,20 @@ pub struct CgroupProbe {
     pub cgroup_parent: Option<Placement>,
     /// `memory`, `pids`, `cpus`, `io`: would a limit on it work here.
     pub limits: BTreeMap<&'static str, LimitSupport>,
+    /// The cgroup v1 hierarchies hutch would use when the v2 tree gives
+    /// no place (empty on a unified host).
+    pub v1: Vec<V1Support>,
+}
+
+/// One cgroup v1 hierarchy and whether hutch may make leaves in it.
+#[derive(Debug, Clone, Serialize)]
+pub struct V1Support {
+    pub controllers: Vec<String>,
+    pub mount: PathBuf,
+    /// Where the leaves go (`<mount>/hutch` for root).
+    pub parent: Option<PathBuf>,
+    pub usable: bool,
+    pub reason: Option<String>,
 }
 
 /// Where sandbox leaves would be created.
@@ -132,7 +147,32 @@ pub fn probe_host(
             }),
             Err(np) => Err((np.found.clone(), np.fix.clone())),
         };
+        // No v2 place: the v1 hierarchy of the controller, when usable.
+        let v1_by = match effective {
+            Err(np) if !np.explicit && !host.v1.is_empty() => {
+                let c = v1::controller_for(name);
+                Some(v1::parent_for(host, c).map(|parent| {
+                    format!(
+                        "cgroup v1 {} ({})",
+                        v1_files(name),
+                        parent.child("hutch-ID").dir.display()
+                    )
+                }))
+            }
+            _ => None,
+        };
+        let status = match (status, &v1_by) {
+            (Err((found, fix)), Some(Err(v1_found))) => Err((format!("{found}; {v1_found}"), fix)),
+            (status, _) => status,
+        };
         let support = match status {
+            Err(_) if matches!(v1_by, Some(Ok(_))) => LimitSupport {
+                key,
+                works: true,
+                by: v1_by.and_then(Result::ok),
+                why_not: None,
+                fix: None,
+            },
             Ok(()) => LimitSupport {
                 key,
                 works: true,
@@ -180,8 +220,33 @@ pub fn probe_host(
             .as_ref()
             .map(Cgroup::subtree_control)
             .unwrap_or_default(),
+        v1: host
+            .v1
+            .iter()
+            .map(|h| {
+                let r = v1::parent_for(host, &h.controllers[0]);
+                V1Support {
+                    controllers: h.controllers.clone(),
+                    mount: h.mount.clone(),
+                    parent: r.as_ref().ok().map(|c| c.dir.clone()),
+                    usable: r.is_ok(),
+                    reason: r.err(),
+                }
+            })
+            .collect(),
         delegation: placement(&own_place),
         cgroup_parent: parent_place.as_ref().map(placement),
         limits,
+    }
+}
+
+/// The v1 interface files that enforce a limit, for `hutch check`.
+fn v1_files(limit: &str) -> &'static str {
+    match limit {
+        "memory" => "memory.limit_in_bytes",
+        "pids" => "pids.max",
+        "cpus" => "cpu.cfs_quota_us",
+        "io" => "blkio.throttle.*_device",
+        _ => "",
     }
 }

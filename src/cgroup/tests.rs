@@ -43,6 +43,7 @@ impl Fake {
             v2_mount: Some(self.root.clone()),
             own: Some(self.root.join(own).components().collect()),
             uid,
+            v1: Vec::new(),
         }
     }
 
@@ -705,4 +706,124 @@ fn an_adopted_cgroup_is_reported_and_left_to_its_owner() {
     assert!(report.enforced.iter().any(|e| e.by == "cgroup memory.max"));
     assert!(dir.exists(), "finish leaves an adopted cgroup alone");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A hybrid host whose controllers are in fake v1 hierarchies under the
+/// fake root: memory, pids and a comounted cpu,cpuacct.
+fn fake_v1_host(f: &Fake, uid: u32) -> HostCgroups {
+    f.cgroup("unified", "hugetlb", "", "");
+    let mut v1 = Vec::new();
+    for (name, controllers) in [
+        ("memory", vec!["memory"]),
+        ("pids", vec!["pids"]),
+        ("cpu,cpuacct", vec!["cpu", "cpuacct"]),
+    ] {
+        let mount = f.root.join("v1").join(name);
+        std::fs::create_dir_all(&mount).unwrap();
+        std::fs::write(mount.join("cgroup.procs"), "").unwrap();
+        v1.push(host::V1Hierarchy {
+            controllers: controllers.into_iter().map(String::from).collect(),
+            own: Some(mount.clone()),
+            mount,
+        });
+    }
+    HostCgroups {
+        layout: Layout::Hybrid,
+        v2_mount: Some(f.root.join("unified")),
+        own: Some(f.root.join("unified")),
+        uid,
+        v1,
+    }
+}
+
+#[test]
+fn hybrid_host_gets_a_leaf_in_each_v1_hierarchy_with_runcs_files() {
+    use std::os::fd::AsFd;
+    let f = Fake::new("");
+    let host = fake_v1_host(&f, 0);
+    let mem_leaf = "v1/memory/hutch/hutch-t1";
+    // A leaf of a SIGKILLed supervisor (unlocked, empty) goes; a live
+    // sandbox's (locked) stays.
+    std::fs::create_dir_all(f.root.join("v1/memory/hutch/hutch-stale")).unwrap();
+    std::fs::create_dir_all(f.root.join("v1/pids/hutch/hutch-live")).unwrap();
+    let live = Cgroup::new(f.root.join("v1/pids/hutch/hutch-live"));
+    let live_fd = live.open_dir().unwrap();
+    assert!(crate::sys::flock_exclusive(live_fd.as_fd(), false).unwrap());
+    let l = limits(
+        Some(Limit::Required(G2)),
+        Some(Limit::Required(64)),
+        Some(Limit::Required(1.5)),
+    );
+    let p = prepare_on(&host, &l, "t1").expect("prepare");
+    assert!(p.cgroup_fd().is_none(), "no CLONE_INTO_CGROUP on v1");
+    assert_eq!(p.cgroup_dir(), Some(f.root.join(mem_leaf).as_path()));
+    assert_eq!(
+        f.read(&format!("{mem_leaf}/memory.limit_in_bytes")),
+        "2147483648"
+    );
+    assert_eq!(f.read("v1/pids/hutch/hutch-t1/pids.max"), "64");
+    // cpu and cpuacct share one leaf.
+    assert_eq!(
+        f.read("v1/cpu,cpuacct/hutch/hutch-t1/cpu.cfs_quota_us"),
+        "150000"
+    );
+    assert_eq!(
+        f.read("v1/cpu,cpuacct/hutch/hutch-t1/cpu.cfs_period_us"),
+        "100000"
+    );
+    assert!(
+        !f.root.join("v1/memory/hutch/hutch-stale").exists(),
+        "swept"
+    );
+    assert!(live.dir.exists(), "a locked leaf is a live sandbox's");
+    let by: Vec<(String, String)> = p
+        .report()
+        .enforced
+        .iter()
+        .map(|e| (e.limit.clone(), e.by.clone()))
+        .collect();
+    for (limit, mechanism) in [
+        (
+            "memory",
+            "cgroup v1 memory.limit_in_bytes (no swap accounting)",
+        ),
+        ("pids", "cgroup v1 pids.max"),
+        ("cpus", "cgroup v1 cpu.cfs_quota_us/cpu.cfs_period_us"),
+    ] {
+        assert!(by.contains(&(limit.into(), mechanism.into())), "{by:?}");
+    }
+    // The counters v1 keeps, and the ending they tell.
+    let leaf_file = |rel: &str, text: &str| std::fs::write(f.root.join(rel), text).unwrap();
+    leaf_file(
+        &format!("{mem_leaf}/memory.oom_control"),
+        "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+    );
+    leaf_file(&format!("{mem_leaf}/memory.max_usage_in_bytes"), "4096\n");
+    leaf_file("v1/pids/hutch/hutch-t1/pids.events", "max 3\n");
+    leaf_file("v1/cpu,cpuacct/hutch/hutch-t1/cpuacct.usage", "5000\n");
+    let r = p.report();
+    let stats = r.stats.expect("stats");
+    assert_eq!(stats.oom_kill, Some(1));
+    assert_eq!(stats.memory_peak, Some(4096));
+    assert_eq!(stats.pids_max_events, Some(3));
+    assert_eq!(stats.cpu_usage_usec, Some(5));
+    assert_eq!(r.ended_by, Some("oom-killed"));
+    drop(live_fd);
+}
+
+#[test]
+fn v1_memory_with_swap_accounting_caps_memory_plus_swap() {
+    let f = Fake::new("");
+    // The kernel shows memsw in a memory group only with swap accounting.
+    let leaf = f.root.join("leaf");
+    std::fs::create_dir_all(&leaf).unwrap();
+    std::fs::write(leaf.join("memory.memsw.limit_in_bytes"), "").unwrap();
+    let l = limits(Some(Limit::Required(G2)), None, None);
+    let by = v1::write_limit(&Cgroup::new(&leaf), "memory", &l, &[]).unwrap();
+    assert_eq!(
+        by,
+        "cgroup v1 memory.limit_in_bytes, memory.memsw.limit_in_bytes (no swap)"
+    );
+    assert_eq!(f.read("leaf/memory.limit_in_bytes"), "2147483648");
+    assert_eq!(f.read("leaf/memory.memsw.limit_in_bytes"), "2147483648");
 }

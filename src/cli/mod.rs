@@ -17,7 +17,6 @@ mod supervise;
 
 use std::ffi::OsString;
 
-pub use run::{USAGE as RUN_USAGE, parse as parse_run, parse_onto as parse_run_onto, run_spec};
 
 const USAGE: &str = "\
 usage: hutch <command> [ARGS...]

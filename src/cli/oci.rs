@@ -681,7 +681,7 @@ fn features() -> String {
         "linux": {
             "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "user", "uts"],
             "capabilities": caps,
-            "cgroup": {"v1": false, "v2": true, "systemd": false, "systemdUser": false, "rdma": false},
+            "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false, "rdma": false},
             "seccomp": {
                 "enabled": true,
                 "actions": ["SCMP_ACT_ALLOW", "SCMP_ACT_ERRNO", "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS",

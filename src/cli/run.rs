@@ -165,19 +165,15 @@ pub(crate) enum WorkspaceFrom {
     Caller,
 }
 
-/// Parse `hutch run` arguments into a Spec and options. The Spec is not
-/// validated here: `launch::run` validates it before anything happens.
-pub fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
+/// Parse `hutch run` arguments (the unit tests' door).
+#[cfg(test)]
+fn parse(args: &[OsString]) -> Result<(Spec, RunOptions)> {
     parse_reporting(args, &mut Reporting::default())
 }
 
-/// [`parse`], starting from `base` (as a `--profile` would) instead of the
-/// default profile when given.
-pub fn parse_onto(args: &[OsString], base: Option<Spec>) -> Result<(Spec, RunOptions)> {
-    parse_reporting_onto(args, base, WorkspaceFrom::Flags, &mut Reporting::default())
-}
-
-/// [`parse`], also filling `rep` with the reporting flags as they come.
+/// Parse `hutch run` arguments into a Spec and options, also filling `rep`
+/// with the reporting flags as they come. The Spec is not validated here:
+/// `launch::run` validates it before anything happens.
 pub fn parse_reporting(args: &[OsString], rep: &mut Reporting) -> Result<(Spec, RunOptions)> {
     parse_reporting_onto(args, None, WorkspaceFrom::Flags, rep)
 }
@@ -848,12 +844,6 @@ pub fn report_envelope(
         _ => machine::ok_line(verb, result),
     };
     append_status(path, &line);
-}
-
-/// Launch a parsed Spec from this single-threaded process and turn the
-/// result into an exit code (errors as one line on stderr).
-pub fn run_spec(spec: &Spec, opts: &RunOptions) -> i32 {
-    run_reporting(spec, opts, &Reporting::default())
 }
 
 /// [`run_spec`], reporting as `rep` asks.

@@ -42,25 +42,3 @@ pub fn sets(s: &crate::spec::CapabilitySets) -> [(&'static str, &Vec<String>); 5
 pub fn mask(set: &CapsHashSet) -> u64 {
     set.iter().fold(0, |m, c| m | c.bitmask())
 }
-
-/// Drop every capability not in `keep` from the bounding set (up to the
-/// kernel's `cap_last_cap`, not a fixed list), then the ambient, effective,
-/// permitted and inheritable sets. Kept capabilities stay in all of them
-/// (ambient too, so they survive execve).
-/// `last` is the kernel's `cap_last_cap`, read before clone
-/// ([`crate::sys::cap_last_cap`]).
-pub fn drop_all_except(keep: &CapsHashSet, last: u32) -> Result<(), crate::sys::SysError> {
-    for cap in 0..=last {
-        if keep.iter().any(|c| c.index() as u32 == cap) {
-            continue;
-        }
-        crate::sys::prctl_capbset_drop(cap)?;
-    }
-    let keep_mask: u64 = keep.iter().fold(0, |m, c| m | c.bitmask());
-    crate::sys::capset(keep_mask, keep_mask, keep_mask)?;
-    crate::sys::ambient_clear()?;
-    for cap in keep {
-        crate::sys::ambient_raise(cap.index() as u32)?;
-    }
-    Ok(())
-}

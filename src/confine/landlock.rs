@@ -11,14 +11,17 @@
 //! crate: docs/decisions/0003-landlock-abi.md.
 
 use std::ffi::CString;
-use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use serde::Serialize;
 
 use crate::spec::{FsOp, Network, Spec};
+// The test-only enforcement path (`LandlockPlan::enforce`).
+#[cfg(feature = "internals")]
 use crate::sys::{self, Errno, SysError};
+#[cfg(feature = "internals")]
+use std::os::fd::AsFd;
 
 /// Newest Landlock ABI whose rights hutch knows and enforces.
 pub const HUTCH_MAX_ABI: u32 = 7;
@@ -237,6 +240,7 @@ impl LandlockPlan {
         }
     }
 
+    #[cfg(feature = "internals")]
     /// Open the planned paths (inside the new root) and enforce the ruleset
     /// on the calling thread. Paths that do not exist (optional binds that
     /// were skipped) get no rule, which only denies more. Needs no-new-privs.
@@ -270,6 +274,7 @@ impl LandlockPlan {
     }
 }
 
+#[cfg(feature = "internals")]
 fn open_path(path: &CString) -> Result<std::os::fd::OwnedFd, SysError> {
     nix::fcntl::open(
         path.as_c_str(),
@@ -279,6 +284,7 @@ fn open_path(path: &CString) -> Result<std::os::fd::OwnedFd, SysError> {
     .map_err(|e| SysError::new(format!("open({:?}, O_PATH)", path.to_string_lossy()), e))
 }
 
+#[cfg(feature = "internals")]
 fn is_dir(fd: &std::os::fd::OwnedFd) -> bool {
     nix::sys::stat::fstat(fd)
         .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)

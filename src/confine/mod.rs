@@ -213,6 +213,7 @@ pub fn prepare(spec: &Spec) -> Result<Confinement, ConfineError> {
 }
 
 impl Confinement {
+    #[cfg(feature = "internals")]
     /// Capabilities the workload keeps (`security.cap_add`).
     pub fn keep_caps(&self) -> &::caps::CapsHashSet {
         &self.keep_caps
@@ -254,6 +255,7 @@ impl Confinement {
         crate::sys::seccomp_set_mode_filter(&self.init_filter.program)
     }
 
+    #[cfg(feature = "internals")]
     /// Confine the calling process as a workload is confined: Landlock, then
     /// seccomp (after no-new-privs and the capability drop). The launcher's
     /// workload performs the same steps through `launch::child`; this is for

@@ -13,7 +13,7 @@ mod syscalls;
 pub(crate) mod tests;
 
 pub use build::{
-    BuildError, Built, FsSys, Sources, Unpivoted, build, build_unpivoted, expose_root, op_names,
+    BuildError, Built, FsSys, Sources, build, build_unpivoted, expose_root, op_names,
     open_sources, pivot,
 };
-pub use plan::{Plan, Step, Upper, plan};
+pub use plan::{Plan, plan};

@@ -52,10 +52,6 @@ impl Digest {
         hex::encode(self.0)
     }
 
-    /// The first 12 hex digits, for human output.
-    pub fn short(&self) -> String {
-        self.hex()[..12].to_string()
-    }
 }
 
 impl fmt::Display for Digest {
@@ -148,11 +144,6 @@ impl<R: Read> HashingReader<R> {
         }
     }
 
-    /// Bytes read so far.
-    pub fn count(&self) -> u64 {
-        self.count
-    }
-
     /// Read to the end (discarding), then return (digest, byte count).
     pub fn finish(mut self) -> io::Result<(Digest, u64)> {
         let mut buf = vec![0u8; 64 * 1024];
@@ -160,9 +151,6 @@ impl<R: Read> HashingReader<R> {
         Ok((Digest(self.hasher.finalize().into()), self.count))
     }
 
-    pub fn get_mut(&mut self) -> &mut R {
-        &mut self.inner
-    }
 }
 
 impl<R: Read> Read for HashingReader<R> {

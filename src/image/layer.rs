@@ -5,7 +5,7 @@
 use std::ffi::CString;
 use std::io::{BufRead, BufReader, BufWriter, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -442,9 +442,4 @@ fn merged_is_dir_or_absent(layers: &[(OwnedFd, OpaqueXattr)], path: &[u8]) -> Re
 
 fn is_opaque(fd: BorrowedFd<'_>, x: OpaqueXattr) -> Result<bool> {
     Ok(sys::get_xattr(fd, x.name())?.as_deref() == Some(b"y"))
-}
-
-/// Used by the launcher's second part: the path of a layer's tree.
-pub fn root_of(store_root: &Path, d: &Digest) -> PathBuf {
-    store_root.join("layers").join(d.hex()).join("root")
 }

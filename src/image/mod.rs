@@ -24,26 +24,12 @@ pub mod store;
 pub mod tar;
 pub mod unpack;
 
-pub use checks::{Outcome, Overrides, Refusal, Verdict};
+pub use checks::Outcome;
+pub use error::ImageError;
+// For the tests and fuzzers (cargo feature `internals`).
+#[cfg(feature = "internals")]
 pub use digest::Digest;
-pub use error::{ImageError, Result};
-pub use import::{
-    DEFAULT_MAX_EXPANSION, DEFAULT_MAX_IMAGE_ENTRIES, DEFAULT_MAX_IMAGE_SIZE,
-    DEFAULT_MAX_LAYER_ENTRIES, EXPANSION_FLOOR, ImportOptions, ImportReport, valid_name,
-};
-pub use layer::LayerMeta;
+pub use import::ImportOptions;
 pub use oci::Platform;
-pub use refs::ImageUse;
-pub use resolve::{GcReport, Inspection, Reference, Removed, ResolvedImage, ResolvedLayer};
-pub use store::{ImageRecord, Lock, STORE_ENV, Store, default_root};
-
-/// Resolve `reference` in the store at `store` (None: the default store)
-/// for a run on `platform` with `overrides`: what the launcher calls.
-pub fn resolve(
-    store: Option<&std::path::Path>,
-    reference: &str,
-    platform: &Platform,
-    overrides: &Overrides,
-) -> Result<ResolvedImage> {
-    Store::open(store)?.resolve(reference, platform, overrides)
-}
+pub use resolve::{Inspection, ResolvedImage};
+pub use store::{Lock, Store};

@@ -16,7 +16,6 @@ pub const MT_OCI_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip
 pub const MT_OCI_LAYER_ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
 pub const MT_DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 pub const MT_DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
-pub const MT_DOCKER_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
 pub const MT_DOCKER_LAYER: &str = "application/vnd.docker.image.rootfs.diff.tar";
 pub const MT_DOCKER_LAYER_GZIP: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
 
@@ -78,10 +77,6 @@ pub struct DescPlatform {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Index {
-    #[serde(default)]
-    pub schema_version: u32,
-    #[serde(default)]
-    pub media_type: Option<String>,
     pub manifests: Vec<Descriptor>,
 }
 

@@ -26,18 +26,6 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// One letter for records and messages.
-    pub fn letter(self) -> char {
-        match self {
-            Kind::File => 'f',
-            Kind::Hardlink => 'h',
-            Kind::Symlink => 'l',
-            Kind::Char => 'c',
-            Kind::Block => 'b',
-            Kind::Dir => 'd',
-            Kind::Fifo => 'p',
-        }
-    }
 }
 
 /// One entry's header, after PAX and GNU extensions are applied.

@@ -47,11 +47,15 @@ pub struct CreateOptions {
 }
 
 /// A cgroup the caller made for the sandbox: its directory, an fd of it
-/// for `CLONE_INTO_CGROUP`, and the limits written there (for the report,
-/// whose counters and `oom-killed` come from it). The caller removes it.
+/// for `CLONE_INTO_CGROUP` (cgroup v2), or its group in each cgroup v1
+/// hierarchy, and the limits written there (for the report, whose
+/// counters and `oom-killed` come from it). The caller removes it.
 pub struct EngineCgroup {
     pub dir: PathBuf,
-    pub fd: OwnedFd,
+    pub fd: Option<OwnedFd>,
+    /// cgroup v1: (controller, directory) per hierarchy; hutch init is
+    /// started in each.
+    pub v1: Vec<(&'static str, PathBuf)>,
     pub enforced: Vec<crate::cgroup::Enforced>,
 }
 
@@ -113,7 +117,10 @@ pub fn create(
     p.child.hold = Some(opts.hold);
     p.child.pause_before_pivot = before_pivot.is_some();
     if let (Some(c), Some(leaf)) = (opts.cgroup, p.cgroup.as_mut()) {
-        leaf.adopt(c.dir, c.fd, c.enforced);
+        match c.fd {
+            Some(fd) => leaf.adopt(c.dir, fd, c.enforced),
+            None => leaf.adopt_v1(c.v1, c.enforced),
+        }
     }
     let status_file = opts
         .status_file
@@ -128,12 +135,25 @@ pub fn create(
     }
     joins.enter()?;
     let cgroup_fd: Option<BorrowedFd<'_>> = p.cgroup.as_ref().and_then(|c| c.cgroup_fd());
+    if let Some(c) = &p.cgroup {
+        c.enter_for_clone()?;
+    }
     // SAFETY: the process is single-threaded (checked just above).
-    let (pid, pidfd) = match unsafe { sys::clone3(p.clone_flags, cgroup_fd) } {
+    let forked = unsafe { sys::clone3(p.clone_flags, cgroup_fd) };
+    let left = match (&forked, &p.cgroup) {
+        (Ok(Forked::Child), _) | (_, None) => Ok(()),
+        (_, Some(c)) => c.leave_after_clone(),
+    };
+    let (pid, pidfd) = match forked {
         Ok(Forked::Child) => child::sandbox_main(&mut p.child, child_sock),
         Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
         Err(e) => return Err(LaunchError::Clone(e)),
     };
+    if let Err(e) = left {
+        let _ = sys::raw::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+        let _ = sys::raw::waitpid(pid, 0);
+        return Err(e.into());
+    }
     drop(child_sock);
     // The hold socket, the console and the stdio ends are the sandbox's.
     p.child.hold = None;

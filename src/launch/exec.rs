@@ -41,6 +41,9 @@ pub struct ExecOptions {
     /// The sandbox's cgroup (an OCI container's `cgroupsPath`): the
     /// process is cloned into it, so that its limits bind it too.
     pub cgroup: Option<OwnedFd>,
+    /// The same on cgroup v1: (controller, directory) per hierarchy; this
+    /// process enters them around the clone.
+    pub cgroup_v1: Vec<(&'static str, std::path::PathBuf)>,
 }
 
 fn inode(path: &str) -> Option<u64> {
@@ -80,8 +83,25 @@ pub fn exec(
     let (report_r, report_w) = sys::socket::seqpacket_pair()?;
     let (pid_r, pid_w) = sys::socket::seqpacket_pair()?;
     let cgroup_fd = opts.cgroup.as_ref().map(|f| f.as_fd());
+    let v1 = (!opts.cgroup_v1.is_empty()).then(|| {
+        crate::cgroup::v1::V1Leaf::adopt(
+            &crate::cgroup::host::HostCgroups::detect(),
+            opts.cgroup_v1.clone(),
+        )
+    });
+    if let Some(v1) = &v1 {
+        v1.enter()
+            .map_err(|(path, e)| LaunchError::Sys(sys::io_err(format!("write({path:?})"), e)))?;
+    }
     // SAFETY: the process is single-threaded (checked above).
-    match unsafe { sys::clone3(0, cgroup_fd) } {
+    let forked = unsafe { sys::clone3(0, cgroup_fd) };
+    if let (Some(v1), false) = (&v1, matches!(forked, Ok(Forked::Child))) {
+        // The child keeps the groups; this process goes back. A failure
+        // leaves only this short-lived waiter counted in them; the
+        // process runs either way.
+        let _ = v1.leave();
+    }
+    match forked {
         Ok(Forked::Child) => {
             drop(report_r);
             drop(pid_r);

@@ -11,10 +11,10 @@
 //! and killed while the caller goes on.
 
 mod child;
-pub mod create;
+pub(crate) mod create;
 mod error;
-pub mod exec;
-pub mod helper;
+pub(crate) mod exec;
+pub(crate) mod helper;
 mod options;
 mod plan;
 mod prepare;
@@ -23,22 +23,21 @@ mod supervisor;
 mod tests;
 pub(crate) mod wire;
 
+// The library's face: what a caller of `launch()` names.
 pub use error::{
     FailureKind, LaunchError, LaunchFailure, PrepareError, ProxyDoorsError, StatusFileError,
 };
-pub use helper::pool;
 pub use options::{FrontEndStatus, Mode, RunOptions, StatusProtocol, WorkloadStdio};
-pub use plan::DEFAULT_ROOT_HOST_ID;
-pub use prepare::claim;
 pub use prepare::image::ImageReport;
-pub use prepare::network_name;
 pub use prepare::validate::validate;
 pub use supervisor::Finished;
 pub use supervisor::relay::Captured;
 pub use supervisor::report::{ChangesReport, Enforcement, ExitReport, Outcome, SetupFailure};
-pub use supervisor::{ending, report};
-pub use wire::stage::Stage;
-pub use wire::{message, stage};
+
+// For hutch's own front ends (cli, oci, bwrap, the API).
+pub(crate) use helper::pool;
+pub(crate) use prepare::claim;
+pub(crate) use prepare::network_name;
 
 use crate::spec::Spec;
 

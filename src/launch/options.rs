@@ -12,7 +12,7 @@ use crate::sys::SysError;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub enum Mode {
     /// In this process when it is single-threaded, else through the
-    /// helper found by [`helper::find_binary`].
+    /// helper found by [`crate::find_binary`].
     #[default]
     Auto,
     /// In this process, which must be single-threaded.

@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, UdpSocket, UnixListener};
 use super::decision::handle;
 use super::doors::Door;
 use super::error::NetError;
-use super::policy::{EgressLimits, Policy};
+use super::policy::EgressLimits;
 use super::record::{Decision, Outcome};
 use super::state::State;
 use super::transparent;
@@ -226,7 +226,8 @@ fn refused_head(e: &hyper::Error, limits: &EgressLimits) -> Option<(Outcome, u16
 /// Feed `bytes` to one proxy connection over a socketpair and return what
 /// the proxy answered (for the fuzz target and tests; nothing is dialled
 /// unless `policy` allows a reachable address).
-pub(crate) fn answer_raw(policy: Policy, door: Door, bytes: &[u8]) -> io::Result<Vec<u8>> {
+#[cfg(any(test, feature = "internals"))]
+pub(crate) fn answer_raw(policy: super::policy::Policy, door: Door, bytes: &[u8]) -> io::Result<Vec<u8>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -19,7 +19,8 @@ const RA: u16 = 0x0080;
 const OPCODE_MASK: u16 = 0x7800;
 
 pub const TYPE_A: u16 = 1;
-pub const TYPE_AAAA: u16 = 28;
+#[cfg(test)]
+const TYPE_AAAA: u16 = 28;
 const TYPE_ANY: u16 = 255;
 const CLASS_IN: u16 = 1;
 
@@ -34,7 +35,6 @@ pub const MAX_QUERY: usize = 1232;
 pub enum Rcode {
     NoError = 0,
     FormErr = 1,
-    ServFail = 2,
     NxDomain = 3,
     NotImp = 4,
     Refused = 5,

@@ -17,7 +17,7 @@ use crate::sys::{Errno, SysError, raw};
 /// the proxy needs (each door belongs to exactly one sandbox).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Door {
-    /// The Unix socket at [`PROXY_SOCKET_PATH`]; also routes origin-form
+    /// The Unix socket at `/run/hutch/proxy.sock`; also routes origin-form
     /// requests by their `Host` header.
     Unix,
     /// The TCP listener on `127.0.0.1:3128` inside the sandbox.
@@ -40,8 +40,6 @@ impl Door {
     }
 }
 
-/// Where the Unix door appears inside the sandbox.
-pub const PROXY_SOCKET_PATH: &str = "/run/hutch/proxy.sock";
 /// Port of the TCP door on the sandbox's loopback.
 pub const PROXY_TCP_PORT: u16 = 3128;
 

@@ -2,7 +2,7 @@
 //!
 //! In `proxy` mode the sandbox keeps an empty network namespace; its only
 //! way out is one host-side policy engine reached through two doors, both
-//! created inside the sandbox (a Unix socket at [`PROXY_SOCKET_PATH`] in its
+//! created inside the sandbox (a Unix socket at `/run/hutch/proxy.sock` in its
 //! root, a TCP listener on `127.0.0.1:3128` in its namespace) and served by
 //! the supervisor. In `transparent` egress mode ([`transparent`]) the
 //! sandbox also gets a resolver ([`dns`], [`names`]) and its TCP
@@ -29,7 +29,6 @@ mod error;
 mod file;
 mod forward;
 pub mod host;
-pub mod loopback;
 pub mod names;
 pub mod policy;
 mod record;
@@ -42,13 +41,13 @@ use std::os::fd::OwnedFd;
 use std::thread::JoinHandle;
 
 pub use doors::{
-    Door, PROXY_SOCKET_PATH, PROXY_TCP_PORT, RESOLV_CONF, RESOLVER_PORT, proxy_env,
+    Door, PROXY_TCP_PORT, RESOLV_CONF, proxy_env,
     tcp_door_in_current_netns, transparent_failure_hint, transparent_in_current_netns,
     transparent_ports, transparent_sockets_only, unix_door,
 };
 pub use error::NetError;
 pub use file::load_policy_file;
-pub use policy::{EgressLimits, Policy, Verdict};
+pub use policy::Policy;
 
 use crate::audit::AuditSink;
 use crate::spec::{Network, Spec, SpecError};
@@ -72,6 +71,7 @@ pub fn validate_spec(spec: &Spec) -> Result<(), SpecError> {
 }
 
 /// Entry points for the fuzz targets (not a stable API).
+#[cfg(any(test, feature = "internals"))]
 #[doc(hidden)]
 pub mod fuzzing {
     use super::{Door, Policy};
@@ -99,6 +99,7 @@ pub mod fuzzing {
 
     /// One packet through the transparent-egress resolver (with
     /// [`offline_policy`]); the answer it sends, if any.
+    #[cfg(feature = "internals")]
     pub fn resolver_answer(bytes: &[u8]) -> Option<Vec<u8>> {
         let state = super::state::State::new(offline_policy(), "fuzz".into(), None);
         super::transparent::resolve_packet(&state, bytes)

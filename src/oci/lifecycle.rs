@@ -207,10 +207,6 @@ impl Root {
         Root(path.into())
     }
 
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-
     fn dir(&self, id: &str) -> Result<PathBuf, OciError> {
         check_id(id)?;
         Ok(self.0.join(id))
@@ -270,10 +266,11 @@ impl Root {
         if let Some(h) = &config.hooks {
             super::hooks::validate(h)?;
         }
-        let cgroup_plan = super::resources::plan(
+        let cgroup_plan = super::resources::plan_for(
             config.linux.as_ref().unwrap_or(&Default::default()),
             id,
             req.systemd_cgroup,
+            super::resources::v1::used(&crate::cgroup::host::HostCgroups::detect()),
         )?;
         if t.terminal != req.console_socket.is_some() {
             return Err(OciError::Config {
@@ -335,8 +332,22 @@ impl Root {
         let Some(plan) = plan else {
             return self.create_in(id, dir, bundle, config, t, req, None);
         };
-        let applied = super::resources::apply(&crate::cgroup::host::HostCgroups::detect(), &plan)?;
-        let cg = (applied.dir.clone(), applied.made.clone());
+        let host = crate::cgroup::host::HostCgroups::detect();
+        // The plan holds runc's v1 files on such a host (`create`).
+        let (applied, v1) = if super::resources::v1::used(&host) {
+            super::resources::v1::apply(&host, &plan)?
+        } else {
+            (super::resources::apply(&host, &plan)?, Vec::new())
+        };
+        let leaves: Vec<PathBuf> = if v1.is_empty() {
+            vec![applied.dir.clone()]
+        } else {
+            super::resources::v1::leaves(&v1)
+                .into_iter()
+                .map(PathBuf::from)
+                .collect()
+        };
+        let cg = (leaves, applied.made.clone());
         let enforced = plan
             .writes
             .iter()
@@ -349,6 +360,7 @@ impl Root {
         let engine = crate::launch::create::EngineCgroup {
             dir: applied.dir,
             fd: applied.fd,
+            v1,
             enforced,
         };
         let result = self.create_in(
@@ -361,7 +373,8 @@ impl Root {
             Some((engine, cg.1.clone())),
         );
         if result.is_err() {
-            let _ = super::resources::remove(&cg.0, &cg.1);
+            let leaves: Vec<&Path> = cg.0.iter().map(PathBuf::as_path).collect();
+            let _ = super::resources::remove(&leaves, &cg.1);
         }
         result
     }
@@ -418,9 +431,13 @@ impl Root {
     ) -> Result<Record, OciError> {
         use super::hooks::{self, Phase};
         let hooks = config.hooks.clone().unwrap_or_default();
-        let (cgroup_dir, cgroup_made) = match &cgroup {
-            Some((e, made)) => (Some(e.dir.clone()), made.clone()),
-            None => (None, Vec::new()),
+        let (cgroup_dir, cgroup_made, cgroup_v1) = match &cgroup {
+            Some((e, made)) => (
+                Some(e.dir.clone()),
+                made.clone(),
+                super::resources::v1::recorded(&e.v1),
+            ),
+            None => (None, Vec::new(), Vec::new()),
         };
         let base = Record {
             id: id.into(),
@@ -431,6 +448,7 @@ impl Root {
             keeper: None,
             cgroup: cgroup_dir,
             cgroup_made,
+            cgroup_v1,
             mnt_ns: None,
         };
         // A record from the start: `delete` finds the cgroup even if this
@@ -682,7 +700,9 @@ impl Root {
         }
         let console = console_socket.map(connect_console).transpose()?;
         // The container's limits bind the new process too.
+        let cgroup_v1 = super::resources::v1::dirs_of(&r.cgroup_v1);
         let cgroup = match &r.cgroup {
+            Some(_) if !cgroup_v1.is_empty() => None,
             Some(dir) => Some(
                 crate::cgroup::tree::Cgroup::new(dir)
                     .open_dir()
@@ -699,7 +719,11 @@ impl Root {
         let pid = crate::launch::exec::exec(
             &t.spec,
             r.pid,
-            crate::launch::exec::ExecOptions { console, cgroup },
+            crate::launch::exec::ExecOptions {
+                console,
+                cgroup,
+                cgroup_v1,
+            },
         )?;
         if let Some(pid_file) = pid_file {
             write_atomic(pid_file, pid.to_string().as_bytes())?;
@@ -812,7 +836,13 @@ impl Root {
             end_process(pid, start)?;
         }
         if let Some(cg) = &r.cgroup {
-            super::resources::remove(cg, &r.cgroup_made)?;
+            let v1 = super::resources::v1::dirs_of(&r.cgroup_v1);
+            let leaves = if v1.is_empty() {
+                vec![cg.as_path()]
+            } else {
+                super::resources::v1::leaves(&v1)
+            };
+            super::resources::remove(&leaves, &r.cgroup_made)?;
         }
         // After the container is gone, before delete returns; logged only.
         let state = self.hook_state(&r, "stopped", None);
@@ -825,7 +855,12 @@ impl Root {
     /// hutch-oci's; only the controllers it was created with can change.
     pub fn update(&self, id: &str, resources: &super::config::Resources) -> Result<(), OciError> {
         let r = self.load_not_stopped(id)?;
-        let writes = super::resources::writes(resources)?;
+        let v1 = super::resources::v1::dirs_of(&r.cgroup_v1);
+        let writes = if v1.is_empty() {
+            super::resources::writes(resources)?
+        } else {
+            super::resources::v1::writes(resources)?
+        };
         let Some(cg) = &r.cgroup else {
             if writes.is_empty() {
                 return Ok(());
@@ -837,6 +872,9 @@ impl Root {
                 ),
             });
         };
+        if !v1.is_empty() {
+            return super::resources::v1::update(&v1, &writes);
+        }
         super::resources::update(cg, &writes)
     }
 

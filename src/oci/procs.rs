@@ -181,12 +181,6 @@ impl Members {
         }
     }
 
-    /// Whether anything identifies the container's processes beyond
-    /// hutch init itself.
-    pub fn identifiable(&self) -> bool {
-        self.mnt.is_some() || self.pid_ns.is_some() || self.cgroup.is_some()
-    }
-
     fn in_mnt_ns(&self, pid: i32) -> bool {
         match self.mnt {
             Some(MntNs::Id(id)) => mnt_ns_id(pid) == Some(id),

@@ -23,6 +23,10 @@ pub struct Record {
     pub cgroup: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cgroup_made: Vec<PathBuf>,
+    /// On a cgroup v1 host: the container's group in each hierarchy
+    /// (controller, directory); `cgroup` is the memory one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroup_v1: Vec<(String, PathBuf)>,
     /// The id of the container's mount namespace (`NS_GET_MNTNS_ID`,
     /// never reused): `kill --all`, `delete` and `ps` find the container's
     /// processes by it, even once hutch init is gone ([`super::procs`]).

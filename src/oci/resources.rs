@@ -17,7 +17,8 @@
 //! creates the directory and writes them; [`remove`] ends it at `delete`.
 //! A cgroup is made only when the config asks for a limit: without one
 //! the container stays in the engine's cgroup (the layout hutch-oci had
-//! before). See docs/oci.md.
+//! before). See docs/oci.md. A host whose controllers are in cgroup v1
+//! hierarchies takes runc's v1 mapping instead ([`v1`]).
 
 use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
@@ -70,8 +71,21 @@ fn err(key: impl Into<String>, message: impl Into<String>) -> OciError {
 
 /// The writes `linux.resources` asks for, and where; None when it asks
 /// for no limit (no cgroup is made then).
+#[cfg(test)]
 pub fn plan(linux: &Linux, id: &str, systemd: bool) -> Result<Option<CgroupPlan>, OciError> {
+    plan_for(linux, id, systemd, false)
+}
+
+/// The writes `linux.resources` asks for, and where (None when it asks
+/// for no limit: no cgroup is made then), with the cgroup v1 files instead ([`v1::writes`]) when `v1`.
+pub fn plan_for(
+    linux: &Linux,
+    id: &str,
+    systemd: bool,
+    v1: bool,
+) -> Result<Option<CgroupPlan>, OciError> {
     let writes = match &linux.resources {
+        Some(r) if v1 => v1::writes(r)?,
         Some(r) => writes(r)?,
         None => Vec::new(),
     };
@@ -468,10 +482,10 @@ pub fn writes(r: &Resources) -> Result<Vec<Write>, OciError> {
 /// The container's cgroup, made by [`apply`].
 #[derive(Debug)]
 pub struct Applied {
-    /// The leaf directory.
+    /// The leaf directory (on v1: the memory hierarchy's).
     pub dir: PathBuf,
-    /// For `CLONE_INTO_CGROUP`.
-    pub fd: OwnedFd,
+    /// For `CLONE_INTO_CGROUP` (v2 only).
+    pub fd: Option<OwnedFd>,
     /// The directories hutch-oci made (deepest last): `delete` removes them.
     pub made: Vec<PathBuf>,
 }
@@ -481,7 +495,7 @@ fn cannot(w: &Write, why: String) -> OciError {
     err(
         w.key.clone(),
         format!(
-            "cannot be enforced: {why}; run it on a host with a writable cgroup v2 tree (systemd.unified_cgroup_hierarchy=1), or without this limit (podman: --pids-limit 0, no --memory/--cpus)"
+            "cannot be enforced: {why}; run it on a host with a writable cgroup v2 tree (systemd.unified_cgroup_hierarchy=1) or, where the controllers are cgroup v1, as root, or without this limit (podman: --pids-limit 0, no --memory/--cpus)"
         ),
     )
 }
@@ -533,7 +547,11 @@ pub fn apply(host: &HostCgroups, plan: &CgroupPlan) -> Result<Applied, OciError>
     let mut made = Vec::new();
     let result = apply_in(mount, plan, &mut made);
     match result {
-        Ok((dir, fd)) => Ok(Applied { dir, fd, made }),
+        Ok((dir, fd)) => Ok(Applied {
+            dir,
+            fd: Some(fd),
+            made,
+        }),
         Err(e) => {
             remove_dirs(&made);
             Err(e)
@@ -549,12 +567,6 @@ fn apply_in(
     let mut controllers: Vec<&str> = plan.writes.iter().map(Write::controller).collect();
     controllers.sort();
     controllers.dedup();
-    let io_err = |w: &Write, what: String, e: &std::io::Error| {
-        err(
-            w.key.clone(),
-            format!("{what} => {}", crate::cgroup::errno_text(e)),
-        )
-    };
     // Down from the mount: enable the controllers in each parent, make
     // each directory.
     let mut cur = mount.to_path_buf();
@@ -637,6 +649,14 @@ fn apply_in(
     Ok((cur, fd))
 }
 
+/// A failed cgroupfs step, named by the key it was for.
+fn io_err(w: &Write, what: String, e: &std::io::Error) -> OciError {
+    err(
+        w.key.clone(),
+        format!("{what} => {}", crate::cgroup::errno_text(e)),
+    )
+}
+
 /// `uname -r`, for the error of a file this kernel lacks.
 fn kernel_release() -> String {
     crate::sys::read_proc("/proc/sys/kernel/osrelease")
@@ -681,10 +701,18 @@ fn remove_dirs(made: &[PathBuf]) {
     }
 }
 
-/// End the container's cgroup at `delete`: kill what is left in the leaf,
-/// then remove the directories hutch-oci made (parents another container
-/// still uses stay).
-pub fn remove(leaf: &Path, made: &[PathBuf]) -> Result<(), OciError> {
+/// End the container's cgroup at `delete`: kill what is left in each
+/// leaf (one, or one per v1 hierarchy), then remove the directories
+/// hutch-oci made (parents another container still uses stay).
+pub fn remove(leaves: &[&Path], made: &[PathBuf]) -> Result<(), OciError> {
+    for leaf in leaves {
+        remove_leaf(leaf)?;
+    }
+    remove_dirs(made);
+    Ok(())
+}
+
+fn remove_leaf(leaf: &Path) -> Result<(), OciError> {
     let cg = Cgroup::new(leaf);
     if !cg.dir.exists() {
         return Ok(());
@@ -705,9 +733,10 @@ pub fn remove(leaf: &Path, made: &[PathBuf]) -> Result<(), OciError> {
     }
     cg.remove(deadline)
         .map_err(OciError::io(format!("rmdir({})", leaf.display())))?;
-    remove_dirs(made);
     Ok(())
 }
+
+pub mod v1;
 
 #[cfg(test)]
 mod tests;

@@ -20,8 +20,6 @@ pub struct Translated {
     pub terminal: bool,
     /// `run.hutch.status-file`: the start event and exit report go there.
     pub status_file: Option<PathBuf>,
-    /// `linux.cgroupsPath`, as given.
-    pub cgroups_path: Option<String>,
     /// `linux.seccomp` as a hutch profile (JSON): the runtime writes it to
     /// the container's state directory and points `security.seccomp` at it.
     pub seccomp_profile: Option<String>,
@@ -284,7 +282,6 @@ pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
         spec,
         terminal,
         status_file,
-        cgroups_path: linux.cgroups_path.clone(),
         seccomp_profile,
     })
 }

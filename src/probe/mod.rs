@@ -138,6 +138,7 @@ pub struct Report {
 
 impl Report {
     /// The feature called `name`, if probed.
+    #[cfg(feature = "internals")]
     pub fn feature(&self, name: &str) -> Option<&Feature> {
         self.features.iter().find(|f| f.name == name)
     }
@@ -193,15 +194,44 @@ fn cgroup_feature(cg: &serde_json::Value) -> Feature {
         .copied()
         .filter(|w| !controllers.contains(w))
         .collect();
-    let boot_fix = "boot with systemd.unified_cgroup_hierarchy=1 (and without cgroup_no_v1=) so all controllers are on cgroup v2; \
-                    only needed for --memory/--pids/--cpus/--io-max limits";
+    // The v1 hierarchies hutch may use instead (a legacy or hybrid host).
+    let v1_usable: Vec<String> = cg
+        .get("v1")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+        .filter(|h| h.get("usable").and_then(|u| u.as_bool()) == Some(true))
+        .filter_map(|h| {
+            let names: Vec<&str> = h
+                .get("controllers")?
+                .as_array()?
+                .iter()
+                .filter_map(|c| c.as_str())
+                .collect();
+            Some(format!(
+                "{} at {}",
+                names.join(","),
+                h.get("parent")?.as_str()?
+            ))
+        })
+        .collect();
+    let boot_fix = if v1_usable.is_empty() {
+        "boot with systemd.unified_cgroup_hierarchy=1 (and without cgroup_no_v1=) so all controllers are on cgroup v2; \
+         only needed for --memory/--pids/--cpus/--io-max limits"
+            .to_string()
+    } else {
+        format!(
+            "limits use the cgroup v1 hierarchies here ({}); for cgroup v2 boot with systemd.unified_cgroup_hierarchy=1",
+            v1_usable.join("; ")
+        )
+    };
     match mount {
         None => Feature::bad(
             NAME,
             false,
             Status::Missing,
             format!("no cgroup2 filesystem mounted (layout: {layout})"),
-            boot_fix,
+            boot_fix.as_str(),
         ),
         Some(m) if !lacking.is_empty() => Feature::bad(
             NAME,
@@ -212,7 +242,7 @@ fn cgroup_feature(cg: &serde_json::Value) -> Feature {
                 controllers.join(" "),
                 lacking.join(" ")
             ),
-            boot_fix,
+            boot_fix.as_str(),
         ),
         Some(m) => Feature::ok(
             NAME,

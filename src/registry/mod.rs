@@ -36,7 +36,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::sys::{self, Errno, SysError};
 
-pub use proc::{ProcInfo, ProcStatus};
 
 /// Environment variable naming the runtime directory.
 pub const RUNTIME_DIR_ENV: &str = "HUTCH_RUNTIME_DIR";
@@ -231,18 +230,6 @@ fn kill_mark_name(id: &str) -> CString {
     CString::new(format!("{id}.killed")).expect("sandbox ids hold no NUL")
 }
 
-/// Register the sandbox `sandbox_id` of `spec`, whose pid 1 is
-/// `init_pid`, supervised by this process: the supervisor's one call
-/// (after clone), the record is removed when the returned guard drops.
-pub fn register(
-    sandbox_id: &str,
-    spec: &crate::spec::Spec,
-    init_pid: i32,
-    cgroup: Option<&crate::cgroup::Leaf>,
-) -> Result<Registration, RegistryError> {
-    register_in(open_runtime_dir()?, sandbox_id, spec, init_pid, cgroup)
-}
-
 /// The caller's runtime directory, opened (and its owner checked) ahead
 /// of time: a launcher that joins a user namespace (`namespaces.join.user`)
 /// opens it before `setns`, because afterwards its uid is the joined
@@ -295,13 +282,9 @@ pub struct Registration {
 }
 
 impl Registration {
-    /// Write `record` into the caller's runtime directory (atomically: a
-    /// reader sees the whole record or none).
-    pub fn create(record: &Record) -> Result<Registration, RegistryError> {
-        Self::create_in(open_runtime_dir()?, record)
-    }
 
-    /// [`Registration::create`] in a runtime directory opened earlier.
+    /// Write `record` into the runtime directory `dir` (atomically: a
+    /// reader sees the whole record or none).
     pub fn create_in(dir: RuntimeDir, record: &Record) -> Result<Registration, RegistryError> {
         let RuntimeDir { path, fd: dir } = dir;
         let name = record_name(&record.sandbox_id);

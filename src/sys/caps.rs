@@ -3,7 +3,6 @@
 //! [`raw`] holds the allocation-free versions; the functions of this
 //! module describe a failure as the call that failed.
 
-use super::SysError;
 
 /// The allocation-free capability syscalls.
 pub mod raw {
@@ -98,30 +97,4 @@ pub fn cap_last_cap() -> u32 {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(63)
-}
-
-/// Drop one capability from the bounding set. EINVAL (unknown cap) is fine.
-pub fn prctl_capbset_drop(cap: u32) -> Result<(), SysError> {
-    raw::capbset_drop(cap).map_err(|e| SysError::new(format!("prctl(PR_CAPBSET_DROP, {cap})"), e))
-}
-
-/// Set the effective, permitted and inheritable sets as 64-bit masks.
-pub fn capset(effective: u64, permitted: u64, inheritable: u64) -> Result<(), SysError> {
-    raw::capset(effective, permitted, inheritable).map_err(|e| {
-        SysError::new(
-            format!("capset(eff={effective:#x}, prm={permitted:#x}, inh={inheritable:#x})"),
-            e,
-        )
-    })
-}
-
-/// Clear the ambient set.
-pub fn ambient_clear() -> Result<(), SysError> {
-    raw::ambient_clear().map_err(|e| SysError::new("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", e))
-}
-
-/// Raise one capability in the ambient set.
-pub fn ambient_raise(cap: u32) -> Result<(), SysError> {
-    raw::ambient_raise(cap)
-        .map_err(|e| SysError::new(format!("prctl(PR_CAP_AMBIENT_RAISE, {cap})"), e))
 }

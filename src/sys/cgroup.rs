@@ -7,9 +7,6 @@ use std::path::Path;
 
 use super::{Errno, SysError};
 
-/// `CGROUP2_SUPER_MAGIC` from linux/magic.h.
-pub const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-
 fn cpath(path: &Path) -> Result<CString, SysError> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| SysError::new(format!("path {path:?}"), Errno::EINVAL))
@@ -30,17 +27,4 @@ pub fn has_xattr(path: &Path, name: &str) -> Result<bool, SysError> {
         Errno::ENODATA | Errno::ENOTSUP => Ok(false),
         e => Err(SysError::new(format!("getxattr({path:?}, {name:?})"), e)),
     }
-}
-
-/// The `f_type` magic of the filesystem holding `path`.
-pub fn fs_magic(path: &Path) -> Result<i64, SysError> {
-    let p = cpath(path)?;
-    // SAFETY: statfs is plain data; zeroed is a valid value.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: p is NUL-terminated, st is writable.
-    let r = unsafe { libc::statfs(p.as_ptr(), &mut st) };
-    if r < 0 {
-        return Err(SysError::last(format!("statfs({path:?})")));
-    }
-    Ok(st.f_type as i64)
 }

@@ -173,8 +173,3 @@ pub fn flock_shared(fd: BorrowedFd<'_>) -> Result<(), SysError> {
     rustix::fs::flock(fd, FlockOperation::LockShared)
         .map_err(|e| err(format!("flock({}, LOCK_SH)", fdn(fd)), e))
 }
-
-/// fsync(fd).
-pub fn fsync(fd: BorrowedFd<'_>) -> Result<(), SysError> {
-    rustix::fs::fsync(fd).map_err(|e| err(format!("fsync({})", fdn(fd)), e))
-}

@@ -4,8 +4,12 @@
 //! reports) exactly which access rights each ABI enforces. [`raw`] holds
 //! the allocation-free versions.
 
+// The described wrappers are the test-only enforcement path
+// (`LandlockPlan::enforce`); the launcher uses [`raw`].
+#[cfg(feature = "internals")]
 use std::os::fd::{BorrowedFd, OwnedFd};
 
+#[cfg(feature = "internals")]
 use super::SysError;
 
 /// The allocation-free Landlock calls.
@@ -149,6 +153,7 @@ pub fn landlock_abi_version() -> u32 {
     raw::landlock_abi().unwrap_or(0)
 }
 
+#[cfg(feature = "internals")]
 /// landlock_create_ruleset with the given handled rights.
 pub fn landlock_create_ruleset(fs: u64, net: u64, scoped: u64) -> Result<OwnedFd, SysError> {
     raw::landlock_create_ruleset(fs, net, scoped).map_err(|e| {
@@ -159,6 +164,7 @@ pub fn landlock_create_ruleset(fs: u64, net: u64, scoped: u64) -> Result<OwnedFd
     })
 }
 
+#[cfg(feature = "internals")]
 /// Allow `access` beneath the file or directory `parent`.
 pub fn landlock_add_path_rule(
     ruleset: BorrowedFd<'_>,
@@ -174,6 +180,7 @@ pub fn landlock_add_path_rule(
     })
 }
 
+#[cfg(feature = "internals")]
 /// Allow `access` (bind/connect) on TCP `port`.
 pub fn landlock_add_net_rule(
     ruleset: BorrowedFd<'_>,
@@ -188,6 +195,7 @@ pub fn landlock_add_net_rule(
     })
 }
 
+#[cfg(feature = "internals")]
 /// Enforce the ruleset on the calling thread (needs no-new-privs).
 pub fn landlock_restrict_self(ruleset: BorrowedFd<'_>) -> Result<(), SysError> {
     raw::landlock_restrict_self(ruleset).map_err(|e| SysError::new("landlock_restrict_self(0)", e))

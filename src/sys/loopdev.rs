@@ -42,6 +42,8 @@ struct LoopConfig {
 /// A configured loop device: its fd and path (`/dev/loopN`).
 #[derive(Debug)]
 pub struct LoopDevice {
+    /// Held: the device is released (autoclear) when the last fd closes.
+    #[allow(dead_code)] // held open, never read
     pub fd: OwnedFd,
     pub path: CString,
 }

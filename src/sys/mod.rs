@@ -54,7 +54,7 @@ pub use net::*;
 pub use privilege::*;
 pub use process::*;
 pub use rlimit::*;
-pub use sealed_exe::{SEALED_ENV, ensure_sealed, running_sealed};
+pub use sealed_exe::ensure_sealed;
 pub use seccomp::*;
 pub use tty::setns;
 pub use walk::*;

@@ -19,7 +19,6 @@ pub const MOUNT_ATTR_NOSYMFOLLOW: u64 = 0x0020_0000;
 /// mount(2)'s MS_NOSYMFOLLOW (Linux 5.10; not in every libc).
 pub const MS_NOSYMFOLLOW: libc::c_ulong = 256;
 
-pub const RESOLVE_NO_XDEV: u64 = 0x01;
 pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 pub const RESOLVE_BENEATH: u64 = 0x08;
@@ -562,12 +561,5 @@ pub fn chmod(path: &CStr, mode: u32) -> Result<(), SysError> {
 pub fn is_dir(fd: BorrowedFd<'_>) -> Result<bool, SysError> {
     described(raw::is_dir(fd), || {
         format!("fstatat(fd {}, \"\", AT_EMPTY_PATH)", fd.as_raw_fd())
-    })
-}
-
-/// Write `data` to the existing file at `path` (e.g. a procfs file).
-pub fn write_file(path: &CStr, data: &[u8]) -> Result<(), SysError> {
-    described(raw::write_file(path, data), || {
-        format!("write({}, {:?})", q(path), String::from_utf8_lossy(data))
     })
 }

@@ -41,12 +41,6 @@ pub mod raw {
     }
 }
 
-/// Set IFF_UP on the named interface (SIOCGIFFLAGS then SIOCSIFFLAGS).
-pub fn set_interface_up(name: &CStr) -> Result<(), SysError> {
-    raw::set_interface_up(name)
-        .map_err(|e| SysError::new(format!("ioctl({name:?}, SIOCSIFFLAGS, IFF_UP)"), e))
-}
-
 /// `ip route add local NET/PREFIX dev IFNAME table local`: every address
 /// of the prefix becomes one of this host's, reached over `ifname`. One
 /// hand-built rtnetlink request (RTM_NEWROUTE), acknowledged.

@@ -23,7 +23,6 @@ pub const CLONE_NEWNET: u64 = 0x4000_0000;
 pub const CLONE_PIDFD: u64 = 0x0000_1000;
 /// The child's parent is the caller's parent (libc's is an i32).
 pub const CLONE_PARENT: u64 = 0x0000_8000;
-pub const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
 pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 pub const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
@@ -472,13 +471,6 @@ pub mod raw {
         ret(unsafe { libc::dup2(from, to) } as libc::c_long).map(drop)
     }
 
-    /// Set or clear close-on-exec on an fd.
-    pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> Result<(), Errno> {
-        let flag = if on { libc::FD_CLOEXEC } else { 0 };
-        // SAFETY: integer arguments only.
-        ret(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, flag) } as libc::c_long).map(drop)
-    }
-
     /// close(2) of an fd number this code does not own as an `OwnedFd`
     /// (e.g. a forked child's copy of its parent's end of a pipe, in a
     /// child that never drops anything).
@@ -550,7 +542,7 @@ pub mod raw {
     }
 }
 
-pub use raw::{MAX_KEPT_FDS, exists, exit_now, fd_is_open, getegid, getpid, isatty, reset_signals};
+pub use raw::{exit_now, fd_is_open, getpid, isatty};
 
 /// clone3 without a new stack (fork-like), with CLONE_PIDFD and SIGCHLD as
 /// exit signal. `cgroup` joins the child to that cgroup directory fd.
@@ -676,57 +668,10 @@ pub fn set_pdeathsig(sig: libc::c_int) -> Result<(), SysError> {
     })
 }
 
-pub fn set_dumpable(on: bool) -> Result<(), SysError> {
-    described(raw::set_dumpable(on), || {
-        format!("prctl(PR_SET_DUMPABLE, {})", on as u8)
-    })
-}
-
 pub fn set_child_subreaper() -> Result<(), SysError> {
     described(raw::set_child_subreaper(), || {
         "prctl(PR_SET_CHILD_SUBREAPER, 1)".into()
     })
-}
-
-/// close_range(2) from `first` to the highest fd.
-pub fn close_range(first: libc::c_uint, flags: libc::c_uint) -> Result<(), SysError> {
-    described(raw::close_range(first, libc::c_uint::MAX, flags), || {
-        format!("close_range({first}, ~0, {flags:#x})")
-    })
-}
-
-/// Close every fd except those listed (at most [`MAX_KEPT_FDS`]).
-pub fn close_all_except(keep: &[RawFd]) -> Result<(), SysError> {
-    described(raw::close_all_except(keep), || {
-        format!("close_range(all but {keep:?})")
-    })
-}
-
-pub fn setresuid(uid: u32) -> Result<(), SysError> {
-    described(raw::setresuid(uid), || {
-        format!("setresuid({uid}, {uid}, {uid})")
-    })
-}
-
-pub fn setresgid(gid: u32) -> Result<(), SysError> {
-    described(raw::setresgid(gid), || {
-        format!("setresgid({gid}, {gid}, {gid})")
-    })
-}
-
-/// setgroups(0, NULL).
-pub fn clear_groups() -> Result<(), SysError> {
-    described(raw::clear_groups(), || "setgroups(0, NULL)".into())
-}
-
-pub fn sethostname(name: &str) -> Result<(), SysError> {
-    described(raw::sethostname(name.as_bytes()), || {
-        format!("sethostname({name:?})")
-    })
-}
-
-pub fn setsid() -> Result<(), SysError> {
-    described(raw::setsid(), || "setsid()".into())
 }
 
 pub fn chdir(path: &CStr) -> Result<(), SysError> {
@@ -737,14 +682,6 @@ pub fn fchdir(fd: BorrowedFd<'_>) -> Result<(), SysError> {
     described(raw::fchdir(fd), || format!("fchdir(fd {})", fd.as_raw_fd()))
 }
 
-/// execve(2); returns only on failure.
-pub fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> SysError {
-    SysError::new(
-        format!("execve({})", q(path)),
-        raw::execve(path, argv, envp),
-    )
-}
-
 /// pidfd_send_signal(2).
 pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> Result<(), SysError> {
     described(raw::pidfd_send_signal(pidfd, sig), || {
@@ -752,32 +689,10 @@ pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> Result<(), 
     })
 }
 
-/// kill(2).
-pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> Result<(), SysError> {
-    described(raw::kill(pid, sig), || format!("kill({pid}, {sig})"))
-}
-
-/// Raw wait status of a reaped child (`Ok(None)` under WNOHANG).
-pub fn waitpid(
-    pid: libc::pid_t,
-    flags: libc::c_int,
-) -> Result<Option<(libc::pid_t, libc::c_int)>, SysError> {
-    described(raw::waitpid(pid, flags), || {
-        format!("waitpid({pid}, {flags:#x})")
-    })
-}
-
 /// write(2) all of `buf` to an fd, retrying on EINTR.
 pub fn write_all(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<(), SysError> {
     described(raw::write_all(fd, buf), || {
         format!("write(fd {})", fd.as_raw_fd())
-    })
-}
-
-/// setrlimit(2) with soft = hard = `value`.
-pub fn setrlimit(resource: libc::c_int, value: u64) -> Result<(), SysError> {
-    described(raw::setrlimit(resource, value), || {
-        format!("setrlimit({}, {value})", super::rlimit_name(resource))
     })
 }
 

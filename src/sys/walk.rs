@@ -235,7 +235,8 @@ pub fn mknod_whiteout(dir: BorrowedFd<'_>, name: &CStr) -> Result<(), SysError> 
     })
 }
 
-/// mknodat(dir, name, S_IFIFO, mode).
+/// mknodat(dir, name, S_IFIFO, mode): the fuzzers build hostile trees with it.
+#[cfg(any(test, feature = "internals"))]
 pub fn mkfifo_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<(), SysError> {
     rustix::fs::mknodat(dir, name, FileType::Fifo, Mode::from_raw_mode(mode), 0)
         .map_err(|e| err(format!("mknodat({}, {}, S_IFIFO)", fdn(dir), q(name)), e))
@@ -444,10 +445,6 @@ impl DirChain {
         Ok(())
     }
 
-    /// The number of fds held now (for tests).
-    pub fn held(&self) -> usize {
-        self.levels.iter().filter(|l| l.fd.is_some()).count()
-    }
 }
 
 /// An unnamed temporary file (`O_TMPFILE`) in the directory `dir`, for

@@ -217,6 +217,7 @@ pub struct BaselineWriter {
 
 impl BaselineWriter {
     /// Start writing into the empty directory `root` with the default caps.
+    #[cfg(feature = "internals")]
     pub fn new(root: OwnedFd) -> Result<BaselineWriter> {
         Self::with_limits(root, ImportLimits::default())
     }

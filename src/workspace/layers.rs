@@ -79,23 +79,13 @@ pub fn read_regular(dir: BorrowedFd<'_>, name: &CStr, limit: u64, what: &[u8]) -
     Ok(data)
 }
 
-/// Which layer an entry of the merged view comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layer {
-    Upper,
-    /// A read-only layer: its index in [`Layers::lowers`] (sealed layers
-    /// newest first, the baseline last).
-    Lower(usize),
-}
-
-/// One entry of the merged view: its parent directory fd, its name there,
-/// its metadata and layer.
+/// One entry of the merged view: its parent directory fd, its name there
+/// and its metadata.
 #[derive(Debug)]
 pub struct Found {
     pub dir: OwnedFd,
     pub name: CString,
     pub meta: Meta,
-    pub layer: Layer,
 }
 
 /// A directory of the merged view: its upper part (if any) and its
@@ -185,13 +175,7 @@ impl Layers {
 impl MergedDir {
     /// The entry `name` of this directory in the merged view.
     pub fn entry(&self, name: &CStr) -> Result<Option<Found>> {
-        let parts = self.upper.iter().map(|u| (u, Layer::Upper)).chain(
-            self.lowers
-                .iter()
-                .enumerate()
-                .map(|(i, l)| (l, Layer::Lower(i))),
-        );
-        for (fd, layer) in parts {
+        for fd in self.upper.iter().chain(self.lowers.iter()) {
             if let Some(meta) = lstat_opt(fd.as_fd(), name)? {
                 if meta.is_whiteout() {
                     return Ok(None);
@@ -200,7 +184,6 @@ impl MergedDir {
                     dir: dup(fd)?,
                     name: name.to_owned(),
                     meta,
-                    layer,
                 }));
             }
         }
@@ -264,6 +247,7 @@ impl MergedDir {
     }
 
     /// Names visible in this directory (sorted bytewise), whiteouts removed.
+    #[cfg(test)]
     pub fn names(&self) -> Result<Vec<CString>> {
         let mut names = std::collections::BTreeSet::new();
         let mut hidden = std::collections::BTreeSet::new();

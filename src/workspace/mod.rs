@@ -36,38 +36,29 @@ mod spool;
 mod stack;
 pub mod warm;
 
-pub use baseline::{BaselineWriter, ImportLimits, import_dir};
-pub use changes::{
-    ChangeRef, DEFAULT_MAX_FILE_BYTES, SideRef, Skipped, Visitor as ChangeVisitor,
-    walk as walk_changes,
-};
+pub use baseline::ImportLimits;
 pub use close::{CloseOptions, CloseReport, GcReport};
-pub use disk::{DiskMechanism, DiskPolicy, DiskUsage, human as human_bytes};
-pub use error::{Result, WorkspaceError};
-pub use export::export as export_to;
-pub use export::{
-    ArchiveKind, ExportEntry, ExportOptions, ExportOrigin, ExportSummary, MANIFEST_NAME,
-    MAX_ENTRY_NAME, PATCH_NAME,
-};
-pub use git::{GitPolicy, GitStaging, import_git, is_full_rev};
-pub use ignore::{IgnoreFiles, IgnoreRules};
+pub use disk::{DiskUsage, human as human_bytes};
+pub use error::WorkspaceError;
+pub use export::{ArchiveKind, ExportOptions, ExportSummary};
+pub use git::GitPolicy;
 pub use json::{is_unsafe_char, json_line};
-pub use layers::{Layer, Layers};
-pub use manifest::{Manifest, ManifestEntry, fingerprint};
 pub use relpath::{RelPath, WORKSPACE_DIR};
-pub use render::{
-    DiffFormat, DiffSummary, IGNORED_LISTED, Ignored, TEXT_DIFF_MAX_BYTES, diff, diff_filtered,
-    git_oid,
-};
-/// The repository metadata reader (public for the fuzzers).
-#[doc(hidden)]
-pub use repo::{GitDir, METADATA_MAX_BYTES, RepoDir};
-pub use run::{
-    AUDIT_CAPTURE_BYTES, AUDIT_EGRESS_MAX_BYTES, AUDIT_EGRESS_MAX_LINES, EgressSummary, RunRecord,
-};
+pub use render::{DiffFormat, DiffSummary};
+pub use run::RunRecord;
 pub use session::{
-    CreateOptions, DiffOptions, Lock, RunningCommand, STATE_DIR_ENV, SealInfo, Session,
-    SessionInfo, SessionLock, Since, Source, StateDir, valid_id,
+    CreateOptions, DiffOptions, Lock, SealInfo, Session, SessionInfo, Since, Source, StateDir,
+    valid_id,
 };
 pub use show::read_audit;
-pub use spool::Spool;
+
+// For the tests and fuzzers (cargo feature `internals`).
+#[cfg(any(test, feature = "internals"))]
+pub use {export::export as export_to, layers::Layers, render::diff};
+#[cfg(feature = "internals")]
+pub use {
+    baseline::{BaselineWriter, import_dir},
+    export::MAX_ENTRY_NAME,
+    repo::RepoDir,
+    run::AUDIT_EGRESS_MAX_LINES,
+};

@@ -73,14 +73,6 @@ impl std::str::FromStr for DiffFormat {
     }
 }
 
-/// git's blob id of `data`.
-pub fn git_oid(data: &[u8]) -> String {
-    let mut h = Sha1::new();
-    h.update(format!("blob {}\0", data.len()).as_bytes());
-    h.update(data);
-    hex::encode(h.finalize())
-}
-
 /// One side of a change, open for reading.
 enum Side {
     File { file: File, size: u64, exec: bool },
@@ -1069,6 +1061,7 @@ impl Visitor for Filtered<'_> {
     }
 }
 
+#[cfg(any(test, feature = "internals"))]
 /// Render the diff of `layers` in `format` into `out`, whole or not at
 /// all: with `max_bytes`, a longer diff is an error (detected as soon as
 /// it is certain) and nothing is written. Temporary output beyond 1 MiB

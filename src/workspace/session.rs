@@ -58,7 +58,7 @@ pub struct CreateOptions {
     /// Defaults of every command (binds, env, egress, limits, seccomp):
     /// a Spec without workspace and command.
     pub defaults: Option<Spec>,
-    /// What commands may not widen beyond `defaults` (see [`Lock`]).
+    /// What commands may not widen beyond `defaults` (see `Lock`).
     pub locks: Vec<Lock>,
     /// A directory that receives the audit when the session closes.
     pub audit_dir: Option<PathBuf>,
@@ -575,7 +575,7 @@ impl Session {
 
     /// Take the session's lock: one operation at a time, so no command
     /// runs while the upper is read or written. Then wait for the end of
-    /// the last command's sandbox, if it is still ending ([`UPPER_LOCK`]).
+    /// the last command's sandbox, if it is still ending (`UPPER_LOCK`).
     ///
     /// Holding it, the session is repaired from what a killed process left
     /// behind: an unfinished seal is rolled back, and a command whose
@@ -674,7 +674,7 @@ impl Session {
 
     /// Commands started so far, the one running now included (its count
     /// reaches `session.json` at its end; until then it is in the
-    /// [`RUNNING`] marker). Read without the lock.
+    /// `RUNNING` marker). Read without the lock.
     pub fn commands_started(&self) -> u64 {
         match read_running(self.dir.as_fd()) {
             Ok(Some(Some(r))) => self.info.commands_run.max(r.command_seq),

@@ -48,10 +48,6 @@ impl Spool {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// A reader of everything written, from the start.
     pub fn reader(&mut self) -> std::io::Result<Box<dyn std::io::Read + '_>> {
         match &mut self.file {

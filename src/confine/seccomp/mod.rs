@@ -11,8 +11,10 @@ use std::path::Path;
 use crate::sys::sock_filter;
 use serde::Serialize;
 
-pub use codegen::{MAX_INSTRUCTIONS, X32_SYSCALL_BIT};
 pub use profile::{ProfileError, syscall_nr};
+// For the tests and fuzzers (cargo feature `internals`).
+#[cfg(feature = "internals")]
+pub use codegen::{MAX_INSTRUCTIONS, X32_SYSCALL_BIT};
 
 /// The profiles built into hutch, by name.
 pub const BUILTIN: &[(&str, &str)] = &[

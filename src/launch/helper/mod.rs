@@ -405,16 +405,6 @@ impl Link {
         self.take_result(|| "ended without a report".into())
     }
 
-    /// The result if the sandbox has ended, without waiting.
-    pub fn try_wait(&mut self) -> Result<Option<Finished>, LaunchError> {
-        self.pump(false);
-        if !self.answered() {
-            return Ok(None);
-        }
-        self.take_result(|| "ended without a report".into())
-            .map(Some)
-    }
-
     /// Claim the warm sandbox: `shape` is the claim's
     /// [`crate::launch::prepare::claim::shape_digest`], `stdio` the workload's stdin,
     /// stdout and stderr; `upper_lock` see [`ToHelper::Claim`].
@@ -435,14 +425,6 @@ impl Link {
         let fds: Vec<BorrowedFd<'_>> = stdio.into_iter().chain(upper_lock).collect();
         self.send(&msg, &fds)
             .map_err(|e| self.protocol_error(format!("sending the claim: {e}")))
-    }
-
-    /// Forward `signo` to the sandbox.
-    pub fn signal(&mut self, signo: i32) -> std::io::Result<()> {
-        if self.answered() {
-            return Ok(());
-        }
-        self.send(&ToHelper::Signal { signo }, &[])
     }
 
     /// Ask the helper to kill the sandbox; true once it said it does (or
@@ -476,10 +458,6 @@ impl Link {
         &self.sock
     }
 
-    /// Give up the link, keeping the socket (to hand it over).
-    pub fn into_socket(self) -> UnixStream {
-        self.sock
-    }
 }
 
 /// A sandbox supervised by a helper process.

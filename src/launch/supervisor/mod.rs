@@ -201,11 +201,29 @@ pub(crate) fn fork_sandbox(
         joins.enter()?;
         let cgroup_fd = p.cgroup.as_ref().and_then(|c| c.cgroup_fd());
         let nested = spec.namespaces.pid && spec.namespaces.join.pid.is_some();
+        if let Some(c) = &p.cgroup {
+            c.enter_for_clone()?;
+        }
         let forked = if nested {
             clone_nested(p, cgroup_fd)
         } else {
             // SAFETY: the process is single-threaded (checked just above).
             unsafe { sys::clone3(p.clone_flags, cgroup_fd) }.map_err(LaunchError::Clone)
+        };
+        let forked = match (forked, &p.cgroup) {
+            (Ok(Forked::Parent { pid, pidfd }), Some(c)) => match c.leave_after_clone() {
+                Ok(()) => Ok(Forked::Parent { pid, pidfd }),
+                Err(e) => {
+                    let _ = sys::raw::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+                    let _ = sys::raw::waitpid(pid, 0);
+                    Err(e.into())
+                }
+            },
+            (Err(e), Some(c)) => {
+                let _ = c.leave_after_clone();
+                Err(e)
+            }
+            (forked, _) => forked,
         };
         match forked {
             Ok(Forked::Child) => child::sandbox_main(&mut p.child, child_sock),

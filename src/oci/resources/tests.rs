@@ -235,6 +235,7 @@ fn fake_host(dir: &Path, controllers: &str, layout: Layout) -> HostCgroups {
         v2_mount: Some(dir.to_path_buf()),
         own: Some(dir.to_path_buf()),
         uid: 0,
+        v1: Vec::new(),
     }
 }
 
@@ -300,4 +301,60 @@ fn apply_enables_controllers_down_the_path_and_remove_undoes_it() {
     let sub = std::fs::read_to_string(d.join("cgroup.subtree_control")).unwrap();
     assert!(sub.starts_with('+'), "{sub}");
     let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn resources_become_runcs_cgroup_v1_files_in_order() {
+    let l = linux(serde_json::json!({
+        "resources": {
+            "memory": {"limit": 67108864, "reservation": 33554432, "swap": 134217728,
+                       "swappiness": 10, "disableOOMKiller": true},
+            "pids": {"limit": 32},
+            "cpu": {"shares": 512, "quota": 50000, "period": 100000, "cpus": "0-1",
+                    "realtimeRuntime": 950000, "realtimePeriod": 1000000},
+            "blockIO": {"weight": 500,
+                        "throttleWriteBpsDevice": [{"major": 8, "minor": 0, "rate": 1048576}],
+                        "throttleReadIOPSDevice": [{"major": 8, "minor": 0, "rate": 0}]},
+            "hugepageLimits": [{"pageSize": "2MB", "limit": 0}]
+        }
+    }));
+    let w = v1::writes(l.resources.as_ref().unwrap()).unwrap();
+    let got: Vec<(&str, &str)> = w
+        .iter()
+        .map(|w| (w.file.as_str(), w.value.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("cpuset.cpus", "0-1"),
+            ("cpu.shares", "512"),
+            ("cpu.cfs_period_us", "100000"),
+            ("cpu.cfs_quota_us", "50000"),
+            // The limit before memory+swap (the kernel wants memsw >= it).
+            ("memory.limit_in_bytes", "67108864"),
+            ("memory.soft_limit_in_bytes", "33554432"),
+            ("memory.memsw.limit_in_bytes", "134217728"),
+            ("pids.max", "32"),
+            ("blkio.weight", "500"),
+            ("blkio.throttle.write_bps_device", "8:0 1048576"),
+            ("blkio.throttle.read_iops_device", "8:0 0"),
+            ("hugetlb.2MB.limit_in_bytes", "0"),
+            ("memory.swappiness", "10"),
+            ("memory.oom_control", "1"),
+            ("cpu.rt_period_us", "1000000"),
+            ("cpu.rt_runtime_us", "950000"),
+        ]
+    );
+    // Values are checked as on v2; unified keys are v2 files.
+    let bad = |json: serde_json::Value| {
+        let l = linux(serde_json::json!({ "resources": json }));
+        v1::writes(l.resources.as_ref().unwrap())
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(bad(serde_json::json!({"pids": {"limit": -5}})).contains("linux.resources.pids.limit"));
+    assert!(
+        bad(serde_json::json!({"unified": {"memory.high": "1"}}))
+            .contains("linux.resources.unified.memory.high: unified keys are cgroup v2 files")
+    );
 }
