@@ -786,6 +786,12 @@ fn a_runaway_allocation_is_killed_or_the_run_refused() {
     let agent = &CLAUDE_CODE;
     for who in identities_ready(|who| ready(agent, who)) {
         let dir = TempDir::new("agent-memory", who);
+        // The profile's uid 1000 writes the marker.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .unwrap();
         let status = dir.path().join("status.jsonl");
         let marker = dir.path().join("started");
         let script = format!(
