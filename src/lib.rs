@@ -37,7 +37,7 @@ macro_rules! internal_modules {
     )*};
 }
 internal_modules!(
-    audit, bwrap, cgroup, cli, confine, fs, image, launch, net, oci, probe, registry, sys,
+    agent, audit, bwrap, cgroup, cli, confine, fs, image, launch, net, oci, probe, registry, sys,
     workspace,
 );
 

@@ -1,6 +1,7 @@
 //! Command line front end: every subcommand only builds a Spec (or calls
 //! the module that owns the job) and turns the result into an exit code.
 
+mod agent;
 mod check;
 mod flags;
 mod image;
@@ -23,6 +24,7 @@ usage: hutch <command> [ARGS...]
 
 commands:
   run [OPTIONS] -- CMD...   run a command in a sandbox (see `hutch run --help`)
+  agent list|show|check     agent CLI profiles for `run --agent` (docs/agents.md)
   check [--json]            which kernel features hutch needs work here, and fixes
   proxy ...                 run the egress proxy alone
   session ...               persistent workspaces over a sealed baseline
@@ -40,6 +42,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let rest: Vec<OsString> = it.collect();
     match cmd.as_ref().and_then(|c| c.to_str()) {
         Some("run") => run::main(rest),
+        Some("agent") => agent::main(rest),
         Some("proxy") => proxy::main(rest),
         Some("check") => check::main(rest),
         Some("session") => session::main(rest),

@@ -22,6 +22,9 @@ environment, no capabilities.
 
 Profile:
   --profile FILE          start from a TOML or JSON profile instead of the default
+  --agent NAME|FILE       what an agent CLI needs (claude-code, codex, or a profile
+                          file; `hutch agent list`, docs/agents.md); the other
+                          options override it
   --bare                  start from an empty root (no default profile, no workspace)
   --workspace DIR[:DEST]  overlay DIR instead of the current directory, at DEST
                           inside (default: the same path); with --profile, adds
@@ -115,7 +118,7 @@ pub fn value_count(flag: &str) -> Option<usize> {
         | "--cap-add" | "--cap-drop" | "--allow-host" | "--allow-address" | "--resolve"
         | "--egress-policy" | "--egress-profile" | "--audit" | "--egress-mode"
         | "--status-file" | "--cgroup-parent" | "--pass-env" | "--label" | "--status-fd"
-        | "--result-fd" | "--secret" | "--gateway" | "--intercept" => 1,
+        | "--result-fd" | "--secret" | "--gateway" | "--intercept" | "--agent" => 1,
         _ => return None,
     })
 }
@@ -216,6 +219,7 @@ pub fn parse_reporting_onto(
     let mut egress = Egress::default();
     let mut io_max: Vec<spec::IoMax> = Vec::new();
     let mut image = ImageFlags::default();
+    let mut agent: Option<crate::agent::AgentProfile> = None;
 
     while let Some(arg) = it.next() {
         let arg = arg?;
@@ -240,6 +244,7 @@ pub fn parse_reporting_onto(
                 launch::validate(&profile).map_err(|e| e.in_file(path))?;
                 base = Some(profile);
             }
+            "--agent" => agent = Some(crate::agent::load(&value(arg)?)?),
             "--bare" | "--workspace" | "--changes" if workspace_from == WorkspaceFrom::Caller => {
                 bail!("{arg} does not apply: the caller provides the workspace")
             }
@@ -613,6 +618,10 @@ pub fn parse_reporting_onto(
             s
         }
     };
+    // The agent's needs first: the caller's own flags below override them.
+    if let Some(agent) = &agent {
+        agent.apply_to(&mut spec);
+    }
     spec.fs.extend(ops);
     for edit in edits {
         edit(&mut spec)?;

@@ -1,0 +1,84 @@
+//! An agent profile onto a Spec.
+
+use std::path::Path;
+
+use super::AgentProfile;
+use crate::spec::{ByteSize, FsOp, Limit, Network, ProxyPolicy, Spec};
+
+/// The size cap of the agent's HOME tmpfs: a CLI's settings, session logs
+/// and caches, not the workspace.
+const HOME_SIZE: ByteSize = ByteSize(1 << 30);
+
+impl AgentProfile {
+    /// Apply the profile to `spec`: before the caller's flags, which then
+    /// override any of it (a later `--setenv`, `--timeout`, `--uid`, ...).
+    pub fn apply_to(&self, spec: &mut Spec) {
+        if let Some(uid) = self.uid {
+            spec.identity.uid = Some(uid);
+        }
+        if let Some(gid) = self.gid {
+            spec.identity.gid = Some(gid);
+        }
+        if let Some(home) = &self.home {
+            // A fresh HOME per invocation, writable by the agent's uid (the
+            // sandbox has one user: the sticky, world-writable mode of
+            // /tmp, since hutch builds it as the sandbox's root).
+            spec.fs.push(FsOp::Tmpfs {
+                dest: home.clone(),
+                size: Some(HOME_SIZE),
+                nr_inodes: None,
+                mode: Some(0o1777),
+            });
+            let mut made = std::collections::BTreeSet::new();
+            for (rel, content) in &self.files {
+                // The CLI writes next to its configuration (Codex's
+                // sessions in ~/.codex, Claude Code's state in ~/.claude):
+                // the directories are made writable for it too.
+                let rel = Path::new(rel);
+                let mut dirs: Vec<&Path> = rel
+                    .ancestors()
+                    .skip(1)
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .collect();
+                dirs.reverse();
+                for dir in dirs {
+                    if made.insert(dir.to_path_buf()) {
+                        spec.fs.push(FsOp::Dir {
+                            dest: home.join(dir),
+                            mode: Some(0o1777),
+                        });
+                    }
+                }
+                spec.fs.push(FsOp::File {
+                    dest: home.join(rel),
+                    content: content.clone(),
+                    encoding: Default::default(),
+                    mode: Some(0o644),
+                });
+            }
+            spec.env
+                .insert("HOME".to_string(), home.display().to_string());
+        }
+        if let Some(t) = self.timeout {
+            spec.limits.wall_clock = Some(t);
+        }
+        if let Some(m) = self.memory {
+            spec.limits.memory = Some(Limit::preferred(m));
+        }
+        for (k, v) in &self.env {
+            spec.env.insert(k.clone(), v.clone());
+        }
+        if !self.allow_hosts.is_empty() || !self.gateways.is_empty() {
+            if !matches!(spec.network, Network::Proxy(_)) {
+                // The caller's --share-net, applied after, replaces this.
+                spec.network = Network::Proxy(ProxyPolicy::default());
+                spec.namespaces.net = true;
+            }
+            if let Network::Proxy(p) = &mut spec.network {
+                p.allow.extend(self.allow_hosts.iter().cloned());
+                p.gateways.extend(self.gateways.iter().cloned());
+            }
+        }
+        spec.secrets.extend(self.secrets.iter().cloned());
+    }
+}
