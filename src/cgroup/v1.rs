@@ -283,35 +283,26 @@ fn make_leaf(controller: &'static str, parent: &Cgroup, name: &str) -> Result<V1
     };
     ensure_parent(controller, parent).map_err(|(p, e)| fail("mkdir", &p, e))?;
     let leaf = parent.child(name);
-    // Another launch's sweep may take a fresh leaf between its mkdir and
-    // the lock (it is unlocked and empty then): make it again.
-    let mut attempts = 0;
-    let fd = loop {
-        attempts += 1;
-        match std::fs::create_dir(&leaf.dir) {
-            Ok(()) => {}
-            Err(e) => return Err(fail("mkdir", &leaf.dir, e)),
-        }
-        // Only a sweeper can hold the fresh leaf's lock, for a moment.
-        let locked = leaf.open_dir().and_then(|fd| {
-            crate::sys::flock_exclusive(fd.as_fd(), true)
-                .map_err(|e| std::io::Error::from_raw_os_error(e.errno as i32))?;
-            Ok(fd)
-        });
-        match locked {
-            Ok(fd) if leaf.dir.is_dir() => break fd,
-            _ if attempts < 3 && !leaf.dir.is_dir() => continue,
-            Ok(_) => {
-                return Err(fail(
-                    "lock",
-                    &leaf.dir,
-                    std::io::Error::from_raw_os_error(libc::ENOENT),
-                ));
-            }
-            Err(e) => {
-                let _ = std::fs::remove_dir(&leaf.dir);
-                return Err(fail("lock", &leaf.dir, e));
-            }
+    // A shared lock on the parent while the leaf is made and locked: a
+    // sweep holds the parent exclusively, so it never sees a leaf between
+    // its mkdir and its lock (unlocked and empty, as a dead one).
+    let parent_fd = parent
+        .open_dir()
+        .map_err(|e| fail("open", &parent.dir, e))?;
+    crate::sys::image::flock_shared(parent_fd.as_fd())
+        .map_err(|e| fail("lock", &parent.dir, std::io::Error::from_raw_os_error(e.errno as i32)))?;
+    std::fs::create_dir(&leaf.dir).map_err(|e| fail("mkdir", &leaf.dir, e))?;
+    let locked = leaf.open_dir().and_then(|fd| {
+        crate::sys::flock_exclusive(fd.as_fd(), true)
+            .map_err(|e| std::io::Error::from_raw_os_error(e.errno as i32))?;
+        Ok(fd)
+    });
+    drop(parent_fd);
+    let fd = match locked {
+        Ok(fd) => fd,
+        Err(e) => {
+            let _ = std::fs::remove_dir(&leaf.dir);
+            return Err(fail("lock", &leaf.dir, e));
         }
     };
     if controller == "cpuset" {
@@ -377,6 +368,17 @@ pub fn sweep_all(host: &HostCgroups) {
 /// supervisor was killed): unlocked and empty (rmdir of a group with
 /// processes fails with EBUSY, and it stays).
 pub fn sweep(parent: &Cgroup) {
+    // Exclusive on the parent, or no sweep now: a launch making a leaf
+    // holds it shared (see `make_leaf`); the next launch sweeps.
+    let Ok(parent_fd) = parent.open_dir() else {
+        return;
+    };
+    if !matches!(
+        crate::sys::flock_exclusive(parent_fd.as_fd(), false),
+        Ok(true)
+    ) {
+        return;
+    }
     let Ok(entries) = std::fs::read_dir(&parent.dir) else {
         return;
     };
