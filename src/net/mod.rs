@@ -71,12 +71,6 @@ pub fn validate_spec(spec: &Spec) -> Result<(), SpecError> {
             NetError::Policy { key, message } => SpecError::new(format!("network.{key}"), message),
             other => SpecError::new("network", other.to_string()),
         })?;
-        intercept::validate(&p.intercept).map_err(|e| match e {
-            InterceptError::Entry { index, why } => {
-                SpecError::new(format!("network.intercept[{index}].host"), why)
-            }
-            other => SpecError::new("network.intercept", other.to_string()),
-        })?;
     }
     Ok(())
 }

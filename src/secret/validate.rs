@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::net::Policy;
 use crate::net::policy::Rule;
-use crate::spec::{Gateway, Injection, Intercept, Network, Secret, SecretSource, Spec, SpecError};
+use crate::spec::{Injection, Network, Secret, SecretSource, Spec, SpecError};
 
 /// Longest secret name (it appears in audit lines and placeholders).
 pub(crate) const MAX_NAME_BYTES: usize = 64;
@@ -77,15 +77,18 @@ pub(crate) fn validate(spec: &Spec) -> Result<(), SpecError> {
         }
         Ok(())
     };
-    for (i, g) in proxy.gateways.iter().enumerate() {
+    // Names, upstreams, rules and budgets of gateways and intercepted hosts
+    // were checked when the policy compiled (`net::broker::rules`); what is
+    // left is theirs to the allow-list and to the sandbox's variables.
+    for (i, (g, route)) in proxy.gateways.iter().zip(&policy.gateways).enumerate() {
         let key = format!("network.gateways[{i}]");
-        gateway(&key, g, &policy)?;
-        if proxy.gateways[..i].iter().any(|o| o.name == g.name) {
-            return Err(SpecError::new(
-                format!("{key}.name"),
-                format!("gateway {:?} is defined twice", g.name),
-            ));
-        }
+        allowed(
+            &format!("{key}.upstream"),
+            &route.host,
+            route.port,
+            &policy,
+            "",
+        )?;
         for (j, var) in g.env.iter().enumerate() {
             claim_env(
                 format!("{key}.env[{j}]"),
@@ -94,28 +97,22 @@ pub(crate) fn validate(spec: &Spec) -> Result<(), SpecError> {
             )?;
         }
     }
-    for (i, x) in proxy.intercept.iter().enumerate() {
-        let key = format!("network.intercept[{i}]");
-        intercept(&key, x, &policy)?;
-        if proxy.intercept[..i].iter().any(|o| o.host == x.host) {
-            return Err(SpecError::new(
-                format!("{key}.host"),
-                format!("{:?} is intercepted twice", x.host),
-            ));
-        }
+    for (i, x) in policy.intercepts.iter().enumerate() {
+        allowed(
+            &format!("network.intercept[{i}].host"),
+            &x.host,
+            x.port,
+            &policy,
+            "; only allowed hosts are intercepted",
+        )?;
     }
     // The hosts the proxy sees requests for: gateway upstreams and
     // intercepted hosts. A secret bound elsewhere could never be injected.
-    let seen_hosts: Vec<(crate::net::host::CanonicalHost, u16)> = proxy
+    let seen_hosts: Vec<(crate::net::host::CanonicalHost, u16)> = policy
         .gateways
         .iter()
-        .filter_map(|g| upstream(&g.upstream).ok().map(|u| (u.host, u.port)))
-        .chain(
-            proxy
-                .intercept
-                .iter()
-                .filter_map(|x| exact_host(&x.host).ok()),
-        )
+        .map(|g| (g.host.clone(), g.port))
+        .chain(policy.intercepts.iter().map(|x| (x.host.clone(), x.port)))
         .collect();
     for (i, s) in spec.secrets.iter().enumerate() {
         let key = format!("secrets[{i}]");
@@ -252,95 +249,25 @@ fn secret(
     }
 }
 
-/// A gateway: its name, upstream, rules and budget.
-fn gateway(key: &str, g: &Gateway, policy: &Policy) -> Result<(), SpecError> {
-    if g.name.is_empty()
-        || g.name.len() > 63
-        || !g
-            .name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
-        return Err(SpecError::new(
-            format!("{key}.name"),
-            "a gateway's name is 1 to 63 of [a-z0-9-] (it is the first segment of its URL)",
-        ));
-    }
-    let up = upstream(&g.upstream)
-        .map_err(|m| SpecError::new(format!("{key}.upstream"), format!("{:?}: {m}", g.upstream)))?;
-    let rule = Rule::parse(&format!("{}:{}", up.host, up.port))
-        .map_err(|m| SpecError::new(format!("{key}.upstream"), m))?;
+/// `host:port` (a gateway's upstream, an intercepted host) is on the
+/// allow-list.
+fn allowed(
+    key: &str,
+    host: &crate::net::host::CanonicalHost,
+    port: u16,
+    policy: &Policy,
+    why: &str,
+) -> Result<(), SpecError> {
+    let rule = Rule::parse(&format!("{host}:{port}")).map_err(|m| SpecError::new(key, m))?;
     if !policy.allows_all_of(&rule) {
         return Err(SpecError::new(
-            format!("{key}.upstream"),
+            key,
             format!(
-                "{}:{} is not on the allow-list (add it with --allow-host or network.allow)",
-                up.host, up.port
+                "{host}:{port} is not on the allow-list{why} (add it with --allow-host or network.allow)"
             ),
         ));
     }
-    rules(key, &g.methods, &g.paths)?;
-    budget(key, g.max_requests, g.max_bytes)
-}
-
-/// An intercepted host: a name (no pattern), allowed.
-fn intercept(key: &str, x: &Intercept, policy: &Policy) -> Result<(), SpecError> {
-    let (host, port) = exact_host(&x.host)
-        .map_err(|m| SpecError::new(format!("{key}.host"), format!("{:?}: {m}", x.host)))?;
-    let rule = Rule::parse(&format!("{host}:{port}"))
-        .map_err(|m| SpecError::new(format!("{key}.host"), m))?;
-    if !policy.allows_all_of(&rule) {
-        return Err(SpecError::new(
-            format!("{key}.host"),
-            format!(
-                "{:?} is not on the allow-list; only allowed hosts are intercepted (add it with --allow-host or network.allow)",
-                x.host
-            ),
-        ));
-    }
-    rules(key, &x.methods, &x.paths)?;
-    budget(key, x.max_requests, x.max_bytes)
-}
-
-/// A gateway's upstream, parsed.
-pub(crate) struct Upstream {
-    pub host: crate::net::host::CanonicalHost,
-    pub port: u16,
-}
-
-/// `https://host[:port][/base-path]`.
-pub(crate) fn upstream(text: &str) -> Result<Upstream, String> {
-    let rest = text
-        .strip_prefix("https://")
-        .ok_or("the upstream must be an https:// URL")?;
-    let (authority, base) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    if base.contains(['?', '#']) || base.bytes().any(|b| !b.is_ascii_graphic()) {
-        return Err(
-            "the upstream's path holds no query, fragment, space or control character".into(),
-        );
-    }
-    if authority.contains('@') {
-        return Err("the upstream holds no user or password (give a secret instead)".into());
-    }
-    let (host, port) = crate::net::host::split_host_port(authority)?;
-    let host = crate::net::host::canonicalize(host).map_err(|e| e.to_string())?;
-    Ok(Upstream {
-        host,
-        port: port.unwrap_or(443),
-    })
-}
-
-/// `host[:port]` with no pattern (default port 443).
-fn exact_host(text: &str) -> Result<(crate::net::host::CanonicalHost, u16), String> {
-    if text.contains('*') {
-        return Err("an intercepted host is one name, not a pattern".into());
-    }
-    let (host, port) = crate::net::host::split_host_port(text)?;
-    let host = crate::net::host::canonicalize(host).map_err(|e| e.to_string())?;
-    Ok((host, port.unwrap_or(443)))
+    Ok(())
 }
 
 /// Methods are tokens (`POST`); path prefixes start with `/`.
@@ -360,26 +287,6 @@ fn rules(key: &str, methods: &[String], paths: &[String]) -> Result<(), SpecErro
                 format!("{p:?} is not a path prefix (it starts with '/', no spaces)"),
             ));
         }
-    }
-    Ok(())
-}
-
-fn budget(
-    key: &str,
-    max_requests: Option<u64>,
-    max_bytes: Option<crate::spec::ByteSize>,
-) -> Result<(), SpecError> {
-    if max_requests == Some(0) {
-        return Err(SpecError::new(
-            format!("{key}.max_requests"),
-            "must be at least 1",
-        ));
-    }
-    if max_bytes.is_some_and(|b| b.0 == 0) {
-        return Err(SpecError::new(
-            format!("{key}.max_bytes"),
-            "must be at least 1",
-        ));
     }
     Ok(())
 }

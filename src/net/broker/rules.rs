@@ -52,6 +52,13 @@ impl RequestRules {
         max_requests: Option<u64>,
         max_bytes: Option<u64>,
     ) -> Result<RequestRules, (String, String)> {
+        // A budget of 0 would refuse everything: a mistake, not a rule.
+        if max_requests == Some(0) {
+            return Err((format!("{key}.max_requests"), "must be at least 1".into()));
+        }
+        if max_bytes == Some(0) {
+            return Err((format!("{key}.max_bytes"), "must be at least 1".into()));
+        }
         Ok(RequestRules {
             methods: compile_methods(key, methods)?,
             paths: compile_paths(key, paths)?,
@@ -286,6 +293,9 @@ pub(crate) fn compile_intercepts(
         }
         let host = canonicalize(h).map_err(|e| err(e.to_string()))?;
         let port = port.unwrap_or(443);
+        if port == 0 {
+            return Err(err("port 0".into()));
+        }
         if out.iter().any(|o| o.host == host && o.port == port) {
             return Err(err("listed twice".into()));
         }

@@ -138,12 +138,6 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
         .clone()
 }
 
-/// Check an `intercept` list: each entry one host (no pattern), optional
-/// `:port` (default 443), each host:port once. Errors name the entry.
-pub fn validate(rules: &[Intercept]) -> Result<(), InterceptError> {
-    parse_hosts(rules).map(drop)
-}
-
 fn parse_hosts(
     rules: &[Intercept],
 ) -> Result<Vec<(CanonicalHost, u16, Intercept)>, InterceptError> {

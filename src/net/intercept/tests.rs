@@ -154,7 +154,13 @@ fn the_bundle_ends_with_the_ca_and_holds_no_key() {
 
 #[test]
 fn intercept_entries_are_one_host_each() {
-    let bad = |h: &str| validate(&[rule(h)]).unwrap_err().to_string();
+    // The one check of the entries: the policy's compile.
+    let validate = |rules: &[Intercept]| {
+        crate::net::broker::rules::compile_intercepts(rules)
+            .map(drop)
+            .map_err(|(key, message)| format!("network.{key}: {message}"))
+    };
+    let bad = |h: &str| validate(&[rule(h)]).unwrap_err();
     assert!(bad("*.example.com").contains("one name, not a pattern"));
     assert!(bad("api.example.com:0").contains("\"api.example.com:0\""));
     assert!(bad("api.example.com:x").contains("api.example.com:x"));
@@ -162,8 +168,7 @@ fn intercept_entries_are_one_host_each() {
     let twice = validate(&[rule("API.example.com"), rule("api.example.com:443")]).unwrap_err();
     assert!(
         twice
-            .to_string()
-            .contains("network.intercept[1]: api.example.com:443 is listed twice"),
+            .contains("network.intercept[1].host: \"api.example.com:443\": listed twice"),
         "{twice}"
     );
     validate(&[
