@@ -2,9 +2,11 @@
 //! Claude Code and Codex, as installed by `tests/setup` from npm (pinned),
 //! each with its shipped profile (agents/NAME.toml), each against
 //! the fake model server (tests/model_support) over HTTPS with a test CA,
-//! reached only through hutch's model-API gateway (issue 31): the CLI's
-//! base URL is `http://127.0.0.1:3128/<gateway>`, its key a placeholder,
-//! the real key only in hutch's environment on the host. The model asks the CLI to run
+//! reached only through hutch's model-API gateway (issue 31): the
+//! profile's gateway and secret (which name the vendor's API) replaced by
+//! ones of the same name pointing at the fake model; the CLI's base URL is
+//! `http://127.0.0.1:3128/<gateway>`, its key a placeholder, the real key
+//! only in hutch's environment on the host. The model asks the CLI to run
 //! a shell command that writes foo.txt and tries a host off the allow-list;
 //! the CLI runs it inside the sandbox, sends the result back, the model
 //! ends. Checked: exit 0 in bounded time, foo.txt in the kept upper and not
@@ -55,9 +57,6 @@ const REAL_KEY: &str = "sk-test-REAL-KEY-5f0c2a9e";
 /// The variable of hutch's (host) environment the secret reads the key from.
 const KEY_SOURCE: &str = "HUTCH_TEST_MODEL_KEY";
 
-/// Where the gateway is inside (docs/egress.md).
-const GATEWAY_URL: &str = "http://127.0.0.1:3128";
-
 /// Whether the key is inside the sandbox: with `--setenv` it was (the
 /// scripted search found it in the CLI's /proc/PID/environ, which proves
 /// the search finds a key); through the gateway it must be nowhere.
@@ -86,7 +85,7 @@ struct Agent {
     /// How the proxy puts the key into the request (`--secret inject=`).
     inject: &'static str,
     /// The command line after the binary.
-    args: fn(base: &str, prompt: &str) -> Vec<String>,
+    args: fn(prompt: &str) -> Vec<String>,
 }
 
 const CLAUDE_CODE: Agent = Agent {
@@ -100,7 +99,7 @@ const CLAUDE_CODE: Agent = Agent {
     inject: "header:x-api-key",
     // No --dangerously-skip-permissions: the profile's settings.json
     // bypasses the prompts.
-    args: |_, prompt| ["-p", prompt].map(String::from).to_vec(),
+    args: |prompt| ["-p", prompt].map(String::from).to_vec(),
 };
 
 const CODEX: Agent = Agent {
@@ -113,18 +112,12 @@ const CODEX: Agent = Agent {
     // Codex reads no base-URL variable for a custom provider.
     base_env: None,
     inject: "bearer",
-    // The profile's provider, pointed at the gateway; its config.toml
-    // turns the approvals, Codex's own sandbox and analytics off.
-    args: |base, prompt| {
-        [
-            "exec",
-            "--skip-git-repo-check",
-            "-c",
-            &format!("model_providers.hutch_openai.base_url=\"{base}/v1\""),
-            prompt,
-        ]
-        .map(String::from)
-        .to_vec()
+    // The profile's provider is at the gateway; its config.toml turns the
+    // approvals, Codex's own sandbox and analytics off.
+    args: |prompt| {
+        ["exec", "--skip-git-repo-check", prompt]
+            .map(String::from)
+            .to_vec()
     },
 };
 
@@ -132,14 +125,10 @@ fn agent_bin(agent: &Agent) -> PathBuf {
     Path::new(AGENTS_DIR).join(agent.bin)
 }
 
-/// The CLI's base URL inside: the agent's gateway.
-fn gateway_base(agent: &Agent) -> String {
-    format!("{GATEWAY_URL}/{}", agent.gateway)
-}
-
-/// The flags that reach the fake model on `port` through the agent's
-/// gateway, with the key as a secret read from hutch's KEY_SOURCE and a
-/// placeholder in the CLI's key variable.
+/// The flags that point the profile's gateway and secret (agents/NAME.toml,
+/// which name the vendor's API) at the fake model on `port`: a gateway and
+/// a secret of the same name replace the profile's. The key is read from
+/// hutch's KEY_SOURCE; the CLI's key variable holds a placeholder.
 fn gateway_flags(agent: &Agent, port: u16) -> Vec<String> {
     let mut gateway = format!(
         "name={},upstream=https://{MODEL_HOST}:{port}",
@@ -160,9 +149,13 @@ fn gateway_flags(agent: &Agent, port: u16) -> Vec<String> {
 }
 
 /// hutch's own environment for a gateway run: the real key (the secret's
-/// source) and the test CA the proxy verifies the fake model against.
-fn gateway_env(cmd: &mut std::process::Command, ca: &Path) {
-    cmd.env(KEY_SOURCE, REAL_KEY).env("SSL_CERT_FILE", ca);
+/// source, and the profile's, which is the CLI's usual variable) and the
+/// test CA the proxy verifies the fake model against.
+fn gateway_env(cmd: &mut std::process::Command, agent: &Agent, ca: &Path) {
+    cmd.env(KEY_SOURCE, REAL_KEY).env(agent.key_var, REAL_KEY);
+    if ca.exists() {
+        cmd.env("SSL_CERT_FILE", ca);
+    }
 }
 
 /// The CLI is installed (by tests/setup) and `who` can launch hutch.
@@ -214,11 +207,12 @@ enum Net<'a> {
     /// The fake model allowed (and the profile's model API), in this
     /// egress mode.
     Model(&'a FakeModel, &'a str),
-    /// No route to the model: only the profile's allow-list (a host that
-    /// does not resolve here), the CLI's base URL on a name the proxy
-    /// refuses.
+    /// The gateway's upstream out of reach: nothing listens on its port.
     Unreachable,
 }
+
+/// A port nothing listens on (tcpmux): the unreachable model's.
+const DEAD_PORT: u16 = 1;
 
 fn run_agent(agent: &Agent, who: As, net: Net, timeout: &str) -> Run {
     let dir = TempDir::new(&format!("agent-{}", agent.name), who);
@@ -232,9 +226,9 @@ fn run_agent(agent: &Agent, who: As, net: Net, timeout: &str) -> Run {
     let ca = dir.path().join("ca.pem");
 
     let bin = agent_bin(agent);
-    let base = match &net {
-        Net::Model(..) => gateway_base(agent),
-        Net::Unreachable => format!("https://{MODEL_HOST}:443"),
+    let (port, mode) = match &net {
+        Net::Model(server, mode) => (server.https_port, *mode),
+        Net::Unreachable => (DEAD_PORT, "proxy"),
     };
     let mut args: Vec<String> = [
         "run",
@@ -255,48 +249,35 @@ fn run_agent(agent: &Agent, who: As, net: Net, timeout: &str) -> Run {
     ]
     .map(String::from)
     .to_vec();
-    if let Net::Model(server, mode) = &net {
-        let port = server.https_port;
+    if let Net::Model(server, _) = &net {
         server.write_ca(&ca);
         own_as(&ca, who);
-        args.extend(gateway_flags(agent, port));
-        args.extend(
-            [
-                "--allow-host",
-                &format!("{MODEL_HOST}:{port}"),
-                "--resolve",
-                &format!("{MODEL_HOST}=127.0.0.1"),
-                "--resolve",
-                &format!("{FORBIDDEN_HOST}=127.0.0.1"),
-                "--allow-address",
-                "127.0.0.1/32",
-                "--egress-mode",
-                mode,
-            ]
-            .map(String::from),
-        );
-    } else {
-        // No model, no secret: a key of no value, the base URL on a name
-        // the proxy refuses.
-        args.extend(["--setenv", agent.key_var, "sk-unreachable"].map(String::from));
-        if let Some(var) = agent.base_env {
-            args.extend(["--setenv".to_string(), var.to_string(), base.clone()]);
-        }
     }
+    args.extend(gateway_flags(agent, port));
+    args.extend(
+        [
+            "--allow-host",
+            &format!("{MODEL_HOST}:{port}"),
+            "--resolve",
+            &format!("{MODEL_HOST}=127.0.0.1"),
+            "--resolve",
+            &format!("{FORBIDDEN_HOST}=127.0.0.1"),
+            "--allow-address",
+            "127.0.0.1/32",
+            "--egress-mode",
+            mode,
+        ]
+        .map(String::from),
+    );
     args.push("--".to_string());
     args.push(bin.display().to_string());
-    args.extend((agent.args)(
-        &base,
-        "Create foo.txt in the working directory.",
-    ));
+    args.extend((agent.args)("Create foo.txt in the working directory."));
 
     let mut cmd = hutch_command(who);
     cmd.args(&args)
         .current_dir(dir.path())
         .stdin(std::process::Stdio::null());
-    if matches!(net, Net::Model(..)) {
-        gateway_env(&mut cmd, &ca);
-    }
+    gateway_env(&mut cmd, agent, &ca);
     let start = Instant::now();
     let out = cmd.output().expect("spawn hutch");
     let elapsed = start.elapsed();
@@ -467,8 +448,8 @@ fn codex_completes_a_tool_call_inside_hutch() {
     exchange_completes(&CODEX);
 }
 
-/// With the model out of reach the CLI retries for ever (Codex:
-/// "Reconnecting... waiting for network"; Claude Code backs off for
+/// With the model out of reach (the gateway answers 502) the CLI retries
+/// for ever (Codex: "Reconnecting..."; Claude Code backs off for
 /// minutes): the wall clock ends it, reported `timed-out`, within the
 /// timeout and a bounded grace.
 fn unreachable_model_ends_by_the_wall_clock(agent: &Agent) {
@@ -483,13 +464,14 @@ fn unreachable_model_ends_by_the_wall_clock(agent: &Agent) {
         );
         assert!(run.elapsed < Duration::from_secs(20), "{what}");
         assert!(!run.upper.join("foo.txt").exists(), "{what}");
-        // Every attempt was refused by the proxy, and audited.
+        // Every attempt reached the gateway, which could not reach the
+        // model (502), and was audited.
         assert!(
             !run.audit.is_empty()
-                && run
-                    .audit
-                    .iter()
-                    .all(|l| l["host"] == MODEL_HOST && l["verdict"] == "deny"),
+                && run.audit.iter().all(|l| l["host"] == MODEL_HOST
+                    && l["via"] == "gateway"
+                    && l["verdict"] == "error"
+                    && l["status"] == 502),
             "{what}"
         );
     }
@@ -753,7 +735,7 @@ fn an_agent_runs_in_a_session() {
                 .args(args)
                 .current_dir(dir.path())
                 .stdin(std::process::Stdio::null());
-            gateway_env(&mut c, &ca);
+            gateway_env(&mut c, agent, &ca);
             c.output().unwrap()
         };
         let created = session(&[
@@ -771,7 +753,6 @@ fn an_agent_runs_in_a_session() {
         );
         let id = stdout(&created).trim().to_string();
 
-        let base = gateway_base(agent);
         let mut args: Vec<String> = [
             "run",
             &id,
@@ -791,7 +772,7 @@ fn an_agent_runs_in_a_session() {
         args.extend(gateway_flags(agent, server.https_port));
         args.push("--".to_string());
         args.push(agent_bin(agent).display().to_string());
-        args.extend((agent.args)(&base, "Create foo.txt."));
+        args.extend((agent.args)("Create foo.txt."));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let ran = session(&args);
         let what = format!("{who:?}: {}\n{}", stdout(&ran), stderr(&ran));
@@ -857,10 +838,12 @@ fn a_runaway_allocation_is_killed_or_the_run_refused() {
             "touch {}; python3 -c 'a = bytearray(1 << 30); print(\"allocated\")'",
             marker.display()
         );
-        let out = hutch_as(
-            who,
-            dir.path(),
-            &[
+        // The profile's secret reads the key from hutch's environment.
+        let mut cmd = hutch_command(who);
+        cmd.current_dir(dir.path())
+            .stdin(std::process::Stdio::null())
+            .env(agent.key_var, REAL_KEY)
+            .args([
                 "run",
                 "--agent",
                 agent.name,
@@ -875,8 +858,8 @@ fn a_runaway_allocation_is_killed_or_the_run_refused() {
                 "sh",
                 "-c",
                 &script,
-            ],
-        );
+            ]);
+        let out = cmd.output().expect("spawn hutch");
         let (err, report) = (stderr(&out), exit_report(&status));
         let what = format!(
             "{who:?}: exit {:?}\n{err}\nreport: {report}",
