@@ -9,7 +9,9 @@
 #   run      `hutch run` with that configuration as flags (uid, env, CA,
 #            the model's host on the allow-list)
 #   agent    `hutch run --agent NAME` (the profile: uid, HOME tmpfs with the
-#            CLI's configuration files, env, allow-list, limits)
+#            CLI's configuration files, env, allow-list, limits, and the
+#            key through the model-API gateway: plain HTTP inside, TLS and
+#            the key added on the host)
 #
 #   benches/agents.sh          (env: RUNS=10 AGENTS="claude-code codex")
 #
@@ -71,6 +73,9 @@ chmod 644 "$work/ca.pem"
 direct="cd $work/repo && setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/bin:/bin HOME=$work/home"
 egress="--allow-host model.test:$port --resolve model.test=127.0.0.1 --allow-address 127.0.0.1/32 --ro-bind $work/ca.pem /tmp/model-ca.pem"
 sandbox="cd $work/repo && $hutch run --quiet --workspace $work/repo --timeout 120s $egress"
+# The same with variables in hutch's own environment (the profiles' secrets
+# read the key there; the gateway trusts the test CA through SSL_CERT_FILE).
+sandbox_with() { echo "cd $work/repo && $1 $hutch run --quiet --workspace $work/repo --timeout 120s $egress"; }
 
 rows=()
 for agent in $AGENTS; do
@@ -80,7 +85,9 @@ for agent in $AGENTS; do
             cli="$claude -p 'create foo.txt'"
             direct_cmd="$direct ANTHROPIC_API_KEY=sk-bench ANTHROPIC_BASE_URL=https://localhost:$port NODE_EXTRA_CA_CERTS=$work/ca.pem CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 $cli"
             run_cmd="$sandbox --uid 1000 --gid 1000 --setenv $key --setenv ANTHROPIC_BASE_URL $base --setenv NODE_EXTRA_CA_CERTS /tmp/model-ca.pem --setenv CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC 1 -- $cli --dangerously-skip-permissions"
-            agent_cmd="$sandbox --agent claude-code --setenv $key --setenv ANTHROPIC_BASE_URL $base --setenv NODE_EXTRA_CA_CERTS /tmp/model-ca.pem -- $cli"
+            # The profile's gateway and secret, pointed at the fake model:
+            # the key from hutch's environment, the CA in hutch's trust.
+            agent_cmd="$(sandbox_with "ANTHROPIC_API_KEY=sk-bench SSL_CERT_FILE=$work/ca.pem") --agent claude-code --gateway name=anthropic,upstream=$base,env=ANTHROPIC_BASE_URL --secret name=anthropic,from-env=ANTHROPIC_API_KEY,host=model.test:$port,env=ANTHROPIC_API_KEY,inject=header:x-api-key -- $cli"
             ;;
         codex)
             key="OPENAI_API_KEY sk-bench"
@@ -88,7 +95,7 @@ for agent in $AGENTS; do
             flags="exec --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check -c model_provider=b -c analytics.enabled=false -c features.plugins=false"
             direct_cmd="$direct OPENAI_API_KEY=sk-bench SSL_CERT_FILE=$work/ca.pem $codex $flags -c '${provider/URL/https://localhost:$port}' 'create foo.txt'"
             run_cmd="$sandbox --uid 1000 --gid 1000 --setenv $key --setenv SSL_CERT_FILE /tmp/model-ca.pem -- $codex $flags -c '${provider/URL/$base}' 'create foo.txt'"
-            agent_cmd="$sandbox --agent codex --setenv $key --setenv SSL_CERT_FILE /tmp/model-ca.pem -- $codex exec --skip-git-repo-check -c 'model_providers.hutch_openai.base_url=\"$base/v1\"' 'create foo.txt'"
+            agent_cmd="$(sandbox_with "OPENAI_API_KEY=sk-bench SSL_CERT_FILE=$work/ca.pem") --agent codex --gateway name=openai,upstream=$base --secret name=openai,from-env=OPENAI_API_KEY,host=model.test:$port,env=OPENAI_API_KEY,inject=bearer -- $codex exec --skip-git-repo-check 'create foo.txt'"
             ;;
         *) echo "unknown agent $agent" >&2; exit 1 ;;
     esac

@@ -2,12 +2,18 @@
 //! Claude Code and Codex, as installed by `tests/setup` from npm (pinned),
 //! each with its shipped profile (agents/NAME.toml), each against
 //! the fake model server (tests/model_support) over HTTPS with a test CA,
-//! reached only through hutch's egress proxy. The model asks the CLI to run
+//! reached only through hutch's model-API gateway (issue 31): the
+//! profile's gateway and secret (which name the vendor's API) replaced by
+//! ones of the same name pointing at the fake model; the CLI's base URL is
+//! `http://127.0.0.1:3128/<gateway>`, its key a placeholder, the real key
+//! only in hutch's environment on the host. The model asks the CLI to run
 //! a shell command that writes foo.txt and tries a host off the allow-list;
 //! the CLI runs it inside the sandbox, sends the result back, the model
 //! ends. Checked: exit 0 in bounded time, foo.txt in the kept upper and not
 //! in the host repository, the command's output came back to the model,
-//! the disallowed host refused and audited, the CLI run as the profile's
+//! the disallowed host refused and audited, the model saw the real key and
+//! the sandbox never held it (no process's environ or cmdline, no file under
+//! the workspace, HOME or /tmp, not hutch's output), the CLI run as the profile's
 //! non-root uid with its fresh HOME, and with the model out of reach the
 //! CLI ended by the wall clock (`timed-out`), never a hang. Root and uid
 //! 65534 callers, proxy and transparent egress.
@@ -40,41 +46,46 @@ const MODEL_HOST: &str = "model.test";
 /// A name with no allow rule: the scripted command tries it.
 const FORBIDDEN_HOST: &str = "forbidden.test";
 
-/// The real key, given today with `--setenv` (the gateway of issue 31
-/// replaces it with a placeholder). Its two halves: the scripted command
+/// The real key: only in hutch's environment (a secret's `from-env`), the
+/// sandbox holds a placeholder. Its two halves: the scripted command
 /// searches the sandbox for the key without ever carrying it whole (the
 /// command's text is in the CLI's memory and session log).
 const KEY_HEAD: &str = "sk-test-REAL-";
 const KEY_TAIL: &str = "KEY-5f0c2a9e";
 const REAL_KEY: &str = "sk-test-REAL-KEY-5f0c2a9e";
 
-/// How the key reaches the model today: `--setenv` puts it in the CLI's
-/// environment, where the scripted search must find it (which proves the
-/// search can find a key). With the gateway the search must find nothing.
-const KEY_INSIDE: bool = true;
+/// The variable of hutch's (host) environment the secret reads the key from.
+const KEY_SOURCE: &str = "HUTCH_TEST_MODEL_KEY";
 
-/// Where the test CA is bound inside (the sandbox's /tmp is private).
-const CA_INSIDE: &str = "/tmp/hutch-model-ca.pem";
+/// Whether the key is inside the sandbox: with `--setenv` it was (the
+/// scripted search found it in the CLI's /proc/PID/environ, which proves
+/// the search finds a key); through the gateway it must be nowhere.
+const KEY_INSIDE: bool = false;
 
 /// The exit a wall-clock kill reports.
 const TIMEOUT_EXIT: i32 = 124;
 
 /// What a test adds to an agent's profile (`hutch run --agent NAME`,
-/// agents/NAME.toml): where the model is and the CA it is signed by.
+/// agents/NAME.toml): the gateway to the model and the key's secret.
 struct Agent {
     /// The profile's name.
     name: &'static str,
     /// The binary, relative to AGENTS_DIR.
     bin: &'static str,
-    /// The variable holding the API key.
+    /// The variable holding the API key (inside: the placeholder).
     key_var: &'static str,
     /// The header the key travels in, and how.
     key_header: &'static str,
     key_value: fn(&str) -> String,
-    /// Environment for the CLI (besides the key): the base URL, the CA.
-    env: fn(base: &str) -> Vec<(&'static str, String)>,
+    /// The gateway's name: the first segment of its URL inside.
+    gateway: &'static str,
+    /// The variable the CLI reads its base URL from, if it has one (the
+    /// gateway's `env` sets it).
+    base_env: Option<&'static str>,
+    /// How the proxy puts the key into the request (`--secret inject=`).
+    inject: &'static str,
     /// The command line after the binary.
-    args: fn(base: &str, prompt: &str) -> Vec<String>,
+    args: fn(prompt: &str) -> Vec<String>,
 }
 
 const CLAUDE_CODE: Agent = Agent {
@@ -83,16 +94,12 @@ const CLAUDE_CODE: Agent = Agent {
     key_var: "ANTHROPIC_API_KEY",
     key_header: "x-api-key",
     key_value: |k| k.to_string(),
-    env: |base| {
-        vec![
-            ("ANTHROPIC_BASE_URL", base.to_string()),
-            // Bun's trust for a private CA.
-            ("NODE_EXTRA_CA_CERTS", CA_INSIDE.to_string()),
-        ]
-    },
+    gateway: "anthropic",
+    base_env: Some("ANTHROPIC_BASE_URL"),
+    inject: "header:x-api-key",
     // No --dangerously-skip-permissions: the profile's settings.json
     // bypasses the prompts.
-    args: |_, prompt| ["-p", prompt].map(String::from).to_vec(),
+    args: |prompt| ["-p", prompt].map(String::from).to_vec(),
 };
 
 const CODEX: Agent = Agent {
@@ -101,25 +108,54 @@ const CODEX: Agent = Agent {
     key_var: "OPENAI_API_KEY",
     key_header: "authorization",
     key_value: |k| format!("Bearer {k}"),
-    // Codex's TLS (rustls) trusts SSL_CERT_FILE.
-    env: |_| vec![("SSL_CERT_FILE", CA_INSIDE.to_string())],
-    // The profile's provider, pointed at the fake model; its config.toml
-    // turns the approvals, Codex's own sandbox and analytics off.
-    args: |base, prompt| {
-        [
-            "exec",
-            "--skip-git-repo-check",
-            "-c",
-            &format!("model_providers.hutch_openai.base_url=\"{base}/v1\""),
-            prompt,
-        ]
-        .map(String::from)
-        .to_vec()
+    gateway: "openai",
+    // Codex reads no base-URL variable for a custom provider.
+    base_env: None,
+    inject: "bearer",
+    // The profile's provider is at the gateway; its config.toml turns the
+    // approvals, Codex's own sandbox and analytics off.
+    args: |prompt| {
+        ["exec", "--skip-git-repo-check", prompt]
+            .map(String::from)
+            .to_vec()
     },
 };
 
 fn agent_bin(agent: &Agent) -> PathBuf {
     Path::new(AGENTS_DIR).join(agent.bin)
+}
+
+/// The flags that point the profile's gateway and secret (agents/NAME.toml,
+/// which name the vendor's API) at the fake model on `port`: a gateway and
+/// a secret of the same name replace the profile's. The key is read from
+/// hutch's KEY_SOURCE; the CLI's key variable holds a placeholder.
+fn gateway_flags(agent: &Agent, port: u16) -> Vec<String> {
+    let mut gateway = format!(
+        "name={},upstream=https://{MODEL_HOST}:{port}",
+        agent.gateway
+    );
+    if let Some(var) = agent.base_env {
+        gateway.push_str(&format!(",env={var}"));
+    }
+    vec![
+        "--gateway".to_string(),
+        gateway,
+        "--secret".to_string(),
+        format!(
+            "name={},from-env={KEY_SOURCE},host={MODEL_HOST}:{port},env={},inject={}",
+            agent.gateway, agent.key_var, agent.inject
+        ),
+    ]
+}
+
+/// hutch's own environment for a gateway run: the real key (the secret's
+/// source, and the profile's, which is the CLI's usual variable) and the
+/// test CA the proxy verifies the fake model against.
+fn gateway_env(cmd: &mut std::process::Command, agent: &Agent, ca: &Path) {
+    cmd.env(KEY_SOURCE, REAL_KEY).env(agent.key_var, REAL_KEY);
+    if ca.exists() {
+        cmd.env("SSL_CERT_FILE", ca);
+    }
 }
 
 /// The CLI is installed (by tests/setup) and `who` can launch hutch.
@@ -145,6 +181,7 @@ struct Run {
     /// `--changes DIR`'s upper.
     upper: PathBuf,
     audit: Vec<serde_json::Value>,
+    audit_text: String,
     report: serde_json::Value,
     _dir: TempDir,
 }
@@ -170,11 +207,12 @@ enum Net<'a> {
     /// The fake model allowed (and the profile's model API), in this
     /// egress mode.
     Model(&'a FakeModel, &'a str),
-    /// No route to the model: only the profile's allow-list (a host that
-    /// does not resolve here), the CLI's base URL on a name the proxy
-    /// refuses.
+    /// The gateway's upstream out of reach: nothing listens on its port.
     Unreachable,
 }
+
+/// A port nothing listens on (tcpmux): the unreachable model's.
+const DEAD_PORT: u16 = 1;
 
 fn run_agent(agent: &Agent, who: As, net: Net, timeout: &str) -> Run {
     let dir = TempDir::new(&format!("agent-{}", agent.name), who);
@@ -188,12 +226,9 @@ fn run_agent(agent: &Agent, who: As, net: Net, timeout: &str) -> Run {
     let ca = dir.path().join("ca.pem");
 
     let bin = agent_bin(agent);
-    let (base, port) = match &net {
-        Net::Model(server, _) => (
-            format!("https://{MODEL_HOST}:{}", server.https_port),
-            server.https_port,
-        ),
-        Net::Unreachable => (format!("https://{MODEL_HOST}:443"), 443),
+    let (port, mode) = match &net {
+        Net::Model(server, mode) => (server.https_port, *mode),
+        Net::Unreachable => (DEAD_PORT, "proxy"),
     };
     let mut args: Vec<String> = [
         "run",
@@ -211,50 +246,43 @@ fn run_agent(agent: &Agent, who: As, net: Net, timeout: &str) -> Run {
         audit.to_str().unwrap(),
         "--timeout",
         timeout,
-        "--setenv",
-        agent.key_var,
-        REAL_KEY,
     ]
     .map(String::from)
     .to_vec();
-    if let Net::Model(server, mode) = &net {
+    if let Net::Model(server, _) = &net {
         server.write_ca(&ca);
         own_as(&ca, who);
-        args.extend(
-            [
-                "--allow-host",
-                &format!("{MODEL_HOST}:{port}"),
-                "--resolve",
-                &format!("{MODEL_HOST}=127.0.0.1"),
-                "--resolve",
-                &format!("{FORBIDDEN_HOST}=127.0.0.1"),
-                "--allow-address",
-                "127.0.0.1/32",
-                "--egress-mode",
-                mode,
-                "--ro-bind",
-                ca.to_str().unwrap(),
-                CA_INSIDE,
-            ]
-            .map(String::from),
-        );
     }
-    for (k, v) in (agent.env)(&base) {
-        args.extend(["--setenv".to_string(), k.to_string(), v]);
-    }
+    args.extend(gateway_flags(agent, port));
+    args.extend(
+        [
+            "--allow-host",
+            &format!("{MODEL_HOST}:{port}"),
+            "--resolve",
+            &format!("{MODEL_HOST}=127.0.0.1"),
+            "--resolve",
+            &format!("{FORBIDDEN_HOST}=127.0.0.1"),
+            "--allow-address",
+            "127.0.0.1/32",
+            "--egress-mode",
+            mode,
+        ]
+        .map(String::from),
+    );
     args.push("--".to_string());
     args.push(bin.display().to_string());
-    args.extend((agent.args)(
-        &base,
-        "Create foo.txt in the working directory.",
-    ));
+    args.extend((agent.args)("Create foo.txt in the working directory."));
 
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = hutch_command(who);
+    cmd.args(&args)
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null());
+    gateway_env(&mut cmd, agent, &ca);
     let start = Instant::now();
-    let out = hutch_as(who, dir.path(), &args);
+    let out = cmd.output().expect("spawn hutch");
     let elapsed = start.elapsed();
-    let audit = std::fs::read_to_string(&audit)
-        .unwrap_or_default()
+    let audit_text = std::fs::read_to_string(&audit).unwrap_or_default();
+    let audit = audit_text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
@@ -269,6 +297,7 @@ fn run_agent(agent: &Agent, who: As, net: Net, timeout: &str) -> Run {
         repo,
         upper: changes.join("upper"),
         audit,
+        audit_text,
         report,
         _dir: dir,
     }
@@ -360,9 +389,13 @@ fn exchange_completes(agent: &Agent) {
             } else {
                 assert!(key_in.is_empty(), "{what}\nthe key is inside: {key_in:?}");
                 assert!(
-                    !stdout(&run.out).contains(REAL_KEY) && !stderr(&run.out).contains(REAL_KEY)
+                    !stdout(&run.out).contains(REAL_KEY) && !stderr(&run.out).contains(REAL_KEY),
+                    "{what}"
                 );
+                assert!(!run.audit_text.contains(REAL_KEY), "{what}");
             }
+            // Inside, the key's variable held the placeholder: the CLI sent
+            // it, the gateway put the real key in its place.
             assert!(model.iter().all(|r| r.tls), "{what}");
             for r in &model {
                 assert_eq!(
@@ -384,11 +417,14 @@ fn exchange_completes(agent: &Agent) {
                     .any(|l| l["host"] == FORBIDDEN_HOST && l["verdict"] == "deny"),
                 "{what}"
             );
-            // The model's host was reached through the proxy, allowed.
+            // The model's host was reached through the gateway, allowed,
+            // with the secret.
             assert!(
-                run.audit
-                    .iter()
-                    .any(|l| l["host"] == MODEL_HOST && l["verdict"] == "allow"),
+                run.audit.iter().any(|l| l["host"] == MODEL_HOST
+                    && l["verdict"] == "allow"
+                    && l["via"] == "gateway"
+                    && l["gateway"] == agent.gateway
+                    && l["secrets"] == serde_json::json!([agent.gateway])),
                 "{what}"
             );
             // Nothing else was tried: no telemetry, no update check.
@@ -412,8 +448,8 @@ fn codex_completes_a_tool_call_inside_hutch() {
     exchange_completes(&CODEX);
 }
 
-/// With the model out of reach the CLI retries for ever (Codex:
-/// "Reconnecting... waiting for network"; Claude Code backs off for
+/// With the model out of reach (the gateway answers 502) the CLI retries
+/// for ever (Codex: "Reconnecting..."; Claude Code backs off for
 /// minutes): the wall clock ends it, reported `timed-out`, within the
 /// timeout and a bounded grace.
 fn unreachable_model_ends_by_the_wall_clock(agent: &Agent) {
@@ -428,13 +464,14 @@ fn unreachable_model_ends_by_the_wall_clock(agent: &Agent) {
         );
         assert!(run.elapsed < Duration::from_secs(20), "{what}");
         assert!(!run.upper.join("foo.txt").exists(), "{what}");
-        // Every attempt was refused by the proxy, and audited.
+        // Every attempt reached the gateway, which could not reach the
+        // model (502), and was audited.
         assert!(
             !run.audit.is_empty()
-                && run
-                    .audit
-                    .iter()
-                    .all(|l| l["host"] == MODEL_HOST && l["verdict"] == "deny"),
+                && run.audit.iter().all(|l| l["host"] == MODEL_HOST
+                    && l["via"] == "gateway"
+                    && l["verdict"] == "error"
+                    && l["status"] == 502),
             "{what}"
         );
     }
@@ -698,6 +735,7 @@ fn an_agent_runs_in_a_session() {
                 .args(args)
                 .current_dir(dir.path())
                 .stdin(std::process::Stdio::null());
+            gateway_env(&mut c, agent, &ca);
             c.output().unwrap()
         };
         let created = session(&[
@@ -715,7 +753,6 @@ fn an_agent_runs_in_a_session() {
         );
         let id = stdout(&created).trim().to_string();
 
-        let base = format!("https://{MODEL_HOST}:{}", server.https_port);
         let mut args: Vec<String> = [
             "run",
             &id,
@@ -727,32 +764,35 @@ fn an_agent_runs_in_a_session() {
             &format!("{MODEL_HOST}=127.0.0.1"),
             "--allow-address",
             "127.0.0.1/32",
-            "--ro-bind",
-            ca.to_str().unwrap(),
-            CA_INSIDE,
-            "--setenv",
-            agent.key_var,
-            REAL_KEY,
             "--timeout",
             "120s",
         ]
         .map(String::from)
         .to_vec();
-        for (k, v) in (agent.env)(&base) {
-            args.extend(["--setenv".to_string(), k.to_string(), v]);
-        }
+        args.extend(gateway_flags(agent, server.https_port));
         args.push("--".to_string());
         args.push(agent_bin(agent).display().to_string());
-        args.extend((agent.args)(&base, "Create foo.txt."));
+        args.extend((agent.args)("Create foo.txt."));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let ran = session(&args);
         let what = format!("{who:?}: {}\n{}", stdout(&ran), stderr(&ran));
         assert_eq!(ran.status.code(), Some(0), "{what}");
-        let result = server
-            .model_requests()
+        let model = server.model_requests();
+        for r in &model {
+            assert_eq!(
+                r.header(agent.key_header),
+                Some((agent.key_value)(REAL_KEY).as_str()),
+                "{what}"
+            );
+        }
+        let result = model
             .iter()
             .find_map(|r| r.tool_result())
             .unwrap_or_default();
+        assert!(
+            !result.lines().any(|l| l.starts_with("key-in:")),
+            "{what}\nthe key is inside: {result}"
+        );
         assert!(
             result.contains(AGENT_IDENTITY),
             "{what}\ntool result: {result}"
@@ -798,10 +838,12 @@ fn a_runaway_allocation_is_killed_or_the_run_refused() {
             "touch {}; python3 -c 'a = bytearray(1 << 30); print(\"allocated\")'",
             marker.display()
         );
-        let out = hutch_as(
-            who,
-            dir.path(),
-            &[
+        // The profile's secret reads the key from hutch's environment.
+        let mut cmd = hutch_command(who);
+        cmd.current_dir(dir.path())
+            .stdin(std::process::Stdio::null())
+            .env(agent.key_var, REAL_KEY)
+            .args([
                 "run",
                 "--agent",
                 agent.name,
@@ -816,8 +858,8 @@ fn a_runaway_allocation_is_killed_or_the_run_refused() {
                 "sh",
                 "-c",
                 &script,
-            ],
-        );
+            ]);
+        let out = cmd.output().expect("spawn hutch");
         let (err, report) = (stderr(&out), exit_report(&status));
         let what = format!(
             "{who:?}: exit {:?}\n{err}\nreport: {report}",

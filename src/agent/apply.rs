@@ -82,3 +82,30 @@ impl AgentProfile {
         spec.secrets.extend(self.secrets.iter().cloned());
     }
 }
+
+impl AgentProfile {
+    /// Drop the profile's gateways and secrets that the caller's flags
+    /// replaced by name (`--gateway name=anthropic,...` after `--agent
+    /// claude-code`: another model host). Called once every flag is in
+    /// `spec`; the profile's come first, so of two of one name the first
+    /// is the profile's. Two of one name from the caller stay, for the
+    /// validator to refuse.
+    pub(crate) fn yield_to_caller(&self, spec: &mut Spec) {
+        for name in self.secrets.iter().map(|s| &s.name) {
+            if spec.secrets.iter().filter(|s| &s.name == name).count() > 1
+                && let Some(i) = spec.secrets.iter().position(|s| &s.name == name)
+            {
+                spec.secrets.remove(i);
+            }
+        }
+        if let Network::Proxy(p) = &mut spec.network {
+            for name in self.gateways.iter().map(|g| &g.name) {
+                if p.gateways.iter().filter(|g| &g.name == name).count() > 1
+                    && let Some(i) = p.gateways.iter().position(|g| &g.name == name)
+                {
+                    p.gateways.remove(i);
+                }
+            }
+        }
+    }
+}

@@ -249,4 +249,48 @@ inject = { header = "x-api-key" }
         );
         assert!(bad.unwrap_err().to_string().contains("secrets[0].from"));
     }
+
+    /// The shipped profiles keep the key on the host: a gateway to the
+    /// vendor's API and the key as a secret read from the caller's
+    /// variable; a caller's gateway and secret of the same name replace
+    /// them (another model host), and only those.
+    #[test]
+    fn shipped_profiles_put_the_key_behind_the_gateway() {
+        for (name, gateway, host) in [
+            ("claude-code", "anthropic", "https://api.anthropic.com"),
+            ("codex", "openai", "https://api.openai.com"),
+        ] {
+            let p = load(name).unwrap();
+            let mut spec = crate::spec::default_profile();
+            p.apply_to(&mut spec);
+            let Network::Proxy(policy) = &spec.network else {
+                panic!("{name}: no proxy network")
+            };
+            assert_eq!(policy.gateways.len(), 1, "{name}");
+            assert_eq!(policy.gateways[0].name, gateway, "{name}");
+            assert_eq!(policy.gateways[0].upstream, host, "{name}");
+            assert_eq!(spec.secrets.len(), 1, "{name}");
+            assert_eq!(spec.secrets[0].name, gateway, "{name}");
+            assert_eq!(spec.secrets[0].env.as_deref(), p.key_env.as_deref());
+
+            // The caller's own, of the same name, after the profile's.
+            let mut theirs = spec.secrets[0].clone();
+            theirs.hosts = vec!["model.test:8443".to_string()];
+            spec.secrets.push(theirs);
+            let Network::Proxy(policy) = &mut spec.network else {
+                unreachable!()
+            };
+            let mut other = policy.gateways[0].clone();
+            other.upstream = "https://model.test:8443".to_string();
+            policy.gateways.push(other);
+            p.yield_to_caller(&mut spec);
+            let Network::Proxy(policy) = &spec.network else {
+                unreachable!()
+            };
+            assert_eq!(policy.gateways.len(), 1, "{name}");
+            assert_eq!(policy.gateways[0].upstream, "https://model.test:8443");
+            assert_eq!(spec.secrets.len(), 1, "{name}");
+            assert_eq!(spec.secrets[0].hosts, ["model.test:8443"], "{name}");
+        }
+    }
 }

@@ -127,13 +127,23 @@ fn check(name: &str, command: Option<PathBuf>) -> i32 {
     };
 
     if let Some(key) = &profile.key_env {
+        // The shipped profiles read the key on the host through a secret
+        // (the sandbox gets a placeholder); a profile without one leaves
+        // the handing over to the caller.
+        let how = if profile
+            .secrets
+            .iter()
+            .any(|s| s.env.as_deref() == Some(key.as_str()))
+        {
+            "the profile's secret reads it on the host; the sandbox gets a placeholder"
+        } else {
+            "the profile does not place it: --pass-env it"
+        };
         if std::env::var_os(key).is_some() {
-            f.ok(&format!(
-                "{key} is set here (give it to the sandbox with --pass-env {key})"
-            ));
+            f.ok(&format!("{key} is set here ({how})"));
         } else {
             f.lacks(&format!(
-                "{key} is not set in this environment: the CLI needs its API key (--pass-env {key} once set)"
+                "{key} is not set in this environment: the CLI needs its API key (export it; {how})"
             ));
         }
     }

@@ -631,6 +631,9 @@ pub fn parse_reporting_onto(
         spec.limits.io = Some(Limit::Required(io_max));
     }
     egress.apply(&mut spec)?;
+    if let Some(agent) = &agent {
+        agent.yield_to_caller(&mut spec);
+    }
     // A command on the line wins; a profile may bring its own.
     if !command.is_empty() {
         spec.command = command;
