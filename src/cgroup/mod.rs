@@ -738,7 +738,7 @@ impl Leaf {
 
     /// `oom-killed` or `pids-limit-hit` when the leaf's events show one
     /// (OOM wins). Use it to explain a workload that did not exit 0.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "internals"))]
     pub fn ended_by(&self) -> Option<&'static str> {
         self.stats()?.ended_by()
     }
