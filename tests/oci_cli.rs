@@ -1544,3 +1544,45 @@ fn exec_is_not_dumpable_and_runs_from_a_read_only_copy() {
         assert!(o.status.success(), "{}", stderr(&o));
     }
 }
+
+/// A seccomp profile without `openat2` (older engines' defaults lack it;
+/// here it fails with EPERM): the command is looked up before the
+/// container's filter, under which only the execve runs (runc's order),
+/// so `start` runs it; a missing command is still reported as such.
+#[test]
+fn a_seccomp_profile_without_openat2_still_starts_the_command() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let profile = json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["openat2"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]
+    });
+    for nnp in [true, false] {
+        let mut config = base_config(&["sh", "-c", "echo ran; exit 3"]);
+        config["linux"]["seccomp"] = profile.clone();
+        config["process"]["noNewPrivileges"] = json!(nnp);
+        let b = Bundle::new("oci-no-openat2", &config);
+        let id = format!("no-openat2-{nnp}-{}", std::process::id());
+        let (st, err, out) = b.create(&id);
+        assert!(st.success(), "create: {err}");
+        let pid = b.pid(&id);
+        let o = b.run(&["start", &id]);
+        assert!(o.status.success(), "start (nnp {nnp}): {}", stderr(&o));
+        assert_eq!(wait_exit(pid), 3, "nnp {nnp}");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "ran\n");
+        assert!(b.run(&["delete", &id]).status.success());
+
+        // Under the same profile, a command that is not there.
+        config["process"]["args"] = json!(["/bin/not-there"]);
+        b.write_config(&config);
+        let o = b
+            .oci(&["run", "--bundle"])
+            .arg(b.path())
+            .arg(format!("{id}-missing"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("not-there"), "{}", stderr(&o));
+    }
+}

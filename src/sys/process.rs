@@ -498,12 +498,6 @@ pub mod raw {
         unsafe { libc::isatty(fd) == 1 }
     }
 
-    /// Whether a path exists (access(F_OK), following symlinks).
-    pub fn exists(path: &CStr) -> bool {
-        // SAFETY: path is a valid C string.
-        unsafe { libc::access(path.as_ptr(), libc::F_OK) == 0 }
-    }
-
     /// Fill `buf` from the kernel's random pool.
     pub fn getrandom(buf: &mut [u8]) -> Result<(), Errno> {
         // SAFETY: buf is valid for buf.len() bytes.

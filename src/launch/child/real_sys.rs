@@ -472,7 +472,4 @@ impl ChildSys for RealSys {
         raw::execve(path, argv, envp)
     }
 
-    fn exists(&mut self, path: &CStr) -> bool {
-        raw::exists(path)
-    }
 }

@@ -135,5 +135,4 @@ pub(crate) trait ChildSys: FsSys {
         argv: &[*const libc::c_char],
         envp: &[*const libc::c_char],
     ) -> Errno;
-    fn exists(&mut self, path: &CStr) -> bool;
 }

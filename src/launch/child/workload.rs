@@ -70,6 +70,12 @@ fn workload_steps<S: ChildSys>(
         sys.set_no_new_privs().at(Stage::NoNewPrivs)?;
         drop_capabilities(sys, plan)?;
     }
+    // The command is looked up before the filters: a profile need not
+    // allow openat2 (older engines' defaults lack it), and nothing of
+    // hutch's but execve runs under the workload's filter (runc's order).
+    // Without no-new-privs the lookup runs before the capability drop:
+    // execve still checks the workload's own permissions.
+    resolve_candidates(sys, &cmd.exec, root.as_fd());
     // Landlock, then seccomp: the very last steps before execve. Without
     // no-new-privs they need CAP_SYS_ADMIN, so they come before the
     // capabilities are dropped (the filter must then allow the drop).
@@ -89,7 +95,7 @@ fn workload_steps<S: ChildSys>(
     if !nnp {
         drop_capabilities(sys, plan)?;
     }
-    Err(exec(sys, &cmd.exec, root.as_fd()))
+    Err(exec(sys, &cmd.exec))
 }
 
 /// `chdir` resolved inside the new root (no `..` above it, no magic link
@@ -196,27 +202,35 @@ pub(super) fn add_landlock_path_rule<S: ChildSys>(
         .map_err(|e| Failure::new(Stage::LandlockPathRule, e).at(i))
 }
 
-/// Try each execve candidate like execvp, each resolved inside the root
-/// first (a relative one from the working directory); returns the failure
-/// worth reporting.
-fn exec<S: ChildSys>(sys: &mut S, exec: &Exec, root: BorrowedFd<'_>) -> Failure {
-    let mut reported: Option<Failure> = None;
-    for (i, candidate) in exec.candidates.iter().enumerate() {
+/// Each execve candidate resolved inside the root (a relative one from
+/// the working directory), its outcome kept in its slot for [`exec`].
+fn resolve_candidates<S: ChildSys>(sys: &mut S, exec: &Exec, root: BorrowedFd<'_>) {
+    for (candidate, slot) in exec.candidates.iter().zip(&exec.resolved) {
         let dir = candidate.to_bytes().starts_with(b"/").then_some(root);
         let resolve = if dir.is_some() {
             IN_ROOT
         } else {
             RESOLVE_NO_MAGICLINKS
         };
-        let (errno, exists) = match sys.openat2(dir, candidate, libc::O_PATH, resolve) {
-            Ok(_) => {
-                let errno = sys.execve(candidate, &exec.argv_ptrs, &exec.envp_ptrs);
-                (errno, errno != Errno::ENOENT || sys.exists(candidate))
-            }
-            Err(e) => (e, false),
+        slot.set(sys.openat2(dir, candidate, libc::O_PATH, resolve).err());
+    }
+}
+
+/// Try each execve candidate like execvp, those that resolved inside the
+/// root ([`resolve_candidates`]); returns the failure worth reporting.
+/// Only execve runs here: the workload's seccomp filter is loaded.
+fn exec<S: ChildSys>(sys: &mut S, exec: &Exec) -> Failure {
+    let mut reported: Option<Failure> = None;
+    for (i, (candidate, slot)) in exec.candidates.iter().zip(&exec.resolved).enumerate() {
+        let (errno, exists) = match slot.get() {
+            None => (
+                sys.execve(candidate, &exec.argv_ptrs, &exec.envp_ptrs),
+                true,
+            ),
+            Some(e) => (e, false),
         };
-        // ENOENT for a file that exists: its ELF or #! interpreter is what
-        // is missing, a "cannot execute" rather than a "not found".
+        // ENOENT for a file that resolved: its ELF or #! interpreter is
+        // what is missing, a "cannot execute" rather than a "not found".
         let missing_interpreter = errno == Errno::ENOENT && exists;
         // Like execvp: a missing candidate moves on; any other error is
         // the one worth reporting.

@@ -1,13 +1,21 @@
 //! The command-dependent part of the child plan: argv, environment,
 //! working directory and stdio, ready for execve.
 
+use std::cell::Cell;
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
+
+use crate::sys::Errno;
 
 /// argv/envp and the paths execve tries, as C strings and pointer arrays
 /// (valid in the child, which has a copy of this memory).
 pub(crate) struct Exec {
     pub candidates: Vec<CString>,
+    /// One slot per candidate: how it resolved inside the root (`None`:
+    /// it exists), filled by the workload before its seccomp filter is
+    /// loaded, so that only execve runs under the filter. Allocated here:
+    /// the workload allocates nothing.
+    pub resolved: Vec<Cell<Option<Errno>>>,
     /// The strings `argv_ptrs` and `envp_ptrs` point into.
     #[allow(dead_code)]
     pub argv: Vec<CString>,
@@ -34,6 +42,7 @@ impl Exec {
                 .collect()
         };
         Exec {
+            resolved: candidates.iter().map(|_| Cell::new(None)).collect(),
             argv_ptrs: ptrs(&argv),
             envp_ptrs: ptrs(&envp),
             candidates: candidates.into_iter().map(to_c).collect(),
