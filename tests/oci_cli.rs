@@ -1586,3 +1586,184 @@ fn a_seccomp_profile_without_openat2_still_starts_the_command() {
         assert!(stderr(&o).contains("not-there"), "{}", stderr(&o));
     }
 }
+
+/// `run` of `config` in `b`: its exit code and stdout (the container's).
+fn run_container(b: &Bundle, id: &str, config: &Value) -> (Option<i32>, String, String) {
+    b.write_config(config);
+    let o = b
+        .oci(&["run", "--bundle"])
+        .arg(b.path())
+        .arg(id)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (o.status.code(), stdout(&o), stderr(&o))
+}
+
+/// A filesystem mount's `source` is what mountinfo shows (runc passes it
+/// to mount(2)): `shm` for /dev/shm, not `tmpfs`.
+#[test]
+fn a_tmpfs_source_is_kept_in_mountinfo() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let mut config = base_config(&["cat", "/proc/self/mountinfo"]);
+    config["mounts"].as_array_mut().unwrap().push(json!(
+        {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+         "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]}
+    ));
+    let b = Bundle::new("oci-shm-source", &config);
+    let (code, out, err) = run_container(&b, &format!("shm-{}", std::process::id()), &config);
+    assert_eq!(code, Some(0), "{err}");
+    let shm = out
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some("/dev/shm"))
+        .unwrap_or_else(|| panic!("no /dev/shm in {out}"));
+    assert!(shm.contains(" - tmpfs shm "), "{shm}");
+    // Without a source, the type.
+    let tmp = out
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some("/tmp"))
+        .unwrap_or_else(|| panic!("no /tmp in {out}"));
+    assert!(tmp.contains(" - tmpfs tmpfs "), "{tmp}");
+}
+
+/// `hostname` with a UTS namespace joined by `path` is set there, as
+/// runc does: the container and the namespace's other process see it,
+/// the host's hostname stays.
+#[test]
+fn hostname_is_set_in_a_uts_namespace_joined_by_path() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let host_before = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let mut holder = Command::new("unshare")
+        .args([
+            "--uts",
+            "sh",
+            "-c",
+            "hostname before-join && echo ready && exec sleep 1000",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "ready\n");
+    let path = format!("/proc/{}/ns/uts", holder.id());
+    let mut config = base_config(&["hostname"]);
+    config["hostname"] = json!("joined-uts");
+    config["linux"]["namespaces"] = json!([
+        {"type": "pid"}, {"type": "mount"}, {"type": "ipc"},
+        {"type": "uts", "path": path}, {"type": "network"}
+    ]);
+    let b = Bundle::new("oci-uts-join", &config);
+    let (code, out, err) = run_container(&b, &format!("uts-{}", std::process::id()), &config);
+    let seen = Command::new("nsenter")
+        .arg("-t")
+        .arg(holder.id().to_string())
+        .args(["-u", "hostname"])
+        .output()
+        .unwrap();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "joined-uts\n");
+    assert_eq!(stdout(&seen), "joined-uts\n", "{}", stderr(&seen));
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap(),
+        host_before,
+        "the host's hostname stays"
+    );
+}
+
+/// Filesystem data options on a bind (podman sends `mode=`/`size=`) are
+/// ignored, as runc does: mount(2) ignores them with MS_BIND.
+#[test]
+fn mode_and_size_on_a_bind_are_ignored() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let mut config = base_config(&["cat", "/data/file"]);
+    let b = Bundle::new("oci-bind-data", &config);
+    std::fs::create_dir(b.path().join("data")).unwrap();
+    std::fs::write(b.path().join("data/file"), "bound\n").unwrap();
+    config["mounts"].as_array_mut().unwrap().push(json!(
+        {"destination": "/data", "type": "bind", "source": b.path().join("data"),
+         "options": ["rbind", "ro", "mode=755", "size=65536k"]}
+    ));
+    let (code, out, err) = run_container(&b, &format!("bind-data-{}", std::process::id()), &config);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "bound\n");
+}
+
+/// The propagation fields (`shared:N`, `master:N`, ...) of every mount of
+/// this process's mount namespace, by mount point.
+fn host_propagation() -> Vec<(String, String)> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let end = f.iter().position(|x| *x == "-").unwrap();
+            (f[4].to_string(), f[6..end].join(" "))
+        })
+        .collect()
+}
+
+/// `rootfsPropagation: shared` and `rshared` mounts: shared among the
+/// container's own mounts (a bind of `/` sees a mount made after it),
+/// never with the host's: the host's mounts keep their propagation
+/// through create, start and delete, also for a config without a mount
+/// namespace, and no mount of the container appears on the host.
+#[test]
+fn shared_propagation_stays_inside_and_the_host_propagation_never_changes() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let script = "b=/bin/busybox; $b mkdir -p /tmp/a /tmp/b /tmp/src && $b touch /tmp/src/f && \
+        $b mount --rbind / /tmp/a && $b mount --bind /tmp/src /tmp/b && \
+        $b test -e /tmp/a/tmp/b/f && $b awk '$5 == \"/\" && / shared:/ {ok=1} END {exit !ok}' /proc/self/mountinfo && \
+        echo shared";
+    let mut config = base_config(&["sh", "-c", script]);
+    config["process"]["capabilities"] = json!({
+        "bounding": ["CAP_SYS_ADMIN"], "effective": ["CAP_SYS_ADMIN"], "permitted": ["CAP_SYS_ADMIN"]
+    });
+    config["linux"]["rootfsPropagation"] = json!("shared");
+    // Landlock refuses mount(2) to the workload.
+    config["annotations"] = json!({"run.hutch.landlock": "off"});
+    config["linux"]["seccomp"] = json!({"defaultAction": "SCMP_ACT_ALLOW"});
+    config["mounts"].as_array_mut().unwrap().push(json!(
+        {"destination": "/mnt", "type": "tmpfs", "source": "tmpfs", "options": ["rshared"]}
+    ));
+    let b = Bundle::new("oci-propagation", &config);
+    for mount_ns in [true, false] {
+        if !mount_ns {
+            // runtime-tools' linux_ns_itype: no mount namespace asked for
+            // (hutch-oci makes one all the same).
+            config["linux"]["namespaces"] = json!([
+                {"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "network"}
+            ]);
+            b.write_config(&config);
+        }
+        let before = host_propagation();
+        let id = format!("propagation-{mount_ns}-{}", std::process::id());
+        let (st, err, out) = b.create(&id);
+        assert!(st.success(), "create: {err}");
+        let pid = b.pid(&id);
+        assert_eq!(host_propagation(), before, "after create");
+        let o = b.run(&["start", &id]);
+        assert!(o.status.success(), "start: {}", stderr(&o));
+        assert_eq!(
+            wait_exit(pid),
+            0,
+            "{}",
+            std::fs::read_to_string(&out).unwrap()
+        );
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "shared\n");
+        assert_eq!(host_propagation(), before, "after start");
+        assert!(b.run(&["delete", &id]).status.success());
+        assert_eq!(host_propagation(), before, "after delete");
+        assert!(
+            !b.path().join("rootfs/tmp/a/bin").exists(),
+            "no mount of the container reaches the host"
+        );
+    }
+}

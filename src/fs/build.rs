@@ -418,6 +418,12 @@ pub fn pivot<S: FsSys>(sys: &mut S, plan: &Plan, staged: Unpivoted) -> Result<Bu
     sys.umount2(c".", libc::MNT_DETACH)
         .map_err(err("detaching the old root"))?;
     sys.chdir(c"/").map_err(err("entering the new root"))?;
+    if let Some(r) = plan.root.as_ref().filter(|r| r.propagation != 0) {
+        // After pivot_root, which refuses a shared root; every mount here
+        // is already a slave of the host's: shared peer groups are new.
+        sys.mount(None, c"/", None, r.propagation, None)
+            .map_err(err("setting the new root's propagation"))?;
+    }
     Ok(built)
 }
 
@@ -559,13 +565,14 @@ impl<S: FsSys> Builder<'_, S> {
             } => self.bind_mount(*source, dest, *recursive, *attrs, *propagation)?,
             Step::FsMount {
                 fstype,
+                source,
                 dest,
                 flags,
                 data,
                 propagation,
                 copy_up,
             } => self.fs_mount(
-                fstype,
+                (fstype, source),
                 dest,
                 *flags,
                 data.as_deref(),

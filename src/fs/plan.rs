@@ -116,6 +116,9 @@ pub enum Step {
     /// mqueue, cgroup2.
     FsMount {
         fstype: CString,
+        /// The source name mountinfo shows (`FsOp::Mount::src`, default
+        /// the type).
+        source: CString,
         dest: CString,
         flags: libc::c_ulong,
         /// Options built from numbers only.
@@ -148,6 +151,9 @@ pub struct RootPlan {
     pub source: usize,
     /// MOUNT_ATTR_* set on it (recursively) once it is bound.
     pub attrs: u64,
+    /// MS_SHARED or MS_UNBINDABLE (| MS_REC) set once entered (`rshared`,
+    /// `runbindable`; pivot_root refuses a shared new root), or 0.
+    pub propagation: libc::c_ulong,
 }
 
 /// Everything the child needs to build the new root.
@@ -198,7 +204,16 @@ pub fn plan(spec: &Spec, idmap_overlay_lowers: bool) -> Plan {
                 _ => 0, // validated
             }
         });
-        p.root = Some(RootPlan { source, attrs });
+        let propagation = root.options.iter().fold(0, |p, o| match o.as_str() {
+            "rshared" => libc::MS_SHARED | libc::MS_REC,
+            "runbindable" => libc::MS_UNBINDABLE | libc::MS_REC,
+            _ => p,
+        });
+        p.root = Some(RootPlan {
+            source,
+            attrs,
+            propagation,
+        });
     }
     let upper_default = spec.limits.upper_size.unwrap_or(DEFAULT_UPPER_SIZE).0;
     for op in &spec.fs {
@@ -327,6 +342,11 @@ pub fn plan(spec: &Spec, idmap_overlay_lowers: bool) -> Plan {
                     },
                     _ => Step::FsMount {
                         fstype: CString::new(fstype.as_str()).expect("validated fstype"),
+                        source: CString::new(match src {
+                            Some(name) => name.as_os_str().as_encoded_bytes().to_vec(),
+                            None => fstype.as_bytes().to_vec(),
+                        })
+                        .expect("validated: no NUL"),
                         dest,
                         flags: mount_flags(&o),
                         data: fs_data(fstype, &o),
@@ -446,6 +466,7 @@ fn propagation(o: &crate::spec::mount::MountOptions) -> libc::c_ulong {
                 Propagation::Private => libc::MS_PRIVATE,
                 Propagation::Slave => libc::MS_SLAVE,
                 Propagation::Unbindable => libc::MS_UNBINDABLE,
+                Propagation::Shared => libc::MS_SHARED,
             };
             if rec { f | libc::MS_REC } else { f }
         }

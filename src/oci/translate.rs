@@ -163,6 +163,17 @@ pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
     // a workload with CAP_MKNOD makes opens nothing.
     let mut root_dir = RootDir::new(host_path("root.path", bundle, &root.path)?);
     root_dir.options.push("nodev".into());
+    // rootfsPropagation shared: among the container's own mounts, never
+    // with the host's (spec::RootDir's `rshared`).
+    match cfg
+        .linux
+        .as_ref()
+        .and_then(|l| l.rootfs_propagation.as_deref())
+    {
+        Some("shared" | "rshared") => root_dir.options.push("rshared".into()),
+        Some("unbindable" | "runbindable") => root_dir.options.push("runbindable".into()),
+        _ => {}
+    }
     spec.root = Some(root_dir);
     spec.root_readonly = root.readonly;
 
@@ -476,6 +487,11 @@ fn translate_mount(at: &str, m: &Mount, bundle: &Path) -> Result<FsOp, OciError>
         }
     };
     let mut options = m.options.clone();
+    if is_bind {
+        // A bind takes no filesystem data: runc passes it to mount(2),
+        // which ignores it with MS_BIND (podman sends `mode=`/`size=`).
+        options.retain(|o| !o.contains('='));
+    }
     // Last, so that it wins over a `dev` (see the root above).
     if fstype == "bind" || fstype == "tmpfs" {
         options.push("nodev".into());
@@ -493,7 +509,14 @@ fn translate_mount(at: &str, m: &Mount, bundle: &Path) -> Result<FsOp, OciError>
             .ok_or_else(|| err(format!("{at}.source"), "a bind mount needs a source"))?;
         Some(host_path(&format!("{at}.source"), bundle, s)?)
     } else {
-        None
+        // Shown as the mount's source in mountinfo (runc passes it to
+        // mount(2)): `shm` for /dev/shm.
+        // A name mountinfo could not show as it is (whitespace, over 255
+        // bytes) is left out: the type is shown instead.
+        m.source
+            .as_deref()
+            .filter(|s| (1..=255).contains(&s.len()) && !s.bytes().any(|b| b.is_ascii_whitespace()))
+            .map(PathBuf::from)
     };
     Ok(FsOp::Mount {
         fstype,
@@ -568,10 +591,11 @@ fn translate_linux_rest(linux: &Linux, _spec: &mut Spec) -> Result<(), OciError>
     }
     match linux.rootfs_propagation.as_deref() {
         None | Some("") | Some("private" | "rprivate" | "slave" | "rslave") => {}
+        Some("shared" | "rshared" | "unbindable" | "runbindable") => {}
         Some(_) => {
             return Err(err(
                 "linux.rootfsPropagation",
-                "hutch-oci never propagates the container's mounts to the host: only private or slave",
+                "expected private, slave, shared or unbindable",
             ));
         }
     }
@@ -740,7 +764,7 @@ mod tests {
             ("/ociVersion", "2.0.0".into(), "ociVersion"),
             (
                 "/linux/rootfsPropagation",
-                "shared".into(),
+                "public".into(),
                 "linux.rootfsPropagation",
             ),
         ];

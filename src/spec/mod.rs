@@ -167,7 +167,11 @@ pub struct RootDir {
     /// when it is bound: any of `nosuid`, `nodev`, `noexec`, and `ro`
     /// (read-only from the start, so that no `fs` operation can create a
     /// mount point in the host directory: bubblewrap's `--ro-bind SRC /`;
-    /// default: none, the directory's own flags).
+    /// default: none, the directory's own flags). `rshared`: once entered,
+    /// the root and every mount under it are made shared, in peer groups
+    /// of the sandbox's own (its mounts are slaves of the host's, so
+    /// nothing propagates to the host; OCI `rootfsPropagation: shared`);
+    /// `runbindable`: made unbindable, recursively, once entered.
     #[serde(default)]
     pub options: Vec<String>,
 }
@@ -436,7 +440,10 @@ pub enum FsOp {
     /// are mount(8) words (`ro`, `nosuid`, `nodev`, `noexec`, `relatime`,
     /// `rprivate`, ...) and the filesystem's numeric ones (`size=`,
     /// `mode=`, `nr_inodes=`, `uid=`, `gid=`, `ptmxmode=`). See
-    /// [`mount::parse_options`].
+    /// [`mount::parse_options`]. For a filesystem other than `bind`,
+    /// `src` is only the name the mount shows as its source in
+    /// `/proc/self/mountinfo` (an OCI config's `shm` for `/dev/shm`;
+    /// default the type), never opened.
     Mount {
         fstype: String,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -656,7 +663,8 @@ pub struct Identity {
     pub uid: Option<u32>,
     /// gid inside the sandbox (default: the caller's gid).
     pub gid: Option<u32>,
-    /// Hostname inside the sandbox's UTS namespace (default `hutch`).
+    /// Hostname inside the sandbox's UTS namespace (default `hutch`); with
+    /// `namespaces.join.uts`, set in the joined namespace (as runc does).
     pub hostname: Option<String>,
     /// Host uid the workload runs as when root launches (default 65534).
     pub host_uid: Option<u32>,

@@ -15,6 +15,11 @@ pub enum Propagation {
     Private,
     Slave,
     Unbindable,
+    /// A peer group of the sandbox's own: hutch init made every mount a
+    /// slave of the host's first, so a mount made under a shared one
+    /// reaches its peers in the sandbox (and namespaces cloned from it),
+    /// never the host.
+    Shared,
 }
 
 /// Access-time behaviour.
@@ -94,11 +99,8 @@ pub fn parse_options(fstype: &str, options: &[String]) -> Result<MountOptions, S
             ("rslave", None) => o.propagation = Some((Propagation::Slave, true)),
             ("unbindable", None) => o.propagation = Some((Propagation::Unbindable, false)),
             ("runbindable", None) => o.propagation = Some((Propagation::Unbindable, true)),
-            ("shared" | "rshared", None) => {
-                return Err(format!(
-                    "option {word:?}: shared propagation is not supported (the sandbox's mounts never propagate to the host)"
-                ));
-            }
+            ("shared", None) => o.propagation = Some((Propagation::Shared, false)),
+            ("rshared", None) => o.propagation = Some((Propagation::Shared, true)),
             ("newinstance", None) if fstype == "devpts" => {}
             ("tmpcopyup", None) if fstype == "tmpfs" => o.copy_up = true,
             ("size", Some(v)) if takes_value(&["tmpfs"]) => o.size = Some(size(word, v)?),
@@ -204,7 +206,6 @@ mod tests {
             &["mode=999"],
             &["uid=-1"],
             &["size="],
-            &["rshared"],
             &["context=x"],
         ] {
             assert!(o("tmpfs", bad).is_err(), "{bad:?}");

@@ -107,10 +107,13 @@ fn validate_init(spec: &Spec) -> Result<(), SpecError> {
 
 pub(super) fn validate_root_options(options: &[String]) -> Result<(), SpecError> {
     for (i, o) in options.iter().enumerate() {
-        if !matches!(o.as_str(), "nosuid" | "nodev" | "noexec" | "ro") {
+        if !matches!(
+            o.as_str(),
+            "nosuid" | "nodev" | "noexec" | "ro" | "rshared" | "runbindable"
+        ) {
             return Err(SpecError::new(
                 format!("root.options[{i}]"),
-                "expected nosuid, nodev, noexec or ro",
+                "expected nosuid, nodev, noexec, ro, rshared or runbindable",
             ));
         }
     }

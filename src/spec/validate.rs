@@ -105,10 +105,11 @@ pub fn validate_where_nul_may_be(
         if host.is_empty() || host.len() > 64 {
             return Err(SpecError::new("identity.hostname", "must be 1 to 64 bytes"));
         }
-        if !ns.uts {
+        // A joined UTS namespace gets it too (runc sets it there).
+        if !ns.uts && ns.join.uts.is_none() {
             return Err(SpecError::new(
                 "identity.hostname",
-                "needs namespaces.uts = true",
+                "needs namespaces.uts = true or namespaces.join.uts",
             ));
         }
     }
@@ -326,12 +327,7 @@ fn validate_fs_op(op: &FsOp, at: &str) -> Result<(), SpecError> {
                         "a bind mount needs a source",
                     ));
                 }
-                (_, Some(_)) => {
-                    return Err(SpecError::new(
-                        format!("{at}.src"),
-                        format!("fstype {fstype:?} takes no source"),
-                    ));
-                }
+                (_, Some(name)) => mount_source_name(&format!("{at}.src"), name)?,
                 (_, None) if *optional => {
                     return Err(SpecError::new(
                         format!("{at}.optional"),
@@ -430,4 +426,24 @@ fn reject_nul(v: &serde_json::Value, at: String) -> Result<(), SpecError> {
         }
         _ => Ok(()),
     }
+}
+
+/// The source name of a filesystem mount (what mountinfo shows): a
+/// non-empty string of at most 255 bytes, without whitespace (mountinfo
+/// would escape it) or NUL.
+fn mount_source_name(at: &str, name: &Path) -> Result<(), SpecError> {
+    let bytes = name.as_os_str().as_encoded_bytes();
+    if bytes.is_empty() || bytes.len() > 255 {
+        return Err(SpecError::new(
+            at,
+            "a filesystem's source name is 1 to 255 bytes",
+        ));
+    }
+    if bytes.iter().any(|b| b.is_ascii_whitespace() || *b == 0) {
+        return Err(SpecError::new(
+            at,
+            "a filesystem's source name has no whitespace or NUL",
+        ));
+    }
+    Ok(())
 }

@@ -54,10 +54,11 @@ impl<S: FsSys> Builder<'_, S> {
         self.propagate(fd.as_fd(), propagation)
     }
 
-    /// A new filesystem mount of a `mount` operation.
+    /// A new filesystem mount of a `mount` operation: `fstype` named
+    /// `source` (what mountinfo shows).
     pub(super) fn fs_mount(
         &mut self,
-        fstype: &CStr,
+        (fstype, source): (&CStr, &CStr),
         dest: &CStr,
         flags: libc::c_ulong,
         data: Option<&CStr>,
@@ -74,7 +75,7 @@ impl<S: FsSys> Builder<'_, S> {
             ));
         }
         plain(self.sys.mount(
-            Some(fstype),
+            Some(source),
             &fd_path(target.as_fd()),
             Some(fstype),
             flags,

@@ -276,7 +276,7 @@ pub(crate) fn prepare_sandbox(
         ids,
         op_names: fs::op_names(spec),
         fs: plan,
-        hostname: if ns.uts {
+        hostname: if ns.uts || ns.join.uts.is_some() {
             spec.identity.hostname.clone()
         } else {
             None
