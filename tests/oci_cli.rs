@@ -1767,3 +1767,21 @@ fn shared_propagation_stays_inside_and_the_host_propagation_never_changes() {
         );
     }
 }
+
+/// `linux.mountLabel` on a host without SELinux means nothing and is
+/// ignored, as crun does; where SELinux is on, hutch-oci cannot apply it
+/// and refuses it by name.
+#[test]
+fn a_mount_label_is_ignored_only_without_selinux() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let mut config = base_config(&["true"]);
+    config["linux"]["mountLabel"] = json!("system_u:object_r:svirt_sandbox_file_t:s0:c715,c811");
+    let b = Bundle::new("oci-mount-label", &config);
+    let (code, _, err) = run_container(&b, &format!("label-{}", std::process::id()), &config);
+    if Path::new("/sys/fs/selinux/enforce").exists() {
+        assert_ne!(code, Some(0));
+        assert!(err.contains("linux.mountLabel"), "{err}");
+    } else {
+        assert_eq!(code, Some(0), "{err}");
+    }
+}

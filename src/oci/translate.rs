@@ -380,6 +380,12 @@ fn translate_process(p: &Process, spec: &mut Spec) -> Result<(), OciError> {
     Ok(())
 }
 
+/// Whether the host enforces or audits SELinux labels (selinuxfs mounted,
+/// as libselinux's `is_selinux_enabled` checks).
+fn selinux_enabled() -> bool {
+    Path::new("/sys/fs/selinux/enforce").exists()
+}
+
 fn translate_namespaces(linux: &Linux, spec: &mut Spec) -> Result<(), OciError> {
     let ns = &mut spec.namespaces;
     // Only what the config lists; a mount namespace always.
@@ -580,9 +586,11 @@ fn translate_linux_rest(linux: &Linux, _spec: &mut Spec) -> Result<(), OciError>
         ("linux.personality", linux.personality.is_some()),
         ("linux.memoryPolicy", linux.memory_policy.is_some()),
         ("linux.netDevices", linux.net_devices.is_some()),
+        // A label means nothing where SELinux is off (crun ignores it
+        // there too); where it is on, hutch-oci cannot apply it.
         (
             "linux.mountLabel",
-            linux.mount_label.as_ref().is_some_and(|s| !s.is_empty()),
+            linux.mount_label.as_ref().is_some_and(|s| !s.is_empty()) && selinux_enabled(),
         ),
     ] {
         if set {
