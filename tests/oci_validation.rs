@@ -50,12 +50,16 @@ fn passed(code: Option<i32>, tap: &str) -> bool {
 
 /// One program, in a working directory of its own holding what it reads
 /// there (runtimetest and the rootfs tarball), with `RUNTIME` hutch-oci.
-fn run_one(dir: &Path, name: &str, scratch: &Path) -> Outcome {
+fn run_one(dir: &Path, name: &str, scratch: &Path, runtime: &Path) -> Outcome {
     let work = scratch.join(name);
     std::fs::create_dir_all(&work).unwrap();
-    // A copy: the programs copy runtimetest into each bundle as a file
-    // (a symbolic link would be copied as one); the tarball is only read.
-    std::fs::copy(dir.join("runtimetest"), work.join("runtimetest")).unwrap();
+    // A hard link (or a copy across filesystems): the programs copy
+    // runtimetest into each bundle as a file, and a symbolic link would be
+    // copied as one; the tarball is only read.
+    let runtimetest = work.join("runtimetest");
+    if std::fs::hard_link(dir.join("runtimetest"), &runtimetest).is_err() {
+        std::fs::copy(dir.join("runtimetest"), &runtimetest).unwrap();
+    }
     let tarball = work.join("rootfs-amd64.tar.gz");
     let _ = std::fs::remove_file(&tarball);
     std::os::unix::fs::symlink(dir.join("rootfs-amd64.tar.gz"), tarball).unwrap();
@@ -63,7 +67,7 @@ fn run_one(dir: &Path, name: &str, scratch: &Path) -> Outcome {
     let err = work.join("err");
     let mut child = Command::new(dir.join(format!("{name}.t")))
         .current_dir(&work)
-        .env("RUNTIME", env!("CARGO_BIN_EXE_hutch-oci"))
+        .env("RUNTIME", runtime)
         .env("TMPDIR", &work)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out).unwrap())
@@ -143,6 +147,24 @@ fn hutch_oci_passes_the_expected_oci_validation_files() {
         );
     }
     let scratch = TempDir::new("oci-validation", As::Root);
+    // hutch-oci with a state root of this run's own, so that nothing of
+    // it is seen by, or left for, other tests (`hutch ps`'s look at
+    // /run/hutch-oci).
+    let runtime = scratch.path().join("hutch-oci");
+    std::fs::write(
+        &runtime,
+        format!(
+            "#!/bin/sh\nexec {} --root {} \"$@\"\n",
+            env!("CARGO_BIN_EXE_hutch-oci"),
+            scratch.path().join("state").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &runtime,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let started = Instant::now();
     let (shared, parallel): (Vec<String>, Vec<String>) =
         names.iter().cloned().partition(|n| uses_shared_cgroups(n));
@@ -151,7 +173,7 @@ fn hutch_oci_passes_the_expected_oci_validation_files() {
     std::thread::scope(|s| {
         s.spawn(|| {
             for name in &shared {
-                let o = run_one(&dir, name, scratch.path());
+                let o = run_one(&dir, name, scratch.path(), &runtime);
                 results.lock().unwrap().insert(name.clone(), o);
             }
         });
@@ -161,7 +183,7 @@ fn hutch_oci_passes_the_expected_oci_validation_files() {
                     let Some(name) = queue.lock().unwrap().pop() else {
                         break;
                     };
-                    let o = run_one(&dir, &name, scratch.path());
+                    let o = run_one(&dir, &name, scratch.path(), &runtime);
                     results.lock().unwrap().insert(name, o);
                 }
             });
@@ -173,7 +195,7 @@ fn hutch_oci_passes_the_expected_oci_validation_files() {
     for (name, outcome) in results.iter_mut() {
         if !outcome.passed && expected.contains(name) {
             let _ = std::fs::remove_dir_all(scratch.path().join(name));
-            *outcome = run_one(&dir, name, scratch.path());
+            *outcome = run_one(&dir, name, scratch.path(), &runtime);
             retried.push(name.clone());
         }
     }
