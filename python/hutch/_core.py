@@ -31,11 +31,11 @@ def state_args(state_dir: PathLike | None, wait: bool) -> list[str]:
     return a
 
 
-def command_args(args: Sequence[str]) -> list[str]:
+def command_args(args: Sequence[str], *, may_be_empty: bool = False) -> list[str]:
     if isinstance(args, (str, bytes)):
         raise TypeError("args must be a sequence of strings (the argv), not one string")
     argv = [os.fspath(a) for a in args]
-    if not argv:
+    if not argv and not may_be_empty:
         raise ValueError("args is empty: name the command to run")
     return argv
 
@@ -67,8 +67,11 @@ class Launch:
         state_dir: PathLike | None = None,
         wait: bool = False,
         default_output_limit: str | None = DEFAULT_OUTPUT_LIMIT,
+        command_from_profile: bool = False,
     ) -> None:
-        self.args = tuple(command_args(args))
+        # An agent's command comes from its profile (`--agent --prompt`):
+        # ``args`` are then only the CLI's own options, maybe none.
+        self.args = tuple(command_args(args, may_be_empty=command_from_profile))
         if events and "status_file" in options:
             raise TypeError(
                 "status_file: a spawned command reports through its own status stream "
@@ -207,10 +210,11 @@ def raise_for_result(res: Result) -> None:
     if res.report.success:
         return
     r = res.report
+    name = res.args[0] if res.args else "the agent CLI"
     if r.timed_out:
-        raise Timeout(f"{res.args[0]}: timed out; every process of the sandbox was killed", res)
+        raise Timeout(f"{name}: timed out; every process of the sandbox was killed", res)
     why = r.error or (f"killed by signal {r.signal}" if r.signal else f"exit status {r.status}")
-    raise CommandFailed(f"{res.args[0]}: {r.reason}: {why}", res)
+    raise CommandFailed(f"{name}: {r.reason}: {why}", res)
 
 
 def parse_status(data: bytes) -> tuple[StartEvent | None, dict[str, Any] | None]:

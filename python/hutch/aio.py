@@ -27,6 +27,7 @@ from typing import (
 )
 
 from . import _session_core as core
+from ._agent import agent_options
 from ._core import Launch, envelope_result, kill_sandbox, kill_sandbox_of, parse_status
 from ._options import PathLike, Seconds, Size
 from ._run import CANCEL_GRACE
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 
     from ._options import Options
 
-__all__ = ["Process", "Session", "Stream", "run", "spawn"]
+__all__ = ["Process", "Session", "Stream", "run", "spawn", "spawn_agent"]
 
 T = TypeVar("T")
 
@@ -488,6 +489,7 @@ def _start(
     session: str | None = None,
     state_dir: PathLike | None = None,
     wait: bool = False,
+    command_from_profile: bool = False,
 ) -> Process:
     loop = asyncio.get_running_loop()
     status_r, status_w = os.pipe()
@@ -500,6 +502,7 @@ def _start(
             session=session,
             state_dir=state_dir,
             wait=wait,
+            command_from_profile=command_from_profile,
         )
     except BaseException:
         os.close(status_r)
@@ -546,6 +549,65 @@ def spawn(
     return _Spawn(
         lambda: _start(
             args, options, input=input, stdout=stdout, stderr=stderr, check=check, events=True
+        )
+    )
+
+
+def spawn_agent(
+    agent: str,
+    *,
+    prompt: str,
+    repo: PathLike | None = None,
+    workspace_at: str | None = None,
+    allowed_egress: Sequence[str] = (),
+    agents_dir: PathLike | None = None,
+    cli_args: Sequence[str] = (),
+    input: bytes | None = None,
+    stdout: StreamMode = "stream",
+    stderr: StreamMode = "capture",
+    check: bool = False,
+    **options: Unpack[Options],
+) -> _Spawn:
+    """Run an agent CLI on one prompt in a sandbox: ``async with
+    spawn_agent("claude-code", prompt=..., repo=path) as proc``, the same
+    ``Process`` as ``spawn`` (streamed stdout, ``wait()``, ``result()``).
+
+    ``agent``: a profile's name (``"claude-code"``, ``"codex"``; ``NAME.toml``
+    in ``agents_dir``, then in the directories of ``HUTCH_AGENTS_PATH``,
+    replace or add to the built-in ones) or a profile file's path. The
+    profile (docs/agents.md) brings the CLI's uid, HOME, settings, model
+    gateway and key (``secrets``/``gateways`` of the same name replace its
+    own), wall clock and preferred memory cap; it says how the prompt goes
+    to the CLI (``claude -p -- PROMPT``, ``codex exec ... -- PROMPT``), as
+    one argument, no shell. ``repo`` is shown at ``workspace_at`` (default
+    ``/workspace/<repo's name>``) through an overlay (``changes=DIR`` keeps
+    the writes in ``DIR/upper``; the host repository is never written) and
+    is the CLI's working directory. ``allowed_egress``: hosts added to the
+    profile's allow-list. ``memory``: a *required* cap (the run is refused
+    before start where the host cannot enforce it), ``timeout``: the wall
+    clock; any other keyword of ``spawn`` overrides the profile's default.
+    ``cli_args``: the CLI's own options, between its name and the prompt.
+    The CLI is looked up in the sandbox's ``PATH`` (``env={"PATH": ...}``
+    to point elsewhere)."""
+    opts = agent_options(
+        agent,
+        prompt=prompt,
+        repo=repo,
+        workspace_at=workspace_at,
+        allowed_egress=allowed_egress,
+        agents_dir=agents_dir,
+        options=options,
+    )
+    return _Spawn(
+        lambda: _start(
+            cli_args,
+            opts,
+            input=input,
+            stdout=stdout,
+            stderr=stderr,
+            check=check,
+            events=True,
+            command_from_profile=True,
         )
     )
 

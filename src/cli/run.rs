@@ -25,6 +25,9 @@ Profile:
   --agent NAME|FILE       what an agent CLI needs (claude-code, codex, or a profile
                           file; `hutch agent list`, docs/agents.md); the other
                           options override it
+  --prompt TEXT           with --agent: run the CLI on this prompt the way its profile
+                          says (claude -p, codex exec), TEXT as one argument; words
+                          after -- go between the CLI's name and the prompt's words
   --bare                  start from an empty root (no default profile, no workspace)
   --workspace DIR[:DEST]  overlay DIR instead of the current directory, at DEST
                           inside (default: the same path); with --profile, adds
@@ -118,7 +121,7 @@ pub fn value_count(flag: &str) -> Option<usize> {
         | "--cap-add" | "--cap-drop" | "--allow-host" | "--allow-address" | "--resolve"
         | "--egress-policy" | "--egress-profile" | "--audit" | "--egress-mode"
         | "--status-file" | "--cgroup-parent" | "--pass-env" | "--label" | "--status-fd"
-        | "--result-fd" | "--secret" | "--gateway" | "--intercept" | "--agent" => 1,
+        | "--result-fd" | "--secret" | "--gateway" | "--intercept" | "--agent" | "--prompt" => 1,
         _ => return None,
     })
 }
@@ -220,6 +223,7 @@ pub fn parse_reporting_onto(
     let mut io_max: Vec<spec::IoMax> = Vec::new();
     let mut image = ImageFlags::default();
     let mut agent: Option<crate::agent::AgentProfile> = None;
+    let mut prompt: Option<String> = None;
 
     while let Some(arg) = it.next() {
         let arg = arg?;
@@ -245,6 +249,7 @@ pub fn parse_reporting_onto(
                 base = Some(profile);
             }
             "--agent" => agent = Some(crate::agent::load(&value(arg)?)?),
+            "--prompt" => prompt = Some(value(arg)?),
             "--bare" | "--workspace" | "--changes" if workspace_from == WorkspaceFrom::Caller => {
                 bail!("{arg} does not apply: the caller provides the workspace")
             }
@@ -634,8 +639,17 @@ pub fn parse_reporting_onto(
     if let Some(agent) = &agent {
         agent.yield_to_caller(&mut spec);
     }
-    // A command on the line wins; a profile may bring its own.
-    if !command.is_empty() {
+    if let Some(prompt) = prompt {
+        let Some(agent) = &agent else {
+            bail!("--prompt needs --agent NAME (its profile says how the CLI takes a prompt)");
+        };
+        if prompt.is_empty() {
+            bail!("--prompt is empty: give the agent's task");
+        }
+        // The words after -- are the CLI's own options here.
+        spec.command = agent.prompt_command(&prompt, &command)?;
+    } else if !command.is_empty() {
+        // A command on the line wins; a profile may bring its own.
         spec.command = command;
     }
     if spec.command.is_empty() && spec.image.is_none() {
