@@ -38,6 +38,7 @@ from ._errors import (
     SpecError,
     Timeout,
     TooLarge,
+    UnenforcedLimit,
     UsageError,
     VersionMismatch,
 )
@@ -135,6 +136,7 @@ __all__ = [
     "StartEvent",
     "Timeout",
     "TooLarge",
+    "UnenforcedLimit",
     "UsageError",
     "VersionMismatch",
     "__version__",

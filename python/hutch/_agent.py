@@ -63,11 +63,7 @@ def agent_options(
         if not os.path.isdir(host):
             raise ValueError(f"repo: {host} is not a directory")
         dest = workspace_at or posixpath.join("/workspace", os.path.basename(host.rstrip("/")))
-        if not dest.startswith("/") or ":" in dest or ":" in host:
-            raise ValueError(
-                f"workspace_at={dest!r}, repo={host!r}: an absolute path inside, no ':' in either"
-            )
-        o["workspace"] = f"{host}:{dest}"
+        o["workspace"] = (host, dest)
         o["cwd"] = dest
     elif workspace_at is not None:
         raise TypeError("workspace_at: where repo= appears inside; give repo= too")

@@ -8,12 +8,22 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _binary
-from ._errors import CommandFailed, HutchError, InternalError, SetupError, Timeout, from_document
+from ._errors import (
+    CommandFailed,
+    HutchError,
+    InternalError,
+    SetupError,
+    Timeout,
+    UnenforcedLimit,
+    from_document,
+)
 from ._options import DEFAULT_OUTPUT_LIMIT, PathLike, to_args, uses_proxy
 from ._secrets import SecretFds
 from ._types import EgressDecision, ExitReport, Result, SessionResult, StartEvent
@@ -171,6 +181,41 @@ class Launch:
     def cleanup(self) -> None:
         self.secret_fds.close()
         self.audit.cleanup()
+
+
+#: Unenforced entries that are not limits a caller asked for (the disk
+#: of a session's upper is the host filesystem's business: docs/sessions.md).
+NOT_A_LIMIT = ("limits.upper_size",)
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside this package (a
+    warning then names the caller's line)."""
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    level = 1
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+def warn_unenforced(report: ExitReport) -> None:
+    """One ``hutch.UnenforcedLimit`` warning per limit the command ran
+    without (hutch's own note is hidden by ``--quiet``), at the caller's
+    line. Called by the front ends once per command, in the caller's
+    frames."""
+    for line in report.unenforced:
+        key = line.split(":", 1)[0].strip()
+        if key in NOT_A_LIMIT:
+            continue
+        warnings.warn(
+            UnenforcedLimit(
+                f"not enforced on this host: {line} (strict=True refuses to run without it)",
+                key,
+            ),
+            stacklevel=caller_stacklevel(),
+        )
 
 
 def kill_sandbox(init_pid: int) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._agent import agent_options
-from ._core import Launch, kill_sandbox, kill_sandbox_of, parse_status
+from ._core import Launch, kill_sandbox, kill_sandbox_of, parse_status, warn_unenforced
 from ._options import PathLike
 from ._types import Result
 
@@ -131,9 +131,11 @@ def execute(
             cancel(proc, bytes(bufs[status_r]))
             launch.cleanup()
             raise
-        return launch.finish(
+        res = launch.finish(
             bytes(bufs[status_r]), returncode, bytes(bufs[out_r]), bytes(bufs[err_r]), check
         )
+        warn_unenforced(res.report)
+        return res
     finally:
         for fd in fds:
             with contextlib.suppress(OSError):
