@@ -14,7 +14,9 @@ machine interface (docs/machine.md), never its human output::
         s.run(["pytest", "-x"], timeout=300)
         patch = s.diff()
 
-``hutch.aio`` has the same for asyncio (``spawn``, ``run``, ``Session``).
+``hutch.aio`` has the same for asyncio (``spawn``, ``run``, ``Session``), and
+``spawn_agent`` runs an agent CLI (Claude Code, Codex) on one prompt with its
+profile (``hutch.run_agent`` synchronously; docs/agents.md).
 """
 
 from ._binary import binary, set_binary
@@ -36,11 +38,12 @@ from ._errors import (
     SpecError,
     Timeout,
     TooLarge,
+    UnenforcedLimit,
     UsageError,
     VersionMismatch,
 )
 from ._options import Bind, Options
-from ._run import Command, run
+from ._run import Command, run, run_agent
 from ._secrets import Gateway, Intercept, Secret
 from ._session import Session, kill, ps
 from ._types import (
@@ -133,6 +136,7 @@ __all__ = [
     "StartEvent",
     "Timeout",
     "TooLarge",
+    "UnenforcedLimit",
     "UsageError",
     "VersionMismatch",
     "__version__",
@@ -141,5 +145,6 @@ __all__ = [
     "kill",
     "ps",
     "run",
+    "run_agent",
     "set_binary",
 ]

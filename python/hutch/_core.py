@@ -8,12 +8,22 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _binary
-from ._errors import CommandFailed, HutchError, InternalError, SetupError, Timeout, from_document
+from ._errors import (
+    CommandFailed,
+    HutchError,
+    InternalError,
+    SetupError,
+    Timeout,
+    UnenforcedLimit,
+    from_document,
+)
 from ._options import DEFAULT_OUTPUT_LIMIT, PathLike, to_args, uses_proxy
 from ._secrets import SecretFds
 from ._types import EgressDecision, ExitReport, Result, SessionResult, StartEvent
@@ -31,11 +41,11 @@ def state_args(state_dir: PathLike | None, wait: bool) -> list[str]:
     return a
 
 
-def command_args(args: Sequence[str]) -> list[str]:
+def command_args(args: Sequence[str], *, may_be_empty: bool = False) -> list[str]:
     if isinstance(args, (str, bytes)):
         raise TypeError("args must be a sequence of strings (the argv), not one string")
     argv = [os.fspath(a) for a in args]
-    if not argv:
+    if not argv and not may_be_empty:
         raise ValueError("args is empty: name the command to run")
     return argv
 
@@ -67,8 +77,11 @@ class Launch:
         state_dir: PathLike | None = None,
         wait: bool = False,
         default_output_limit: str | None = DEFAULT_OUTPUT_LIMIT,
+        command_from_profile: bool = False,
     ) -> None:
-        self.args = tuple(command_args(args))
+        # An agent's command comes from its profile (`--agent --prompt`):
+        # ``args`` are then only the CLI's own options, maybe none.
+        self.args = tuple(command_args(args, may_be_empty=command_from_profile))
         if events and "status_file" in options:
             raise TypeError(
                 "status_file: a spawned command reports through its own status stream "
@@ -170,6 +183,41 @@ class Launch:
         self.audit.cleanup()
 
 
+#: Unenforced entries that are not limits a caller asked for (the disk
+#: of a session's upper is the host filesystem's business: docs/sessions.md).
+NOT_A_LIMIT = ("limits.upper_size",)
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside this package (a
+    warning then names the caller's line)."""
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    level = 1
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+def warn_unenforced(report: ExitReport) -> None:
+    """One ``hutch.UnenforcedLimit`` warning per limit the command ran
+    without (hutch's own note is hidden by ``--quiet``), at the caller's
+    line. Called by the front ends once per command, in the caller's
+    frames."""
+    for line in report.unenforced:
+        key = line.split(":", 1)[0].strip()
+        if key in NOT_A_LIMIT:
+            continue
+        warnings.warn(
+            UnenforcedLimit(
+                f"not enforced on this host: {line} (strict=True refuses to run without it)",
+                key,
+            ),
+            stacklevel=caller_stacklevel(),
+        )
+
+
 def kill_sandbox(init_pid: int) -> None:
     """SIGKILL the workload of the sandbox whose init is ``init_pid`` (the
     init's children): the init then reports the kill (``signaled``) and
@@ -207,10 +255,11 @@ def raise_for_result(res: Result) -> None:
     if res.report.success:
         return
     r = res.report
+    name = res.args[0] if res.args else "the agent CLI"
     if r.timed_out:
-        raise Timeout(f"{res.args[0]}: timed out; every process of the sandbox was killed", res)
+        raise Timeout(f"{name}: timed out; every process of the sandbox was killed", res)
     why = r.error or (f"killed by signal {r.signal}" if r.signal else f"exit status {r.status}")
-    raise CommandFailed(f"{res.args[0]}: {r.reason}: {why}", res)
+    raise CommandFailed(f"{name}: {r.reason}: {why}", res)
 
 
 def parse_status(data: bytes) -> tuple[StartEvent | None, dict[str, Any] | None]:

@@ -8,6 +8,7 @@ name, e.g. ``"ENOENT"``) and ``hint`` (what to do), plus the ``kind`` and
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -41,9 +42,25 @@ class HutchError(Exception):
         self.returncode = returncode
         #: What the failed verb still reports (e.g. the ids ``gc`` removed).
         self.partial: Any = None
+        #: hutch's own line, naming its command-line flags.
+        self.cli_what = what
 
     def __str__(self) -> str:
         return self.what
+
+
+class UnenforcedLimit(UserWarning):
+    """A limit asked for, or a default one, that this host cannot enforce
+    (no delegated cgroup controller): the command ran without it. A
+    warning (``warnings.warn``) naming the limit and why; ``strict=True``
+    on the command refuses to start instead (``SetupError``), and
+    ``warnings.simplefilter("error", hutch.UnenforcedLimit)`` makes it an
+    exception after the fact."""
+
+    def __init__(self, what: str, limit: str) -> None:
+        super().__init__(what)
+        #: The limit's key path, e.g. ``limits.memory``.
+        self.limit = limit
 
 
 class UsageError(HutchError):
@@ -181,23 +198,100 @@ _BY_KIND: dict[str, type[HutchError]] = {
 }
 
 
+#: hutch's flags whose keyword is not the flag's name with ``_`` for ``-``.
+_KEYWORD_OF: dict[str, str] = {
+    "--setenv": "env=",
+    "--chdir": "cwd=",
+    "--allow-host": "allow_hosts=",
+    "--allow-address": "allow_addresses=",
+    "--audit": "egress_audit=",
+    "--secret": "secrets=",
+    "--gateway": "gateways=",
+    "--use-secret": "use_secrets=",
+    "--ro-bind": "binds=",
+    "--bind": "binds=",
+    "--dev-bind": "binds=",
+    "--ro-bind-try": "binds=",
+    "--bind-try": "binds=",
+    "--dev-bind-try": "binds=",
+    "--rlimit": "rlimits=",
+    "--from": "from_dir=",
+    "--require-limits": "strict=True",
+    "--agent": "spawn_agent(agent)",
+    "--prompt": "prompt=",
+}
+#: Flags without a value: their keyword is ``=True``.
+_SWITCHES = frozenset(
+    {
+        "--wait",
+        "--share-net",
+        "--bare",
+        "--allow-symlinks",
+        "--allow-submodules",
+        "--allow-export-attributes",
+        "--allow-unpinned",
+        "--network-none",
+        "--patch",
+    }
+)
+#: The other flags of hutch's run and session verbs whose keyword is their
+#: name (only hutch's own are rewritten: a hint may quote another tool's).
+_SAME_NAME = frozenset(
+    {
+        "--timeout", "--memory", "--pids", "--cpus", "--output-limit", "--io-max",
+        "--cgroup-parent", "--resolve", "--egress-policy", "--egress-profile",
+        "--egress-mode", "--intercept", "--image", "--image-store", "--profile",
+        "--seccomp", "--landlock-min-abi", "--cap-add", "--tmpfs", "--workspace",
+        "--changes", "--changes-size", "--pass-env", "--unsetenv", "--uid", "--gid",
+        "--hostname", "--status-file", "--state-dir", "--rev", "--from-git",
+        "--expect-fingerprint", "--deadline", "--max-commands", "--max-files",
+        "--max-bytes", "--max-file-bytes", "--max-depth", "--max-path-bytes",
+        "--max-entries", "--disk-max", "--disk-max-preferred", "--audit-dir",
+        "--workspace-path", "--lock", "--platform",
+    }
+)  # fmt: skip
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def _keyword(m: re.Match[str]) -> str:
+    flag = m.group(0)
+    if flag not in _KEYWORD_OF and flag not in _SWITCHES and flag not in _SAME_NAME:
+        return flag
+    if flag in _KEYWORD_OF:
+        return _KEYWORD_OF[flag]
+    name = flag[2:].replace("-", "_")
+    return f"{name}=True" if flag in _SWITCHES else f"{name}="
+
+
+def python_words(text: str) -> str:
+    """hutch's line with its flags named as this package's keywords
+    (``--allow-symlinks`` → ``allow_symlinks=True``, ``--memory`` →
+    ``memory=``)."""
+    return _FLAG.sub(_keyword, text)
+
+
 def from_document(error: Any, verb: str, returncode: int | None) -> HutchError:
-    """The exception for the ``error`` object of an envelope."""
+    """The exception for the ``error`` object of an envelope; flags in its
+    text are named as keywords (``cli_what`` keeps hutch's own line)."""
     if not isinstance(error, dict):
         return InternalError(f"hutch {verb}: malformed error document", verb=verb)
     kind = str(error.get("kind", "internal"))
     cls = _BY_KIND.get(kind, InternalError)
     if cls is TooLarge and verb == "session.diff":
         cls = DiffTooLarge
-    return cls(
-        str(error.get("what", "")),
+    what = str(error.get("what", ""))
+    hint = _opt_str(error.get("hint"))
+    err = cls(
+        python_words(what),
         kind=kind,
         where=_opt_str(error.get("where")),
         errno=_opt_str(error.get("errno")),
-        hint=_opt_str(error.get("hint")),
+        hint=None if hint is None else python_words(hint),
         verb=verb,
         returncode=returncode,
     )
+    err.cli_what = what
+    return err
 
 
 def _opt_str(v: Any) -> str | None:

@@ -63,13 +63,18 @@ class Options(TypedDict, total=False):
     (``default``, ``strict``, ``log``, ``unconfined`` or a JSON file),
     ``landlock_min_abi``, ``cap_add``.
     Filesystem: ``binds`` (``Bind`` or ``(src, dest)`` read-only),
-    ``tmpfs`` (``"/scratch"`` or ``("/scratch", "1G")``), ``workspace`` and
+    ``tmpfs`` (``"/scratch"`` or ``("/scratch", "1G")``), ``workspace`` (a
+    host path, or ``(host_path, dest)`` to show it at ``dest``) and
     ``changes`` / ``changes_size`` (``run`` only; sessions bring their own).
     Process: ``env`` (set), ``pass_env`` (names copied from the caller's
     environment; nothing else of it enters), ``unsetenv``, ``cwd``, ``uid``, ``gid``,
     ``hostname``. ``status_file``: also write the launcher's start event
     and exit report there (JSON lines). ``extra_args``: more ``hutch run``
     flags, verbatim.
+    ``strict``: every limit (``memory``, ``pids``, ``cpus``, ``io_max``,
+    the defaults included) is required: where the host cannot enforce one
+    the command is refused before it starts (``SetupError`` naming it).
+    Without it, such a limit is a ``hutch.UnenforcedLimit`` warning.
     """
 
     timeout: Seconds
@@ -101,7 +106,7 @@ class Options(TypedDict, total=False):
     cap_add: Sequence[str]
     binds: Sequence[Bind | tuple[PathLike, str]]
     tmpfs: Sequence[str | tuple[str, Size]]
-    workspace: PathLike
+    workspace: PathLike | tuple[PathLike, str]
     changes: PathLike
     changes_size: Size
     env: Mapping[str, str]
@@ -113,6 +118,7 @@ class Options(TypedDict, total=False):
     hostname: str
     status_file: PathLike
     extra_args: Sequence[str]
+    strict: bool
 
 
 #: Options a session command refuses (the session provides /workspace).
@@ -142,6 +148,30 @@ def _flag_value(v: Any) -> str:
     return os.fspath(v) if isinstance(v, os.PathLike) else str(v)
 
 
+def workspace_flag(v: Any) -> str:
+    """``--workspace``'s value: a host path (shown at the same path), or
+    ``(host_path, dest)``."""
+    if isinstance(v, tuple) and len(v) == 2:
+        host, dest = v
+        if not isinstance(host, (str, os.PathLike)) or not isinstance(dest, str):
+            raise TypeError(
+                f"workspace=(host_path, dest): a path and a str, not {type(host).__name__} "
+                f"and {type(dest).__name__}"
+            )
+        host = os.path.abspath(os.fspath(host))
+        if not dest.startswith("/") or ":" in dest or ":" in host:
+            raise ValueError(
+                f"workspace=({host!r}, {dest!r}): dest must be an absolute path inside, "
+                "and neither may hold ':'"
+            )
+        return f"{host}:{dest}"
+    if not isinstance(v, (str, os.PathLike)):
+        raise TypeError(
+            f"workspace: a host path or a (host_path, dest) tuple, not {type(v).__name__}"
+        )
+    return os.fspath(v)
+
+
 def to_args(options: Mapping[str, Any], *, session: bool = False) -> list[str]:
     """The ``hutch run`` flags for ``options`` (unknown keys are a TypeError,
     bad values a ValueError: caught before anything runs)."""
@@ -166,7 +196,7 @@ def to_args(options: Mapping[str, Any], *, session: bool = False) -> list[str]:
     if "image_store" in o:
         a += ["--image-store", _flag_value(o["image_store"])]
     if "workspace" in o:
-        a += ["--workspace", _flag_value(o["workspace"])]
+        a += ["--workspace", workspace_flag(o["workspace"])]
     if "changes" in o:
         a += ["--changes", _flag_value(o["changes"])]
     if "changes_size" in o:
@@ -252,6 +282,8 @@ def to_args(options: Mapping[str, Any], *, session: bool = False) -> list[str]:
         a += ["--hostname", o["hostname"]]
     if "status_file" in o:
         a += ["--status-file", _flag_value(o["status_file"])]
+    if o.get("strict"):
+        a.append("--require-limits")
     a += list(o.get("extra_args", ()))
     return a
 

@@ -10,7 +10,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._core import Launch, kill_sandbox, kill_sandbox_of, parse_status
+from ._agent import agent_options
+from ._core import Launch, kill_sandbox, kill_sandbox_of, parse_status, warn_unenforced
 from ._options import PathLike
 from ._types import Result
 
@@ -45,6 +46,35 @@ def run(
     return execute(args, options, input=input, check=check)
 
 
+def run_agent(
+    agent: str,
+    *,
+    prompt: str,
+    repo: PathLike | None = None,
+    workspace_at: str | None = None,
+    allowed_egress: Sequence[str] = (),
+    agents_dir: PathLike | None = None,
+    cli_args: Sequence[str] = (),
+    input: bytes | None = None,
+    check: bool = False,
+    **options: Unpack[Options],
+) -> Result:
+    """Run an agent CLI on one prompt and wait: ``hutch.aio.spawn_agent``'s
+    keywords (the profile, ``repo``/``workspace_at``, ``allowed_egress``,
+    ``agents_dir``, ``cli_args``) with ``hutch.run``'s result (output
+    captured, bounded by ``output_limit``)."""
+    opts = agent_options(
+        agent,
+        prompt=prompt,
+        repo=repo,
+        workspace_at=workspace_at,
+        allowed_egress=allowed_egress,
+        agents_dir=agents_dir,
+        options=options,
+    )
+    return execute(cli_args, opts, input=input, check=check, command_from_profile=True)
+
+
 def execute(
     args: Sequence[str],
     options: Any,
@@ -54,12 +84,19 @@ def execute(
     session: str | None = None,
     state_dir: PathLike | None = None,
     wait: bool = False,
+    command_from_profile: bool = False,
 ) -> Result:
     status_r, status_w = os.pipe()
     fds = [status_r, status_w]
     try:
         launch = Launch(
-            args, options, status_fd=status_w, session=session, state_dir=state_dir, wait=wait
+            args,
+            options,
+            status_fd=status_w,
+            session=session,
+            state_dir=state_dir,
+            wait=wait,
+            command_from_profile=command_from_profile,
         )
         out_r, out_w = os.pipe()
         fds += [out_r, out_w]
@@ -94,9 +131,11 @@ def execute(
             cancel(proc, bytes(bufs[status_r]))
             launch.cleanup()
             raise
-        return launch.finish(
+        res = launch.finish(
             bytes(bufs[status_r]), returncode, bytes(bufs[out_r]), bytes(bufs[err_r]), check
         )
+        warn_unenforced(res.report)
+        return res
     finally:
         for fd in fds:
             with contextlib.suppress(OSError):

@@ -69,8 +69,18 @@ class Session(core.Target):
         self.id = id
         self.state_dir = state_dir
         self.wait = wait
-        self.info = info
+        self._info = info
         self.closed = False
+
+    @property
+    def info(self) -> SessionInfo | None:
+        """The session's description: what ``create()`` answered, or for a
+        session attached by id (``hutch.Session(id)``), ``show()``'s on
+        first use (``NotFound`` when there is no such session); ``None``
+        once closed without one."""
+        if self._info is None and not self.closed:
+            self._info = self.show()
+        return self._info
 
     @classmethod
     def create(

@@ -196,8 +196,18 @@ class Result:
 
     @property
     def denied_hosts(self) -> tuple[str, ...]:
-        """Hosts the egress proxy refused (``deny`` verdicts)."""
-        return tuple(d.host or "" for d in self.egress if d.verdict == "deny")
+        """Hosts the egress proxy refused (``deny`` verdicts), each once, in
+        the order first refused (``denied_counts`` says how often)."""
+        return tuple(self.denied_counts)
+
+    @property
+    def denied_counts(self) -> dict[str, int]:
+        """Refused host → how many times it was refused."""
+        counts: dict[str, int] = {}
+        for d in self.egress:
+            if d.verdict == "deny":
+                counts[d.host or ""] = counts.get(d.host or "", 0) + 1
+        return counts
 
 
 @dataclass(frozen=True)
@@ -245,7 +255,7 @@ class SessionInfo:
                 kind=str(s.get("kind", "")),
                 path=_str(s.get("path")),
                 repo=_str(s.get("repo")),
-                rev=_str(s.get("rev")),
+                rev=_str(s.get("rev") or s.get("commit")),
             ),
             fingerprint=str(d.get("fingerprint", "")),
             files=int(d.get("files", 0)),

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import os
 import subprocess
-from collections.abc import Generator, Sequence
+from collections.abc import Coroutine, Generator, Sequence
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -27,7 +28,16 @@ from typing import (
 )
 
 from . import _session_core as core
-from ._core import Launch, envelope_result, kill_sandbox, kill_sandbox_of, parse_status
+from ._agent import agent_options
+from ._core import (
+    Launch,
+    envelope_result,
+    kill_sandbox,
+    kill_sandbox_of,
+    parse_status,
+    warn_unenforced,
+)
+from ._errors import UsageError
 from ._options import PathLike, Seconds, Size
 from ._run import CANCEL_GRACE
 from ._types import (
@@ -48,11 +58,13 @@ from ._types import (
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from typing_extensions import Unpack
+    from typing_extensions import ParamSpec, Unpack
+
+    P = ParamSpec("P")
 
     from ._options import Options
 
-__all__ = ["Process", "Session", "Stream", "run", "spawn"]
+__all__ = ["Process", "Session", "Stream", "run", "spawn", "spawn_agent"]
 
 T = TypeVar("T")
 
@@ -81,6 +93,9 @@ class Stream:
         self._line_hook: Callable[[bytes], None] | None = None
         self._hook_pos = 0
         self.dropped = 0
+        #: Whether anyone read from it (``result()`` refuses to drop a
+        #: streamed output nobody read).
+        self.touched = False
         self.eof_future: asyncio.Future[None] = loop.create_future()
         os.set_blocking(fd, False)
         loop.add_reader(fd, self._readable)
@@ -158,6 +173,7 @@ class Stream:
 
     async def read(self, n: int = -1) -> bytes:
         """Up to ``n`` bytes (``b""`` at EOF); with ``n < 0``, everything to EOF."""
+        self.touched = True
         if n < 0:
             while not self._eof:
                 await self._wait_data()
@@ -174,6 +190,7 @@ class Stream:
     async def readline(self) -> bytes:
         """The next line with its newline (the last may lack one; a line
         longer than 1 MiB comes in pieces); ``b""`` at EOF."""
+        self.touched = True
         while True:
             nl = self._buf.find(b"\n")
             if nl >= 0 or len(self._buf) >= MAX_LINE or (self._eof and self._buf):
@@ -383,9 +400,7 @@ class Process:
         err = self.stderr.captured() if self.stderr._capture else b""
         return self._launch.finish(self._status.captured(), code, out, err, self._check)
 
-    async def result(self) -> Result:
-        """Wait and return the whole result (captured output, report). A
-        cancelled wait kills the sandbox first."""
+    async def _whole(self) -> Result:
         if self._result is not None:
             return self._result
         if self._finishing is None:
@@ -398,14 +413,49 @@ class Process:
         except asyncio.CancelledError:
             await self._abandon()
             raise
+        # In the awaiting task: the warning names the caller's line.
+        warn_unenforced(self._result.report)
         return self._result
+
+    async def result(self) -> Result:
+        """Wait and return the whole result (captured output, report). A
+        cancelled wait kills the sandbox first. With ``stdout="stream"``
+        the result's ``stdout`` is empty: what nobody read is not silently
+        dropped, it is ``UsageError`` (read ``proc.stdout`` first, or
+        spawn with ``stdout="capture"``; ``wait()`` drains it)."""
+        res = await self._whole()
+        out = self.stdout
+        if not out._capture and not out.touched:
+            await out.eof_future
+            lost = len(out._buf) + out.dropped
+            if lost:
+                raise UsageError(
+                    f"result(): {lost} bytes of the streamed stdout were never read; read "
+                    'proc.stdout before result(), or spawn(..., stdout="capture") to get it '
+                    "in the result (wait() drains it)",
+                    where="stdout",
+                    hint='stdout="capture"',
+                )
+        return res
 
     async def wait(self) -> ExitReport:
         """Wait for the end and return the exit report. Output nobody reads
         from now on is drained. Raises hutch's own failure (``SetupError``,
         ``SpecError``, ``PolicyError``...); with ``check=True`` also
         ``CommandFailed``/``Timeout``. A cancelled wait kills the sandbox."""
-        return (await self.result()).report
+        return (await self._whole()).report
+
+    async def _entered(self) -> None:
+        """Return once the command started; raise hutch's failure when it
+        never did (a refused limit, a missing bind source...), so that
+        ``async with spawn(...)`` and ``await spawn(...)`` raise it instead
+        of a clean EOF on stdout."""
+        try:
+            if await self._start is None:
+                await self._whole()
+        except asyncio.CancelledError:
+            await self._abandon()
+            raise
 
     async def _abandon(self) -> None:
         """Kill and wait until hutch is gone (also when cancelled again)."""
@@ -430,11 +480,11 @@ class Process:
         if self._child.popen.poll() is None:
             if exc is None:
                 # A block that ends normally waits for the command.
-                await self.result()
+                await self._whole()
                 return
             await self._abandon()
         elif self._finishing is None and exc is None:
-            await self.result()
+            await self._whole()
 
 
 def _retrieve(f: asyncio.Future[Any]) -> None:
@@ -458,12 +508,15 @@ class _Spawn:
 
     def __await__(self) -> Generator[Any, None, Process]:
         async def start() -> Process:
-            return self._make()
+            proc = self._make()
+            await proc._entered()
+            return proc
 
         return start().__await__()
 
     async def __aenter__(self) -> Process:
         self._proc = self._make()
+        await self._proc._entered()
         return self._proc
 
     async def __aexit__(
@@ -488,6 +541,7 @@ def _start(
     session: str | None = None,
     state_dir: PathLike | None = None,
     wait: bool = False,
+    command_from_profile: bool = False,
 ) -> Process:
     loop = asyncio.get_running_loop()
     status_r, status_w = os.pipe()
@@ -500,6 +554,7 @@ def _start(
             session=session,
             state_dir=state_dir,
             wait=wait,
+            command_from_profile=command_from_profile,
         )
     except BaseException:
         os.close(status_r)
@@ -550,6 +605,65 @@ def spawn(
     )
 
 
+def spawn_agent(
+    agent: str,
+    *,
+    prompt: str,
+    repo: PathLike | None = None,
+    workspace_at: str | None = None,
+    allowed_egress: Sequence[str] = (),
+    agents_dir: PathLike | None = None,
+    cli_args: Sequence[str] = (),
+    input: bytes | None = None,
+    stdout: StreamMode = "stream",
+    stderr: StreamMode = "capture",
+    check: bool = False,
+    **options: Unpack[Options],
+) -> _Spawn:
+    """Run an agent CLI on one prompt in a sandbox: ``async with
+    spawn_agent("claude-code", prompt=..., repo=path) as proc``, the same
+    ``Process`` as ``spawn`` (streamed stdout, ``wait()``, ``result()``).
+
+    ``agent``: a profile's name (``"claude-code"``, ``"codex"``; ``NAME.toml``
+    in ``agents_dir``, then in the directories of ``HUTCH_AGENTS_PATH``,
+    replace or add to the built-in ones) or a profile file's path. The
+    profile (docs/agents.md) brings the CLI's uid, HOME, settings, model
+    gateway and key (``secrets``/``gateways`` of the same name replace its
+    own), wall clock and preferred memory cap; it says how the prompt goes
+    to the CLI (``claude -p -- PROMPT``, ``codex exec ... -- PROMPT``), as
+    one argument, no shell. ``repo`` is shown at ``workspace_at`` (default
+    ``/workspace/<repo's name>``) through an overlay (``changes=DIR`` keeps
+    the writes in ``DIR/upper``; the host repository is never written) and
+    is the CLI's working directory. ``allowed_egress``: hosts added to the
+    profile's allow-list. ``memory``: a *required* cap (the run is refused
+    before start where the host cannot enforce it), ``timeout``: the wall
+    clock; any other keyword of ``spawn`` overrides the profile's default.
+    ``cli_args``: the CLI's own options, between its name and the prompt.
+    The CLI is looked up in the sandbox's ``PATH`` (``env={"PATH": ...}``
+    to point elsewhere)."""
+    opts = agent_options(
+        agent,
+        prompt=prompt,
+        repo=repo,
+        workspace_at=workspace_at,
+        allowed_egress=allowed_egress,
+        agents_dir=agents_dir,
+        options=options,
+    )
+    return _Spawn(
+        lambda: _start(
+            cli_args,
+            opts,
+            input=input,
+            stdout=stdout,
+            stderr=stderr,
+            check=check,
+            events=True,
+            command_from_profile=True,
+        )
+    )
+
+
 async def run(
     args: Sequence[str],
     *,
@@ -583,9 +697,45 @@ async def _exec(v: core.Verb[T]) -> T:
     return v.parse(envelope_result(child.stdout.captured(), child.stderr.captured(), code, v.verb))
 
 
+class _Creating:
+    """``Session.create(...)``: awaitable (the Session) and an async
+    context manager (the Session, closed when the block ends)."""
+
+    def __init__(self, creating: Coroutine[Any, Any, Session]) -> None:
+        self._creating = creating
+        self._session: Session | None = None
+
+    def __await__(self) -> Generator[Any, None, Session]:
+        return self._creating.__await__()
+
+    async def __aenter__(self) -> Session:
+        self._session = await self._creating
+        return self._session
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._session is not None
+        await self._session.close()
+
+
+def _entered_or_awaited(
+    f: Callable[P, Coroutine[Any, Any, Session]],
+) -> Callable[P, _Creating]:
+    @functools.wraps(f)
+    def creating(*args: P.args, **kwargs: P.kwargs) -> _Creating:
+        return _Creating(f(*args, **kwargs))
+
+    return creating
+
+
 class Session(core.Target):
     """``hutch.Session`` for asyncio: the same verbs, awaited. ``async with
-    await Session.create(...) as s:`` closes it when the block ends."""
+    Session.create(...) as s:`` (or ``async with await ...``) closes it
+    when the block ends."""
 
     def __init__(
         self,
@@ -602,6 +752,7 @@ class Session(core.Target):
         self.closed = False
 
     @classmethod
+    @_entered_or_awaited
     async def create(
         cls,
         *,

@@ -220,10 +220,10 @@ def test_aio_errors_are_typed(work: Path) -> None:
         with pytest.raises(hutch.SetupError) as e:
             await hutch.aio.run(["true"], workspace=work, binds=[("/nonexistent-xyz", "/x")])
         assert e.value.errno == "ENOENT"
-        async with hutch.aio.spawn(["true"], workspace=work, seccomp="no-such-profile") as proc:
-            with pytest.raises(hutch.SpecError):
-                await proc.wait()
-            assert await proc.started() is None
+        # Raised on entering: the command never started (issue 35).
+        with pytest.raises(hutch.SpecError):
+            async with hutch.aio.spawn(["true"], workspace=work, seccomp="no-such-profile"):
+                raise AssertionError("entered a command that never started")
 
     asyncio.run(main())
 

@@ -159,7 +159,7 @@ def test_bad_profiles_are_spec_and_policy_errors(work: Path, tmp_path: Path) -> 
         hutch.run(["true"], workspace=work, profile=profile)
     with pytest.raises(hutch.SpecError) as s:
         hutch.run(["true"], workspace=work, seccomp="no-such-profile")
-    assert s.value.where == "security.seccomp" and s.value.hint == "set by --seccomp"
+    assert s.value.where == "security.seccomp" and s.value.hint == "set by seccomp="
     policy = tmp_path / "policy.toml"
     policy.write_text('[profiles.claude]\nallow = ["api.anthropic.com"]\n')
     with pytest.raises(hutch.PolicyError) as p:
@@ -170,7 +170,7 @@ def test_bad_profiles_are_spec_and_policy_errors(work: Path, tmp_path: Path) -> 
 
 
 def test_usage_errors_and_python_side_checks(work: Path) -> None:
-    with pytest.raises(hutch.UsageError, match="--cpus"):
+    with pytest.raises(hutch.UsageError, match="cpus="):
         hutch.run(["true"], workspace=work, cpus="many")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="no_such_option"):
         hutch.run(["true"], no_such_option=1)  # type: ignore[call-arg]

@@ -7,13 +7,13 @@
 mod apply;
 mod profile;
 
-pub use profile::{AgentProfile, builtin_names, load, show};
+pub use profile::{AgentProfile, builtin_names, load, show, user_profiles};
 
 /// Why an agent profile cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error(
-        "no agent profile {name:?}: the built-in ones are {known}; or give a profile file's path (docs/agents.md)"
+        "no agent profile {name:?}: the built-in ones are {known}; add {name}.toml to a directory of HUTCH_AGENTS_PATH, or give a profile file's path (docs/agents.md)"
     )]
     Unknown { name: String, known: String },
     #[error("cannot read agent profile {path}: {source}")]
@@ -23,4 +23,8 @@ pub enum AgentError {
     },
     #[error("agent profile {origin}: {message}")]
     Invalid { origin: String, message: String },
+    #[error(
+        "agent profile {origin} has no `prompt` (how its CLI takes a prompt): add one (docs/agents.md) or give the command after -- instead of --prompt"
+    )]
+    NoPrompt { origin: String },
 }

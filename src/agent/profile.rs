@@ -55,7 +55,20 @@ pub struct AgentProfile {
     /// the CLI holds a placeholder.
     #[serde(default)]
     pub secrets: Vec<Secret>,
+    /// How the CLI takes one prompt and runs it unattended: the words after
+    /// [`AgentProfile::command`], one of them exactly `{prompt}` (replaced
+    /// by the prompt, as one argument: no shell). `hutch run --agent NAME
+    /// --prompt TEXT` builds the command line from it.
+    #[serde(default)]
+    pub prompt: Vec<String>,
 }
+
+/// The element of [`AgentProfile::prompt`] the prompt replaces.
+const PROMPT_SLOT: &str = "{prompt}";
+
+/// The variable naming directories of the caller's own profiles
+/// (`NAME.toml`), searched before the built-in ones.
+const AGENTS_PATH_VAR: &str = "HUTCH_AGENTS_PATH";
 
 /// The profiles shipped with hutch: name → TOML.
 const BUILTIN: &[(&str, &str)] = &[
@@ -68,9 +81,64 @@ pub fn builtin_names() -> impl Iterator<Item = &'static str> {
     BUILTIN.iter().map(|(n, _)| *n)
 }
 
-/// A built-in profile by name, or a profile file when `name_or_path`
-/// contains a `/` or ends in `.toml`.
+/// The directories of `HUTCH_AGENTS_PATH` (`:`-separated; empty entries
+/// skipped), in order.
+fn user_dirs() -> Vec<PathBuf> {
+    std::env::var_os(AGENTS_PATH_VAR)
+        .map(|v| {
+            std::env::split_paths(&v)
+                .filter(|d| !d.as_os_str().is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The caller's own profile of this name: `NAME.toml` in the first
+/// directory of `HUTCH_AGENTS_PATH` that has one.
+fn user_file(name: &str) -> Option<PathBuf> {
+    if name.is_empty() || name.starts_with('.') {
+        return None;
+    }
+    user_dirs()
+        .into_iter()
+        .map(|d| d.join(format!("{name}.toml")))
+        .find(|p| p.is_file())
+}
+
+/// The caller's own profiles (`HUTCH_AGENTS_PATH`): name → file, the first
+/// directory's winning, sorted by name.
+pub fn user_profiles() -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    for dir in user_dirs() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let (Some(stem), Some("toml")) = (
+                path.file_stem().and_then(|s| s.to_str()),
+                path.extension().and_then(|s| s.to_str()),
+            ) else {
+                continue;
+            };
+            if !stem.starts_with('.') && path.is_file() {
+                out.entry(stem.to_string()).or_insert(path);
+            }
+        }
+    }
+    out
+}
+
+/// A profile by name (the caller's own in `HUTCH_AGENTS_PATH` first, then
+/// the built-in one), or a profile file when `name_or_path` contains a `/`
+/// or ends in `.toml`.
 pub fn load(name_or_path: &str) -> Result<AgentProfile, AgentError> {
+    let user = user_file(name_or_path);
+    let file = user.as_deref().map(Path::to_str);
+    let name_or_path = match file {
+        Some(Some(f)) => f,
+        _ => name_or_path,
+    };
     if name_or_path.contains('/') || name_or_path.ends_with(".toml") {
         let path = Path::new(name_or_path);
         let text = std::fs::read_to_string(path).map_err(|source| AgentError::Read {
@@ -88,8 +156,15 @@ pub fn load(name_or_path: &str) -> Result<AgentProfile, AgentError> {
     parse(text, name_or_path)
 }
 
-/// A profile's text: the built-in file, or the file at the path.
+/// A profile's text: the caller's own file (`HUTCH_AGENTS_PATH`), the
+/// built-in file, or the file at the path.
 pub fn show(name_or_path: &str) -> Result<String, AgentError> {
+    let user = user_file(name_or_path);
+    let file = user.as_deref().map(Path::to_str);
+    let name_or_path = match file {
+        Some(Some(f)) => f,
+        _ => name_or_path,
+    };
     if name_or_path.contains('/') || name_or_path.ends_with(".toml") {
         let path = Path::new(name_or_path);
         return std::fs::read_to_string(path).map_err(|source| AgentError::Read {
@@ -159,12 +234,46 @@ impl AgentProfile {
                 ));
             }
         }
+        if !self.prompt.is_empty() && self.prompt.iter().filter(|w| *w == PROMPT_SLOT).count() != 1
+        {
+            return Err(format!(
+                "prompt: {:?} must have exactly one element \"{PROMPT_SLOT}\" (where the prompt goes)",
+                self.prompt
+            ));
+        }
         for name in self.env.keys().chain(self.key_env.iter()) {
             if name.is_empty() || name.contains('=') || name.contains('\0') {
                 return Err(format!("env: {name:?} is not a variable name"));
             }
         }
         Ok(())
+    }
+}
+
+impl AgentProfile {
+    /// The command line that runs `prompt` unattended: the CLI's name,
+    /// `cli_args` (the CLI's own options), then the profile's `prompt`
+    /// words with the prompt in its slot, as one argument.
+    pub fn prompt_command(
+        &self,
+        prompt: &str,
+        cli_args: &[String],
+    ) -> Result<Vec<String>, AgentError> {
+        if self.prompt.is_empty() {
+            return Err(AgentError::NoPrompt {
+                origin: self.origin.clone(),
+            });
+        }
+        let mut argv = vec![self.command.clone()];
+        argv.extend(cli_args.iter().cloned());
+        argv.extend(self.prompt.iter().map(|w| {
+            if w == PROMPT_SLOT {
+                prompt.to_string()
+            } else {
+                w.clone()
+            }
+        }));
+        Ok(argv)
     }
 }
 
@@ -199,6 +308,32 @@ mod tests {
         assert!(matches!(
             load("no-such-agent"),
             Err(AgentError::Unknown { .. })
+        ));
+        assert!(err(&format!("{base}prompt = [\"-p\"]")).contains("exactly one element"));
+        assert!(
+            err(&format!("{base}prompt = [\"{{prompt}}\", \"{{prompt}}\"]"))
+                .contains("exactly one element")
+        );
+    }
+
+    /// The prompt is one argument in the profile's slot, whatever it holds
+    /// (no shell); the caller's words go between the CLI and the prompt's.
+    #[test]
+    fn the_prompt_goes_where_the_profile_says() {
+        let p = load("claude-code").unwrap();
+        let argv = p
+            .prompt_command("-x; rm -rf / $(id)", &["--verbose".to_string()])
+            .unwrap();
+        assert_eq!(argv, ["claude", "--verbose", "-p", "--", "-x; rm -rf / $(id)"]);
+        let p = load("codex").unwrap();
+        assert_eq!(
+            p.prompt_command("hi", &[]).unwrap(),
+            ["codex", "exec", "--skip-git-repo-check", "--", "hi"]
+        );
+        let none = parse("description = \"x\"\ncommand = \"x\"\n", "t.toml").unwrap();
+        assert!(matches!(
+            none.prompt_command("hi", &[]),
+            Err(AgentError::NoPrompt { .. })
         ));
     }
 }

@@ -7,7 +7,8 @@ use std::process::{Command, Stdio};
 use crate::agent::{self, AgentProfile};
 
 const USAGE: &str = "\
-usage: hutch agent list                 the built-in agent profiles
+usage: hutch agent list                 the agent profiles: built in, and NAME.toml in
+                                        the directories of $HUTCH_AGENTS_PATH (first)
        hutch agent show NAME|FILE       a profile's text (to copy and adapt)
        hutch agent check NAME|FILE [--command PATH]
                                         what this host still lacks to run the
@@ -36,9 +37,20 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     match words.as_slice() {
         ["list"] => {
-            for name in agent::builtin_names() {
+            // The caller's own (HUTCH_AGENTS_PATH) replace built-in ones
+            // of the same name.
+            let user = agent::user_profiles();
+            let mut names: Vec<&str> = agent::builtin_names().collect();
+            names.extend(user.keys().map(String::as_str));
+            names.sort_unstable();
+            names.dedup();
+            for name in names {
+                let from = user
+                    .get(name)
+                    .map(|p| format!(" ({})", p.display()))
+                    .unwrap_or_default();
                 match agent::load(name) {
-                    Ok(p) => println!("{name:<14} {}", p.description),
+                    Ok(p) => println!("{name:<14} {}{from}", p.description),
                     Err(e) => println!("{name:<14} (broken: {e})"),
                 }
             }

@@ -109,8 +109,8 @@ impl MachineError {
             if cause.downcast_ref::<InternalError>().is_some() {
                 return MachineError::new(ErrorKind::Internal, what);
             }
-            if cause.downcast_ref::<CgroupError>().is_some() {
-                return MachineError::new(ErrorKind::Setup, what);
+            if let Some(c) = cause.downcast_ref::<CgroupError>() {
+                return Self::from_cgroup(c, what);
             }
             if let Some(s) = cause.downcast_ref::<SysError>() {
                 return MachineError::new(ErrorKind::Io, what).with_sys(s);
@@ -180,9 +180,8 @@ impl MachineError {
             | LaunchError::ProcessLimit { err: s, .. } => {
                 MachineError::new(ErrorKind::Setup, what).with_sys(s)
             }
-            LaunchError::Cgroup(_) | LaunchError::MultiThreaded(_) => {
-                MachineError::new(ErrorKind::Setup, what)
-            }
+            LaunchError::Cgroup(c) => Self::from_cgroup(c, what),
+            LaunchError::MultiThreaded(_) => MachineError::new(ErrorKind::Setup, what),
             LaunchError::Prepare(e) => {
                 let mut m = Self::from_setup_line(&e.to_string());
                 m.what = what;
@@ -212,6 +211,32 @@ impl MachineError {
                 m
             }
         }
+    }
+
+    /// A limit the host cannot enforce: `where` is its key, `hint` the fix.
+    fn from_cgroup(c: &CgroupError, what: String) -> Self {
+        let mut m = MachineError::new(ErrorKind::Setup, what);
+        match c {
+            CgroupError::Unavailable { limit, fix, .. } => {
+                m.location = Some(format!("limits.{limit}"));
+                m.hint = Some(fix.clone());
+            }
+            CgroupError::BadParent { fix, .. } => {
+                m.location = Some("limits.cgroup_parent".to_string());
+                m.hint = Some(fix.clone());
+            }
+            CgroupError::Io { path, hint, .. } => {
+                m.location = Some(path.display().to_string());
+                m.hint = Some(hint.clone());
+            }
+            CgroupError::IoDevice { index, .. } => {
+                m.location = Some(format!("limits.io[{index}].device"));
+            }
+            CgroupError::RlimitAboveHard { name, .. } => {
+                m.location = Some(format!("limits.rlimits.{name}"));
+            }
+        }
+        m
     }
 
     fn from_net(n: &NetError, what: String) -> Self {

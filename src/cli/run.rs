@@ -25,6 +25,9 @@ Profile:
   --agent NAME|FILE       what an agent CLI needs (claude-code, codex, or a profile
                           file; `hutch agent list`, docs/agents.md); the other
                           options override it
+  --prompt TEXT           with --agent: run the CLI on this prompt the way its profile
+                          says (claude -p, codex exec), TEXT as one argument; words
+                          after -- go between the CLI's name and the prompt's words
   --bare                  start from an empty root (no default profile, no workspace)
   --workspace DIR[:DEST]  overlay DIR instead of the current directory, at DEST
                           inside (default: the same path); with --profile, adds
@@ -79,6 +82,9 @@ Secrets (the sandbox holds a placeholder; the proxy adds the value; docs/secrets
   --seccomp NAME|FILE  --landlock-min-abi N
   --memory SIZE  --cpus N  --cgroup-parent DIR
   --pids N|unlimited      process cap (default: 4096, preferred)
+  --require-limits        every limit is required, the defaults and a profile's
+                          preferred ones too: refused before start where one
+                          cannot be enforced (instead of a note and `unenforced`)
   --rlimit NAME=VALUE     e.g. nofile=1024, as=4G (sizes for as data fsize
                           memlock msgqueue rss stack; numbers for the rest)
   --io-max DEVICE:KEY=VALUE[,KEY=VALUE...]   cap a disk (cgroup io.max); keys
@@ -95,7 +101,9 @@ Reporting:
   --quiet                 no notices on stderr (changed paths, layers
                           without idmapping, output cut by --output-limit,
                           preferred limits not enforced here); errors
-                          still print
+                          still print, but with --json or --result-fd the
+                          lines on how the command ended (its error, the
+                          timeout) do not: the envelope has them
 
 Exit status: the command's; 128+N when killed by signal N; 124 on timeout;
 125 when hutch failed; 126/127 when the command is not executable / not found.";
@@ -108,7 +116,7 @@ type SpecEdit = Box<dyn FnOnce(&mut Spec) -> Result<()>>;
 /// create`).
 pub fn value_count(flag: &str) -> Option<usize> {
     Some(match flag {
-        "--bare" | "--share-net" | "--quiet" | "--json" => 0,
+        "--bare" | "--share-net" | "--quiet" | "--json" | "--require-limits" => 0,
         "--ro-bind" | "--bind" | "--dev-bind" | "--ro-bind-try" | "--bind-try"
         | "--dev-bind-try" | "--setenv" | "--symlink" | "--overlay" | "--chmod" => 2,
         "--profile" | "--workspace" | "--changes" | "--changes-size" | "--size" | "--tmpfs"
@@ -118,7 +126,7 @@ pub fn value_count(flag: &str) -> Option<usize> {
         | "--cap-add" | "--cap-drop" | "--allow-host" | "--allow-address" | "--resolve"
         | "--egress-policy" | "--egress-profile" | "--audit" | "--egress-mode"
         | "--status-file" | "--cgroup-parent" | "--pass-env" | "--label" | "--status-fd"
-        | "--result-fd" | "--secret" | "--gateway" | "--intercept" | "--agent" => 1,
+        | "--result-fd" | "--secret" | "--gateway" | "--intercept" | "--agent" | "--prompt" => 1,
         _ => return None,
     })
 }
@@ -162,6 +170,13 @@ impl Reporting {
     /// (the session front end then prints no document on stdout).
     pub fn has_stream(&self) -> bool {
         self.status.is_some() || self.result.is_some()
+    }
+
+    /// Whether hutch's lines about how the command ended (its error, the
+    /// timeout) stay off stderr: `--quiet` with the machine envelope, which
+    /// carries them, so that stderr is the workload's alone.
+    pub fn ending_lines_off(&self, quiet: bool) -> bool {
+        quiet && self.envelope_path().is_some()
     }
 }
 
@@ -220,6 +235,8 @@ pub fn parse_reporting_onto(
     let mut io_max: Vec<spec::IoMax> = Vec::new();
     let mut image = ImageFlags::default();
     let mut agent: Option<crate::agent::AgentProfile> = None;
+    let mut prompt: Option<String> = None;
+    let mut require_limits = false;
 
     while let Some(arg) = it.next() {
         let arg = arg?;
@@ -245,6 +262,8 @@ pub fn parse_reporting_onto(
                 base = Some(profile);
             }
             "--agent" => agent = Some(crate::agent::load(&value(arg)?)?),
+            "--prompt" => prompt = Some(value(arg)?),
+            "--require-limits" => require_limits = true,
             "--bare" | "--workspace" | "--changes" if workspace_from == WorkspaceFrom::Caller => {
                 bail!("{arg} does not apply: the caller provides the workspace")
             }
@@ -634,15 +653,38 @@ pub fn parse_reporting_onto(
     if let Some(agent) = &agent {
         agent.yield_to_caller(&mut spec);
     }
-    // A command on the line wins; a profile may bring its own.
-    if !command.is_empty() {
+    if let Some(prompt) = prompt {
+        let Some(agent) = &agent else {
+            bail!("--prompt needs --agent NAME (its profile says how the CLI takes a prompt)");
+        };
+        if prompt.is_empty() {
+            bail!("--prompt is empty: give the agent's task");
+        }
+        // The words after -- are the CLI's own options here.
+        spec.command = agent.prompt_command(&prompt, &command)?;
+    } else if !command.is_empty() {
+        // A command on the line wins; a profile may bring its own.
         spec.command = command;
     }
     if spec.command.is_empty() && spec.image.is_none() {
         bail!("no command given: hutch run [OPTIONS] -- COMMAND [ARGS...]");
     }
+    if require_limits {
+        let l = &mut spec.limits;
+        require(&mut l.memory);
+        require(&mut l.pids);
+        require(&mut l.cpus);
+        require(&mut l.io);
+    }
     // Validation happens once, in the launcher's prepare step.
     Ok((spec, opts))
+}
+
+/// `--require-limits`: a preferred limit becomes required (fail closed).
+fn require<T: Clone>(limit: &mut Option<Limit<T>>) {
+    if let Some(l) = limit {
+        *l = Limit::Required(l.get().clone());
+    }
 }
 
 /// Image flags: `--image` makes the image the system layer
@@ -917,6 +959,9 @@ pub fn run_reporting(spec: &Spec, opts: &RunOptions, rep: &Reporting) -> i32 {
     match launch::run(spec, opts) {
         Ok(report) => {
             report_envelope(rep, "run", &report, &report);
+            if rep.ending_lines_off(opts.quiet) {
+                return report.status;
+            }
             if let Some(e) = &report.error {
                 eprintln!("hutch: {e}");
             }
@@ -961,6 +1006,40 @@ mod tests {
 
     fn args(list: &[&str]) -> Vec<OsString> {
         list.iter().map(OsString::from).collect()
+    }
+
+    /// `--require-limits` makes the default (preferred) limits and the
+    /// agent profile's preferred memory cap required; without it they stay
+    /// preferred.
+    #[test]
+    fn require_limits_makes_every_limit_required() {
+        let preferred = parse(&args(&["--agent", "codex", "--", "true"])).unwrap().0;
+        let m = preferred.limits.memory.as_ref().unwrap();
+        assert!(!m.is_required(), "{m:?}");
+        let strict = parse(&args(&["--agent", "codex", "--require-limits", "--", "true"]))
+            .unwrap()
+            .0;
+        let l = &strict.limits;
+        assert_eq!(l.memory, Some(Limit::Required(m.value())));
+        assert!(l.pids.as_ref().is_some_and(|p| p.is_required()), "{l:?}");
+    }
+
+    /// `--prompt` builds the command from the agent profile; it needs one.
+    #[test]
+    fn prompt_builds_the_agents_command() {
+        let spec = parse(&args(&["--agent", "claude-code", "--prompt", "-x $(id)"]))
+            .unwrap()
+            .0;
+        assert_eq!(spec.command, ["claude", "-p", "--", "-x $(id)"]);
+        let spec = parse(&args(&["--agent", "codex", "--prompt", "p", "--", "-m", "o3"]))
+            .unwrap()
+            .0;
+        assert_eq!(
+            spec.command,
+            ["codex", "-m", "o3", "exec", "--skip-git-repo-check", "--", "p"]
+        );
+        let err = parse(&args(&["--prompt", "p"])).unwrap_err().to_string();
+        assert!(err.contains("--prompt needs --agent"), "{err}");
     }
 
     #[test]

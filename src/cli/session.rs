@@ -547,6 +547,10 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
         (Some(dir), None, None) => Source::Dir {
             path: std::path::absolute(&dir).context("--from")?,
         },
+        // A bad argument, refused before anything is made.
+        (None, Some(_), Some(rev)) if !crate::workspace::is_full_rev(&rev) => bail!(
+            "--rev must be a full commit id (40 or 64 hex digits), not {rev:?}: resolve it on the host first (`git rev-parse REV`)"
+        ),
         (None, Some(repo), Some(rev)) => Source::Git {
             repo: std::path::absolute(&repo).context("--from-git")?,
             rev,
@@ -780,6 +784,15 @@ fn session_defaults(options: Vec<OsString>) -> Result<crate::spec::Spec> {
     // Checked now, against a stand-in command, so a mistake fails create.
     crate::launch::validate(&spec)
         .map_err(|e| anyhow::anyhow!(super::flags::with_flags(&e.to_string())))?;
+    // And the required limits against this host (a leaf made the way a
+    // command's is, then removed), so that a cap the host cannot enforce
+    // fails create, not the first command.
+    let probe = format!(
+        "create-{}-{}",
+        std::process::id(),
+        crate::util::clock::now_ms()
+    );
+    drop(crate::cgroup::prepare(&spec.limits, &probe)?);
     spec.command.clear();
     Ok(spec)
 }
@@ -1472,6 +1485,9 @@ fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     });
     super::run::report_envelope(&rep, "session.run", &result, &record.report);
     let r = &record.report;
+    if rep.ending_lines_off(opts.quiet) {
+        return Ok(r.status);
+    }
     if let Some(e) = &r.error {
         eprintln!("hutch: {e}");
     }

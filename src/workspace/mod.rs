@@ -42,6 +42,7 @@ pub use disk::{DiskUsage, human as human_bytes};
 pub use error::WorkspaceError;
 pub use export::{ArchiveKind, ExportOptions, ExportSummary};
 pub use git::GitPolicy;
+pub(crate) use git::is_full_rev;
 pub use json::{is_unsafe_char, json_line};
 pub use relpath::{RelPath, WORKSPACE_DIR};
 pub use render::{DiffFormat, DiffSummary};

@@ -50,9 +50,12 @@ impl Session {
         };
         Ok(json!({
             "id": i.id,
+            // The shape `create` answers (`commit` too, as before).
             "source": match &i.source {
-                Source::Git { rev, .. } => json!({"kind": "git", "commit": rev}),
-                Source::Dir { .. } => json!({"kind": "dir"}),
+                Source::Git { repo, rev } => {
+                    json!({"kind": "git", "repo": repo, "rev": rev, "commit": rev})
+                }
+                Source::Dir { path } => json!({"kind": "dir", "path": path}),
             },
             "fingerprint": i.fingerprint,
             "files": i.files,
