@@ -296,8 +296,11 @@ pub fn translate(
         }
         let Some(fs) = fs_op(op, fds)? else { continue };
         if fs.dest() == Path::new("/") {
-            spec.root = Some(root_bind(&fs, spec.fs.is_empty() && spec.root.is_none())?);
-            continue;
+            let root = root_bind(&fs)?;
+            if spec.fs.is_empty() && spec.root.is_none() {
+                spec.root = Some(root);
+                continue;
+            }
         }
         let console = match (&fs, &caller.stdout_tty) {
             // bubblewrap's /dev/console: the caller's terminal, bound as
@@ -642,19 +645,18 @@ fn host_proc_ops(dest: &Path, cover: bool) -> Vec<FsOp> {
     ops
 }
 
-/// A bind on `/` (`--ro-bind / /`, the usual first operation) is the
-/// Spec's bound root: bubblewrap mounts it over its empty root, so what
-/// follows is mounted inside it. Read-only from the start for
-/// `--ro-bind`, so that no later operation creates anything on the host.
-fn root_bind(op: &FsOp, first: bool) -> Result<crate::spec::RootDir, BwrapError> {
+/// A bind on `/` as the first operation (`--ro-bind / /`, the usual
+/// start) is the Spec's bound root: bubblewrap mounts it over its empty
+/// root, so what follows is mounted inside it. Read-only from the start
+/// for `--ro-bind`, so that no later operation creates anything on the
+/// host. A bind on `/` after other operations stays an operation: it is
+/// mounted over the root built so far, hiding it, as in bubblewrap.
+fn root_bind(op: &FsOp) -> Result<crate::spec::RootDir, BwrapError> {
     let unsupported = |what: &str| {
         die(format!(
             "{what} on / is not supported by hutch-bwrap (docs/bwrap.md)"
         ))
     };
-    if !first {
-        return Err(unsupported("a mount after other operations"));
-    }
     let (src, opts): (&PathBuf, &[&str]) = match op {
         FsOp::Bind { src, .. } => (src, &["nosuid", "nodev"]),
         FsOp::RoBind { src, .. } => (src, &["nosuid", "nodev", "ro"]),
