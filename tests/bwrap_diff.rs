@@ -385,6 +385,25 @@ fn errors_match_bubblewrap() {
                 &["--exec-label", "system_u:system_r:x"],
                 &["true"],
             ),
+            // execve's own errno in the message (issue 33, item 7: an
+            // ELOOP was "Permission denied").
+            (
+                "command is a symlink loop",
+                &[
+                    "--ro-bind",
+                    "/",
+                    "/",
+                    "--tmpfs",
+                    "/tmp",
+                    "--symlink",
+                    "/tmp/a",
+                    "/tmp/b",
+                    "--symlink",
+                    "/tmp/b",
+                    "/tmp/a",
+                ],
+                &["/tmp/a"],
+            ),
         ] {
             let case = Case::new(name, args).command(cmd);
             let b = run(&bwrap(), &case, who, dir.path());
