@@ -281,6 +281,13 @@ pub fn parse(args: Vec<OsString>, fds: &mut dyn FdReader) -> Result<Parsed, Bwra
         total: args.len(),
     };
     let rest = parse_recurse(&args, false, &mut p, &mut st, fds)?;
+    // bubblewrap's parse_args: the command (or the end) after an
+    // --overlay-src that no overlay took.
+    if p.action.is_none() && !st.overlay_srcs.is_empty() {
+        return Err(die(
+            "--overlay-src must be followed by another --overlay-src or one of --overlay, --tmp-overlay, or --ro-overlay",
+        ));
+    }
     if p.action.is_none() {
         p.action = Some(Action::Run);
         p.command = rest.iter().cloned().map(OsString::from_vec).collect();
@@ -815,6 +822,11 @@ mod tests {
             ),
             (
                 &["--overlay-src", "/a", "--dir", "/x"],
+                "--overlay-src must be followed by another --overlay-src or one of --overlay, --tmp-overlay, or --ro-overlay",
+            ),
+            // Issue 33 item 11: trailing, before the command.
+            (
+                &["--overlay-src", "/a", "true"],
                 "--overlay-src must be followed by another --overlay-src or one of --overlay, --tmp-overlay, or --ro-overlay",
             ),
             (&["--cap-add", "CAP_BOGUS"], "unknown cap: CAP_BOGUS"),

@@ -240,11 +240,18 @@ fn run(program: &str, mut args: Vec<OsString>, level_prefix: &mut bool) -> Resul
     match result {
         Ok(report) => match report.reason {
             Outcome::ExecFailed => {
-                let errno = if report.status == 126 {
-                    libc::EACCES
-                } else {
-                    libc::ENOENT
-                };
+                // The errno execve failed with (ELOOP, ENOEXEC, ...), as
+                // bubblewrap's execvp message; else what the status says.
+                let errno = report
+                    .failure
+                    .as_ref()
+                    .and_then(|f| f.errno.as_deref())
+                    .and_then(errno_named)
+                    .unwrap_or(if report.status == 126 {
+                        libc::EACCES
+                    } else {
+                        libc::ENOENT
+                    });
                 Err(BwrapError::errno(
                     format!("execvp {}", spec.command[0]),
                     errno,
@@ -264,4 +271,9 @@ fn run(program: &str, mut args: Vec<OsString>, level_prefix: &mut bool) -> Resul
         },
         Err(e) => Err(BwrapError::die(e.to_string())),
     }
+}
+
+/// The errno a report names (`ELOOP`: `Errno`'s Debug form).
+fn errno_named(name: &str) -> Option<i32> {
+    (1..4096).find(|&n| format!("{:?}", crate::sys::Errno::from_raw(n)) == name)
 }

@@ -261,7 +261,7 @@ pub fn translate(
     if let Some(h) = &p.hostname {
         spec.identity.hostname = Some(utf8(h, "hostname")?);
     }
-    spec.security = capabilities(p, caller, unshare_user, spec.security.clone());
+    spec.security = capabilities(p, caller, unshare_user, spec.security.clone())?;
     // bubblewrap's raw BPF programs, read as it reads them.
     for fd in p.seccomp_fd.iter().chain(&p.add_seccomp_fds) {
         let data = fds
@@ -296,8 +296,11 @@ pub fn translate(
         }
         let Some(fs) = fs_op(op, fds)? else { continue };
         if fs.dest() == Path::new("/") {
-            spec.root = Some(root_bind(&fs, spec.fs.is_empty() && spec.root.is_none())?);
-            continue;
+            let root = root_bind(&fs)?;
+            if spec.fs.is_empty() && spec.root.is_none() {
+                spec.root = Some(root);
+                continue;
+            }
         }
         let console = match (&fs, &caller.stdout_tty) {
             // bubblewrap's /dev/console: the caller's terminal, bound as
@@ -358,22 +361,49 @@ pub fn translate(
 /// and permitted; no ambient), unless `--cap-add`/`--cap-drop` were used;
 /// then, and for everyone else, exactly the requested ones in all five
 /// sets (none by default).
+///
+/// In a user namespace of the sandbox's own, hutch locks nested user
+/// namespaces there (`user.max_user_namespaces = 0`), and CAP_SYS_RESOURCE
+/// over that namespace would let the sandbox raise the limit again
+/// (bubblewrap keeps its lock in a parent namespace instead). So there it
+/// is never granted: left out of root's own set and of `--cap-add ALL`,
+/// and a `--cap-add CAP_SYS_RESOURCE` that would grant it is refused.
 fn capabilities(
     p: &Parsed,
     caller: &Caller,
     userns: bool,
     mut sec: crate::spec::Security,
-) -> crate::spec::Security {
+) -> Result<crate::spec::Security, BwrapError> {
     let root = caller.uid == 0;
     let all = (0..=crate::sys::cap_last_cap()).fold(0u64, |m, c| m | 1 << c);
-    let mut requested = if root { caller.effective } else { 0 };
+    let sys_resource = caps::Capability::CAP_SYS_RESOURCE.bitmask();
+    let withheld = if userns { sys_resource } else { 0 };
+    let mut requested = if root { caller.effective & !withheld } else { 0 };
+    // Whether the last word on CAP_SYS_RESOURCE was asking for it by name.
+    let mut named_sys_resource = false;
     for c in &p.caps {
         match c {
-            CapOp::Add(None) => requested = all,
-            CapOp::Add(Some(n)) => requested |= 1 << n,
-            CapOp::Drop(None) => requested = 0,
-            CapOp::Drop(Some(n)) => requested &= !(1 << n),
+            CapOp::Add(None) => requested = all & !withheld,
+            CapOp::Add(Some(n)) => {
+                requested |= 1 << n;
+                named_sys_resource |= 1u64 << n == sys_resource;
+            }
+            CapOp::Drop(None) => {
+                requested = 0;
+                named_sys_resource = false;
+            }
+            CapOp::Drop(Some(n)) => {
+                requested &= !(1 << n);
+                named_sys_resource &= 1u64 << n != sys_resource;
+            }
         }
+    }
+    if named_sys_resource && userns {
+        return Err(die(
+            "--cap-add CAP_SYS_RESOURCE in a user namespace of the sandbox's own is not supported by hutch-bwrap: \
+             it would let the sandbox raise user.max_user_namespaces and undo the lock on nested user namespaces \
+             (leave it out; docs/bwrap.md)",
+        ));
     }
     requested &= all;
     let names = |mask: u64| -> Vec<String> {
@@ -405,7 +435,7 @@ fn capabilities(
             ambient: n,
         }
     });
-    sec
+    Ok(sec)
 }
 
 fn fs_op(op: &Op, fds: &mut dyn FdReader) -> Result<Option<FsOp>, BwrapError> {
@@ -615,19 +645,18 @@ fn host_proc_ops(dest: &Path, cover: bool) -> Vec<FsOp> {
     ops
 }
 
-/// A bind on `/` (`--ro-bind / /`, the usual first operation) is the
-/// Spec's bound root: bubblewrap mounts it over its empty root, so what
-/// follows is mounted inside it. Read-only from the start for
-/// `--ro-bind`, so that no later operation creates anything on the host.
-fn root_bind(op: &FsOp, first: bool) -> Result<crate::spec::RootDir, BwrapError> {
+/// A bind on `/` as the first operation (`--ro-bind / /`, the usual
+/// start) is the Spec's bound root: bubblewrap mounts it over its empty
+/// root, so what follows is mounted inside it. Read-only from the start
+/// for `--ro-bind`, so that no later operation creates anything on the
+/// host. A bind on `/` after other operations stays an operation: it is
+/// mounted over the root built so far, hiding it, as in bubblewrap.
+fn root_bind(op: &FsOp) -> Result<crate::spec::RootDir, BwrapError> {
     let unsupported = |what: &str| {
         die(format!(
             "{what} on / is not supported by hutch-bwrap (docs/bwrap.md)"
         ))
     };
-    if !first {
-        return Err(unsupported("a mount after other operations"));
-    }
     let (src, opts): (&PathBuf, &[&str]) = match op {
         FsOp::Bind { src, .. } => (src, &["nosuid", "nodev"]),
         FsOp::RoBind { src, .. } => (src, &["nosuid", "nodev", "ro"]),

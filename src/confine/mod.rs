@@ -13,6 +13,7 @@
 pub mod caps;
 pub mod landlock;
 pub mod seccomp;
+pub(crate) mod userns_lock;
 
 use serde::Serialize;
 

@@ -266,6 +266,7 @@ pub fn build_unpivoted<S: FsSys>(
             .iter()
             .map(|src| staging_under(src.path.as_bytes()))
             .collect(),
+        parent_mode: 0o755,
     };
     for (index, fd) in handed {
         let dir = b
@@ -429,6 +430,10 @@ pub fn pivot<S: FsSys>(sys: &mut S, plan: &Plan, staged: Unpivoted) -> Result<Bu
 
 impl<S: FsSys> Builder<'_, S> {
     fn step(&mut self, step: &Step, staging: BorrowedFd<'_>) -> OpResult<Option<OwnedFd>> {
+        self.parent_mode = match step {
+            Step::Dir { mode, .. } | Step::File { mode, .. } => parent_mode(*mode),
+            _ => 0o755,
+        };
         match step {
             Step::Bind {
                 source,
@@ -449,6 +454,12 @@ impl<S: FsSys> Builder<'_, S> {
                     None,
                 ))?;
                 drop(target);
+                if dest.to_bytes() == b"." {
+                    // Over the new root itself (bubblewrap's bind on `/`
+                    // after other operations): what follows goes on the
+                    // bind, which a lookup of the root's path now finds.
+                    self.root = plain(self.sys.open(None, STAGING_ROOT, O_PATH_DIR, 0, 0))?;
+                }
                 self.drop_staging_copy(*source, dest)?;
                 self.set_attrs(dest, *attrs)?;
             }
@@ -479,10 +490,39 @@ impl<S: FsSys> Builder<'_, S> {
                     None,
                 ))?;
             }
-            Step::Dir { dest, mode } => {
-                let fd = self.ensure(dest, true)?;
-                plain(self.sys.chmod(&fd_path(fd.as_fd()), *mode))?;
-            }
+            // As bubblewrap's ensure_dir: a directory already there (a
+            // host one under a bind, perhaps) is left as it is.
+            Step::Dir { dest, mode } => match self.sys.open(
+                Some(self.root.as_fd()),
+                dest,
+                O_PATH_DIR,
+                0,
+                RESOLVE_IN_ROOT,
+            ) {
+                Ok(_) => {}
+                Err(e) if e.errno == Errno::ENOENT => {
+                    let (parent, name) = self.parent_of(dest)?;
+                    match self.sys.mkdirat(dir_fd(&self.root, &parent), &name, *mode) {
+                        Ok(()) => {
+                            let fd = plain(self.sys.open(
+                                Some(dir_fd(&self.root, &parent)),
+                                &name,
+                                O_PATH_DIR,
+                                0,
+                                RESOLVE_NO_SYMLINKS,
+                            ))?;
+                            // Exactly the mode asked for, whatever the umask.
+                            plain(self.sys.chmod(&fd_path(fd.as_fd()), *mode))?;
+                        }
+                        Err(e) if e.errno == Errno::EEXIST => {}
+                        Err(e) => {
+                            let hint = hint_for_create(e.errno);
+                            return Err((e, hint));
+                        }
+                    }
+                }
+                Err(e) => return Err((e, None)),
+            },
             Step::File {
                 dest,
                 content,
@@ -528,10 +568,21 @@ impl<S: FsSys> Builder<'_, S> {
             }
             Step::Symlink { target, dest } => {
                 let (parent, name) = self.parent_of(dest)?;
-                plain(
-                    self.sys
-                        .symlinkat(target, dir_fd(&self.root, &parent), &name),
-                )?;
+                let at = dir_fd(&self.root, &parent);
+                match self.sys.symlinkat(target, at, &name) {
+                    Ok(()) => {}
+                    // As bubblewrap: the same link already there is fine.
+                    Err(e) if e.errno == Errno::EEXIST => match self.sys.readlinkat(at, &name) {
+                        Ok(t) if t == target.to_bytes() => {}
+                        Ok(_) => {
+                            return Err((e, Some("the destination is a symlink to another target")));
+                        }
+                        Err(_) => {
+                            return Err((e, Some("the destination exists and is not a symlink")));
+                        }
+                    },
+                    Err(e) => return Err((e, None)),
+                }
             }
             Step::Chmod { dest, mode } => {
                 let fd = plain(self.sys.open(
@@ -933,7 +984,8 @@ impl<S: FsSys> Builder<'_, S> {
                     Some(parent_fd),
                     &name,
                     libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW,
-                    0o644,
+                    // A mount point only (bubblewrap's ensure_file mode).
+                    0o444,
                     RESOLVE_NO_SYMLINKS,
                 )
                 .map(drop)
@@ -979,7 +1031,10 @@ impl<S: FsSys> Builder<'_, S> {
                 Ok(fd) => Ok(fd),
                 Err(e) if e.errno == Errno::ENOENT => {
                     let comp = CString::new(comp).expect("no NUL");
-                    match self.sys.mkdirat(dir_fd(&self.root, &cur), &comp, 0o755) {
+                    match self
+                        .sys
+                        .mkdirat(dir_fd(&self.root, &cur), &comp, self.parent_mode)
+                    {
                         Ok(()) => {
                             plain(
                                 self.sys
@@ -1034,6 +1089,20 @@ fn staging_path(name: &CStr) -> CString {
     path.push(b'/');
     path.extend_from_slice(name.to_bytes());
     CString::new(path).expect("no NUL")
+}
+
+/// bubblewrap's parent directory mode for a step whose own mode is
+/// `mode`: 0755, without the group's bits when `mode` gives the group
+/// nothing, and without the others' when it gives them nothing.
+fn parent_mode(mode: u32) -> u32 {
+    let mut parent = 0o755;
+    if mode & 0o070 == 0 {
+        parent &= !0o050;
+    }
+    if mode & 0o007 == 0 {
+        parent &= !0o005;
+    }
+    parent
 }
 
 fn hint_for_create(errno: Errno) -> Option<&'static str> {

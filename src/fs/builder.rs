@@ -27,6 +27,10 @@ pub(super) struct Builder<'a, S: FsSys> {
     /// staging tmpfs (relative to the bind; `/` → `tmp`, `/tmp` → ``),
     /// None for the sources that do not hold `/tmp`.
     pub(super) staging_in_source: Vec<Option<CString>>,
+    /// Mode of the parent directories a step creates (bubblewrap's: 0755,
+    /// less the group's or others' bits when the step's own mode gives
+    /// them nothing).
+    pub(super) parent_mode: u32,
 }
 
 /// Where a recursive bind of `source` (a host path) holds the staging

@@ -40,6 +40,8 @@ pub trait FsSys {
         dir: BorrowedFd<'_>,
         name: &CStr,
     ) -> Result<(), SysError>;
+    /// readlinkat(2): the target of the symlink `name` in `dir`.
+    fn readlinkat(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Result<Vec<u8>, SysError>;
     fn mount_setattr(
         &mut self,
         fd: BorrowedFd<'_>,

@@ -149,6 +149,10 @@ impl FsSys for Recorder {
     fn is_dir(&mut self, fd: BorrowedFd<'_>) -> Result<bool, SysError> {
         Ok(!self.files.contains(&n(fd)))
     }
+    fn readlinkat(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Result<Vec<u8>, SysError> {
+        self.calls.push(format!("readlink {} {}", n(dir), s(name)));
+        Err(SysError::new("readlinkat", Errno::EINVAL))
+    }
     fn same_file(&mut self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<bool, SysError> {
         self.calls.push(format!("same_file {} {}", n(a), n(b)));
         Ok(true)

@@ -390,7 +390,11 @@ pub enum FsOp {
     Mqueue {
         dest: PathBuf,
     },
-    /// An empty directory.
+    /// A directory: made with `mode` (default 0755) when missing; one
+    /// already there (a host directory under a bind, perhaps) is left as
+    /// it is, mode included. Missing parents of this and of `file` are
+    /// made 0755, less the group's or others' bits when `mode` gives them
+    /// nothing (bubblewrap's rule); a file mount point is made 0444.
     Dir {
         dest: PathBuf,
         mode: Option<u32>,
@@ -417,6 +421,8 @@ pub enum FsOp {
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         writable: bool,
     },
+    /// A symbolic link; the same link already at `dest` is accepted, a
+    /// different one or anything else there is refused.
     Symlink {
         target: PathBuf,
         dest: PathBuf,

@@ -52,6 +52,29 @@ pub mod raw {
             .then(|| unsafe { OwnedFd::from_raw_fd(r as i32) }))
     }
 
+    /// `prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog)`: the older
+    /// entry, which bubblewrap uses for its `--seccomp` programs, so that
+    /// a first program that allows prctl but not seccomp(2) still lets
+    /// the next one be installed. Same preconditions as
+    /// [`seccomp_set_mode_filter`].
+    pub fn prctl_set_seccomp_filter(prog: &[sock_filter]) -> Result<(), Errno> {
+        let len = libc::c_ushort::try_from(prog.len()).unwrap_or(libc::c_ushort::MAX);
+        let fprog = SockFprog {
+            len,
+            filter: prog.as_ptr(),
+        };
+        // SAFETY: `fprog` points at `prog`, which outlives the call; the
+        // kernel copies the instructions and keeps no reference.
+        ret(unsafe {
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+                &fprog as *const SockFprog,
+            )
+        } as libc::c_long)
+        .map(drop)
+    }
+
     /// seccomp(SECCOMP_GET_ACTION_AVAIL, 0, &action): Ok when supported.
     /// Has no side effects.
     pub fn seccomp_action_avail(action: u32) -> Result<(), Errno> {

@@ -202,3 +202,22 @@ pub fn deny_mkdir_bpf() -> Vec<u8> {
     ]
     .concat()
 }
+
+/// A raw seccomp program that fails seccomp(2) with EPERM and allows
+/// everything else, prctl included: bubblewrap's documented contract for
+/// a first `--add-seccomp-fd` program that lets later ones be loaded.
+pub fn deny_seccomp_syscall_bpf() -> Vec<u8> {
+    let ins = |code: u16, jt: u8, jf: u8, k: u32| {
+        let mut v = code.to_ne_bytes().to_vec();
+        v.extend([jt, jf]);
+        v.extend(k.to_ne_bytes());
+        v
+    };
+    [
+        ins(0x20, 0, 0, 0),               // ld [0]: the syscall number
+        ins(0x15, 0, 1, 317),             // jeq seccomp → deny
+        ins(0x06, 0, 0, 0x0005_0000 | 1), // ret ERRNO(EPERM)
+        ins(0x06, 0, 0, 0x7fff_0000),     // ret ALLOW
+    ]
+    .concat()
+}

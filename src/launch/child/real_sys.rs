@@ -92,6 +92,10 @@ impl FsSys for RealSys {
         sys::is_dir(fd)
     }
 
+    fn readlinkat(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Result<Vec<u8>, SysError> {
+        sys::readlink_at(dir, name)
+    }
+
     fn same_file(&mut self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<bool, SysError> {
         let (a, b) = (sys::fstat(a)?, sys::fstat(b)?);
         Ok((a.dev, a.ino) == (b.dev, b.ino))
@@ -461,6 +465,10 @@ impl ChildSys for RealSys {
 
     fn seccomp(&mut self, program: &[sock_filter]) -> Result<(), Errno> {
         raw::seccomp_set_mode_filter(program, 0).map(drop)
+    }
+
+    fn seccomp_prctl(&mut self, program: &[sock_filter]) -> Result<(), Errno> {
+        raw::prctl_set_seccomp_filter(program)
     }
 
     fn execve(

@@ -128,6 +128,9 @@ pub(crate) trait ChildSys: FsSys {
     ) -> Result<(), Errno>;
     fn landlock_restrict(&mut self, ruleset: BorrowedFd<'_>) -> Result<(), Errno>;
     fn seccomp(&mut self, program: &[sock_filter]) -> Result<(), Errno>;
+    /// The same through prctl(PR_SET_SECCOMP) (`security.seccomp_bpf`,
+    /// as bubblewrap installs them).
+    fn seccomp_prctl(&mut self, program: &[sock_filter]) -> Result<(), Errno>;
     /// execve; returns only on failure.
     fn execve(
         &mut self,

@@ -12,7 +12,7 @@ use super::syscalls::ChildSys;
 use crate::confine::landlock::{FILE_RIGHTS, LandlockPlan};
 use crate::launch::plan::{CapPlan, ChildPlan, Exec};
 use crate::launch::wire::stage::{At, Failure, Stage};
-use crate::sys::{Errno, RESOLVE_NO_MAGICLINKS};
+use crate::sys::Errno;
 
 /// The workload, between clone and execve, on its own stack over init's
 /// memory: it allocates nothing. Returns only when a step failed (a
@@ -69,6 +69,7 @@ fn workload_steps<S: ChildSys>(
     if nnp {
         sys.set_no_new_privs().at(Stage::NoNewPrivs)?;
         drop_capabilities(sys, plan)?;
+        die_with_init(sys, plan, sock)?;
     }
     // The command is looked up before the filters: a profile need not
     // allow openat2 (older engines' defaults lack it), and nothing of
@@ -89,11 +90,13 @@ fn workload_steps<S: ChildSys>(
     if let Some(filter) = plan.confinement.workload_filter() {
         sys.seccomp(&filter.program).at(Stage::Seccomp)?;
     }
+    // prctl, as bubblewrap: a program may allow prctl and not seccomp(2).
     for program in plan.confinement.raw_filters() {
-        sys.seccomp(program).at(Stage::Seccomp)?;
+        sys.seccomp_prctl(program).at(Stage::Seccomp)?;
     }
     if !nnp {
         drop_capabilities(sys, plan)?;
+        die_with_init(sys, plan, sock)?;
     }
     Err(exec(sys, &cmd.exec))
 }
@@ -202,17 +205,40 @@ pub(super) fn add_landlock_path_rule<S: ChildSys>(
         .map_err(|e| Failure::new(Stage::LandlockPathRule, e).at(i))
 }
 
+/// The workload ends with hutch init (PDEATHSIG(SIGKILL), after its
+/// credential change, which would clear it), as bubblewrap's
+/// `--die-with-parent` child does: without a pid namespace of its own
+/// nothing else would end it when the chain above (caller, supervisor,
+/// hutch init, each with its own parent-death signal) is killed. Then the
+/// supervisor must still be there (it may have died before the signal
+/// was armed). Not for detached sandboxes, whose init outlives its
+/// launcher on purpose.
+fn die_with_init<S: ChildSys>(
+    sys: &mut S,
+    plan: &ChildPlan,
+    sock: BorrowedFd<'_>,
+) -> Result<(), Failure> {
+    if plan.detached {
+        return Ok(());
+    }
+    sys.set_parent_death_signal()
+        .at(Stage::ParentDeathSignalAgain)?;
+    if !sys.supervisor_alive(sock) {
+        return Err(Failure::new(Stage::ParentDeathSignalAgain, Errno::ESRCH));
+    }
+    Ok(())
+}
+
 /// Each execve candidate resolved inside the root (a relative one from
 /// the working directory), its outcome kept in its slot for [`exec`].
 fn resolve_candidates<S: ChildSys>(sys: &mut S, exec: &Exec, root: BorrowedFd<'_>) {
     for (candidate, slot) in exec.candidates.iter().zip(&exec.resolved) {
         let dir = candidate.to_bytes().starts_with(b"/").then_some(root);
-        let resolve = if dir.is_some() {
-            IN_ROOT
-        } else {
-            RESOLVE_NO_MAGICLINKS
-        };
-        slot.set(sys.openat2(dir, candidate, libc::O_PATH, resolve).err());
+        // `root` is this process's own `/`: a plain lookup stays in it,
+        // and follows magic links as execve does (`/proc/self/exe`,
+        // `/proc/self/fd/N`, which bubblewrap runs); RESOLVE_IN_ROOT and
+        // RESOLVE_NO_MAGICLINKS would refuse them with ELOOP.
+        slot.set(sys.openat2(dir, candidate, libc::O_PATH, 0).err());
     }
 }
 

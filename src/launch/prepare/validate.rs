@@ -32,6 +32,7 @@ pub(crate) fn validate_claimed(
 /// Every concern's own check (confinement, limits, egress, secrets, image).
 fn validate_concerns(spec: &Spec) -> Result<(), SpecError> {
     crate::confine::validate(&spec.security)?;
+    crate::confine::userns_lock::validate(spec)?;
     crate::cgroup::validate_limits(&spec.limits)?;
     crate::net::validate_spec(spec)?;
     crate::secret::validate(spec)?;
