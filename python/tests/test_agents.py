@@ -259,7 +259,8 @@ def test_a_runaway_allocation_is_killed_or_the_run_refused_before_start(
     except hutch.SetupError as e:
         # Refused before start: the reason and what to do, nothing ran.
         log = model.stop()
-        assert "limits.memory" in str(e) and "memory" in (e.hint or str(e)), str(e)
+        assert e.where == "limits.memory" and e.hint, str(e)
+        assert "memory=" in str(e), str(e)  # the keyword, not --memory
         assert log == "", log
         assert not (changes / "upper" / "alloc.txt").exists()
         return
