@@ -129,7 +129,12 @@ impl StateDir {
         if parent.info.baseline_origin.is_none()
             && lstat_opt(parent.dir_fd(), c"baseline")?.is_some()
         {
+            // Moving a directory to another parent rewrites its `..`:
+            // the (0555) baseline must be writable for that.
+            let baseline = sys::open_dir_beneath(parent.dir_fd(), c"baseline")?;
+            sys::fchmod(baseline.as_fd(), 0o755)?;
             sys::rename_at(parent.dir_fd(), c"baseline", store.fd(), &base)?;
+            sys::fchmod(baseline.as_fd(), 0o555)?;
         }
         if lstat_opt(store.fd(), &base)?.is_none() {
             return Err(WorkspaceError::State {
