@@ -67,6 +67,7 @@ from ._types import (
     SessionInfo,
     SessionResult,
     Skipped,
+    SnapshotInfo,
     Source,
     StartEvent,
 )
@@ -128,6 +129,7 @@ __all__ = [
     "SessionResult",
     "SetupError",
     "Skipped",
+    "SnapshotInfo",
     "Source",
     "SpecError",
     "StartEvent",
