@@ -474,3 +474,54 @@ fn hostile_child_reaches_no_sibling_unprivileged() -> Result<()> {
     );
     hostile_child(As::Nobody)
 }
+
+/// The library face (`hutch::{StateDir, Session, ForkOptions}`), no
+/// sandbox: snapshot, fork, rollback and the shared layers' end, through
+/// the file operations.
+#[test]
+fn library_snapshot_fork_rollback() -> Result<()> {
+    let t = Tmp::new("fork-library");
+    let src = t.0.join("src");
+    std::fs::create_dir(&src)?;
+    std::fs::write(src.join("a.txt"), "a\n")?;
+    let state_path = t.0.join("state");
+    let state = hutch::StateDir::open(&state_path)?;
+    let mut s = state.create(&hutch::CreateOptions::new(hutch::Source::Dir {
+        path: src.clone(),
+    }))?;
+    s.write(Path::new("b.txt"), &mut &b"b\n"[..], 1024)?;
+    let snap = s.snapshot(Some("one"))?;
+    assert_eq!((snap.id, snap.files, snap.bytes), (1, 1, 2));
+    assert!(s.snapshot(Some("one")).is_err(), "names are unique");
+    let report = state.fork(
+        s.id(),
+        &hutch::ForkOptions {
+            from: Some("one".into()),
+            count: 2,
+            ..hutch::ForkOptions::default()
+        },
+    )?;
+    assert_eq!(report.children.len(), 2);
+    let mut kid = state.open_session(&report.children[0])?;
+    assert_eq!(kid.info.parent.as_deref(), Some(s.id()));
+    assert_eq!(kid.read(Path::new("b.txt"), 16)?, b"b\n");
+    kid.write(Path::new("b.txt"), &mut &b"kid\n"[..], 1024)?;
+    assert_eq!(s.read(Path::new("b.txt"), 16)?, b"b\n");
+    s.write(Path::new("c.txt"), &mut &b"c\n"[..], 1024)?;
+    s.rollback("1")?;
+    assert!(s.read(Path::new("c.txt"), 16).is_err());
+    let parent = s.id().to_string();
+    drop(s);
+    assert!(state.close(&parent, false)?);
+    assert_eq!(kid.read(Path::new("b.txt"), 16)?, b"kid\n");
+    let sibling = state.open_session(&report.children[1])?;
+    assert_eq!(sibling.read(Path::new("b.txt"), 16)?, b"b\n");
+    assert_eq!(sibling.read(Path::new("a.txt"), 16)?, b"a\n");
+    drop((kid, sibling));
+    for c in &report.children {
+        state.close(c, false)?;
+    }
+    state.gc(std::time::Duration::ZERO)?;
+    assert_eq!(std::fs::read_dir(&state_path)?.count(), 0);
+    Ok(())
+}
