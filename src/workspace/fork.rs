@@ -6,8 +6,7 @@
 //! baseline moves into the store (`base-ID`, one rename) at its first
 //! fork. Each child has its own empty upper, lock, audit, budget and
 //! deadline, and records its `parent`. Its manifests of the inherited
-//! layers (`seals/N`) are copies of the parent's (a line per changed
-//! path). A child appears atomically (built in `.creating-ID`, renamed)
+//! layers (`seals/N`) are hard links to the parent's. A child appears atomically (built in `.creating-ID`, renamed)
 //! while the store's lock is held, so a sweep never sees it half-made.
 
 use std::ffi::CString;
@@ -18,7 +17,7 @@ use serde_json::json;
 use super::disk::DiskMechanism;
 use super::error::{Result, WorkspaceError};
 use super::info::{LayerKind, ROOT_LAUNCH_UID};
-use super::layers::{lstat_opt, read_regular};
+use super::layers::lstat_opt;
 use super::remove::remove_tree;
 use super::seal::FreezeKind;
 use super::seal_journal::seal_name;
@@ -191,13 +190,19 @@ impl StateDir {
             let seals = sys::open_dir_beneath(dir.as_fd(), c"seals")?;
             let parent_seals = sys::open_dir_beneath(parent.dir_fd(), c"seals")?;
             for n in 1..=snapshot {
-                let text = read_regular(
-                    parent_seals.as_fd(),
-                    &seal_name(n),
-                    1 << 30,
-                    b"seal manifest",
-                )?;
-                write_new(seals.as_fd(), &seal_name(n), &text, 0o400)?;
+                // A hard link: the manifest is never written again (a
+                // rollback unlinks it), so sharing it costs no disk.
+                let name = seal_name(n);
+                match lstat_opt(parent_seals.as_fd(), &name)? {
+                    Some(m) if m.is_file() => {}
+                    _ => {
+                        return Err(WorkspaceError::State {
+                            path: parent.path.join("seals").join(name.to_string_lossy().as_ref()),
+                            reason: "is missing or not a regular file".into(),
+                        });
+                    }
+                }
+                sys::image::link_at(parent_seals.as_fd(), &name, seals.as_fd(), &name)?;
             }
             for sub in [c"upper", c"work", c"layers"] {
                 sys::mkdirat(dir.as_fd(), sub, 0o755)?;
