@@ -525,3 +525,72 @@ fn library_snapshot_fork_rollback() -> Result<()> {
     assert_eq!(std::fs::read_dir(&state_path)?.count(), 0);
     Ok(())
 }
+
+/// A fork can be warm (`fork --warm N`: each child's server, its commands
+/// served from it), and a rollback stops the session's warm sandboxes
+/// (they staged the upper it discards): the next command launches cold
+/// and sees the rolled-back workspace.
+fn warm_fork(who: As) -> Result<()> {
+    let w = World::new("fork-warm", who);
+    let src = w.path("src");
+    std::fs::create_dir(&src)?;
+    std::fs::write(src.join("a.txt"), "a\n")?;
+    if who.drops_to_nobody() {
+        chown_nobody(&src);
+    }
+    let parent = w.create(&["--from", src.to_str().unwrap()])?;
+    ok(&w.session(&["run", &parent, "--", "sh", "-c", "echo p > p.txt"]))?;
+    let child = ok(&w.session(&["fork", &parent, "--warm", "1"]))?;
+    let child = child.trim().to_string();
+    ok(&w.session(&["warm", &child, "--ready", "--timeout", "60s"]))?;
+    let status = w.path("status");
+    ok(&w.session(&[
+        "run",
+        &child,
+        "--status-file",
+        status.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "cat p.txt && echo c > c.txt",
+    ]))?;
+    assert_eq!(common::exit_report(&status)["warm"], true);
+    // The pool refilled with a sandbox over the upper holding c.txt.
+    ok(&w.session(&["warm", &child, "--ready", "--timeout", "60s"]))?;
+    ok(&w.session(&["rollback", &child, "1"]))?;
+    let o = w.session(&["warm", &child, "--ready"]);
+    assert_eq!(o.status.code(), Some(125), "the warm server is gone: {o:?}");
+    ok(&w.session(&[
+        "run",
+        &child,
+        "--status-file",
+        status.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "test ! -e c.txt && cat p.txt",
+    ]))?;
+    assert_eq!(common::exit_report(&status)["warm"], false);
+    for s in [&parent, &child] {
+        ok(&w.session(&["close", s]))?;
+    }
+    state_is_empty(&w)
+}
+
+#[test]
+fn warm_fork_and_rollback_as_root() -> Result<()> {
+    require!(
+        can_launch_as(As::Root).is_ok() && can_sandbox(),
+        "needs root and a launcher"
+    );
+    warm_fork(As::Root)
+}
+
+#[test]
+fn warm_fork_and_rollback_unprivileged() -> Result<()> {
+    require!(
+        can_launch_as(As::Nobody).is_ok() && can_sandbox(),
+        "needs a launcher"
+    );
+    warm_fork(As::Nobody)
+}
