@@ -126,7 +126,14 @@ fn best_of_n(who: As) -> Result<()> {
         }
         assert!(!diff.contains(".deps"), "{diff}");
         applies_to_fresh_checkout(&w, &repo_dir, &rev, &diff)?;
-        let own = ok(&w.session(&["diff", child, "--since", "1", "--format", "stat"]))?;
+        let own = ok(&w.session(&[
+            "diff",
+            child,
+            "--since",
+            if i % 2 == 0 { "1" } else { "provisioned" },
+            "--format",
+            "stat",
+        ]))?;
         assert!(
             own.contains("value.sh") && own.contains("1 file changed"),
             "{own}"
@@ -440,6 +447,15 @@ fn hostile_child(who: As) -> Result<()> {
     let o = w.session(&["read", bad, "a.txt"]);
     assert_eq!(o.status.code(), Some(125), "{o:?}");
     ok(&w.session(&["rollback", bad, "1"]))?;
+    // The layer the rollback dropped stays for the fork that uses it.
+    ok(&w.session(&[
+        "run",
+        &grand,
+        "--",
+        "sh",
+        "-c",
+        "test -p fifo && test -L sib",
+    ]))?;
     // Nothing reached the sibling or the parent.
     for s in [good, parent.as_str()] {
         assert_eq!(ok(&w.session(&["read", s, "a.txt"]))?, "a\n");

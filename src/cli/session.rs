@@ -939,7 +939,7 @@ fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
                     .map_err(|e: String| anyhow::anyhow!(e))?
             }
             Some("--max-bytes") => opts.max_bytes = Some(a.size("--max-bytes")?),
-            Some(o) if diff_option(o, a, &mut opts)? => {}
+            Some(o) if diff_option(o, a, &mut opts, (state, &id))? => {}
             _ => bail!("diff: unexpected argument {arg:?}"),
         }
     }
@@ -1018,13 +1018,26 @@ fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
 
 /// The diff options `session diff` and `export --patch` share
 /// (`--since`, `--exclude`, `--include-ignored`); whether `flag` was one.
-fn diff_option(flag: &str, a: &mut Args, opts: &mut DiffOptions) -> Result<bool> {
+/// `session` names the session, for `--since SNAPSHOT-NAME`.
+fn diff_option(
+    flag: &str,
+    a: &mut Args,
+    opts: &mut DiffOptions,
+    session: (&StateDir, &str),
+) -> Result<bool> {
     match flag {
         "--since" => {
-            opts.since = a
-                .string("--since")?
-                .parse::<Since>()
-                .map_err(|e| anyhow::anyhow!(e))?
+            let v = a.string("--since")?;
+            opts.since = match v.parse::<Since>() {
+                Ok(s) => s,
+                // A snapshot's name (`session snapshot --name`).
+                Err(e) => match session.0.open_session(session.1) {
+                    Ok(s) if s.info.seals.iter().any(|l| l.name.as_deref() == Some(&v)) => {
+                        Since::Seal(s.resolve_snapshot(&v)?)
+                    }
+                    _ => bail!("{e}"),
+                },
+            }
         }
         "--exclude" => opts.exclude.push(a.string("--exclude")?),
         "--include-ignored" => opts.include_ignored = true,
@@ -1047,7 +1060,7 @@ fn export(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
         match arg.to_str() {
             Some("--out") => out = Some(a.value("--out")?.into()),
             Some("--patch") => patch = true,
-            Some(o) if diff_option(o, a, &mut diff_opts)? => {}
+            Some(o) if diff_option(o, a, &mut diff_opts, (state, &id))? => {}
             Some("--max-bytes") => opts.max_total_bytes = a.size("--max-bytes")?,
             Some("--max-file-bytes") => opts.max_file_bytes = a.size("--max-file-bytes")?,
             Some("--max-entries") => opts.max_entries = a.count("--max-entries")? as usize,
