@@ -126,7 +126,7 @@ impl Session {
     /// Where the session's writable layers share the state directory's
     /// filesystem (no disk image), the layer goes to the shared store
     /// (`shared.rs`), so forks can use it: the freeze journal names it
-    /// before the upper is renamed there, and [`super::snapshot::recover`]
+    /// before the upper is renamed there, and `snapshot_journal::recover`
     /// undoes a freeze whose commit point (`session.json`) was not reached.
     pub(crate) fn freeze(&mut self, what: &FreezeKind) -> Result<SealInfo> {
         self.update_info(|_| {})?;
