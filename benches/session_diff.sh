@@ -13,6 +13,11 @@
 #     target <= 2x the diff);
 #   - per-command overhead of a disk quota: `session run -- true` with
 #     `--disk-max` against without (root only; target <= 1 ms added).
+#   - snapshots, forks and rollback (issue 36), same baseline: snapshot of
+#     1 000 changes against diffing them (target <= 2x); fork of 1 child
+#     (target <= 10 ms) and of 8 (<= 30 ms); rollback of 1 000 changes
+#     (<= 10 ms); the first `run -- true` in a fresh fork against one in
+#     the parent (<= 1.2x); disk used by 8 forks before they write (~0).
 # The machine should be quiet: every row is wall-clock time.
 set -eu
 HUTCH=${HUTCH:-$("$(dirname "$0")/hutch-path.sh" --release)}
@@ -106,6 +111,64 @@ printf 'git create rate / archive:    %.2fx (target >= 1.0x)\n' "$(echo "($t5 - 
 printf 'diff of 1000 changes:         %.2f ms (mean of %d)\n' "$(echo "$diff_total * 1000 / $SEALS" | bc -l)" "$SEALS"
 printf 'seal of 1000 changes:         %.2f ms (mean of %d)\n' "$(echo "$seal_total * 1000 / $SEALS" | bc -l)" "$SEALS"
 printf 'seal / diff:                  %.2fx (target <= 2x)\n' "$(echo "$seal_total / $diff_total" | bc -l)"
+
+# Snapshots of 1 000 changes, diffed first, SEALS times (as the seals).
+changes() { # k -> 1 000 changed files in the upper
+  python3 - "$U" "$1" <<'PY'
+import os, sys
+upper, k = sys.argv[1], int(sys.argv[2])
+for d in range(100):
+    p = os.path.join(upper, f"d{d * 10 + 1:04}")
+    os.makedirs(p, exist_ok=True)
+    for f in range(10):
+        with open(os.path.join(p, f"f{(f + 10 * k) % 100:03}.txt"), "w") as fh:
+            fh.write(f"snapshot {k} {d} {f}\n")
+PY
+}
+diff_total=0; snap_total=0; k=0
+while [ $k -lt "$SEALS" ]; do
+  changes "$k"
+  s=$(now); "$HUTCH" session diff "$id" --format stat >/dev/null; e=$(now)
+  diff_total=$(echo "$diff_total + $e - $s" | bc -l)
+  s=$(now); snap=$("$HUTCH" session snapshot "$id"); e=$(now)
+  snap_total=$(echo "$snap_total + $e - $s" | bc -l)
+  k=$((k + 1))
+done
+# Forks (the first one publishes the baseline: one rename, untimed here).
+"$HUTCH" session close "$("$HUTCH" session fork "$id" --from "$snap")" >/dev/null
+du_before=$(du -sk "$W/state" | cut -f1)
+s=$(now); kids=$("$HUTCH" session fork "$id" --from "$snap" --count 8); e=$(now)
+fork8=$(echo "$e - $s" | bc -l)
+du_after=$(du -sk "$W/state" | cut -f1)
+for c in $kids; do "$HUTCH" session close "$c" >/dev/null; done
+fork1_total=0; child_total=0; parent_total=0; r=0
+while [ $r -lt "$SEALS" ]; do
+  s=$(now); kid=$("$HUTCH" session fork "$id" --from "$snap"); e=$(now)
+  fork1_total=$(echo "$fork1_total + $e - $s" | bc -l)
+  s=$(now); "$HUTCH" session run "$kid" -- true; e=$(now)
+  child_total=$(echo "$child_total + $e - $s" | bc -l)
+  s=$(now); "$HUTCH" session run "$id" -- true; e=$(now)
+  parent_total=$(echo "$parent_total + $e - $s" | bc -l)
+  "$HUTCH" session close "$kid" >/dev/null
+  r=$((r + 1))
+done
+# Rollbacks of 1 000 changes to the last snapshot.
+rb_total=0; k=0
+while [ $k -lt "$SEALS" ]; do
+  changes $((k + 50))
+  s=$(now); "$HUTCH" session rollback "$id" "$snap" >/dev/null; e=$(now)
+  rb_total=$(echo "$rb_total + $e - $s" | bc -l)
+  k=$((k + 1))
+done
+printf 'snapshot of 1000 changes:     %.2f ms (mean of %d)\n' "$(echo "$snap_total * 1000 / $SEALS" | bc -l)" "$SEALS"
+printf 'snapshot / diff:              %.2fx (target <= 2x)\n' "$(echo "$snap_total / $diff_total" | bc -l)"
+printf 'fork of 1 child:              %.2f ms (mean of %d; target <= 10 ms)\n' "$(echo "$fork1_total * 1000 / $SEALS" | bc -l)" "$SEALS"
+printf 'fork of 8 children:           %.2f ms (target <= 30 ms)\n' "$(echo "$fork8 * 1000" | bc -l)"
+printf 'rollback of 1000 changes:     %.2f ms (mean of %d; target <= 10 ms)\n' "$(echo "$rb_total * 1000 / $SEALS" | bc -l)" "$SEALS"
+printf 'first run -- true in a fork:  %.2f ms against %.2f ms in the parent (%.2fx; target <= 1.2x)\n' \
+  "$(echo "$child_total * 1000 / $SEALS" | bc -l)" "$(echo "$parent_total * 1000 / $SEALS" | bc -l)" \
+  "$(echo "$child_total / $parent_total" | bc -l)"
+printf 'disk of 8 forks:              %d KiB (target ~0)\n' "$((du_after - du_before))"
 "$HUTCH" session close "$id"
 
 if [ "$(id -u)" = 0 ]; then

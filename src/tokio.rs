@@ -581,6 +581,39 @@ impl Session {
         result.map_err(|e| crate::workspace::WorkspaceError::CommandThread(Box::new(e)))?
     }
 
+    /// [`crate::Session::snapshot`], awaited (on a blocking thread; waits
+    /// for a command of this handle to end).
+    pub async fn snapshot(
+        &self,
+        name: Option<String>,
+    ) -> Result<crate::workspace::SnapshotInfo, crate::workspace::WorkspaceError> {
+        let inner = std::sync::Arc::clone(&self.inner);
+        ::tokio::task::spawn_blocking(move || {
+            inner
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .snapshot(name.as_deref())
+        })
+        .await
+        .map_err(|e| crate::workspace::WorkspaceError::CommandThread(Box::new(e)))?
+    }
+
+    /// [`crate::Session::rollback`], awaited (on a blocking thread).
+    pub async fn rollback(
+        &self,
+        snapshot: String,
+    ) -> Result<crate::workspace::SnapshotInfo, crate::workspace::WorkspaceError> {
+        let inner = std::sync::Arc::clone(&self.inner);
+        ::tokio::task::spawn_blocking(move || {
+            inner
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .rollback(&snapshot)
+        })
+        .await
+        .map_err(|e| crate::workspace::WorkspaceError::CommandThread(Box::new(e)))?
+    }
+
     /// The sync session back, once no command runs.
     pub fn into_sync(self) -> Option<crate::Session> {
         std::sync::Arc::into_inner(self.inner)

@@ -70,6 +70,7 @@ from ._types import (
     SessionInfo,
     SessionResult,
     Skipped,
+    SnapshotInfo,
     Source,
     StartEvent,
 )
@@ -131,6 +132,7 @@ __all__ = [
     "SessionResult",
     "SetupError",
     "Skipped",
+    "SnapshotInfo",
     "Source",
     "SpecError",
     "StartEvent",

@@ -24,6 +24,7 @@ from ._types import (
     SearchResult,
     SessionInfo,
     SessionResult,
+    SnapshotInfo,
 )
 
 if TYPE_CHECKING:
@@ -300,6 +301,39 @@ class Session(core.Target):
         """The session now: ``raw`` holds all of ``session show`` (seals,
         disk use, budget, deadline, live commands; docs/machine.md)."""
         return call(core.show(self))
+
+    def snapshot(self, name: str | None = None) -> SnapshotInfo:
+        """Freeze the changes so far into a read-only layer and go on over
+        it (cost O(changes)); the diff and the network stay as they were.
+        Returns the snapshot (its ``id`` is what ``fork`` and ``rollback``
+        take, as is its name)."""
+        return call(core.snapshot(self, name))
+
+    def snapshots(self) -> builtins.list[SnapshotInfo]:
+        """The session's layers, lowest first."""
+        return call(core.snapshots(self))
+
+    def fork(
+        self,
+        count: int = 1,
+        *,
+        from_: int | str | SnapshotInfo | None = None,
+        deadline: Seconds = None,
+        max_commands: int | None = None,
+        warm: int | None = None,
+    ) -> builtins.list[Session]:
+        """``count`` new sessions over this one's layers up to ``from_``
+        (default: a snapshot of now), sharing them (nothing is copied);
+        each has its own upper, lock, audit, budget and deadline. Waits for
+        a command running here. Close each (or use ``with``)."""
+        snap = from_.id if isinstance(from_, SnapshotInfo) else from_
+        ids = call(core.fork(self, count, snap, deadline, max_commands, warm))
+        return [Session(i, state_dir=self.state_dir, wait=self.wait) for i in ids]
+
+    def rollback(self, snap: int | str | SnapshotInfo) -> SnapshotInfo:
+        """Discard every change after ``snap`` (the upper and later
+        layers); the session goes on from it."""
+        return call(core.rollback(self, snap))
 
     def close(self) -> bool:
         """Kill the session's live commands, remove the session and

@@ -26,6 +26,7 @@ from ._types import (
     SealInfo,
     SearchResult,
     SessionInfo,
+    SnapshotInfo,
 )
 
 T = TypeVar("T")
@@ -410,3 +411,41 @@ class Target:
             data,
             parse,
         )
+
+
+def snapshot(s: Target, name: str | None) -> Verb[SnapshotInfo]:
+    return s.verb(
+        "snapshot", [] if name is None else ["--name", name], None, SnapshotInfo.from_dict
+    )
+
+
+def snapshots(s: Target) -> Verb[list[SnapshotInfo]]:
+    return s.verb(
+        "snapshots", [], None, lambda r: [SnapshotInfo.from_dict(d) for d in r["snapshots"]]
+    )
+
+
+def fork(
+    s: Target,
+    count: int,
+    from_: int | str | None,
+    deadline: Seconds,
+    max_commands: int | None,
+    warm: int | None,
+) -> Verb[list[str]]:
+    """The new sessions' ids."""
+    a = ["--count", str(int(count))]
+    if from_ is not None:
+        a += ["--from", str(from_)]
+    if deadline is not None:
+        a += ["--deadline", duration(deadline)]
+    if max_commands is not None:
+        a += ["--max-commands", str(int(max_commands))]
+    if warm is not None:
+        a += ["--warm", str(int(warm))]
+    return s.verb("fork", a, None, lambda r: [str(c) for c in r["children"]])
+
+
+def rollback(s: Target, snap: int | str | SnapshotInfo) -> Verb[SnapshotInfo]:
+    target = snap.id if isinstance(snap, SnapshotInfo) else snap
+    return s.verb("rollback", [str(target)], None, SnapshotInfo.from_dict)

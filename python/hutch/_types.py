@@ -613,3 +613,33 @@ class Killed:
             session=_str(d.get("session")),
             outcome=str(d.get("outcome", "")),
         )
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """A layer of a session (``session snapshot``/``snapshots``): its id
+    (what ``fork(from_=)``, ``rollback`` and ``diff --since`` take), name,
+    kind (``snapshot`` or ``seal``), files and bytes changed, the layer
+    below (None: the baseline) and the session that made it."""
+
+    id: int
+    name: str | None
+    kind: str
+    files: int
+    bytes: int
+    parent: int | None
+    session: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> SnapshotInfo:
+        return SnapshotInfo(
+            id=int(d["id"]),
+            name=_str(d.get("name")),
+            kind=str(d.get("kind", "snapshot")),
+            files=int(d.get("files", 0)),
+            bytes=int(d.get("bytes", 0)),
+            parent=_int(d.get("parent")),
+            session=_str(d.get("session")),
+            raw=d,
+        )

@@ -52,6 +52,7 @@ from ._types import (
     SearchResult,
     SessionInfo,
     SessionResult,
+    SnapshotInfo,
     StartEvent,
 )
 
@@ -959,6 +960,28 @@ class Session(core.Target):
 
     async def show(self) -> SessionInfo:
         return await _exec(core.show(self))
+
+    async def snapshot(self, name: str | None = None) -> SnapshotInfo:
+        return await _exec(core.snapshot(self, name))
+
+    async def snapshots(self) -> builtins.list[SnapshotInfo]:
+        return await _exec(core.snapshots(self))
+
+    async def fork(
+        self,
+        count: int = 1,
+        *,
+        from_: int | str | SnapshotInfo | None = None,
+        deadline: Seconds = None,
+        max_commands: int | None = None,
+        warm: int | None = None,
+    ) -> builtins.list[Session]:
+        snap = from_.id if isinstance(from_, SnapshotInfo) else from_
+        ids = await _exec(core.fork(self, count, snap, deadline, max_commands, warm))
+        return [Session(i, state_dir=self.state_dir, wait=self.wait) for i in ids]
+
+    async def rollback(self, snap: int | str | SnapshotInfo) -> SnapshotInfo:
+        return await _exec(core.rollback(self, snap))
 
     async def close(self) -> bool:
         if self.closed:

@@ -15,6 +15,8 @@ use serde_json::json;
 use super::machine::{self, ErrorKind, MachineError};
 use super::run::WorkspaceFrom;
 
+mod snap;
+
 use crate::spec::{ByteSize, Duration};
 use crate::workspace::{
     CloseOptions, CreateOptions, DiffFormat, DiffOptions, ExportOptions, GitPolicy, ImportLimits,
@@ -33,6 +35,10 @@ const USAGE: &str = "usage: hutch session [--state-dir DIR] [--wait] [--json] CO
   diff ID [--format unified|json|stat] [--since baseline|N] [--exclude GLOB] [--include-ignored] [--max-bytes N]
   export ID --out FILE.zip|FILE.tar [--patch] [caps] PATH...
   seal ID [--network none]
+  snapshot ID [--name NAME]                                    prints the snapshot id
+  snapshots ID
+  fork ID [--from SNAP] [--count N] [--warm N]                 prints the new ids
+  rollback ID SNAP
   show ID [--json]
   audit ID [--audit-dir DIR]
   close ID [--keep-audit DIR]
@@ -201,6 +207,38 @@ command would; frees what a disk quota counts.",
 Freeze the changes so far as a read-only layer (fingerprinted; `show` lists
 seals) and start a fresh upper: `diff` then shows what came after.
   --network none   from now on no command of the session may have network",
+    ),
+    (
+        "snapshot",
+        "usage: hutch session snapshot ID [--name NAME] [--json]
+Freeze the changes so far into a read-only layer and go on over it with an
+empty upper; print the snapshot's id. Unlike `seal`, the network and the
+start of `diff` stay as they were. Cost O(changes).
+  --name NAME   1 to 64 of A-Z a-z 0-9 . _ - (not a number)",
+    ),
+    (
+        "snapshots",
+        "usage: hutch session snapshots ID [--json]
+List the session's layers, lowest first: id, name, kind (snapshot or
+seal), time, files and bytes changed, parent.",
+    ),
+    (
+        "fork",
+        "usage: hutch session fork ID [--from SNAP] [--count N] [--deadline DUR]
+                        [--max-commands N] [--warm N [--warm-idle DUR]]
+Make N (default 1) new sessions over the session's layers up to SNAP (id
+or name; default: a snapshot of now), sharing them read-only: nothing is
+copied. Each has its own empty upper, lock, audit, budget and deadline
+(the parent's unless given) and a `parent`; its diff is against the same
+baseline, `diff --since SNAP` gives only its own changes. Waits for a
+command running in the parent. Prints the new ids, one a line.",
+    ),
+    (
+        "rollback",
+        "usage: hutch session rollback ID SNAP [--json]
+Discard every change after snapshot SNAP (id or name): the upper and the
+later layers (a layer a fork uses stays for it). Stops the session's warm
+sandboxes.",
     ),
     (
         "show",
@@ -441,6 +479,10 @@ fn run(args: Vec<OsString>) -> Result<i32> {
         "close" => close(&state, &mut a, wait),
         "rm" => rm(&state, &mut a, wait),
         "seal" => seal(&state, &mut a, wait),
+        "snapshot" => snap::snapshot(&state, &mut a, wait),
+        "snapshots" => snap::snapshots(&state, &mut a),
+        "fork" => snap::fork(&state, &mut a),
+        "rollback" => snap::rollback(&state, &mut a, wait),
         "show" => show(&state, &mut a),
         "audit" => audit(&state, &mut a),
         "list" => list(&state),
@@ -910,7 +952,7 @@ fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
                     .map_err(|e: String| anyhow::anyhow!(e))?
             }
             Some("--max-bytes") => opts.max_bytes = Some(a.size("--max-bytes")?),
-            Some(o) if diff_option(o, a, &mut opts)? => {}
+            Some(o) if diff_option(o, a, &mut opts, (state, &id))? => {}
             _ => bail!("diff: unexpected argument {arg:?}"),
         }
     }
@@ -989,13 +1031,26 @@ fn diff(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
 
 /// The diff options `session diff` and `export --patch` share
 /// (`--since`, `--exclude`, `--include-ignored`); whether `flag` was one.
-fn diff_option(flag: &str, a: &mut Args, opts: &mut DiffOptions) -> Result<bool> {
+/// `session` names the session, for `--since SNAPSHOT-NAME`.
+fn diff_option(
+    flag: &str,
+    a: &mut Args,
+    opts: &mut DiffOptions,
+    session: (&StateDir, &str),
+) -> Result<bool> {
     match flag {
         "--since" => {
-            opts.since = a
-                .string("--since")?
-                .parse::<Since>()
-                .map_err(|e| anyhow::anyhow!(e))?
+            let v = a.string("--since")?;
+            opts.since = match v.parse::<Since>() {
+                Ok(s) => s,
+                // A snapshot's name (`session snapshot --name`).
+                Err(e) => match session.0.open_session(session.1) {
+                    Ok(s) if s.info.seals.iter().any(|l| l.name.as_deref() == Some(&v)) => {
+                        Since::Seal(s.resolve_snapshot(&v)?)
+                    }
+                    _ => bail!("{e}"),
+                },
+            }
         }
         "--exclude" => opts.exclude.push(a.string("--exclude")?),
         "--include-ignored" => opts.include_ignored = true,
@@ -1018,7 +1073,7 @@ fn export(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
         match arg.to_str() {
             Some("--out") => out = Some(a.value("--out")?.into()),
             Some("--patch") => patch = true,
-            Some(o) if diff_option(o, a, &mut diff_opts)? => {}
+            Some(o) if diff_option(o, a, &mut diff_opts, (state, &id))? => {}
             Some("--max-bytes") => opts.max_total_bytes = a.size("--max-bytes")?,
             Some("--max-file-bytes") => opts.max_file_bytes = a.size("--max-file-bytes")?,
             Some("--max-entries") => opts.max_entries = a.count("--max-entries")? as usize,

@@ -218,6 +218,11 @@ impl StateDir {
                 Err(e) => report.failed.push((text.to_string(), e)),
             }
         }
+        // Shared layers no session uses (a close interrupted before its
+        // sweep left them).
+        if let Err(e) = super::shared::sweep(self.fd()) {
+            report.failed.push((".layers".to_string(), e));
+        }
         Ok(report)
     }
 
@@ -355,6 +360,12 @@ impl StateDir {
             }
         } else {
             self.trash(&name, id)?;
+            // Its shared layers no other session uses go with it.
+            if let Err(e) = super::shared::sweep(self.fd()) {
+                report
+                    .remaining
+                    .push(format!("shared layers in {}/.layers: {e}", self.path.display()));
+            }
         }
         // 4. Verify.
         self.verify(&mut report, &inits, &cgroups);

@@ -65,8 +65,8 @@ impl Lock {
     }
 }
 
-/// One sealed layer of a session (`session seal`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One sealed layer of a session (`session seal`, `session snapshot`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SealInfo {
     /// 1 for the first seal.
     pub index: usize,
@@ -81,6 +81,33 @@ pub struct SealInfo {
     pub network_none: bool,
     /// Bytes the layer holds on disk (accounted quotas add them up).
     pub disk_bytes: u64,
+    /// `snapshot` (`session snapshot`: the diff's start stays where it
+    /// was) or `seal` (`session seal`: the diff starts after it).
+    #[serde(default)]
+    pub kind: LayerKind,
+    /// The name given with `snapshot --name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The layer's id in the state directory's shared store
+    /// (`STATE/.layers/ID`), which forks share; None for a layer kept in
+    /// the session (`RW/layers/N`: sessions with a disk image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<String>,
+    /// Bytes of the files and links the layer changes.
+    #[serde(default)]
+    pub bytes: u64,
+    /// The session that made the layer (a fork inherits its parent's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+/// What made a layer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LayerKind {
+    #[default]
+    Seal,
+    Snapshot,
 }
 
 /// A command that started and has not recorded its end (its supervisor
@@ -137,6 +164,14 @@ pub struct SessionInfo {
     /// The image of every command, pinned (its manifest digest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<crate::spec::ImageRef>,
+    /// The session this one was forked from (`session fork`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// The session whose baseline this one shares (`STATE/.layers/
+    /// base-ID`); None: its own (`STATE/ID/baseline`, or `base-ID` once a
+    /// fork published it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_origin: Option<String>,
 }
 
 fn default_workspace_path() -> PathBuf {

@@ -24,23 +24,16 @@ use crate::util::quote::display_name;
 use super::changes::{ChangeRef, SideRef, walk};
 use super::disk::DiskMechanism;
 use super::error::{Result, WorkspaceError};
-use super::info::{ROOT_LAUNCH_UID, SealInfo};
+use super::info::{LayerKind, ROOT_LAUNCH_UID, SealInfo};
+use super::shared::{FREEZE_JOURNAL, Store};
 use super::manifest::{Manifest, ManifestEntry, fingerprint, git_file_mode};
+pub(crate) use super::seal_journal::fault_point;
 use super::seal_journal::seal_name;
 use super::session::Session;
 use super::stack::MAX_LAYERS;
 
 /// Mode of a deletion line in a seal manifest.
 pub const MODE_DELETED: u32 = 0;
-
-/// Test hook: `HUTCH_FAULT=NAME` kills the process with SIGKILL at the
-/// point `NAME` (to test what a crash there leaves behind).
-pub(crate) fn fault_point(name: &str) {
-    if std::env::var_os("HUTCH_FAULT").is_some_and(|v| v == name) {
-        let _ =
-            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
-    }
-}
 
 /// sha256, size and git mode of one side of a change (read through the
 /// fd the walk found, never following a link).
@@ -107,18 +100,55 @@ fn changes_manifest(c: &ChangeRef<'_>, out: &mut Manifest) -> Result<()> {
     Ok(())
 }
 
+/// What a freeze records beside the layer.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FreezeKind {
+    pub kind: LayerKind,
+    pub name: Option<String>,
+    pub network_none: bool,
+}
+
 impl Session {
     /// Seal the session (see the module documentation). With
     /// `network_none`, no later command may have egress.
     pub fn seal(&mut self, network_none: bool) -> Result<SealInfo> {
         let _lock = self.lock()?;
+        self.freeze(&FreezeKind {
+            kind: LayerKind::Seal,
+            name: None,
+            network_none,
+        })
+    }
+
+    /// Freeze the upper into a new read-only layer (a seal or a
+    /// snapshot) and start a fresh upper. The caller holds the lock.
+    ///
+    /// Where the session's writable layers share the state directory's
+    /// filesystem (no disk image), the layer goes to the shared store
+    /// (`shared.rs`), so forks can use it: the freeze journal names it
+    /// before the upper is renamed there, and `snapshot_journal::recover`
+    /// undoes a freeze whose commit point (`session.json`) was not reached.
+    pub(crate) fn freeze(&mut self, what: &FreezeKind) -> Result<SealInfo> {
         self.update_info(|_| {})?;
         let n = self.info.seals.len() + 1;
         if n + 2 > MAX_LAYERS {
             return Err(WorkspaceError::Budget {
                 id: self.info.id.clone(),
-                reason: format!("a session holds at most {} seals", MAX_LAYERS - 2),
+                reason: format!(
+                    "a session holds at most {} seals and snapshots (overlayfs' layer limit); \
+                     roll back to an earlier snapshot or fork from one",
+                    MAX_LAYERS - 2
+                ),
             });
+        }
+        if let Some(name) = &what.name {
+            check_name(name)?;
+            if self.info.seals.iter().any(|s| s.name.as_deref() == Some(name)) {
+                return Err(WorkspaceError::BadPath {
+                    path: format!("--name {name}"),
+                    reason: "names another snapshot of the session already".into(),
+                });
+            }
         }
         let layers = self.layers_since(super::session::Since::LastSeal)?;
         let mut manifest = Manifest::default();
@@ -135,8 +165,22 @@ impl Session {
         super::session::write_new(seals.as_fd(), c".tmp", &text, 0o400)?;
         sys::rename_at(seals.as_fd(), c".tmp", seals.as_fd(), &name)?;
         fault_point("seal-manifest");
-        let layers_dir = sys::open_dir_beneath(rw.as_fd(), c"layers")?;
-        sys::rename_at(rw.as_fd(), c"upper", layers_dir.as_fd(), &name)?;
+        let shared = self.info.disk.map(|d| d.mechanism) != Some(DiskMechanism::LoopExt4);
+        let mut store = None;
+        let layer_id = if shared {
+            let id = super::snapshot::random_layer_id()?;
+            let lock = Store::lock(self.state_fd())?;
+            let _ = sys::unlink_at(self.dir_fd(), FREEZE_JOURNAL, false);
+            super::session::write_new(self.dir_fd(), FREEZE_JOURNAL, id.as_bytes(), 0o600)?;
+            let cid = std::ffi::CString::new(id.as_str()).expect("hex");
+            sys::rename_at(rw.as_fd(), c"upper", lock.fd(), &cid)?;
+            store = Some(lock);
+            Some(id)
+        } else {
+            let layers_dir = sys::open_dir_beneath(rw.as_fd(), c"layers")?;
+            sys::rename_at(rw.as_fd(), c"upper", layers_dir.as_fd(), &name)?;
+            None
+        };
         fault_point("seal-renamed");
         sys::mkdirat(rw.as_fd(), c"upper", 0o755)?;
         if sys::geteuid() == 0 {
@@ -146,7 +190,16 @@ impl Session {
         fault_point("seal-fresh-upper");
         let disk_bytes = match self.info.disk.map(|d| d.mechanism) {
             Some(DiskMechanism::Accounted) => {
-                let layer = sys::open_dir_beneath(layers_dir.as_fd(), &name)?;
+                let layer = match (&layer_id, &store) {
+                    (Some(id), Some(st)) => sys::open_dir_beneath(
+                        st.fd(),
+                        &std::ffi::CString::new(id.as_str()).expect("hex"),
+                    )?,
+                    _ => {
+                        let layers_dir = sys::open_dir_beneath(rw.as_fd(), c"layers")?;
+                        sys::open_dir_beneath(layers_dir.as_fd(), &name)?
+                    }
+                };
                 super::disk::allocated_bytes(layer.as_fd())?
             }
             _ => 0,
@@ -156,21 +209,41 @@ impl Session {
             time_unix_ms: now_ms(),
             fingerprint: fp,
             changes: manifest.entries.len(),
-            network_none,
+            network_none: what.network_none,
             disk_bytes,
+            kind: what.kind,
+            name: what.name.clone(),
+            layer: layer_id,
+            bytes: manifest.entries.iter().map(|e| e.size).sum(),
+            session: Some(self.info.id.clone()),
         };
         // The commit point.
         self.update_info(|i| {
             i.seals.push(seal.clone());
-            i.network_sealed |= network_none;
+            i.network_sealed |= what.network_none;
             i.used_unix_ms = seal.time_unix_ms;
         })?;
         fault_point("seal-committed");
-        self.audit(&json!({
-            "event": "seal", "time_unix_ms": seal.time_unix_ms, "seal": n,
-            "fingerprint": seal.fingerprint, "changes": seal.changes,
-            "network_none": network_none, "network_sealed": self.info.network_sealed,
-        }))?;
+        if store.is_some() {
+            sys::unlink_at(self.dir_fd(), FREEZE_JOURNAL, false)?;
+        }
+        drop(store);
+        let mut event = json!({
+            "event": match what.kind { LayerKind::Seal => "seal", LayerKind::Snapshot => "snapshot" },
+            "time_unix_ms": seal.time_unix_ms, "seal": n,
+            "fingerprint": seal.fingerprint, "changes": seal.changes, "bytes": seal.bytes,
+        });
+        match what.kind {
+            LayerKind::Seal => {
+                event["network_none"] = what.network_none.into();
+                event["network_sealed"] = self.info.network_sealed.into();
+            }
+            LayerKind::Snapshot => {
+                event["snapshot"] = n.into();
+                event["name"] = what.name.clone().into();
+            }
+        }
+        self.audit(&event)?;
         Ok(seal)
     }
 
@@ -178,5 +251,24 @@ impl Session {
     pub fn seal_manifest(&self, n: usize) -> Result<Vec<u8>> {
         let seals = sys::open_dir_beneath(self.dir_fd(), c"seals")?;
         super::layers::read_regular(seals.as_fd(), &seal_name(n), 1 << 30, b"seal manifest")
+    }
+}
+
+/// A snapshot's name: 1 to 64 of `A-Za-z0-9._-`, not all digits (a number
+/// is a snapshot's id).
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && !name.bytes().all(|b| b.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(WorkspaceError::BadPath {
+            path: format!("--name {}", display_name(name.as_bytes())),
+            reason: "a snapshot name is 1 to 64 of A-Z a-z 0-9 . _ - and not a number".into(),
+        })
     }
 }

@@ -10,6 +10,15 @@ use super::error::{Result, WorkspaceError};
 use super::remove::remove_tree;
 use crate::sys::{self, Errno};
 
+/// Test hook: `HUTCH_FAULT=NAME` kills the process with SIGKILL at the
+/// point `NAME` (to test what a crash there leaves behind).
+pub(crate) fn fault_point(name: &str) {
+    if std::env::var_os("HUTCH_FAULT").is_some_and(|v| v == name) {
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+    }
+}
+
 /// The name of seal `n`'s layer and manifest.
 pub(crate) fn seal_name(n: usize) -> CString {
     CString::new(n.to_string()).expect("digits")

@@ -374,6 +374,8 @@ impl StateDir {
             audit_dir: opts.audit_dir.clone(),
             running: None,
             image,
+            parent: None,
+            baseline_origin: None,
         };
         write_new(dir.as_fd(), c"audit.jsonl", b"", 0o600)?;
         append_audit(
@@ -417,6 +419,7 @@ impl StateDir {
         Ok(Session {
             path: self.path.join(id),
             dir,
+            state: dup_fd(&self.fd)?,
             info,
             wait: false,
         })
@@ -534,6 +537,8 @@ fn load_info(dir: std::os::fd::BorrowedFd<'_>, shown: &Path) -> Result<SessionIn
 pub struct Session {
     pub path: PathBuf,
     dir: OwnedFd,
+    /// The state directory (for its shared layers, `shared.rs`).
+    state: OwnedFd,
     pub info: SessionInfo,
     wait: bool,
 }
@@ -607,8 +612,18 @@ impl Session {
 
     /// See [`Session::lock`].
     fn recover(&self) -> Result<()> {
-        let mut info = load_info(self.dir.as_fd(), &self.path)?;
         let rw = self.rw()?;
+        // A freeze or a rollback a killed process left unfinished (may
+        // rewrite session.json, so it is read after).
+        for event in super::snapshot_journal::recover(
+            self.dir.as_fd(),
+            rw.as_fd(),
+            self.state.as_fd(),
+            &self.path,
+        )? {
+            self.audit(&event)?;
+        }
+        let mut info = load_info(self.dir.as_fd(), &self.path)?;
         if super::seal_journal::recover(self.dir.as_fd(), rw.as_fd(), info.seals.len())? {
             self.audit(&serde_json::json!({
                 "event": "seal-rolled-back", "time_unix_ms": now_ms(),
@@ -717,12 +732,98 @@ impl Session {
     /// newest first, then the baseline tree; upper; work).
     pub fn overlay_dirs(&self) -> (Vec<PathBuf>, PathBuf, PathBuf) {
         let rw = self.rw_path();
-        let mut lowers: Vec<PathBuf> = (1..=self.info.seals.len())
+        let store = self.state_path().join(".layers");
+        let mut lowers: Vec<PathBuf> = self
+            .info
+            .seals
+            .iter()
             .rev()
-            .map(|n| rw.join("layers").join(n.to_string()))
+            .map(|s| match &s.layer {
+                Some(id) => store.join(id),
+                None => rw.join("layers").join(s.index.to_string()),
+            })
             .collect();
-        lowers.push(self.path.join("baseline/tree"));
+        lowers.push(self.baseline_path().join("tree"));
         (lowers, rw.join("upper"), rw.join("work"))
+    }
+
+    /// The state directory's path.
+    fn state_path(&self) -> PathBuf {
+        self.path.parent().map(Path::to_path_buf).unwrap_or_default()
+    }
+
+    /// The state directory's fd.
+    pub(crate) fn state_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.state.as_fd()
+    }
+
+    /// Where the session's baseline is: its own directory's `baseline`,
+    /// or the shared store's `base-ORIGIN` once a fork published it (or
+    /// for a fork).
+    fn baseline_shared(&self) -> Result<Option<CString>> {
+        if self.info.baseline_origin.is_none()
+            && lstat_opt(self.dir.as_fd(), c"baseline")?.is_some()
+        {
+            return Ok(None);
+        }
+        let origin = self.info.baseline_origin.as_deref().unwrap_or(&self.info.id);
+        Ok(Some(super::shared::baseline_name(origin)))
+    }
+
+    /// The host path of the baseline directory (see `baseline_shared`).
+    pub fn baseline_path(&self) -> PathBuf {
+        match self.baseline_shared() {
+            Ok(Some(name)) => self
+                .state_path()
+                .join(".layers")
+                .join(name.to_string_lossy().as_ref()),
+            _ => self.path.join("baseline"),
+        }
+    }
+
+    /// The baseline directory (`tree`, `manifest`, `ignore`).
+    pub(crate) fn baseline_dir(&self) -> Result<OwnedFd> {
+        match self.baseline_shared()? {
+            None => Ok(sys::open_dir_beneath(self.dir.as_fd(), c"baseline")?),
+            Some(name) => {
+                let store = sys::open_dir_beneath(self.state.as_fd(), super::shared::STORE)?;
+                Ok(sys::open_dir_beneath(store.as_fd(), &name)?)
+            }
+        }
+    }
+
+    /// Seal `index`'s layer directory (1 is the first).
+    pub(crate) fn layer_dir(&self, index: usize) -> Result<OwnedFd> {
+        let seal = self.info.seals.get(index - 1).ok_or_else(|| WorkspaceError::State {
+            path: self.path.join("session.json"),
+            reason: format!("names no layer {index}"),
+        })?;
+        match &seal.layer {
+            Some(id) => {
+                let store = sys::open_dir_beneath(self.state.as_fd(), super::shared::STORE)?;
+                let name = CString::new(id.as_str()).map_err(|_| WorkspaceError::BadId(id.clone()))?;
+                Ok(sys::open_dir_beneath(store.as_fd(), &name)?)
+            }
+            None => {
+                let rw = self.rw()?;
+                let layers_dir = sys::open_dir_beneath(rw.as_fd(), c"layers")?;
+                Ok(sys::open_dir_beneath(
+                    layers_dir.as_fd(),
+                    &super::seal_journal::seal_name(index),
+                )?)
+            }
+        }
+    }
+
+    /// The number of layers above the last seal (a snapshot is not one:
+    /// the default diff still starts at the last `session seal`).
+    pub(crate) fn layers_above_last_seal(&self) -> usize {
+        let seals = &self.info.seals;
+        let last = seals
+            .iter()
+            .rposition(|s| s.kind == super::info::LayerKind::Seal)
+            .map_or(0, |i| i + 1);
+        seals.len() - last
     }
 
     /// The session directory fd.
@@ -734,7 +835,7 @@ impl Session {
     pub(crate) fn layers_since(&self, since: Since) -> Result<Layers> {
         let seals = self.info.seals.len();
         let diff_from = match since {
-            Since::LastSeal => 0,
+            Since::LastSeal => self.layers_above_last_seal(),
             Since::Baseline => seals,
             Since::Seal(k) if (1..=seals).contains(&k) => seals - k,
             Since::Seal(k) => {
@@ -748,13 +849,11 @@ impl Session {
             }
         };
         let rw = self.rw()?;
-        let layers_dir = sys::open_dir_beneath(rw.as_fd(), c"layers")?;
         let mut lowers = Vec::with_capacity(seals + 1);
         for n in (1..=seals).rev() {
-            let name = CString::new(n.to_string()).expect("digits");
-            lowers.push(sys::open_dir_beneath(layers_dir.as_fd(), &name)?);
+            lowers.push(self.layer_dir(n)?);
         }
-        let baseline = sys::open_dir_beneath(self.dir.as_fd(), c"baseline")?;
+        let baseline = self.baseline_dir()?;
         lowers.push(sys::open_dir_beneath(baseline.as_fd(), c"tree")?);
         Ok(Layers {
             upper: sys::open_dir_beneath(rw.as_fd(), c"upper")?,
@@ -984,7 +1083,7 @@ impl Session {
         let files = if include_ignored {
             IgnoreFiles::default()
         } else {
-            let baseline = sys::open_dir_beneath(self.dir.as_fd(), c"baseline")?;
+            let baseline = self.baseline_dir()?;
             match read_regular(baseline.as_fd(), c"ignore", 64 << 20, b"baseline/ignore") {
                 Ok(data) => serde_json::from_slice(&data).map_err(|e| WorkspaceError::State {
                     path: self.path.join("baseline/ignore"),
