@@ -180,7 +180,7 @@ impl MachineError {
             | LaunchError::ProcessLimit { err: s, .. } => {
                 MachineError::new(ErrorKind::Setup, what).with_sys(s)
             }
-            LaunchError::Cgroup(_) | LaunchError::MultiThreaded(_) => {
+            LaunchError::Cgroup(_) | LaunchError::MultiThreaded(_) | LaunchError::IdRange(_) => {
                 MachineError::new(ErrorKind::Setup, what)
             }
             LaunchError::Prepare(e) => {

@@ -12,6 +12,7 @@ pub mod claim;
 mod identity;
 pub(crate) mod image;
 pub(crate) mod join;
+pub(crate) mod range;
 pub(crate) mod subid;
 pub(crate) mod validate;
 

@@ -1,0 +1,460 @@
+//! Private id ranges of root launches (`docs/images.md`, "Id ranges"):
+//! a root launch that needs more than one id and has no `/etc/subuid`
+//! range for root gets 65 536 host ids of its own, as systemd-nspawn's
+//! `--private-users=pick` does.
+//!
+//! A range is chosen from [`REGION_START`]..[`REGION_END`], in steps of
+//! [`RANGE_SIZE`], never overlapping a range of `/etc/subuid` or
+//! `/etc/subgid` (anyone's), a user of `/etc/passwd` or a group of
+//! `/etc/group`, or a range another live holder has. The allocation is a
+//! record file `RANGES_DIR/START.json` written under an exclusive flock of
+//! `RANGES_DIR/.lock`, naming its holders: processes (the supervisor, then
+//! also the sandbox's pid 1, so an OCI-created sandbox whose launcher is
+//! gone keeps it) and, for a session, the session's directory. A record
+//! whose holders are all gone (a supervisor killed by SIGKILL) is reclaimed
+//! by the next allocation; a dropped [`Allocation`] removes its record.
+//!
+//! The records are host-wide, in root's runtime directory whatever
+//! `HUTCH_RUNTIME_DIR` says: two root launches with different runtime
+//! directories must still never share a range.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::subid;
+use crate::registry::ProcessRef;
+use crate::sys;
+
+/// Ids in one range.
+pub const RANGE_SIZE: u32 = 0x1_0000;
+/// The first host id a range may start at (nspawn's `UID_SHIFT_PICK_MIN`).
+pub const REGION_START: u32 = 0x0008_0000;
+/// The end (exclusive) of the region ranges are taken from (nspawn's
+/// `UID_SHIFT_PICK_MAX`).
+pub const REGION_END: u32 = 0x6FFF_0000;
+
+/// Where the records are (root's runtime directory).
+const RANGES_DIR: &str = "/run/hutch/ranges";
+const LOCK_FILE: &str = ".lock";
+/// The largest record read (a few holders).
+const MAX_RECORD: u64 = 64 * 1024;
+
+/// Why no range could be allocated.
+#[derive(Debug, thiserror::Error)]
+pub enum IdRangeError {
+    #[error(
+        "allocating a private id range: {what} {}: {err} (root's runtime directory must be writable; see `hutch check`)",
+        path.display()
+    )]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        err: std::io::Error,
+    },
+    #[error("allocating a private id range: {0}")]
+    Sys(#[from] sys::SysError),
+    #[error(
+        "allocating a private id range: every 65536-id range of {REGION_START:#x}..{REGION_END:#x} overlaps /etc/subuid, /etc/subgid, a host user or group, or a live sandbox; end some sandboxes or give root a range in /etc/subuid and /etc/subgid"
+    )]
+    Exhausted,
+    #[error(
+        "id range {start} (held for {holder}) is not recorded in {RANGES_DIR}: it was released or never allocated; close the session and create it again"
+    )]
+    NotHeld { start: u32, holder: String },
+}
+
+/// What a record file says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Record {
+    start: u32,
+    count: u32,
+    /// Processes that hold the range while any of them lives.
+    #[serde(default)]
+    processes: Vec<ProcessRef>,
+    /// A session's directory: held while it exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    session: Option<PathBuf>,
+}
+
+impl Record {
+    fn is_live(&self) -> bool {
+        self.processes.iter().any(ProcessRef::is_alive)
+            || self.session.as_ref().is_some_and(|d| d.is_dir())
+    }
+}
+
+/// A range this process allocated: its record is removed when dropped,
+/// unless handed to a session ([`Allocation::keep_for_session`]).
+#[derive(Debug)]
+pub(crate) struct Allocation {
+    start: u32,
+    dir: PathBuf,
+    /// False once a session holds it (nothing is removed on drop).
+    owned: bool,
+}
+
+fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> IdRangeError {
+    let path = path.to_path_buf();
+    move |err| IdRangeError::Io { what, path, err }
+}
+
+/// The records' directory (created 0700) and its lock, held exclusively.
+fn locked(dir: &Path) -> Result<std::fs::File, IdRangeError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io("create", dir))?;
+    let lock = dir.join(LOCK_FILE);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(&lock)
+        .map_err(io("open", &lock))?;
+    sys::flock_exclusive(f.as_fd(), true)?;
+    Ok(f)
+}
+
+fn record_path(dir: &Path, start: u32) -> PathBuf {
+    dir.join(format!("{start}.json"))
+}
+
+fn read_record(path: &Path) -> Option<Record> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).ok()?;
+    let mut text = String::new();
+    f.take(MAX_RECORD).read_to_string(&mut text).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn write_record(dir: &Path, r: &Record) -> Result<(), IdRangeError> {
+    let path = record_path(dir, r.start);
+    let tmp = dir.join(format!(".tmp-{}-{}", r.start, std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(io("write", &tmp))?;
+    f.write_all(&serde_json::to_vec(r).expect("records serialize"))
+        .map_err(io("write", &tmp))?;
+    drop(f);
+    std::fs::rename(&tmp, &path).map_err(io("rename", &path))
+}
+
+/// Ranges of live records; records whose holders are all gone are
+/// removed (reclaimed). The caller holds the lock.
+fn live_ranges(dir: &Path) -> Result<Vec<(u32, u32)>, IdRangeError> {
+    let mut live = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io("read", dir))? {
+        let entry = entry.map_err(io("read", dir))?;
+        let name = entry.file_name();
+        let Some(start) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".json"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        match read_record(&entry.path()) {
+            Some(r) if r.start == start && r.is_live() => live.push((r.start, r.count)),
+            // Gone holders, or a record torn by a crash mid-write (the
+            // rename makes that unlikely): the range is free again.
+            _ => {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    Ok(live)
+}
+
+/// Ids the host already uses: every range of /etc/subuid and /etc/subgid
+/// (anyone's) as (start, count), and every uid and gid of /etc/passwd and
+/// /etc/group.
+fn host_ids(etc: &Path) -> (Vec<(u32, u32)>, BTreeSet<u32>) {
+    let mut ranges = Vec::new();
+    for file in ["subuid", "subgid"] {
+        ranges.extend(subid::all_ranges(&etc.join(file)).iter().map(|r| (r.start, r.count)));
+    }
+    let mut ids = BTreeSet::new();
+    for (file, fields) in [("passwd", &[2usize, 3][..]), ("group", &[2][..])] {
+        let Some(text) = subid::read_small(&etc.join(file)) else {
+            continue;
+        };
+        for line in text.lines() {
+            let f: Vec<&str> = line.split(':').collect();
+            ids.extend(fields.iter().filter_map(|i| f.get(*i)?.parse::<u32>().ok()));
+        }
+    }
+    (ranges, ids)
+}
+
+fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
+    let (a0, a1) = (u64::from(a.0), u64::from(a.0) + u64::from(a.1));
+    let (b0, b1) = (u64::from(b.0), u64::from(b.0) + u64::from(b.1));
+    a0 < b1 && b0 < a1
+}
+
+/// The number of candidate ranges in the region.
+const CANDIDATES: u32 = (REGION_END - REGION_START) / RANGE_SIZE;
+
+/// The first free candidate from index `first` on (wrapping), if any.
+fn pick(first: u32, taken: &[(u32, u32)], host_ids: &BTreeSet<u32>) -> Option<u32> {
+    (0..CANDIDATES).find_map(|k| {
+        let start = REGION_START + ((first + k) % CANDIDATES) * RANGE_SIZE;
+        let r = (start, RANGE_SIZE);
+        let free = !taken.iter().any(|t| overlaps(r, *t))
+            && host_ids.range(start..start + RANGE_SIZE).next().is_none();
+        free.then_some(start)
+    })
+}
+
+impl Allocation {
+    /// A new range held by this process.
+    pub(crate) fn allocate() -> Result<Allocation, IdRangeError> {
+        Self::allocate_in(Path::new(RANGES_DIR), Path::new("/etc"))
+    }
+
+    fn allocate_in(dir: &Path, etc: &Path) -> Result<Allocation, IdRangeError> {
+        let _lock = locked(dir)?;
+        let mut taken = live_ranges(dir)?;
+        let (ranges, ids) = host_ids(etc);
+        taken.extend(ranges);
+        // A random first candidate, as nspawn does: a range just released
+        // is not the next one given out.
+        let mut b = [0u8; 4];
+        sys::getrandom(&mut b)?;
+        let first = u32::from_le_bytes(b) % CANDIDATES;
+        let start = pick(first, &taken, &ids).ok_or(IdRangeError::Exhausted)?;
+        let me = ProcessRef::of(std::process::id() as i32)
+            .expect("this process is in /proc");
+        write_record(
+            dir,
+            &Record {
+                start,
+                count: RANGE_SIZE,
+                processes: vec![me],
+                session: None,
+            },
+        )?;
+        Ok(Allocation {
+            start,
+            dir: dir.to_path_buf(),
+            owned: true,
+        })
+    }
+
+    /// A session's range again, for one of its commands (held by this
+    /// process too until dropped; the session's hold stays).
+    pub(crate) fn resume(start: u32, session: &Path) -> Result<Allocation, IdRangeError> {
+        Self::resume_in(Path::new(RANGES_DIR), start, session)
+    }
+
+    fn resume_in(dir: &Path, start: u32, session: &Path) -> Result<Allocation, IdRangeError> {
+        let _lock = locked(dir)?;
+        let path = record_path(dir, start);
+        let not_held = || IdRangeError::NotHeld {
+            start,
+            holder: session.display().to_string(),
+        };
+        let mut r = read_record(&path).ok_or_else(not_held)?;
+        if r.session.as_deref() != Some(session) {
+            return Err(not_held());
+        }
+        r.processes.retain(ProcessRef::is_alive);
+        r.processes
+            .extend(ProcessRef::of(std::process::id() as i32));
+        write_record(dir, &r)?;
+        Ok(Allocation {
+            start,
+            dir: dir.to_path_buf(),
+            // The session's: never removed by a command.
+            owned: false,
+        })
+    }
+
+    /// The first host id of the range.
+    pub(crate) fn start(&self) -> u32 {
+        self.start
+    }
+
+    /// `pid` (the sandbox's pid 1) holds the range too, while it lives.
+    pub(crate) fn add_holder(&self, pid: libc::pid_t) -> Result<(), IdRangeError> {
+        let _lock = locked(&self.dir)?;
+        let path = record_path(&self.dir, self.start);
+        let mut r = read_record(&path).ok_or_else(|| IdRangeError::NotHeld {
+            start: self.start,
+            holder: format!("pid {}", std::process::id()),
+        })?;
+        r.processes.extend(ProcessRef::of(pid));
+        write_record(&self.dir, &r)
+    }
+
+    /// The sandbox's pid 1 (added by [`Allocation::add_holder`]) holds
+    /// the range alone from now on: dropping this removes nothing, and the
+    /// range is reclaimed once the sandbox is gone.
+    pub(crate) fn leave_to_sandbox(&mut self) {
+        self.owned = false;
+    }
+
+    /// The session at `session` (its directory) holds the range from now
+    /// on, until [`release_session`]; dropping this removes nothing.
+    pub(crate) fn keep_for_session(mut self, session: &Path) -> Result<u32, IdRangeError> {
+        let _lock = locked(&self.dir)?;
+        let path = record_path(&self.dir, self.start);
+        let mut r = read_record(&path).ok_or_else(|| IdRangeError::NotHeld {
+            start: self.start,
+            holder: session.display().to_string(),
+        })?;
+        r.session = Some(session.to_path_buf());
+        write_record(&self.dir, &r)?;
+        self.owned = false;
+        Ok(self.start)
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        // Under the lock, so an allocation never reads a half-gone state.
+        if let Ok(_lock) = locked(&self.dir) {
+            let _ = std::fs::remove_file(record_path(&self.dir, self.start));
+        }
+    }
+}
+
+/// A session is gone: its range is free (nothing when it had none).
+pub(crate) fn release_session(start: u32, session: &Path) -> Result<(), IdRangeError> {
+    release_session_in(Path::new(RANGES_DIR), start, session)
+}
+
+fn release_session_in(dir: &Path, start: u32, session: &Path) -> Result<(), IdRangeError> {
+    let _lock = locked(dir)?;
+    let path = record_path(dir, start);
+    if read_record(&path).is_some_and(|r| r.session.as_deref() == Some(session)) {
+        std::fs::remove_file(&path).map_err(io("remove", &path))?;
+    }
+    Ok(())
+}
+
+/// Live ranges now (for `hutch check`): (start, count).
+pub(crate) fn held_now() -> Result<Vec<(u32, u32)>, IdRangeError> {
+    let dir = Path::new(RANGES_DIR);
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let _lock = locked(dir)?;
+    live_ranges(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hutch-range-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("etc")).unwrap();
+        d
+    }
+
+    #[test]
+    fn ranges_avoid_host_ids_and_each_other() {
+        let d = scratch("avoid");
+        let etc = d.join("etc");
+        std::fs::write(etc.join("subuid"), format!("alice:{REGION_START}:65536\n")).unwrap();
+        std::fs::write(etc.join("subgid"), "").unwrap();
+        // A user inside the second candidate.
+        std::fs::write(
+            etc.join("passwd"),
+            format!("odd:x:{}:0::/:/bin/sh\n", REGION_START + RANGE_SIZE + 7),
+        )
+        .unwrap();
+        std::fs::write(etc.join("group"), "").unwrap();
+        let ids = host_ids(&etc);
+        let mut taken = ids.0.clone();
+        assert_eq!(
+            pick(0, &taken, &ids.1),
+            Some(REGION_START + 2 * RANGE_SIZE)
+        );
+        taken.push((REGION_START + 2 * RANGE_SIZE, RANGE_SIZE));
+        assert_eq!(
+            pick(0, &taken, &ids.1),
+            Some(REGION_START + 3 * RANGE_SIZE)
+        );
+        // Wraps around from the last candidate.
+        assert_eq!(
+            pick(CANDIDATES - 1, &taken, &ids.1),
+            Some(REGION_START + (CANDIDATES - 1) * RANGE_SIZE)
+        );
+        let all: Vec<(u32, u32)> = vec![(REGION_START, REGION_END - REGION_START)];
+        assert_eq!(pick(5, &all, &ids.1), None);
+
+        let runs = d.join("ranges");
+        let a = Allocation::allocate_in(&runs, &etc).unwrap();
+        let b = Allocation::allocate_in(&runs, &etc).unwrap();
+        assert_ne!(a.start(), b.start());
+        assert!(!overlaps((a.start(), RANGE_SIZE), (b.start(), RANGE_SIZE)));
+        assert!(record_path(&runs, a.start()).exists());
+        let a_start = a.start();
+        drop(a);
+        assert!(!record_path(&runs, a_start).exists());
+        drop(b);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_dead_holders_range_is_reclaimed_and_a_sessions_kept() {
+        let d = scratch("reclaim");
+        let runs = d.join("ranges");
+        std::fs::create_dir_all(&runs).unwrap();
+        // A holder that has exited: its pid with a start time it never had.
+        let gone = ProcessRef {
+            pid: std::process::id() as i32,
+            start_time: u64::MAX,
+        };
+        let dead = Record {
+            start: REGION_START,
+            count: RANGE_SIZE,
+            processes: vec![gone],
+            session: None,
+        };
+        write_record(&runs, &dead).unwrap();
+        let session = d.join("session");
+        std::fs::create_dir(&session).unwrap();
+        let kept = Record {
+            start: REGION_START + RANGE_SIZE,
+            count: RANGE_SIZE,
+            processes: vec![gone],
+            session: Some(session.clone()),
+        };
+        write_record(&runs, &kept).unwrap();
+        let live = live_ranges(&runs).unwrap();
+        assert_eq!(live, vec![(REGION_START + RANGE_SIZE, RANGE_SIZE)]);
+        assert!(!record_path(&runs, REGION_START).exists());
+
+        let again = Allocation::resume_in(&runs, REGION_START + RANGE_SIZE, &session).unwrap();
+        drop(again);
+        // A command's end leaves the session's hold.
+        assert!(record_path(&runs, REGION_START + RANGE_SIZE).exists());
+        assert!(matches!(
+            Allocation::resume_in(&runs, REGION_START, &session),
+            Err(IdRangeError::NotHeld { .. })
+        ));
+        release_session_in(&runs, REGION_START + RANGE_SIZE, &session).unwrap();
+        assert!(!record_path(&runs, REGION_START + RANGE_SIZE).exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
