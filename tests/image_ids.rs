@@ -161,7 +161,7 @@ fn map_start(line: &str) -> (u32, u32) {
 fn assert_private(start: u32, count: u32) {
     assert_eq!(count, RANGE);
     assert!(
-        (REGION_START..REGION_END).contains(&start) && start % RANGE == 0,
+        (REGION_START..REGION_END).contains(&start) && start.is_multiple_of(RANGE),
         "{start:#x} is not a range of the region"
     );
 }
@@ -420,4 +420,115 @@ fn an_unprivileged_caller_uses_its_own_range_or_is_told_the_fix() {
         lines[2].split_whitespace().eq(["1", "300000", "65536"]),
         "{text}"
     );
+}
+
+/// A session of a many-owner image, as root with no /etc/subuid entry:
+/// the range is allocated at create, recorded in session.json and held by
+/// the session (not by a process) between commands; every command maps
+/// it, so files earlier commands made as root and as 1000 keep their
+/// owners in the next; it
+/// is released at close, and the session's files on the host are owned by
+/// the range, never by an id below the region.
+#[test]
+fn a_session_keeps_its_range_across_commands() {
+    require!(have_busybox(), "busybox-static is needed for the image");
+    require!(
+        is_root(),
+        "a private /etc/subuid needs a mount namespace made by root"
+    );
+    let img = import(As::Root, "");
+    let state = img.t.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let session = |args: &[&str], scratch: &str| {
+        let mut a = vec!["session", "--state-dir", state.to_str().unwrap()];
+        a.extend_from_slice(args);
+        hutch_cmd(&img, As::Root, "", scratch, &a).output().unwrap()
+    };
+    let o = session(
+        &[
+            "create",
+            "--from",
+            img.ws.to_str().unwrap(),
+            "--image",
+            &img.digest,
+            "--image-store",
+            img.store.to_str().unwrap(),
+        ],
+        "create",
+    );
+    let id = ok(&o, "create").trim().to_string();
+    let info: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join(&id).join("session.json")).unwrap())
+            .unwrap();
+    let start = info["id_range_start"]
+        .as_u64()
+        .expect("a range in session.json") as u32;
+    assert_private(start, RANGE);
+    let record = Path::new(RANGES_DIR).join(format!("{start}.json"));
+    assert!(record.exists());
+
+    let o = session(
+        &[
+            "run",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "head -n 1 /proc/self/uid_map; echo a > mine; stat -c %u:%g mine",
+        ],
+        "run1",
+    );
+    let text = ok(&o, "first command");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(map_start(lines[0]), (start, RANGE), "{text}");
+    assert_eq!(&lines[1..], ["0:0"], "{text}");
+    // A second owner: the image's user 1000 writes a file of its own.
+    let o = session(
+        &[
+            "run",
+            &id,
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
+            "--",
+            "sh",
+            "-c",
+            "head -n 1 /proc/self/uid_map; echo b > theirs; stat -c %u:%g theirs",
+        ],
+        "run1b",
+    );
+    let text = ok(&o, "command as 1000");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(map_start(lines[0]), (start, RANGE), "{text}");
+    assert_eq!(&lines[1..], ["1000:1000"], "{text}");
+    // Between commands no process holds it: the session does.
+    assert!(record.exists());
+    let o = session(
+        &[
+            "run",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "head -n 1 /proc/self/uid_map; stat -c %u:%g mine theirs",
+        ],
+        "run2",
+    );
+    let text = ok(&o, "second command");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(map_start(lines[0]), (start, RANGE), "{text}");
+    assert_eq!(&lines[1..], ["0:0", "1000:1000"], "{text}");
+    // On the host: the range's ids, nothing below the region but root's
+    // own (hutch's baseline and bookkeeping).
+    let upper = state.join(&id).join("upper");
+    let m = std::fs::metadata(upper.join("theirs")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (start + 1000, start + 1000));
+    let m = std::fs::metadata(upper.join("mine")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (start, start));
+    assert_eq!(low_owned(&upper, &[0]), Vec::<String>::new());
+
+    let o = session(&["close", &id], "close");
+    ok(&o, "close");
+    assert!(!record.exists(), "released at close");
 }

@@ -257,6 +257,7 @@ impl MachineError {
             WorkspaceError::Launch(_)
             | WorkspaceError::SetupFailed(_)
             | WorkspaceError::Image(_)
+            | WorkspaceError::IdRange(_)
             | WorkspaceError::OtherImage { .. }
             | WorkspaceError::Registry(_)
             | WorkspaceError::MkfsMissing

@@ -671,9 +671,11 @@ pub struct Identity {
     pub gid_map: Vec<IdMapping>,
     /// The workload's supplementary groups (ids inside; default: none).
     pub groups: Option<Vec<u32>>,
-    /// A range of 65 536 host ids for the sandbox (`docs/images.md`, "Id
-    /// ranges"). An image run that needs more than one id gets one
-    /// without asking; sessions set `session` for their commands.
+    /// The range of 65 536 host ids an image run maps when it needs more
+    /// than one id (`docs/images.md`, "Id ranges"). Without it, a root
+    /// launch allocates a private one for the sandbox's life; a session
+    /// holds one for its own and sets `session` for its commands.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub id_range: Option<IdRange>,
 }
 
@@ -682,9 +684,6 @@ pub struct Identity {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub enum IdRange {
-    /// A private range allocated for this sandbox (or root's range of
-    /// /etc/subuid when it has one), ids 0..65535 inside.
-    Private,
     /// The range a session holds (hutch sets it for a session's
     /// commands): `start` is its first host id, `session` the session's
     /// directory, which the range's record must name.

@@ -137,6 +137,10 @@ pub struct SessionInfo {
     /// The image of every command, pinned (its manifest digest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<crate::spec::ImageRef>,
+    /// The first host id of the private id range the session holds for
+    /// its image's commands (root without /etc/subuid ranges).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_range_start: Option<u32>,
 }
 
 fn default_workspace_path() -> PathBuf {

@@ -335,6 +335,20 @@ impl Drop for Allocation {
     }
 }
 
+/// A range for a new session of an image, held by its directory
+/// `session` until [`release_session`] (None: the caller is not root, or
+/// root's /etc/subuid and /etc/subgid ranges win).
+pub(crate) fn for_session(session: &Path) -> Result<Option<u32>, IdRangeError> {
+    let etc = Path::new("/etc");
+    if sys::geteuid() != 0
+        || (subid::range_for(&etc.join("subuid"), Some("root"), 0).is_some()
+            && subid::range_for(&etc.join("subgid"), Some("root"), 0).is_some())
+    {
+        return Ok(None);
+    }
+    Allocation::allocate()?.keep_for_session(session).map(Some)
+}
+
 /// A session is gone: its range is free (nothing when it had none).
 pub(crate) fn release_session(start: u32, session: &Path) -> Result<(), IdRangeError> {
     release_session_in(Path::new(RANGES_DIR), start, session)
@@ -349,14 +363,20 @@ fn release_session_in(dir: &Path, start: u32, session: &Path) -> Result<(), IdRa
     Ok(())
 }
 
-/// Live ranges now (for `hutch check`): (start, count).
-pub(crate) fn held_now() -> Result<Vec<(u32, u32)>, IdRangeError> {
+/// For `hutch check`: how many ranges are held now, and the first free
+/// one (None: the region is full). Allocates nothing.
+pub(crate) fn survey() -> Result<(usize, Option<u32>), IdRangeError> {
     let dir = Path::new(RANGES_DIR);
-    if !dir.exists() {
-        return Ok(Vec::new());
-    }
-    let _lock = locked(dir)?;
-    live_ranges(dir)
+    let mut taken = if dir.exists() {
+        let _lock = locked(dir)?;
+        live_ranges(dir)?
+    } else {
+        Vec::new()
+    };
+    let held = taken.len();
+    let (ranges, ids) = host_ids(Path::new("/etc"));
+    taken.extend(ranges);
+    Ok((held, pick(0, &taken, &ids)))
 }
 
 #[cfg(test)]
