@@ -51,14 +51,19 @@ pub(super) fn probe(host: &HostSettings) -> Feature {
     }
     let name = subid::user_name(host.uid);
     let shown = name.clone().unwrap_or_else(|| host.uid.to_string());
-    let fix = format!(
-        "add `{shown}:100000:65536` to /etc/subuid and /etc/subgid (as root) and install package uidmap"
-    );
     let ranges = (
         subid::range_for(subuid, name.as_deref(), host.uid),
         subid::range_for(subgid, name.as_deref(), host.gid),
     );
     let helpers = subid::helper("newuidmap").is_some() && subid::helper("newgidmap").is_some();
+    let fix = format!(
+        "add `{shown}:100000:65536` to /etc/subuid and /etc/subgid (as root){}",
+        if helpers {
+            ""
+        } else {
+            " and install package uidmap"
+        }
+    );
     match ranges {
         (Some(u), Some(g)) if helpers => Feature::ok(
             NAME,
