@@ -532,3 +532,84 @@ fn a_session_keeps_its_range_across_commands() {
     ok(&o, "close");
     assert!(!record.exists(), "released at close");
 }
+
+/// `hutch run --private-ids` without an image: a workload that changes
+/// ids (here setpriv to 1000, given CAP_SETUID/CAP_SETGID) runs in a
+/// range of its own. Root with no /etc/subuid entry: a private range
+/// from the region (without the flag the one-id map refuses the switch);
+/// uid 65534: its own range through newuidmap (inside 0 is the caller),
+/// or one line naming the fix when it has none.
+#[test]
+fn a_run_without_an_image_changes_ids_in_a_private_range() {
+    require!(
+        is_root(),
+        "a private /etc/subuid needs a mount namespace made by root"
+    );
+    require!(have("newuidmap") && have("newgidmap"), "package uidmap");
+    let script =
+        "head -n 1 /proc/self/uid_map; setpriv --reuid 1000 --regid 1000 --clear-groups id -u";
+    for who in [As::Root, As::Nobody] {
+        let t = TempDir::new("ids-noimage", who);
+        let ws = t.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        give(t.path(), who);
+        let cmd = |ranges: &str, scratch: &str, flags: &[&str]| {
+            let mut argv: Vec<String> = Vec::new();
+            if who == As::Nobody {
+                argv.extend(
+                    [
+                        "setpriv",
+                        "--reuid=65534",
+                        "--regid=65534",
+                        "--clear-groups",
+                    ]
+                    .map(String::from),
+                );
+            }
+            argv.push(hutch_bin().display().to_string());
+            argv.extend(
+                [
+                    "run",
+                    "--quiet",
+                    "--cap-add",
+                    "SETUID",
+                    "--cap-add",
+                    "SETGID",
+                ]
+                .map(String::from),
+            );
+            argv.extend(flags.iter().map(|a| a.to_string()));
+            argv.extend(["--", "sh", "-c", script].map(String::from));
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            with_subids(&t.path().join(scratch), ranges, &argv)
+                .current_dir(&ws)
+                .output()
+                .unwrap()
+        };
+        // The one-id map: no other id to become.
+        let o = cmd("", "single", &[]);
+        assert!(!out(&o).ends_with("1000\n"), "{}{}", out(&o), err(&o));
+        assert!(err(&o).contains("setresuid"), "{}", err(&o));
+        if who == As::Root {
+            let o = cmd("", "private", &["--private-ids"]);
+            let text = ok(&o, "root --private-ids");
+            let lines: Vec<&str> = text.lines().collect();
+            let (start, count) = map_start(lines[0]);
+            assert_private(start, count);
+            assert_eq!(lines[1], "1000", "{text}");
+        } else {
+            let o = cmd("", "none", &["--private-ids"]);
+            assert_eq!(o.status.code(), Some(125), "{}{}", out(&o), err(&o));
+            assert_eq!(err(&o).lines().count(), 1, "{}", err(&o));
+            assert!(err(&o).contains("nobody:100000:65536"), "{}", err(&o));
+            let o = cmd("nobody:300000:65536\n", "own", &["--private-ids"]);
+            let text = ok(&o, "uid 65534 --private-ids");
+            let lines: Vec<&str> = text.lines().collect();
+            assert!(
+                lines[0].split_whitespace().eq(["0", "65534", "1"]),
+                "{text}"
+            );
+            assert_eq!(lines[1], "1000", "{text}");
+        }
+    }
+}

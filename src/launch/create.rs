@@ -217,7 +217,7 @@ pub fn create(
     }
     // No hutch process stays: the sandbox's pid 1 alone holds a private
     // id range from now on (reclaimed once it is gone).
-    if let Some(a) = p.image.as_mut().and_then(|h| h.id_range.as_mut()) {
+    if let Some(a) = p.id_range.as_mut() {
         a.leave_to_sandbox();
     }
     if p.proxy.is_none() && status_file.is_none() {

@@ -53,6 +53,9 @@ pub struct ImageReport {
 /// store lock, the report).
 pub(crate) struct Prepared {
     pub ids: Ids,
+    /// A private id range (root without /etc/subuid ranges), held by the
+    /// plan until the sandbox is gone.
+    pub id_range: Option<range::Allocation>,
     pub lowers: Vec<PathBuf>,
     pub held: Held,
 }
@@ -63,9 +66,6 @@ pub(crate) struct Held {
     /// applied (what failure lines describe).
     pub spec: Spec,
     pub report: ImageReport,
-    /// A private id range (root without /etc/subuid ranges), held until
-    /// the sandbox is gone.
-    pub id_range: Option<range::Allocation>,
     _lock: image::Lock,
 }
 
@@ -148,11 +148,11 @@ pub(crate) fn prepare(spec: &Spec) -> Result<Option<Prepared>, LaunchError> {
     };
     Ok(Some(Prepared {
         ids,
+        id_range,
         lowers: img.layers.iter().rev().map(|l| l.dir.clone()).collect(),
         held: Held {
             spec: eff,
             report,
-            id_range,
             _lock: lock,
         },
     }))
@@ -341,6 +341,35 @@ fn ids(
             list(&file_gids)
         ));
     }
+    ranged(
+        uid,
+        gid,
+        &need_u,
+        &need_g,
+        caller,
+        session,
+        Some("run as root inside (--uid 0 --gid 0)"),
+    )
+}
+
+/// The ids of a run that maps a range (an image's several owners, or
+/// `identity.id_range = "private"`): the ids in `need_u`/`need_g` must
+/// fit. Root: its /etc/subuid and /etc/subgid ranges, else a private range
+/// (`session`'s when a session holds one); unprivileged: the caller's own
+/// range through newuidmap/newgidmap, or a refusal naming the line to add
+/// (and `alternative`, another way out).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn ranged(
+    uid: u32,
+    gid: u32,
+    need_u: &BTreeSet<u32>,
+    need_g: &BTreeSet<u32>,
+    caller: (u32, u32),
+    session: Option<(u32, &Path)>,
+    alternative: Option<&str>,
+) -> Result<(Ids, Option<range::Allocation>), String> {
+    let (need_u, need_g) = (need_u.clone(), need_g.clone());
+    let root = caller.0 == 0;
     let subuid = Path::new("/etc/subuid");
     let subgid = Path::new("/etc/subgid");
     if root {
@@ -408,12 +437,17 @@ fn ids(
         subid::range_for(subuid, name.as_deref(), caller.0),
         subid::range_for(subgid, name.as_deref(), caller.1),
     ) else {
+        let why = match alternative {
+            Some(_) => format!("the workload runs as {uid}:{gid}, not root"),
+            None => "a private id range is asked for".to_string(),
+        };
         return Err(format!(
-            "the workload runs as {uid}:{gid}, not root: an unprivileged launch maps only your \
+            "{why}: an unprivileged launch maps only your \
              own id (uid {}, root inside) unless /etc/subuid and /etc/subgid give {shown_name} a \
              subordinate range (e.g. `{shown_name}:100000:65536`) for newuidmap/newgidmap \
-             (package uidmap) to map; add one, or run as root inside (--uid 0 --gid 0)",
-            caller.0
+             (package uidmap) to map; add one (as root){}",
+            caller.0,
+            alternative.map(|a| format!(", or {a}")).unwrap_or_default()
         ));
     };
     // Inside 0 is the caller; 1..=count the range.

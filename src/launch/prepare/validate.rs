@@ -38,10 +38,12 @@ fn validate_concerns(spec: &Spec) -> Result<(), SpecError> {
     if let Some(image) = &spec.image {
         crate::image::spec::validate(image)?;
     }
-    if spec.identity.id_range.is_some() && spec.image.is_none() {
+    if matches!(spec.identity.id_range, Some(crate::spec::IdRange::Session { .. }))
+        && spec.image.is_none()
+    {
         return Err(SpecError::new(
             "identity.id_range",
-            "a held id range is for image runs (a session with an image); runs without an image map one id (or identity.uid_map)",
+            "a session's id range is for its image's commands; without an image use \"private\"",
         ));
     }
     Ok(())

@@ -42,7 +42,7 @@ pub(crate) fn write_id_maps(pid: libc::pid_t, p: &LaunchPlan) -> Result<(), SysE
 /// A private id range is held by the sandbox's pid 1 too, so it stays
 /// allocated as long as the sandbox lives, whoever launched it.
 pub(crate) fn hold_id_range(pid: libc::pid_t, p: &LaunchPlan) -> Result<(), LaunchError> {
-    match p.image.as_ref().and_then(|h| h.id_range.as_ref()) {
+    match &p.id_range {
         Some(a) => Ok(a.add_holder(pid)?),
         None => Ok(()),
     }
