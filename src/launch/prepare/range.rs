@@ -63,7 +63,7 @@ pub enum IdRangeError {
     )]
     Exhausted,
     #[error(
-        "id range {start} (held for {holder}) is not recorded in {RANGES_DIR}: it was released or never allocated; close the session and create it again"
+        "id range {start} (held for {holder}) is not recorded in {RANGES_DIR} and is no longer free (another holder, /etc/subuid or a host user has it now): close the session and create it again"
     )]
     NotHeld { start: u32, holder: String },
 }
@@ -267,7 +267,29 @@ impl Allocation {
             start,
             holder: session.display().to_string(),
         };
-        let mut r = read_record(&path).ok_or_else(not_held)?;
+        let mut r = match read_record(&path) {
+            Some(r) => r,
+            // The records are in /run, the sessions survive a reboot: the
+            // session's range is taken again if nothing else has it now.
+            None => {
+                let mut taken = live_ranges(dir)?;
+                let (ranges, ids) = host_ids(Path::new("/etc"));
+                taken.extend(ranges);
+                let index = start.wrapping_sub(REGION_START) / RANGE_SIZE;
+                if !start.is_multiple_of(RANGE_SIZE)
+                    || !(REGION_START..REGION_END).contains(&start)
+                    || pick(index, &taken, &ids) != Some(start)
+                {
+                    return Err(not_held());
+                }
+                Record {
+                    start,
+                    count: RANGE_SIZE,
+                    processes: Vec::new(),
+                    session: Some(session.to_path_buf()),
+                }
+            }
+        };
         if r.session.as_deref() != Some(session) {
             return Err(not_held());
         }
@@ -469,12 +491,19 @@ mod tests {
         drop(again);
         // A command's end leaves the session's hold.
         assert!(record_path(&runs, REGION_START + RANGE_SIZE).exists());
-        assert!(matches!(
-            Allocation::resume_in(&runs, REGION_START, &session),
-            Err(IdRangeError::NotHeld { .. })
-        ));
         release_session_in(&runs, REGION_START + RANGE_SIZE, &session).unwrap();
         assert!(!record_path(&runs, REGION_START + RANGE_SIZE).exists());
+        // After a reboot (/run emptied) a session takes its free range again.
+        drop(Allocation::resume_in(&runs, REGION_START + RANGE_SIZE, &session).unwrap());
+        let r = read_record(&record_path(&runs, REGION_START + RANGE_SIZE)).unwrap();
+        assert_eq!(r.session.as_deref(), Some(session.as_path()));
+        // Not a range someone else holds now.
+        let other = d.join("other");
+        std::fs::create_dir(&other).unwrap();
+        assert!(matches!(
+            Allocation::resume_in(&runs, REGION_START + RANGE_SIZE, &other),
+            Err(IdRangeError::NotHeld { .. })
+        ));
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
