@@ -13,9 +13,10 @@
 # (b) and (c) run in one hyperfine invocation (--shell=none, --runs N,
 # default 300, in a fresh temporary directory as the workspace) and print
 # the mean of each row and the ratios. D is the part-(a) image (or
-# --rootfs DIR) when it has /bin/true and runs (as root, a tree with files
-# of several owners needs root's range in /etc/subuid), else a static
-# busybox tree.
+# --rootfs DIR) when it has /bin/true and runs: a Debian tree has files of
+# several owners, so its rows are range-mapped (root's /etc/subuid range,
+# else a private range hutch allocates: docs/images.md, "Id ranges");
+# only a tree that cannot run falls back to a static busybox tree.
 #
 # The image: `debootstrap --variant=minbase bookworm` from the Debian
 # mirror apt uses, when it can be reached; otherwise (or with --rootfs
@@ -81,6 +82,21 @@ elif [ -z "$rootfs" ]; then
             find "$d" -xdev \( -type f -o -type l -o -type d \) -print 2>/dev/null |
                 head -n 40000 | cpio -pdm --quiet "$rootfs" 2>/dev/null || true
         done
+        # Runnable, and owned as a Debian tree is (root:shadow, utmp,
+        # mail, staff), so that the spawn rows map a range as they would
+        # on the debootstrap tree: /bin/true and /bin/sh with their
+        # libraries.
+        for tool in /usr/bin/true /bin/sh; do
+            for f in "$tool" $(ldd "$tool" 2>/dev/null | grep -o '/[^ ]*'); do
+                [ -e "$f" ] && cp -L --parents "$f" "$rootfs" 2>/dev/null || true
+            done
+        done
+        mkdir -p "$rootfs/bin"
+        [ -e "$rootfs/bin/true" ] || cp -L /usr/bin/true "$rootfs/bin/true"
+        mkdir -p "$rootfs/etc" "$rootfs/var/log" "$rootfs/var/mail" "$rootfs/usr/local"
+        : >"$rootfs/etc/shadow" && chown 0:42 "$rootfs/etc/shadow" && chmod 640 "$rootfs/etc/shadow"
+        : >"$rootfs/var/log/wtmp" && chown 0:43 "$rootfs/var/log/wtmp"
+        chown 0:8 "$rootfs/var/mail" && chown 0:50 "$rootfs/usr/local"
         what="host files ($(du -sh "$rootfs" | cut -f1))"
     fi
 fi
@@ -135,8 +151,8 @@ part a && import_bench
 
 if part b || part c; then
     # The spawn image: D itself when it can run `true` (a Debian tree has
-    # files of several owners: as root that needs a subordinate range in
-    # /etc/subuid, else hutch refuses it), else a static busybox tree.
+    # files of several owners: mapped through an id range), else a static
+    # busybox tree.
     busybox_root() {
         [ -x /bin/busybox ] || { echo "image.sh: /bin/busybox (busybox-static) is needed" >&2; exit 2; }
         spawnroot=$work/spawnroot
@@ -163,7 +179,7 @@ if part b || part c; then
         busybox_root
         import_spawn
     fi
-    echo "spawn image: $digest ($(du -sh "$spawnroot" | cut -f1))"
+    echo "spawn image: $digest ($(du -sh "$spawnroot" | cut -f1)), id map: $(cd "$work/ws" && "$hutch" run --quiet --image-store "$store" --image "$digest" --status-file "$work/map.json" -- true >/dev/null 2>&1; grep -o '"id_map":"[a-z]*"' "$work/map.json" | tail -n 1)"
     ws=$work/ws
     cd "$ws"
     set -- --shell=none --warmup 10 --runs "$runs" --export-csv "$work/spawn.csv"

@@ -13,7 +13,7 @@ use common::is_root;
 use serde_json::Value;
 
 /// Every feature `hutch check` reports, in order.
-const FEATURES: [&str; 20] = [
+const FEATURES: [&str; 21] = [
     "user_namespace",
     "mount_namespace",
     "overlay_userns",
@@ -34,6 +34,7 @@ const FEATURES: [&str; 20] = [
     "close_range",
     "openat2",
     "image_store",
+    "id_range",
 ];
 
 /// The hutch binary copied into a fresh 0755 directory, so that uid 65534
@@ -288,6 +289,18 @@ fn json_report_as_current_user() -> Result<()> {
     } else {
         assert_eq!(idmap["status"], "skipped", "{idmap}");
     }
+    // Root always has ids for an image of several owners: its own
+    // /etc/subuid range or a private one (the region is never full here).
+    let ids = feature(&v, "id_range");
+    assert_eq!(ids["required"], Value::Bool(false), "{ids}");
+    if uid == 0 {
+        assert_eq!(ids["ok"], Value::Bool(true), "{ids}");
+        let detail = ids["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("private 65536-id ranges") || detail.contains("root's ranges"),
+            "{ids}"
+        );
+    }
     assert_matches_host(&v, false);
     Ok(())
 }
@@ -306,6 +319,15 @@ fn json_report_as_uid_65534() -> Result<()> {
     let idmap = feature(&v, "idmapped_mount");
     assert_eq!(idmap["status"], "skipped", "{idmap}");
     assert_eq!(idmap["required"], Value::Bool(false));
+    // Its own /etc/subuid range, or the line to add.
+    let ids = feature(&v, "id_range");
+    if ids["ok"] == Value::Bool(false) {
+        let fix = ids["fix"].as_str().unwrap_or("");
+        assert!(
+            fix.contains("nobody:100000:65536") || fix.contains("uidmap"),
+            "{ids}"
+        );
+    }
     assert_matches_host(&v, true);
     Ok(())
 }

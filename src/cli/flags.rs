@@ -10,6 +10,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("identity.uid", "--uid"),
     ("identity.gid", "--gid"),
     ("identity.hostname", "--hostname"),
+    ("identity.id_range", "--private-ids"),
     ("limits.memory", "--memory"),
     ("limits.pids", "--pids"),
     ("limits.cpus", "--cpus"),

@@ -181,7 +181,9 @@ impl MachineError {
                 MachineError::new(ErrorKind::Setup, what).with_sys(s)
             }
             LaunchError::Cgroup(c) => Self::from_cgroup(c, what),
-            LaunchError::MultiThreaded(_) => MachineError::new(ErrorKind::Setup, what),
+            LaunchError::MultiThreaded(_) | LaunchError::IdRange(_) => {
+                MachineError::new(ErrorKind::Setup, what)
+            }
             LaunchError::Prepare(e) => {
                 let mut m = Self::from_setup_line(&e.to_string());
                 m.what = what;
@@ -282,6 +284,7 @@ impl MachineError {
             WorkspaceError::Launch(_)
             | WorkspaceError::SetupFailed(_)
             | WorkspaceError::Image(_)
+            | WorkspaceError::IdRange(_)
             | WorkspaceError::OtherImage { .. }
             | WorkspaceError::Registry(_)
             | WorkspaceError::MkfsMissing

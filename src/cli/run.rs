@@ -53,6 +53,8 @@ Process:
   --chdir DIR  --setenv KEY VALUE  --unsetenv KEY  --uid N  --gid N  --hostname NAME
                           (a relative --chdir is inside the workspace; --setenv and
                           --unsetenv win over hutch's own proxy variables)
+  --private-ids           map 65536 ids (0..65535 inside) to a range of the sandbox's own,
+                          for a workload that changes ids (docs/images.md, Id ranges)
   --pass-env NAME         copy NAME from hutch's environment (nothing else of it enters)
   --label KEY=VALUE       shown by `hutch ps`, matched by `hutch kill --label`
   --share-net             use the host's network (default: none)
@@ -116,7 +118,7 @@ type SpecEdit = Box<dyn FnOnce(&mut Spec) -> Result<()>>;
 /// create`).
 pub fn value_count(flag: &str) -> Option<usize> {
     Some(match flag {
-        "--bare" | "--share-net" | "--quiet" | "--json" | "--require-limits" => 0,
+        "--bare" | "--share-net" | "--quiet" | "--json" | "--require-limits" | "--private-ids" => 0,
         "--ro-bind" | "--bind" | "--dev-bind" | "--ro-bind-try" | "--bind-try"
         | "--dev-bind-try" | "--setenv" | "--symlink" | "--overlay" | "--chmod" => 2,
         "--profile" | "--workspace" | "--changes" | "--changes-size" | "--size" | "--tmpfs"
@@ -430,6 +432,10 @@ pub fn parse_reporting_onto(
                     Ok(())
                 }));
             }
+            "--private-ids" => edits.push(Box::new(|s| {
+                s.identity.id_range = Some(crate::spec::IdRange::Private);
+                Ok(())
+            })),
             "--hostname" => {
                 let h = value(arg)?;
                 edits.push(Box::new(move |s| {

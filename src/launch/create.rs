@@ -163,6 +163,7 @@ pub fn create(
         let _ = sys::raw::waitpid(pid, 0);
         e
     };
+    crate::launch::supervisor::maps::hold_id_range(pid, &p).map_err(kill_and_reap)?;
     write_id_maps(pid, &p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     write_oom_score_adj(pid, spec.limits.oom_score_adj)
         .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
@@ -213,6 +214,11 @@ pub fn create(
             }
             Err(e) => return Err(kill_and_reap(PrepareError::Message(e).into())),
         }
+    }
+    // No hutch process stays: the sandbox's pid 1 alone holds a private
+    // id range from now on (reclaimed once it is gone).
+    if let Some(a) = p.id_range.as_mut() {
+        a.leave_to_sandbox();
     }
     if p.proxy.is_none() && status_file.is_none() {
         return Ok(Created { pid, keeper: None });

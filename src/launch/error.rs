@@ -42,6 +42,9 @@ pub enum LaunchError {
     /// config, the id maps it needs).
     #[error("{0}")]
     Image(String),
+    /// A private id range could not be allocated or held.
+    #[error(transparent)]
+    IdRange(#[from] crate::launch::prepare::range::IdRangeError),
     #[error("idmapping workspace layer {}: {err} (idmapped mounts need Linux 5.12+ and a filesystem that supports them)", path.display())]
     Idmap { path: PathBuf, err: SysError },
     #[error(
@@ -140,6 +143,7 @@ impl LaunchError {
             ),
             LaunchError::Prepare(_) => (FailureKind::Prepare, None, None, None),
             LaunchError::Image(_) => (FailureKind::Image, None, None, None),
+            LaunchError::IdRange(_) => (FailureKind::Prepare, None, None, None),
             LaunchError::Cgroup(_) => (FailureKind::Limits, None, None, None),
             LaunchError::Sys(e) => (FailureKind::System, Some(e.call.clone()), errno(e), None),
             LaunchError::Clone(e) => (

@@ -30,6 +30,7 @@ pub use error::{
 };
 pub use options::{FrontEndStatus, Mode, RunOptions, StatusProtocol, WorkloadStdio};
 pub use prepare::image::ImageReport;
+pub use prepare::range::IdRangeError;
 pub use prepare::validate::validate;
 pub use supervisor::Finished;
 pub use supervisor::relay::Captured;
@@ -38,6 +39,8 @@ pub use supervisor::report::{ChangesReport, Enforcement, ExitReport, Outcome, Se
 // For hutch's own front ends (cli, oci, bwrap, the API).
 pub(crate) use helper::pool;
 pub(crate) use prepare::claim;
+pub(crate) use prepare::range as prepare_range;
+pub(crate) use prepare::subid as prepare_subid;
 pub(crate) use prepare::network_name;
 
 use crate::spec::Spec;

@@ -7,6 +7,7 @@
 
 mod env;
 mod fork;
+mod id_range;
 mod idmap;
 mod image;
 mod landlock;
@@ -162,6 +163,7 @@ pub fn run_all() -> Report {
     features.push(cgroup_feature(&cgroup));
     features.extend(syscalls::probe(&host));
     features.push(image::probe(&host));
+    features.push(id_range::probe(&host));
     let ok = features.iter().all(|f| f.ok || !f.required);
     Report {
         hutch_version: env!("CARGO_PKG_VERSION"),

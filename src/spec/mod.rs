@@ -685,6 +685,28 @@ pub struct Identity {
     pub gid_map: Vec<IdMapping>,
     /// The workload's supplementary groups (ids inside; default: none).
     pub groups: Option<Vec<u32>>,
+    /// The range of 65 536 host ids the sandbox maps (`docs/images.md`,
+    /// "Id ranges"). An image run that needs more than one id gets one
+    /// without asking (a session's commands: the session's, `session`);
+    /// `private` asks for one also without an image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id_range: Option<IdRange>,
+}
+
+/// Which range of host ids a root launch maps (`Identity::id_range`).
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum IdRange {
+    /// A range for this sandbox alone (ids 0..65535 inside), also without
+    /// an image: for a workload that changes ids. Root: its /etc/subuid
+    /// range, else one hutch allocates; unprivileged: the caller's
+    /// /etc/subuid range through newuidmap/newgidmap.
+    Private,
+    /// The range a session holds (hutch sets it for a session's
+    /// commands): `start` is its first host id, `session` the session's
+    /// directory, which the range's record must name.
+    Session { start: u32, session: PathBuf },
 }
 
 /// One line of a user namespace's id map.

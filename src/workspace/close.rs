@@ -353,6 +353,7 @@ impl StateDir {
                 .push("the session's disk image is still attached to a loop device".into());
         }
         let path = session.path.clone();
+        let id_range = session.info.id_range_start;
         drop(session);
         if !mounts_below(&path).is_empty() {
             for m in mounts_below(&path) {
@@ -360,6 +361,9 @@ impl StateDir {
             }
         } else {
             self.trash(&name, id)?;
+            if let Some(start) = id_range {
+                crate::launch::prepare_range::release_session(start, &path)?;
+            }
             // Its shared layers no other session uses go with it.
             if let Err(e) = super::shared::sweep(self.fd()) {
                 report

@@ -55,6 +55,9 @@ pub enum WorkspaceError {
     /// The session's image could not be pinned or held.
     #[error("{0}")]
     Image(ImageError),
+    /// The session's private id range could not be allocated or released.
+    #[error(transparent)]
+    IdRange(#[from] crate::launch::IdRangeError),
     /// A command named an image other than its session's.
     #[error(
         "session {id} runs every command with its image {digest}; a command cannot name another"

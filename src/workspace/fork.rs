@@ -264,6 +264,18 @@ impl StateDir {
             let _ = self.trash(&name, &id);
             return Err(WorkspaceError::Image(e));
         }
+        // The child's layers are the parent's, owned by its id range: the
+        // child holds the same range (released when the last one closes).
+        if let Some(start) = parent.info.id_range_start
+            && let Err(e) = crate::launch::prepare_range::share_with_session(
+                start,
+                &parent.path,
+                &self.path.join(&id),
+            )
+        {
+            let _ = self.trash(&name, &id);
+            return Err(e.into());
+        }
         Ok(id)
     }
 }

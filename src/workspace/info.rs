@@ -172,6 +172,10 @@ pub struct SessionInfo {
     /// fork published it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline_origin: Option<String>,
+    /// The first host id of the private id range the session holds for
+    /// its image's commands (root without /etc/subuid ranges).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_range_start: Option<u32>,
 }
 
 fn default_workspace_path() -> PathBuf {

@@ -79,6 +79,12 @@ impl Session {
                 });
             }
             crate::spec::use_image(&mut spec, image.clone());
+            if let Some(start) = self.info.id_range_start {
+                spec.identity.id_range = Some(crate::spec::IdRange::Session {
+                    start,
+                    session: self.path.clone(),
+                });
+            }
         }
         // A quota's image is attached again if it is not (after a reboot).
         drop(self.rw()?);

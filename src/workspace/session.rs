@@ -244,6 +244,13 @@ impl StateDir {
                     let _ = self.trash(&final_name, &id);
                     return Err(WorkspaceError::Image(e));
                 }
+                let mut session = session;
+                if session.info.image.is_some()
+                    && let Err(e) = session.hold_id_range()
+                {
+                    let _ = self.trash(&final_name, &id);
+                    return Err(e);
+                }
                 Ok(session)
             }
             Err(e) => {
@@ -376,6 +383,7 @@ impl StateDir {
             image,
             parent: None,
             baseline_origin: None,
+            id_range_start: None,
         };
         write_new(dir.as_fd(), c"audit.jsonl", b"", 0o600)?;
         append_audit(
@@ -868,6 +876,18 @@ impl Session {
 
     /// Reload `session.json` (under the lock) and save it after `f`.
     /// Read `session.json` again (another command may have changed it).
+    /// A new session of an image holds a private id range for its whole
+    /// life, recorded in session.json (none when root's /etc/subuid
+    /// ranges win, or for an unprivileged caller): the upper's files keep
+    /// their owners from one command to the next.
+    fn hold_id_range(&mut self) -> Result<()> {
+        if let Some(start) = crate::launch::prepare_range::for_session(&self.path)? {
+            self.info.id_range_start = Some(start);
+            save_info(self.dir_fd(), &self.info)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn reload_info(&mut self) -> Result<()> {
         self.info = load_info(self.dir.as_fd(), &self.path)?;
         Ok(())

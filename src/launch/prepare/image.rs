@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::subid;
+use super::{range, subid};
 use crate::image::{self, ResolvedImage, Store, unpack::OpaqueXattr};
 use crate::launch::error::LaunchError;
 use crate::launch::plan::{DEFAULT_ROOT_HOST_ID, Extent, Ids, Subordinate};
@@ -40,8 +40,12 @@ pub struct ImageReport {
     /// imports, idmapped); `caller`: an unprivileged import's files, which
     /// all belong to the caller and show as root's.
     pub owners: String,
-    /// `single` (one id) or `subordinate` (a range of /etc/subuid).
+    /// `single` (one id), `subordinate` (a range of /etc/subuid) or
+    /// `private` (a range hutch allocated: docs/images.md, "Id ranges").
     pub id_map: String,
+    /// The first host id of a `private` range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_range_start: Option<u32>,
 }
 
 /// A prepared image run: the ids, the layers (top first) and what the
@@ -49,6 +53,9 @@ pub struct ImageReport {
 /// store lock, the report).
 pub(crate) struct Prepared {
     pub ids: Ids,
+    /// A private id range (root without /etc/subuid ranges), held by the
+    /// plan until the sandbox is gone.
+    pub id_range: Option<range::Allocation>,
     pub lowers: Vec<PathBuf>,
     pub held: Held,
 }
@@ -117,7 +124,11 @@ pub(crate) fn prepare(spec: &Spec) -> Result<Option<Prepared>, LaunchError> {
     }
     let mut eff = spec.clone();
     apply_config(&mut eff, &img, r).map_err(shown)?;
-    let ids = ids(&eff, &img, caller).map_err(shown)?;
+    let session = match &spec.identity.id_range {
+        Some(crate::spec::IdRange::Session { start, session }) => Some((*start, session.as_path())),
+        _ => None,
+    };
+    let (ids, id_range) = ids(&eff, &img, caller, session).map_err(shown)?;
     let report = ImageReport {
         manifest_digest: img.manifest_digest.to_string(),
         config_digest: img.config_digest.to_string(),
@@ -127,15 +138,17 @@ pub(crate) fn prepare(spec: &Spec) -> Result<Option<Prepared>, LaunchError> {
         layers: img.layers.len(),
         store: store.root().to_path_buf(),
         owners: if caller.0 == 0 { "kept" } else { "caller" }.into(),
-        id_map: if ids.subordinate.is_some() {
-            "subordinate"
-        } else {
-            "single"
+        id_map: match (&id_range, &ids.subordinate) {
+            (Some(_), _) => "private",
+            (None, Some(_)) => "subordinate",
+            (None, None) => "single",
         }
         .into(),
+        id_range_start: id_range.as_ref().map(range::Allocation::start),
     };
     Ok(Some(Prepared {
         ids,
+        id_range,
         lowers: img.layers.iter().rev().map(|l| l.dir.clone()).collect(),
         held: Held {
             spec: eff,
@@ -247,7 +260,12 @@ fn in_layers(img: &ResolvedImage, dir: &Path) -> bool {
 /// The ids of an image run. One id when the layers' files and the
 /// workload need only one; otherwise a subordinate range, or a refusal
 /// saying what to configure.
-fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, String> {
+fn ids(
+    spec: &Spec,
+    img: &ResolvedImage,
+    caller: (u32, u32),
+    session: Option<(u32, &Path)>,
+) -> Result<(Ids, Option<range::Allocation>), String> {
     let (uid, gid) = (
         spec.identity.uid.unwrap_or(0),
         spec.identity.gid.unwrap_or(0),
@@ -281,7 +299,7 @@ fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, Stri
     let single = need_u.len() == 1 && need_g.len() == 1;
     let host_ids = spec.identity.host_uid.is_some() || spec.identity.host_gid.is_some();
     if root && single {
-        return Ok(Ids {
+        return Ok((Ids {
             inside_uid: uid,
             inside_gid: gid,
             host_uid: spec.identity.host_uid.unwrap_or(DEFAULT_ROOT_HOST_ID),
@@ -293,7 +311,7 @@ fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, Stri
             init_ids: None,
             workload_ids: None,
             maps: None,
-        });
+        }, None));
     }
     if !root && single {
         if host_ids {
@@ -301,7 +319,7 @@ fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, Stri
                 "only root can choose the host id the sandbox runs as (identity.host_uid)".into(),
             );
         }
-        return Ok(Ids {
+        return Ok((Ids {
             inside_uid: 0,
             inside_gid: 0,
             host_uid: caller.0,
@@ -313,7 +331,7 @@ fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, Stri
             init_ids: None,
             workload_ids: None,
             maps: None,
-        });
+        }, None));
     }
     if host_ids {
         return Err(format!(
@@ -323,23 +341,68 @@ fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, Stri
             list(&file_gids)
         ));
     }
+    ranged(
+        uid,
+        gid,
+        &need_u,
+        &need_g,
+        caller,
+        session,
+        Some("run as root inside (--uid 0 --gid 0)"),
+    )
+}
+
+/// The ids of a run that maps a range (an image's several owners, or
+/// `identity.id_range = "private"`): the ids in `need_u`/`need_g` must
+/// fit. Root: its /etc/subuid and /etc/subgid ranges, else a private range
+/// (`session`'s when a session holds one); unprivileged: the caller's own
+/// range through newuidmap/newgidmap, or a refusal naming the line to add
+/// (and `alternative`, another way out).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn ranged(
+    uid: u32,
+    gid: u32,
+    need_u: &BTreeSet<u32>,
+    need_g: &BTreeSet<u32>,
+    caller: (u32, u32),
+    session: Option<(u32, &Path)>,
+    alternative: Option<&str>,
+) -> Result<(Ids, Option<range::Allocation>), String> {
+    let (need_u, need_g) = (need_u.clone(), need_g.clone());
+    let root = caller.0 == 0;
     let subuid = Path::new("/etc/subuid");
     let subgid = Path::new("/etc/subgid");
     if root {
-        let (Some(ru), Some(rg)) = (
+        // Root's own ranges win; without them, a private range (a
+        // session's again for each of its commands).
+        let (ru, rg, allocation) = match (
             subid::range_for(subuid, Some("root"), 0),
             subid::range_for(subgid, Some("root"), 0),
-        ) else {
-            return Err(format!(
-                "its files are owned by uids {} and gids {} and the workload runs as {uid}:{gid}, \
-                 more than the one host id a root launch maps (65534); give root a subordinate \
-                 range in /etc/subuid and /etc/subgid (e.g. `root:100000:65536`) to map them",
-                list(&file_uids),
-                list(&file_gids)
-            ));
+        ) {
+            (Some(ru), Some(rg)) => (ru, rg, None),
+            _ => {
+                let a = match session {
+                    Some((start, dir)) => range::Allocation::resume(start, dir),
+                    None => range::Allocation::allocate(),
+                }
+                .map_err(|e| e.to_string())?;
+                let r = subid::Range {
+                    start: a.start(),
+                    count: range::RANGE_SIZE,
+                };
+                (r, r, Some(a))
+            }
         };
-        check_fits(&need_u, ru.count, "uid", "/etc/subuid")?;
-        check_fits(&need_g, rg.count, "gid", "/etc/subgid")?;
+        let (fu, fg) = if allocation.is_some() {
+            (
+                "a private range (docs/images.md)",
+                "a private range (docs/images.md)",
+            )
+        } else {
+            ("/etc/subuid", "/etc/subgid")
+        };
+        check_fits(&need_u, ru.count, "uid", fu)?;
+        check_fits(&need_g, rg.count, "gid", fg)?;
         let e = |r: subid::Range| Extent {
             inside: 0,
             host: r.start,
@@ -351,19 +414,22 @@ fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, Stri
             len: 1,
             helpers: false,
         };
-        return Ok(Ids {
-            inside_uid: uid,
-            inside_gid: gid,
-            host_uid: ru.start + uid,
-            host_gid: rg.start + gid,
-            root_launch: true,
-            clear_groups: true,
-            subordinate: Some(s),
-            // Completed by prepare (`Ids::for_image`).
-            init_ids: None,
-            workload_ids: None,
-            maps: None,
-        });
+        return Ok((
+            Ids {
+                inside_uid: uid,
+                inside_gid: gid,
+                host_uid: ru.start + uid,
+                host_gid: rg.start + gid,
+                root_launch: true,
+                clear_groups: true,
+                subordinate: Some(s),
+                // Completed by prepare (`Ids::for_image`).
+                init_ids: None,
+                workload_ids: None,
+                maps: None,
+            },
+            allocation,
+        ));
     }
     let name = subid::user_name(caller.0);
     let shown_name = name.clone().unwrap_or_else(|| caller.0.to_string());
@@ -371,12 +437,17 @@ fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, Stri
         subid::range_for(subuid, name.as_deref(), caller.0),
         subid::range_for(subgid, name.as_deref(), caller.1),
     ) else {
+        let why = match alternative {
+            Some(_) => format!("the workload runs as {uid}:{gid}, not root"),
+            None => "a private id range is asked for".to_string(),
+        };
         return Err(format!(
-            "the workload runs as {uid}:{gid}, not root: an unprivileged launch maps only your \
+            "{why}: an unprivileged launch maps only your \
              own id (uid {}, root inside) unless /etc/subuid and /etc/subgid give {shown_name} a \
              subordinate range (e.g. `{shown_name}:100000:65536`) for newuidmap/newgidmap \
-             (package uidmap) to map; add one, or run as root inside (--uid 0 --gid 0)",
-            caller.0
+             (package uidmap) to map; add one (as root){}",
+            caller.0,
+            alternative.map(|a| format!(", or {a}")).unwrap_or_default()
         ));
     };
     // Inside 0 is the caller; 1..=count the range.
@@ -407,7 +478,7 @@ fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, Stri
         len: 2,
         helpers: true,
     };
-    Ok(Ids {
+    Ok((Ids {
         inside_uid: uid,
         inside_gid: gid,
         host_uid: Subordinate::host_of(&s.uid, uid).unwrap_or(caller.0),
@@ -419,7 +490,7 @@ fn ids(spec: &Spec, img: &ResolvedImage, caller: (u32, u32)) -> Result<Ids, Stri
         init_ids: None,
         workload_ids: None,
         maps: None,
-    })
+    }, None))
 }
 
 fn check_fits(need: &BTreeSet<u32>, count: u32, what: &str, file: &str) -> Result<(), String> {

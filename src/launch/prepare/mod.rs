@@ -12,6 +12,7 @@ pub mod claim;
 mod identity;
 pub(crate) mod image;
 pub(crate) mod join;
+pub(crate) mod range;
 pub(crate) mod subid;
 pub(crate) mod validate;
 
@@ -54,6 +55,9 @@ pub(crate) struct LaunchPlan {
     pub proxy: Option<ProxyPrep>,
     /// An image run: the store lock held until the end, and the report.
     pub image: Option<image::Held>,
+    /// A private id range, held until the sandbox is gone
+    /// (`docs/images.md`, "Id ranges").
+    pub id_range: Option<range::Allocation>,
     /// The runtime registry's directory, opened before a joined user
     /// namespace is entered (the registration then goes there, not to the
     /// directory the joined uid would name).
@@ -194,8 +198,9 @@ pub(crate) fn prepare_sandbox(
     warm: bool,
     own_leaf: bool,
 ) -> Result<LaunchPlan, LaunchError> {
-    let ids = match &image {
-        Some(i) => i.ids.clone().for_image(),
+    let mut image = image;
+    let (ids, id_range) = match &mut image {
+        Some(i) => (i.ids.clone().for_image(), i.id_range.take()),
         None => ids(spec)?,
     };
     let sandbox_id = sandbox_id();
@@ -320,6 +325,7 @@ pub(crate) fn prepare_sandbox(
         idmap_sources,
         proxy,
         image: image.map(|i| i.held),
+        id_range,
         registry_dir: None,
         registry_path: None,
     })
@@ -393,12 +399,15 @@ fn add_ca_env(spec: &Spec, env: &mut BTreeMap<String, String>) {
     }
 }
 
-fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
+fn ids(spec: &Spec) -> Result<(Ids, Option<range::Allocation>), LaunchError> {
     let uid = nix::unistd::getuid().as_raw();
     let gid = nix::unistd::getgid().as_raw();
     let id = &spec.identity;
+    if id.id_range == Some(crate::spec::IdRange::Private) {
+        return private_range_ids(spec, (uid, gid));
+    }
     if !spec.namespaces.user || !id.uid_map.is_empty() {
-        return identity::ids(spec, uid, gid);
+        return identity::ids(spec, uid, gid).map(|i| (i, None));
     }
     if id.groups.as_ref().is_some_and(|g| !g.is_empty()) {
         return Err(LaunchError::Spec(crate::spec::SpecError::new(
@@ -423,12 +432,15 @@ fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
         }),
     };
     if uid == 0 {
-        return Ok(single(
-            id.uid.unwrap_or(0),
-            id.gid.unwrap_or(0),
-            id.host_uid.unwrap_or(DEFAULT_ROOT_HOST_ID),
-            id.host_gid.unwrap_or(DEFAULT_ROOT_HOST_ID),
-            true,
+        return Ok((
+            single(
+                id.uid.unwrap_or(0),
+                id.gid.unwrap_or(0),
+                id.host_uid.unwrap_or(DEFAULT_ROOT_HOST_ID),
+                id.host_gid.unwrap_or(DEFAULT_ROOT_HOST_ID),
+                true,
+            ),
+            None,
         ));
     }
     if id.host_uid.is_some_and(|h| h != uid) || id.host_gid.is_some_and(|h| h != gid) {
@@ -437,13 +449,63 @@ fn ids(spec: &Spec) -> Result<Ids, LaunchError> {
             "only root can choose the host id the sandbox runs as",
         )));
     }
-    Ok(single(
-        id.uid.unwrap_or(uid),
-        id.gid.unwrap_or(gid),
-        uid,
-        gid,
-        false,
+    Ok((
+        single(
+            id.uid.unwrap_or(uid),
+            id.gid.unwrap_or(gid),
+            uid,
+            gid,
+            false,
+        ),
+        None,
     ))
+}
+
+/// `identity.id_range = "private"` without an image: the workload may
+/// change ids (su, a package manager dropping to its own user), so ids
+/// 0..65535 inside map a range, as an image of several owners does. The
+/// workload's ids must be in it; a user namespace of the sandbox's own and
+/// no explicit map are needed.
+fn private_range_ids(
+    spec: &Spec,
+    caller: (u32, u32),
+) -> Result<(Ids, Option<range::Allocation>), LaunchError> {
+    let id = &spec.identity;
+    let refuse = |path: &str, why: &str| {
+        LaunchError::Spec(crate::spec::SpecError::new(path, why))
+    };
+    if !spec.namespaces.user {
+        return Err(refuse(
+            "identity.id_range",
+            "a private id range is the map of the sandbox's own user namespace (namespaces.user = true)",
+        ));
+    }
+    if !id.uid_map.is_empty() || !id.gid_map.is_empty() {
+        return Err(refuse(
+            "identity.id_range",
+            "a private id range and identity.uid_map/gid_map both choose the map; give one",
+        ));
+    }
+    if id.host_uid.is_some() || id.host_gid.is_some() {
+        return Err(refuse(
+            "identity.host_uid",
+            "host_uid/host_gid name one host id; a private id range maps 65536",
+        ));
+    }
+    // Root inside by default, as an image run is: the workload may then
+    // become any id of the range.
+    let (uid, gid) = (id.uid.unwrap_or(0), id.gid.unwrap_or(0));
+    let need_u = [0, uid].into_iter().collect();
+    let need_g = [0, gid].into_iter().collect();
+    let (ids, allocation) = image::ranged(uid, gid, &need_u, &need_g, caller, None, None)
+        .map_err(|why| LaunchError::Spec(crate::spec::SpecError::new("identity.id_range", why)))?;
+    if id.groups.as_ref().is_some_and(|g| !g.is_empty()) {
+        return Err(refuse(
+            "identity.groups",
+            "supplementary groups with a private id range are not supported yet",
+        ));
+    }
+    Ok((ids.for_image(), allocation))
 }
 
 /// The Spec's sysctls as `/proc/sys` paths.

@@ -36,6 +36,21 @@ pub(crate) fn range_for(file: &Path, name: Option<&str>, id: u32) -> Option<Rang
     })
 }
 
+/// Every well-formed range of `/etc/subuid` or `/etc/subgid`, anyone's.
+pub(crate) fn all_ranges(file: &Path) -> Vec<Range> {
+    let Some(text) = read_small(file) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.trim().split(':');
+            let (_, start, count) = (f.next()?, f.next()?, f.next()?);
+            let (start, count): (u32, u32) = (start.parse().ok()?, count.parse().ok()?);
+            (count > 0).then_some(Range { start, count })
+        })
+        .collect()
+}
+
 /// The name of host user `uid` in `/etc/passwd` (the helpers match ranges
 /// by name or number).
 pub(crate) fn user_name(uid: u32) -> Option<String> {
@@ -47,7 +62,7 @@ pub(crate) fn user_name(uid: u32) -> Option<String> {
     })
 }
 
-fn read_small(path: &Path) -> Option<String> {
+pub(crate) fn read_small(path: &Path) -> Option<String> {
     let f = std::fs::File::open(path).ok()?;
     if !f.metadata().ok()?.is_file() {
         return None;

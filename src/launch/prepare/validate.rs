@@ -39,6 +39,14 @@ fn validate_concerns(spec: &Spec) -> Result<(), SpecError> {
     if let Some(image) = &spec.image {
         crate::image::spec::validate(image)?;
     }
+    if matches!(spec.identity.id_range, Some(crate::spec::IdRange::Session { .. }))
+        && spec.image.is_none()
+    {
+        return Err(SpecError::new(
+            "identity.id_range",
+            "a session's id range is for its image's commands; without an image use \"private\"",
+        ));
+    }
     Ok(())
 }
 

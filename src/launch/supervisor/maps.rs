@@ -39,6 +39,15 @@ pub(crate) fn write_id_maps(pid: libc::pid_t, p: &LaunchPlan) -> Result<(), SysE
     write("gid_map", &maps.gid_map)
 }
 
+/// A private id range is held by the sandbox's pid 1 too, so it stays
+/// allocated as long as the sandbox lives, whoever launched it.
+pub(crate) fn hold_id_range(pid: libc::pid_t, p: &LaunchPlan) -> Result<(), LaunchError> {
+    match &p.id_range {
+        Some(a) => Ok(a.add_holder(pid)?),
+        None => Ok(()),
+    }
+}
+
 /// `oom_score_adj` of the sandbox (its children inherit it).
 pub(crate) fn write_oom_score_adj(pid: libc::pid_t, value: Option<i32>) -> Result<(), SysError> {
     let Some(v) = value else {

@@ -399,6 +399,7 @@ pub(crate) fn go(
         sb.kill_and_reap();
         e
     };
+    maps::hold_id_range(sb.pid, p).map_err(kill_and_reap)?;
     write_id_maps(sb.pid, p).map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
     maps::write_oom_score_adj(sb.pid, spec.limits.oom_score_adj)
         .map_err(|e| kill_and_reap(LaunchError::Sys(e)))?;
