@@ -8,6 +8,7 @@ use std::ffi::CStr;
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
 
 use super::steps::IN_ROOT;
+use crate::sys::RESOLVE_NO_MAGICLINKS;
 use super::syscalls::ChildSys;
 use crate::confine::landlock::{FILE_RIGHTS, LandlockPlan};
 use crate::launch::plan::{CapPlan, ChildPlan, Exec};
@@ -234,11 +235,19 @@ fn die_with_init<S: ChildSys>(
 fn resolve_candidates<S: ChildSys>(sys: &mut S, exec: &Exec, root: BorrowedFd<'_>) {
     for (candidate, slot) in exec.candidates.iter().zip(&exec.resolved) {
         let dir = candidate.to_bytes().starts_with(b"/").then_some(root);
-        // `root` is this process's own `/`: a plain lookup stays in it,
-        // and follows magic links as execve does (`/proc/self/exe`,
-        // `/proc/self/fd/N`, which bubblewrap runs); RESOLVE_IN_ROOT and
-        // RESOLVE_NO_MAGICLINKS would refuse them with ELOOP.
-        slot.set(sys.openat2(dir, candidate, libc::O_PATH, 0).err());
+        // Inside the root, through no magic link: a directory fd the
+        // caller leaked (its stdin, say) never names the program (the runc
+        // CVE-2024-21626 class; tests/run_hostile_caller.rs). The one magic
+        // link followed is this process's own program, which bubblewrap's
+        // callers run as `/proc/self/exe` (it is hutch's read-only copy).
+        let resolve = if candidate.to_bytes() == b"/proc/self/exe" {
+            0
+        } else if dir.is_some() {
+            IN_ROOT
+        } else {
+            RESOLVE_NO_MAGICLINKS
+        };
+        slot.set(sys.openat2(dir, candidate, libc::O_PATH, resolve).err());
     }
 }
 
