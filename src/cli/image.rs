@@ -16,6 +16,9 @@ const USAGE: &str = "usage: hutch image [--image-store DIR] COMMAND ...
              [--allow-secret-env] [--allow-devices] [--json]
       SRC: an OCI image layout (directory or tar), a docker-archive (`docker save`),
       or with --rootfs a root filesystem (directory, or tar/tar.gz/tar.zst)
+  pull REF@sha256:... [--registry-auth FILE] [--insecure-registry HOST[:PORT]]
+             [--platform P] [--allow-unpinned] [--json]
+      fetch from a registry by digest (OCI distribution API) and import
   list [--json]                     name, manifest digest, platform, size, layers
   inspect NAME|DIGEST [--platform P] [--json]
                                     config, layers, and each check's verdict
@@ -77,6 +80,17 @@ fn run(args: Vec<OsString>) -> Result<i32> {
     let open = || -> Result<Store> { Ok(Store::open(store_dir.as_deref())?) };
     match command.as_str() {
         "import" => import(open()?, rest),
+        "pull" => {
+            let json = rest.iter().any(|a| a == "--json");
+            let rest: Vec<OsString> = rest.into_iter().filter(|a| a != "--json").collect();
+            let (value, human) = super::image_pull::pull(open()?, rest)?;
+            if json {
+                json_out(&value)?;
+            } else {
+                print(&human);
+            }
+            Ok(0)
+        }
         "list" | "ls" => list(open()?, rest),
         "inspect" => inspect(open()?, rest),
         "rm" | "remove" => remove(open()?, rest),
@@ -111,6 +125,7 @@ docs/images.md). Prints the manifest digest to pin runs to.
   --allow-platform-mismatch, --allow-volumes, --allow-secret-env, --allow-devices
                        accept an image the corresponding check refuses"
         }
+        "pull" => super::image_pull::HELP,
         "list" | "ls" => {
             "usage: hutch image list [--json]\n\nOne line per image: name(s), manifest digest, platform, size, layer count."
         }

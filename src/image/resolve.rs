@@ -147,7 +147,12 @@ impl Store {
     fn find(&self, images: &[ImageRecord], r: &Reference) -> Result<ImageRecord> {
         let found = match r {
             Reference::Digest(d) | Reference::Named { digest: d, .. } => {
-                images.iter().find(|i| i.manifest == *d)
+                // A pulled multi-platform image answers to its index's digest too.
+                images.iter().find(|i| i.manifest == *d).or_else(|| {
+                    images
+                        .iter()
+                        .find(|i| i.pulled.as_ref().and_then(|p| p.index.as_ref()) == Some(d))
+                })
             }
             Reference::Name(n) => images.iter().find(|i| i.names.contains(n)),
         };

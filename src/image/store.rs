@@ -49,6 +49,9 @@ pub struct ImageRecord {
     pub format: String,
     /// Seconds since the epoch.
     pub imported: u64,
+    /// Where `hutch image pull` got it (absent for an import).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulled: Option<super::pull::Pulled>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
