@@ -10,6 +10,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use crate::image::{ImportOptions, Inspection, Outcome, Platform, Store, checks::secret_like};
 use crate::spec::ByteSize;
 
+use super::machine::{self, ErrorKind, MachineError};
+
 const USAGE: &str = "usage: hutch image [--image-store DIR] COMMAND ...
   import SRC [--name NAME] [--platform OS/ARCH[/VARIANT]] [--rootfs] [--ref REF]
              [--max-image-size SIZE] [--max-expansion N] [--allow-platform-mismatch] [--allow-volumes]
@@ -22,22 +24,56 @@ const USAGE: &str = "usage: hutch image [--image-store DIR] COMMAND ...
   list [--json]                     name, manifest digest, platform, size, layers
   inspect NAME|DIGEST [--platform P] [--json]
                                     config, layers, and each check's verdict
-  rm NAME|DIGEST                    remove a name (a digest: the image); layers stay until gc
-  gc                                remove layers and blobs no image references
+  rm NAME|DIGEST [--json]           remove a name (a digest: the image); layers stay until gc
+  gc [--json]                       remove layers and blobs no image references
+
+With --json, stdout is one envelope (docs/machine.md), failures included.
 
 The store: --image-store DIR, else $HUTCH_IMAGE_STORE, else /var/lib/hutch/images
 (root) or $XDG_DATA_HOME/hutch/images (~/.local/share/hutch/images).";
 
 const EXIT_FAILURE: i32 = 125;
 
+/// The envelope's verb (`image.VERB`) when `--json` was given.
+static JSON_VERB: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The command word of `hutch image [--image-store DIR] COMMAND ...`.
+fn command_of(args: &[OsString]) -> Option<String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("--image-store") => {
+                it.next();
+            }
+            Some(s) if s.starts_with('-') => {}
+            Some(s) => return Some(s.to_string()),
+            None => return None,
+        }
+    }
+    None
+}
+
 /// Entry point of `hutch image`.
 pub fn main(args: Vec<OsString>) -> i32 {
+    if args.iter().any(|a| a == "--json") {
+        let verb = match command_of(&args).as_deref() {
+            Some("ls") => "list".to_string(),
+            Some("remove") => "rm".to_string(),
+            Some(c) => c.to_string(),
+            None => "?".to_string(),
+        };
+        let _ = JSON_VERB.set(format!("image.{verb}"));
+    }
     match run(args) {
         Ok(code) => code,
         Err(e) => {
             // One line: the chain joined, no newlines from anywhere.
             let msg = format!("{e:#}").replace('\n', " ");
             eprintln!("hutch image: {msg}");
+            if let Some(verb) = JSON_VERB.get() {
+                let m = MachineError::classify_or(&e, ErrorKind::Usage);
+                print(&(machine::error_line(verb, &m) + "\n"));
+            }
             EXIT_FAILURE
         }
     }
@@ -173,8 +209,10 @@ fn print(s: &str) {
     let _ = std::io::stdout().lock().write_all(s.as_bytes());
 }
 
+/// The success envelope (docs/machine.md) of this `image` verb.
 fn json_out(v: &impl serde::Serialize) -> Result<()> {
-    print(&(serde_json::to_string_pretty(v)? + "\n"));
+    let verb = JSON_VERB.get().map(String::as_str).unwrap_or("image");
+    print(&(machine::ok_line(verb, v) + "\n"));
     Ok(())
 }
 
@@ -449,12 +487,16 @@ fn render(store: &Store, ins: &Inspection) -> String {
 }
 
 fn remove(store: Store, rest: Vec<OsString>) -> Result<i32> {
+    let json = rest.iter().any(|a| a == "--json");
+    let rest: Vec<&OsString> = rest.iter().filter(|a| *a != "--json").collect();
     let [target] = rest.as_slice() else {
         bail!("exactly one NAME|DIGEST is needed");
     };
     let target = text(target, "NAME|DIGEST")?;
     let r = store.remove(&target)?;
-    if r.image_removed {
+    if json {
+        json_out(&r)?;
+    } else if r.image_removed {
         print(&format!(
             "removed image {}{}; run `hutch image gc` to free its layers\n",
             r.manifest,

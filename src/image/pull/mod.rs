@@ -142,7 +142,7 @@ impl Store {
                 },
             },
         };
-        let insecure = opts.insecure_registries.iter().any(|h| *h == host);
+        let insecure = opts.insecure_registries.contains(&host);
         let want = opts.import.platform.clone().unwrap_or_else(Platform::host);
         // gc (exclusive) waits while blobs are fetched into tmp/.
         let _shared = self.lock_store(false)?;

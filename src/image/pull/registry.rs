@@ -108,10 +108,18 @@ impl Registry {
         )
     }
 
-    fn failed(&self, e: impl std::error::Error + 'static) -> PullError {
+    fn failed(&self, e: oci_client::errors::OciDistributionError) -> PullError {
+        use oci_client::errors::OciDistributionError as E;
+        let hint = match &e {
+            E::UnauthorizedError { .. } | E::AuthenticationFailure(_) => {
+                " (give credentials with --registry-auth FILE, or check them)"
+            }
+            E::ImageManifestNotFoundError(_) => " (no such repository or digest there)",
+            _ => "",
+        };
         PullError::Registry {
             host: self.host.clone(),
-            why: one_line(&e),
+            why: format!("{}{hint}", one_line(&e)),
         }
     }
 
