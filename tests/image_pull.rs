@@ -446,3 +446,134 @@ fn a_failed_pull_answers_in_the_json_envelope() {
     );
     assert_eq!(v["error"]["kind"], "io", "{v}");
 }
+
+#[test]
+fn only_approved_images_run_and_inspect_shows_the_verdict() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-approved", who, false);
+    let store = s.store();
+    let other = format!("sha256:{}", "ab".repeat(32));
+    let deny = s.t.path().join("deny.list");
+    std::fs::write(&deny, format!("# the platform's list\n{other}\n")).unwrap();
+    let allow = s.t.path().join("allow.list");
+    std::fs::write(&allow, format!("{}/hutch/test@{}\n", s.reg.host, s.digest)).unwrap();
+    give(s.t.path(), who);
+    let (deny, allow) = (deny.to_str().unwrap(), allow.to_str().unwrap());
+    // An unapproved digest is not even fetched.
+    pull_refused(
+        who,
+        &store,
+        &[
+            &s.reference,
+            "--insecure-registry",
+            &s.reg.host,
+            "--approved",
+            deny,
+        ],
+        &format!("image {} is not on the approved list", s.digest),
+    );
+    let o = pull(
+        who,
+        &store,
+        &[
+            &s.reference,
+            "--insecure-registry",
+            &s.reg.host,
+            "--approved",
+            allow,
+        ],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let run = |list: &str| {
+        run_image(
+            who,
+            &store,
+            s.t.path(),
+            &[
+                "--image",
+                &s.reference,
+                "--approved",
+                list,
+                "--",
+                "/bin/cat",
+                "/etc/hello",
+            ],
+        )
+    };
+    let o = run(deny);
+    assert_eq!(o.status.code(), Some(125), "{}{}", out(&o), err(&o));
+    let e = err(&o);
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(
+        e.contains(&format!("image {} is not on the approved list", s.digest)),
+        "{e}"
+    );
+    assert_eq!(out(&o), "", "nothing ran");
+    let o = run(allow);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "hello from the registry\n");
+    let verdict = |list: &str| {
+        let o = image(
+            who,
+            &store,
+            &["inspect", &s.digest, "--approved", list, "--json"],
+        );
+        assert!(o.status.success(), "{}", err(&o));
+        let r = result(&o);
+        r["verdicts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["check"] == "approved")
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(verdict(deny)["outcome"], "refused");
+    assert_eq!(verdict(allow)["outcome"], "pass");
+    // A list entry that is not a digest: exit 125 before anything starts.
+    let bad = s.t.path().join("bad.list");
+    std::fs::write(&bad, "sha256:1234\n").unwrap();
+    give(&bad, who);
+    let o = run(bad.to_str().unwrap());
+    assert_eq!(o.status.code(), Some(125));
+    assert!(err(&o).contains("line 1"), "{}", err(&o));
+}
+
+#[test]
+fn run_pull_missing_fetches_the_pinned_image_once() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-missing", who, false);
+    let store = s.store();
+    let host = s.reg.host.clone();
+    let dir = s.t.path().to_path_buf();
+    let run = || {
+        run_image(
+            who,
+            &store,
+            &dir,
+            &[
+                "--image",
+                &s.reference,
+                "--pull",
+                "missing",
+                "--insecure-registry",
+                &host,
+                "--",
+                "/bin/cat",
+                "/etc/hello",
+            ],
+        )
+    };
+    let o = run();
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "hello from the registry\n");
+    assert_eq!(list(who, &store).len(), 1);
+    // Present now: the registry is not asked again.
+    let Setup { t, reg, .. } = s;
+    drop(reg);
+    let _keep = t;
+    let o = run();
+    assert!(o.status.success(), "{}", err(&o));
+}

@@ -22,7 +22,7 @@ const USAGE: &str = "usage: hutch image [--image-store DIR] COMMAND ...
              [--platform P] [--allow-unpinned] [--json]
       fetch from a registry by digest (OCI distribution API) and import
   list [--json]                     name, manifest digest, platform, size, layers
-  inspect NAME|DIGEST [--platform P] [--json]
+  inspect NAME|DIGEST [--platform P] [--approved FILE] [--json]
                                     config, layers, and each check's verdict
   rm NAME|DIGEST [--json]           remove a name (a digest: the image); layers stay until gc
   gc [--json]                       remove layers and blobs no image references
@@ -166,10 +166,12 @@ docs/images.md). Prints the manifest digest to pin runs to.
             "usage: hutch image list [--json]\n\nOne line per image: name(s), manifest digest, platform, size, layer count."
         }
         "inspect" => {
-            "usage: hutch image inspect NAME|DIGEST [--platform P] [--json]
+            "usage: hutch image inspect NAME|DIGEST [--platform P] [--approved FILE] [--json]
 
 Shows the image's config (env, cmd, entrypoint, workdir, user), its layers and
-the verdict of each check against the platform (default: the host's).
+the verdict of each check against the platform (default: the host's); with
+--approved FILE (one sha256:<64 hex> or REPOSITORY@sha256:<64 hex> a line)
+also whether the image is on that approved list.
 DIGEST may be a unique prefix of the manifest digest."
         }
         "rm" | "remove" => {
@@ -352,10 +354,18 @@ fn inspect(store: Store, rest: Vec<OsString>) -> Result<i32> {
     let mut json = false;
     let mut want = Platform::host();
     let mut target: Option<String> = None;
+    let mut approved: Option<Vec<String>> = None;
     let mut it = rest.into_iter();
     while let Some(a) = it.next() {
         match a.to_str() {
             Some("--json") => json = true,
+            Some("--approved") => {
+                let v = it.next().context("--approved needs a file")?;
+                approved = Some(
+                    crate::image::approved::read_file(std::path::Path::new(&v))
+                        .context("--approved")?,
+                );
+            }
             Some("--platform") => {
                 let v = it.next().context("--platform needs a value")?;
                 want = Platform::parse(&text(&v, "--platform")?)
@@ -370,7 +380,7 @@ fn inspect(store: Store, rest: Vec<OsString>) -> Result<i32> {
         }
     }
     let target = target.context("NAME|DIGEST is needed")?;
-    let ins = store.inspect(&target, &want)?;
+    let ins = store.inspect(&target, &want, approved.as_deref())?;
     if json {
         json_out(&ins)?;
     } else {

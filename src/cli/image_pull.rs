@@ -12,7 +12,7 @@ use crate::spec::ByteSize;
 pub(super) const HELP: &str = "usage: hutch image pull REF@sha256:<64 hex> [--platform OS/ARCH[/VARIANT]]
                        [--registry-auth FILE] [--insecure-registry HOST[:PORT]]...
                        [--name NAME] [--max-image-size SIZE] [--max-expansion N]
-                       [--allow-unpinned] [--allow-platform-mismatch] [--allow-volumes]
+                       [--approved FILE] [--allow-unpinned] [--allow-platform-mismatch] [--allow-volumes]
                        [--allow-secret-env] [--allow-devices] [--json]
 
 Fetches an image from a registry (OCI distribution API) by digest and
@@ -26,10 +26,78 @@ manifest digest to pin runs to (a pulled index's digest pins it too).
                            basic auth, and token auth through it
   --insecure-registry H    reach registry H (HOST[:PORT]) over plain http
   --allow-unpinned         accept a tag; the digest it resolved to is reported
+  --approved FILE          refuse (before fetching a layer) an image not on this list
   --name NAME              name the image (default: HOST/REPOSITORY)
   (other options as for `hutch image import`)
 
 https uses the host's trust store (SSL_CERT_FILE and SSL_CERT_DIR honoured).";
+
+/// `hutch run`'s `--pull missing|never`, `--insecure-registry`, `--registry-auth`.
+#[derive(Default)]
+pub(super) struct PullFlags {
+    missing: bool,
+    pub(super) insecure: Vec<String>,
+    pub(super) auth_file: Option<PathBuf>,
+}
+
+impl PullFlags {
+    pub(super) fn set_policy(&mut self, v: &str) -> Result<()> {
+        self.missing = match v {
+            "missing" => true,
+            "never" => false,
+            other => bail!(
+                "--pull {}: missing or never",
+                crate::util::quote::display_name(other.as_bytes())
+            ),
+        };
+        Ok(())
+    }
+
+    pub(super) fn is_set(&self) -> bool {
+        self.missing || !self.insecure.is_empty() || self.auth_file.is_some()
+    }
+
+    /// With `--pull missing`: pull the image `r` pins (`HOST/REPOSITORY`
+    /// name and digest) unless the store has it; checks and the approved
+    /// list still apply when the sandbox is prepared.
+    pub(super) fn pull_missing(self, r: &crate::spec::ImageRef) -> Result<()> {
+        if !self.missing {
+            if self.is_set() {
+                bail!("--insecure-registry and --registry-auth need --pull missing");
+            }
+            return Ok(());
+        }
+        let (Some(name), Some(digest)) = (&r.name, &r.digest) else {
+            bail!(
+                "--pull missing needs --image HOST[:PORT]/REPOSITORY@sha256:<64 hex> (a registry \
+                 reference pinned by digest)"
+            );
+        };
+        let store = Store::open(r.store.as_deref())?;
+        let d = crate::image::digest::Digest::parse(digest)
+            .map_err(|e| anyhow!("--image: {e}"))?;
+        let have = store.images()?.iter().any(|i| {
+            i.manifest == d || i.pulled.as_ref().and_then(|p| p.index.as_ref()) == Some(&d)
+        });
+        if have {
+            return Ok(());
+        }
+        let mut opts = PullOptions {
+            insecure_registries: self.insecure,
+            auth_file: self.auth_file,
+            ..PullOptions::default()
+        };
+        if let Some(p) = &r.platform {
+            opts.import.platform = Some(Platform::parse(p).map_err(|e| anyhow!("--platform: {e}"))?);
+        }
+        opts.import.overrides = crate::image::spec::overrides(r);
+        let reference = format!("{name}@{digest}");
+        store
+            .pull(&reference, &opts)
+            .with_context(|| format!("--pull missing: {}", crate::util::quote::display_name(reference.as_bytes())))?;
+        Ok(())
+    }
+}
 
 pub(super) fn pull(store: Store, rest: Vec<OsString>) -> Result<(serde_json::Value, String)> {
     let mut opts = PullOptions::default();
@@ -73,6 +141,11 @@ pub(super) fn pull(store: Store, rest: Vec<OsString>) -> Result<(serde_json::Val
                     .with_context(|| "--max-expansion: a whole ratio of at least 1".to_string())?
             }
             Some("--allow-unpinned") => opts.import.overrides.allow_unpinned = true,
+            Some("--approved") => {
+                let file = PathBuf::from(value("--approved")?);
+                opts.import.overrides.approved =
+                    Some(crate::image::approved::read_file(&file).context("--approved")?)
+            }
             Some("--allow-platform-mismatch") => {
                 opts.import.overrides.allow_platform_mismatch = true
             }

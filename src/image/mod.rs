@@ -6,6 +6,7 @@
 //! See `docs/images.md` for the formats, the store layout, the checks and
 //! the rules for hostile input.
 
+pub mod approved;
 pub mod checks;
 mod decompress;
 pub mod digest;

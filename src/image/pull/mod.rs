@@ -18,12 +18,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::checks::Verdict;
+use super::approved::Approved;
+use super::checks::{Refusal, Verdict};
 use super::digest::Digest;
 use super::error::ImageError;
 use super::import::{ImportOptions, MAX_LAYERS};
 use super::oci::{self, Descriptor, Index, Manifest, Platform};
-use super::store::{ImageRecord, Store};
+use super::store::{ImageRecord, Pulled, Store};
 
 pub use auth::Credentials;
 use registry::Registry;
@@ -66,18 +67,6 @@ pub struct PullOptions {
     /// Platform, caps and overrides, as for an import (`allow_unpinned`
     /// lets a bare tag through). `name` defaults to `HOST/REPOSITORY`.
     pub import: ImportOptions,
-}
-
-/// Where a pulled image came from (kept in its index entry).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct Pulled {
-    /// `HOST[:PORT]/REPOSITORY`.
-    pub repository: String,
-    /// The reference as given (a tag, a digest or both).
-    pub reference: String,
-    /// The index (manifest list) digest the platform's manifest was chosen from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub index: Option<Digest>,
 }
 
 /// What a pull did.
@@ -224,6 +213,18 @@ impl Store {
                     digest: manifest.config.digest.to_string(),
                     why: format!("a config over {} bytes", oci::MAX_DOCUMENT),
                 });
+            }
+            if let Some(list) = &opts.import.overrides.approved {
+                let list = Approved::parse(list).map_err(|(i, why)| {
+                    ImageError::Invalid(format!("approved list entry {i}: {why}"))
+                })?;
+                let repository = format!("{}/{}", r.registry(), r.repository());
+                if !list.approves_any(&repository, &[&top, &desc.digest]) {
+                    return Err(ImageError::Refused(Refusal::NotApproved {
+                        digest: desc.digest.to_string(),
+                    })
+                    .into());
+                }
             }
             let compressed: u64 = manifest.layers.iter().map(|l| l.size).sum();
             if compressed > opts.import.max_image_size {
