@@ -577,3 +577,39 @@ fn run_pull_missing_fetches_the_pinned_image_once() {
     let o = run();
     assert!(o.status.success(), "{}", err(&o));
 }
+
+#[test]
+fn hutch_check_reports_the_registry_client_and_its_trust_store() {
+    let line = |cert_file: Option<&str>| {
+        let mut cmd = hutch_command(caller());
+        cmd.args(["check", "--json"]);
+        if let Some(f) = cert_file {
+            cmd.env("SSL_CERT_FILE", f).env("SSL_CERT_DIR", f);
+        }
+        let o = cmd.output().unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        report["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "registry_client")
+            .expect("a registry_client line")
+            .clone()
+    };
+    let ok = line(None);
+    assert_eq!(ok["status"], "ok", "{ok}");
+    assert_eq!(ok["required"], false);
+    let bad = line(Some("/nonexistent/ca.pem"));
+    assert_eq!(bad["status"], "missing", "{bad}");
+    assert!(
+        bad["detail"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/ca.pem"),
+        "{bad}"
+    );
+    assert!(
+        bad["fix"].as_str().unwrap().contains("SSL_CERT_FILE"),
+        "{bad}"
+    );
+}

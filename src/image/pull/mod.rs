@@ -29,6 +29,12 @@ use super::store::{ImageRecord, Pulled, Store};
 pub use auth::Credentials;
 use registry::Registry;
 
+/// `hutch check`'s `registry_client` line: the client builds over rustls
+/// with the host's trust store; the number of trust anchors.
+pub fn check_client() -> Result<usize, PullError> {
+    registry::check_client()
+}
+
 /// Why a pull failed: one line naming the registry, blob or file.
 #[derive(Debug, thiserror::Error)]
 pub enum PullError {

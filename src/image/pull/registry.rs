@@ -57,6 +57,25 @@ fn trust_roots() -> Result<Vec<Certificate>, PullError> {
         .collect())
 }
 
+/// What `hutch check` says of the client: the https client builds with
+/// the host's trust store; returns how many trust anchors it holds. No
+/// connection is made.
+pub(crate) fn check_client() -> Result<usize, PullError> {
+    #[allow(deprecated)]
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let roots = trust_roots()?;
+    let n = roots.len();
+    let config = ClientConfig {
+        tls_certs_only: roots,
+        ..ClientConfig::default()
+    };
+    Client::try_from(config).map_err(|e| PullError::Registry {
+        host: "(none)".into(),
+        why: one_line(&e),
+    })?;
+    Ok(n)
+}
+
 impl Registry {
     pub(crate) fn connect(
         repository: Reference,
