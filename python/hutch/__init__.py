@@ -17,6 +17,7 @@ machine interface (docs/machine.md), never its human output::
 ``hutch.aio`` has the same for asyncio (``spawn``, ``run``, ``Session``).
 """
 
+from . import images
 from ._binary import binary, set_binary
 from ._check import check
 from ._errors import (
@@ -31,6 +32,7 @@ from ._errors import (
     NotFound,
     PolicyError,
     Refused,
+    RegistryError,
     SessionBusy,
     SetupError,
     SpecError,
@@ -117,6 +119,7 @@ __all__ = [
     "Options",
     "PolicyError",
     "Refused",
+    "RegistryError",
     "Result",
     "Sandbox",
     "SealInfo",
@@ -138,6 +141,7 @@ __all__ = [
     "__version__",
     "binary",
     "check",
+    "images",
     "kill",
     "ps",
     "run",
