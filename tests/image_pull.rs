@@ -613,3 +613,50 @@ fn hutch_check_reports_the_registry_client_and_its_trust_store() {
         "{bad}"
     );
 }
+
+#[test]
+fn a_session_keeps_its_approved_list() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-session", who, false);
+    let store = s.store();
+    let o = pull(
+        who,
+        &store,
+        &[&s.reference, "--insecure-registry", &s.reg.host],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let deny = s.t.path().join("deny.list");
+    std::fs::write(&deny, format!("sha256:{}\n", "ab".repeat(32))).unwrap();
+    let ws = s.t.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    give(s.t.path(), who);
+    let state = s.t.path().join("state");
+    let create = |list: &Path| {
+        hutch_in(
+            who,
+            s.t.path(),
+            &[
+                "session",
+                "--state-dir",
+                state.to_str().unwrap(),
+                "create",
+                "--from",
+                ws.to_str().unwrap(),
+                "--image",
+                &s.reference,
+                "--image-store",
+                store.to_str().unwrap(),
+                "--approved",
+                list.to_str().unwrap(),
+            ],
+        )
+    };
+    let o = create(&deny);
+    assert_eq!(o.status.code(), Some(125), "{}", out(&o));
+    assert!(
+        err(&o).contains(&format!("image {} is not on the approved list", s.digest)),
+        "{}",
+        err(&o)
+    );
+}
