@@ -660,3 +660,50 @@ fn a_session_keeps_its_approved_list() {
         err(&o)
     );
 }
+
+#[test]
+fn https_trusts_the_hosts_store_and_ssl_cert_file() {
+    require!(
+        ready().is_ok() && have("openssl"),
+        "docker-registry, skopeo, openssl"
+    );
+    let who = caller();
+    let t = TempDir::new("pull-tls", who);
+    let (reg, ca) = Registry::start_tls(&t.path().join("registry"));
+    let lay = t.path().join("layout");
+    layout(&lay, "amd64", "over https\n");
+    let digest = reg.push(lay.to_str().unwrap(), "hutch/tls:t", false);
+    give(t.path(), who);
+    let reference = format!("{}/hutch/tls@{digest}", reg.host);
+    let store = t.path().join("store");
+    let pull_with = |cert_file: Option<&Path>| {
+        let mut c = hutch_command(who);
+        c.args([
+            "image",
+            "--image-store",
+            store.to_str().unwrap(),
+            "pull",
+            &reference,
+        ]);
+        c.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
+        if let Some(f) = cert_file {
+            c.env("SSL_CERT_FILE", f);
+        }
+        c.stdin(std::process::Stdio::null()).output().unwrap()
+    };
+    // The system's store does not know the test CA.
+    let o = pull_with(None);
+    assert_eq!(o.status.code(), Some(125), "{}", out(&o));
+    assert_eq!(err(&o).trim_end().lines().count(), 1, "{}", err(&o));
+    assert!(err(&o).contains("UnknownIssuer"), "{}", err(&o));
+    assert_no_image(&store);
+    let o = pull_with(Some(&ca));
+    assert!(o.status.success(), "{}", err(&o));
+    let o = run_image(
+        who,
+        &store,
+        t.path(),
+        &["--image", &reference, "--", "/bin/cat", "/etc/hello"],
+    );
+    assert_eq!(out(&o), "over https\n", "{}", err(&o));
+}

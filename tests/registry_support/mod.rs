@@ -50,7 +50,8 @@ fn wait_ready(host: &str, child: &mut Child, log: &Path) -> bool {
                 "GET /v2/ HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
             );
             let mut buf = [0u8; 12];
-            if s.read_exact(&mut buf).is_ok() && buf.starts_with(b"HTTP/1.1") {
+            // A TLS listener answers plain HTTP with "HTTP/1.0 400".
+            if s.read_exact(&mut buf).is_ok() && buf.starts_with(b"HTTP/1.") {
                 return true;
             }
         }
@@ -66,8 +67,40 @@ impl Registry {
     /// Start a registry storing under `dir`; with `basic_auth`, only
     /// [`USER`]/[`PASSWORD`] may use it.
     pub fn start(dir: &Path, basic_auth: bool) -> Registry {
+        Registry::start_with(dir, basic_auth, false)
+    }
+
+    /// A registry serving https with a certificate for 127.0.0.1 issued by
+    /// a test CA (made by openssl); returns it and the CA's PEM file.
+    pub fn start_tls(dir: &Path) -> (Registry, PathBuf) {
+        std::fs::create_dir_all(dir).unwrap();
+        let sh = format!(
+            "set -e; cd {}; \
+             openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -subj /CN=hutch-test-ca -days 2; \
+             openssl req -newkey rsa:2048 -nodes -keyout leaf.key -out leaf.csr -subj /CN=127.0.0.1; \
+             printf 'subjectAltName=IP:127.0.0.1\\nbasicConstraints=CA:FALSE\\nextendedKeyUsage=serverAuth\\n' > leaf.ext; \
+             openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out leaf.pem -days 2 -extfile leaf.ext",
+            dir.display()
+        );
+        let o = Command::new("sh").args(["-c", &sh]).output().unwrap();
+        assert!(
+            o.status.success(),
+            "openssl: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (Registry::start_with(dir, false, true), dir.join("ca.pem"))
+    }
+
+    fn start_with(dir: &Path, basic_auth: bool, tls: bool) -> Registry {
         std::fs::create_dir_all(dir).unwrap();
         let mut auth = String::new();
+        if tls {
+            auth = format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                dir.join("leaf.pem").display(),
+                dir.join("leaf.key").display()
+            );
+        }
         if basic_auth {
             let o = Command::new("htpasswd")
                 .args(["-Bbn", USER, PASSWORD])
