@@ -707,3 +707,42 @@ fn https_trusts_the_hosts_store_and_ssl_cert_file() {
     );
     assert_eq!(out(&o), "over https\n", "{}", err(&o));
 }
+
+#[test]
+fn token_auth_through_the_registrys_token_service() {
+    require!(
+        ready().is_ok() && have("openssl"),
+        "docker-registry, skopeo, openssl"
+    );
+    let who = caller();
+    let t = TempDir::new("pull-token", who);
+    let reg = Registry::start_token(&t.path().join("registry"));
+    let lay = t.path().join("layout");
+    layout(&lay, "amd64", "behind a token\n");
+    let digest = reg.push_with_creds(lay.to_str().unwrap(), "hutch/test:t");
+    give(t.path(), who);
+    let reference = format!("{}/hutch/test@{digest}", reg.host);
+    let store = t.path().join("store");
+    pull_refused(
+        who,
+        &store,
+        &[&reference, "--insecure-registry", &reg.host],
+        &format!("registry {}", reg.host),
+    );
+    let creds = t.path().join("auth.json");
+    auth_file(&creds, &reg.host);
+    give(&creds, who);
+    let o = pull(
+        who,
+        &store,
+        &[
+            &reference,
+            "--insecure-registry",
+            &reg.host,
+            "--registry-auth",
+            creds.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(list(who, &store).len(), 1);
+}

@@ -91,9 +91,44 @@ impl Registry {
         (Registry::start_with(dir, false, true), dir.join("ca.pem"))
     }
 
+    /// A registry whose auth is a token service (Docker's token auth): a
+    /// token server on loopback that gives a signed JWT (RS256 by the
+    /// openssl CLI, its certificate in the header's x5c, the registry
+    /// trusting that certificate) to [`USER`]/[`PASSWORD`] only.
+    pub fn start_token(dir: &Path) -> Registry {
+        std::fs::create_dir_all(dir).unwrap();
+        let sh = format!(
+            "set -e; cd {}; openssl req -x509 -newkey rsa:2048 -nodes -keyout token.key \
+             -out token.pem -subj /CN=hutch-token-issuer -days 2",
+            dir.display()
+        );
+        let o = Command::new("sh").args(["-c", &sh]).output().unwrap();
+        assert!(
+            o.status.success(),
+            "openssl: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let realm = token_server(dir.to_path_buf());
+        let mut r = Registry::start_with(dir, false, false);
+        // Restart with the token config now that the realm is known.
+        let _ = r.child.kill();
+        let _ = r.child.wait();
+        std::fs::write(
+            dir.join("token.auth"),
+            format!(
+                "auth:\n  token:\n    realm: http://{realm}/token\n    service: hutch-registry\n    \
+                 issuer: hutch-token-issuer\n    rootcertbundle: {}\n",
+                dir.join("token.pem").display()
+            ),
+        )
+        .unwrap();
+        r = Registry::start_with(dir, false, false);
+        r
+    }
+
     fn start_with(dir: &Path, basic_auth: bool, tls: bool) -> Registry {
         std::fs::create_dir_all(dir).unwrap();
-        let mut auth = String::new();
+        let mut auth = std::fs::read_to_string(dir.join("token.auth")).unwrap_or_default();
         if tls {
             auth = format!(
                 "  tls:\n    certificate: {}\n    key: {}\n",
@@ -180,6 +215,14 @@ impl Registry {
         format!("sha256:{}", hex(&sha2::Sha256::digest(&o.stdout)))
     }
 
+    /// [`Registry::push`] with [`USER`]/[`PASSWORD`] (a token registry).
+    pub fn push_with_creds(&self, src: &str, repo_tag: &str) -> String {
+        std::fs::write(self.dir.join("htpasswd"), "").unwrap();
+        let d = self.push(src, repo_tag, false);
+        std::fs::remove_file(self.dir.join("htpasswd")).unwrap();
+        d
+    }
+
     /// The file holding blob `digest` in the registry's storage.
     pub fn blob_file(&self, digest: &str) -> PathBuf {
         let hex = digest.strip_prefix("sha256:").unwrap();
@@ -261,4 +304,112 @@ fn proxy_one(mut client: TcpStream, upstream: &str, needle: &str) -> std::io::Re
         client.write_all(&resp)?;
     }
     client.shutdown(std::net::Shutdown::Both)
+}
+
+fn b64url(data: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(data)
+}
+
+/// The token service: `GET /token?service=...&scope=repository:NAME:pull`
+/// with basic auth [`USER`]/[`PASSWORD`] answers `{"token": JWT}`; anyone
+/// else gets 401. Returns its `127.0.0.1:PORT`.
+fn token_server(dir: PathBuf) -> String {
+    use base64::Engine as _;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let want = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"))
+    );
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut c) = conn else { continue };
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match c.read(&mut b) {
+                    Ok(1) => head.push(b[0]),
+                    _ => break,
+                }
+            }
+            let text = String::from_utf8_lossy(&head).into_owned();
+            let authorized = text.lines().any(|l| {
+                l.to_ascii_lowercase().starts_with("authorization:") && l[14..].trim() == want
+            });
+            let scope = text
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.split("scope=").nth(1))
+                .map(|s| {
+                    s.split('&')
+                        .next()
+                        .unwrap_or("")
+                        .replace("%3A", ":")
+                        .replace("%2F", "/")
+                        .replace("%2C", ",")
+                })
+                .unwrap_or_default();
+            let resp = if !authorized {
+                "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    .to_string()
+            } else {
+                let token = jwt(&dir, &scope);
+                let body = format!(r#"{{"token": "{token}", "expires_in": 300}}"#);
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+            };
+            let _ = c.write_all(resp.as_bytes());
+        }
+    });
+    addr
+}
+
+fn jwt(dir: &Path, scope: &str) -> String {
+    let pem = std::fs::read_to_string(dir.join("token.pem")).unwrap();
+    let der_b64: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let header = format!(r#"{{"typ":"JWT","alg":"RS256","x5c":["{der_b64}"]}}"#);
+    let mut parts = scope.split(':');
+    let (kind, name, actions) = (
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or(""),
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let actions: Vec<String> = actions
+        .split(',')
+        .filter(|a| !a.is_empty())
+        .map(|a| format!("\"{a}\""))
+        .collect();
+    let claims = format!(
+        r#"{{"iss":"hutch-token-issuer","sub":"{USER}","aud":"hutch-registry","exp":{},"nbf":{},"iat":{now},"jti":"{now}","access":[{{"type":"{kind}","name":"{name}","actions":[{}]}}]}}"#,
+        now + 300,
+        now - 10,
+        actions.join(",")
+    );
+    let signing_input = format!(
+        "{}.{}",
+        b64url(header.as_bytes()),
+        b64url(claims.as_bytes())
+    );
+    let mut child = Command::new("openssl")
+        .args(["dgst", "-sha256", "-sign"])
+        .arg(dir.join("token.key"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(signing_input.as_bytes())
+        .unwrap();
+    let sig = child.wait_with_output().unwrap().stdout;
+    format!("{signing_input}.{}", b64url(&sig))
 }
