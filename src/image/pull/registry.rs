@@ -248,10 +248,8 @@ impl Registry {
                 why: format!("the content's digest is {got}: the blob was altered or corrupted"),
             });
         }
-        sink.file.sync_all().map_err(|e| PullError::Store {
-            path: dest.display().to_string(),
-            why: e.to_string(),
-        })?;
+        // No fsync: the blob is staging for the import, which verifies it
+        // again and makes the image durable (layers, then the index).
         Ok(())
     }
 }
