@@ -6,9 +6,13 @@
 #       host's system directories (target <= 1.1x);
 #   (c) the same image run by crun (else runc) from a bundle whose rootfs
 #       is a read-only overlay of the same unpacked layers, as containerd
-#       would stack them (target hutch <= 1.0x the peer).
+#       would stack them (target hutch <= 1.0x the peer);
+#   (d) `hutch image pull` of the part-(a) image by digest from a local
+#       registry (docker-registry on loopback, pushed by skopeo) against
+#       `skopeo copy` of it to an OCI layout plus `hutch image import` of
+#       that layout (target <= 0.8x their sum). Not in the default parts.
 #
-#   benches/image.sh [--parts a,b,c] [--rounds N] [--runs N] [--rootfs DIR] [--keep]
+#   benches/image.sh [--parts a,b,c,d] [--rounds N] [--runs N] [--rootfs DIR] [--keep]
 #
 # (b) and (c) run in one hyperfine invocation (--shell=none, --runs N,
 # default 300, in a fresh temporary directory as the workspace) and print
@@ -60,7 +64,7 @@ work=$(mktemp -d "${TMPDIR:-/var/tmp}/hutch-image-bench.XXXXXX")
 [ $keep = 1 ] || trap 'rm -rf "$work"' EXIT
 
 what="--rootfs $rootfs"
-if [ -z "$rootfs" ] && ! part a; then
+if [ -z "$rootfs" ] && ! part a && ! part d; then
     :
 elif [ -z "$rootfs" ]; then
     rootfs=$work/rootfs
@@ -230,4 +234,67 @@ PY
             for (k in m) if (k != "image" && k != "host")
                 printf "ratio image/%s (c): %.2fx (target <= 1.0)\n", k, m["image"] / m[k]
         }' "$work/spawn.csv"
+fi
+
+if part d; then
+    for tool in docker-registry skopeo umoci; do
+        command -v $tool >/dev/null || { echo "image.sh: part (d) needs $tool" >&2; exit 2; }
+    done
+    layout=$work/layout
+    if [ ! -d "$layout" ]; then
+        umoci init --layout "$layout"
+        umoci new --image "$layout:bench"
+        umoci insert --image "$layout:bench" "$rootfs" / >/dev/null
+    fi
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    host=127.0.0.1:$port
+    printf 'version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n' \
+        "$work/registry" "$host" >"$work/registry.yml"
+    docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
+    registry_pid=$!
+    trap 'kill $registry_pid 2>/dev/null; [ $keep = 1 ] || rm -rf "$work"' EXIT
+    until python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' "$port" 2>/dev/null; do
+        kill -0 $registry_pid || { cat "$work/registry.log" >&2; exit 1; }
+        sleep 0.05
+    done
+    echo '{}' >"$work/skopeo-auth.json"
+    dest=docker://$host/bench/image:1
+    skopeo copy --quiet --authfile "$work/skopeo-auth.json" --dest-tls-verify=false "oci:$layout:bench" "$dest"
+    digest=sha256:$(skopeo inspect --raw --authfile "$work/skopeo-auth.json" --tls-verify=false "$dest" | sha256sum | cut -d' ' -f1)
+    ref=$host/bench/image@$digest
+    now() { date +%s.%N; }
+    time_pull() {
+        rm -rf "$work/pstore"
+        t0=$(now)
+        "$hutch" image --image-store "$work/pstore" pull "$ref" --insecure-registry "$host" >/dev/null
+        t1=$(now)
+        awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
+    }
+    time_peer() {
+        rm -rf "$work/peer" "$work/istore"
+        t0=$(now)
+        skopeo copy --quiet --authfile "$work/skopeo-auth.json" --src-tls-verify=false "$dest" "oci:$work/peer:bench"
+        "$hutch" image --image-store "$work/istore" import "$work/peer" >/dev/null
+        t1=$(now)
+        awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
+    }
+    time_pull >/dev/null
+    time_peer >/dev/null
+    : >"$work/p"
+    : >"$work/q"
+    i=0
+    while [ $i -lt "$rounds" ]; do
+        if [ $((i % 2)) = 0 ]; then
+            time_pull >>"$work/p"; time_peer >>"$work/q"
+        else
+            time_peer >>"$work/q"; time_pull >>"$work/p"
+        fi
+        i=$((i + 1))
+    done
+    median() { sort -n "$1" | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+    p=$(median "$work/p")
+    q=$(median "$work/q")
+    echo "(d) hutch image pull: median ${p}s over $rounds rounds ($(tr '\n' ' ' <"$work/p"))"
+    echo "(d) skopeo copy + hutch image import: median ${q}s ($(tr '\n' ' ' <"$work/q"))"
+    awk -v a="$p" -v b="$q" 'BEGIN { printf "ratio pull/(skopeo+import) (d): %.2fx (target <= 0.8)\n", a / b }'
 fi

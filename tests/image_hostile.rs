@@ -456,7 +456,7 @@ fn archive_xattrs_are_dropped_and_setuid_bits_noted() {
             "setuid kept (the layers mount nosuid)"
         );
         let o = image(who, &store, &["inspect", "x", "--json"]);
-        let ins: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let ins = result(&o);
         assert_eq!(ins["layers"][0]["summary"]["xattrs_dropped"], 3);
         let setuid = ins["verdicts"]
             .as_array()

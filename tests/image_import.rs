@@ -245,7 +245,7 @@ fn rootfs_directories_and_tars_become_one_layer_images() {
         let images = list(who, &store);
         assert_eq!(images.len(), 2);
         let o = image(who, &store, &["inspect", "zst", "--json"]);
-        let ins: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let ins = result(&o);
         assert_eq!(ins["image"]["manifest"], zst.as_str());
         assert_eq!(ins["layers"][0]["compression"], "zstd");
         assert_eq!(
@@ -472,7 +472,7 @@ fn rm_and_gc_remove_exactly_what_is_unreferenced() {
         let gc = |who| -> serde_json::Value {
             let o = image(who, &store, &["gc", "--json"]);
             assert!(o.status.success(), "{}", err(&o));
-            serde_json::from_slice(&o.stdout).unwrap()
+            result(&o)
         };
         let r = gc(who);
         assert_eq!(r["layers"], serde_json::json!([]));

@@ -19,6 +19,7 @@ machine interface (docs/machine.md), never its human output::
 profile (``hutch.run_agent`` synchronously; docs/agents.md).
 """
 
+from . import images
 from ._binary import binary, set_binary
 from ._check import check
 from ._errors import (
@@ -33,6 +34,7 @@ from ._errors import (
     NotFound,
     PolicyError,
     Refused,
+    RegistryError,
     SessionBusy,
     SetupError,
     SpecError,
@@ -121,6 +123,7 @@ __all__ = [
     "Options",
     "PolicyError",
     "Refused",
+    "RegistryError",
     "Result",
     "Sandbox",
     "SealInfo",
@@ -144,6 +147,7 @@ __all__ = [
     "__version__",
     "binary",
     "check",
+    "images",
     "kill",
     "ps",
     "run",

@@ -134,6 +134,13 @@ class HostIOError(HutchError):
     kind = "io"
 
 
+class RegistryError(HutchError):
+    """An image registry could not be reached, refused the credentials, or
+    sent content that does not match its digest (``registry``)."""
+
+    kind = "registry"
+
+
 class InternalError(HutchError):
     """Anything else, including a binary that answered outside the machine
     interface (``internal``)."""
@@ -195,6 +202,7 @@ _BY_KIND: dict[str, type[HutchError]] = {
     "fingerprint-mismatch": FingerprintMismatch,
     "io": HostIOError,
     "internal": InternalError,
+    "registry": RegistryError,
 }
 
 

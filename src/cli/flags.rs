@@ -35,6 +35,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("image.platform", "--platform"),
     ("image.store", "--image-store"),
     ("image.allow_unpinned", "--allow-unpinned"),
+    ("image.approved", "--approved"),
 ];
 
 /// The `hutch run` flag that sets the key path `key` (`limits.io[0].wbps`

@@ -10,31 +10,70 @@ use anyhow::{Context, Result, anyhow, bail};
 use crate::image::{ImportOptions, Inspection, Outcome, Platform, Store, checks::secret_like};
 use crate::spec::ByteSize;
 
+use super::machine::{self, ErrorKind, MachineError};
+
 const USAGE: &str = "usage: hutch image [--image-store DIR] COMMAND ...
   import SRC [--name NAME] [--platform OS/ARCH[/VARIANT]] [--rootfs] [--ref REF]
              [--max-image-size SIZE] [--max-expansion N] [--allow-platform-mismatch] [--allow-volumes]
              [--allow-secret-env] [--allow-devices] [--json]
       SRC: an OCI image layout (directory or tar), a docker-archive (`docker save`),
       or with --rootfs a root filesystem (directory, or tar/tar.gz/tar.zst)
+  pull REF@sha256:... [--registry-auth FILE] [--insecure-registry HOST[:PORT]]
+             [--platform P] [--allow-unpinned] [--json]
+      fetch from a registry by digest (OCI distribution API) and import
   list [--json]                     name, manifest digest, platform, size, layers
-  inspect NAME|DIGEST [--platform P] [--json]
+  inspect NAME|DIGEST [--platform P] [--approved FILE] [--json]
                                     config, layers, and each check's verdict
-  rm NAME|DIGEST                    remove a name (a digest: the image); layers stay until gc
-  gc                                remove layers and blobs no image references
+  rm NAME|DIGEST [--json]           remove a name (a digest: the image); layers stay until gc
+  gc [--json]                       remove layers and blobs no image references
+
+With --json, stdout is one envelope (docs/machine.md), failures included.
 
 The store: --image-store DIR, else $HUTCH_IMAGE_STORE, else /var/lib/hutch/images
 (root) or $XDG_DATA_HOME/hutch/images (~/.local/share/hutch/images).";
 
 const EXIT_FAILURE: i32 = 125;
 
+/// The envelope's verb (`image.VERB`) when `--json` was given.
+static JSON_VERB: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The command word of `hutch image [--image-store DIR] COMMAND ...`.
+fn command_of(args: &[OsString]) -> Option<String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("--image-store") => {
+                it.next();
+            }
+            Some(s) if s.starts_with('-') => {}
+            Some(s) => return Some(s.to_string()),
+            None => return None,
+        }
+    }
+    None
+}
+
 /// Entry point of `hutch image`.
 pub fn main(args: Vec<OsString>) -> i32 {
+    if args.iter().any(|a| a == "--json") {
+        let verb = match command_of(&args).as_deref() {
+            Some("ls") => "list".to_string(),
+            Some("remove") => "rm".to_string(),
+            Some(c) => c.to_string(),
+            None => "?".to_string(),
+        };
+        let _ = JSON_VERB.set(format!("image.{verb}"));
+    }
     match run(args) {
         Ok(code) => code,
         Err(e) => {
             // One line: the chain joined, no newlines from anywhere.
             let msg = format!("{e:#}").replace('\n', " ");
             eprintln!("hutch image: {msg}");
+            if let Some(verb) = JSON_VERB.get() {
+                let m = MachineError::classify_or(&e, ErrorKind::Usage);
+                print(&(machine::error_line(verb, &m) + "\n"));
+            }
             EXIT_FAILURE
         }
     }
@@ -77,6 +116,17 @@ fn run(args: Vec<OsString>) -> Result<i32> {
     let open = || -> Result<Store> { Ok(Store::open(store_dir.as_deref())?) };
     match command.as_str() {
         "import" => import(open()?, rest),
+        "pull" => {
+            let json = rest.iter().any(|a| a == "--json");
+            let rest: Vec<OsString> = rest.into_iter().filter(|a| a != "--json").collect();
+            let (value, human) = super::image_pull::pull(open()?, rest)?;
+            if json {
+                json_out(&value)?;
+            } else {
+                print(&human);
+            }
+            Ok(0)
+        }
         "list" | "ls" => list(open()?, rest),
         "inspect" => inspect(open()?, rest),
         "rm" | "remove" => remove(open()?, rest),
@@ -111,14 +161,17 @@ docs/images.md). Prints the manifest digest to pin runs to.
   --allow-platform-mismatch, --allow-volumes, --allow-secret-env, --allow-devices
                        accept an image the corresponding check refuses"
         }
+        "pull" => super::image_pull::HELP,
         "list" | "ls" => {
             "usage: hutch image list [--json]\n\nOne line per image: name(s), manifest digest, platform, size, layer count."
         }
         "inspect" => {
-            "usage: hutch image inspect NAME|DIGEST [--platform P] [--json]
+            "usage: hutch image inspect NAME|DIGEST [--platform P] [--approved FILE] [--json]
 
 Shows the image's config (env, cmd, entrypoint, workdir, user), its layers and
-the verdict of each check against the platform (default: the host's).
+the verdict of each check against the platform (default: the host's); with
+--approved FILE (one sha256:<64 hex> or REPOSITORY@sha256:<64 hex> a line)
+also whether the image is on that approved list.
 DIGEST may be a unique prefix of the manifest digest."
         }
         "rm" | "remove" => {
@@ -158,8 +211,10 @@ fn print(s: &str) {
     let _ = std::io::stdout().lock().write_all(s.as_bytes());
 }
 
+/// The success envelope (docs/machine.md) of this `image` verb.
 fn json_out(v: &impl serde::Serialize) -> Result<()> {
-    print(&(serde_json::to_string_pretty(v)? + "\n"));
+    let verb = JSON_VERB.get().map(String::as_str).unwrap_or("image");
+    print(&(machine::ok_line(verb, v) + "\n"));
     Ok(())
 }
 
@@ -299,10 +354,18 @@ fn inspect(store: Store, rest: Vec<OsString>) -> Result<i32> {
     let mut json = false;
     let mut want = Platform::host();
     let mut target: Option<String> = None;
+    let mut approved: Option<Vec<String>> = None;
     let mut it = rest.into_iter();
     while let Some(a) = it.next() {
         match a.to_str() {
             Some("--json") => json = true,
+            Some("--approved") => {
+                let v = it.next().context("--approved needs a file")?;
+                approved = Some(
+                    crate::image::approved::read_file(std::path::Path::new(&v))
+                        .context("--approved")?,
+                );
+            }
             Some("--platform") => {
                 let v = it.next().context("--platform needs a value")?;
                 want = Platform::parse(&text(&v, "--platform")?)
@@ -317,7 +380,7 @@ fn inspect(store: Store, rest: Vec<OsString>) -> Result<i32> {
         }
     }
     let target = target.context("NAME|DIGEST is needed")?;
-    let ins = store.inspect(&target, &want)?;
+    let ins = store.inspect(&target, &want, approved.as_deref())?;
     if json {
         json_out(&ins)?;
     } else {
@@ -434,12 +497,16 @@ fn render(store: &Store, ins: &Inspection) -> String {
 }
 
 fn remove(store: Store, rest: Vec<OsString>) -> Result<i32> {
+    let json = rest.iter().any(|a| a == "--json");
+    let rest: Vec<&OsString> = rest.iter().filter(|a| *a != "--json").collect();
     let [target] = rest.as_slice() else {
         bail!("exactly one NAME|DIGEST is needed");
     };
     let target = text(target, "NAME|DIGEST")?;
     let r = store.remove(&target)?;
-    if r.image_removed {
+    if json {
+        json_out(&r)?;
+    } else if r.image_removed {
         print(&format!(
             "removed image {}{}; run `hutch image gc` to free its layers\n",
             r.manifest,

@@ -47,6 +47,9 @@ pub enum ErrorKind {
     FingerprintMismatch,
     /// A host file or directory could not be read or written.
     Io,
+    /// An image registry could not be reached, refused the credentials,
+    /// or sent content that does not match its digest (`hutch image pull`).
+    Registry,
     /// Anything else.
     Internal,
 }
@@ -105,6 +108,12 @@ impl MachineError {
             }
             if let Some(n) = cause.downcast_ref::<NetError>() {
                 return Self::from_net(n, what);
+            }
+            if let Some(p) = cause.downcast_ref::<crate::image::pull::PullError>() {
+                return Self::from_pull(p, what);
+            }
+            if let Some(i) = cause.downcast_ref::<crate::image::ImageError>() {
+                return Self::from_image(i, what);
             }
             if cause.downcast_ref::<InternalError>().is_some() {
                 return MachineError::new(ErrorKind::Internal, what);
@@ -238,6 +247,38 @@ impl MachineError {
                 m.location = Some(format!("limits.rlimits.{name}"));
             }
         }
+        m
+    }
+
+    fn from_pull(p: &crate::image::pull::PullError, what: String) -> Self {
+        use crate::image::pull::PullError as P;
+        let (kind, location) = match p {
+            P::Image(i) => return Self::from_image(i, what),
+            P::Reference { reference, .. } => (ErrorKind::Usage, Some(reference.clone())),
+            P::Unpinned { reference } => (ErrorKind::Refused, Some(reference.clone())),
+            P::AuthFile { path, .. } | P::Store { path, .. } => (ErrorKind::Io, Some(path.clone())),
+            P::TrustStore(_) => (ErrorKind::Io, None),
+            P::Registry { host, .. } => (ErrorKind::Registry, Some(host.clone())),
+            P::Tampered { digest, .. } => (ErrorKind::Registry, Some(digest.clone())),
+        };
+        let mut m = MachineError::new(kind, what);
+        m.location = location;
+        m
+    }
+
+    fn from_image(i: &crate::image::ImageError, what: String) -> Self {
+        use crate::image::ImageError as I;
+        let (kind, location) = match i {
+            I::Input { path, .. } | I::Store { path, .. } => (ErrorKind::Io, Some(path.clone())),
+            I::Sys(s) => return MachineError::new(ErrorKind::Io, what).with_sys(s),
+            I::NotFound(_) => (ErrorKind::NotFound, None),
+            I::Blob { digest, .. } | I::Layer { digest, .. } => {
+                (ErrorKind::Refused, Some(digest.clone()))
+            }
+            I::Refused(_) | I::Invalid(_) => (ErrorKind::Refused, None),
+        };
+        let mut m = MachineError::new(kind, what);
+        m.location = location;
         m
     }
 

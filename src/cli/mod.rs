@@ -5,6 +5,7 @@ mod agent;
 mod check;
 mod flags;
 mod image;
+mod image_pull;
 pub mod machine;
 pub mod oci;
 pub mod privileged;

@@ -49,6 +49,11 @@ Image (the system directories from a container image; see docs/images.md):
   --platform OS/ARCH      the platform the image must be for (default the host's)
   --allow-unpinned  --allow-platform-mismatch  --allow-volumes  --allow-secret-env
   --allow-devices         accept what the corresponding check refuses
+  --approved FILE         only images on this list may run (sha256:DIGEST or
+                          REPOSITORY@sha256:DIGEST a line); any other is refused
+  --pull missing|never    missing: pull REF (HOST/REPOSITORY@sha256:DIGEST) from its
+                          registry when the store lacks it (default never)
+  --insecure-registry H  --registry-auth FILE   as for `hutch image pull`
 Process:
   --chdir DIR  --setenv KEY VALUE  --unsetenv KEY  --uid N  --gid N  --hostname NAME
                           (a relative --chdir is inside the workspace; --setenv and
@@ -359,6 +364,16 @@ pub fn parse_reporting_onto(
             "--image-store" => image.store = Some(absolute(&cwd, &value(arg)?)),
             "--platform" => image.platform = Some(value(arg)?),
             "--allow-unpinned" => image.allow_unpinned = true,
+            "--pull" => image.pull.set_policy(&value(arg)?)?,
+            "--insecure-registry" => image.pull.insecure.push(value(arg)?),
+            "--registry-auth" => image.pull.auth_file = Some(absolute(&cwd, &value(arg)?)),
+            "--approved" => {
+                let file = absolute(&cwd, &value(arg)?);
+                image.approved = Some(
+                    crate::image::approved::read_file(&file)
+                        .with_context(|| "--approved".to_string())?,
+                )
+            }
             "--allow-platform-mismatch" => image.overrides.allow_platform_mismatch = true,
             "--allow-volumes" => image.overrides.allow_volumes = true,
             "--allow-secret-env" => image.overrides.allow_secret_env = true,
@@ -704,6 +719,10 @@ struct ImageFlags {
     allow_unpinned: bool,
     overrides: spec::ImageOverrides,
     chdir: bool,
+    /// `--approved FILE`'s entries.
+    approved: Option<Vec<String>>,
+    /// `--pull missing`, `--insecure-registry`, `--registry-auth`.
+    pull: super::image_pull::PullFlags,
 }
 
 impl ImageFlags {
@@ -711,6 +730,8 @@ impl ImageFlags {
         let any_option = self.store.is_some()
             || self.platform.is_some()
             || self.allow_unpinned
+            || self.approved.is_some()
+            || self.pull.is_set()
             || self.overrides != spec::ImageOverrides::default();
         if let Some(reference) = &self.reference {
             let mut r = spec::ImageRef::new(reference);
@@ -732,6 +753,9 @@ impl ImageFlags {
             r.platform = self.platform;
         }
         r.allow_unpinned |= self.allow_unpinned;
+        if self.approved.is_some() {
+            r.approved = self.approved;
+        }
         let (o, f) = (&mut r.overrides, self.overrides);
         o.allow_platform_mismatch |= f.allow_platform_mismatch;
         o.allow_volumes |= f.allow_volumes;
@@ -740,7 +764,7 @@ impl ImageFlags {
         if self.chdir {
             r.use_working_dir = false;
         }
-        Ok(())
+        self.pull.pull_missing(r)
     }
 }
 

@@ -84,7 +84,9 @@ from them.
   --image REF                 every command runs on this image (sha256:DIGEST or
                               NAME@sha256:DIGEST; resolved now, recorded pinned)
   --image-store DIR  --platform OS/ARCH  --allow-unpinned  --allow-platform-mismatch
-  --allow-volumes  --allow-secret-env  --allow-devices   as for `hutch run`
+  --allow-volumes  --allow-secret-env  --allow-devices  --approved FILE
+                              as for `hutch run` (the approved list stays the
+                              session's default: each command is checked)
 Import caps (exceeding one refuses the import whole, nothing is kept; a git
 commit is checked on its listing before anything is written):
   --max-files N               entries: files, links, directories (default 250000)
@@ -847,6 +849,8 @@ struct SessionImage {
     platform: Option<String>,
     allow_unpinned: bool,
     overrides: crate::spec::ImageOverrides,
+    /// `--approved FILE`'s entries.
+    approved: Option<Vec<String>>,
 }
 
 impl SessionImage {
@@ -859,6 +863,13 @@ impl SessionImage {
             }
             Some("--platform") => self.platform = Some(a.string("--platform")?),
             Some("--allow-unpinned") => self.allow_unpinned = true,
+            Some("--approved") => {
+                let file = std::path::absolute(a.value("--approved")?)?;
+                self.approved = Some(
+                    crate::image::approved::read_file(&file)
+                        .with_context(|| "--approved".to_string())?,
+                )
+            }
             Some("--allow-platform-mismatch") => self.overrides.allow_platform_mismatch = true,
             Some("--allow-volumes") => self.overrides.allow_volumes = true,
             Some("--allow-secret-env") => self.overrides.allow_secret_env = true,
@@ -873,6 +884,7 @@ impl SessionImage {
             if self.store.is_some()
                 || self.platform.is_some()
                 || self.allow_unpinned
+                || self.approved.is_some()
                 || self.overrides != crate::spec::ImageOverrides::default()
             {
                 bail!("create: the image options need --image REF");
@@ -883,6 +895,7 @@ impl SessionImage {
         r.store = self.store;
         r.platform = self.platform;
         r.allow_unpinned = self.allow_unpinned;
+        r.approved = self.approved;
         r.overrides = self.overrides;
         Ok(Some(r))
     }

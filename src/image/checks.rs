@@ -19,6 +19,10 @@ pub struct Overrides {
     pub allow_devices: bool,
     /// `--allow-unpinned`: resolve a bare name (the digest used is reported).
     pub allow_unpinned: bool,
+    /// `--approved FILE` / `image.approved`: only these images may run
+    /// (`super::approved`); `None`: no list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved: Option<Vec<String>>,
 }
 
 /// Why an image was refused.
@@ -53,6 +57,11 @@ pub enum Refusal {
          NAME@sha256:<64 hex>), or pass --allow-unpinned"
     )]
     Unpinned { reference: String },
+    #[error(
+        "image {digest} is not on the approved list (--approved FILE, image.approved): add \
+         its digest to the list to run it"
+    )]
+    NotApproved { digest: String },
 }
 
 /// One check's outcome.

@@ -254,6 +254,7 @@ impl Store {
             size: metas.iter().map(|m| m.summary.file_bytes).sum(),
             format: plan.format.into(),
             imported: crate::util::clock::now_secs(),
+            pulled: None,
         };
         let _index = self.lock_index()?;
         let mut images = self.images()?;
@@ -514,7 +515,7 @@ fn collect_into(source: &Source, index: &Index, depth: u32, walk: &mut IndexWalk
     Ok(())
 }
 
-fn choose(
+pub(super) fn choose(
     mut candidates: Vec<Descriptor>,
     want: &Platform,
     opts: &ImportOptions,

@@ -6,6 +6,7 @@
 //! See `docs/images.md` for the formats, the store layout, the checks and
 //! the rules for hostile input.
 
+pub mod approved;
 pub mod checks;
 mod decompress;
 pub mod digest;
@@ -15,6 +16,7 @@ pub mod layer;
 pub mod oci;
 pub mod passwd;
 mod plan;
+pub mod pull;
 mod refs;
 mod resolve;
 mod rootfs;
@@ -31,5 +33,6 @@ pub use error::ImageError;
 pub use digest::Digest;
 pub use import::ImportOptions;
 pub use oci::Platform;
+pub use pull::PullOptions;
 pub use resolve::{Inspection, ResolvedImage};
 pub use store::{Lock, Store};

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::approved::Approved;
 use super::checks::{self, LayerFacts, Overrides, Refusal, Verdict};
 use super::digest::Digest;
 use super::error::{ImageError, Result};
@@ -147,7 +148,12 @@ impl Store {
     fn find(&self, images: &[ImageRecord], r: &Reference) -> Result<ImageRecord> {
         let found = match r {
             Reference::Digest(d) | Reference::Named { digest: d, .. } => {
-                images.iter().find(|i| i.manifest == *d)
+                // A pulled multi-platform image answers to its index's digest too.
+                images.iter().find(|i| i.manifest == *d).or_else(|| {
+                    images
+                        .iter()
+                        .find(|i| i.pulled.as_ref().and_then(|p| p.index.as_ref()) == Some(d))
+                })
             }
             Reference::Name(n) => images.iter().find(|i| i.names.contains(n)),
         };
@@ -247,12 +253,29 @@ impl Store {
         }
         let images = self.images()?;
         let img = self.find(&images, &r)?;
+        // The approved list first: an image not on it is not even read.
+        let approval = match &overrides.approved {
+            Some(list) => {
+                let list = Approved::parse(list).map_err(|(i, why)| {
+                    ImageError::Invalid(format!("approved list entry {i}: {why}"))
+                })?;
+                if !list.approves(&img) {
+                    return Err(Refusal::NotApproved {
+                        digest: img.manifest.to_string(),
+                    }
+                    .into());
+                }
+                Some(list.verdict(&img))
+            }
+            None => None,
+        };
         let (config, metas) = self.load(&img)?;
         let facts = facts(&metas);
-        let (verdicts, refusal) = checks::evaluate(&config, &facts, want, overrides);
+        let (mut verdicts, refusal) = checks::evaluate(&config, &facts, want, overrides);
         if let Some(r) = refusal {
             return Err(r.into());
         }
+        verdicts.extend(approval);
         // A layer whose root is opaque hides everything below it.
         let start = metas
             .iter()
@@ -289,11 +312,25 @@ impl Store {
         })
     }
 
-    /// The image `text` names (loosely), with its config, layers and verdicts.
-    pub fn inspect(&self, text: &str, want: &Platform) -> Result<Inspection> {
+    /// The image `text` names (loosely), with its config, layers and
+    /// verdicts; with `approved` (an approved list's entries) also the
+    /// `approved` verdict.
+    pub fn inspect(
+        &self,
+        text: &str,
+        want: &Platform,
+        approved: Option<&[String]>,
+    ) -> Result<Inspection> {
         let img = self.find_loose(text)?;
         let (config, metas) = self.load(&img)?;
-        let (verdicts, _) = checks::evaluate(&config, &facts(&metas), want, &Overrides::default());
+        let (mut verdicts, _) =
+            checks::evaluate(&config, &facts(&metas), want, &Overrides::default());
+        if let Some(list) = approved {
+            let list = Approved::parse(list).map_err(|(i, why)| {
+                ImageError::Invalid(format!("approved list entry {i}: {why}"))
+            })?;
+            verdicts.push(list.verdict(&img));
+        }
         Ok(Inspection {
             image: img,
             config: config.config,

@@ -48,6 +48,10 @@ pub fn validate(image: &ImageRef) -> Result<(), SpecError> {
         }
         _ => {}
     }
+    if let Some(list) = &image.approved {
+        super::approved::Approved::parse(list)
+            .map_err(|(i, why)| SpecError::new(format!("image.approved[{i}]"), why))?;
+    }
     if let Some(p) = &image.platform {
         Platform::parse(p).map_err(|why| SpecError::new("image.platform", why))?;
     }
@@ -89,6 +93,7 @@ pub fn overrides(image: &ImageRef) -> Overrides {
         allow_secret_env: o.allow_secret_env,
         allow_devices: o.allow_devices,
         allow_unpinned: image.allow_unpinned,
+        approved: image.approved.clone(),
     }
 }
 

@@ -49,6 +49,21 @@ pub struct ImageRecord {
     pub format: String,
     /// Seconds since the epoch.
     pub imported: u64,
+    /// Where `hutch image pull` got it (absent for an import).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulled: Option<Pulled>,
+}
+
+/// Where a pulled image came from (kept in its index entry).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pulled {
+    /// `HOST[:PORT]/REPOSITORY`.
+    pub repository: String,
+    /// The reference as given (a tag, a digest or both).
+    pub reference: String,
+    /// The index (manifest list) digest the platform's manifest was chosen from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<Digest>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

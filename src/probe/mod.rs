@@ -13,6 +13,7 @@ mod image;
 mod landlock;
 mod mounts;
 mod namespaces;
+mod registry;
 mod render;
 mod seccomp;
 mod syscalls;
@@ -164,6 +165,7 @@ pub fn run_all() -> Report {
     features.extend(syscalls::probe(&host));
     features.push(image::probe(&host));
     features.push(id_range::probe(&host));
+    features.push(registry::probe());
     let ok = features.iter().all(|f| f.ok || !f.required);
     Report {
         hutch_version: env!("CARGO_PKG_VERSION"),

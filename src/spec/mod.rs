@@ -205,6 +205,12 @@ pub struct ImageRef {
     pub allow_unpinned: bool,
     /// Checks to let pass (each refusal names its override).
     pub overrides: ImageOverrides,
+    /// Only these images may run: manifest digests (`sha256:<64 hex>`, a
+    /// pulled index's digest too) or `REPOSITORY@sha256:<64 hex>` pairs;
+    /// any other is refused before launch, its digest named. `None`: no
+    /// list (`hutch run --approved FILE`, docs/images.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approved: Option<Vec<String>>,
     /// The image's `WorkingDir`, when its config names one, is the working
     /// directory even when `cwd` is set (`hutch run --image` sets this
     /// unless `--chdir` is given, so the workspace is the fallback).

@@ -444,11 +444,16 @@ pub fn import_refused(who: As, store: &Path, args: &[&str], expect: &str) -> Str
 pub fn list(who: As, store: &Path) -> Vec<Value> {
     let o = image(who, store, &["list", "--json"]);
     assert!(o.status.success(), "{}", err(&o));
-    serde_json::from_slice::<Value>(&o.stdout)
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .clone()
+    result(&o).as_array().unwrap().clone()
+}
+
+/// The `result` of a successful `--json` envelope (docs/machine.md).
+pub fn result(o: &Output) -> Value {
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {}", out(o)));
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(v["verb"].as_str().unwrap().starts_with("image."), "{v}");
+    v["result"].clone()
 }
 
 /// Names in a store directory (`layers`, `blobs/sha256`, `tmp`).

@@ -1,0 +1,358 @@
+//! `hutch image pull`: an image fetched by digest from a registry over
+//! the OCI distribution API (oci-client), written as an OCI layout in the
+//! store's staging area and imported from there, so a pulled image passes
+//! exactly the checks and caps of `hutch image import`.
+//!
+//! Every blob is checked against its digest and size while it streams.
+//! A verified blob is kept in `tmp/pulled/HEX` until the image is in the
+//! index, so a pull cut short resumes at the first blob it lacks; nothing
+//! reaches `layers/` or the index before every blob is verified, and the
+//! index is written last (a failed pull leaves no image). Concurrent
+//! pulls of one image are safe: each downloads into its own staging
+//! directory and blobs enter the cache by link, never half-written.
+
+mod auth;
+mod registry;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::approved::Approved;
+use super::checks::{Refusal, Verdict};
+use super::digest::Digest;
+use super::error::ImageError;
+use super::import::{ImportOptions, MAX_LAYERS};
+use super::oci::{self, Descriptor, Index, Manifest, Platform};
+use super::store::{ImageRecord, Pulled, Store};
+
+pub use auth::Credentials;
+use registry::Registry;
+
+/// `hutch check`'s `registry_client` line: the client builds over rustls
+/// with the host's trust store; the number of trust anchors.
+pub fn check_client() -> Result<usize, PullError> {
+    registry::check_client()
+}
+
+/// Why a pull failed: one line naming the registry, blob or file.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error("image reference {reference}: {why}")]
+    Reference { reference: String, why: String },
+    #[error(
+        "{reference} is not pinned: name the image by digest (REPOSITORY@sha256:<64 hex>), \
+         or pass --allow-unpinned (the digest used is then reported)"
+    )]
+    Unpinned { reference: String },
+    #[error("registry credential file {path}: {why}")]
+    AuthFile { path: String, why: String },
+    #[error("the host's trust store (SSL_CERT_FILE, SSL_CERT_DIR or the system's): {0}")]
+    TrustStore(String),
+    #[error("registry {host}: {why}")]
+    Registry { host: String, why: String },
+    #[error("blob {digest}: {why}; nothing was stored")]
+    Tampered { digest: String, why: String },
+    #[error("image store {path}: {why}")]
+    Store { path: String, why: String },
+    #[error("{0}")]
+    Image(#[from] ImageError),
+}
+
+/// How to pull.
+#[derive(Debug, Clone, Default)]
+pub struct PullOptions {
+    /// Registries (`HOST[:PORT]`) reached over plain http.
+    pub insecure_registries: Vec<String>,
+    /// A docker-style credential file; else the first of the defaults
+    /// that exists (`$REGISTRY_AUTH_FILE`, `$XDG_RUNTIME_DIR/containers/auth.json`,
+    /// `~/.docker/config.json`).
+    pub auth_file: Option<PathBuf>,
+    /// Credentials given directly (a hutch secret's value): win over any file.
+    pub credentials: Option<Credentials>,
+    /// Platform, caps and overrides, as for an import (`allow_unpinned`
+    /// lets a bare tag through). `name` defaults to `HOST/REPOSITORY`.
+    pub import: ImportOptions,
+}
+
+/// What a pull did.
+#[derive(Debug, Clone, Serialize)]
+pub struct PullReport {
+    pub image: ImageRecord,
+    /// The digest the reference resolved to at the registry (the index's
+    /// for a multi-platform image): the pin to use next time.
+    pub digest: Digest,
+    /// The reference named that digest itself (false: an unpinned tag).
+    pub pinned: bool,
+    pub new_layers: usize,
+    /// Blobs fetched, and blobs a cut-short earlier pull had fetched already.
+    pub downloaded: usize,
+    pub reused: usize,
+    pub verdicts: Vec<Verdict>,
+}
+
+fn store_err(path: &Path, e: std::io::Error) -> PullError {
+    PullError::Store {
+        path: path.display().to_string(),
+        why: e.to_string(),
+    }
+}
+
+/// Parse a registry reference (`HOST[:PORT]/REPO[:TAG][@sha256:HEX]`).
+pub(crate) fn parse_reference(
+    text: &str,
+) -> Result<(oci_client::Reference, Option<Digest>), PullError> {
+    let bad = |why: String| PullError::Reference {
+        reference: crate::util::quote::display_name(text.as_bytes()),
+        why,
+    };
+    if text.len() > 1024 || text.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(bad("not a registry reference".into()));
+    }
+    let r = oci_client::Reference::try_from(text).map_err(|e| bad(e.to_string()))?;
+    let digest = match r.digest() {
+        Some(d) => Some(Digest::parse(d).map_err(bad)?),
+        None => None,
+    };
+    Ok((r, digest))
+}
+
+impl Store {
+    /// Pull `reference` into the store.
+    pub fn pull(&self, reference: &str, opts: &PullOptions) -> Result<PullReport, PullError> {
+        let (r, pinned) = parse_reference(reference)?;
+        if pinned.is_none() && !opts.import.overrides.allow_unpinned {
+            return Err(PullError::Unpinned {
+                reference: crate::util::quote::display_name(reference.as_bytes()),
+            });
+        }
+        let host = r.registry().to_string();
+        let credentials = match &opts.credentials {
+            Some(c) => Some(c.clone()),
+            None => match &opts.auth_file {
+                Some(f) => auth::lookup(f, &host)?,
+                None => match auth::default_files().into_iter().find(|f| f.is_file()) {
+                    Some(f) => auth::lookup(&f, &host)?,
+                    None => None,
+                },
+            },
+        };
+        let insecure = opts.insecure_registries.contains(&host);
+        let want = opts.import.platform.clone().unwrap_or_else(Platform::host);
+        // gc (exclusive) waits while blobs are fetched into tmp/.
+        let _shared = self.lock_store(false)?;
+        let cache = self.tmp().join("pulled");
+        std::fs::create_dir_all(&cache).map_err(|e| store_err(&cache, e))?;
+        let staging = self.staging("pull")?;
+        let blobs = staging.path.join("blobs/sha256");
+        std::fs::create_dir_all(&blobs).map_err(|e| store_err(&blobs, e))?;
+
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| store_err(Path::new("(tokio runtime)"), e))?;
+        let repository = oci_client::Reference::with_tag(
+            r.registry().to_string(),
+            r.repository().to_string(),
+            "latest".into(),
+        );
+        let fetched = runtime.block_on(async {
+            let reg = Registry::connect(repository, insecure, credentials)?;
+            let (top_bytes, top) = reg.manifest(&r, pinned.as_ref()).await?;
+            let top_type = media_type(&top_bytes);
+            let (index, desc, manifest_bytes) = if is_index(&top_type, &top_bytes) {
+                let idx: Index = serde_json::from_slice(&top_bytes).map_err(|e| {
+                    ImageError::Invalid(format!("index {top}: {}", one_line(&e)))
+                })?;
+                let candidates: Vec<Descriptor> = idx
+                    .manifests
+                    .into_iter()
+                    .filter(|d| !is_index(&d.media_type, b""))
+                    .collect();
+                let mut import = opts.import.clone();
+                import.platform = Some(want.clone());
+                let desc = super::import::choose(candidates, &want, &import)?;
+                if desc.size > oci::MAX_DOCUMENT {
+                    return Err(PullError::Tampered {
+                        digest: desc.digest.to_string(),
+                        why: format!("a manifest over {} bytes", oci::MAX_DOCUMENT),
+                    });
+                }
+                let bytes = reg.manifest_by_digest(&desc.digest).await?;
+                if bytes.len() as u64 != desc.size {
+                    return Err(PullError::Tampered {
+                        digest: desc.digest.to_string(),
+                        why: format!(
+                            "{} bytes, but the index says {}",
+                            bytes.len(),
+                            desc.size
+                        ),
+                    });
+                }
+                (Some(top.clone()), desc, bytes)
+            } else {
+                let desc = Descriptor {
+                    media_type: if top_type.is_empty() {
+                        oci::MT_OCI_MANIFEST.into()
+                    } else {
+                        top_type
+                    },
+                    digest: top.clone(),
+                    size: top_bytes.len() as u64,
+                    platform: None,
+                    annotations: Default::default(),
+                };
+                (None, desc, top_bytes)
+            };
+            let manifest: Manifest = serde_json::from_slice(&manifest_bytes).map_err(|e| {
+                ImageError::Invalid(format!("manifest {}: {}", desc.digest, one_line(&e)))
+            })?;
+            if manifest.layers.len() > MAX_LAYERS {
+                return Err(ImageError::Invalid(format!(
+                    "{} layers: at most {MAX_LAYERS} are supported",
+                    manifest.layers.len()
+                ))
+                .into());
+            }
+            if manifest.config.size > oci::MAX_DOCUMENT {
+                return Err(PullError::Tampered {
+                    digest: manifest.config.digest.to_string(),
+                    why: format!("a config over {} bytes", oci::MAX_DOCUMENT),
+                });
+            }
+            if let Some(list) = &opts.import.overrides.approved {
+                let list = Approved::parse(list).map_err(|(i, why)| {
+                    ImageError::Invalid(format!("approved list entry {i}: {why}"))
+                })?;
+                let repository = format!("{}/{}", r.registry(), r.repository());
+                if !list.approves_any(&repository, &[&top, &desc.digest]) {
+                    return Err(ImageError::Refused(Refusal::NotApproved {
+                        digest: desc.digest.to_string(),
+                    })
+                    .into());
+                }
+            }
+            let compressed: u64 = manifest.layers.iter().map(|l| l.size).sum();
+            if compressed > opts.import.max_image_size {
+                return Err(ImageError::Invalid(format!(
+                    "the image's layers are {compressed} bytes compressed, over the {}-byte \
+                     cap (raise it with --max-image-size)",
+                    opts.import.max_image_size
+                ))
+                .into());
+            }
+            write(&blobs.join(desc.digest.hex()), &manifest_bytes)?;
+            let mut downloaded = 0;
+            let mut reused = 0;
+            let wanted = std::iter::once(&manifest.config).chain(manifest.layers.iter());
+            for d in wanted {
+                let dest = blobs.join(d.digest.hex());
+                if dest.exists() {
+                    continue;
+                }
+                let cached = cache.join(d.digest.hex());
+                if std::fs::hard_link(&cached, &dest).is_ok() {
+                    reused += 1;
+                    continue;
+                }
+                reg.blob_to_file(&d.digest, d.size, &dest).await?;
+                // Verified: kept for a retry until the image is stored
+                // (another pull may have put it there first: the same bytes).
+                let _ = std::fs::hard_link(&dest, &cached);
+                downloaded += 1;
+            }
+            Ok::<_, PullError>((top, index, desc, manifest, downloaded, reused))
+        })?;
+        let (top, index, desc, manifest, downloaded, reused) = fetched;
+        write(
+            &staging.path.join("oci-layout"),
+            br#"{"imageLayoutVersion":"1.0.0"}"#,
+        )?;
+        let index_json = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": oci::MT_OCI_INDEX,
+            "manifests": [{"mediaType": desc.media_type, "digest": desc.digest, "size": desc.size}],
+        });
+        write(
+            &staging.path.join("index.json"),
+            index_json.to_string().as_bytes(),
+        )?;
+        let mut import = opts.import.clone();
+        let repo_name = format!("{}/{}", r.registry(), r.repository());
+        if import.name.is_none() {
+            import.name = Some(match r.tag() {
+                Some(t) if pinned.is_none() => format!("{repo_name}:{t}"),
+                _ => repo_name.clone(),
+            });
+        }
+        let report = self.import(&staging.path, &import)?;
+        let pulled = Pulled {
+            repository: repo_name,
+            reference: reference.to_string(),
+            index,
+        };
+        let image = self.set_pulled(&report.record.manifest, pulled)?;
+        for d in std::iter::once(&manifest.config).chain(manifest.layers.iter()) {
+            let _ = std::fs::remove_file(cache.join(d.digest.hex()));
+        }
+        Ok(PullReport {
+            image,
+            digest: top,
+            pinned: pinned.is_some(),
+            new_layers: report.new_layers,
+            downloaded,
+            reused,
+            verdicts: report.verdicts,
+        })
+    }
+
+    /// Record where the image `manifest` was pulled from.
+    fn set_pulled(&self, manifest: &Digest, pulled: Pulled) -> Result<ImageRecord, PullError> {
+        let _index = self.lock_index()?;
+        let mut images = self.images()?;
+        let Some(rec) = images.iter_mut().find(|i| i.manifest == *manifest) else {
+            return Err(ImageError::NotFound(format!(
+                "image {manifest} left the index while it was pulled"
+            ))
+            .into());
+        };
+        rec.pulled = Some(pulled);
+        let out = rec.clone();
+        self.write_index(images)?;
+        Ok(out)
+    }
+}
+
+fn one_line(e: &dyn std::fmt::Display) -> String {
+    e.to_string().replace(['\n', '\r'], " ")
+}
+
+fn write(path: &Path, data: &[u8]) -> Result<(), PullError> {
+    std::fs::write(path, data).map_err(|e| store_err(path, e))
+}
+
+/// The document's `mediaType` field (empty when absent or unreadable).
+fn media_type(bytes: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        #[serde(rename = "mediaType", default)]
+        media_type: String,
+    }
+    serde_json::from_slice::<Typed>(bytes)
+        .map(|t| t.media_type)
+        .unwrap_or_default()
+}
+
+/// Whether a document is an index: by media type, or (untyped) by having
+/// `manifests` and no `layers`.
+fn is_index(media_type: &str, bytes: &[u8]) -> bool {
+    if media_type == oci::MT_OCI_INDEX || media_type == oci::MT_DOCKER_LIST {
+        return true;
+    }
+    if !media_type.is_empty() || bytes.is_empty() {
+        return false;
+    }
+    serde_json::from_slice::<serde_json::Value>(bytes)
+        .ok()
+        .is_some_and(|v| v.get("manifests").is_some() && v.get("layers").is_none())
+}

@@ -1,0 +1,748 @@
+//! `hutch image pull`: images fetched by digest from a real registry
+//! (Debian's `docker-registry` on loopback, see tests/registry_support),
+//! pushed there by `skopeo copy` from OCI layouts built here; and every
+//! way a pull must fail closed (one line, exit 125, no image left).
+
+mod common;
+mod image_support;
+mod registry_support;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::*;
+use image_support::*;
+use registry_support::*;
+
+fn ready() -> Result<(), String> {
+    for tool in ["docker-registry", "skopeo", "htpasswd"] {
+        if !have(tool) {
+            return Err(format!("{tool} is missing (tests/setup installs it)"));
+        }
+    }
+    if !have_busybox() {
+        return Err("/bin/busybox is missing".into());
+    }
+    Ok(())
+}
+
+fn busybox_image(hello: &str) -> Vec<(Vec<u8>, Comp)> {
+    let tar = Tar::default()
+        .busybox(TOOLS)
+        .dir("etc")
+        .file("etc/hello", hello)
+        .finish();
+    vec![(tar, Comp::Gzip)]
+}
+
+/// An OCI layout at `dir` (tag `t`, usable by skopeo) for `arch`.
+fn layout(dir: &Path, arch: &'static str, hello: &str) -> String {
+    let spec = ImageSpec {
+        arch,
+        ..ImageSpec::default()
+    };
+    oci_layout(dir, &busybox_image(hello), &spec)
+}
+
+/// A layout whose index.json names an image index of an amd64 and an
+/// arm64 image; returns the index's digest.
+fn multi_arch_layout(t: &Path) -> String {
+    let a = t.join("amd64");
+    let b = t.join("arm64");
+    let ma = layout(&a, "amd64", "amd64 image\n");
+    let mb = layout(&b, "arm64", "arm64 image\n");
+    for e in std::fs::read_dir(b.join("blobs/sha256")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), a.join("blobs/sha256").join(e.file_name())).unwrap();
+    }
+    let size = |d: &str| {
+        std::fs::metadata(a.join("blobs/sha256").join(&d[7..]))
+            .unwrap()
+            .len()
+    };
+    let mt = "application/vnd.oci.image.manifest.v1+json";
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {"mediaType": mt, "digest": mb, "size": size(&mb), "platform": {"architecture": "arm64", "os": "linux", "variant": "v8"}},
+            {"mediaType": mt, "digest": ma, "size": size(&ma), "platform": {"architecture": "amd64", "os": "linux"}},
+        ]
+    }))
+    .unwrap();
+    let id = sha(&index);
+    std::fs::write(a.join("blobs/sha256").join(&id[7..]), &index).unwrap();
+    std::fs::write(
+        a.join("index.json"),
+        serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": [
+            {"mediaType": "application/vnd.oci.image.index.v1+json", "digest": id, "size": index.len(),
+             "annotations": {"org.opencontainers.image.ref.name": "multi"}}
+        ]}))
+        .unwrap(),
+    )
+    .unwrap();
+    id
+}
+
+fn pull(who: As, store: &Path, args: &[&str]) -> Output {
+    let mut a = vec!["pull"];
+    a.extend_from_slice(args);
+    image(who, store, &a)
+}
+
+/// A pull that must fail: exit 125, one line naming `expect`, and no
+/// image, layer or blob left in the store.
+fn pull_refused(who: As, store: &Path, args: &[&str], expect: &str) -> String {
+    let o = pull(who, store, args);
+    let e = err(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(125),
+        "pull {args:?} should fail: {}{e}",
+        out(&o)
+    );
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+    assert!(e.contains(expect), "expected {expect:?} in: {e}");
+    assert!(!e.contains(PASSWORD), "the password leaked: {e}");
+    assert_no_image(store);
+    e
+}
+
+fn assert_no_image(store: &Path) {
+    let index = std::fs::read_to_string(store.join("index.json")).unwrap_or_default();
+    assert!(!index.contains("sha256"), "an image was recorded: {index}");
+    assert_eq!(names_in(&store.join("layers")), Vec::<String>::new());
+    assert_eq!(names_in(&store.join("blobs/sha256")), Vec::<String>::new());
+}
+
+struct Setup {
+    t: TempDir,
+    reg: Registry,
+    digest: String,
+    reference: String,
+}
+
+impl Setup {
+    fn new(tag: &str, who: As, basic_auth: bool) -> Setup {
+        let t = TempDir::new(tag, who);
+        let reg = Registry::start(&t.path().join("registry"), basic_auth);
+        let lay = t.path().join("layout");
+        layout(&lay, "amd64", "hello from the registry\n");
+        let digest = reg.push(lay.to_str().unwrap(), "hutch/test:t", false);
+        let reference = format!("{}/hutch/test@{digest}", reg.host);
+        give(t.path(), who);
+        Setup {
+            t,
+            reg,
+            digest,
+            reference,
+        }
+    }
+
+    fn store(&self) -> PathBuf {
+        self.t.path().join("store")
+    }
+}
+
+#[test]
+fn pulled_by_digest_runs_as_root_and_as_nobody() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    for who in identities() {
+        let s = Setup::new("pull-run", who, false);
+        let store = s.store();
+        let o = pull(
+            who,
+            &store,
+            &[&s.reference, "--insecure-registry", &s.reg.host, "--json"],
+        );
+        assert!(o.status.success(), "pull as {who:?}: {}", err(&o));
+        let r = result(&o);
+        assert_eq!(r["digest"], s.digest.as_str());
+        assert_eq!(r["pinned"], true);
+        assert_eq!(r["image"]["manifest"], s.digest.as_str());
+        assert_eq!(
+            r["image"]["pulled"]["repository"],
+            format!("{}/hutch/test", s.reg.host)
+        );
+        // Pulled again: nothing new.
+        let o = pull(
+            who,
+            &store,
+            &[&s.reference, "--insecure-registry", &s.reg.host],
+        );
+        assert!(o.status.success(), "{}", err(&o));
+        assert!(out(&o).contains("(0 new;"), "{}", out(&o));
+        assert_eq!(list(who, &store).len(), 1);
+        let o = run_image(
+            who,
+            &store,
+            s.t.path(),
+            &["--image", &s.reference, "--", "/bin/cat", "/etc/hello"],
+        );
+        assert!(o.status.success(), "run as {who:?}: {}", err(&o));
+        assert_eq!(out(&o), "hello from the registry\n");
+    }
+}
+
+#[test]
+fn basic_auth_from_a_credential_file() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-auth", who, true);
+    let store = s.store();
+    let e = pull_refused(
+        who,
+        &store,
+        &[&s.reference, "--insecure-registry", &s.reg.host],
+        &format!("registry {}", s.reg.host),
+    );
+    assert!(
+        e.contains("Not authorized") && e.contains("--registry-auth FILE"),
+        "{e}"
+    );
+    let creds = s.t.path().join("auth.json");
+    auth_file(&creds, &s.reg.host);
+    give(&creds, who);
+    let o = pull(
+        who,
+        &store,
+        &[
+            &s.reference,
+            "--insecure-registry",
+            &s.reg.host,
+            "--registry-auth",
+            creds.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(!out(&o).contains(PASSWORD) && !err(&o).contains(PASSWORD));
+    assert_eq!(list(who, &store).len(), 1);
+}
+
+#[test]
+fn plain_http_only_for_a_registry_marked_insecure() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-https", who, false);
+    // https is tried, and the plain-http answer fails the TLS handshake.
+    pull_refused(
+        who,
+        &s.store(),
+        &[&s.reference],
+        &format!("https://{}", s.reg.host),
+    );
+    // Another registry marked insecure does not make this one plain http.
+    pull_refused(
+        who,
+        &s.store(),
+        &[&s.reference, "--insecure-registry", "127.0.0.1:1"],
+        &format!("https://{}", s.reg.host),
+    );
+}
+
+#[test]
+fn a_multi_arch_index_resolves_to_the_platform() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let t = TempDir::new("pull-index", who);
+    let reg = Registry::start(&t.path().join("registry"), false);
+    let index = multi_arch_layout(t.path());
+    let pushed = reg.push(
+        &format!("{}:multi", t.path().join("amd64").display()),
+        "hutch/multi:m",
+        true,
+    );
+    assert_eq!(pushed, index);
+    give(t.path(), who);
+    let store = t.path().join("store");
+    let reference = format!("{}/hutch/multi@{index}", reg.host);
+    pull_refused(
+        who,
+        &store,
+        &[
+            &reference,
+            "--platform",
+            "linux/s390x",
+            "--insecure-registry",
+            &reg.host,
+        ],
+        "not the requested linux/s390x",
+    );
+    let o = pull(
+        who,
+        &store,
+        &[&reference, "--insecure-registry", &reg.host, "--json"],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let r = result(&o);
+    assert_eq!(r["digest"], index.as_str());
+    assert_eq!(r["image"]["platform"]["architecture"], "amd64");
+    assert_eq!(r["image"]["pulled"]["index"], index.as_str());
+    // The index's digest pins the image for a run.
+    let o = run_image(
+        who,
+        &store,
+        t.path(),
+        &["--image", &reference, "--", "/bin/cat", "/etc/hello"],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "amd64 image\n");
+}
+
+#[test]
+fn an_image_of_another_platform_is_refused() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let t = TempDir::new("pull-arm", who);
+    let reg = Registry::start(&t.path().join("registry"), false);
+    let lay = t.path().join("layout");
+    layout(&lay, "arm64", "arm\n");
+    let digest = reg.push(lay.to_str().unwrap(), "hutch/arm:t", false);
+    give(t.path(), who);
+    pull_refused(
+        who,
+        &t.path().join("store"),
+        &[
+            &format!("{}/hutch/arm@{digest}", reg.host),
+            "--insecure-registry",
+            &reg.host,
+        ],
+        "the image is for linux/arm64, not the requested linux/amd64",
+    );
+}
+
+#[test]
+fn a_tampered_blob_is_refused_and_nothing_is_stored() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-tamper", who, false);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.reg.blob_file(&s.digest)).unwrap()).unwrap();
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let file = s.reg.blob_file(&layer);
+    let mut data = std::fs::read(&file).unwrap();
+    let mid = data.len() / 2;
+    data[mid] ^= 0xff;
+    std::fs::write(&file, &data).unwrap();
+    pull_refused(
+        who,
+        &s.store(),
+        &[&s.reference, "--insecure-registry", &s.reg.host],
+        &format!("blob {layer}"),
+    );
+}
+
+#[test]
+fn a_tag_needs_allow_unpinned_and_the_digest_is_reported() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-tag", who, false);
+    let tagged = format!("{}/hutch/test:t", s.reg.host);
+    pull_refused(
+        who,
+        &s.store(),
+        &[&tagged, "--insecure-registry", &s.reg.host],
+        "is not pinned",
+    );
+    let o = pull(
+        who,
+        &s.store(),
+        &[
+            &tagged,
+            "--insecure-registry",
+            &s.reg.host,
+            "--allow-unpinned",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let r = result(&o);
+    assert_eq!(r["pinned"], false);
+    assert_eq!(r["digest"], s.digest.as_str());
+    assert_eq!(r["image"]["pulled"]["reference"], tagged.as_str());
+}
+
+#[test]
+fn a_registry_that_closes_mid_blob_leaves_nothing_and_the_retry_resumes() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-cut", who, false);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.reg.blob_file(&s.digest)).unwrap()).unwrap();
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let proxy = cutting_proxy(&s.reg.host, &layer);
+    let via = format!("{proxy}/hutch/test@{}", s.digest);
+    pull_refused(
+        who,
+        &s.store(),
+        &[&via, "--insecure-registry", &proxy],
+        &format!("blob {layer}"),
+    );
+    // The config arrived whole before the cut: the retry fetches only the layer.
+    let o = pull(
+        who,
+        &s.store(),
+        &[&s.reference, "--insecure-registry", &s.reg.host, "--json"],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let r = result(&o);
+    assert_eq!(
+        (r["downloaded"].as_u64(), r["reused"].as_u64()),
+        (Some(1), Some(1)),
+        "{r}"
+    );
+}
+
+#[test]
+fn concurrent_pulls_of_one_image_store_it_once() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-many", who, false);
+    let store = s.store();
+    let pulls: Vec<_> = (0..4)
+        .map(|_| {
+            let (store, r, h) = (store.clone(), s.reference.clone(), s.reg.host.clone());
+            std::thread::spawn(move || pull(who, &store, &[&r, "--insecure-registry", &h]))
+        })
+        .collect();
+    for p in pulls {
+        let o = p.join().unwrap();
+        assert!(o.status.success(), "{}", err(&o));
+    }
+    assert_eq!(list(who, &store).len(), 1);
+    assert_eq!(names_in(&store.join("layers")).len(), 1);
+    let o = run_image(
+        who,
+        &store,
+        s.t.path(),
+        &["--image", &s.reference, "--", "/bin/cat", "/etc/hello"],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+}
+
+#[test]
+fn a_failed_pull_answers_in_the_json_envelope() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let t = TempDir::new("pull-json", who);
+    let store = t.path().join("store");
+    let o = pull(who, &store, &["127.0.0.1:1/x/y:latest", "--json"]);
+    assert_eq!(o.status.code(), Some(125));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["verb"], "image.pull");
+    assert_eq!(v["error"]["kind"], "refused");
+    let o = image(who, &store, &["import", "/nonexistent", "--json"]);
+    assert_eq!(o.status.code(), Some(125));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["ok"].clone(), v["verb"].clone()),
+        (false.into(), "image.import".into())
+    );
+    assert_eq!(v["error"]["kind"], "io", "{v}");
+}
+
+#[test]
+fn only_approved_images_run_and_inspect_shows_the_verdict() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-approved", who, false);
+    let store = s.store();
+    let other = format!("sha256:{}", "ab".repeat(32));
+    let deny = s.t.path().join("deny.list");
+    std::fs::write(&deny, format!("# the platform's list\n{other}\n")).unwrap();
+    let allow = s.t.path().join("allow.list");
+    std::fs::write(&allow, format!("{}/hutch/test@{}\n", s.reg.host, s.digest)).unwrap();
+    give(s.t.path(), who);
+    let (deny, allow) = (deny.to_str().unwrap(), allow.to_str().unwrap());
+    // An unapproved digest is not even fetched.
+    pull_refused(
+        who,
+        &store,
+        &[
+            &s.reference,
+            "--insecure-registry",
+            &s.reg.host,
+            "--approved",
+            deny,
+        ],
+        &format!("image {} is not on the approved list", s.digest),
+    );
+    let o = pull(
+        who,
+        &store,
+        &[
+            &s.reference,
+            "--insecure-registry",
+            &s.reg.host,
+            "--approved",
+            allow,
+        ],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let run = |list: &str| {
+        run_image(
+            who,
+            &store,
+            s.t.path(),
+            &[
+                "--image",
+                &s.reference,
+                "--approved",
+                list,
+                "--",
+                "/bin/cat",
+                "/etc/hello",
+            ],
+        )
+    };
+    let o = run(deny);
+    assert_eq!(o.status.code(), Some(125), "{}{}", out(&o), err(&o));
+    let e = err(&o);
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(
+        e.contains(&format!("image {} is not on the approved list", s.digest)),
+        "{e}"
+    );
+    assert_eq!(out(&o), "", "nothing ran");
+    let o = run(allow);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "hello from the registry\n");
+    let verdict = |list: &str| {
+        let o = image(
+            who,
+            &store,
+            &["inspect", &s.digest, "--approved", list, "--json"],
+        );
+        assert!(o.status.success(), "{}", err(&o));
+        let r = result(&o);
+        r["verdicts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["check"] == "approved")
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(verdict(deny)["outcome"], "refused");
+    assert_eq!(verdict(allow)["outcome"], "pass");
+    // A list entry that is not a digest: exit 125 before anything starts.
+    let bad = s.t.path().join("bad.list");
+    std::fs::write(&bad, "sha256:1234\n").unwrap();
+    give(&bad, who);
+    let o = run(bad.to_str().unwrap());
+    assert_eq!(o.status.code(), Some(125));
+    assert!(err(&o).contains("line 1"), "{}", err(&o));
+}
+
+#[test]
+fn run_pull_missing_fetches_the_pinned_image_once() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-missing", who, false);
+    let store = s.store();
+    let host = s.reg.host.clone();
+    let dir = s.t.path().to_path_buf();
+    let run = || {
+        run_image(
+            who,
+            &store,
+            &dir,
+            &[
+                "--image",
+                &s.reference,
+                "--pull",
+                "missing",
+                "--insecure-registry",
+                &host,
+                "--",
+                "/bin/cat",
+                "/etc/hello",
+            ],
+        )
+    };
+    let o = run();
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "hello from the registry\n");
+    assert_eq!(list(who, &store).len(), 1);
+    // Present now: the registry is not asked again.
+    let Setup { t, reg, .. } = s;
+    drop(reg);
+    let _keep = t;
+    let o = run();
+    assert!(o.status.success(), "{}", err(&o));
+}
+
+#[test]
+fn hutch_check_reports_the_registry_client_and_its_trust_store() {
+    let line = |cert_file: Option<&str>| {
+        let mut cmd = hutch_command(caller());
+        cmd.args(["check", "--json"]);
+        if let Some(f) = cert_file {
+            cmd.env("SSL_CERT_FILE", f).env("SSL_CERT_DIR", f);
+        }
+        let o = cmd.output().unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        report["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "registry_client")
+            .expect("a registry_client line")
+            .clone()
+    };
+    let ok = line(None);
+    assert_eq!(ok["status"], "ok", "{ok}");
+    assert_eq!(ok["required"], false);
+    let bad = line(Some("/nonexistent/ca.pem"));
+    assert_eq!(bad["status"], "missing", "{bad}");
+    assert!(
+        bad["detail"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/ca.pem"),
+        "{bad}"
+    );
+    assert!(
+        bad["fix"].as_str().unwrap().contains("SSL_CERT_FILE"),
+        "{bad}"
+    );
+}
+
+#[test]
+fn a_session_keeps_its_approved_list() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-session", who, false);
+    let store = s.store();
+    let o = pull(
+        who,
+        &store,
+        &[&s.reference, "--insecure-registry", &s.reg.host],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let deny = s.t.path().join("deny.list");
+    std::fs::write(&deny, format!("sha256:{}\n", "ab".repeat(32))).unwrap();
+    let ws = s.t.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    give(s.t.path(), who);
+    let state = s.t.path().join("state");
+    let create = |list: &Path| {
+        hutch_in(
+            who,
+            s.t.path(),
+            &[
+                "session",
+                "--state-dir",
+                state.to_str().unwrap(),
+                "create",
+                "--from",
+                ws.to_str().unwrap(),
+                "--image",
+                &s.reference,
+                "--image-store",
+                store.to_str().unwrap(),
+                "--approved",
+                list.to_str().unwrap(),
+            ],
+        )
+    };
+    let o = create(&deny);
+    assert_eq!(o.status.code(), Some(125), "{}", out(&o));
+    assert!(
+        err(&o).contains(&format!("image {} is not on the approved list", s.digest)),
+        "{}",
+        err(&o)
+    );
+}
+
+#[test]
+fn https_trusts_the_hosts_store_and_ssl_cert_file() {
+    require!(
+        ready().is_ok() && have("openssl"),
+        "docker-registry, skopeo, openssl"
+    );
+    let who = caller();
+    let t = TempDir::new("pull-tls", who);
+    let (reg, ca) = Registry::start_tls(&t.path().join("registry"));
+    let lay = t.path().join("layout");
+    layout(&lay, "amd64", "over https\n");
+    let digest = reg.push(lay.to_str().unwrap(), "hutch/tls:t", false);
+    give(t.path(), who);
+    let reference = format!("{}/hutch/tls@{digest}", reg.host);
+    let store = t.path().join("store");
+    let pull_with = |cert_file: Option<&Path>| {
+        let mut c = hutch_command(who);
+        c.args([
+            "image",
+            "--image-store",
+            store.to_str().unwrap(),
+            "pull",
+            &reference,
+        ]);
+        c.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
+        if let Some(f) = cert_file {
+            c.env("SSL_CERT_FILE", f);
+        }
+        c.stdin(std::process::Stdio::null()).output().unwrap()
+    };
+    // The system's store does not know the test CA.
+    let o = pull_with(None);
+    assert_eq!(o.status.code(), Some(125), "{}", out(&o));
+    assert_eq!(err(&o).trim_end().lines().count(), 1, "{}", err(&o));
+    assert!(err(&o).contains("UnknownIssuer"), "{}", err(&o));
+    assert_no_image(&store);
+    let o = pull_with(Some(&ca));
+    assert!(o.status.success(), "{}", err(&o));
+    let o = run_image(
+        who,
+        &store,
+        t.path(),
+        &["--image", &reference, "--", "/bin/cat", "/etc/hello"],
+    );
+    assert_eq!(out(&o), "over https\n", "{}", err(&o));
+}
+
+#[test]
+fn token_auth_through_the_registrys_token_service() {
+    require!(
+        ready().is_ok() && have("openssl"),
+        "docker-registry, skopeo, openssl"
+    );
+    let who = caller();
+    let t = TempDir::new("pull-token", who);
+    let reg = Registry::start_token(&t.path().join("registry"));
+    let lay = t.path().join("layout");
+    layout(&lay, "amd64", "behind a token\n");
+    let digest = reg.push_with_creds(lay.to_str().unwrap(), "hutch/test:t");
+    give(t.path(), who);
+    let reference = format!("{}/hutch/test@{digest}", reg.host);
+    let store = t.path().join("store");
+    pull_refused(
+        who,
+        &store,
+        &[&reference, "--insecure-registry", &reg.host],
+        &format!("registry {}", reg.host),
+    );
+    let creds = t.path().join("auth.json");
+    auth_file(&creds, &reg.host);
+    give(&creds, who);
+    let o = pull(
+        who,
+        &store,
+        &[
+            &reference,
+            "--insecure-registry",
+            &reg.host,
+            "--registry-auth",
+            creds.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(list(who, &store).len(), 1);
+}
