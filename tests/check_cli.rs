@@ -13,7 +13,7 @@ use common::is_root;
 use serde_json::Value;
 
 /// Every feature `hutch check` reports, in order.
-const FEATURES: [&str; 21] = [
+const FEATURES: [&str; 22] = [
     "user_namespace",
     "mount_namespace",
     "overlay_userns",
@@ -35,6 +35,7 @@ const FEATURES: [&str; 21] = [
     "openat2",
     "image_store",
     "id_range",
+    "registry_client",
 ];
 
 /// The hutch binary copied into a fresh 0755 directory, so that uid 65534
