@@ -746,3 +746,117 @@ fn token_auth_through_the_registrys_token_service() {
     assert!(o.status.success(), "{}", err(&o));
     assert_eq!(list(who, &store).len(), 1);
 }
+
+/// A hostile registry on loopback: `/v2/` answers 200, and a manifest
+/// GET answers a body that does not end — chunked under `/v2/chunked/`,
+/// a huge Content-Length under `/v2/long/` — of JSON-ish bytes. It stops
+/// after `BOUND` bytes per answer (or when hutch hangs up), so code that
+/// reads the body whole ends with a large RSS rather than eating the host.
+fn hostile_registry() -> String {
+    use std::io::{BufRead, BufReader, Write};
+    const BOUND: usize = 256 << 20;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    return;
+                }
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let path = request_line.split(' ').nth(1).unwrap_or("");
+                let head = "HTTP/1.1 200 OK\r\nConnection: close\r\n\
+                            Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
+                let chunk = format!("{{\"a\":\"{}\",", "a".repeat(64 << 10));
+                let _ = if path.starts_with("/v2/chunked/") {
+                    (|| {
+                        write!(conn, "{head}Transfer-Encoding: chunked\r\n\r\n")?;
+                        let mut sent = 0;
+                        while sent < BOUND {
+                            write!(conn, "{:x}\r\n{chunk}\r\n", chunk.len())?;
+                            sent += chunk.len();
+                        }
+                        conn.write_all(b"0\r\n\r\n")
+                    })()
+                } else if path.starts_with("/v2/long/") {
+                    (|| {
+                        write!(conn, "{head}Content-Length: {}\r\n\r\n", 1u64 << 40)?;
+                        let mut sent = 0;
+                        while sent < BOUND {
+                            conn.write_all(chunk.as_bytes())?;
+                            sent += chunk.len();
+                        }
+                        Ok(())
+                    })()
+                } else {
+                    conn.write_all(
+                        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}",
+                    )
+                };
+            });
+        }
+    });
+    host
+}
+
+/// `hutch image pull ARGS` as `who`: its exit code, stderr and peak RSS
+/// in KiB (`ru_maxrss` of the child, from wait4).
+fn pull_measured(who: As, store: &Path, args: &[&str]) -> (Option<i32>, String, i64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut cmd = hutch_command(who);
+    cmd.args(["image", "--image-store", store.to_str().unwrap(), "pull"])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child, with valid out-pointers.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32, "wait4");
+    let code = std::process::ExitStatus::from_raw(status).code();
+    (code, stderr, usage.ru_maxrss)
+}
+
+#[test]
+fn a_registry_sending_an_endless_manifest_is_cut_off_at_the_cap() {
+    let who = caller();
+    let t = TempDir::new("pull-hostile", who);
+    give(t.path(), who);
+    let store = t.path().join("store");
+    let host = hostile_registry();
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    for repo in ["chunked", "long"] {
+        let reference = format!("{host}/{repo}/x@{digest}");
+        let (code, e, peak_kib) =
+            pull_measured(who, &store, &[&reference, "--insecure-registry", &host]);
+        assert_eq!(code, Some(125), "{repo}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{repo}: one line: {e}");
+        assert!(
+            e.contains(&format!("a manifest over {} bytes", 8 << 20)),
+            "{repo}: {e}"
+        );
+        eprintln!("{repo}: hutch's peak RSS {peak_kib} KiB");
+        assert!(
+            peak_kib < 96 << 10,
+            "{repo}: hutch's peak RSS was {peak_kib} KiB reading a hostile manifest"
+        );
+        assert_no_image(&store);
+    }
+}

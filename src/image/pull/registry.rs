@@ -1,6 +1,12 @@
 //! The OCI distribution client (oci-client over reqwest and rustls with
 //! hutch's ring provider): manifests by digest and blobs streamed to
 //! files, each checked against its digest and size as it arrives.
+//!
+//! oci-client authenticates (token service or basic) and streams blobs;
+//! manifests are fetched here with reqwest directly, because
+//! oci-client's `pull_manifest_raw` reads a body whole before anyone can
+//! cap it: here the body is read in chunks and refused past
+//! [`oci::MAX_DOCUMENT`], within [`MANIFEST_DEADLINE`].
 
 use std::io::Write;
 use std::path::Path;
@@ -10,7 +16,7 @@ use std::time::Duration;
 
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::{Client, Reference, RegistryOperation};
 use sha2::{Digest as _, Sha256};
 
 use super::PullError;
@@ -26,9 +32,19 @@ const ACCEPTED: &[&str] = &[
     oci::MT_DOCKER_MANIFEST,
 ];
 
+/// How long a manifest may take to arrive whole (connect, headers and
+/// body): a registry trickling bytes under the read timeout is cut off.
+const MANIFEST_DEADLINE: Duration = Duration::from_secs(120);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+const USER_AGENT: &str = concat!("hutch/", env!("CARGO_PKG_VERSION"));
+
 /// A connection to one registry for one repository.
 pub(crate) struct Registry {
     client: Client,
+    /// The manifest fetcher: the same trust roots, timeouts and agent.
+    http: reqwest::Client,
+    scheme: &'static str,
     auth: RegistryAuth,
     /// `HOST[:PORT]/REPOSITORY`, without tag or digest.
     repository: Reference,
@@ -89,18 +105,35 @@ impl Registry {
         #[allow(deprecated)]
         let _ = rustls::crypto::ring::default_provider().install_default();
         let host = repository.registry().to_string();
+        let roots = if insecure { Vec::new() } else { trust_roots()? };
+        let mut http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .user_agent(USER_AGENT);
+        if !insecure {
+            let certs = roots
+                .iter()
+                .map(|c| reqwest::Certificate::from_der(&c.data))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| PullError::TrustStore(one_line(&e)))?;
+            http = http.tls_certs_only(certs);
+        }
+        let http = http.build().map_err(|e| PullError::Registry {
+            host: host.clone(),
+            why: one_line(&e),
+        })?;
         let config = ClientConfig {
             protocol: if insecure {
                 ClientProtocol::HttpsExcept(vec![host.clone()])
             } else {
                 ClientProtocol::Https
             },
-            tls_certs_only: if insecure { Vec::new() } else { trust_roots()? },
+            tls_certs_only: roots,
             // Platforms are chosen by hutch (import's rules), never by the client.
             platform_resolver: None,
-            connect_timeout: Some(Duration::from_secs(30)),
-            read_timeout: Some(Duration::from_secs(60)),
-            user_agent: concat!("hutch/", env!("CARGO_PKG_VERSION")),
+            connect_timeout: Some(CONNECT_TIMEOUT),
+            read_timeout: Some(READ_TIMEOUT),
+            user_agent: USER_AGENT,
             ..ClientConfig::default()
         };
         let client = Client::try_from(config).map_err(|e| PullError::Registry {
@@ -113,6 +146,8 @@ impl Registry {
         };
         Ok(Registry {
             client,
+            http,
+            scheme: if insecure { "http" } else { "https" },
             auth,
             repository,
             host,
@@ -149,17 +184,15 @@ impl Registry {
         reference: &Reference,
         expected: Option<&Digest>,
     ) -> Result<(Vec<u8>, Digest), PullError> {
-        let (bytes, _) = self
-            .client
-            .pull_manifest_raw(reference, &self.auth, ACCEPTED)
+        let bytes = tokio::time::timeout(MANIFEST_DEADLINE, self.fetch_manifest(reference, expected))
             .await
-            .map_err(|e| self.failed(e))?;
-        if bytes.len() as u64 > oci::MAX_DOCUMENT {
-            return Err(PullError::Tampered {
-                digest: expected.map(|d| d.to_string()).unwrap_or_default(),
-                why: format!("a manifest over {} bytes", oci::MAX_DOCUMENT),
-            });
-        }
+            .map_err(|_| PullError::Registry {
+                host: self.host.clone(),
+                why: format!(
+                    "the manifest did not arrive within {} s (a slow or stalled registry)",
+                    MANIFEST_DEADLINE.as_secs()
+                ),
+            })??;
         let got = Digest::of(&bytes);
         if let Some(want) = expected
             && got != *want
@@ -169,7 +202,83 @@ impl Registry {
                 why: format!("the registry sent a manifest whose digest is {got}"),
             });
         }
-        Ok((bytes.to_vec(), got))
+        Ok((bytes, got))
+    }
+
+    /// GET the manifest `reference` names, the body read in chunks and
+    /// refused at [`oci::MAX_DOCUMENT`] + 1 bytes (or at once when the
+    /// announced length is over).
+    async fn fetch_manifest(
+        &self,
+        reference: &Reference,
+        expected: Option<&Digest>,
+    ) -> Result<Vec<u8>, PullError> {
+        let too_big = || PullError::Tampered {
+            digest: expected.map(|d| d.to_string()).unwrap_or_default(),
+            why: format!("a manifest over {} bytes", oci::MAX_DOCUMENT),
+        };
+        // A bearer token from the registry's token service, or None: then
+        // basic credentials when given (oci-client's own fallback), else
+        // anonymous.
+        let token = self
+            .client
+            .auth(reference, &self.auth, RegistryOperation::Pull)
+            .await
+            .map_err(|e| self.failed(e))?;
+        let registry = reference.resolve_registry();
+        let url = format!(
+            "{}://{registry}/v2/{}/manifests/{}",
+            self.scheme,
+            reference.repository(),
+            reference
+                .digest()
+                .or_else(|| reference.tag())
+                .unwrap_or("latest"),
+        );
+        let mut request = self
+            .http
+            .get(&url)
+            .header(reqwest::header::ACCEPT, ACCEPTED.join(", "));
+        request = match (&token, &self.auth) {
+            (Some(t), _) => request.bearer_auth(t),
+            (None, RegistryAuth::Basic(user, password)) => request.basic_auth(user, Some(password)),
+            (None, _) => request,
+        };
+        let net = |e: reqwest::Error| PullError::Registry {
+            host: self.host.clone(),
+            why: one_line(&e),
+        };
+        let mut response = request.send().await.map_err(net)?;
+        let status = response.status();
+        if !status.is_success() {
+            let why = match status.as_u16() {
+                401 | 403 => format!(
+                    "Not authorized: url {url} (give credentials with --registry-auth FILE, or check them)"
+                ),
+                404 => format!(
+                    "Image manifest not found: url {url} (no such repository or digest there)"
+                ),
+                _ => format!("Server error: url {url}, code: {status}"),
+            };
+            return Err(PullError::Registry {
+                host: self.host.clone(),
+                why,
+            });
+        }
+        if response
+            .content_length()
+            .is_some_and(|n| n > oci::MAX_DOCUMENT)
+        {
+            return Err(too_big());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(net)? {
+            if (body.len() + chunk.len()) as u64 > oci::MAX_DOCUMENT {
+                return Err(too_big());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
 
     /// The manifest with `digest` in this repository.
