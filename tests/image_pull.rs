@@ -807,6 +807,8 @@ fn hostile_registry() -> String {
 
 /// `hutch image pull ARGS` as `who`: its exit code, stderr and peak RSS
 /// in KiB (`ru_maxrss` of the child, from wait4).
+// The child is reaped by wait4 (for its rusage), not Child::wait.
+#[allow(clippy::zombie_processes)]
 fn pull_measured(who: As, store: &Path, args: &[&str]) -> (Option<i32>, String, i64) {
     use std::io::Read;
     use std::os::unix::process::ExitStatusExt;
