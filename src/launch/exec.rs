@@ -68,6 +68,11 @@ pub fn exec(
     }
     p.child.command.non_default_signals = status.non_default_signals;
     p.child.command.controlling_tty = opts.console.is_some();
+    // Its parent is a short-lived intermediate (the double fork below),
+    // not a supervisor: a parent-death signal armed before that one exits
+    // would kill the new process at random (as runc, an exec'd process
+    // lives as long as the container, not as its launcher).
+    p.child.detached = true;
     // The namespaces that are not already ours.
     let mut joins: Vec<(&str, libc::c_int, OwnedFd)> = Vec::new();
     for (kind, ty) in KINDS {

@@ -213,7 +213,8 @@ pub(super) fn add_landlock_path_rule<S: ChildSys>(
 /// hutch init, each with its own parent-death signal) is killed. Then the
 /// supervisor must still be there (it may have died before the signal
 /// was armed). Not for detached sandboxes, whose init outlives its
-/// launcher on purpose.
+/// launcher on purpose, nor for a process `hutch-oci exec` adds to a
+/// container (its parent is a short-lived intermediate).
 fn die_with_init<S: ChildSys>(
     sys: &mut S,
     plan: &ChildPlan,
