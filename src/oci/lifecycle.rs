@@ -271,11 +271,20 @@ impl Root {
         if let Some(h) = &config.hooks {
             super::hooks::validate(h)?;
         }
+        let host = crate::cgroup::host::HostCgroups::detect();
+        let linux = config.linux.clone().unwrap_or_default();
         let cgroup_plan = super::resources::plan_for(
-            config.linux.as_ref().unwrap_or(&Default::default()),
+            &linux,
             id,
             req.systemd_cgroup,
-            super::resources::v1::used(&crate::cgroup::host::HostCgroups::detect()),
+            super::resources::v1::used(&host),
+        )?;
+        let cgroup_plan = super::resources::devices::add_v1(
+            cgroup_plan,
+            &linux,
+            id,
+            req.systemd_cgroup,
+            &host,
         )?;
         if t.terminal != req.console_socket.is_some() {
             return Err(OciError::Config {
