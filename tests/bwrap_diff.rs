@@ -1371,3 +1371,103 @@ fn die_with_parent_without_a_pid_namespace_ends_the_command() {
         }
     }
 }
+
+/// bubblewrap's `test-specifying-pidns.sh` and `test-specifying-userns.sh`
+/// (issue 33, item 13): a sandbox with its own user and pid namespaces
+/// tells its `child-pid` on `--info-fd`; a second sandbox run by the same
+/// caller joins them through that pid's `/proc/PID/ns/{user,pid}`
+/// (`--userns`, `--pidns`) and sees the first one's pid namespace, as
+/// bubblewrap's. As uid 65534 this needs hutch init to be dumpable (its
+/// `/proc/PID/ns` is unreadable otherwise); the workload still cannot
+/// read hutch init's `/proc/1/environ` (it lacks init's capabilities).
+fn child_pid_joined(who: As) {
+    require!(ready(who).is_ok(), ready(who).unwrap_err());
+    let dir = TempDir::new("bwrap-child-pid", who);
+    let as_who = |program: &str| {
+        let mut c = if who.drops_to_nobody() {
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", program]);
+            c
+        } else {
+            std::process::Command::new(program)
+        };
+        c.env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin");
+        c
+    };
+    let d = dir.path().display().to_string();
+    let seen = |program: &Path| -> (String, String, String) {
+        let ns_file = dir.path().join("ns");
+        let info = dir.path().join("info.json");
+        let _ = std::fs::remove_file(&ns_file);
+        let _ = std::fs::remove_file(&info);
+        // Records its pid namespace, tries init's environ, then waits for
+        // its stdin to close.
+        let first = format!(
+            "if cat /proc/1/environ > {d}/env 2> {d}/env.err; then echo init-readable; else echo init-unreadable; fi > {d}/init; readlink /proc/self/ns/pid > {d}/ns.tmp; mv {d}/ns.tmp {d}/ns; cat"
+        );
+        let mut holder = as_who("sh")
+            .args(["-c", "exec \"$@\" 9>\"$INFO\"", "sh"])
+            .arg(program)
+            .args(["--info-fd", "9", "--unshare-user", "--unshare-pid"])
+            .args(["--ro-bind", "/", "/", "--bind", &d, &d, "--proc", "/proc"])
+            .args(["sh", "-c", &first])
+            .env("INFO", &info)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        common::wait_until(
+            std::time::Duration::from_secs(20),
+            "the first sandbox's pid namespace",
+            || ns_file.exists(),
+        );
+        let text = std::fs::read_to_string(&info).unwrap();
+        let pid: u32 = text
+            .split("\"child-pid\":")
+            .nth(1)
+            .and_then(|r| r.split([',', '}']).next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no child-pid in {text:?}"));
+        let second = as_who("sh")
+            .args([
+                "-c",
+                &format!("exec \"$@\" 5</proc/{pid}/ns/user 6</proc/{pid}/ns/pid"),
+                "sh",
+            ])
+            .arg(program)
+            .args(["--userns", "5", "--pidns", "6", "--ro-bind", "/", "/"])
+            .args(["readlink", "/proc/self/ns/pid"])
+            .output()
+            .unwrap();
+        drop(holder.stdin.take());
+        let _ = holder.wait();
+        (
+            std::fs::read_to_string(&ns_file).unwrap(),
+            String::from_utf8_lossy(&second.stdout).into_owned()
+                + &String::from_utf8_lossy(&second.stderr),
+            std::fs::read_to_string(dir.path().join("init")).unwrap_or_default(),
+        )
+    };
+    let b = seen(&bwrap());
+    assert_eq!(b.0, b.1, "bwrap joins the first sandbox's pid namespace");
+    // bubblewrap's own pid 1 holds nothing: its workload may read it.
+    if who.drops_to_nobody() {
+        assert_eq!(b.2, "init-readable\n", "the probe reads a dumpable pid 1");
+    }
+    let h = seen(&hutch_bwrap());
+    assert_eq!(
+        h.0, h.1,
+        "hutch-bwrap joins the first sandbox's pid namespace"
+    );
+    assert_eq!(h.2, "init-unreadable\n", "the workload reads hutch init");
+}
+
+#[test]
+fn child_pid_namespaces_are_joinable_as_root() {
+    child_pid_joined(As::Root);
+}
+
+#[test]
+fn child_pid_namespaces_are_joinable_as_nobody() {
+    child_pid_joined(As::Nobody);
+}

@@ -753,7 +753,9 @@ fn hooks_run_at_their_points_with_the_state_and_in_the_right_namespaces() {
     };
     for phase in ["prestart", "createRuntime", "createContainer"] {
         let (state, _) = read(phase);
-        assert_eq!(state["status"], "creating", "{phase}: {state}");
+        // runtime.md: `created` is "after step 2" (the environment made);
+        // these hooks are steps 3 to 5 (as crun; hooks_stdin checks it).
+        assert_eq!(state["status"], "created", "{phase}: {state}");
         assert_eq!(state["id"], id.as_str());
         assert_eq!(state["pid"].to_string(), pid);
         assert_eq!(state["bundle"], b.path().to_str().unwrap());
@@ -952,6 +954,79 @@ fn limits_go_to_the_cgroup_v1_hierarchies_and_delete_removes_them() {
             );
         }
     }
+}
+
+/// `linux.resources.devices` on a cgroup v1 host (runc's v1 mapping, as
+/// crun writes it): a devices group at `cgroupsPath` with `a` denied
+/// first, then the rules in the config's order, then the default
+/// devices; hutch init starts in it, a node of `linux.devices` no rule
+/// allows opens nothing, `delete` removes the group. Fails without the
+/// devices group (the write reaches the node, no group exists).
+#[test]
+fn device_rules_go_to_a_cgroup_v1_devices_group_and_delete_removes_it() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    require!(
+        Path::new("/sys/fs/cgroup/devices/devices.list").exists(),
+        "this host has no cgroup v1 devices hierarchy (a unified host has no devices file)"
+    );
+    become_subreaper();
+    let parent = format!("hutch-oci-devtest-{}", std::process::id());
+    // /dev/kmsg's numbers: a write needs no capability, so only the
+    // devices group can refuse it.
+    let script = "echo hutch-oci-devices-test > /dev/nokmsg 2>/dev/null && echo kmsg-written || echo kmsg-denied; \
+                  echo x > /dev/null && echo null-ok; cat /proc/self/cgroup";
+    let mut config = base_config(&["sh", "-c", script]);
+    config["linux"]["cgroupsPath"] = json!(format!("/{parent}/c1"));
+    config["linux"]["devices"] =
+        json!([{"path": "/dev/nokmsg", "type": "c", "major": 1, "minor": 11, "fileMode": 438}]);
+    config["linux"]["resources"] = json!({"devices": [
+        {"allow": false, "access": "rwm"},
+        {"allow": true, "type": "c", "major": 10, "minor": 229, "access": "rwm"},
+        {"allow": true, "type": "b", "major": 8, "minor": -1, "access": "r"}
+    ]});
+    let b = Bundle::new("oci-devices", &config);
+    let id = format!("devices-{}", std::process::id());
+    let (st, err, out) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let group = PathBuf::from("/sys/fs/cgroup/devices")
+        .join(&parent)
+        .join("c1");
+    let list = std::fs::read_to_string(group.join("devices.list")).unwrap_or_default();
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(
+        lines.get(..2),
+        Some(&["c 10:229 rwm", "b 8:* r"][..]),
+        "{list}"
+    );
+    assert!(lines.contains(&"c 1:3 rwm"), "{list}");
+    assert!(!lines.iter().any(|l| l.starts_with("c 1:11 ")), "{list}");
+    let procs = std::fs::read_to_string(group.join("cgroup.procs")).unwrap();
+    assert!(
+        procs.lines().any(|p| p == b.pid(&id).to_string()),
+        "{procs}"
+    );
+    let o = b.run(&["start", &id]);
+    assert!(o.status.success(), "start: {}", stderr(&o));
+    wait_until(Duration::from_secs(20), "the workload's output", || {
+        std::fs::read_to_string(&out).is_ok_and(|t| t.contains("devices:"))
+    });
+    let seen = std::fs::read_to_string(&out).unwrap();
+    assert!(seen.starts_with("kmsg-denied\nnull-ok\n"), "{seen}");
+    assert!(
+        seen.lines()
+            .any(|l| l.ends_with(&format!(":devices:/{parent}/c1"))),
+        "{seen}"
+    );
+    let o = b.run(&["delete", "--force", &id]);
+    assert!(o.status.success(), "delete: {}", stderr(&o));
+    let made = PathBuf::from("/sys/fs/cgroup/devices").join(&parent);
+    assert!(!made.exists(), "{} left", made.display());
+    // A create that fails after the group is made removes it.
+    config["process"]["args"] = json!(["/no/such/command"]);
+    b.write_config(&config);
+    let (st, _, _) = b.create(&format!("{id}-bad"));
+    assert!(!st.success());
+    assert!(!made.exists(), "{} left by a failed create", made.display());
 }
 
 /// `hutch ps` lists hutch-oci's containers under the default state root

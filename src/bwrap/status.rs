@@ -89,6 +89,12 @@ impl StatusProtocol for StatusFds {
         Ok(())
     }
 
+    /// `child-pid` is written: bubblewrap's callers open its
+    /// `/proc/PID/ns/*` to join the sandbox (`--userns`, `--pidns`).
+    fn tells_init_pid(&self) -> bool {
+        self.info.is_some() || self.json_status.is_some()
+    }
+
     /// bubblewrap's `{ "exit-code": N }` on the json status fd, only when
     /// the workload was started (bubblewrap writes none when setup or exec
     /// failed).

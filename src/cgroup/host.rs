@@ -59,6 +59,8 @@ pub struct V1Hierarchy {
 /// `name=systemd`, `xattr`, ...) and other controllers are left out.
 const V1_CONTROLLERS: &[&str] = &[
     "memory", "pids", "cpu", "cpuacct", "cpuset", "blkio", "hugetlb",
+    // hutch-oci's devices groups (`linux.resources.devices`).
+    "devices",
 ];
 
 impl HostCgroups {

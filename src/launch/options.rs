@@ -79,6 +79,14 @@ pub trait StatusProtocol: std::fmt::Debug + Send + Sync {
     /// The sandbox has ended with `status`; `workload_started` is false
     /// when its setup or the execve of its command failed.
     fn ended(&self, workload_started: bool, status: i32);
+    /// Whether the front end tells its caller hutch init's pid, whose
+    /// `/proc/PID/ns/*` the caller opens to join the sandbox's
+    /// namespaces (bubblewrap's `child-pid`): hutch init then stays
+    /// dumpable where no process of the sandbox can reach it
+    /// (`ChildPlan::init_joinable`).
+    fn tells_init_pid(&self) -> bool {
+        false
+    }
 }
 
 /// A [`StatusProtocol`] in [`RunOptions`] (equal only to itself).

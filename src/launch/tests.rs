@@ -167,6 +167,9 @@ impl ChildSys for Recorder {
         self.note(format!("dumpable {on}"));
         Ok(())
     }
+    fn permitted_caps(&mut self) -> Result<u64, Errno> {
+        Ok(u64::MAX)
+    }
     fn block_signals(&mut self, signals: &[libc::c_int]) -> Result<(), Errno> {
         self.note(format!("block {}", signals.len()));
         Ok(())
@@ -380,6 +383,7 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         console: None,
         userns_after_setup: None,
         bounding_set_dropped: false,
+        init_joinable: false,
         landlock_ruleset: None,
         hold: None,
         inherited_fds: Vec::new(),
@@ -1323,4 +1327,31 @@ mod claim_wire {
         ));
         assert!(decode(Some(wire), false, false, vec![null(), null(), null()], 0).is_ok());
     }
+}
+
+/// hutch init stays dumpable only for a front end that tells its pid
+/// (bubblewrap's `child-pid`), in a user namespace of the sandbox's own,
+/// and only while the workload can hold neither CAP_SYS_PTRACE nor all of
+/// init's capabilities (the recorder's init holds every one).
+#[test]
+fn init_stays_dumpable_only_where_the_workload_cannot_reach_it() {
+    let spec = test_spec();
+    let dumpable = |plan: &ChildPlan| {
+        let mut rec = Recorder::default();
+        child::steps::init_stays_dumpable(&mut rec, plan)
+    };
+    let mut plan = plan_for(&spec, false, 0);
+    assert!(!dumpable(&plan), "no front end asked");
+    plan.init_joinable = true;
+    assert!(dumpable(&plan));
+    plan.caps = CapPlan::keeping(1 << 19, 40);
+    assert!(!dumpable(&plan), "the workload keeps CAP_SYS_PTRACE");
+    plan.caps = CapPlan::keeping(!(1 << 19), 40);
+    assert!(dumpable(&plan), "init holds CAP_SYS_PTRACE, the workload not");
+    plan.caps = CapPlan::keeping(1 << 21, 40);
+    plan.own_userns = false;
+    assert!(!dumpable(&plan), "a joined or the host's user namespace");
+    plan.own_userns = true;
+    plan.exec_in_place = true;
+    assert!(!dumpable(&plan), "the command is pid 1");
 }

@@ -45,6 +45,11 @@ const CREATED_MARK: &str = "created";
 const HOOKS_FILE: &str = "hooks.json";
 /// The container process's credentials, for its startContainer hooks.
 const HOOK_CREDENTIALS_FILE: &str = "hook-credentials.json";
+/// The `status` the prestart, createRuntime and createContainer hooks
+/// read: runtime.md's lifecycle runs them (steps 3 to 5) after the
+/// environment is created (step 2, `creating`), and `created` is "after
+/// step 2". crun passes the same; runc passes `creating`.
+const HOOK_STATUS_AT_CREATE: &str = "created";
 
 /// A container's status (`runtime.md`, "State").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,11 +271,20 @@ impl Root {
         if let Some(h) = &config.hooks {
             super::hooks::validate(h)?;
         }
+        let host = crate::cgroup::host::HostCgroups::detect();
+        let linux = config.linux.clone().unwrap_or_default();
         let cgroup_plan = super::resources::plan_for(
-            config.linux.as_ref().unwrap_or(&Default::default()),
+            &linux,
             id,
             req.systemd_cgroup,
-            super::resources::v1::used(&crate::cgroup::host::HostCgroups::detect()),
+            super::resources::v1::used(&host),
+        )?;
+        let cgroup_plan = super::resources::devices::add_v1(
+            cgroup_plan,
+            &linux,
+            id,
+            req.systemd_cgroup,
+            &host,
         )?;
         if t.terminal != req.console_socket.is_some() {
             return Err(OciError::Config {
@@ -501,7 +515,7 @@ impl Root {
                     pid,
                     ..base.clone()
                 },
-                "creating",
+                HOOK_STATUS_AT_CREATE,
                 Some(pid),
             );
             hooks::run(Phase::CreateContainer, &hooks, &state, Some(pid), None).map_err(fail_with)
@@ -532,7 +546,7 @@ impl Root {
                 write_atomic(&dir.join(STATE_FILE), &json).map_err(|e| e.to_string())?;
                 // The runtime's namespaces, the container's exist, its
                 // root is not built yet.
-                let state = self.hook_state(&early, "creating", Some(pid));
+                let state = self.hook_state(&early, HOOK_STATUS_AT_CREATE, Some(pid));
                 for phase in [Phase::Prestart, Phase::CreateRuntime] {
                     hooks::run(phase, &hooks, &state, Some(pid), None).map_err(fail_with)?;
                 }

@@ -736,6 +736,7 @@ fn remove_leaf(leaf: &Path) -> Result<(), OciError> {
     Ok(())
 }
 
+pub mod devices;
 pub mod v1;
 
 #[cfg(test)]

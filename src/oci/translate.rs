@@ -421,7 +421,7 @@ fn translate_namespaces(linux: &Linux, spec: &mut Spec) -> Result<(), OciError> 
                 if join.is_some() {
                     return Err(err(
                         format!("{at}.path"),
-                        "a mount namespace cannot be joined",
+                        "a mount namespace cannot be joined: hutch-oci builds the root (mounts, pivot_root, the old root detached) only in a mount namespace of its own, never in one other processes live in; leave `path` out (docs/oci.md)",
                     ));
                 }
                 continue;

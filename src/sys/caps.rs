@@ -60,6 +60,26 @@ pub mod raw {
             .map(drop)
     }
 
+    /// This thread's permitted set as a 64-bit mask.
+    pub fn permitted() -> Result<u64, Errno> {
+        const V3: u32 = 0x2008_0522;
+        let mut hdr = CapHeader {
+            version: V3,
+            pid: 0,
+        };
+        let mut data = [CapData::default(); 2];
+        // SAFETY: header and room for the two data structs the v3 ABI
+        // writes; both live for the duration of the call.
+        ret(unsafe {
+            libc::syscall(
+                libc::SYS_capget,
+                &mut hdr as *mut CapHeader,
+                data.as_mut_ptr(),
+            )
+        })?;
+        Ok(u64::from(data[0].permitted) | u64::from(data[1].permitted) << 32)
+    }
+
     /// Clear the ambient set.
     pub fn ambient_clear() -> Result<(), Errno> {
         // SAFETY: prctl with integer arguments only.

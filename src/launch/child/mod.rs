@@ -152,11 +152,20 @@ pub(crate) fn init<S: ChildSys>(
         sys.clear_groups().at(Stage::SetGroups)?;
     }
     if let Some((uid, gid)) = plan.ids.init_ids {
-        sys.set_gid(gid).at(Stage::SetGid)?;
-        if plan.ids.keep_caps_on_setuid() {
-            sys.keep_caps_on_setuid().at(Stage::SetUid)?;
+        match sys.set_gid(gid) {
+            // A joined user namespace without that id mapped (bubblewrap's
+            // `--userns` of a sandbox that kept its caller's uid): init
+            // keeps the launcher's ids, as bubblewrap does, and holds every
+            // capability there all the same (setns gave them).
+            Err(Errno::EINVAL) if !plan.own_userns => {}
+            other => {
+                other.at(Stage::SetGid)?;
+                if plan.ids.keep_caps_on_setuid() {
+                    sys.keep_caps_on_setuid().at(Stage::SetUid)?;
+                }
+                sys.set_uid(uid).at(Stage::SetUid)?;
+            }
         }
-        sys.set_uid(uid).at(Stage::SetUid)?;
     }
     // Changing credentials cleared the parent-death signal: set it again,
     // then make sure the supervisor did not die in between.
@@ -282,7 +291,8 @@ pub(crate) fn init<S: ChildSys>(
     }
     steps::hand_terminal(sys, plan)?;
     steps::enter_user_namespace_after_setup(sys, plan, sock)?;
-    sys.set_dumpable(false).at(Stage::NonDumpable)?;
+    let dumpable = steps::init_stays_dumpable(sys, plan);
+    sys.set_dumpable(dumpable).at(Stage::NonDumpable)?;
     if plan.exec_in_place {
         return Err(exec_in_place(sys, plan, sock, built));
     }

@@ -319,6 +319,10 @@ impl ChildSys for RealSys {
         raw::set_dumpable(on)
     }
 
+    fn permitted_caps(&mut self) -> Result<u64, Errno> {
+        raw::permitted()
+    }
+
     fn block_signals(&mut self, signals: &[libc::c_int]) -> Result<(), Errno> {
         raw::block_signals(signals)
     }

@@ -90,6 +90,38 @@ pub(crate) fn hold<S: ChildSys>(
     Ok(Some(conn))
 }
 
+/// Whether hutch init stays dumpable from step 9 on (else it is made not
+/// dumpable). Only when the caller is told its pid to join its namespaces
+/// (bubblewrap's `child-pid`, `/proc/PID/ns/*` being readable only for a
+/// dumpable process or with CAP_SYS_PTRACE over the host's user
+/// namespace), and only where the kernel keeps every process of the
+/// sandbox away from it all the same: init is in a user namespace of the
+/// sandbox's own (not joined, nothing entered after setup) and holds a
+/// capability the workload never will (no-new-privs: no file
+/// capabilities), and the workload has no CAP_SYS_PTRACE. The kernel's
+/// check for ptrace and every `/proc/1/*` file (`cap_ptrace_access_check`)
+/// then refuses the workload, dumpable or not: in the same user namespace
+/// the caller's capabilities must include init's permitted set. Who may
+/// then read init (its memory, fds, environ) is who may read the
+/// supervisor it is a copy of: the caller's uid on the host, which owns
+/// the sandbox's user namespace (docs/bwrap.md).
+pub(crate) fn init_stays_dumpable<S: ChildSys>(sys: &mut S, plan: &ChildPlan) -> bool {
+    // CAP_SYS_PTRACE (linux/capability.h).
+    const PTRACE: u64 = 1 << 19;
+    let workload = plan.caps.permitted | plan.caps.effective | plan.caps.ambient;
+    if !plan.init_joinable
+        || !plan.own_userns
+        || plan.userns_after_setup.is_some()
+        || plan.exec_in_place
+        || !plan.confinement.no_new_privs()
+        || workload & PTRACE != 0
+    {
+        return false;
+    }
+    sys.permitted_caps()
+        .is_ok_and(|init| init & !workload != 0)
+}
+
 /// The workload becomes its own uid, gid and groups, keeping its
 /// permitted capabilities across (the capability sets come next).
 pub(crate) fn switch_ids<S: ChildSys>(sys: &mut S, w: &WorkloadIds) -> Result<(), Failure> {

@@ -66,6 +66,8 @@ pub(crate) trait ChildSys: FsSys {
     ) -> Result<Option<super::claim::Claimed>, Errno>;
     fn set_rlimit(&mut self, resource: libc::c_int, value: u64) -> Result<(), Errno>;
     fn set_dumpable(&mut self, on: bool) -> Result<(), Errno>;
+    /// hutch init's own permitted capability set.
+    fn permitted_caps(&mut self) -> Result<u64, Errno>;
     fn block_signals(&mut self, signals: &[libc::c_int]) -> Result<(), Errno>;
     /// Start the workload ([`super::workload`] with this same
     /// syscall layer) and return its pid.

@@ -118,6 +118,11 @@ pub(crate) struct ChildPlan {
     /// Set by hutch init once it has dropped the capability bounding set
     /// (step 7): the workload, which inherits it, does not again.
     pub bounding_set_dropped: bool,
+    /// The caller is told hutch init's pid to join its namespaces
+    /// ([`crate::launch::StatusProtocol::tells_init_pid`]): init stays
+    /// dumpable when the workload cannot reach it anyway
+    /// (`child::steps::init_stays_dumpable`).
+    pub init_joinable: bool,
     /// Landlock's ruleset, its rules added by hutch init (step 7, and
     /// after a claim those under the overlays it mounts): the workload
     /// only enforces it.

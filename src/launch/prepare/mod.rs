@@ -312,6 +312,7 @@ pub(crate) fn prepare_sandbox(
         exec_in_place: spec.init == crate::spec::Init::None,
         pause_before_pivot: false,
         bounding_set_dropped: false,
+        init_joinable: false,
         landlock_ruleset: None,
     };
     Ok(LaunchPlan {

@@ -74,6 +74,10 @@ pub(crate) fn run(
     // Read before prepare, which installs no signal handler.
     p.child.command.non_default_signals = status.non_default_signals;
     p.child.report_started = opts.status_file.is_some();
+    p.child.init_joinable = opts
+        .status_protocol
+        .as_ref()
+        .is_some_and(|FrontEndStatus(s)| s.tells_init_pid());
     let mut status_file = open_status_file(opts)?;
     let sb = fork_sandbox(&mut p, spec, started)?;
     // Read while pid 1 is still dumpable and ours (it becomes neither).

@@ -13,7 +13,8 @@
 //! - blockIO.weight → `blkio.weight`, throttle devices →
 //!   `blkio.throttle.*_device`;
 //! - hugepageLimits → `hugetlb.<size>.limit_in_bytes`;
-//! - unified: refused (cgroup v2 keys; runc refuses them on v1 too).
+//! - unified: refused (cgroup v2 keys; runc refuses them on v1 too);
+//! - devices → a devices group ([`super::devices`]).
 //!
 //! The container's path is made in each hierarchy it needs (and in
 //! memory, pids and cpuacct, whose counters and membership the report,
@@ -148,6 +149,13 @@ pub fn writes(r: &Resources) -> Result<Vec<Write>, OciError> {
     Ok(out)
 }
 
+/// `name` as a v1 controller hutch-oci makes groups in: hutch's own
+/// ([`crate::cgroup::v1::CONTROLLERS`]) and `devices`
+/// ([`super::devices`]).
+fn controller_name(name: &str) -> Option<&'static str> {
+    crate::cgroup::v1::controller_name(name).or((name == "devices").then_some("devices"))
+}
+
 /// The container's groups in the v1 hierarchies: (controller, directory).
 pub type Dirs = Vec<(&'static str, PathBuf)>;
 
@@ -157,7 +165,7 @@ pub type Dirs = Vec<(&'static str, PathBuf)>;
 pub fn apply(host: &HostCgroups, plan: &CgroupPlan) -> Result<(Applied, Dirs), OciError> {
     let mut wanted: Vec<(&'static str, &Write)> = Vec::new();
     for w in &plan.writes {
-        let Some(c) = crate::cgroup::v1::controller_name(w.controller()) else {
+        let Some(c) = controller_name(w.controller()) else {
             return Err(cannot(
                 w,
                 format!(
@@ -339,7 +347,7 @@ pub fn update(dirs: &[(&'static str, PathBuf)], writes: &[Write]) -> Result<(), 
     }
     let mut tagged = Vec::new();
     for w in &writes {
-        let Some(c) = crate::cgroup::v1::controller_name(w.controller()) else {
+        let Some(c) = controller_name(w.controller()) else {
             return Err(cannot(
                 w,
                 format!(
@@ -358,7 +366,7 @@ pub fn update(dirs: &[(&'static str, PathBuf)], writes: &[Write]) -> Result<(), 
 pub fn dirs_of(recorded: &[(String, PathBuf)]) -> Dirs {
     recorded
         .iter()
-        .filter_map(|(c, d)| Some((crate::cgroup::v1::controller_name(c)?, d.clone())))
+        .filter_map(|(c, d)| Some((controller_name(c)?, d.clone())))
         .collect()
 }
 
