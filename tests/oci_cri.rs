@@ -103,6 +103,69 @@ fn info(node: &Node, id: &str) -> (i32, serde_json::Value) {
     )
 }
 
+/// StopPodSandbox and RemovePodSandbox as the kubelet ends a pod, then
+/// check that nothing of it is left: no pod or container in the CRI, no
+/// shim, no mount under the node's directory, no cgroup below the pod's
+/// (nor one of its name in another hierarchy), no hutch-oci state.
+fn end_pod(node: &Node, pod_cg: &PodCgroup, pod_id: &str) {
+    let pod_id = pod_id.to_string();
+    let id = pod_id.clone();
+    node.cri
+        .runtime("StopPodSandbox", |mut c| async move {
+            c.stop_pod_sandbox(StopPodSandboxRequest { pod_sandbox_id: id })
+                .await
+        })
+        .unwrap_or_else(|e| panic!("{e}\ncontainerd: {}", node.log_tail()));
+    let id = pod_id.clone();
+    node.cri
+        .runtime("RemovePodSandbox", |mut c| async move {
+            c.remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id })
+                .await
+        })
+        .unwrap_or_else(|e| panic!("{e}\ncontainerd: {}", node.log_tail()));
+    let pods = node
+        .cri
+        .runtime("ListPodSandbox", |mut c| async move {
+            c.list_pod_sandbox(ListPodSandboxRequest { filter: None })
+                .await
+        })
+        .unwrap();
+    assert!(pods.items.is_empty(), "{:?}", pods.items);
+    let containers = node
+        .cri
+        .runtime("ListContainers", |mut c| async move {
+            c.list_containers(ListContainersRequest { filter: None })
+                .await
+        })
+        .unwrap();
+    assert!(
+        containers.containers.is_empty(),
+        "{:?}",
+        containers.containers
+    );
+
+    // Nothing left: the shims end once their tasks are deleted.
+    let daemon = node.pid().unwrap();
+    wait_until(Duration::from_secs(10), "the pod's shims to exit", || {
+        node.processes(&[daemon]).is_empty()
+    });
+    assert_eq!(
+        node.mounts(),
+        Vec::<std::path::PathBuf>::new(),
+        "mounts left"
+    );
+    assert_eq!(pod_cg.leftovers(), Vec::<String>::new(), "cgroups left");
+    assert_eq!(
+        pod_cg.strays(),
+        Vec::<std::path::PathBuf>::new(),
+        "groups of the pod's name in other hierarchies"
+    );
+    let state: Vec<_> = std::fs::read_dir(node.state_root("hutch"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(state.is_empty(), "hutch-oci state left: {state:?}");
+}
+
 #[test]
 fn cri_pod_of_two_containers_runs_through_hutch_oci_and_leaves_nothing() {
     require!(requirements().is_ok(), requirements().unwrap_err());
@@ -391,59 +454,119 @@ fn cri_pod_of_two_containers_runs_through_hutch_oci_and_leaves_nothing() {
         let st = status(&node, id).status.unwrap();
         assert_eq!(st.state, ContainerState::ContainerExited as i32, "{st:?}");
     }
-    let id = pod_id.clone();
-    node.cri
-        .runtime("StopPodSandbox", |mut c| async move {
-            c.stop_pod_sandbox(StopPodSandboxRequest { pod_sandbox_id: id })
-                .await
-        })
-        .unwrap_or_else(|e| panic!("{e}\ncontainerd: {}", node.log_tail()));
-    let id = pod_id.clone();
-    node.cri
-        .runtime("RemovePodSandbox", |mut c| async move {
-            c.remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id })
-                .await
-        })
-        .unwrap_or_else(|e| panic!("{e}\ncontainerd: {}", node.log_tail()));
-    let pods = node
-        .cri
-        .runtime("ListPodSandbox", |mut c| async move {
-            c.list_pod_sandbox(ListPodSandboxRequest { filter: None })
-                .await
-        })
-        .unwrap();
-    assert!(pods.items.is_empty(), "{:?}", pods.items);
-    let containers = node
-        .cri
-        .runtime("ListContainers", |mut c| async move {
-            c.list_containers(ListContainersRequest { filter: None })
-                .await
-        })
-        .unwrap();
-    assert!(
-        containers.containers.is_empty(),
-        "{:?}",
-        containers.containers
-    );
-
-    // Nothing left: the shims end once their tasks are deleted.
-    let daemon = node.pid().unwrap();
-    wait_until(Duration::from_secs(10), "the pod's shims to exit", || {
-        node.processes(&[daemon]).is_empty()
-    });
-    assert_eq!(
-        node.mounts(),
-        Vec::<std::path::PathBuf>::new(),
-        "mounts left"
-    );
-    assert_eq!(pod_cg.leftovers(), Vec::<String>::new(), "cgroups left");
-    let state: Vec<_> = std::fs::read_dir(node.state_root("hutch"))
-        .map(|d| d.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default();
-    assert!(state.is_empty(), "hutch-oci state left: {state:?}");
+    end_pod(&node, &pod_cg, &pod_id);
     assert!(
         !Path::new("/proc").join(server_pid.to_string()).exists(),
         "the server's hutch init is gone"
     );
     eprintln!("CRI pod flow: {:?}", started.elapsed());
+}
+
+/// A pod's `run.hutch.egress.allow` reaches hutch-oci through containerd's
+/// `pod_annotations` (the only key listed there: another `run.hutch.*` key
+/// of the pod never reaches it), and the container gets hutch's egress
+/// path: a network namespace of its own with only `lo`, the proxy doors,
+/// the allow-list applied (an allowed name is looked up: 502, it does not
+/// resolve in the node's namespace; another is refused: 403).
+#[test]
+fn cri_pod_annotation_carries_the_egress_allow_list_and_nothing_else() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    let t = tag();
+    let pod_cg = PodCgroup::create(&format!("hutch-test-cri-{t}"), 1024)
+        .unwrap_or_else(|e| panic!("the pod's cgroup: {e}"));
+    let node = Node::start(
+        std::env::temp_dir().join(format!("hutch-test-cri-{t}")),
+        Path::new(env!("CARGO_BIN_EXE_hutch-oci")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let uid = format!("0000{t}-cri1-4000-8000-000000000000");
+    let log_dir = node
+        .path()
+        .join("pods")
+        .join(format!("default_egress-pod_{uid}"));
+    std::fs::create_dir_all(&log_dir).unwrap();
+    let pod = sandbox_config(
+        "egress-pod",
+        &uid,
+        1000,
+        &log_dir,
+        &pod_cg.parent(),
+        &[
+            ("run.hutch.egress.allow", "allowed.example:80"),
+            // Not in pod_annotations: containerd must not pass it on.
+            ("run.hutch.landlock", "off"),
+        ],
+    );
+    let req = RunPodSandboxRequest {
+        config: Some(pod.clone()),
+        runtime_handler: "hutch".into(),
+    };
+    let pod_id = node
+        .cri
+        .runtime("RunPodSandbox", |mut c| async move {
+            c.run_pod_sandbox(req).await
+        })
+        .unwrap_or_else(|e| panic!("{e}\ncontainerd: {}", node.log_tail()))
+        .pod_sandbox_id;
+    let etc_hosts = node.path().join("etc-hosts");
+    std::fs::write(&etc_hosts, "127.0.0.1\tlocalhost\n").unwrap();
+    let job = container_config(
+        "job",
+        BUSYBOX_IMAGE,
+        "ls /sys/class/net; test -S /run/hutch/proxy.sock && echo door; echo \"$HTTP_PROXY\"; \
+         wget -q -O /dev/null http://allowed.example/ 2>&1; \
+         wget -q -O /dev/null http://denied.example/ 2>&1; true",
+        1000,
+        64 << 20,
+        false,
+        &etc_hosts,
+    );
+    let req = CreateContainerRequest {
+        pod_sandbox_id: pod_id.clone(),
+        config: Some(job),
+        sandbox_config: Some(pod.clone()),
+    };
+    let id = node
+        .cri
+        .runtime("CreateContainer", |mut c| async move {
+            c.create_container(req).await
+        })
+        .unwrap_or_else(|e| panic!("{e}\ncontainerd: {}", node.log_tail()))
+        .container_id;
+    let cid = id.clone();
+    node.cri
+        .runtime("StartContainer", |mut c| async move {
+            c.start_container(StartContainerRequest { container_id: cid })
+                .await
+        })
+        .unwrap_or_else(|e| panic!("{e}\ncontainerd: {}", node.log_tail()));
+    let (_, spec) = info(&node, &id);
+    assert_eq!(
+        spec["annotations"]["run.hutch.egress.allow"],
+        "allowed.example:80"
+    );
+    assert!(
+        spec["annotations"].get("run.hutch.landlock").is_none(),
+        "a key outside pod_annotations reached the runtime: {}",
+        spec["annotations"]
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let st = loop {
+        let st = status(&node, &id).status.unwrap();
+        if st.state == ContainerState::ContainerExited as i32 {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "the job did not finish: {st:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let log = log_lines(&log_dir.join("job/0.log"));
+    assert_eq!(st.exit_code, 0, "{st:?}\n{log:?}");
+    let out: Vec<&str> = log.iter().map(|(_, l)| l.as_str()).collect();
+    assert_eq!(out[..3], ["lo", "door", "http://127.0.0.1:3128"], "{out:?}");
+    assert!(
+        out[3].contains("502"),
+        "the allowed name is looked up by the proxy: {out:?}"
+    );
+    assert!(out[4].contains("403"), "another name is refused: {out:?}");
+    end_pod(&node, &pod_cg, &pod_id);
 }

@@ -234,6 +234,22 @@ impl PodCgroup {
             .cloned()
     }
 
+    /// Groups of the pod's name in hierarchies the pod was not made in
+    /// (the kubelet never made them: a runtime did).
+    pub fn strays(&self) -> Vec<PathBuf> {
+        std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join(&self.name))
+            .filter(|d| d.is_dir())
+            .filter(|d| {
+                let real = d.canonicalize().unwrap_or_else(|_| d.clone());
+                !self.dirs.contains(&real)
+            })
+            .collect()
+    }
+
     /// Groups left below the pod's (each a container's that was not
     /// removed) and processes left in any of them.
     pub fn leftovers(&self) -> Vec<String> {
