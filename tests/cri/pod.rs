@@ -160,16 +160,19 @@ pub fn container_config(
     }
 }
 
-/// The cgroup v1 hierarchies (or the cgroup2 mount) a pod cgroup is made
-/// in, as the kubelet's cgroupfs driver does.
+/// The cgroup hierarchies (or the unified cgroup2 mount) a pod cgroup is
+/// made in, as the kubelet's cgroupfs driver does.
 fn hierarchies() -> Vec<PathBuf> {
     let root = Path::new("/sys/fs/cgroup");
     if root.join("cgroup.controllers").exists() {
         return vec![root.to_path_buf()];
     }
+    // Every hierarchy, as the kubelet's cgroupfs driver (and runc, which
+    // makes the container's path in each): the named systemd one and the
+    // hybrid layout's controller-less cgroup2 mount too.
     let mut out: Vec<PathBuf> = Vec::new();
-    for c in ["memory", "pids", "cpu", "cpuacct", "cpuset", "blkio"] {
-        if let Ok(real) = root.join(c).canonicalize()
+    for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        if let Ok(real) = e.path().canonicalize()
             && real.join("cgroup.procs").exists()
             && !out.contains(&real)
         {
