@@ -4,6 +4,10 @@
 # (`RUNTIME run`, which is exactly that) with hutch-oci, crun and runc,
 # interleaved in one hyperfine run; then `podman run --rm IMAGE true` with
 # each runtime. Prints hyperfine's summary and the median per command.
+# Then the CRI row (issue 37): a pod's life through containerd's CRI plugin
+# (RunPodSandbox + Create/Start of one container + StopPodSandbox +
+# RemovePodSandbox) with the `hutch` runtime handler against `runc`,
+# interleaved on one containerd (examples/cri_bench.rs, tests/cri/).
 # Target: hutch-oci <= crun (the fastest peer). A runtime that fails on
 # this host is shown with its error and left out of the timing.
 #
@@ -92,3 +96,13 @@ for rt in "hutch-oci:$HUTCH_OCI" crun:crun runc:runc; do
 done
 hyperfine --warmup 2 --runs "$((runs / 5 + 1))" --export-json "$work/podman.json" "$@"
 medians "$work/podman.json"
+
+# The CRI row: its own containerd (under $TMPDIR, in a network namespace of
+# its own), runs/5+1 pods per handler, interleaved. The driver is the CRI
+# client only (a debug build is fine); the runtimes are the ones measured.
+if command -v containerd >/dev/null 2>&1 && command -v containerd-shim-runc-v2 >/dev/null 2>&1; then
+    cargo build --features tokio --example cri_bench >&2
+    target/x86_64-unknown-linux-gnu/debug/examples/cri_bench "$HUTCH_OCI" "$((runs / 5 + 1))"
+else
+    echo "oci.sh: containerd and its runc shim are needed for the CRI row, left out"
+fi
