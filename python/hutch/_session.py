@@ -271,10 +271,15 @@ class Session(core.Target):
         max_matches: int = 1000,
         max_bytes: Size = 1 << 20,
         timeout: Seconds = None,
+        exclude: Sequence[str] = (),
     ) -> SearchResult[GlobMatch]:
         """Files of the workspace matching ``pattern`` (``**/*.py``), found
-        inside the session's sandbox; paths relative to the workspace."""
-        return call(core.glob(self, pattern, path, max_matches, max_bytes, timeout))
+        inside the session's sandbox; paths relative to the workspace.
+        ``exclude`` leaves out paths, directories with all below
+        (gitignore's shape: ``".deps"`` anywhere, ``"build/**"`` from the
+        root); nothing by default, so pass ``[".deps"]`` for a tree a
+        provisioning step installed."""
+        return call(core.glob(self, pattern, path, max_matches, max_bytes, timeout, exclude))
 
     def grep(
         self,
@@ -290,10 +295,12 @@ class Session(core.Target):
         max_line_bytes: Size = 1024,
         engine: str = "auto",
         timeout: Seconds = None,
+        exclude: Sequence[str] = (),
     ) -> SearchResult[GrepMatch]:
         """Lines of the workspace's files matching ``regex``, found inside the
         session's sandbox (with rg when it has one, else hutch's built-in
-        engine); bounded by ``max_matches`` and ``max_bytes``."""
+        engine); bounded by ``max_matches`` and ``max_bytes``. ``exclude``
+        as for ``glob``."""
         return call(
             core.grep(
                 self,
@@ -308,6 +315,7 @@ class Session(core.Target):
                 max_line_bytes,
                 engine,
                 timeout,
+                exclude,
             )
         )
 

@@ -384,8 +384,13 @@ def search_args(
     max_matches: int,
     max_bytes: Size,
     timeout: Seconds,
+    exclude: Sequence[str] = (),
 ) -> list[str]:
     a = ["--max-matches", str(int(max_matches)), "--max-bytes", size(max_bytes)]
+    if isinstance(exclude, str):
+        raise TypeError("exclude= is a list of patterns, e.g. ['.deps']")
+    for x in exclude:
+        a += ["--exclude", x]
     if path is not None:
         a += ["--path", os.fspath(path)]
     if timeout is not None:
@@ -400,8 +405,9 @@ def glob(
     max_matches: int,
     max_bytes: Size,
     timeout: Seconds,
+    exclude: Sequence[str] = (),
 ) -> Verb[SearchResult[GlobMatch]]:
-    a = [*search_args(pattern, path, max_matches, max_bytes, timeout), "--", pattern]
+    a = [*search_args(pattern, path, max_matches, max_bytes, timeout, exclude), "--", pattern]
 
     def parse(r: Any) -> SearchResult[GlobMatch]:
         return SearchResult(
@@ -428,8 +434,9 @@ def grep(
     max_line_bytes: Size,
     engine: str,
     timeout: Seconds,
+    exclude: Sequence[str] = (),
 ) -> Verb[SearchResult[GrepMatch]]:
-    a = search_args(regex, path, max_matches, max_bytes, timeout)
+    a = search_args(regex, path, max_matches, max_bytes, timeout, exclude)
     a += ["--max-line-bytes", size(max_line_bytes), "--engine", engine]
     if glob is not None:
         a += ["--glob", glob]

@@ -940,8 +940,9 @@ class Session(core.Target):
         max_matches: int = 1000,
         max_bytes: Size = 1 << 20,
         timeout: Seconds = None,
+        exclude: Sequence[str] = (),
     ) -> SearchResult[GlobMatch]:
-        return await _exec(core.glob(self, pattern, path, max_matches, max_bytes, timeout))
+        return await _exec(core.glob(self, pattern, path, max_matches, max_bytes, timeout, exclude))
 
     async def grep(
         self,
@@ -957,6 +958,7 @@ class Session(core.Target):
         max_line_bytes: Size = 1024,
         engine: str = "auto",
         timeout: Seconds = None,
+        exclude: Sequence[str] = (),
     ) -> SearchResult[GrepMatch]:
         return await _exec(
             core.grep(
@@ -972,6 +974,7 @@ class Session(core.Target):
                 max_line_bytes,
                 engine,
                 timeout,
+                exclude,
             )
         )
 

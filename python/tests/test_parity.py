@@ -364,3 +364,23 @@ def test_aio_session_attach_reads_info(work: Path, state_dir: Path) -> None:
             await hutch.aio.Session.attach(s.id, state_dir=state_dir)
 
     asyncio.run(main())
+
+
+def test_glob_and_grep_exclude_a_provisioned_tree(work: Path, state_dir: Path) -> None:
+    (work / "app.py").write_text("import dep\n")
+    with hutch.Session.create(from_dir=work, state_dir=state_dir) as s:
+        s.run(["sh", "-c", "mkdir -p .deps/pkg sub/.deps && echo 'import x' > .deps/pkg/m.py"])
+        s.run(["sh", "-c", "echo 'import y' > sub/.deps/n.py && echo 'import z' > sub/k.py"])
+        assert s.glob("**/*.py").paths == [".deps/pkg/m.py", "app.py", "sub/.deps/n.py", "sub/k.py"]
+        # A name anywhere; a path from the root; a trailing / is accepted.
+        assert s.glob("**/*.py", exclude=[".deps"]).paths == ["app.py", "sub/k.py"]
+        assert s.glob("**/*.py", exclude=["sub/**"]).paths == [".deps/pkg/m.py", "app.py"]
+        assert s.glob("**/*.py", exclude=[".deps/", "sub/k.py"]).paths == ["app.py"]
+        for engine in ("builtin", "auto"):
+            hits = s.grep("^import", engine=engine, exclude=[".deps"])
+            assert hits.paths == ["app.py", "sub/k.py"], (engine, hits)
+            assert hits.engine == ("builtin" if engine == "builtin" else "rg"), hits
+        with pytest.raises(hutch.UsageError, match="exclude"):
+            s.glob("*", exclude=[""])
+        with pytest.raises(TypeError):
+            s.glob("*", exclude=".deps")  # type: ignore[arg-type]
