@@ -323,11 +323,11 @@ def test_approved_and_allow_unpinned_on_run_and_session(tmp_path: Path) -> None:
         **named,  # type: ignore[arg-type]
     )
     assert res.stdout == b"hi\n", res.stderr_text
-    # Session.create: the approved list (entries) is the session's. (hutch
-    # session create calls the refusal `setup`, hutch run `refused`.)
+    # Session.create: the approved list (entries) is the session's; its
+    # refusal is `refused`, as hutch run's.
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
-    with pytest.raises((hutch.Refused, hutch.SetupError), match="approved=") as refused:
+    with pytest.raises(hutch.Refused, match="approved=") as refused:
         hutch.Session.create(
             from_dir=base, image=img.manifest, image_store=store, approved=[other], state_dir=state
         )
