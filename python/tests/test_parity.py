@@ -384,3 +384,14 @@ def test_glob_and_grep_exclude_a_provisioned_tree(work: Path, state_dir: Path) -
             s.glob("*", exclude=[""])
         with pytest.raises(TypeError):
             s.glob("*", exclude=".deps")  # one str, not a list
+
+
+def test_the_disk_limit_line_stays_out_of_stderr_text(work: Path, state_dir: Path) -> None:
+    with hutch.Session.create(from_dir=work, disk_max_preferred="16M", state_dir=state_dir) as s:
+        r = s.run(["sh", "-c", "head -c 20000000 /dev/zero > big; echo mine >&2"])
+        assert r.report.reason == "disk-limit-hit", r.report
+        assert r.report.error is not None and "disk limit" in r.report.error
+        # hutch's line is in the report; stderr is the workload's alone (as
+        # root the quota is an ext4 image: head's own ENOSPC line is there).
+        lines = r.stderr_text.splitlines()
+        assert lines[-1] == "mine" and not [x for x in lines if x.startswith("hutch")], lines
