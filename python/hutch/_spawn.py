@@ -239,7 +239,8 @@ class Process:
 
     @property
     def sandbox_pid(self) -> int | None:
-        """The sandbox's init on the host, once it started."""
+        """The sandbox's init on the host, once its start event was read
+        (``started()`` waits for it; a line of output may come first)."""
         return self._start.pid if self._start is not None else None
 
     @property

@@ -27,8 +27,11 @@ def test_a_line_arrives_while_the_command_runs_and_kill_ends_it(work: Path) -> N
     assert proc.stdout.readline() == b"first\n"
     # Read before the end: the command still runs.
     assert proc.returncode is None
-    sandbox = proc.sandbox_pid
-    assert sandbox is not None and alive(sandbox)
+    # The start event may come after the first line: started() waits for it.
+    start = proc.started()
+    assert start is not None and proc.sandbox_pid == start.pid
+    sandbox = start.pid
+    assert alive(sandbox)
     proc.kill()
     report = proc.wait()
     assert report.reason == "signaled" and report.signal == 9, report
