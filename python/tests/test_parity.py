@@ -395,3 +395,13 @@ def test_the_disk_limit_line_stays_out_of_stderr_text(work: Path, state_dir: Pat
         # root the quota is an ext4 image: head's own ENOSPC line is there).
         lines = r.stderr_text.splitlines()
         assert lines[-1] == "mine" and not [x for x in lines if x.startswith("hutch")], lines
+
+
+def test_warm_and_warm_ready(work: Path, state_dir: Path) -> None:
+    with hutch.Session.create(from_dir=work, state_dir=state_dir) as s:
+        s.warm(1, idle="1m")
+        status = s.warm_ready(timeout=60)
+        assert status["ready"] == status["size"] == 1, status
+        r = s.run(["cat", "hello.txt"])
+        assert r.stdout == b"hello\n" and r.report.raw.get("warm") is True, r.report.raw
+        assert r.usage is not None

@@ -671,6 +671,13 @@ fn warm(state: &StateDir, a: &mut Args) -> Result<i32> {
     // The session must exist and its plain command be warmable.
     state.open_session(&id)?;
     start_warm_server(state, &id, n, idle)?;
+    if json_mode() {
+        // Started, not yet ready (`warm ID --ready` waits for that).
+        emit(
+            "warm",
+            &json!({"id": id, "size": n, "idle_ms": idle.as_millis() as u64}),
+        )?;
+    }
     Ok(0)
 }
 
