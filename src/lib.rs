@@ -58,6 +58,7 @@ pub use spec::{Gateway, Injection, Intercept, Secret, SecretSource, Spec};
 
 // The one launch entry, for callers that pick where the supervisor runs,
 // and what a launch reports.
+pub use launch::Usage;
 pub use launch::{
     Captured, ChangesReport, Enforcement, ExitReport, FailureKind, Finished, FrontEndStatus,
     ImageReport, LaunchError, LaunchFailure, Mode, Outcome, PrepareError, ProxyDoorsError,

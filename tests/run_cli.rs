@@ -582,7 +582,7 @@ fn output_limit_caps_and_reports() {
         .sum();
     assert_eq!(out.stdout.len() + out.stderr.len() - notices, 1000);
     assert!(
-        stderr(&out).contains("output limit reached; 1000 bytes relayed"),
+        stderr(&out).contains("output limit reached; 1000 of 100005 bytes relayed"),
         "{}",
         stderr(&out)
     );

@@ -48,6 +48,7 @@ from ._options import Bind, Options
 from ._run import Command, run, run_agent
 from ._secrets import Gateway, Intercept, Secret
 from ._session import Session, kill, ps
+from ._spawn import Process, Stream, spawn
 from ._types import (
     Changes,
     CheckReport,
@@ -75,6 +76,7 @@ from ._types import (
     SnapshotInfo,
     Source,
     StartEvent,
+    Usage,
 )
 from ._version import MACHINE_VERSION, __version__
 
@@ -122,6 +124,7 @@ __all__ = [
     "NotFound",
     "Options",
     "PolicyError",
+    "Process",
     "Refused",
     "RegistryError",
     "Result",
@@ -139,9 +142,11 @@ __all__ = [
     "Source",
     "SpecError",
     "StartEvent",
+    "Stream",
     "Timeout",
     "TooLarge",
     "UnenforcedLimit",
+    "Usage",
     "UsageError",
     "VersionMismatch",
     "__version__",
@@ -153,4 +158,5 @@ __all__ = [
     "run",
     "run_agent",
     "set_binary",
+    "spawn",
 ]

@@ -24,7 +24,7 @@ from ._errors import (
     UnenforcedLimit,
     from_document,
 )
-from ._options import DEFAULT_OUTPUT_LIMIT, PathLike, to_args, uses_proxy
+from ._options import DEFAULT_OUTPUT_LIMIT, PathLike, TempFiles, to_args, uses_proxy
 from ._secrets import SecretFds
 from ._types import EgressDecision, ExitReport, Result, SessionResult, StartEvent
 
@@ -90,11 +90,13 @@ class Launch:
         # Values become memfds here (closed by the caller once the child
         # holds them, or by cleanup): nothing of them reaches argv.
         self.secret_fds = SecretFds(options)
+        self.temp = TempFiles()
         try:
             opts = with_default_limit(self.secret_fds.options, default_output_limit)
-            flags = to_args(opts, session=session is not None)
+            flags = to_args(opts, session=session is not None, temp=self.temp)
         except BaseException:
             self.secret_fds.close()
+            self.temp.cleanup()
             raise
         self.audit = EgressAudit(opts)
         flags += self.audit.args
@@ -145,6 +147,7 @@ class Launch:
             egress = self.audit.collect()
         finally:
             self.audit.cleanup()
+            self.temp.cleanup()
         if self.verb == "session.run":
             assert isinstance(result_doc, dict)
             res: Result = SessionResult(
@@ -181,6 +184,7 @@ class Launch:
     def cleanup(self) -> None:
         self.secret_fds.close()
         self.audit.cleanup()
+        self.temp.cleanup()
 
 
 #: Unenforced entries that are not limits a caller asked for (the disk

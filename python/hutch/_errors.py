@@ -227,6 +227,12 @@ _KEYWORD_OF: dict[str, str] = {
     "--require-limits": "strict=True",
     "--agent": "spawn_agent(agent)",
     "--prompt": "prompt=",
+    "--approved": "approved=",
+    "--label": "labels=",
+    "--insecure-registry": "insecure_registries=",
+    "--dir": "dirs=",
+    "--overlay": "overlays=",
+    "--symlink": "symlinks=",
 }
 #: Flags without a value: their keyword is ``=True``.
 _SWITCHES = frozenset(
@@ -240,6 +246,12 @@ _SWITCHES = frozenset(
         "--allow-unpinned",
         "--network-none",
         "--patch",
+        "--allow-platform-mismatch",
+        "--allow-volumes",
+        "--allow-secret-env",
+        "--allow-devices",
+        "--private-ids",
+        "--include-ignored",
     }
 )
 #: The other flags of hutch's run and session verbs whose keyword is their
@@ -255,7 +267,9 @@ _SAME_NAME = frozenset(
         "--expect-fingerprint", "--deadline", "--max-commands", "--max-files",
         "--max-bytes", "--max-file-bytes", "--max-depth", "--max-path-bytes",
         "--max-entries", "--disk-max", "--disk-max-preferred", "--audit-dir",
-        "--workspace-path", "--lock", "--platform",
+        "--workspace-path", "--lock", "--platform", "--since", "--exclude", "--keep-audit",
+        "--warm", "--warm-idle", "--pull", "--registry-auth", "--cap-drop", "--proc", "--dev",
+        "--mqueue", "--chmod", "--remount-ro", "--max-image-size", "--max-expansion",
     }
 )  # fmt: skip
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")

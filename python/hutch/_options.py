@@ -4,10 +4,12 @@ options (docs/cli.md). One table, shared by ``run``, ``Command``,
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict, Union
+from typing import Any, Literal, TypedDict, Union
 
 from ._secrets import Gateway, Intercept, Secret
 
@@ -75,6 +77,19 @@ class Options(TypedDict, total=False):
     the defaults included) is required: where the host cannot enforce one
     the command is refused before it starts (``SetupError`` naming it).
     Without it, such a limit is a ``hutch.UnenforcedLimit`` warning.
+    More of the filesystem, after ``binds`` and ``tmpfs`` (in this order):
+    ``dirs``, ``overlays`` (``(lower, dest)``: a discarded upper),
+    ``proc``, ``dev``, ``mqueue`` (mount points), ``symlinks``
+    (``(target, dest)``), ``chmod`` (``(mode, dest)``, mode an int or octal
+    str), ``remount_ro``; ``extra_args`` for another order.
+    Images: ``platform`` (``"linux/amd64"``), ``approved`` (a file, or the
+    entries: only these images may run), ``allow_unpinned``,
+    ``allow_platform_mismatch``, ``allow_volumes``, ``allow_secret_env``,
+    ``allow_devices`` (accept what that check refuses), ``pull``
+    (``"missing"``: fetch an absent pinned image from its registry, with
+    ``registry_auth`` and ``insecure_registries``).
+    Also ``private_ids`` (65536 ids of the sandbox's own), ``labels``
+    (``hutch ps``/``hutch.kill(label=)``), ``cap_drop``.
     """
 
     timeout: Seconds
@@ -119,6 +134,72 @@ class Options(TypedDict, total=False):
     status_file: PathLike
     extra_args: Sequence[str]
     strict: bool
+    dirs: Sequence[str]
+    overlays: Sequence[tuple[PathLike, str]]
+    proc: Sequence[str]
+    dev: Sequence[str]
+    mqueue: Sequence[str]
+    symlinks: Sequence[tuple[str, str]]
+    chmod: Sequence[tuple[int | str, str]]
+    remount_ro: Sequence[str]
+    platform: str
+    approved: PathLike | Sequence[str]
+    allow_unpinned: bool
+    allow_platform_mismatch: bool
+    allow_volumes: bool
+    allow_secret_env: bool
+    allow_devices: bool
+    pull: Literal["missing", "never"]
+    registry_auth: PathLike
+    insecure_registries: Sequence[str]
+    private_ids: bool
+    labels: Mapping[str, str]
+    cap_drop: Sequence[str]
+
+
+class TempFiles:
+    """Private files a command line names for the length of one call
+    (an approved list given as entries), removed by ``cleanup``."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+    def write(self, prefix: str, lines: Sequence[str]) -> str:
+        fd, path = tempfile.mkstemp(prefix=prefix, suffix=".list")
+        self.paths.append(path)
+        with os.fdopen(fd, "w") as f:
+            f.writelines(line + "\n" for line in lines)
+        return path
+
+    def cleanup(self) -> None:
+        for path in self.paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        self.paths.clear()
+
+
+def approved_args(approved: Any, temp: TempFiles | None) -> list[str]:
+    """``--approved FILE`` for a path; for entries (``sha256:<64 hex>``,
+    ``REPOSITORY@sha256:<64 hex>``) a private file of them in ``temp``."""
+    if isinstance(approved, (str, os.PathLike)):
+        return ["--approved", os.fspath(approved)]
+    entries = [str(e) for e in approved]
+    for entry in entries:
+        if "\n" in entry or "#" in entry or not entry.strip():
+            raise ValueError(f"approved entry {entry!r}: one digest reference, no newline")
+    if temp is None:
+        raise TypeError("approved: give a file here (entries only where hutch reads them at once)")
+    return ["--approved", temp.write("hutch-approved-", entries)]
+
+
+#: Boolean image options and their flags.
+IMAGE_ALLOWS = {
+    "allow_unpinned": "--allow-unpinned",
+    "allow_platform_mismatch": "--allow-platform-mismatch",
+    "allow_volumes": "--allow-volumes",
+    "allow_secret_env": "--allow-secret-env",
+    "allow_devices": "--allow-devices",
+}
 
 
 #: Options a session command refuses (the session provides /workspace).
@@ -172,7 +253,9 @@ def workspace_flag(v: Any) -> str:
     return os.fspath(v)
 
 
-def to_args(options: Mapping[str, Any], *, session: bool = False) -> list[str]:
+def to_args(
+    options: Mapping[str, Any], *, session: bool = False, temp: TempFiles | None = None
+) -> list[str]:
     """The ``hutch run`` flags for ``options`` (unknown keys are a TypeError,
     bad values a ValueError: caught before anything runs)."""
     unknown = [k for k in options if k not in _KNOWN]
@@ -284,7 +367,62 @@ def to_args(options: Mapping[str, Any], *, session: bool = False) -> list[str]:
         a += ["--status-file", _flag_value(o["status_file"])]
     if o.get("strict"):
         a.append("--require-limits")
+    a += _more_args(o, temp)
     a += list(o.get("extra_args", ()))
+    return a
+
+
+def _pairs(o: Mapping[str, Any], key: str) -> list[tuple[Any, Any]]:
+    out = []
+    for item in o.get(key, ()):
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError(f"{key}: a sequence of 2-tuples, not {item!r}")
+        out.append(item)
+    return out
+
+
+def _more_args(o: Mapping[str, Any], temp: TempFiles | None) -> list[str]:
+    """The flags of the options added for parity with ``hutch run``."""
+    a: list[str] = []
+    for key in ("dirs", "proc", "dev", "mqueue", "remount_ro", "cap_drop", "insecure_registries"):
+        if isinstance(o.get(key), str):
+            raise TypeError(f"{key}: a sequence of str, not one str")
+    for d in o.get("dirs", ()):
+        a += ["--dir", d]
+    for lower, dest in _pairs(o, "overlays"):
+        a += ["--overlay", _flag_value(lower), dest]
+    for flag, key in (("--proc", "proc"), ("--dev", "dev"), ("--mqueue", "mqueue")):
+        for dest in o.get(key, ()):
+            a += [flag, dest]
+    for target, dest in _pairs(o, "symlinks"):
+        a += ["--symlink", target, dest]
+    for mode, dest in _pairs(o, "chmod"):
+        a += ["--chmod", f"{mode:o}" if isinstance(mode, int) else str(mode), dest]
+    for dest in o.get("remount_ro", ()):
+        a += ["--remount-ro", dest]
+    if "platform" in o:
+        a += ["--platform", o["platform"]]
+    if "approved" in o:
+        a += approved_args(o["approved"], temp)
+    for key, flag in IMAGE_ALLOWS.items():
+        if o.get(key):
+            a.append(flag)
+    if "pull" in o:
+        if o["pull"] not in ("missing", "never"):
+            raise ValueError(f"pull: 'missing' or 'never', not {o['pull']!r}")
+        a += ["--pull", o["pull"]]
+    if "registry_auth" in o:
+        a += ["--registry-auth", _flag_value(o["registry_auth"])]
+    for h in o.get("insecure_registries", ()):
+        a += ["--insecure-registry", h]
+    if o.get("private_ids"):
+        a.append("--private-ids")
+    for k, v in o.get("labels", {}).items():
+        if "=" in k:
+            raise ValueError(f"labels: key {k!r} may not hold '='")
+        a += ["--label", f"{k}={v}"]
+    for cap in o.get("cap_drop", ()):
+        a += ["--cap-drop", cap]
     return a
 
 

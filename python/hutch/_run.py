@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ._agent import agent_options
 from ._core import Launch, kill_sandbox, kill_sandbox_of, parse_status, warn_unenforced
 from ._options import PathLike
+from ._spawn import LineCallback, Process, StreamMode
 from ._types import Result
 
 if TYPE_CHECKING:
@@ -230,6 +231,28 @@ class Command:
     def run(self, *, input: bytes | None = None, check: bool = False) -> Result:
         """Run it and wait (see ``hutch.run``)."""
         return execute(self.args, self.options, input=input, check=check)
+
+    def spawn(
+        self,
+        *,
+        input: bytes | None = None,
+        stdout: StreamMode = "stream",
+        stderr: StreamMode = "capture",
+        check: bool = False,
+        on_stdout: LineCallback | None = None,
+        on_stderr: LineCallback | None = None,
+    ) -> Process:
+        """Start it and return its ``Process`` (see ``hutch.spawn``)."""
+        return Process(
+            self.args,
+            self.options,
+            input=input,
+            stdout=stdout,
+            stderr=stderr,
+            check=check,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+        )
 
     def hutch_argv(self) -> list[str]:
         """The ``hutch run`` command line this runs (status on fd 3)."""

@@ -12,6 +12,7 @@ from . import _session_core as core
 from ._core import envelope_result
 from ._options import PathLike, Seconds, Size
 from ._run import execute
+from ._spawn import LineCallback, Process, StreamMode
 from ._types import (
     DiffReport,
     ExportManifest,
@@ -109,6 +110,15 @@ class Session(core.Target):
         audit_dir: PathLike | None = None,
         defaults: Options | None = None,
         locks: Sequence[str] = (),
+        warm: int | None = None,
+        warm_idle: Seconds = None,
+        platform: str | None = None,
+        approved: PathLike | Sequence[str] | None = None,
+        allow_unpinned: bool = False,
+        allow_platform_mismatch: bool = False,
+        allow_volumes: bool = False,
+        allow_secret_env: bool = False,
+        allow_devices: bool = False,
         state_dir: PathLike | None = None,
         wait: bool = False,
     ) -> Session:
@@ -157,6 +167,17 @@ class Session(core.Target):
                     audit_dir=audit_dir,
                     defaults=defaults,
                     locks=locks,
+                    warm=warm,
+                    warm_idle=warm_idle,
+                    platform=platform,
+                    approved=approved,
+                    allows=core.allows(
+                        allow_unpinned=allow_unpinned,
+                        allow_platform_mismatch=allow_platform_mismatch,
+                        allow_volumes=allow_volumes,
+                        allow_secret_env=allow_secret_env,
+                        allow_devices=allow_devices,
+                    ),
                 ),
             )
         )
@@ -199,6 +220,34 @@ class Session(core.Target):
         assert isinstance(res, SessionResult)
         return res
 
+    def spawn(
+        self,
+        args: Sequence[str],
+        *,
+        input: bytes | None = None,
+        stdout: StreamMode = "stream",
+        stderr: StreamMode = "capture",
+        check: bool = False,
+        on_stdout: LineCallback | None = None,
+        on_stderr: LineCallback | None = None,
+        **options: Unpack[Options],
+    ) -> Process:
+        """A session command as a ``Process`` with streamed output (see
+        ``hutch.spawn``); its ``result()`` is a ``SessionResult``."""
+        return Process(
+            args,
+            options,
+            input=input,
+            stdout=stdout,
+            stderr=stderr,
+            check=check,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            session=self.id,
+            state_dir=self.state_dir,
+            wait=self.wait,
+        )
+
     def read(self, path: str, *, max_bytes: Size = core.DEFAULT_READ_MAX) -> bytes:
         """The regular file ``path`` of the workspace (links are not
         followed); ``TooLarge`` when it has more than ``max_bytes``."""
@@ -222,10 +271,15 @@ class Session(core.Target):
         max_matches: int = 1000,
         max_bytes: Size = 1 << 20,
         timeout: Seconds = None,
+        exclude: Sequence[str] = (),
     ) -> SearchResult[GlobMatch]:
         """Files of the workspace matching ``pattern`` (``**/*.py``), found
-        inside the session's sandbox; paths relative to the workspace."""
-        return call(core.glob(self, pattern, path, max_matches, max_bytes, timeout))
+        inside the session's sandbox; paths relative to the workspace.
+        ``exclude`` leaves out paths, directories with all below
+        (gitignore's shape: ``".deps"`` anywhere, ``"build/**"`` from the
+        root); nothing by default, so pass ``[".deps"]`` for a tree a
+        provisioning step installed."""
+        return call(core.glob(self, pattern, path, max_matches, max_bytes, timeout, exclude))
 
     def grep(
         self,
@@ -241,10 +295,12 @@ class Session(core.Target):
         max_line_bytes: Size = 1024,
         engine: str = "auto",
         timeout: Seconds = None,
+        exclude: Sequence[str] = (),
     ) -> SearchResult[GrepMatch]:
         """Lines of the workspace's files matching ``regex``, found inside the
         session's sandbox (with rg when it has one, else hutch's built-in
-        engine); bounded by ``max_matches`` and ``max_bytes``."""
+        engine); bounded by ``max_matches`` and ``max_bytes``. ``exclude``
+        as for ``glob``."""
         return call(
             core.grep(
                 self,
@@ -259,21 +315,58 @@ class Session(core.Target):
                 max_line_bytes,
                 engine,
                 timeout,
+                exclude,
             )
         )
 
     @overload
-    def diff(self, *, format: Literal["unified"] = "unified", max_bytes: Size = ...) -> bytes: ...
+    def diff(
+        self,
+        *,
+        format: Literal["unified"] = "unified",
+        max_bytes: Size = ...,
+        since: int | str | None = ...,
+        exclude: Sequence[str] = ...,
+        include_ignored: bool = ...,
+    ) -> bytes: ...
     @overload
-    def diff(self, *, format: Literal["json"], max_bytes: Size = ...) -> DiffReport: ...
+    def diff(
+        self,
+        *,
+        format: Literal["json"],
+        max_bytes: Size = ...,
+        since: int | str | None = ...,
+        exclude: Sequence[str] = ...,
+        include_ignored: bool = ...,
+    ) -> DiffReport: ...
     @overload
-    def diff(self, *, format: Literal["stat"], max_bytes: Size = ...) -> str: ...
-    def diff(self, *, format: str = "unified", max_bytes: Size = core.DEFAULT_DIFF_MAX) -> Any:
-        """The workspace's changes against its baseline: a patch that
-        ``git apply`` takes (``unified``, bytes), a ``DiffReport``
-        (``json``) or a diffstat (``stat``). ``DiffTooLarge`` when longer
-        than ``max_bytes``: never a partial patch."""
-        return call(core.diff(self, format, max_bytes))
+    def diff(
+        self,
+        *,
+        format: Literal["stat"],
+        max_bytes: Size = ...,
+        since: int | str | None = ...,
+        exclude: Sequence[str] = ...,
+        include_ignored: bool = ...,
+    ) -> str: ...
+    def diff(
+        self,
+        *,
+        format: str = "unified",
+        max_bytes: Size = core.DEFAULT_DIFF_MAX,
+        since: int | str | None = None,
+        exclude: Sequence[str] = (),
+        include_ignored: bool = False,
+    ) -> Any:
+        """The workspace's changes since the last seal (the baseline when
+        there is none; ``since="baseline"`` or a seal's index to choose): a
+        patch that ``git apply`` takes (``unified``, bytes), a
+        ``DiffReport`` (``json``) or a diffstat (``stat``). Paths the
+        baseline's ignore files name are left out unless
+        ``include_ignored``; ``exclude`` leaves out more (gitignore globs,
+        e.g. ``[".deps/"]``). ``DiffTooLarge`` when longer than
+        ``max_bytes``: never a partial patch."""
+        return call(core.diff(self, format, max_bytes, since, exclude, include_ignored))
 
     def export(
         self,
@@ -284,11 +377,52 @@ class Session(core.Target):
         max_bytes: Size | None = None,
         max_file_bytes: Size | None = None,
         max_entries: int | None = None,
+        since: int | str | None = None,
+        exclude: Sequence[str] = (),
+        include_ignored: bool = False,
     ) -> ExportManifest:
         """Write the named paths (directories recursively) into ``out``
         (``.zip`` or ``.tar``) with a manifest of sha256s; ``patch=True``
-        adds the unified diff. Caps fail the export whole."""
-        return call(core.export(self, paths, out, patch, max_bytes, max_file_bytes, max_entries))
+        adds the unified diff (``since``, ``exclude``, ``include_ignored``
+        as for ``diff``). Caps fail the export whole."""
+        return call(
+            core.export(
+                self,
+                paths,
+                out,
+                patch,
+                max_bytes,
+                max_file_bytes,
+                max_entries,
+                since,
+                exclude,
+                include_ignored,
+            )
+        )
+
+    def rm(self, *paths: str) -> builtins.list[str]:
+        """Remove workspace paths (directories with their content), as
+        ``rm -rf`` in a command would (frees what a disk quota counts);
+        returns them."""
+        return call(core.rm(self, paths))
+
+    def audit(self, *, audit_dir: PathLike | None = None) -> builtins.list[dict[str, Any]]:
+        """The session's audit, one dict per event (commands, searches,
+        seals, ...; docs/sessions.md); of a closed session, the copy kept
+        in ``audit_dir``."""
+        return call(core.audit(self, audit_dir))
+
+    def warm(self, count: int, *, idle: Seconds = None) -> None:
+        """Keep ``count`` sandboxes ready for this session's commands
+        (docs/warm.md); the server stops after ``idle`` without a command
+        (default 10 minutes), at close, or at the deadline."""
+        call(core.warm(self, count, idle))
+
+    def warm_ready(self, *, timeout: Seconds = None) -> dict[str, Any]:
+        """Wait until the warm server has all its sandboxes ready and none
+        handed out (default timeout 30 s); its status (``size``,
+        ``ready``, ``warming``, ``claimed``)."""
+        return call(core.warm_ready(self, timeout))
 
     def seal(self, *, network_none: bool = False) -> SealInfo:
         """Freeze the changes so far as a read-only layer (provisioning
@@ -321,13 +455,14 @@ class Session(core.Target):
         deadline: Seconds = None,
         max_commands: int | None = None,
         warm: int | None = None,
+        warm_idle: Seconds = None,
     ) -> builtins.list[Session]:
         """``count`` new sessions over this one's layers up to ``from_``
         (default: a snapshot of now), sharing them (nothing is copied);
         each has its own upper, lock, audit, budget and deadline. Waits for
         a command running here. Close each (or use ``with``)."""
         snap = from_.id if isinstance(from_, SnapshotInfo) else from_
-        ids = call(core.fork(self, count, snap, deadline, max_commands, warm))
+        ids = call(core.fork(self, count, snap, deadline, max_commands, warm, warm_idle))
         return [Session(i, state_dir=self.state_dir, wait=self.wait) for i in ids]
 
     def rollback(self, snap: int | str | SnapshotInfo) -> SnapshotInfo:
@@ -335,14 +470,15 @@ class Session(core.Target):
         layers); the session goes on from it."""
         return call(core.rollback(self, snap))
 
-    def close(self) -> bool:
+    def close(self, *, keep_audit: PathLike | None = None) -> bool:
         """Kill the session's live commands, remove the session and
         everything in it, and verify nothing of it is left (else
         ``CleanupIncomplete``). Idempotent: returns whether this call
-        removed it."""
+        removed it. ``keep_audit``: keep the audit as
+        ``DIR/ID.audit.jsonl``."""
         if self.closed:
             return False
-        removed = call(core.close(self))
+        removed = call(core.close(self, keep_audit))
         self.closed = True
         return removed
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
@@ -14,7 +15,17 @@ from typing import Any, Callable, Generic, TypeVar
 from . import _binary
 from ._core import state_args
 from ._errors import CleanupIncomplete
-from ._options import PathLike, Seconds, Size, duration, size, to_args
+from ._options import (
+    IMAGE_ALLOWS,
+    PathLike,
+    Seconds,
+    Size,
+    TempFiles,
+    approved_args,
+    duration,
+    size,
+    to_args,
+)
 from ._types import (
     DiffReport,
     ExportManifest,
@@ -64,13 +75,31 @@ class CreateExtras:
     audit_dir: PathLike | None = None
     defaults: Mapping[str, Any] | None = None
     locks: Sequence[str] = ()
+    warm: int | None = None
+    warm_idle: Seconds = None
+    platform: str | None = None
+    #: A file, or the entries (written to a private file for the call).
+    approved: PathLike | Sequence[str] | None = None
+    #: ``allow_unpinned``... (``IMAGE_ALLOWS``) that are set.
+    allows: Sequence[str] = ()
 
-    def to_args(self) -> list[str]:
+    def to_args(self, temp: TempFiles | None = None) -> list[str]:
         a: list[str] = []
         if self.image is not None:
             a += ["--image", self.image]
         if self.image_store is not None:
             a += ["--image-store", os.fspath(self.image_store)]
+        if self.platform is not None:
+            a += ["--platform", self.platform]
+        if self.approved is not None:
+            a += approved_args(self.approved, temp)
+        a += [IMAGE_ALLOWS[k] for k in self.allows]
+        if self.warm is not None:
+            a += ["--warm", str(int(self.warm))]
+        if self.warm_idle is not None:
+            if self.warm is None:
+                raise TypeError("warm_idle= goes with warm=N")
+            a += ["--warm-idle", duration(self.warm_idle)]
         if self.workspace_path is not None:
             a += ["--workspace-path", self.workspace_path]
         if self.disk_max is not None and self.disk_max_preferred is not None:
@@ -96,7 +125,7 @@ class CreateExtras:
                         "start: from_env or from_file (a value or an fd is per command: "
                         "Session.run(secrets=[...]))"
                     )
-            a += to_args(self.defaults, session=True)
+            a += to_args(self.defaults, session=True, temp=temp)
         return a
 
 
@@ -167,10 +196,18 @@ def create(
         a += ["--max-depth", str(int(max_depth))]
     if max_path_bytes is not None:
         a += ["--max-path-bytes", str(int(max_path_bytes))]
-    a += production.to_args()
-    return Verb(
+    temp = TempFiles()
+    try:
+        a += production.to_args(temp)
+    except BaseException:
+        temp.cleanup()
+        raise
+    v = Verb(
         "session.create", session_argv("create", state_dir, False, a), None, SessionInfo.from_dict
     )
+    # hutch reads an approved list at create: its file goes with the verb.
+    weakref.finalize(v, temp.cleanup)
+    return v
 
 
 def read(s: Target, path: str, max_bytes: Size) -> Verb[bytes]:
@@ -184,9 +221,33 @@ def write(s: Target, path: str, data: bytes | str, max_bytes: Size) -> Verb[int]
     )
 
 
-def diff(s: Target, fmt: str, max_bytes: Size) -> Verb[Any]:
+def diff_args(since: int | str | None, exclude: Sequence[str], include_ignored: bool) -> list[str]:
+    """What a diff starts from and leaves out (``diff`` and ``export(patch=True)``)."""
+    if isinstance(exclude, str):
+        raise TypeError("exclude= is a list of globs, e.g. ['.deps/']")
+    a: list[str] = []
+    if since is not None:
+        if isinstance(since, bool) or not (since == "baseline" or isinstance(since, int)):
+            raise ValueError(f"since: 'baseline' or a seal's index, not {since!r}")
+        a += ["--since", str(since)]
+    for g in exclude:
+        a += ["--exclude", g]
+    if include_ignored:
+        a.append("--include-ignored")
+    return a
+
+
+def diff(
+    s: Target,
+    fmt: str,
+    max_bytes: Size,
+    since: int | str | None = None,
+    exclude: Sequence[str] = (),
+    include_ignored: bool = False,
+) -> Verb[Any]:
     if fmt not in ("unified", "json", "stat"):
         raise ValueError(f"diff format {fmt!r}: use 'unified', 'json' or 'stat'")
+    scope = diff_args(since, exclude, include_ignored)
 
     def parse(r: Any) -> Any:
         if fmt == "json":
@@ -194,7 +255,7 @@ def diff(s: Target, fmt: str, max_bytes: Size) -> Verb[Any]:
         data = content(r)
         return data if fmt == "unified" else data.decode("utf-8", "replace")
 
-    return s.verb("diff", ["--format", fmt, "--max-bytes", size(max_bytes)], None, parse)
+    return s.verb("diff", ["--format", fmt, "--max-bytes", size(max_bytes), *scope], None, parse)
 
 
 def export(
@@ -205,12 +266,19 @@ def export(
     max_bytes: Size | None,
     max_file_bytes: Size | None,
     max_entries: int | None,
+    since: int | str | None = None,
+    exclude: Sequence[str] = (),
+    include_ignored: bool = False,
 ) -> Verb[ExportManifest]:
     if isinstance(paths, str):
         raise TypeError("paths must be a list of workspace paths, not one string")
     a = ["--out", os.fspath(out)]
+    scope = diff_args(since, exclude, include_ignored)
+    if scope and not patch:
+        raise TypeError("since=, exclude= and include_ignored= shape the patch: give patch=True")
     if patch:
         a.append("--patch")
+        a += scope
     if max_bytes is not None:
         a += ["--max-bytes", size(max_bytes)]
     if max_file_bytes is not None:
@@ -222,7 +290,7 @@ def export(
     return s.verb("export", a, None, ExportManifest.from_dict)
 
 
-def close(s: Target) -> Verb[bool]:
+def close(s: Target, keep_audit: PathLike | None = None) -> Verb[bool]:
     def parse(r: Any) -> bool:
         remaining = tuple(str(x) for x in r.get("remaining") or ())
         if remaining:
@@ -234,7 +302,41 @@ def close(s: Target) -> Verb[bool]:
             )
         return bool(r["closed"])
 
-    return s.verb("close", [], None, parse)
+    keep = [] if keep_audit is None else ["--keep-audit", os.fspath(keep_audit)]
+    return s.verb("close", keep, None, parse)
+
+
+def rm(s: Target, paths: Sequence[str]) -> Verb[list[str]]:
+    """The removed paths."""
+    if isinstance(paths, str):
+        raise TypeError("rm: workspace paths as separate arguments, not one string")
+    if not paths:
+        raise TypeError("rm needs at least one workspace path")
+    return s.verb(
+        "rm", [os.fspath(p) for p in paths], None, lambda r: [str(p) for p in r["removed"]]
+    )
+
+
+def audit(s: Target, audit_dir: PathLike | None) -> Verb[list[dict[str, Any]]]:
+    """The audit's events (one dict per line of ``audit.jsonl``)."""
+    a = [] if audit_dir is None else ["--audit-dir", os.fspath(audit_dir)]
+    return s.verb("audit", a, None, lambda r: [dict(e) for e in r["events"]])
+
+
+def warm(s: Target, count: int, idle: Seconds) -> Verb[None]:
+    a = [str(int(count))]
+    if idle is not None:
+        a += ["--warm-idle", duration(idle)]
+    return s.verb("warm", a, None, lambda r: None)
+
+
+def warm_ready(s: Target, timeout: Seconds) -> Verb[dict[str, Any]]:
+    """The warm server's status once settled (``size``, ``ready``,
+    ``warming``, ``claimed``)."""
+    a = ["--ready"]
+    if timeout is not None:
+        a += ["--timeout", duration(timeout)]
+    return s.verb("warm", a, None, lambda r: dict(r))
 
 
 def seal(s: Target, network_none: bool) -> Verb[SealInfo]:
@@ -282,8 +384,13 @@ def search_args(
     max_matches: int,
     max_bytes: Size,
     timeout: Seconds,
+    exclude: Sequence[str] = (),
 ) -> list[str]:
     a = ["--max-matches", str(int(max_matches)), "--max-bytes", size(max_bytes)]
+    if isinstance(exclude, str):
+        raise TypeError("exclude= is a list of patterns, e.g. ['.deps']")
+    for x in exclude:
+        a += ["--exclude", x]
     if path is not None:
         a += ["--path", os.fspath(path)]
     if timeout is not None:
@@ -298,8 +405,9 @@ def glob(
     max_matches: int,
     max_bytes: Size,
     timeout: Seconds,
+    exclude: Sequence[str] = (),
 ) -> Verb[SearchResult[GlobMatch]]:
-    a = [*search_args(pattern, path, max_matches, max_bytes, timeout), "--", pattern]
+    a = [*search_args(pattern, path, max_matches, max_bytes, timeout, exclude), "--", pattern]
 
     def parse(r: Any) -> SearchResult[GlobMatch]:
         return SearchResult(
@@ -326,8 +434,9 @@ def grep(
     max_line_bytes: Size,
     engine: str,
     timeout: Seconds,
+    exclude: Sequence[str] = (),
 ) -> Verb[SearchResult[GrepMatch]]:
-    a = search_args(regex, path, max_matches, max_bytes, timeout)
+    a = search_args(regex, path, max_matches, max_bytes, timeout, exclude)
     a += ["--max-line-bytes", size(max_line_bytes), "--engine", engine]
     if glob is not None:
         a += ["--glob", glob]
@@ -432,6 +541,7 @@ def fork(
     deadline: Seconds,
     max_commands: int | None,
     warm: int | None,
+    warm_idle: Seconds = None,
 ) -> Verb[list[str]]:
     """The new sessions' ids."""
     a = ["--count", str(int(count))]
@@ -443,9 +553,18 @@ def fork(
         a += ["--max-commands", str(int(max_commands))]
     if warm is not None:
         a += ["--warm", str(int(warm))]
+    if warm_idle is not None:
+        if warm is None:
+            raise TypeError("warm_idle= goes with warm=N")
+        a += ["--warm-idle", duration(warm_idle)]
     return s.verb("fork", a, None, lambda r: [str(c) for c in r["children"]])
 
 
 def rollback(s: Target, snap: int | str | SnapshotInfo) -> Verb[SnapshotInfo]:
     target = snap.id if isinstance(snap, SnapshotInfo) else snap
     return s.verb("rollback", [str(target)], None, SnapshotInfo.from_dict)
+
+
+def allows(**flags: bool) -> list[str]:
+    """The names of the image checks overridden (``allow_unpinned=True``...)."""
+    return [k for k, on in flags.items() if on]

@@ -45,13 +45,58 @@ class Enforcement:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """What a command used, all its processes together: from its cgroup
+    where it has one (v1 or v2), else from the reaped process tree's
+    rusage (``source`` says which). A value neither has is ``None``
+    (``pids_peak`` needs a cgroup)."""
+
+    cpu_user_usec: int | None
+    cpu_system_usec: int | None
+    #: The cgroup's peak (page cache and tmpfs files count), else the
+    #: largest single process's peak resident set.
+    memory_peak_bytes: int | None
+    #: Bytes read from / written to block devices (not the page cache).
+    io_read_bytes: int | None
+    io_write_bytes: int | None
+    #: The most processes alive at once.
+    pids_peak: int | None
+    source: str
+
+    @property
+    def cpu_seconds(self) -> float | None:
+        """User and system CPU time together, in seconds."""
+        if self.cpu_user_usec is None and self.cpu_system_usec is None:
+            return None
+        return ((self.cpu_user_usec or 0) + (self.cpu_system_usec or 0)) / 1e6
+
+    @staticmethod
+    def from_dict(d: Any) -> Usage | None:
+        if not isinstance(d, dict):
+            return None
+        return Usage(
+            cpu_user_usec=_int(d.get("cpu_user_usec")),
+            cpu_system_usec=_int(d.get("cpu_system_usec")),
+            memory_peak_bytes=_int(d.get("memory_peak_bytes")),
+            io_read_bytes=_int(d.get("io_read_bytes")),
+            io_write_bytes=_int(d.get("io_write_bytes")),
+            pids_peak=_int(d.get("pids_peak")),
+            source=str(d.get("source", "")),
+        )
+
+
+@dataclass(frozen=True)
 class ExitReport:
     """How the sandbox ended (``hutch run --status-fd``'s exit report).
 
     ``reason`` is ``exited``, ``signaled``, ``timed-out``, ``oom-killed``,
     ``pids-limit-hit``, ``setup-failed`` or ``exec-failed``; ``status`` is
     hutch's exit status (the command's, 128+N for signal N, 124 timeout,
-    125 hutch failed, 126/127 not executable / not found)."""
+    125 hutch failed, 126/127 not executable / not found).
+    ``output_bytes`` is what the workload wrote to stdout and stderr,
+    ``output_kept`` what of it was relayed (within ``output_limit``);
+    ``usage`` what it used (CPU, peak memory, block I/O, peak process
+    count), ``None`` from a binary that does not report it."""
 
     sandbox_id: str
     status: int
@@ -66,6 +111,8 @@ class ExitReport:
     enforced: Enforcement
     unenforced: tuple[str, ...]
     raw: dict[str, Any] = field(repr=False, compare=False)
+    output_kept: int = 0
+    usage: Usage | None = None
 
     @property
     def success(self) -> bool:
@@ -108,6 +155,8 @@ class ExitReport:
             ),
             unenforced=tuple(d.get("unenforced") or ()),
             raw=d,
+            output_kept=int(d.get("output_kept", d.get("output_bytes", 0))),
+            usage=Usage.from_dict(d.get("usage")),
         )
 
 
@@ -185,6 +234,11 @@ class Result:
     @property
     def timed_out(self) -> bool:
         return self.report.timed_out
+
+    @property
+    def usage(self) -> Usage | None:
+        """What the command used (``report.usage``)."""
+        return self.report.usage
 
     @property
     def stdout_text(self) -> str:

@@ -749,8 +749,35 @@ class Session(core.Target):
         self.id = id
         self.state_dir = state_dir
         self.wait = wait
-        self.info = info
+        self._info = info
         self.closed = False
+
+    @property
+    def info(self) -> SessionInfo | None:
+        """The session's description: what ``create()`` answered, or for
+        an attached session what ``attach()`` (or the first ``show()``)
+        read; ``None`` once closed without one. A property cannot await, so
+        a ``Session(id)`` made directly has read nothing yet: then this
+        raises ``UsageError`` naming ``await Session.attach(id)`` rather
+        than answering ``None``."""
+        if self._info is None and not self.closed:
+            raise UsageError(
+                f"session {self.id}: its description is not read yet; attach with "
+                "`await hutch.aio.Session.attach(id)` (or `await s.show()`)",
+                where="info",
+                hint="await hutch.aio.Session.attach(id)",
+            )
+        return self._info
+
+    @classmethod
+    async def attach(
+        cls, id: str, *, state_dir: PathLike | None = None, wait: bool = False
+    ) -> Session:
+        """An existing session, its ``info`` read (``NotFound`` when there
+        is no such session)."""
+        s = cls(id, state_dir=state_dir, wait=wait)
+        await s.show()
+        return s
 
     @classmethod
     @_entered_or_awaited
@@ -779,6 +806,15 @@ class Session(core.Target):
         audit_dir: PathLike | None = None,
         defaults: Options | None = None,
         locks: Sequence[str] = (),
+        warm: int | None = None,
+        warm_idle: Seconds = None,
+        platform: str | None = None,
+        approved: PathLike | Sequence[str] | None = None,
+        allow_unpinned: bool = False,
+        allow_platform_mismatch: bool = False,
+        allow_volumes: bool = False,
+        allow_secret_env: bool = False,
+        allow_devices: bool = False,
         state_dir: PathLike | None = None,
         wait: bool = False,
     ) -> Session:
@@ -809,6 +845,17 @@ class Session(core.Target):
                     audit_dir=audit_dir,
                     defaults=defaults,
                     locks=locks,
+                    warm=warm,
+                    warm_idle=warm_idle,
+                    platform=platform,
+                    approved=approved,
+                    allows=core.allows(
+                        allow_unpinned=allow_unpinned,
+                        allow_platform_mismatch=allow_platform_mismatch,
+                        allow_volumes=allow_volumes,
+                        allow_secret_env=allow_secret_env,
+                        allow_devices=allow_devices,
+                    ),
                 ),
             )
         )
@@ -893,8 +940,9 @@ class Session(core.Target):
         max_matches: int = 1000,
         max_bytes: Size = 1 << 20,
         timeout: Seconds = None,
+        exclude: Sequence[str] = (),
     ) -> SearchResult[GlobMatch]:
-        return await _exec(core.glob(self, pattern, path, max_matches, max_bytes, timeout))
+        return await _exec(core.glob(self, pattern, path, max_matches, max_bytes, timeout, exclude))
 
     async def grep(
         self,
@@ -910,6 +958,7 @@ class Session(core.Target):
         max_line_bytes: Size = 1024,
         engine: str = "auto",
         timeout: Seconds = None,
+        exclude: Sequence[str] = (),
     ) -> SearchResult[GrepMatch]:
         return await _exec(
             core.grep(
@@ -925,21 +974,50 @@ class Session(core.Target):
                 max_line_bytes,
                 engine,
                 timeout,
+                exclude,
             )
         )
 
     @overload
     async def diff(
-        self, *, format: Literal["unified"] = "unified", max_bytes: Size = ...
+        self,
+        *,
+        format: Literal["unified"] = "unified",
+        max_bytes: Size = ...,
+        since: int | str | None = ...,
+        exclude: Sequence[str] = ...,
+        include_ignored: bool = ...,
     ) -> bytes: ...
     @overload
-    async def diff(self, *, format: Literal["json"], max_bytes: Size = ...) -> DiffReport: ...
-    @overload
-    async def diff(self, *, format: Literal["stat"], max_bytes: Size = ...) -> str: ...
     async def diff(
-        self, *, format: str = "unified", max_bytes: Size = core.DEFAULT_DIFF_MAX
+        self,
+        *,
+        format: Literal["json"],
+        max_bytes: Size = ...,
+        since: int | str | None = ...,
+        exclude: Sequence[str] = ...,
+        include_ignored: bool = ...,
+    ) -> DiffReport: ...
+    @overload
+    async def diff(
+        self,
+        *,
+        format: Literal["stat"],
+        max_bytes: Size = ...,
+        since: int | str | None = ...,
+        exclude: Sequence[str] = ...,
+        include_ignored: bool = ...,
+    ) -> str: ...
+    async def diff(
+        self,
+        *,
+        format: str = "unified",
+        max_bytes: Size = core.DEFAULT_DIFF_MAX,
+        since: int | str | None = None,
+        exclude: Sequence[str] = (),
+        include_ignored: bool = False,
     ) -> Any:
-        return await _exec(core.diff(self, format, max_bytes))
+        return await _exec(core.diff(self, format, max_bytes, since, exclude, include_ignored))
 
     async def export(
         self,
@@ -950,16 +1028,45 @@ class Session(core.Target):
         max_bytes: Size | None = None,
         max_file_bytes: Size | None = None,
         max_entries: int | None = None,
+        since: int | str | None = None,
+        exclude: Sequence[str] = (),
+        include_ignored: bool = False,
     ) -> ExportManifest:
         return await _exec(
-            core.export(self, paths, out, patch, max_bytes, max_file_bytes, max_entries)
+            core.export(
+                self,
+                paths,
+                out,
+                patch,
+                max_bytes,
+                max_file_bytes,
+                max_entries,
+                since,
+                exclude,
+                include_ignored,
+            )
         )
+
+    async def rm(self, *paths: str) -> builtins.list[str]:
+        return await _exec(core.rm(self, paths))
+
+    async def audit(self, *, audit_dir: PathLike | None = None) -> builtins.list[dict[str, Any]]:
+        return await _exec(core.audit(self, audit_dir))
+
+    async def warm(self, count: int, *, idle: Seconds = None) -> None:
+        await _exec(core.warm(self, count, idle))
+
+    async def warm_ready(self, *, timeout: Seconds = None) -> dict[str, Any]:
+        return await _exec(core.warm_ready(self, timeout))
 
     async def seal(self, *, network_none: bool = False) -> SealInfo:
         return await _exec(core.seal(self, network_none))
 
     async def show(self) -> SessionInfo:
-        return await _exec(core.show(self))
+        info = await _exec(core.show(self))
+        if self._info is None:
+            self._info = info
+        return info
 
     async def snapshot(self, name: str | None = None) -> SnapshotInfo:
         return await _exec(core.snapshot(self, name))
@@ -975,18 +1082,19 @@ class Session(core.Target):
         deadline: Seconds = None,
         max_commands: int | None = None,
         warm: int | None = None,
+        warm_idle: Seconds = None,
     ) -> builtins.list[Session]:
         snap = from_.id if isinstance(from_, SnapshotInfo) else from_
-        ids = await _exec(core.fork(self, count, snap, deadline, max_commands, warm))
+        ids = await _exec(core.fork(self, count, snap, deadline, max_commands, warm, warm_idle))
         return [Session(i, state_dir=self.state_dir, wait=self.wait) for i in ids]
 
     async def rollback(self, snap: int | str | SnapshotInfo) -> SnapshotInfo:
         return await _exec(core.rollback(self, snap))
 
-    async def close(self) -> bool:
+    async def close(self, *, keep_audit: PathLike | None = None) -> bool:
         if self.closed:
             return False
-        removed = await _exec(core.close(self))
+        removed = await _exec(core.close(self, keep_audit))
         self.closed = True
         return removed
 

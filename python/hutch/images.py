@@ -192,6 +192,33 @@ def _call(verb: str, args: Sequence[str], store: PathLike | None) -> Any:
     return doc.get("result")
 
 
+def _import_caps(
+    max_image_size: int | str | None,
+    max_expansion: int | None,
+    allow_platform_mismatch: bool,
+    allow_volumes: bool,
+    allow_secret_env: bool,
+    allow_devices: bool,
+) -> builtins.list[str]:
+    """The caps and check overrides ``import_`` and ``pull`` share."""
+    a: builtins.list[str] = []
+    if max_image_size is not None:
+        if isinstance(max_image_size, bool):
+            raise ValueError("max_image_size: bytes or a size like '16G'")
+        a += ["--max-image-size", str(max_image_size)]
+    if max_expansion is not None:
+        a += ["--max-expansion", str(int(max_expansion))]
+    for on, flag in (
+        (allow_platform_mismatch, "--allow-platform-mismatch"),
+        (allow_volumes, "--allow-volumes"),
+        (allow_secret_env, "--allow-secret-env"),
+        (allow_devices, "--allow-devices"),
+    ):
+        if on:
+            a.append(flag)
+    return a
+
+
 @contextmanager
 def _approved_file(approved: Approved | None) -> Iterator[builtins.list[str]]:
     """``--approved FILE`` for a path, or for entries a private temporary file."""
@@ -219,12 +246,27 @@ def pull(
     approved: Approved | None = None,
     allow_unpinned: bool = False,
     name: str | None = None,
+    max_image_size: int | str | None = None,
+    max_expansion: int | None = None,
+    allow_platform_mismatch: bool = False,
+    allow_volumes: bool = False,
+    allow_secret_env: bool = False,
+    allow_devices: bool = False,
 ) -> PullResult:
     """``hutch image pull``: fetch ``HOST[:PORT]/REPOSITORY@sha256:...`` by
     digest, verify every blob, and import it. ``insecure_registries``
     (``HOST[:PORT]``) are reached over plain http; ``approved`` refuses an
-    unlisted image before any layer is fetched."""
+    unlisted image before any layer is fetched. The caps and ``allow_*``
+    overrides are ``import_``'s."""
     a = [reference]
+    a += _import_caps(
+        max_image_size,
+        max_expansion,
+        allow_platform_mismatch,
+        allow_volumes,
+        allow_secret_env,
+        allow_devices,
+    )
     if platform is not None:
         a += ["--platform", platform]
     if registry_auth is not None:
@@ -255,10 +297,30 @@ def import_(
     name: str | None = None,
     platform: str | None = None,
     rootfs: bool = False,
+    ref: str | None = None,
+    max_image_size: int | str | None = None,
+    max_expansion: int | None = None,
+    allow_platform_mismatch: bool = False,
+    allow_volumes: bool = False,
+    allow_secret_env: bool = False,
+    allow_devices: bool = False,
 ) -> ImportResult:
     """``hutch image import``: an OCI layout, a docker-archive, or with
-    ``rootfs=True`` a root filesystem."""
+    ``rootfs=True`` a root filesystem. ``ref`` picks the image of a
+    multi-image archive; ``max_image_size`` (default 16G) and
+    ``max_expansion`` (default 100) bound what it unpacks to;
+    ``allow_*`` accept what that check refuses (docs/images.md)."""
     a = [os.fspath(source)]
+    if ref is not None:
+        a += ["--ref", ref]
+    a += _import_caps(
+        max_image_size,
+        max_expansion,
+        allow_platform_mismatch,
+        allow_volumes,
+        allow_secret_env,
+        allow_devices,
+    )
     if name is not None:
         a += ["--name", name]
     if platform is not None:

@@ -74,7 +74,9 @@ def test_spawn_streams_50_mb_within_the_output_limit(work: Path) -> None:
     t0 = time.monotonic()
     got, lines, report = asyncio.run(main())
     assert time.monotonic() - t0 < 90
-    assert report.output_truncated and report.output_bytes == 30 << 20
+    assert report.output_truncated and report.output_kept == 30 << 20
+    # What the workload wrote: all of it, the discarded part too.
+    assert report.output_bytes == 54_000_000
     assert 26 << 20 <= got <= 30 << 20  # stdout's share of the 30 MiB
     assert lines >= got // 100
 
@@ -103,7 +105,7 @@ def test_wait_drains_output_nobody_reads(work: Path) -> None:
         return await asyncio.wait_for(proc.wait(), 60)
 
     report = asyncio.run(main())
-    assert report.success and report.output_bytes == 15_000_000
+    assert report.success and report.output_bytes == report.output_kept == 15_000_000
 
 
 def test_aio_run_captures(work: Path) -> None:

@@ -62,6 +62,16 @@ pub struct CgroupStats {
     pub io_rbytes: Option<u64>,
     /// io.stat `wbytes`, summed over devices (io controller only).
     pub io_wbytes: Option<u64>,
+    /// cpu.stat `user_usec` (v1: cpuacct.usage_user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_user_usec: Option<u64>,
+    /// cpu.stat `system_usec` (v1: cpuacct.usage_sys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_system_usec: Option<u64>,
+    /// pids.peak: the most processes at once (Linux >= 6.13 in v2; pids
+    /// controller only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_peak: Option<u64>,
 }
 
 impl CgroupStats {
@@ -84,6 +94,12 @@ impl CgroupStats {
             cpu_throttled_usec: cs("throttled_usec"),
             io_rbytes: io.map(|(r, _)| r),
             io_wbytes: io.map(|(_, w)| w),
+            cpu_user_usec: cs("user_usec"),
+            cpu_system_usec: cs("system_usec"),
+            pids_peak: leaf
+                .read("pids.peak")
+                .ok()
+                .and_then(|s| s.trim().parse().ok()),
         }
     }
 

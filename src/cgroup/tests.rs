@@ -326,6 +326,7 @@ fn stats_events_kill_and_ended_by() {
     assert_eq!(s.oom_kill, Some(2));
     assert_eq!(s.pids_max_events, Some(3));
     assert_eq!(s.cpu_usage_usec, Some(1500));
+    assert_eq!((s.cpu_user_usec, s.cpu_system_usec), (Some(1000), Some(500)));
     assert_eq!(r.ended_by, Some("oom-killed"));
     let json = serde_json::to_value(&r).unwrap();
     assert_eq!(json["stats"]["memory_peak"], 2147479552u64);

@@ -270,6 +270,12 @@ impl V1Leaf {
                 .ok()
                 .and_then(|t| t.trim().parse::<u64>().ok())
                 .map(|ns| ns / 1000);
+            let ns = |f: &str| a.read(f).ok().and_then(|t| t.trim().parse::<u64>().ok());
+            s.cpu_user_usec = ns("cpuacct.usage_user").map(|ns| ns / 1000);
+            s.cpu_system_usec = ns("cpuacct.usage_sys").map(|ns| ns / 1000);
+        }
+        if let Some(p) = self.dir("pids") {
+            s.pids_peak = p.read("pids.peak").ok().and_then(|t| t.trim().parse().ok());
         }
         if let Some(c) = self.dir("cpu") {
             s.cpu_throttled_usec = c.key("cpu.stat", "throttled_time").map(|ns| ns / 1000);

@@ -321,10 +321,12 @@ impl MachineError {
                 (ErrorKind::Io, Some(path.display().to_string()))
             }
             WorkspaceError::Git(_) => (ErrorKind::Setup, None),
+            // As `hutch run` classifies the Spec's image: not in the store,
+            // refused by a check or the approved list.
+            WorkspaceError::Image(_) => (ErrorKind::Refused, None),
             // Classified by their line, as when they were carried as text.
             WorkspaceError::Launch(_)
             | WorkspaceError::SetupFailed(_)
-            | WorkspaceError::Image(_)
             | WorkspaceError::IdRange(_)
             | WorkspaceError::OtherImage { .. }
             | WorkspaceError::Registry(_)

@@ -1007,8 +1007,8 @@ pub fn run_reporting(spec: &Spec, opts: &RunOptions, rep: &Reporting) -> i32 {
             }
             if report.output_truncated && !opts.quiet {
                 eprintln!(
-                    "hutch: output limit reached; {} bytes relayed, the rest discarded",
-                    report.output_bytes
+                    "hutch: output limit reached; {} of {} bytes relayed, the rest discarded",
+                    report.output_kept, report.output_bytes
                 );
             }
             if report.output_undelivered > 0 && !opts.quiet {

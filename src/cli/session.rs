@@ -30,8 +30,8 @@ const USAGE: &str = "usage: hutch session [--state-dir DIR] [--wait] [--json] CO
   read ID PATH [--max-bytes N]
   write ID PATH [--max-bytes N] < DATA
   rm ID PATH...
-  glob ID PATTERN [--path P] [--max-matches N]
-  grep ID REGEX [--path P] [--glob G] [-i] [-F] [-l] [--max-matches N]
+  glob ID PATTERN [--path P] [--exclude G] [--max-matches N]
+  grep ID REGEX [--path P] [--glob G] [--exclude G] [-i] [-F] [-l] [--max-matches N]
   diff ID [--format unified|json|stat] [--since baseline|N] [--exclude GLOB] [--include-ignored] [--max-bytes N]
   export ID --out FILE.zip|FILE.tar [--patch] [caps] PATH...
   seal ID [--network none]
@@ -143,6 +143,9 @@ List the workspace's files (not directories) matching PATTERN, searched
 inside the session's sandbox. `*` `?` `[...]` match within a name, `**` any
 number of directories, `{a,b}` either; wildcards match a leading `.` too.
   --path P            search below P (default: the whole workspace)
+  --exclude G         leave out paths matching G, directories with all below
+                      (gitignore's shape: `.deps` anywhere, `build/**` from
+                      the root; repeatable; default: nothing left out)
   --max-matches N     stop after N files (default 1000)
   --max-bytes SIZE    stop before the output exceeds SIZE (default 1M)
   --timeout DUR       stop after DUR with what was found (default 1m)
@@ -157,6 +160,7 @@ one, else hutch's built-in engine. Binary files are skipped, links are not
 followed, hidden and ignored files are searched.
   --path P              search below P, or the file P (default: everything)
   --glob G              only files matching G (a name pattern without `/`)
+  --exclude G           leave out paths matching G, as for glob (repeatable)
   -i, --ignore-case     -F, --fixed-strings    -l, --files-with-matches
   --max-matches N       stop after N matching lines (default 1000)
   --max-bytes SIZE      stop before the output exceeds SIZE (default 1M)
@@ -667,6 +671,13 @@ fn warm(state: &StateDir, a: &mut Args) -> Result<i32> {
     // The session must exist and its plain command be warmable.
     state.open_session(&id)?;
     start_warm_server(state, &id, n, idle)?;
+    if json_mode() {
+        // Started, not yet ready (`warm ID --ready` waits for that).
+        emit(
+            "warm",
+            &json!({"id": id, "size": n, "idle_ms": idle.as_millis() as u64}),
+        )?;
+    }
     Ok(0)
 }
 

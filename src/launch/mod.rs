@@ -35,6 +35,7 @@ pub use prepare::validate::validate;
 pub use supervisor::Finished;
 pub use supervisor::relay::Captured;
 pub use supervisor::report::{ChangesReport, Enforcement, ExitReport, Outcome, SetupFailure};
+pub use supervisor::usage::Usage;
 
 // For hutch's own front ends (cli, oci, bwrap, the API).
 pub(crate) use helper::pool;

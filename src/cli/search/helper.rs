@@ -34,6 +34,8 @@ struct Request {
     /// Where, relative to the workspace (`.` for all of it).
     base: PathBuf,
     glob: Option<Glob>,
+    /// `--exclude`: left out, directories with everything below.
+    exclude: Vec<Glob>,
     regex: Option<String>,
     ignore_case: bool,
     fixed: bool,
@@ -146,6 +148,7 @@ fn parse(tool: &'static str, args: Vec<OsString>) -> Result<Request, Failure> {
         tool,
         base: PathBuf::from("."),
         glob: None,
+        exclude: Vec::new(),
         regex: None,
         ignore_case: false,
         fixed: false,
@@ -170,6 +173,10 @@ fn parse(tool: &'static str, args: Vec<OsString>) -> Result<Request, Failure> {
                         .map_err(|e| usage(format!("glob: {e}")))?,
                 )
             }
+            Some("--exclude") => req.exclude.push(
+                super::pattern::exclusion(&value(&mut it, "--exclude")?)
+                    .map_err(|e| usage(format!("--exclude: {e}")))?,
+            ),
             Some("--regex") => req.regex = Some(value(&mut it, "--regex")?),
             Some("--ignore-case") => req.ignore_case = true,
             Some("--fixed-strings") => req.fixed = true,
@@ -262,6 +269,16 @@ fn components(rel: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// Whether the workspace-relative `rel` is left out by `--exclude`.
+fn is_excluded(req: &Request, rel: &[u8]) -> bool {
+    if req.exclude.is_empty() {
+        return false;
+    }
+    let comps = components(rel);
+    let comps: Vec<&str> = comps.iter().map(String::as_str).collect();
+    super::pattern::excluded(&req.exclude, &comps)
+}
+
 /// Whether `rel` passes `--glob` (a pattern without `/` is matched
 /// against the file name, like rg's and gitignore's).
 fn glob_accepts(g: &Glob, rel: &[u8], base: &[u8]) -> bool {
@@ -319,6 +336,9 @@ fn walk(req: &Request, workspace: &Path, out: &mut Output<impl Write>) -> Result
             rel.push(b'/');
         }
         rel.extend_from_slice(&name);
+        if is_excluded(req, &rel) {
+            continue;
+        }
         if ty.is_dir() {
             let descend = match (&req.glob, &regex) {
                 (Some(g), None) => {
@@ -565,6 +585,9 @@ fn grep_rg(req: &Request, workspace: &Path, out: &mut Output<impl Write>) -> Res
                 continue;
             };
             let rel = rel.strip_prefix(b"./").map(<[u8]>::to_vec).unwrap_or(rel);
+            if is_excluded(req, &rel) {
+                continue;
+            }
             if let Some(g) = &req.glob
                 && !glob_accepts(g, &rel, if base == b"." { b"" } else { &base })
             {

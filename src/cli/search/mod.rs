@@ -230,6 +230,8 @@ struct Request {
     /// Workspace-relative, `.` for the root.
     base: String,
     glob: Option<String>,
+    /// `--exclude`: paths left out, directories with everything below.
+    exclude: Vec<String>,
     ignore_case: bool,
     fixed: bool,
     files_only: bool,
@@ -252,6 +254,9 @@ impl Request {
             "--max-bytes".into(),
             self.max_bytes.to_string(),
         ];
+        for x in &self.exclude {
+            v.extend(["--exclude".into(), x.clone()]);
+        }
         if self.tool == "glob" {
             v.extend(["--glob".into(), self.pattern.clone()]);
             return v;
@@ -289,6 +294,7 @@ fn parse(tool: &'static str, args: Vec<OsString>) -> Result<Request> {
         pattern: String::new(),
         base: ".".into(),
         glob: None,
+        exclude: Vec::new(),
         ignore_case: false,
         fixed: false,
         files_only: false,
@@ -332,6 +338,11 @@ fn parse(tool: &'static str, args: Vec<OsString>) -> Result<Request> {
             Some("--glob") => {
                 grep_only("--glob")?;
                 req.glob = Some(string(it.next(), "--glob")?);
+            }
+            Some("--exclude") => {
+                let x = string(it.next(), "--exclude")?;
+                pattern::exclusion(&x).map_err(|e| anyhow!("--exclude: {e}"))?;
+                req.exclude.push(x);
             }
             Some("-i" | "--ignore-case") => {
                 grep_only("--ignore-case")?;

@@ -299,9 +299,49 @@ fn prefix_leaves_rest(pattern: &[Component], dir: &[&str]) -> bool {
     r[..pattern.len()].iter().any(|x| *x)
 }
 
+/// An `--exclude` pattern of glob and grep: gitignore's shape. Without a
+/// `/` (a trailing one aside) it names a file or directory anywhere
+/// (`.deps`, `*.min.js`); with one, a path from the workspace's root
+/// (`vendor/lib`, `build/**`). A trailing `/` is accepted and ignored.
+pub fn exclusion(pattern: &str) -> Result<Glob, String> {
+    let p = pattern.strip_suffix('/').unwrap_or(pattern);
+    let p = p.strip_prefix('/').unwrap_or(p);
+    if p.is_empty() {
+        return Err("an empty pattern".into());
+    }
+    Glob::new(p)
+}
+
+/// Whether the workspace-relative path `comps` is excluded by one of
+/// `patterns`: the path itself or a directory above it matches.
+pub fn excluded(patterns: &[Glob], comps: &[&str]) -> bool {
+    patterns.iter().any(|g| {
+        if g.basename_only {
+            comps.iter().any(|c| g.matches(&[c]))
+        } else {
+            (1..=comps.len()).any(|k| g.matches(&comps[..k]))
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exclusions_name_anywhere_or_from_the_root_and_cover_what_is_below() {
+        let x = |p: &[&str]| -> Vec<Glob> { p.iter().map(|p| exclusion(p).unwrap()).collect() };
+        let deps = x(&[".deps/"]);
+        assert!(excluded(&deps, &[".deps"]));
+        assert!(excluded(&deps, &["sub", ".deps", "m.py"]));
+        assert!(!excluded(&deps, &["sub", "deps.py"]));
+        let build = x(&["build/**"]);
+        assert!(excluded(&build, &["build", "o", "a.o"]));
+        assert!(!excluded(&build, &["src", "build", "a.o"]));
+        let one = x(&["sub/k.py"]);
+        assert!(excluded(&one, &["sub", "k.py"]) && !excluded(&one, &["k.py"]));
+        assert!(exclusion("").is_err() && exclusion("/").is_err());
+    }
 
     fn m(p: &str, path: &str) -> bool {
         let comps: Vec<&str> = path.split('/').collect();

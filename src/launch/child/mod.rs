@@ -81,6 +81,7 @@ use nix::sys::signal::{SigSet, Signal};
 use crate::fs::{self};
 use crate::launch::plan::{ChildPlan, PROXY_DOOR_IN_ROOT};
 use crate::launch::wire::message::{self, Message};
+use crate::launch::wire::rusage::TreeRusage;
 use crate::launch::wire::stage::{At, Failure, Stage};
 use crate::sys::{self, Errno};
 use real_sys::RealSys;
@@ -459,6 +460,7 @@ fn init_loop(running: Running, sock: &OwnedFd) -> ! {
         &Message::Exited {
             wait_status: status.unwrap_or(0),
             changed_paths,
+            rusage: TreeRusage::of_children(),
         },
         &[],
     );

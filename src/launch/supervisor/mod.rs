@@ -12,6 +12,7 @@ pub mod report;
 mod seen;
 pub(crate) mod summary;
 pub(crate) mod uppers;
+pub mod usage;
 
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -742,9 +743,11 @@ impl Watch<'_, '_> {
                 Message::Exited {
                     wait_status,
                     changed_paths,
+                    rusage,
                 } => {
                     self.seen.facts.wait_status = Some(wait_status);
                     self.seen.changed_paths = Some(changed_paths);
+                    self.seen.rusage = rusage;
                 }
                 Message::ListenerReady { doors } => {
                     if let Err(e) = start_proxy(self.p, &doors, fds, &mut self.proxy) {

@@ -155,6 +155,8 @@ pub struct Relay {
     limit: Option<u64>,
     /// Bytes of output accepted (within the cap).
     pub written: u64,
+    /// Bytes the workload wrote, the discarded ones too.
+    pub read: u64,
     /// Bytes accepted but never delivered (the reader did not keep up
     /// before the sandbox's time was over, or went away).
     pub undelivered: u64,
@@ -185,6 +187,7 @@ impl Relay {
         Relay {
             limit,
             written: 0,
+            read: 0,
             undelivered: 0,
             truncated: false,
             streams: [stream(out, 1), stream(err, 2)],
@@ -254,6 +257,7 @@ impl Relay {
 
     fn accept(&mut self, i: usize, data: &[u8]) {
         let s = &mut self.streams[i];
+        self.read += data.len() as u64;
         if let Some(c) = &mut s.capture {
             c.push(data);
         }

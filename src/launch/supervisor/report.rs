@@ -136,8 +136,12 @@ pub struct ExitReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<SetupFailure>,
     pub duration_ms: u64,
-    /// Bytes the workload wrote to stdout and stderr (when relayed).
+    /// Bytes the workload wrote to stdout and stderr (when relayed), all
+    /// of them: also what `output_limit` discarded.
     pub output_bytes: u64,
+    /// Of those, the bytes relayed (within the output cap).
+    #[serde(default)]
+    pub output_kept: u64,
     pub output_truncated: bool,
     /// Relayed bytes that never reached the reader: it did not keep up
     /// before the sandbox's time was over, or stopped reading.
@@ -147,6 +151,11 @@ pub struct ExitReport {
     pub enforced: Enforcement,
     /// Limits or features requested as *preferred* that were not enforced.
     pub unenforced: Vec<String>,
+    /// What the command used (CPU, peak memory, block I/O, peak process
+    /// count): from its cgroup where it has one, else from the reaped
+    /// tree's rusage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<super::usage::Usage>,
     /// The command ran in a warm sandbox (built before it was asked for,
     /// from a pool of its shape), not one launched for it.
     #[serde(default)]

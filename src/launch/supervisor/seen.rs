@@ -11,6 +11,8 @@ pub(crate) struct Seen {
     /// The failure record (and init's text), or the supervisor's own line.
     pub failure: Option<(Option<Failure>, String)>,
     pub changed_paths: Option<Vec<u64>>,
+    /// The reaped tree's usage, as hutch init sent it with `Exited`.
+    pub rusage: Option<crate::launch::wire::rusage::TreeRusage>,
     /// A forwarded signal or a kill request: output waits no longer.
     pub hurry: bool,
 }

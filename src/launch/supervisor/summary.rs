@@ -30,6 +30,10 @@ pub(crate) fn report(
     seen.facts.limit_event = limits.as_ref().and_then(|l| l.ended_by);
     let ending = ending_of(&seen.facts);
     let failure = seen.failure_record();
+    let usage = super::usage::usage(
+        limits.as_ref().and_then(|l| l.stats.as_ref()),
+        seen.rusage.as_ref(),
+    );
     // `hutch kill` leaves a mark naming who killed the sandbox's pid 1.
     let kill_mark = (ending.reason == Outcome::Killed && seen.facts.init_signaled.is_some())
         .then(|| match &p.registry_path {
@@ -66,7 +70,8 @@ pub(crate) fn report(
         error,
         failure,
         duration_ms,
-        output_bytes: relay.written,
+        output_bytes: relay.read,
+        output_kept: relay.written,
         output_truncated: relay.truncated,
         output_undelivered: relay.undelivered,
         changes,
@@ -76,6 +81,7 @@ pub(crate) fn report(
             ..enforcement(p, spec)
         },
         unenforced,
+        usage,
         warm: p.child.warm,
     }
 }

@@ -13,7 +13,7 @@ use crate::launch::wire::stage::Failure;
 use crate::sys::{self, SysError};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Message {
@@ -30,6 +30,11 @@ pub enum Message {
     Exited {
         wait_status: i32,
         changed_paths: Vec<u64>,
+        /// hutch init's `getrusage(RUSAGE_CHILDREN)` once every process
+        /// of the sandbox it could reap is reaped: the resource usage of
+        /// the reaped tree, for a report without a cgroup.
+        #[serde(default)]
+        rusage: Option<super::rusage::TreeRusage>,
     },
     /// Sandbox → supervisor: the egress proxy's listening sockets, made
     /// inside the sandbox (attached, in this order: the TCP door in its

@@ -4,4 +4,5 @@
 pub mod claim;
 pub mod command;
 pub mod message;
+pub mod rusage;
 pub mod stage;
