@@ -46,6 +46,7 @@ from ._errors import (
 )
 from ._options import Bind, Options
 from ._run import Command, run, run_agent
+from ._serve import ServerDied
 from ._secrets import Gateway, Intercept, Secret
 from ._session import Session, kill, ps
 from ._types import (
@@ -130,6 +131,7 @@ __all__ = [
     "SearchResult",
     "Secret",
     "Session",
+    "ServerDied",
     "SessionBusy",
     "SessionInfo",
     "SessionResult",
