@@ -46,8 +46,8 @@ from ._errors import (
 )
 from ._options import Bind, Options
 from ._run import Command, run, run_agent
-from ._serve import ServerDied
 from ._secrets import Gateway, Intercept, Secret
+from ._serve import ServerDied
 from ._session import Session, kill, ps
 from ._types import (
     Changes,
@@ -130,8 +130,8 @@ __all__ = [
     "SealInfo",
     "SearchResult",
     "Secret",
-    "Session",
     "ServerDied",
+    "Session",
     "SessionBusy",
     "SessionInfo",
     "SessionResult",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import contextlib
 import json
 import os
 import subprocess
@@ -181,9 +182,11 @@ class Server:
             except subprocess.TimeoutExpired:
                 code = None
         with self.lock:
-            self.dead = f"hutch serve (pid {self.proc.pid}) ended" + (
-                f" with status {code}" if code is not None and code >= 0 else ""
-            ) + (f" by signal {-code}" if code is not None and code < 0 else "")
+            self.dead = (
+                f"hutch serve (pid {self.proc.pid}) ended"
+                + (f" with status {code}" if code is not None and code >= 0 else "")
+                + (f" by signal {-code}" if code is not None and code < 0 else "")
+            )
             pending = list(self.pending.values())
             self.pending.clear()
         for r in pending:
@@ -240,10 +243,8 @@ class Server:
             doc["report_fd"] = report_fd
         if json_stdout:
             doc["json_stdout"] = True
-        try:
+        with contextlib.suppress(OSError):
             doc["cwd"] = os.getcwd()
-        except OSError:
-            pass
         changes = self.env_changes()
         if changes:
             doc["env"] = changes
@@ -284,19 +285,15 @@ class Server:
         self.dead = self.dead or "hutch serve was closed"
         if self.owner != os.getpid():
             return
-        try:
+        with contextlib.suppress(OSError):
             self.stdin.close()
-        except OSError:
-            pass
         try:
             self.proc.wait(timeout=CANCEL_WAIT)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        try:
+        with contextlib.suppress(OSError):
             self.stdout.close()
-        except OSError:
-            pass
 
 
 _server: Server | None = None
@@ -332,10 +329,9 @@ def request(
     s = server()
     rid, r = s.start(argv, stdin=input is not None, report_fd=report_fd, json_stdout=json_stdout)
     if input is not None:
-        try:
+        # A death here is reported by the wait below.
+        with contextlib.suppress(ServerDied):
             s.write_stdin(rid, input)
-        except ServerDied:
-            pass  # the wait below reports the death
     return s.wait(rid, r)
 
 
@@ -353,12 +349,9 @@ def _forget_in_child() -> None:
     _server = None
     if s is not None:
         for f in (s.stdin, s.stdout):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 os.close(f.fileno())
-            except (OSError, ValueError):
-                pass
 
 
 atexit.register(_close_at_exit)
 os.register_at_fork(after_in_child=_forget_in_child)
-

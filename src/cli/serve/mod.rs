@@ -197,10 +197,7 @@ impl Server {
     /// Read what the client sent and act on each complete line.
     fn read_requests(&mut self, buf: &mut [u8]) {
         let Some(input) = &self.input else { return };
-        let n = match raw::read(input.as_fd(), buf) {
-            Ok(n) => n,
-            Err(_) => 0,
-        };
+        let n = raw::read(input.as_fd(), buf).unwrap_or_default();
         if n == 0 {
             // The client is gone (or done): end what it started, then exit.
             self.input = None;

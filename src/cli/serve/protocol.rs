@@ -75,7 +75,7 @@ pub(crate) enum Request {
 pub(crate) struct BadRequest {
     pub id: Value,
     pub verb: Option<String>,
-    pub error: MachineError,
+    pub error: Box<MachineError>,
 }
 
 fn bad(id: &Value, verb: Option<&str>, what: String, hint: &str) -> BadRequest {
@@ -85,7 +85,7 @@ fn bad(id: &Value, verb: Option<&str>, what: String, hint: &str) -> BadRequest {
     BadRequest {
         id: id.clone(),
         verb: verb.map(str::to_owned),
-        error,
+        error: Box::new(error),
     }
 }
 
