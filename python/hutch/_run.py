@@ -160,20 +160,19 @@ def execute(
 SERVER_REPORT_FD = 3
 
 
-def execute_on_server(
+def server_launch(
     args: Sequence[str],
     options: Any,
     *,
-    input: bytes | None,
-    check: bool,
     session: str | None,
     state_dir: PathLike | None,
     wait: bool,
     command_from_profile: bool,
-) -> Result | None:
-    """``execute`` as a request to this process's ``hutch serve``; ``None``
-    when the command needs descriptors of this process (secrets' memfds),
-    which a request cannot carry: the caller then execs hutch itself."""
+) -> Launch | None:
+    """The command as a request to this process's ``hutch serve`` (its
+    report descriptor at ``SERVER_REPORT_FD``); ``None`` when it needs
+    descriptors of this process (secrets' memfds), which a request cannot
+    carry: the caller then execs hutch itself."""
     launch = Launch(
         args,
         options,
@@ -186,11 +185,11 @@ def execute_on_server(
     if launch.pass_fds:
         launch.cleanup()
         return None
-    try:
-        r = _serve.request(launch.argv[1:], input=input, report_fd=SERVER_REPORT_FD)
-    except BaseException:
-        launch.cleanup()
-        raise
+    return launch
+
+
+def server_result(launch: Launch, r: _serve.Reply, check: bool) -> Result:
+    """The result of a command the server ran (or its exception)."""
     start = None
     for line in r.reports:
         if isinstance(line, dict) and line.get("event") == "start":
@@ -198,6 +197,36 @@ def execute_on_server(
     res = launch.finish_parsed(start, r.envelope, r.returncode, r.out, r.err, check)
     warn_unenforced(res.report)
     return res
+
+
+def execute_on_server(
+    args: Sequence[str],
+    options: Any,
+    *,
+    input: bytes | None,
+    check: bool,
+    session: str | None,
+    state_dir: PathLike | None,
+    wait: bool,
+    command_from_profile: bool,
+) -> Result | None:
+    """``execute`` through the server (``None``: see ``server_launch``)."""
+    launch = server_launch(
+        args,
+        options,
+        session=session,
+        state_dir=state_dir,
+        wait=wait,
+        command_from_profile=command_from_profile,
+    )
+    if launch is None:
+        return None
+    try:
+        r = _serve.request(launch.argv[1:], input=input, report_fd=SERVER_REPORT_FD)
+    except BaseException:
+        launch.cleanup()
+        raise
+    return server_result(launch, r, check)
 
 
 def pump(bufs: dict[int, bytearray], in_w: int, data: bytes | None, fds: list[int]) -> None:

@@ -16,7 +16,7 @@ import json
 import os
 import subprocess
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from . import _binary
@@ -50,11 +50,23 @@ class Reply:
     ``subprocess`` gives it: negative for a signal), the envelope, stdout,
     stderr and the report descriptor's other lines."""
 
-    __slots__ = ("_done", "envelope", "reports", "returncode", "server_error", "stderr", "stdout")
+    __slots__ = (
+        "_done",
+        "envelope",
+        "on_done",
+        "reports",
+        "returncode",
+        "server_error",
+        "stderr",
+        "stdout",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, on_done: Callable[[], None] | None = None) -> None:
         self._done = threading.Lock()
         self._done.acquire()
+        #: Called (on the reader thread) once the request ended: how an
+        #: event loop learns it (``loop.call_soon_threadsafe``).
+        self.on_done = on_done
         self.stdout: list[bytes] = []
         self.stderr: list[bytes] = []
         self.reports: list[Any] = []
@@ -173,6 +185,8 @@ class Server:
         with self.lock:
             self.pending.pop(rid, None)
         r._done.release()
+        if r.on_done is not None:
+            r.on_done()
 
     def _died(self) -> None:
         code = self.proc.poll()
@@ -196,6 +210,8 @@ class Server:
                 hint="retry the call: the next one starts a new server",
             )
             r._done.release()
+            if r.on_done is not None:
+                r.on_done()
 
     def send(self, doc: dict[str, Any]) -> None:
         data = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
@@ -226,8 +242,9 @@ class Server:
         stdin: bool = False,
         report_fd: int | None = None,
         json_stdout: bool = False,
+        on_done: Callable[[], None] | None = None,
     ) -> tuple[int, Reply]:
-        r = Reply()
+        r = Reply(on_done)
         with self.lock:
             if self.dead is not None:
                 raise ServerDied(
@@ -333,6 +350,54 @@ def request(
         with contextlib.suppress(ServerDied):
             s.write_stdin(rid, input)
     return s.wait(rid, r)
+
+
+async def request_async(
+    argv: Sequence[str],
+    *,
+    input: bytes | None = None,
+    report_fd: int | None = None,
+    json_stdout: bool = False,
+) -> Reply:
+    """``request`` for asyncio: the same server and transport; the reader
+    thread wakes the loop when the request ends. Cancelling the awaiting
+    task cancels the request (its sandbox is ended) and waits for its
+    end before the cancellation goes on."""
+    import asyncio  # here: ``import hutch`` stays without asyncio
+
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def done() -> None:
+        def set_done() -> None:
+            if not ended.done():
+                ended.set_result(None)
+
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(set_done)
+
+    s = server()
+    rid, r = s.start(
+        argv,
+        stdin=input is not None,
+        report_fd=report_fd,
+        json_stdout=json_stdout,
+        on_done=done,
+    )
+    if input is not None:
+        with contextlib.suppress(ServerDied):
+            s.write_stdin(rid, input)
+    try:
+        await asyncio.shield(ended)
+    except asyncio.CancelledError:
+        with contextlib.suppress(ServerDied):
+            s.send({"id": rid, "verb": "cancel"})
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(ended), CANCEL_WAIT)
+        raise
+    if r.server_error is not None:
+        raise r.server_error
+    return r
 
 
 def _close_at_exit() -> None:

@@ -185,3 +185,36 @@ def test_hutch_serve_0_execs_the_binary(
     monkeypatch.delenv("HUTCH_SERVE")
     assert session.read("a.txt") == b"alpha\nTODO one\n"
     assert server.next_id == before + 1
+
+
+def test_aio_shares_the_server_and_cancelling_ends_the_sandbox(session: hutch.Session) -> None:
+    import asyncio
+
+    import hutch.aio
+
+    session.run(["true"])
+    server = _serve.server()
+    before = server.next_id
+
+    async def main() -> None:
+        s = hutch.aio.Session(session.id, state_dir=session.state_dir)
+        reads = await asyncio.gather(*(s.read("a.txt") for _ in range(8)))
+        assert reads == [b"alpha\nTODO one\n"] * 8
+        r = await hutch.aio.run(["echo", "aio"])
+        assert r.stdout == b"aio\n"
+        task = asyncio.ensure_future(hutch.aio.run(["sh", "-c", "exec sleep 9472"]))
+        deadline = time.monotonic() + WAIT
+        while not sleeps("9472"):
+            assert time.monotonic() < deadline, "the sleep never ran"
+            await asyncio.sleep(0.02)
+        task.cancel()
+        try:
+            await task
+            raise AssertionError("not cancelled")
+        except asyncio.CancelledError:
+            pass
+        # The cancelled request ended its sandbox before the task ended.
+        assert not sleeps("9472")
+
+    asyncio.run(main())
+    assert server.next_id == before + 10, "every call went through the one server"
