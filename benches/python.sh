@@ -100,6 +100,11 @@ with open(os.path.join(src, "a.txt"), "w") as f:
     f.write("alpha\nTODO one\n")
 session.close()
 session = hutch.Session.create(from_dir=src, state_dir=state)
+# Warm: sandboxes built ahead (docs/warm.md), as an agent's session is.
+subprocess.run([exe, "session", "--state-dir", state, "warm", session.id, "2"], check=True,
+               stdout=subprocess.DEVNULL)
+subprocess.run([exe, "session", "--state-dir", state, "warm", session.id, "--ready",
+                "--timeout", "60s"], check=True, stdout=subprocess.DEVNULL)
 rows = {
     "hutch.run(['true'])": lambda: hutch.run(["true"]),
     "hutch.run(['true']), HUTCH_SERVE=0": subprocess_path(lambda: hutch.run(["true"])),

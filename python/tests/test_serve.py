@@ -197,7 +197,8 @@ def test_aio_shares_the_server_and_cancelling_ends_the_sandbox(session: hutch.Se
     before = server.next_id
 
     async def main() -> None:
-        s = hutch.aio.Session(session.id, state_dir=session.state_dir)
+        # wait=True: concurrent reads of one session may meet its lock.
+        s = hutch.aio.Session(session.id, state_dir=session.state_dir, wait=True)
         reads = await asyncio.gather(*(s.read("a.txt") for _ in range(8)))
         assert reads == [b"alpha\nTODO one\n"] * 8
         r = await hutch.aio.run(["echo", "aio"])
