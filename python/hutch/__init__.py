@@ -47,6 +47,7 @@ from ._errors import (
 from ._options import Bind, Options
 from ._run import Command, run, run_agent
 from ._secrets import Gateway, Intercept, Secret
+from ._serve import ServerDied
 from ._session import Session, kill, ps
 from ._spawn import Process, Stream, spawn
 from ._types import (
@@ -132,6 +133,7 @@ __all__ = [
     "SealInfo",
     "SearchResult",
     "Secret",
+    "ServerDied",
     "Session",
     "SessionBusy",
     "SessionInfo",

@@ -126,8 +126,20 @@ class Launch:
     ) -> Result:
         """The result of the finished command (or the exception for
         hutch's own failure)."""
+        start, env = parse_status(status)
+        return self.finish_parsed(start, env, returncode, stdout, stderr, check)
+
+    def finish_parsed(
+        self,
+        start: StartEvent | None,
+        env: dict[str, Any] | None,
+        returncode: int,
+        stdout: bytes,
+        stderr: bytes,
+        check: bool,
+    ) -> Result:
+        """``finish`` of a status stream already parsed (the server's)."""
         try:
-            start, env = parse_status(status)
             if env is None:
                 raise no_report(self.verb, returncode, stderr)
             result_doc = env.get("result")
@@ -353,6 +365,11 @@ def envelope_result(stdout: bytes, stderr: bytes, returncode: int, verb: str) ->
         env = json.loads(line)
     except ValueError:
         raise no_report(verb, returncode, stderr) from None
+    return envelope_doc_result(env, stderr, returncode, verb)
+
+
+def envelope_doc_result(env: Any, stderr: bytes, returncode: int, verb: str) -> Any:
+    """``envelope_result`` of an envelope already parsed (the server's)."""
     if not isinstance(env, dict) or "hutch" not in env:
         raise no_report(verb, returncode, stderr)
     if not env.get("ok"):

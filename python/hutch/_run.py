@@ -10,11 +10,12 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import _serve
 from ._agent import agent_options
 from ._core import Launch, kill_sandbox, kill_sandbox_of, parse_status, warn_unenforced
 from ._options import PathLike
 from ._spawn import LineCallback, Process, StreamMode
-from ._types import Result
+from ._types import Result, StartEvent
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -87,6 +88,19 @@ def execute(
     wait: bool = False,
     command_from_profile: bool = False,
 ) -> Result:
+    if _serve.enabled():
+        res = execute_on_server(
+            args,
+            options,
+            input=input,
+            check=check,
+            session=session,
+            state_dir=state_dir,
+            wait=wait,
+            command_from_profile=command_from_profile,
+        )
+        if res is not None:
+            return res
     status_r, status_w = os.pipe()
     fds = [status_r, status_w]
     try:
@@ -141,6 +155,79 @@ def execute(
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+#: The report descriptor's number in the server's request process.
+SERVER_REPORT_FD = 3
+
+
+def server_launch(
+    args: Sequence[str],
+    options: Any,
+    *,
+    session: str | None,
+    state_dir: PathLike | None,
+    wait: bool,
+    command_from_profile: bool,
+) -> Launch | None:
+    """The command as a request to this process's ``hutch serve`` (its
+    report descriptor at ``SERVER_REPORT_FD``); ``None`` when it needs
+    descriptors of this process (secrets' memfds), which a request cannot
+    carry: the caller then execs hutch itself."""
+    launch = Launch(
+        args,
+        options,
+        status_fd=SERVER_REPORT_FD,
+        session=session,
+        state_dir=state_dir,
+        wait=wait,
+        command_from_profile=command_from_profile,
+    )
+    if launch.pass_fds:
+        launch.cleanup()
+        return None
+    return launch
+
+
+def server_result(launch: Launch, r: _serve.Reply, check: bool) -> Result:
+    """The result of a command the server ran (or its exception)."""
+    start = None
+    for line in r.reports:
+        if isinstance(line, dict) and line.get("event") == "start":
+            start = StartEvent.from_dict(line)
+    res = launch.finish_parsed(start, r.envelope, r.returncode, r.out, r.err, check)
+    warn_unenforced(res.report)
+    return res
+
+
+def execute_on_server(
+    args: Sequence[str],
+    options: Any,
+    *,
+    input: bytes | None,
+    check: bool,
+    session: str | None,
+    state_dir: PathLike | None,
+    wait: bool,
+    command_from_profile: bool,
+) -> Result | None:
+    """``execute`` through the server (``None``: see ``server_launch``)."""
+    launch = server_launch(
+        args,
+        options,
+        session=session,
+        state_dir=state_dir,
+        wait=wait,
+        command_from_profile=command_from_profile,
+    )
+    if launch is None:
+        return None
+    try:
+        r = _serve.request(launch.argv[1:], input=input, report_fd=SERVER_REPORT_FD)
+    except BaseException:
+        launch.cleanup()
+        raise
+    return server_result(launch, r, check)
 
 
 def pump(bufs: dict[int, bytearray], in_w: int, data: bytes | None, fds: list[int]) -> None:

@@ -8,8 +8,9 @@ import subprocess
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+from . import _serve
 from . import _session_core as core
-from ._core import envelope_result
+from ._core import envelope_doc_result, envelope_result
 from ._options import PathLike, Seconds, Size
 from ._run import execute
 from ._spawn import LineCallback, Process, StreamMode
@@ -40,6 +41,11 @@ T = TypeVar("T")
 
 def call(v: core.Verb[T]) -> T:
     """Run one session verb and read its result (or raise its error)."""
+    if _serve.enabled():
+        r = _serve.request(v.argv[1:], input=v.input, json_stdout=True)
+        if r.envelope is not None:
+            return v.parse(envelope_doc_result(r.envelope, r.err, r.returncode, v.verb))
+        return v.parse(envelope_result(r.out, r.err, r.returncode, v.verb))
     p = subprocess.run(
         v.argv,
         input=v.input if v.input is not None else b"",

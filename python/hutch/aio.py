@@ -27,10 +27,12 @@ from typing import (
     overload,
 )
 
+from . import _serve
 from . import _session_core as core
 from ._agent import agent_options
 from ._core import (
     Launch,
+    envelope_doc_result,
     envelope_result,
     kill_sandbox,
     kill_sandbox_of,
@@ -39,7 +41,7 @@ from ._core import (
 )
 from ._errors import UsageError
 from ._options import PathLike, Seconds, Size
-from ._run import CANCEL_GRACE
+from ._run import CANCEL_GRACE, SERVER_REPORT_FD, server_launch, server_result
 from ._types import (
     DiffReport,
     ExitReport,
@@ -675,14 +677,50 @@ async def run(
     """``hutch.run`` for asyncio: run and wait, output captured (bounded by
     ``output_limit``, 16 MiB unless given). Cancelling the awaiting task
     kills the sandbox."""
+    res = await _run_on_server(args, options, input=input, check=check)
+    if res is not None:
+        return res
     proc = _start(
         args, options, input=input, stdout="capture", stderr="capture", check=check, events=False
     )
     return await proc.result()
 
 
+async def _run_on_server(
+    args: Sequence[str],
+    options: Any,
+    *,
+    input: bytes | None,
+    check: bool,
+    session: str | None = None,
+    state_dir: PathLike | None = None,
+    wait: bool = False,
+) -> Result | None:
+    """A captured command through this process's ``hutch serve``, as the
+    sync API runs it; ``None`` when it must exec hutch (``HUTCH_SERVE=0``,
+    secrets)."""
+    if not _serve.enabled():
+        return None
+    launch = server_launch(
+        args, options, session=session, state_dir=state_dir, wait=wait, command_from_profile=False
+    )
+    if launch is None:
+        return None
+    try:
+        r = await _serve.request_async(launch.argv[1:], input=input, report_fd=SERVER_REPORT_FD)
+    except BaseException:
+        launch.cleanup()
+        raise
+    return server_result(launch, r, check)
+
+
 async def _exec(v: core.Verb[T]) -> T:
     """Run one session verb (captured) and read its result."""
+    if _serve.enabled():
+        r = await _serve.request_async(v.argv[1:], input=v.input, json_stdout=True)
+        if r.envelope is not None:
+            return v.parse(envelope_doc_result(r.envelope, r.err, r.returncode, v.verb))
+        return v.parse(envelope_result(r.out, r.err, r.returncode, v.verb))
     child = _Child(
         v.argv, input=v.input if v.input is not None else b"", stdout="capture", stderr="capture"
     )
@@ -878,6 +916,18 @@ class Session(core.Target):
         **options: Unpack[Options],
     ) -> SessionResult:
         """See ``hutch.Session.run``; cancelling the task kills the command."""
+        res = await _run_on_server(
+            args,
+            options,
+            input=input,
+            check=check,
+            session=self.id,
+            state_dir=self.state_dir,
+            wait=self.wait,
+        )
+        if res is not None:
+            assert isinstance(res, SessionResult)
+            return res
         proc = _start(
             args,
             options,

@@ -14,6 +14,7 @@ mod ps;
 mod run;
 mod search;
 mod secret_flags;
+mod serve;
 mod session;
 mod supervise;
 
@@ -32,6 +33,8 @@ commands:
   ps [--json]               the running sandboxes (root: every user's)
   kill SANDBOX|--session ID|--label K=V|--all   end sandboxes and all their processes
   image ...                 import, list, inspect, rm, gc container images
+  serve                     one long-lived hutch speaking JSON lines on
+                            stdin/stdout, for programs (docs/machine.md)
   bwrap ARGS...             bubblewrap's command line and semantics (docs/bwrap.md)
   version [--json]          print the version (with --json: also the machine
                             interface's version, docs/machine.md)";
@@ -50,6 +53,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("ps") => ps::ps_main(rest),
         Some("kill") => ps::kill_main(rest),
         Some("image") => image::main(rest),
+        Some("serve") => serve::main(rest),
         Some("bwrap") => crate::bwrap::main("hutch bwrap", rest),
         Some(supervise::SUBCOMMAND) => supervise::main(rest),
         Some(session::WARM_SERVER) => session::warm_server_main(rest),

@@ -63,7 +63,7 @@ pub(crate) fn base64_encode(data: &[u8]) -> String {
 
 /// Strict: length a multiple of 4, padding only at the end, no other
 /// characters.
-fn base64_decode(text: &str) -> Option<Vec<u8>> {
+pub(crate) fn base64_decode(text: &str) -> Option<Vec<u8>> {
     let s = text.as_bytes();
     if !s.len().is_multiple_of(4) {
         return None;

@@ -11,6 +11,7 @@
 //! [`Limit::preferred`]) and set the public fields.
 
 mod data;
+pub(crate) use data::base64_decode;
 pub(crate) use data::base64_encode;
 mod de;
 mod defaults;

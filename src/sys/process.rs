@@ -203,6 +203,34 @@ pub mod raw {
         close_range(first, libc::c_uint::MAX, 0)
     }
 
+    /// Give each fd of `fds` its target number (without close-on-exec)
+    /// and close every other fd, in a forked child, without allocating
+    /// (at most [`MAX_KEPT_FDS`] pairs). Sources first move above every
+    /// number in play, so no dup2 clobbers a source not yet placed.
+    pub fn place_fds(fds: &[(BorrowedFd<'_>, RawFd)]) -> Result<(), Errno> {
+        if fds.len() > MAX_KEPT_FDS {
+            return Err(Errno::EMFILE);
+        }
+        let top = fds
+            .iter()
+            .map(|(fd, to)| fd.as_raw_fd().max(*to))
+            .max()
+            .unwrap_or(2)
+            + 1;
+        for (i, (fd, _)) in fds.iter().enumerate() {
+            // SAFETY: integer arguments only; the target numbers are above
+            // every fd the caller handed over.
+            ret(unsafe { libc::dup2(fd.as_raw_fd(), top + i as RawFd) } as libc::c_long)?;
+        }
+        let mut keep = [-1 as RawFd; MAX_KEPT_FDS];
+        for (i, (_, to)) in fds.iter().enumerate() {
+            // SAFETY: integer arguments only (the moved copy made above).
+            ret(unsafe { libc::dup2(top + i as RawFd, *to) } as libc::c_long)?;
+            keep[i] = *to;
+        }
+        close_all_except(&keep[..fds.len()])
+    }
+
     pub fn unshare(flags: libc::c_int) -> Result<(), Errno> {
         // SAFETY: integer argument only.
         ret(unsafe { libc::unshare(flags) } as libc::c_long).map(drop)
@@ -578,6 +606,34 @@ pub fn fork_single_threaded() -> Result<Forked, SysError> {
     // SAFETY: the process has exactly one thread (checked just above, and
     // a single thread cannot start another between the check and here).
     unsafe { clone3(0, None) }
+}
+
+/// Set (`Some`) or remove (`None`) environment variables, in a process
+/// that knows it is single-threaded (checked here, as for
+/// [`fork_single_threaded`]): a forked `hutch serve` request, before it
+/// runs the CLI with its client's environment.
+pub fn set_env_single_threaded(changes: &[(String, Option<String>)]) -> Result<(), SysError> {
+    let threads = super::thread_count();
+    if threads != 1 {
+        return Err(SysError::new(
+            format!("setenv ({threads} threads; needs exactly one)"),
+            Errno::EAGAIN,
+        ));
+    }
+    for (name, value) in changes {
+        if name.is_empty() || name.contains(['=', '\0']) || value.as_ref().is_some_and(|v| v.contains('\0')) {
+            return Err(SysError::new(format!("setenv({name:?})"), Errno::EINVAL));
+        }
+        // SAFETY: the process has exactly one thread (checked above), so
+        // no other thread reads the environment while it changes.
+        unsafe {
+            match value {
+                Some(v) => std::env::set_var(name, v),
+                None => std::env::remove_var(name),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Run `child` in a new process that shares this one's memory until it

@@ -1,0 +1,221 @@
+"""The package's transport: one ``hutch serve`` per Python process
+(docs/python.md, "The server"). Many calls against one warm session leak
+nothing; a server killed mid-call is one clear exception and the next call
+works; the client's environment and cwd reach each call; ``HUTCH_SERVE=0``
+execs the binary instead."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import family
+
+import hutch
+from hutch import _serve
+
+WAIT = 60.0
+
+
+def wait_until(what: str, ready: object) -> None:
+    assert callable(ready)
+    deadline = time.monotonic() + WAIT
+    while not ready():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def sleeps(n: str) -> list[int]:
+    """Live processes whose argv is exactly ``sleep N``."""
+    want = f"sleep\0{n}\0".encode()
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if f.read() != want:
+                    continue
+            with open(f"/proc/{entry}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    continue
+        except OSError:
+            continue
+        out.append(int(entry))
+    return out
+
+
+def threads_of(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+@pytest.fixture
+def session(tmp_path: Path, state_dir: Path) -> Iterator[hutch.Session]:
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "a.txt").write_text("alpha\nTODO one\n")
+    (src / "pkg" / "m.py").write_text("def main():\n    pass  # TODO two\n")
+    with hutch.Session.create(from_dir=src, state_dir=state_dir) as s:
+        yield s
+
+
+def test_thousand_mixed_calls_on_one_server_leak_nothing(session: hutch.Session) -> None:
+    session.run(["true"])  # the server and the session are warm
+    server = _serve.server()
+    me = os.getpid()
+    fds = len(os.listdir("/proc/self/fd"))
+    threads = threading.active_count()
+    kids = family(me)
+    server_fds = len(os.listdir(f"/proc/{server.proc.pid}/fd"))
+    server_threads = threads_of(server.proc.pid)
+    for i in range(1000):
+        k = i % 10
+        if k == 0:
+            r = session.run(["sh", "-c", f"echo {i}"])
+            assert r.stdout == f"{i}\n".encode(), r
+        elif k in (1, 2, 3):
+            session.write(f"out/{k}.txt", f"v{i}\n".encode())
+        elif k in (4, 5):
+            assert session.read("a.txt") == b"alpha\nTODO one\n"
+        elif k in (6, 7):
+            g = session.grep("TODO")
+            assert {m.path for m in g.matches} >= {"a.txt", "pkg/m.py"}, g
+        else:
+            found = session.glob("**/*.py")
+            assert [m.path for m in found.matches] == ["pkg/m.py"], found
+    assert session.read("out/3.txt") == b"v993\n"
+    assert _serve.server() is server, "one server for every call"
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert threading.active_count() == threads
+    assert family(me) == kids, "a process was left"
+    assert len(os.listdir(f"/proc/{server.proc.pid}/fd")) == server_fds
+    assert threads_of(server.proc.pid) == server_threads == 1
+
+
+def test_server_killed_mid_call_is_one_clear_error_and_the_next_call_works(
+    session: hutch.Session,
+) -> None:
+    session.run(["true"])
+    server = _serve.server()
+    caught: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            session.run(["sh", "-c", "exec sleep 9471"])
+        except BaseException as e:
+            caught.append(e)
+
+    t = threading.Thread(target=call)
+    t.start()
+    wait_until("the sandboxed sleep", lambda: len(sleeps("9471")) == 1)
+    os.kill(server.proc.pid, signal.SIGKILL)
+    t.join(WAIT)
+    assert not t.is_alive()
+    assert len(caught) == 1, caught
+    e = caught[0]
+    assert isinstance(e, hutch.ServerDied), repr(e)
+    assert isinstance(e, hutch.HutchError)
+    assert e.where == "serve"
+    assert "in flight" in str(e) and e.hint and "retry" in e.hint
+    # Its sandbox went with it (parent-death signals down the chain).
+    wait_until("the sleep to be gone", lambda: not sleeps("9471"))
+    assert session.run(["echo", "again"]).stdout == b"again\n"
+    assert _serve.server() is not server
+
+
+def test_calls_from_threads_run_at_once(tmp_path: Path) -> None:
+    # Each command waits for a file the one before it writes: only
+    # requests running at once can all finish.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # the sandbox's uid is not the caller's
+    n = 4
+    results: dict[int, bytes] = {}
+
+    def step(i: int) -> None:
+        wait = f"while [ ! -e /shared/go{i} ]; do sleep 0.01; done"
+        script = f"{wait}; echo {i}; : > /shared/go{i + 1}"
+        r = hutch.run(
+            ["sh", "-c", script],
+            binds=[hutch.Bind(shared, "/shared", readonly=False)],
+            timeout=WAIT,
+        )
+        results[i] = r.stdout + r.stderr
+
+    threads = [threading.Thread(target=step, args=(i,)) for i in range(n, 0, -1)]
+    for t in threads:
+        t.start()
+    (shared / "go1").write_bytes(b"")
+    for t in threads:
+        t.join(WAIT)
+    assert results == {i: f"{i}\n".encode() for i in range(1, n + 1)}
+
+
+def test_environment_and_cwd_of_each_call_reach_hutch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hutch.run(["true"])  # a server started with the old environment
+    state = tmp_path / "later-state"
+    state.mkdir(mode=0o700)
+    src = tmp_path / "rel"
+    src.mkdir()
+    (src / "f.txt").write_text("relative\n")
+    monkeypatch.setenv("HUTCH_STATE_DIR", str(state))
+    monkeypatch.chdir(tmp_path)
+    with hutch.Session.create(from_dir="rel") as s:
+        assert s.read("f.txt") == b"relative\n"
+        assert (state / s.id).exists() or any(state.iterdir())
+
+
+def test_hutch_serve_0_execs_the_binary(
+    session: hutch.Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session.run(["true"])
+    server = _serve.server()
+    before = server.next_id
+    monkeypatch.setenv("HUTCH_SERVE", "0")
+    assert session.run(["echo", "sub"]).stdout == b"sub\n"
+    assert session.read("a.txt") == b"alpha\nTODO one\n"
+    assert server.next_id == before, "no request reached the server"
+    monkeypatch.delenv("HUTCH_SERVE")
+    assert session.read("a.txt") == b"alpha\nTODO one\n"
+    assert server.next_id == before + 1
+
+
+def test_aio_shares_the_server_and_cancelling_ends_the_sandbox(session: hutch.Session) -> None:
+    import asyncio
+
+    import hutch.aio
+
+    session.run(["true"])
+    server = _serve.server()
+    before = server.next_id
+
+    async def main() -> None:
+        # wait=True: concurrent reads of one session may meet its lock.
+        s = hutch.aio.Session(session.id, state_dir=session.state_dir, wait=True)
+        reads = await asyncio.gather(*(s.read("a.txt") for _ in range(8)))
+        assert reads == [b"alpha\nTODO one\n"] * 8
+        r = await hutch.aio.run(["echo", "aio"])
+        assert r.stdout == b"aio\n"
+        task = asyncio.ensure_future(hutch.aio.run(["sh", "-c", "exec sleep 9472"]))
+        deadline = time.monotonic() + WAIT
+        while not sleeps("9472"):
+            assert time.monotonic() < deadline, "the sleep never ran"
+            await asyncio.sleep(0.02)
+        task.cancel()
+        try:
+            await task
+            raise AssertionError("not cancelled")
+        except asyncio.CancelledError:
+            pass
+        # The cancelled request ended its sandbox before the task ended.
+        assert not sleeps("9472")
+
+    asyncio.run(main())
+    assert server.next_id == before + 10, "every call went through the one server"

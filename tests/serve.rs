@@ -1,0 +1,478 @@
+//! `hutch serve` (docs/machine.md, "hutch serve"), through the binary as
+//! a client drives it, as root and as uid 65534: concurrent requests,
+//! stdin, signals, cancellation, bad and oversized lines, the end of the
+//! server with its stdin, and a second client in Node
+//! (tests/serve/client.mjs).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A `hutch serve` child and its events, read by a thread.
+struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    events: Receiver<Value>,
+    /// Events read but not yet asked for.
+    seen: Vec<Value>,
+}
+
+impl Server {
+    fn start(who: As, cwd: &std::path::Path) -> Server {
+        let mut child = hutch_command(who)
+            .arg("serve")
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn hutch serve");
+        let stdin = child.stdin.take();
+        let out = child.stdout.take().unwrap();
+        let (tx, events) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("serve wrote a line that is not JSON ({e}): {line}")
+                });
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut s = Server {
+            child,
+            stdin,
+            events,
+            seen: Vec::new(),
+        };
+        let hello = s.next(|e| e["event"] == "hello");
+        assert_eq!(hello["protocol"], 1, "{hello}");
+        assert_eq!(hello["machine"], 1, "{hello}");
+        s
+    }
+
+    fn send(&mut self, msg: &Value) {
+        self.send_raw(format!("{msg}\n").as_bytes());
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The first event (seen or to come) that `want` accepts.
+    fn next(&mut self, want: impl Fn(&Value) -> bool) -> Value {
+        if let Some(i) = self.seen.iter().position(&want) {
+            return self.seen.remove(i);
+        }
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(e) if want(&e) => return e,
+                Ok(e) => self.seen.push(e),
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("no such event in {WAIT:?}; saw {:?}", self.seen)
+                }
+                Err(RecvTimeoutError::Disconnected) => panic!("serve ended; saw {:?}", self.seen),
+            }
+        }
+    }
+
+    /// Every event of request `id` up to its exit (or error): (stdout,
+    /// stderr, the last event).
+    fn finish(&mut self, id: u64) -> (String, String, Value) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        loop {
+            let e = self.next(|e| e["id"] == id);
+            match e["event"].as_str() {
+                Some("stdout") => out.extend(b64(&e["data"])),
+                Some("stderr") => err.extend(b64(&e["data"])),
+                Some("exit" | "error") => {
+                    return (
+                        String::from_utf8_lossy(&out).into(),
+                        String::from_utf8_lossy(&err).into(),
+                        e,
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Request `id`'s stdout, until it holds `text`.
+    fn stdout_until(&mut self, id: u64, text: &str) {
+        let mut out = Vec::new();
+        while !String::from_utf8_lossy(&out).contains(text) {
+            let e =
+                self.next(|e| e["id"] == id && (e["event"] == "stdout" || e["event"] == "exit"));
+            assert_eq!(
+                e["event"], "stdout",
+                "request {id} ended before printing {text:?}: {e}"
+            );
+            out.extend(b64(&e["data"]));
+        }
+    }
+
+    /// Close stdin and wait (bounded) for the server to exit.
+    fn close(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not exit after its stdin closed"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn b64(v: &Value) -> Vec<u8> {
+    use std::io::Read;
+    // base64 by `base64 -d`: the test needs no decoder of its own.
+    let mut p = Command::new("base64")
+        .arg("-d")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    p.stdin
+        .take()
+        .unwrap()
+        .write_all(v.as_str().unwrap().as_bytes())
+        .unwrap();
+    let mut out = Vec::new();
+    p.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    assert!(p.wait().unwrap().success());
+    out
+}
+
+fn argv(id: u64, args: &[&str]) -> Value {
+    json!({"id": id, "verb": "argv", "argv": args})
+}
+
+#[test]
+fn requests_run_concurrently_with_stdin_and_envelopes() {
+    for who in identities() {
+        let dir = TempDir::new("serve", who);
+        let mut s = Server::start(who, dir.path());
+        // Two commands that each wait for a line of stdin: the second is
+        // answered (and ends) while the first still waits.
+        let reader = ["run", "--quiet", "--", "sh", "-c", "read x; echo got-$x"];
+        let mut first = argv(1, &reader);
+        first["stdin"] = json!(true);
+        let mut second = argv(2, &reader);
+        second["stdin"] = json!(true);
+        s.send(&first);
+        s.send(&second);
+        s.send(&json!({"id": 2, "verb": "stdin", "data": "dHdvCg==", "eof": true}));
+        let (out2, _, exit2) = s.finish(2);
+        assert_eq!(
+            (out2.as_str(), &exit2["code"]),
+            ("got-two\n", &json!(0)),
+            "{exit2}"
+        );
+        s.send(&json!({"id": 1, "verb": "stdin", "data": "b25lCg==", "eof": true}));
+        let (out1, _, exit1) = s.finish(1);
+        assert_eq!(
+            (out1.as_str(), &exit1["code"]),
+            ("got-one\n", &json!(0)),
+            "{exit1}"
+        );
+
+        // The envelope of --result-fd and of --json stdout, in the exit
+        // event, as the CLI writes them; stderr streamed apart.
+        let mut run = argv(
+            3,
+            &[
+                "run",
+                "--quiet",
+                "--json",
+                "--result-fd",
+                "5",
+                "--",
+                "sh",
+                "-c",
+                "echo out; echo err >&2; exit 4",
+            ],
+        );
+        run["report_fd"] = json!(5);
+        s.send(&run);
+        let (out, err, exit) = s.finish(3);
+        assert_eq!((out.as_str(), err.as_str()), ("out\n", "err\n"));
+        assert_eq!(exit["code"], 4, "{exit}");
+        assert_eq!(exit["envelope"]["verb"], "run", "{exit}");
+        assert_eq!(exit["envelope"]["result"]["status"], 4, "{exit}");
+        let mut list = argv(
+            4,
+            &[
+                "session",
+                "--state-dir",
+                dir.path().to_str().unwrap(),
+                "list",
+                "--json",
+            ],
+        );
+        list["json_stdout"] = json!(true);
+        s.send(&list);
+        let (out, _, exit) = s.finish(4);
+        assert_eq!(out, "", "the envelope is not also streamed");
+        assert_eq!(exit["envelope"]["verb"], "session.list", "{exit}");
+        assert_eq!(exit["envelope"]["ok"], true, "{exit}");
+        // A CLI error keeps its exit status and its typed envelope.
+        let mut missing = argv(
+            5,
+            &[
+                "session",
+                "--state-dir",
+                dir.path().to_str().unwrap(),
+                "show",
+                "nosuchid",
+                "--json",
+            ],
+        );
+        missing["json_stdout"] = json!(true);
+        s.send(&missing);
+        let (_, err, exit) = s.finish(5);
+        assert_ne!(exit["code"], 0, "{exit}");
+        assert_eq!(exit["envelope"]["ok"], false, "{exit}");
+        assert!(!err.is_empty(), "the human line still goes to stderr");
+        assert!(s.close().success());
+    }
+}
+
+#[test]
+fn signal_reaches_the_workload_and_cancel_ends_it() {
+    for who in identities() {
+        let dir = TempDir::new("serve-signal", who);
+        let mut s = Server::start(who, dir.path());
+        s.send(&argv(
+            1,
+            &[
+                "run",
+                "--quiet",
+                "--",
+                "sh",
+                "-c",
+                "trap 'echo got-usr1; exit 7' USR1; echo ready; while :; do sleep 1; done",
+            ],
+        ));
+        s.stdout_until(1, "ready");
+        s.send(&json!({"id": 1, "verb": "signal", "signal": "USR1"}));
+        let (out, _, exit) = s.finish(1);
+        assert!(out.contains("got-usr1"), "{out:?}");
+        assert_eq!(exit["code"], 7, "{exit}");
+        assert_eq!(exit["cancelled"], false, "{exit}");
+
+        s.send(&argv(
+            2,
+            &[
+                "run",
+                "--quiet",
+                "--",
+                "sh",
+                "-c",
+                "echo ready; exec sleep 9372",
+            ],
+        ));
+        s.stdout_until(2, "ready");
+        wait_until(WAIT, "the sandbox's sleep to run", || {
+            live_sleeps("9372").len() == 1
+        });
+        let t = Instant::now();
+        s.send(&json!({"id": 2, "verb": "cancel"}));
+        let (_, _, exit) = s.finish(2);
+        assert_eq!(exit["event"], "exit", "{exit}");
+        assert_eq!(exit["cancelled"], true, "{exit}");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "cancel took {:?}",
+            t.elapsed()
+        );
+        wait_until(
+            Duration::from_secs(10),
+            "the cancelled sleep to be gone",
+            || live_sleeps("9372").is_empty(),
+        );
+        // An ended request takes no more control messages.
+        s.send(&json!({"id": 2, "verb": "signal", "signal": "TERM"}));
+        let e = s.next(|e| e["id"] == 2);
+        assert_eq!(
+            (&e["event"], &e["error"]["kind"]),
+            (&json!("error"), &json!("not-found")),
+            "{e}"
+        );
+        assert!(s.close().success());
+    }
+}
+
+#[test]
+fn bad_and_oversized_lines_get_error_events_and_serving_goes_on() {
+    let who = caller();
+    let dir = TempDir::new("serve-bad", who);
+    let mut s = Server::start(who, dir.path());
+    let error_of = |s: &mut Server| s.next(|e| e["event"] == "error");
+    s.send_raw(b"not json\n");
+    let e = error_of(&mut s);
+    assert_eq!(
+        (&e["id"], &e["error"]["kind"]),
+        (&Value::Null, &json!("usage")),
+        "{e}"
+    );
+    assert!(
+        e["error"]["what"].as_str().unwrap().contains("not JSON"),
+        "{e}"
+    );
+    // Over the 16 MiB line cap, sent in pieces: one error, the rest of the
+    // line skipped, and the next line served.
+    let big = vec![b'x'; 1 << 20];
+    for _ in 0..17 {
+        s.send_raw(&big);
+    }
+    s.send_raw(b"\n");
+    let e = error_of(&mut s);
+    assert_eq!(e["error"]["kind"], "too-large", "{e}");
+    s.send(&json!({"id": 7, "verb": "frob"}));
+    let e = error_of(&mut s);
+    assert_eq!(
+        (&e["id"], &e["error"]["kind"]),
+        (&json!(7), &json!("usage")),
+        "{e}"
+    );
+    s.send(&json!({"id": 8, "verb": "argv", "argv": []}));
+    let e = error_of(&mut s);
+    assert_eq!((&e["id"], &e["verb"]), (&json!(8), &json!("argv")), "{e}");
+    s.send(&json!({"id": 9, "verb": "stdin", "data": "aGk=", "eof": true}));
+    let e = error_of(&mut s);
+    assert_eq!(
+        (&e["id"], &e["error"]["kind"]),
+        (&json!(9), &json!("not-found")),
+        "{e}"
+    );
+    s.send(&json!({"id": 10, "verb": "hello", "protocol": 99}));
+    let e = error_of(&mut s);
+    assert_eq!(e["verb"], "hello", "{e}");
+    let mut v = argv(11, &["version", "--json"]);
+    v["json_stdout"] = json!(true);
+    s.send(&v);
+    let (_, _, exit) = s.finish(11);
+    assert_eq!(exit["envelope"]["result"]["machine"], 1, "{exit}");
+    assert!(s.close().success());
+}
+
+#[test]
+fn closing_stdin_ends_and_reaps_what_the_server_started() {
+    for who in identities() {
+        let dir = TempDir::new("serve-close", who);
+        let mut s = Server::start(who, dir.path());
+        let server_pid = s.child.id() as i32;
+        s.send(&argv(
+            1,
+            &[
+                "run",
+                "--quiet",
+                "--",
+                "sh",
+                "-c",
+                "echo ready; exec sleep 9373",
+            ],
+        ));
+        s.stdout_until(1, "ready");
+        wait_until(WAIT, "the sandbox's sleep to run", || {
+            live_sleeps("9373").len() == 1
+        });
+        let t = Instant::now();
+        assert!(s.close().success());
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "exit took {:?}",
+            t.elapsed()
+        );
+        assert!(
+            live_sleeps("9373").is_empty(),
+            "the sandbox outlived the server"
+        );
+        let orphans: Vec<i32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .filter(|p: &i32| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .ok()
+                    .and_then(|s| {
+                        s.rsplit_once(')')?
+                            .1
+                            .split_whitespace()
+                            .nth(1)?
+                            .parse()
+                            .ok()
+                    })
+                    == Some(server_pid)
+            })
+            .collect();
+        assert!(
+            orphans.is_empty(),
+            "children of the server left: {orphans:?}"
+        );
+    }
+}
+
+#[test]
+fn a_node_client_streams_output_and_reads_the_envelope() {
+    require!(have("node"), "node (tests/setup installs it)");
+    let who = caller();
+    let dir = TempDir::new("serve-node", who);
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/serve/client.mjs");
+    let mut p = Command::new("node")
+        .arg(client)
+        .arg(hutch_bin())
+        .args([
+            "--report-fd",
+            "3",
+            "--",
+            "run",
+            "--quiet",
+            "--json",
+            "--result-fd",
+            "3",
+            "--",
+        ])
+        .args(["sh", "-c", "cat; echo to-stderr >&2; exit 3"])
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn node");
+    p.stdin
+        .take()
+        .unwrap()
+        .write_all(b"from node's stdin\n")
+        .unwrap();
+    let o = p.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "from node's stdin\n");
+    let exit_line = stderr
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("exit: "))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(stderr.starts_with("to-stderr\n"), "{stderr}");
+    let exit: Value = serde_json::from_str(exit_line).unwrap();
+    assert_eq!(exit["envelope"]["verb"], "run", "{exit}");
+    assert_eq!(exit["envelope"]["result"]["status"], 3, "{exit}");
+}
