@@ -1054,3 +1054,162 @@ fn a_manifest_is_read_with_the_size_its_index_declares() {
         assert_no_image(&store);
     }
 }
+
+/// `hutch ARGS` as `who` in `cwd` with `env` set and, when `fd3` is
+/// given, that file open as fd 3 (`sh -c 'exec 3<FILE; exec hutch ...'`).
+fn hutch_with(
+    who: As,
+    cwd: &Path,
+    env: &[(&str, &str)],
+    fd3: Option<&Path>,
+    args: &[&str],
+) -> Output {
+    let base = hutch_command(who);
+    let mut cmd = match fd3 {
+        Some(file) => {
+            let mut c = std::process::Command::new("sh");
+            c.args(["-c", "exec 3<\"$1\"; shift; exec \"$@\"", "sh"])
+                .arg(file)
+                .arg(base.get_program())
+                .args(base.get_args());
+            c
+        }
+        None => base,
+    };
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_remove("HUTCH_IMAGE_STORE")
+        .env_remove("REGISTRY_AUTH_FILE")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null());
+    cmd.output().expect("spawn hutch")
+}
+
+#[test]
+fn registry_credentials_come_from_a_secret_source_and_never_show() {
+    require!(
+        ready().is_ok() && have("openssl"),
+        "docker-registry, skopeo, openssl"
+    );
+    let who = caller();
+    let s = Setup::new("pull-secret", who, true);
+    let store = s.store();
+    let store_arg = store.display().to_string();
+    let dir = s.t.path().to_path_buf();
+    let pull_args = |cred: &str| -> Vec<String> {
+        [
+            "image",
+            "--image-store",
+            &store_arg,
+            "pull",
+            &s.reference,
+            "--insecure-registry",
+            &s.reg.host,
+            "--registry-credential",
+            cred,
+            "--json",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect()
+    };
+    let no_leak = |o: &Output, secret: &str| {
+        assert!(
+            !out(o).contains(secret) && !err(o).contains(secret),
+            "the credential leaked: {}{}",
+            out(o),
+            err(o)
+        );
+    };
+    // The value on the command line is refused, and not echoed.
+    let a = pull_args(PASSWORD);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = hutch_with(who, &dir, &[], None, &a);
+    assert_eq!(o.status.code(), Some(125), "{}", err(&o));
+    no_leak(&o, PASSWORD);
+    // A wrong password from a file: refused in the envelope, one line, not shown.
+    let wrong = dir.join("wrong");
+    std::fs::write(&wrong, "wrong-pass-91e2\n").unwrap();
+    give(&wrong, who);
+    let a = pull_args(&format!("user={USER},from-file={}", wrong.display()));
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = hutch_with(who, &dir, &[], None, &a);
+    assert_eq!(o.status.code(), Some(125), "{}", out(&o));
+    let envelope: serde_json::Value = serde_json::from_str(out(&o).trim()).unwrap();
+    assert_eq!(envelope["error"]["kind"], "registry", "{envelope}");
+    assert!(
+        envelope["error"]["what"]
+            .as_str()
+            .unwrap()
+            .contains("Not authorized"),
+        "{envelope}"
+    );
+    no_leak(&o, "wrong-pass-91e2");
+    assert_no_image(&store);
+    // USER:PASSWORD from the caller's environment.
+    let pair = format!("{USER}:{PASSWORD}");
+    let a = pull_args("from-env=REG_CRED");
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = hutch_with(who, &dir, &[("REG_CRED", &pair)], None, &a);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(result(&o)["image"]["manifest"], s.digest.as_str());
+    no_leak(&o, PASSWORD);
+    // The password alone from an inherited fd, with user=.
+    let pw = dir.join("pw");
+    std::fs::write(&pw, PASSWORD).unwrap();
+    give(&pw, who);
+    let store2 = dir.join("store2");
+    let a = [
+        "image",
+        "--image-store",
+        store2.to_str().unwrap(),
+        "pull",
+        &s.reference,
+        "--insecure-registry",
+        &s.reg.host,
+        "--registry-credential",
+        &format!("user={USER},from-fd=3"),
+    ];
+    let o = hutch_with(who, &dir, &[], Some(&pw), &a);
+    assert!(o.status.success(), "{}", err(&o));
+    no_leak(&o, PASSWORD);
+    assert_eq!(list(who, &store2).len(), 1);
+
+    // Token auth, through `hutch run --pull missing`: the workload runs and
+    // neither it nor any output sees the credential.
+    let t = TempDir::new("pull-secret-token", who);
+    let reg = Registry::start_token(&t.path().join("registry"));
+    let lay = t.path().join("layout");
+    layout(&lay, "amd64", "behind a token\n");
+    let digest = reg.push_with_creds(lay.to_str().unwrap(), "hutch/test:t");
+    give(t.path(), who);
+    let reference = format!("{}/hutch/test@{digest}", reg.host);
+    let store3 = t.path().join("store").display().to_string();
+    let run = [
+        "run",
+        "--quiet",
+        "--image-store",
+        &store3,
+        "--image",
+        &reference,
+        "--pull",
+        "missing",
+        "--insecure-registry",
+        &reg.host,
+        "--registry-credential",
+        "user=puller,from-env=REG_PW",
+        "--",
+        "/bin/sh",
+        "-c",
+        "cat /etc/hello; env",
+    ];
+    let o = hutch_with(who, t.path(), &[("REG_PW", PASSWORD)], None, &run);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(out(&o).starts_with("behind a token\n"), "{}", out(&o));
+    no_leak(&o, PASSWORD);
+    // Without the variable: one line naming the variable, nothing pulled.
+    let o = hutch_with(who, t.path(), &[], None, &run);
+    assert_eq!(o.status.code(), Some(125), "{}", err(&o));
+    assert!(err(&o).contains("REG_PW"), "{}", err(&o));
+    assert_eq!(err(&o).trim_end().lines().count(), 1, "{}", err(&o));
+}

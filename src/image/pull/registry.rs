@@ -167,7 +167,7 @@ impl Registry {
         use oci_client::errors::OciDistributionError as E;
         let hint = match &e {
             E::UnauthorizedError { .. } | E::AuthenticationFailure(_) => {
-                " (give credentials with --registry-auth FILE, or check them)"
+                " (give credentials with --registry-auth FILE or --registry-credential, or check them)"
             }
             E::ImageManifestNotFoundError(_) => " (no such repository or digest there)",
             _ => "",
@@ -280,7 +280,7 @@ impl Registry {
         if !status.is_success() {
             let why = match status.as_u16() {
                 401 | 403 => format!(
-                    "Not authorized: url {url} (give credentials with --registry-auth FILE, or check them)"
+                    "Not authorized: url {url} (give credentials with --registry-auth FILE or --registry-credential, or check them)"
                 ),
                 404 => format!(
                     "Image manifest not found: url {url} (no such repository or digest there)"
