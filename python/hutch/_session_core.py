@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
 from . import _binary
+from ._approved import Approved, approved_path
 from ._core import state_args
 from ._errors import CleanupIncomplete
 from ._options import PathLike, Seconds, Size, duration, size, to_args
@@ -58,6 +59,10 @@ class CreateExtras:
 
     image: str | None = None
     image_store: PathLike | None = None
+    pull: str | None = None
+    insecure_registries: Sequence[str] = ()
+    registry_auth: PathLike | None = None
+    approved: Approved | None = None
     workspace_path: str | None = None
     disk_max: Size | None = None
     disk_max_preferred: Size | None = None
@@ -71,6 +76,18 @@ class CreateExtras:
             a += ["--image", self.image]
         if self.image_store is not None:
             a += ["--image-store", os.fspath(self.image_store)]
+        if self.pull is not None:
+            if self.pull not in ("missing", "never"):
+                raise ValueError(f"pull={self.pull!r}: 'missing' or 'never'")
+            a += ["--pull", self.pull]
+        if isinstance(self.insecure_registries, str):
+            raise TypeError("insecure_registries= is a list of HOST[:PORT]")
+        for h in self.insecure_registries:
+            a += ["--insecure-registry", h]
+        if self.registry_auth is not None:
+            a += ["--registry-auth", os.fspath(self.registry_auth)]
+        if self.approved is not None:
+            a += ["--approved", approved_path(self.approved)]
         if self.workspace_path is not None:
             a += ["--workspace-path", self.workspace_path]
         if self.disk_max is not None and self.disk_max_preferred is not None:

@@ -29,6 +29,7 @@ from typing import (
 
 from . import _session_core as core
 from ._agent import agent_options
+from ._approved import Approved
 from ._core import (
     Launch,
     envelope_result,
@@ -773,6 +774,10 @@ class Session(core.Target):
         max_path_bytes: int | None = None,
         image: str | None = None,
         image_store: PathLike | None = None,
+        pull: str | None = None,
+        insecure_registries: Sequence[str] = (),
+        registry_auth: PathLike | None = None,
+        approved: Approved | None = None,
         workspace_path: str | None = None,
         disk_max: Size | None = None,
         disk_max_preferred: Size | None = None,
@@ -803,6 +808,10 @@ class Session(core.Target):
                 production=core.CreateExtras(
                     image=image,
                     image_store=image_store,
+                    pull=pull,
+                    insecure_registries=insecure_registries,
+                    registry_auth=registry_auth,
+                    approved=approved,
                     workspace_path=workspace_path,
                     disk_max=disk_max,
                     disk_max_preferred=disk_max_preferred,
