@@ -22,9 +22,11 @@
 # else a private range hutch allocates: docs/images.md, "Id ranges");
 # only a tree that cannot run falls back to a static busybox tree.
 #
-# The image: `debootstrap --variant=minbase bookworm` from the Debian
-# mirror apt uses, when it can be reached; otherwise (or with --rootfs
-# DIR) a ~200 MB tree copied from the host's /usr/lib and /usr/share.
+# The image: the Debian minbase tree tests/setup caches
+# (/opt/hutch-test-debian/current/rootfs: `debootstrap --variant=minbase
+# bookworm` with python3) when present, else a fresh debootstrap from the
+# Debian mirror apt uses, when it can be reached; otherwise (or with
+# --rootfs DIR) a ~200 MB tree copied from the host's /usr/lib and /usr/share.
 # umoci packs it as an OCI layout (one gzip layer, umoci's own writer).
 # Each round, in alternating order, times: hutch importing the layout into
 # an empty store (verify the blobs, decompress, unpack, record owners,
@@ -64,7 +66,12 @@ work=$(mktemp -d "${TMPDIR:-/var/tmp}/hutch-image-bench.XXXXXX")
 [ $keep = 1 ] || trap 'rm -rf "$work"' EXIT
 
 what="--rootfs $rootfs"
-if [ -z "$rootfs" ] && ! part a && ! part d; then
+cached=/opt/hutch-test-debian/current/rootfs
+if [ -z "$rootfs" ] && [ -x "$cached/usr/bin/true" ]; then
+    rootfs=$cached
+    what="debootstrap --variant=minbase $(cat "$cached/etc/debian_version" 2>/dev/null) (tests/setup's cached tree)"
+fi
+if [ -z "$rootfs" ] && ! part a && ! part b && ! part c && ! part d; then
     :
 elif [ -z "$rootfs" ]; then
     rootfs=$work/rootfs

@@ -10,7 +10,9 @@
 //!
 //! The image is built from the host's static busybox with files owned as a
 //! Debian tree has them (root 0, mail 8, shadow 42, utmp 43, staff 50) and
-//! a user 1000; python3 is not in it, so `id -u` reports the uid.
+//! a user 1000; python3 is not in it, so `id -u` reports the uid. One
+//! test runs a real `debootstrap --variant=minbase` bookworm tree with
+//! python3 (tests/setup builds it once, cached under /opt/hutch-test-debian).
 
 mod common;
 mod image_support;
@@ -611,5 +613,115 @@ fn a_run_without_an_image_changes_ids_in_a_private_range() {
             );
             assert_eq!(lines[1], "1000", "{text}");
         }
+    }
+}
+
+/// The Debian minbase tree tests/setup builds once (debootstrap, cached).
+const DEBIAN_TREE: &str = "/opt/hutch-test-debian/current/rootfs";
+
+/// An OCI layout at `dir` of one uncompressed layer, `tar` of `tree`
+/// (numeric owners kept), with the image user `user`: returns nothing, the
+/// import names it. The layer streams from tar to a file, never to memory.
+fn tree_layout(dir: &Path, tree: &str, user: &str) {
+    let blobs = dir.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let layer = dir.join("layer.tar");
+    let o = Command::new("tar")
+        .args(["--numeric-owner", "--sort=name", "-C", tree, "-cf"])
+        .arg(&layer)
+        .arg(".")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "tar: {}", err(&o));
+    let o = Command::new("sha256sum").arg(&layer).output().unwrap();
+    let hex = String::from_utf8_lossy(&o.stdout)[..64].to_string();
+    let size = std::fs::metadata(&layer).unwrap().len();
+    std::fs::rename(&layer, blobs.join(&hex)).unwrap();
+    let put = |data: &[u8]| -> (String, usize) {
+        let d = sha(data);
+        std::fs::write(blobs.join(&d[7..]), data).unwrap();
+        (d, data.len())
+    };
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+                   "Cmd": ["bash"], "User": user},
+        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{hex}")]},
+    });
+    let (cd, cn) = put(&serde_json::to_vec(&config).unwrap());
+    let manifest = serde_json::json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": cn},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": format!("sha256:{hex}"), "size": size}],
+    });
+    let (md, mn) = put(&serde_json::to_vec(&manifest).unwrap());
+    std::fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    std::fs::write(
+        dir.join("index.json"),
+        serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": [
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": mn}
+        ]}))
+        .unwrap(),
+    )
+    .unwrap();
+}
+
+/// A real `debootstrap --variant=minbase` bookworm tree (with python3),
+/// its image user 1000, run as root with no /etc/subuid entry: python3
+/// reports uid 1000 (the image user) and 0 (`--uid 0 --gid 0`), the
+/// files debootstrap gave gids 8, 42, 43 and 50 show those owners inside,
+/// in a private range; the host keeps nothing below the region.
+#[test]
+fn a_debootstrap_minbase_image_runs_python_as_root_and_as_user_1000() {
+    require!(
+        Path::new(DEBIAN_TREE).join("usr/bin/python3").exists(),
+        format!("{DEBIAN_TREE} is missing (tests/setup builds it with debootstrap)")
+    );
+    require!(
+        is_root(),
+        "a private /etc/subuid needs a mount namespace made by root"
+    );
+    let t = TempDir::new("img-debian", As::Root);
+    let lay = t.path().join("layout");
+    tree_layout(&lay, DEBIAN_TREE, "1000:1000");
+    let ws = t.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let store = t.path().join("store");
+    let digest = import_ok(
+        As::Root,
+        &store,
+        &[lay.to_str().unwrap(), "--name", "minbase"],
+    );
+    std::fs::remove_dir_all(&lay).unwrap();
+    let img = Image {
+        t,
+        store,
+        digest,
+        ws,
+    };
+    let script = "python3 -c 'import os; print(os.getuid(), os.getgid())'; \
+        head -n 1 /proc/self/uid_map; \
+        stat -c %u:%g /etc/passwd /var/mail /etc/shadow /var/log/wtmp /var/local; \
+        echo made > made-here && stat -c %u:%g made-here";
+    for (tail, uid) in [
+        (&[][..], "1000 1000"),
+        (&["--uid", "0", "--gid", "0"][..], "0 0"),
+    ] {
+        let mut args = tail.to_vec();
+        args.extend(["--", "sh", "-c", script]);
+        let o = run(&img, As::Root, "", "none", &args);
+        let text = ok(&o, "the minbase image");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], uid, "{text}");
+        let (start, count) = map_start(lines[1]);
+        assert_private(start, count);
+        assert_eq!(
+            lines[2..7],
+            ["0:0", "0:8", "0:42", "0:43", "0:50"],
+            "{text}"
+        );
+        assert_eq!(lines[7], uid.replace(' ', ":"), "{text}");
+        assert_eq!(low_owned(&img.ws, &[0]), Vec::<String>::new());
     }
 }

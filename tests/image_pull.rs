@@ -862,3 +862,354 @@ fn a_registry_sending_an_endless_manifest_is_cut_off_at_the_cap() {
         assert_no_image(&store);
     }
 }
+
+/// A registry that lies about a manifest's size (issue 34): its index
+/// (served whole and true, so its digest pins it) names a linux/amd64
+/// manifest of `DECLARED` bytes; `/v2/REPO/manifests/<that digest>`
+/// answers, by REPO: `long` a Content-Length of 4 MiB (under the 8 MiB
+/// cap) and then nothing; `chunked` a 64 KiB chunk and then nothing;
+/// `short` `DECLARED - 10` bytes and the end; `digest` exactly `DECLARED`
+/// bytes of other content; `over` is an index declaring a 9 MiB manifest.
+/// A "nothing" answer waits for hutch to hang up (no timer): a client
+/// reading past the declared size hangs there. Returns the host and the
+/// index digests (the `over` one second).
+fn lying_registry() -> (String, String, String) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    const DECLARED: usize = 1000;
+    let manifest_digest = format!("sha256:{}", "cd".repeat(32));
+    let index_for = |size: u64| {
+        serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": manifest_digest, "size": size,
+                "platform": {"architecture": "amd64", "os": "linux"}}]
+        }))
+        .unwrap()
+    };
+    let index = index_for(DECLARED as u64);
+    let over = index_for(9 << 20);
+    let (index_digest, over_digest) = (sha(&index), sha(&over));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let (idx_d, over_d) = (index_digest.clone(), over_digest.clone());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let (index, over, idx_d, over_d) =
+                (index.clone(), over.clone(), idx_d.clone(), over_d.clone());
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    return;
+                }
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let path = request_line.split(' ').nth(1).unwrap_or("").to_string();
+                let repo = path.split('/').nth(2).unwrap_or("").to_string();
+                let head = "HTTP/1.1 200 OK\r\nConnection: close\r\n\
+                            Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
+                let whole = |conn: &mut std::net::TcpStream, ct: &str, body: &[u8]| {
+                    write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: {ct}\r\n\
+                         Content-Length: {}\r\n\r\n",
+                        body.len()
+                    )?;
+                    conn.write_all(body)
+                };
+                // Wait for the client to hang up (read returns 0 or fails).
+                let stall = |conn: &mut std::net::TcpStream| {
+                    let mut buf = [0u8; 256];
+                    while conn.read(&mut buf).is_ok_and(|n| n > 0) {}
+                };
+                let mt_index = "application/vnd.oci.image.index.v1+json";
+                let _ = if path.ends_with(&format!("/manifests/{idx_d}")) {
+                    whole(&mut conn, mt_index, &index)
+                } else if path.ends_with(&format!("/manifests/{over_d}")) {
+                    whole(&mut conn, mt_index, &over)
+                } else if path.contains("/manifests/") {
+                    let filler = "a".repeat(64 << 10);
+                    (|| {
+                        match repo.as_str() {
+                            "long" => {
+                                write!(conn, "{head}Content-Length: {}\r\n\r\n", 4 << 20)?;
+                                conn.write_all(&filler.as_bytes()[..DECLARED])?;
+                                stall(&mut conn);
+                            }
+                            "chunked" => {
+                                write!(conn, "{head}Transfer-Encoding: chunked\r\n\r\n")?;
+                                write!(conn, "{:x}\r\n{filler}\r\n", filler.len())?;
+                                stall(&mut conn);
+                            }
+                            "short" => {
+                                write!(conn, "{head}\r\n")?;
+                                conn.write_all(&filler.as_bytes()[..DECLARED - 10])?;
+                            }
+                            _ => {
+                                write!(conn, "{head}Content-Length: {DECLARED}\r\n\r\n")?;
+                                conn.write_all(&filler.as_bytes()[..DECLARED])?;
+                            }
+                        }
+                        Ok(())
+                    })()
+                } else {
+                    conn.write_all(
+                        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}",
+                    )
+                };
+            });
+        }
+    });
+    (host, index_digest, over_digest)
+}
+
+/// `hutch image pull ARGS` as `who`, killed (and the test failed) if it
+/// has not ended within `limit`: its exit code and stderr.
+fn pull_within(
+    who: As,
+    store: &Path,
+    args: &[&str],
+    limit: std::time::Duration,
+) -> (Option<i32>, String) {
+    use std::io::Read;
+    let mut cmd = hutch_command(who);
+    cmd.args(["image", "--image-store", store.to_str().unwrap(), "pull"])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("pull {args:?} still reading after {limit:?}: it reads past the declared size");
+        }
+        // A poll with a deadline: the child has no readiness fd of its own here.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut e = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut e).unwrap();
+    (status.code(), e)
+}
+
+#[test]
+fn a_manifest_is_read_with_the_size_its_index_declares() {
+    let who = caller();
+    let t = TempDir::new("pull-lying", who);
+    give(t.path(), who);
+    let store = t.path().join("store");
+    let (host, index, over) = lying_registry();
+    let cases = [
+        (
+            "long",
+            &index,
+            "the registry announced 4194304 bytes, but its descriptor declares 1000",
+        ),
+        (
+            "chunked",
+            &index,
+            "the registry sent more than the 1000 bytes its descriptor declares",
+        ),
+        (
+            "short",
+            &index,
+            "990 bytes arrived, but its descriptor declares 1000",
+        ),
+        (
+            "digest",
+            &index,
+            "the registry sent a manifest whose digest is sha256:",
+        ),
+        (
+            "over",
+            &over,
+            "a manifest of 9437184 bytes, over the 8388608-byte cap for manifests",
+        ),
+    ];
+    for (repo, digest, expect) in cases {
+        let reference = format!("{host}/{repo}/x@{digest}");
+        let started = std::time::Instant::now();
+        let (code, e) = pull_within(
+            who,
+            &store,
+            &[&reference, "--insecure-registry", &host],
+            std::time::Duration::from_secs(20),
+        );
+        eprintln!("{repo}: refused in {:?}", started.elapsed());
+        assert_eq!(code, Some(125), "{repo}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{repo}: one line: {e}");
+        assert!(e.contains(expect), "{repo}: expected {expect:?} in: {e}");
+        assert!(
+            e.contains(&format!("sha256:{}", "cd".repeat(32))),
+            "{repo}: names the blob: {e}"
+        );
+        assert_no_image(&store);
+    }
+}
+
+/// `hutch ARGS` as `who` in `cwd` with `env` set and, when `fd3` is
+/// given, that file open as fd 3 (`sh -c 'exec 3<FILE; exec hutch ...'`).
+fn hutch_with(
+    who: As,
+    cwd: &Path,
+    env: &[(&str, &str)],
+    fd3: Option<&Path>,
+    args: &[&str],
+) -> Output {
+    let base = hutch_command(who);
+    let mut cmd = match fd3 {
+        Some(file) => {
+            let mut c = std::process::Command::new("sh");
+            c.args(["-c", "exec 3<\"$1\"; shift; exec \"$@\"", "sh"])
+                .arg(file)
+                .arg(base.get_program())
+                .args(base.get_args());
+            c
+        }
+        None => base,
+    };
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_remove("HUTCH_IMAGE_STORE")
+        .env_remove("REGISTRY_AUTH_FILE")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null());
+    cmd.output().expect("spawn hutch")
+}
+
+#[test]
+fn registry_credentials_come_from_a_secret_source_and_never_show() {
+    require!(
+        ready().is_ok() && have("openssl"),
+        "docker-registry, skopeo, openssl"
+    );
+    let who = caller();
+    let s = Setup::new("pull-secret", who, true);
+    let store = s.store();
+    let store_arg = store.display().to_string();
+    let dir = s.t.path().to_path_buf();
+    let pull_args = |cred: &str| -> Vec<String> {
+        [
+            "image",
+            "--image-store",
+            &store_arg,
+            "pull",
+            &s.reference,
+            "--insecure-registry",
+            &s.reg.host,
+            "--registry-credential",
+            cred,
+            "--json",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect()
+    };
+    let no_leak = |o: &Output, secret: &str| {
+        assert!(
+            !out(o).contains(secret) && !err(o).contains(secret),
+            "the credential leaked: {}{}",
+            out(o),
+            err(o)
+        );
+    };
+    // The value on the command line is refused, and not echoed.
+    let a = pull_args(PASSWORD);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = hutch_with(who, &dir, &[], None, &a);
+    assert_eq!(o.status.code(), Some(125), "{}", err(&o));
+    no_leak(&o, PASSWORD);
+    // A wrong password from a file: refused in the envelope, one line, not shown.
+    let wrong = dir.join("wrong");
+    std::fs::write(&wrong, "wrong-pass-91e2\n").unwrap();
+    give(&wrong, who);
+    let a = pull_args(&format!("user={USER},from-file={}", wrong.display()));
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = hutch_with(who, &dir, &[], None, &a);
+    assert_eq!(o.status.code(), Some(125), "{}", out(&o));
+    let envelope: serde_json::Value = serde_json::from_str(out(&o).trim()).unwrap();
+    assert_eq!(envelope["error"]["kind"], "registry", "{envelope}");
+    assert!(
+        envelope["error"]["what"]
+            .as_str()
+            .unwrap()
+            .contains("Not authorized"),
+        "{envelope}"
+    );
+    no_leak(&o, "wrong-pass-91e2");
+    assert_no_image(&store);
+    // USER:PASSWORD from the caller's environment.
+    let pair = format!("{USER}:{PASSWORD}");
+    let a = pull_args("from-env=REG_CRED");
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = hutch_with(who, &dir, &[("REG_CRED", &pair)], None, &a);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(result(&o)["image"]["manifest"], s.digest.as_str());
+    no_leak(&o, PASSWORD);
+    // The password alone from an inherited fd, with user=.
+    let pw = dir.join("pw");
+    std::fs::write(&pw, PASSWORD).unwrap();
+    give(&pw, who);
+    let store2 = dir.join("store2");
+    let a = [
+        "image",
+        "--image-store",
+        store2.to_str().unwrap(),
+        "pull",
+        &s.reference,
+        "--insecure-registry",
+        &s.reg.host,
+        "--registry-credential",
+        &format!("user={USER},from-fd=3"),
+    ];
+    let o = hutch_with(who, &dir, &[], Some(&pw), &a);
+    assert!(o.status.success(), "{}", err(&o));
+    no_leak(&o, PASSWORD);
+    assert_eq!(list(who, &store2).len(), 1);
+
+    // Token auth, through `hutch run --pull missing`: the workload runs and
+    // neither it nor any output sees the credential.
+    let t = TempDir::new("pull-secret-token", who);
+    let reg = Registry::start_token(&t.path().join("registry"));
+    let lay = t.path().join("layout");
+    layout(&lay, "amd64", "behind a token\n");
+    let digest = reg.push_with_creds(lay.to_str().unwrap(), "hutch/test:t");
+    give(t.path(), who);
+    let reference = format!("{}/hutch/test@{digest}", reg.host);
+    let store3 = t.path().join("store").display().to_string();
+    let run = [
+        "run",
+        "--quiet",
+        "--image-store",
+        &store3,
+        "--image",
+        &reference,
+        "--pull",
+        "missing",
+        "--insecure-registry",
+        &reg.host,
+        "--registry-credential",
+        "user=puller,from-env=REG_PW",
+        "--",
+        "/bin/sh",
+        "-c",
+        "cat /etc/hello; env",
+    ];
+    let o = hutch_with(who, t.path(), &[("REG_PW", PASSWORD)], None, &run);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(out(&o).starts_with("behind a token\n"), "{}", out(&o));
+    no_leak(&o, PASSWORD);
+    // Without the variable: one line naming the variable, nothing pulled.
+    let o = hutch_with(who, t.path(), &[], None, &run);
+    assert_eq!(o.status.code(), Some(125), "{}", err(&o));
+    assert!(err(&o).contains("REG_PW"), "{}", err(&o));
+    assert_eq!(err(&o).trim_end().lines().count(), 1, "{}", err(&o));
+}

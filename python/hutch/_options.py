@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Union
 
+from ._approved import approved_path
 from ._secrets import Gateway, Intercept, Secret
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -60,7 +61,9 @@ class Options(TypedDict, total=False):
     command ``use_secrets`` (names of secrets the session declared).
     System: ``image`` (``"sha256:..."`` or ``"name@sha256:..."`` from the
     image store: the image is the read-only system layer, see
-    docs/images.md), ``image_store``.
+    docs/images.md), ``image_store``, ``approved`` (an approved list: a
+    file, or the entries ``sha256:...`` / ``REPOSITORY@sha256:...``; any
+    other image is refused before launch).
     Confinement: ``profile`` (a TOML/JSON Spec), ``bare``, ``seccomp``
     (``default``, ``strict``, ``log``, ``unconfined`` or a JSON file),
     ``landlock_min_abi``, ``cap_add``.
@@ -114,6 +117,7 @@ class Options(TypedDict, total=False):
     use_secrets: Sequence[str]
     image: str
     image_store: PathLike
+    approved: PathLike | Sequence[str]
     profile: PathLike
     bare: bool
     seccomp: str | PathLike
@@ -278,6 +282,8 @@ def to_args(
         a += ["--image", str(o["image"])]
     if "image_store" in o:
         a += ["--image-store", _flag_value(o["image_store"])]
+    if "approved" in o:
+        a += ["--approved", approved_path(o["approved"])]
     if "workspace" in o:
         a += ["--workspace", workspace_flag(o["workspace"])]
     if "changes" in o:

@@ -110,6 +110,9 @@ class Session(core.Target):
         max_path_bytes: int | None = None,
         image: str | None = None,
         image_store: PathLike | None = None,
+        pull: str | None = None,
+        insecure_registries: Sequence[str] = (),
+        registry_auth: PathLike | None = None,
         workspace_path: str | None = None,
         disk_max: Size | None = None,
         disk_max_preferred: Size | None = None,
@@ -138,8 +141,12 @@ class Session(core.Target):
         import (``TooLarge``, nothing kept).
 
         For production jobs: ``image`` (a pinned image of the store) is the
-        system of every command; ``workspace_path`` (default
-        ``/workspace``) is where commands see the workspace; ``disk_max``
+        system of every command (``pull="missing"`` fetches it from its
+        registry first when the store lacks it, with ``insecure_registries``
+        and ``registry_auth`` as for ``images.pull``; ``approved``, a file or
+        the entries, refuses any other image, now and for every command);
+        ``workspace_path`` (default ``/workspace``) is where commands see
+        the workspace; ``disk_max``
         is a hard cap of what the session writes (root only; refused
         otherwise) and ``disk_max_preferred`` the same where it can be
         enforced, else accounted after each command; ``audit_dir`` keeps
@@ -167,6 +174,9 @@ class Session(core.Target):
                 production=core.CreateExtras(
                     image=image,
                     image_store=image_store,
+                    pull=pull,
+                    insecure_registries=insecure_registries,
+                    registry_auth=registry_auth,
                     workspace_path=workspace_path,
                     disk_max=disk_max,
                     disk_max_preferred=disk_max_preferred,

@@ -69,6 +69,9 @@ class CreateExtras:
 
     image: str | None = None
     image_store: PathLike | None = None
+    pull: str | None = None
+    insecure_registries: Sequence[str] = ()
+    registry_auth: PathLike | None = None
     workspace_path: str | None = None
     disk_max: Size | None = None
     disk_max_preferred: Size | None = None
@@ -100,6 +103,16 @@ class CreateExtras:
             if self.warm is None:
                 raise TypeError("warm_idle= goes with warm=N")
             a += ["--warm-idle", duration(self.warm_idle)]
+        if self.pull is not None:
+            if self.pull not in ("missing", "never"):
+                raise ValueError(f"pull={self.pull!r}: 'missing' or 'never'")
+            a += ["--pull", self.pull]
+        if isinstance(self.insecure_registries, str):
+            raise TypeError("insecure_registries= is a list of HOST[:PORT]")
+        for h in self.insecure_registries:
+            a += ["--insecure-registry", h]
+        if self.registry_auth is not None:
+            a += ["--registry-auth", os.fspath(self.registry_auth)]
         if self.workspace_path is not None:
             a += ["--workspace-path", self.workspace_path]
         if self.disk_max is not None and self.disk_max_preferred is not None:

@@ -30,6 +30,7 @@ from typing import (
 from . import _serve
 from . import _session_core as core
 from ._agent import agent_options
+from ._approved import Approved
 from ._core import (
     Launch,
     envelope_doc_result,
@@ -838,6 +839,10 @@ class Session(core.Target):
         max_path_bytes: int | None = None,
         image: str | None = None,
         image_store: PathLike | None = None,
+        pull: str | None = None,
+        insecure_registries: Sequence[str] = (),
+        registry_auth: PathLike | None = None,
+        approved: Approved | None = None,
         workspace_path: str | None = None,
         disk_max: Size | None = None,
         disk_max_preferred: Size | None = None,
@@ -877,6 +882,10 @@ class Session(core.Target):
                 production=core.CreateExtras(
                     image=image,
                     image_store=image_store,
+                    pull=pull,
+                    insecure_registries=insecure_registries,
+                    registry_auth=registry_auth,
+                    approved=approved,
                     workspace_path=workspace_path,
                     disk_max=disk_max,
                     disk_max_preferred=disk_max_preferred,

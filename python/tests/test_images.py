@@ -148,3 +148,48 @@ def test_a_registry_that_cannot_be_reached_raises_registry_error(tmp_path: Path)
     assert e.value.where == f"127.0.0.1:{port}"
     with pytest.raises(hutch.Refused):
         images.pull(f"127.0.0.1:{port}/x/y:latest", store=tmp_path / "images")
+
+
+def test_session_create_pulls_a_missing_image_and_run_takes_an_approved_list(
+    registry: str, tmp_path: Path, work: Path, state_dir: Path
+) -> None:
+    ref = _push_busybox_image(tmp_path, registry)
+    store = tmp_path / "images"
+    other = "sha256:" + "ab" * 32
+
+    # Not on the list: refused before any layer is fetched, nothing stored.
+    with pytest.raises(hutch.Refused) as refused:
+        hutch.Session.create(
+            from_dir=work,
+            state_dir=state_dir,
+            image=ref,
+            image_store=store,
+            pull="missing",
+            insecure_registries=[registry],
+            approved=[other],
+        )
+    assert "not on the approved list" in refused.value.what
+    assert images.list(store=store) == []
+
+    with hutch.Session.create(
+        from_dir=work,
+        state_dir=state_dir,
+        image=ref,
+        image_store=store,
+        pull="missing",
+        insecure_registries=[registry],
+        approved=[ref],
+    ) as s:
+        res = s.run(["sh", "-c", "cat hello.txt"])
+        assert res.ok, res.stderr
+        assert res.stdout == b"hello\n"
+    assert len(images.list(store=store)) == 1
+
+    # hutch.run's approved=: the entries, or a file of them.
+    ok = hutch.run(["sh", "-c", "echo ran"], image=ref, image_store=store, approved=[ref])
+    assert ok.ok and ok.stdout == b"ran\n", ok.stderr
+    listed = tmp_path / "approved.list"
+    listed.write_text(f"# ours\n{other}\n")
+    with pytest.raises(hutch.Refused) as refused:
+        hutch.run(["true"], image=ref, image_store=store, approved=listed)
+    assert "not on the approved list" in refused.value.what

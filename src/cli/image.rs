@@ -18,7 +18,7 @@ const USAGE: &str = "usage: hutch image [--image-store DIR] COMMAND ...
              [--allow-secret-env] [--allow-devices] [--json]
       SRC: an OCI image layout (directory or tar), a docker-archive (`docker save`),
       or with --rootfs a root filesystem (directory, or tar/tar.gz/tar.zst)
-  pull REF@sha256:... [--registry-auth FILE] [--insecure-registry HOST[:PORT]]
+  pull REF@sha256:... [--registry-auth FILE | --registry-credential SOURCE] [--insecure-registry HOST[:PORT]]
              [--platform P] [--allow-unpinned] [--json]
       fetch from a registry by digest (OCI distribution API) and import
   list [--json]                     name, manifest digest, platform, size, layers

@@ -6,11 +6,13 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow, bail};
 
+use super::registry_credential::RegistryCredential;
 use crate::image::{Outcome, Platform, PullOptions, Store};
 use crate::spec::ByteSize;
 
 pub(super) const HELP: &str = "usage: hutch image pull REF@sha256:<64 hex> [--platform OS/ARCH[/VARIANT]]
-                       [--registry-auth FILE] [--insecure-registry HOST[:PORT]]...
+                       [--registry-auth FILE | --registry-credential SOURCE]
+                       [--insecure-registry HOST[:PORT]]...
                        [--name NAME] [--max-image-size SIZE] [--max-expansion N]
                        [--approved FILE] [--allow-unpinned] [--allow-platform-mismatch] [--allow-volumes]
                        [--allow-secret-env] [--allow-devices] [--json]
@@ -24,6 +26,9 @@ manifest digest to pin runs to (a pulled index's digest pins it too).
   --registry-auth FILE     docker-style credential file (default: $REGISTRY_AUTH_FILE,
                            $XDG_RUNTIME_DIR/containers/auth.json, ~/.docker/config.json);
                            basic auth, and token auth through it
+  --registry-credential [user=USER,]from-env=VAR|from-file=PATH|from-fd=N
+                           the credentials from a secret source instead (never argv):
+                           USER:PASSWORD, or the password alone with user=USER
   --insecure-registry H    reach registry H (HOST[:PORT]) over plain http
   --allow-unpinned         accept a tag; the digest it resolved to is reported
   --approved FILE          refuse (before fetching a layer) an image not on this list
@@ -32,12 +37,14 @@ manifest digest to pin runs to (a pulled index's digest pins it too).
 
 https uses the host's trust store (SSL_CERT_FILE and SSL_CERT_DIR honoured).";
 
-/// `hutch run`'s `--pull missing|never`, `--insecure-registry`, `--registry-auth`.
+/// `hutch run`'s `--pull missing|never`, `--insecure-registry`, `--registry-auth`,
+/// `--registry-credential`.
 #[derive(Default)]
 pub(super) struct PullFlags {
     missing: bool,
     pub(super) insecure: Vec<String>,
     pub(super) auth_file: Option<PathBuf>,
+    pub(super) credential: Option<RegistryCredential>,
 }
 
 impl PullFlags {
@@ -54,7 +61,10 @@ impl PullFlags {
     }
 
     pub(super) fn is_set(&self) -> bool {
-        self.missing || !self.insecure.is_empty() || self.auth_file.is_some()
+        self.missing
+            || !self.insecure.is_empty()
+            || self.auth_file.is_some()
+            || self.credential.is_some()
     }
 
     /// With `--pull missing`: pull the image `r` pins (`HOST/REPOSITORY`
@@ -63,10 +73,18 @@ impl PullFlags {
     pub(super) fn pull_missing(self, r: &crate::spec::ImageRef) -> Result<()> {
         if !self.missing {
             if self.is_set() {
-                bail!("--insecure-registry and --registry-auth need --pull missing");
+                bail!(
+                    "--insecure-registry, --registry-auth and --registry-credential need --pull missing"
+                );
             }
             return Ok(());
         }
+        // Read (an fd source is closed) whether or not a pull follows:
+        // nothing of the credential is left for the sandbox to inherit.
+        let credentials = match &self.credential {
+            Some(c) => Some(c.read()?),
+            None => None,
+        };
         let (Some(name), Some(digest)) = (&r.name, &r.digest) else {
             bail!(
                 "--pull missing needs --image HOST[:PORT]/REPOSITORY@sha256:<64 hex> (a registry \
@@ -85,6 +103,7 @@ impl PullFlags {
         let mut opts = PullOptions {
             insecure_registries: self.insecure,
             auth_file: self.auth_file,
+            credentials,
             ..PullOptions::default()
         };
         if let Some(p) = &r.platform {
@@ -102,6 +121,7 @@ impl PullFlags {
 pub(super) fn pull(store: Store, rest: Vec<OsString>) -> Result<(serde_json::Value, String)> {
     let mut opts = PullOptions::default();
     let mut reference: Option<String> = None;
+    let mut credential = None;
     let mut it = rest.into_iter();
     let text = |a: &OsString, what: &str| -> Result<String> {
         a.to_str()
@@ -122,6 +142,13 @@ pub(super) fn pull(store: Store, rest: Vec<OsString>) -> Result<(serde_json::Val
             }
             Some("--registry-auth") => {
                 opts.auth_file = Some(PathBuf::from(value("--registry-auth")?))
+            }
+            Some("--registry-credential") => {
+                let cwd = std::env::current_dir().context("the working directory")?;
+                credential = Some(RegistryCredential::parse(
+                    &value("--registry-credential")?,
+                    &cwd,
+                )?)
             }
             Some("--insecure-registry") => {
                 opts.insecure_registries.push(value("--insecure-registry")?)
@@ -159,6 +186,12 @@ pub(super) fn pull(store: Store, rest: Vec<OsString>) -> Result<(serde_json::Val
             _ if reference.is_none() => reference = Some(text(&a, "REF")?),
             _ => bail!("only one REF may be given"),
         }
+    }
+    if let Some(c) = credential {
+        if opts.auth_file.is_some() {
+            bail!("--registry-auth and --registry-credential: give one");
+        }
+        opts.credentials = Some(c.read()?);
     }
     let reference = reference.context("REF is needed: HOST[:PORT]/REPOSITORY@sha256:<64 hex>")?;
     let report = store

@@ -10,6 +10,7 @@ pub mod machine;
 pub mod oci;
 pub mod privileged;
 mod proxy;
+mod registry_credential;
 mod ps;
 mod run;
 mod search;

@@ -53,7 +53,8 @@ Image (the system directories from a container image; see docs/images.md):
                           REPOSITORY@sha256:DIGEST a line); any other is refused
   --pull missing|never    missing: pull REF (HOST/REPOSITORY@sha256:DIGEST) from its
                           registry when the store lacks it (default never)
-  --insecure-registry H  --registry-auth FILE   as for `hutch image pull`
+  --insecure-registry H  --registry-auth FILE  --registry-credential SOURCE
+                          as for `hutch image pull`
 Process:
   --chdir DIR  --setenv KEY VALUE  --unsetenv KEY  --uid N  --gid N  --hostname NAME
                           (a relative --chdir is inside the workspace; --setenv and
@@ -367,6 +368,12 @@ pub fn parse_reporting_onto(
             "--pull" => image.pull.set_policy(&value(arg)?)?,
             "--insecure-registry" => image.pull.insecure.push(value(arg)?),
             "--registry-auth" => image.pull.auth_file = Some(absolute(&cwd, &value(arg)?)),
+            "--registry-credential" => {
+                image.pull.credential = Some(super::registry_credential::RegistryCredential::parse(
+                    &value(arg)?,
+                    &cwd,
+                )?)
+            }
             "--approved" => {
                 let file = absolute(&cwd, &value(arg)?);
                 image.approved = Some(

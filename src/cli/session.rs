@@ -87,6 +87,9 @@ from them.
   --allow-volumes  --allow-secret-env  --allow-devices  --approved FILE
                               as for `hutch run` (the approved list stays the
                               session's default: each command is checked)
+  --pull missing|never  --insecure-registry H  --registry-auth FILE
+  --registry-credential SOURCE
+                              as for `hutch run`: pull REF now when the store lacks it
 Import caps (exceeding one refuses the import whole, nothing is kept; a git
 commit is checked on its listing before anything is written):
   --max-files N               entries: files, links, directories (default 250000)
@@ -862,6 +865,8 @@ struct SessionImage {
     overrides: crate::spec::ImageOverrides,
     /// `--approved FILE`'s entries.
     approved: Option<Vec<String>>,
+    /// `--pull missing`, `--insecure-registry`, `--registry-auth`, `--registry-credential`.
+    pull: super::image_pull::PullFlags,
 }
 
 impl SessionImage {
@@ -885,6 +890,20 @@ impl SessionImage {
             Some("--allow-volumes") => self.overrides.allow_volumes = true,
             Some("--allow-secret-env") => self.overrides.allow_secret_env = true,
             Some("--allow-devices") => self.overrides.allow_devices = true,
+            Some("--pull") => self.pull.set_policy(&a.string("--pull")?)?,
+            Some("--insecure-registry") => {
+                self.pull.insecure.push(a.string("--insecure-registry")?)
+            }
+            Some("--registry-auth") => {
+                self.pull.auth_file = Some(std::path::absolute(a.value("--registry-auth")?)?)
+            }
+            Some("--registry-credential") => {
+                let cwd = std::env::current_dir().context("the working directory")?;
+                self.pull.credential = Some(super::registry_credential::RegistryCredential::parse(
+                    &a.string("--registry-credential")?,
+                    &cwd,
+                )?)
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -896,6 +915,7 @@ impl SessionImage {
                 || self.platform.is_some()
                 || self.allow_unpinned
                 || self.approved.is_some()
+                || self.pull.is_set()
                 || self.overrides != crate::spec::ImageOverrides::default()
             {
                 bail!("create: the image options need --image REF");
@@ -908,6 +928,7 @@ impl SessionImage {
         r.allow_unpinned = self.allow_unpinned;
         r.approved = self.approved;
         r.overrides = self.overrides;
+        self.pull.pull_missing(&r)?;
         Ok(Some(r))
     }
 }

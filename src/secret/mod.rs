@@ -86,6 +86,25 @@ pub(crate) fn arm(spec: &Spec) -> Result<Vec<ArmedSecret>, SecretError> {
         .collect()
 }
 
+/// Read a value from `from` for hutch's own use on the host (the registry
+/// credential of an image pull), with a secret's caps and checks; `name`
+/// is what an error shows. An fd source is hutch's: read, then closed.
+pub(crate) fn read_for_host(
+    name: &str,
+    from: &crate::spec::SecretSource,
+) -> Result<SecretValue, SecretError> {
+    let rule = Secret {
+        name: name.to_string(),
+        env: None,
+        from: from.clone(),
+        hosts: Vec::new(),
+        methods: Vec::new(),
+        paths: Vec::new(),
+        inject: Default::default(),
+    };
+    read::read_value(&rule, read::FdOwner::Hutch)
+}
+
 /// The Spec a helper (`hutch __supervise`) is given, and the fds it gets:
 /// each secret is read here, in the caller (its environment and fds are
 /// not the helper's), into a memfd passed at `first_fd + i`, and its

@@ -5,8 +5,9 @@
 //! oci-client authenticates (token service or basic) and streams blobs;
 //! manifests are fetched here with reqwest directly, because
 //! oci-client's `pull_manifest_raw` reads a body whole before anyone can
-//! cap it: here the body is read in chunks and refused past
-//! [`oci::MAX_DOCUMENT`], within [`MANIFEST_DEADLINE`].
+//! cap it: here the body is read in chunks and refused past the size its
+//! descriptor declares (an index's entry), or [`oci::MAX_DOCUMENT`] for
+//! the document a reference names, within [`MANIFEST_DEADLINE`].
 
 use std::io::Write;
 use std::path::Path;
@@ -166,7 +167,7 @@ impl Registry {
         use oci_client::errors::OciDistributionError as E;
         let hint = match &e {
             E::UnauthorizedError { .. } | E::AuthenticationFailure(_) => {
-                " (give credentials with --registry-auth FILE, or check them)"
+                " (give credentials with --registry-auth FILE or --registry-credential, or check them)"
             }
             E::ImageManifestNotFoundError(_) => " (no such repository or digest there)",
             _ => "",
@@ -179,20 +180,28 @@ impl Registry {
 
     /// The manifest (or index) `reference` names, its bytes verified
     /// against `expected` when given; returns the bytes and their digest.
+    /// `declared` is the size the referring descriptor gives (an index's
+    /// entry): the body must be exactly that long, and no byte past it is
+    /// read. Without one (the reference's own document) the cap is
+    /// [`oci::MAX_DOCUMENT`].
     pub(crate) async fn manifest(
         &self,
         reference: &Reference,
         expected: Option<&Digest>,
+        declared: Option<u64>,
     ) -> Result<(Vec<u8>, Digest), PullError> {
-        let bytes = tokio::time::timeout(MANIFEST_DEADLINE, self.fetch_manifest(reference, expected))
-            .await
-            .map_err(|_| PullError::Registry {
-                host: self.host.clone(),
-                why: format!(
-                    "the manifest did not arrive within {} s (a slow or stalled registry)",
-                    MANIFEST_DEADLINE.as_secs()
-                ),
-            })??;
+        let bytes = tokio::time::timeout(
+            MANIFEST_DEADLINE,
+            self.fetch_manifest(reference, expected, declared),
+        )
+        .await
+        .map_err(|_| PullError::Registry {
+            host: self.host.clone(),
+            why: format!(
+                "the manifest did not arrive within {} s (a slow or stalled registry)",
+                MANIFEST_DEADLINE.as_secs()
+            ),
+        })??;
         let got = Digest::of(&bytes);
         if let Some(want) = expected
             && got != *want
@@ -206,17 +215,35 @@ impl Registry {
     }
 
     /// GET the manifest `reference` names, the body read in chunks and
-    /// refused at [`oci::MAX_DOCUMENT`] + 1 bytes (or at once when the
-    /// announced length is over).
+    /// refused past the size its descriptor declares (`declared`), else
+    /// at [`oci::MAX_DOCUMENT`] + 1 bytes, or at once when the announced
+    /// length says so.
     async fn fetch_manifest(
         &self,
         reference: &Reference,
         expected: Option<&Digest>,
+        declared: Option<u64>,
     ) -> Result<Vec<u8>, PullError> {
-        let too_big = || PullError::Tampered {
-            digest: expected.map(|d| d.to_string()).unwrap_or_default(),
-            why: format!("a manifest over {} bytes", oci::MAX_DOCUMENT),
+        let shown = expected.map(|d| d.to_string()).unwrap_or_default();
+        let refused = |why: String| PullError::Tampered {
+            digest: shown.clone(),
+            why,
         };
+        if let Some(size) = declared
+            && size > oci::MAX_DOCUMENT
+        {
+            return Err(refused(format!(
+                "a manifest of {size} bytes, over the {}-byte cap for manifests",
+                oci::MAX_DOCUMENT
+            )));
+        }
+        let too_big = || match declared {
+            Some(size) => refused(format!(
+                "the registry sent more than the {size} bytes its descriptor declares"
+            )),
+            None => refused(format!("a manifest over {} bytes", oci::MAX_DOCUMENT)),
+        };
+        let limit = declared.unwrap_or(oci::MAX_DOCUMENT);
         // A bearer token from the registry's token service, or None: then
         // basic credentials when given (oci-client's own fallback), else
         // anonymous.
@@ -253,7 +280,7 @@ impl Registry {
         if !status.is_success() {
             let why = match status.as_u16() {
                 401 | 403 => format!(
-                    "Not authorized: url {url} (give credentials with --registry-auth FILE, or check them)"
+                    "Not authorized: url {url} (give credentials with --registry-auth FILE or --registry-credential, or check them)"
                 ),
                 404 => format!(
                     "Image manifest not found: url {url} (no such repository or digest there)"
@@ -265,28 +292,44 @@ impl Registry {
                 why,
             });
         }
-        if response
-            .content_length()
-            .is_some_and(|n| n > oci::MAX_DOCUMENT)
-        {
-            return Err(too_big());
+        match (response.content_length(), declared) {
+            (Some(n), Some(size)) if n != size => {
+                return Err(refused(format!(
+                    "the registry announced {n} bytes, but its descriptor declares {size}"
+                )));
+            }
+            (Some(n), None) if n > oci::MAX_DOCUMENT => return Err(too_big()),
+            _ => {}
         }
-        let mut body = Vec::new();
+        let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
         while let Some(chunk) = response.chunk().await.map_err(net)? {
-            if (body.len() + chunk.len()) as u64 > oci::MAX_DOCUMENT {
+            if (body.len() + chunk.len()) as u64 > limit {
                 return Err(too_big());
             }
             body.extend_from_slice(&chunk);
         }
+        if let Some(size) = declared
+            && body.len() as u64 != size
+        {
+            return Err(refused(format!(
+                "{} bytes arrived, but its descriptor declares {size}",
+                body.len()
+            )));
+        }
         Ok(body)
     }
 
-    /// The manifest with `digest` in this repository.
+    /// The manifest with `digest` and the `size` its descriptor declares,
+    /// in this repository.
     pub(crate) async fn manifest_by_digest(
         &self,
         digest: &Digest,
+        size: u64,
     ) -> Result<Vec<u8>, PullError> {
-        Ok(self.manifest(&self.at(digest), Some(digest)).await?.0)
+        Ok(self
+            .manifest(&self.at(digest), Some(digest), Some(size))
+            .await?
+            .0)
     }
 
     /// Stream blob `digest` of `size` bytes into `dest` (created), checking
