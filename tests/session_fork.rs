@@ -610,3 +610,205 @@ fn warm_fork_and_rollback_unprivileged() -> Result<()> {
     );
     warm_fork(As::Nobody)
 }
+
+/// `session write ID PATH` with `data` on stdin.
+fn write_file(w: &World, id: &str, path: &str, data: &str) -> Result<()> {
+    let src = w.path("write.in");
+    std::fs::write(&src, data)?;
+    let o = w
+        .session_command(&["write", id, path])
+        .stdin(std::fs::File::open(&src)?)
+        .output()?;
+    ok(&o)?;
+    Ok(())
+}
+
+/// 80 snapshots, each changing, deleting or recreating files (hutch's
+/// whiteouts from `session rm`, the overlay's from commands, opaque
+/// directories, symlinks, modes, hard links), with a compaction depth of
+/// 4: the stack is compacted every few snapshots, and the tree stays the
+/// one it was before each compaction, byte for byte; forks taken
+/// mid-chain keep their tree while the parent's layers under them are
+/// merged; a merged snapshot can no longer be rolled back to; closing
+/// every session leaves nothing.
+fn compaction_keeps_the_tree(who: As) -> Result<()> {
+    let w = World::new("fork-compact", who);
+    let src = w.path("src");
+    std::fs::create_dir_all(src.join("dir/sub"))?;
+    std::fs::write(src.join("base.txt"), "base\n")?;
+    std::fs::write(src.join("dir/sub/deep"), "deep\n")?;
+    std::os::unix::fs::symlink("base.txt", src.join("link"))?;
+    if who.drops_to_nobody() {
+        chown_nobody(&src);
+    }
+    let id = w.create(&["--from", src.to_str().unwrap(), "--compact-depth", "4"])?;
+    let listing = |sid: &str| ok(&w.session(&["run", sid, "--", "sh", "-c", LISTING]));
+    let mut checked = Vec::new();
+    let mut forks = Vec::new();
+    for k in 1..=80usize {
+        match k % 5 {
+            0 => {
+                // A command: a replaced directory (opaque), a deletion, a
+                // link, a mode, hard links.
+                ok(&w.session(&[
+                    "run",
+                    &id,
+                    "--",
+                    "sh",
+                    "-c",
+                    &format!(
+                        "rm -rf dir && mkdir -p dir/sub && echo {k} > dir/sub/v{k} && \
+                         rm -f f{} && ln -sf f{} l{} && {{ [ -e base.txt ] || echo re > base.txt; }} && \
+                         chmod 0{} base.txt && \
+                         echo h{k} > h1 && ln -f h1 h2",
+                        (k + 2) % 7,
+                        k % 7,
+                        k % 3,
+                        [600, 644, 755][k % 3]
+                    ),
+                ]))?;
+            }
+            1 | 3 => write_file(&w, &id, &format!("f{}", k % 7), &format!("{k}\n"))?,
+            2 => write_file(&w, &id, &format!("dir/sub/w{}", k % 4), &format!("w{k}\n"))?,
+            _ => {
+                // hutch's own whiteout over what a lower layer holds.
+                let _ = w.session(&["rm", &id, &format!("f{}", (k + 3) % 7)]);
+                ok(&w.session(&["rm", &id, &format!("dir/sub/w{}", (k + 1) % 4)]))
+                    .or_else(|_| ok(&w.session(&["rm", &id, "base.txt"])))
+                    .ok();
+            }
+        }
+        let keep = matches!(k, 5 | 20 | 50 | 80);
+        let before = if keep { Some(listing(&id)?) } else { None };
+        let snap = json(&w, &["snapshot", &id])?;
+        assert_eq!(snap["id"], k);
+        if let Some(before) = before {
+            assert_eq!(listing(&id)?, before, "snapshot {k}");
+            if k == 20 || k == 50 {
+                let c = json(&w, &["fork", &id, "--from", &k.to_string()])?;
+                forks.push((
+                    c["children"][0].as_str().unwrap().to_string(),
+                    before.clone(),
+                ));
+            }
+            checked.push((k, before));
+        }
+    }
+    let snaps = json(&w, &["snapshots", &id])?["snapshots"].clone();
+    let snaps = snaps.as_array().unwrap();
+    assert_eq!(snaps.len(), 80);
+    let layers = snaps.iter().filter(|s| s["merged_into"].is_null()).count();
+    assert!((2..=4).contains(&layers), "{layers} layers left");
+    assert!(w.audit(&id)?.iter().any(|l| l["event"] == "compact"));
+    // A merged snapshot is gone as a state of its own.
+    let merged = snaps.iter().find(|s| !s["merged_into"].is_null()).unwrap();
+    let o = w.session(&["rollback", &id, &merged["id"].to_string()]);
+    assert_eq!(o.status.code(), Some(125), "{o:?}");
+    assert!(stderr(&o).contains("merged into layer"), "{}", stderr(&o));
+    // Killed while compacting: the next operation finds the stack before
+    // (the half-made layer removed) or after it.
+    let last = &checked.last().unwrap().1;
+    for (point, layers_after) in [("compact-built", layers), ("compact-committed", 1)] {
+        let o = w
+            .session_command(&["compact", &id])
+            .env("HUTCH_FAULT", point)
+            .output()?;
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&o.status),
+            Some(9),
+            "{point}: {o:?}"
+        );
+        assert_eq!(&listing(&id)?, last, "{point}");
+        let now = json(&w, &["snapshots", &id])?["snapshots"].clone();
+        let now = now.as_array().unwrap();
+        let left = now.iter().filter(|s| s["merged_into"].is_null()).count();
+        assert_eq!(left, layers_after, "{point}");
+    }
+    assert!(
+        w.audit(&id)?
+            .iter()
+            .any(|l| l["event"] == "compact-rolled-back")
+    );
+    // Explicit compaction to one layer; the tree is still the same.
+    let r = json(&w, &["compact", &id])?;
+    assert_eq!(r["layers_after"], 1, "{r}");
+    assert_eq!(&listing(&id)?, last);
+    assert!(
+        ok(&w.session(&["run", &id, "--", "sh", "-c", "test h1 -ef h2 && echo same"]))?
+            .contains("same")
+    );
+    // The forks still see the state they were made from.
+    for (child, want) in &forks {
+        assert_eq!(&listing(child)?, want, "fork {child}");
+    }
+    ok(&w.session(&["close", &id]))?;
+    for (child, want) in &forks {
+        assert_eq!(
+            &listing(child)?,
+            want,
+            "fork {child} after the parent closed"
+        );
+        ok(&w.session(&["close", child]))?;
+    }
+    ok(&w.session(&["gc", "--older-than", "0s"]))?;
+    state_is_empty(&w)
+}
+
+#[test]
+fn compaction_keeps_the_tree_as_root() -> Result<()> {
+    require!(
+        can_launch_as(As::Root).is_ok() && can_sandbox(),
+        "needs root and a launcher"
+    );
+    compaction_keeps_the_tree(As::Root)
+}
+
+#[test]
+fn compaction_keeps_the_tree_unprivileged() -> Result<()> {
+    require!(
+        can_launch_as(As::Nobody).is_ok() && can_sandbox(),
+        "needs a launcher"
+    );
+    compaction_keeps_the_tree(As::Nobody)
+}
+
+/// A stack of 40 frozen layers (no compaction below the depth of 60)
+/// still runs commands: a root launch hands one idmapped mount per layer
+/// to the sandbox in one message, which held at most 16 fds before (every
+/// command of a stack deeper than ~14 layers failed with EMSGSIZE).
+/// (Unprivileged launches hand no idmapped layers: root only.)
+fn deep_stack_runs(who: As) -> Result<()> {
+    let w = World::new("fork-deep", who);
+    let src = w.path("src");
+    std::fs::create_dir_all(&src)?;
+    std::fs::write(src.join("f0"), "0\n")?;
+    if who.drops_to_nobody() {
+        chown_nobody(&src);
+    }
+    let id = w.create(&["--from", src.to_str().unwrap(), "--compact-depth", "60"])?;
+    for k in 1..=40 {
+        write_file(&w, &id, &format!("f{k}"), &format!("{k}\n"))?;
+        ok(&w.session(&["snapshot", &id]))?;
+    }
+    let out = ok(&w.session(&["run", &id, "--", "sh", "-c", "cat f1 f20 f40"]))?;
+    assert_eq!(out, "1\n20\n40\n");
+    let snaps = json(&w, &["snapshots", &id])?["snapshots"].clone();
+    assert!(
+        snaps
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["merged_into"].is_null())
+    );
+    ok(&w.session(&["close", &id]))?;
+    state_is_empty(&w)
+}
+
+#[test]
+fn deep_stack_runs_as_root() -> Result<()> {
+    require!(
+        can_launch_as(As::Root).is_ok() && can_sandbox(),
+        "needs root and a launcher"
+    );
+    deep_stack_runs(As::Root)
+}
