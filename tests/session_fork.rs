@@ -204,6 +204,17 @@ fn rollback_restores(who: As) -> Result<()> {
     ]))?;
     let r = w.json(&["rollback", &id, "good"])?;
     assert_eq!(r["id"], 1);
+    // The discarded upper was only renamed aside (its removal is off the
+    // rollback's path) ...
+    let aside = || -> Result<usize> {
+        Ok(std::fs::read_dir(w.state.join(&id))?
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("discarded-"))
+            })
+            .count())
+    };
+    assert_eq!(aside()?, 1, "the discarded upper is set aside");
     let after = ok(&w.session(&["run", &id, "--", "sh", "-c", LISTING]))?;
     assert_eq!(after, before);
     let snaps = w.json(&["snapshots", &id])?;
@@ -212,6 +223,9 @@ fn rollback_restores(who: As) -> Result<()> {
     // The diff still starts at the baseline (a snapshot is not a seal).
     let stat = ok(&w.session(&["diff", &id, "--format", "stat"]))?;
     assert!(stat.contains("b.txt") && stat.contains("a.txt"), "{stat}");
+    // ... and removed by the next freeze.
+    ok(&w.session(&["snapshot", &id]))?;
+    assert_eq!(aside()?, 0, "the next snapshot removed the discarded upper");
     // Killed at each point of a snapshot or a rollback: the next
     // operation finds the session before or after it, never between.
     for (verb, point, done) in [

@@ -151,6 +151,8 @@ impl Session {
                 });
             }
         }
+        // What rollbacks set aside (their removal was deferred to here).
+        super::snapshot_journal::remove_discarded(self.rw()?.as_fd())?;
         let layers = self.layers_since(super::session::Since::LastSeal)?;
         let mut manifest = Manifest::default();
         walk(&layers, &mut |c: &ChangeRef<'_>| {

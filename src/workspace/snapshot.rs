@@ -131,13 +131,18 @@ impl Session {
         )?;
         fault_point("rollback-journaled");
         let rw = self.rw()?;
-        finish_rollback(self.dir_fd(), rw.as_fd(), keep, &self.path)?;
+        // A disk image's quota counts what is on it: remove at once there.
+        let defer = self.info.disk.map(|d| d.mechanism) != Some(super::disk::DiskMechanism::LoopExt4);
+        finish_rollback(self.dir_fd(), rw.as_fd(), keep, &self.path, defer)?;
         self.reload_info()?;
         self.audit(&json!({
             "event": "rollback", "time_unix_ms": now_ms(), "snapshot": keep,
             "layers_dropped": dropped,
         }))?;
-        let _ = super::shared::sweep(self.state_fd());
+        if dropped > 0 {
+            // Only dropped layers can have lost their last user.
+            let _ = super::shared::sweep(self.state_fd());
+        }
         Ok(SnapshotInfo::of(&self.info.seals[keep - 1]))
     }
 }
