@@ -72,7 +72,10 @@ pub use workspace::{
     DiskUsage, ExportOptions, ExportSummary, GcReport, RunRecord, SealInfo, Session, SessionInfo,
     Since, Source, StateDir, WorkspaceError,
 };
-pub use workspace::{ForkOptions, ForkReport, LayerKind, SnapshotInfo};
+pub use workspace::{
+    COMPACT_DEPTH_RANGE, CompactReport, DEFAULT_COMPACT_DEPTH, ForkOptions, ForkReport, LayerKind,
+    SnapshotInfo,
+};
 
 /// Run as the library's helper (`hutch __supervise`) when this process was
 /// started as one, and return its exit code; `None` otherwise. A program

@@ -14,33 +14,6 @@ use session_prod_support::*;
 
 use crate::common::can_launch_as;
 
-/// `git apply --check` of `patch` on a fresh export of commit `rev`.
-fn applies_to_fresh_checkout(
-    w: &World,
-    repo: &std::path::Path,
-    rev: &str,
-    patch: &str,
-) -> Result<()> {
-    let fresh = w.path("fresh");
-    let _ = std::fs::remove_dir_all(&fresh);
-    std::fs::create_dir(&fresh)?;
-    let tar = w.path("fresh.tar");
-    git(repo, &["archive", "-o", tar.to_str().unwrap(), rev])?;
-    let st = std::process::Command::new("tar")
-        .arg("-xf")
-        .arg(&tar)
-        .arg("-C")
-        .arg(&fresh)
-        .status()?;
-    anyhow::ensure!(st.success(), "tar -x");
-    std::fs::write(w.path("change.patch"), patch)?;
-    git(
-        &fresh,
-        &["apply", "--check", w.path("change.patch").to_str().unwrap()],
-    )?;
-    Ok(())
-}
-
 fn provision_seal_agent(who: As) -> Result<()> {
     let w = World::new("seal-flow", who);
     let repo_dir = w.path("repo");
@@ -96,7 +69,7 @@ fn provision_seal_agent(who: As) -> Result<()> {
         !agent.contains("requirements.txt") && !agent.contains(".deps"),
         "{agent}"
     );
-    applies_to_fresh_checkout(&w, &repo_dir, &rev, &agent)?;
+    w.applies_to_fresh_checkout(&repo_dir, &rev, &agent)?;
     let all = ok(&w.session(&["diff", &id, "--since", "baseline"]))?;
     assert!(
         all.contains("a/lib.py") && all.contains("+urllib3==2"),
@@ -106,7 +79,7 @@ fn provision_seal_agent(who: As) -> Result<()> {
         !all.contains(".deps"),
         "ignored provisioning output is left out: {all}"
     );
-    applies_to_fresh_checkout(&w, &repo_dir, &rev, &all)?;
+    w.applies_to_fresh_checkout(&repo_dir, &rev, &all)?;
     let stat = ok(&w.session(&["diff", &id, "--since", "1", "--format", "stat"]))?;
     assert!(
         stat.contains("lib.py") && stat.contains("1 file changed"),
@@ -141,23 +114,7 @@ fn provision_seal_agent(who: As) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn provision_seal_agent_as_root() -> Result<()> {
-    require!(
-        can_launch_as(As::Root).is_ok() && can_sandbox(),
-        "needs root and a launcher"
-    );
-    provision_seal_agent(As::Root)
-}
-
-#[test]
-fn provision_seal_agent_unprivileged() -> Result<()> {
-    require!(
-        can_launch_as(As::Nobody).is_ok() && can_sandbox(),
-        "needs a launcher"
-    );
-    provision_seal_agent(As::Nobody)
-}
+as_root_and_unprivileged!(provision_seal_agent: provision_seal_agent_as_root, provision_seal_agent_unprivileged);
 
 /// A seal killed (SIGKILL) at each point of its work: before the commit
 /// the session is as before the seal (the change still shows since the
@@ -165,12 +122,8 @@ fn provision_seal_agent_unprivileged() -> Result<()> {
 /// way commands run, and a later seal works.
 fn crash_during_seal(who: As) -> Result<()> {
     let w = World::new("seal-crash", who);
-    let src = w.path("src");
-    std::fs::create_dir(&src)?;
-    std::fs::write(src.join("a.txt"), "a\n")?;
-    if who.drops_to_nobody() {
-        chown_nobody(&src);
-    }
+    let src = w.tree("src", &[("a.txt", "a\n")])?;
+    w.own(&src);
     for point in [
         "seal-manifest",
         "seal-renamed",
@@ -220,23 +173,7 @@ fn crash_during_seal(who: As) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn crash_during_seal_leaves_a_usable_session_as_root() -> Result<()> {
-    require!(
-        can_launch_as(As::Root).is_ok() && can_sandbox(),
-        "needs root and a launcher"
-    );
-    crash_during_seal(As::Root)
-}
-
-#[test]
-fn crash_during_seal_leaves_a_usable_session_unprivileged() -> Result<()> {
-    require!(
-        can_launch_as(As::Nobody).is_ok() && can_sandbox(),
-        "needs a launcher"
-    );
-    crash_during_seal(As::Nobody)
-}
+as_root_and_unprivileged!(crash_during_seal: crash_during_seal_leaves_a_usable_session_as_root, crash_during_seal_leaves_a_usable_session_unprivileged);
 
 /// A Python test suite run in the session leaves `__pycache__/` behind;
 /// the repository's `.gitignore` names it, so the default diff holds only
@@ -283,7 +220,7 @@ fn gitignored_output(who: As) -> Result<()> {
         !patch.contains("notes.txt"),
         "--exclude leaves a tracked path out too: {patch}"
     );
-    applies_to(&w, &repo_dir, &rev, &patch)?;
+    w.applies_to_fresh_checkout(&repo_dir, &rev, &patch)?;
     let json: serde_json::Value =
         serde_json::from_str(&ok(&w.session(&["diff", &id, "--format", "json"]))?)?;
     let files: Vec<&str> = json["files"]
@@ -333,10 +270,6 @@ fn gitignored_output(who: As) -> Result<()> {
     );
     ok(&w.session(&["close", &id]))?;
     Ok(())
-}
-
-fn applies_to(w: &World, repo: &std::path::Path, rev: &str, patch: &str) -> Result<()> {
-    applies_to_fresh_checkout(w, repo, rev, patch)
 }
 
 #[test]

@@ -39,6 +39,7 @@ const USAGE: &str = "usage: hutch session [--state-dir DIR] [--wait] [--json] CO
   snapshots ID
   fork ID [--from SNAP] [--count N] [--warm N]                 prints the new ids
   rollback ID SNAP
+  compact ID [--depth N]                                       merge the oldest layers
   show ID [--json]
   audit ID [--audit-dir DIR]
   close ID [--keep-audit DIR]
@@ -73,6 +74,8 @@ Import a baseline and print the new session's id.
                               after each command (over it, commands are refused
                               until files are removed with `session rm`)
   --audit-dir DIR             keep the audit there (ID.audit.jsonl) when closed
+  --compact-depth N           frozen layers kept before a snapshot or seal merges
+                              the oldest (2 to 60, default 16)
   --lock egress|binds|env|limits|confinement|all
                               commands may narrow the defaults below, never widen
                               what is locked (repeatable)
@@ -248,6 +251,16 @@ command running in the parent. Prints the new ids, one a line.",
 Discard every change after snapshot SNAP (id or name): the upper and the
 later layers (a layer a fork uses stays for it). Stops the session's warm
 sandboxes.",
+    ),
+    (
+        "compact",
+        "usage: hutch session compact ID [--depth N] [--json]
+Merge the session's oldest frozen layers into one (a new shared layer;
+forks keep the old ones) until at most N remain (default 1), exactly as
+the overlay shows them. A `seal` stays a layer boundary; the snapshots
+merged below the top of a run can no longer be rolled back to, forked
+from or diffed since. Snapshots and seals do this by themselves past the
+session's --compact-depth.",
     ),
     (
         "show",
@@ -492,6 +505,7 @@ fn run(args: Vec<OsString>) -> Result<i32> {
         "snapshots" => snap::snapshots(&state, &mut a),
         "fork" => snap::fork(&state, &mut a),
         "rollback" => snap::rollback(&state, &mut a, wait),
+        "compact" => snap::compact(&state, &mut a, wait),
         "show" => show(&state, &mut a),
         "audit" => audit(&state, &mut a),
         "list" => list(&state),
@@ -536,6 +550,7 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
     let mut idle = crate::workspace::warm::DEFAULT_IDLE;
     let mut workspace_path = PathBuf::from(crate::workspace::WORKSPACE_DIR);
     let mut disk = None;
+    let mut compact_depth = None;
     let mut audit_dir = None;
     let mut locks = Vec::new();
     let mut run_options: Vec<OsString> = Vec::new();
@@ -566,6 +581,13 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
             Some("--workspace-path") => workspace_path = a.value("--workspace-path")?.into(),
             Some("--disk-max") => disk = Some((a.size("--disk-max")?, true)),
             Some("--disk-max-preferred") => disk = Some((a.size("--disk-max-preferred")?, false)),
+            Some("--compact-depth") => {
+                let n = a.count("--compact-depth")? as usize;
+                if !crate::workspace::COMPACT_DEPTH_RANGE.contains(&n) {
+                    bail!("--compact-depth: {n} is not between 2 and 60 (frozen layers a session keeps)");
+                }
+                compact_depth = Some(n);
+            }
             Some("--audit-dir") => {
                 let d: PathBuf = a.value("--audit-dir")?.into();
                 audit_dir = Some(std::path::absolute(&d).context("--audit-dir")?);
@@ -629,6 +651,7 @@ fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
         locks,
         audit_dir,
         image: image.finish()?,
+        compact_depth,
     };
     let session = state.create(&opts)?;
     if let Some(n) = warm_size.filter(|n| *n > 0)

@@ -13,8 +13,11 @@ use super::{Errno, SysError};
 
 /// Largest datagram either side sends.
 pub const MAX_MESSAGE: usize = 16 * 1024;
-/// Most fds one message carries.
-pub const MAX_FDS: usize = 16;
+/// Most fds one message carries: the kernel's SCM_MAX_FD. A root
+/// session's command hands one idmapped mount per overlay lower (up to 62
+/// frozen layers and the baseline) plus its other layer mounts in one
+/// message; 16 failed every command of a stack deeper than ~14 layers.
+pub const MAX_FDS: usize = 253;
 
 /// A connected SOCK_SEQPACKET pair, both ends close-on-exec.
 pub fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), SysError> {

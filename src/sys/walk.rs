@@ -235,8 +235,8 @@ pub fn mknod_whiteout(dir: BorrowedFd<'_>, name: &CStr) -> Result<(), SysError> 
     })
 }
 
-/// mknodat(dir, name, S_IFIFO, mode): the fuzzers build hostile trees with it.
-#[cfg(any(test, feature = "internals"))]
+/// mknodat(dir, name, S_IFIFO, mode): the fuzzers build hostile trees with
+/// it; compaction copies a FIFO with it where a link is refused.
 pub fn mkfifo_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<(), SysError> {
     rustix::fs::mknodat(dir, name, FileType::Fifo, Mode::from_raw_mode(mode), 0)
         .map_err(|e| err(format!("mknodat({}, {}, S_IFIFO)", fdn(dir), q(name)), e))
@@ -512,4 +512,43 @@ pub fn current_umask() -> u32 {
                 .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
         })
         .unwrap_or(0o022)
+}
+
+/// Every extended attribute of the open file `fd` that this process can
+/// read (name, value), in the order the filesystem lists them; empty when
+/// the filesystem has none. `trusted.*` without CAP_SYS_ADMIN is not
+/// listed by the kernel.
+pub fn list_xattrs(fd: BorrowedFd<'_>) -> Result<Vec<(CString, Vec<u8>)>, SysError> {
+    let mut names = vec![0u8; 4096];
+    let n = loop {
+        match rustix::fs::flistxattr(fd, &mut names[..]) {
+            Ok(n) => break n,
+            Err(e) if e == rustix::io::Errno::RANGE && names.len() < (1 << 20) => {
+                names.resize(names.len() * 4, 0);
+            }
+            Err(e) if e == rustix::io::Errno::NOTSUP => return Ok(Vec::new()),
+            Err(e) => return Err(err(format!("flistxattr({})", fdn(fd)), e)),
+        }
+    };
+    let mut out = Vec::new();
+    for name in names[..n].split(|b| *b == 0).filter(|s| !s.is_empty()) {
+        let name = CString::new(name).expect("split at NUL");
+        let mut value = vec![0u8; 256];
+        loop {
+            match rustix::fs::fgetxattr(fd, &name, &mut value[..]) {
+                Ok(len) => {
+                    value.truncate(len);
+                    out.push((name, value));
+                    break;
+                }
+                Err(e) if e == rustix::io::Errno::RANGE && value.len() < (1 << 17) => {
+                    value.resize(value.len() * 8, 0);
+                }
+                // Removed meanwhile, or not readable by us.
+                Err(e) if e == rustix::io::Errno::NODATA || e == rustix::io::Errno::PERM => break,
+                Err(e) => return Err(err(format!("fgetxattr({}, {})", fdn(fd), q(&name)), e)),
+            }
+        }
+    }
+    Ok(out)
 }

@@ -86,7 +86,11 @@ impl StateDir {
         let _lock = parent.lock()?;
         parent.reload_info()?;
         let snapshot = match &opts.from {
-            Some(s) => parent.resolve_snapshot(s)?,
+            Some(s) => {
+                let n = parent.resolve_snapshot(s)?;
+                super::compact_journal::check_whole(&parent.info, n, "fork --from")?;
+                n
+            }
             None => {
                 let upper = sys::open_dir_beneath(parent.rw()?.as_fd(), c"upper")?;
                 let unchanged = sys::list_dir(upper.as_fd())?.is_empty();

@@ -99,6 +99,12 @@ pub struct SealInfo {
     /// The session that made the layer (a fork inherits its parent's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// Set when compaction merged this layer with the ones above it up to
+    /// layer N into one (`layer` then names the merged layer, which N
+    /// carries): its own state alone no longer exists, so it cannot be
+    /// rolled back to, forked from or diffed since (`compact.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_into: Option<usize>,
 }
 
 /// What made a layer.
@@ -176,6 +182,24 @@ pub struct SessionInfo {
     /// its image's commands (root without /etc/subuid ranges).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id_range_start: Option<u32>,
+    /// Most frozen layers the session's stack keeps before a snapshot or
+    /// seal compacts the oldest ones (`compact.rs`); None: the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact_depth: Option<usize>,
+}
+
+impl SessionInfo {
+    /// The layers that exist on disk (compaction merges several entries
+    /// of `seals` into one), oldest first: each is the top of its group.
+    pub(crate) fn physical_layers(&self) -> impl DoubleEndedIterator<Item = &SealInfo> {
+        self.seals.iter().filter(|s| s.merged_into.is_none())
+    }
+
+    /// The number of frozen layers on disk (overlay lowers besides the
+    /// baseline).
+    pub(crate) fn layer_count(&self) -> usize {
+        self.physical_layers().count()
+    }
 }
 
 fn default_workspace_path() -> PathBuf {

@@ -12,6 +12,8 @@
 mod baseline;
 mod changes;
 mod close;
+mod compact;
+mod compact_journal;
 mod defaults;
 mod disk;
 mod error;
@@ -42,6 +44,7 @@ pub mod warm;
 
 pub use baseline::ImportLimits;
 pub use close::{CloseOptions, CloseReport, GcReport};
+pub use compact::{COMPACT_DEPTH_RANGE, CompactReport, DEFAULT_COMPACT_DEPTH};
 pub use disk::{DiskUsage, human as human_bytes};
 pub use error::WorkspaceError;
 pub use export::{ArchiveKind, ExportOptions, ExportSummary};

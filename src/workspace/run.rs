@@ -188,7 +188,7 @@ impl Session {
             "timeout_ms": spec.limits.wall_clock.map(|d| d.0.as_millis() as u64),
             "workspace": {
                 "path": self.info.workspace_path,
-                "layers": self.info.seals.len() + 1,
+                "layers": self.info.layer_count() + 1,
                 "cwd": spec.cwd,
             },
         }))?;

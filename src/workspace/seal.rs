@@ -131,12 +131,13 @@ impl Session {
     pub(crate) fn freeze(&mut self, what: &FreezeKind) -> Result<SealInfo> {
         self.update_info(|_| {})?;
         let n = self.info.seals.len() + 1;
-        if n + 2 > MAX_LAYERS {
+        if self.info.layer_count() + 3 > MAX_LAYERS {
             return Err(WorkspaceError::Budget {
                 id: self.info.id.clone(),
                 reason: format!(
                     "a session holds at most {} seals and snapshots (overlayfs' layer limit); \
-                     roll back to an earlier snapshot or fork from one",
+                     compact it (`hutch session compact`), roll back to an earlier snapshot \
+                     or fork from one",
                     MAX_LAYERS - 2
                 ),
             });
@@ -150,6 +151,8 @@ impl Session {
                 });
             }
         }
+        // What rollbacks set aside (their removal was deferred to here).
+        super::snapshot_journal::remove_discarded(self.rw()?.as_fd())?;
         let layers = self.layers_since(super::session::Since::LastSeal)?;
         let mut manifest = Manifest::default();
         walk(&layers, &mut |c: &ChangeRef<'_>| {
@@ -216,6 +219,7 @@ impl Session {
             layer: layer_id,
             bytes: manifest.entries.iter().map(|e| e.size).sum(),
             session: Some(self.info.id.clone()),
+            merged_into: None,
         };
         // The commit point.
         self.update_info(|i| {
@@ -244,6 +248,7 @@ impl Session {
             }
         }
         self.audit(&event)?;
+        self.compact_after_freeze()?;
         Ok(seal)
     }
 

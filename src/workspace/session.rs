@@ -65,6 +65,10 @@ pub struct CreateOptions {
     /// A container image every command of the session uses: resolved
     /// (and checked) at creation, recorded pinned in `session.json`.
     pub image: Option<crate::spec::ImageRef>,
+    /// Most frozen layers the stack keeps before a snapshot or seal
+    /// compacts the oldest ones (`--compact-depth`; None: the default,
+    /// [`DEFAULT_COMPACT_DEPTH`](super::compact::DEFAULT_COMPACT_DEPTH)).
+    pub compact_depth: Option<usize>,
 }
 
 impl CreateOptions {
@@ -82,6 +86,7 @@ impl CreateOptions {
             locks: Vec::new(),
             audit_dir: None,
             image: None,
+            compact_depth: None,
         }
     }
 }
@@ -384,6 +389,7 @@ impl StateDir {
             parent: None,
             baseline_origin: None,
             id_range_start: None,
+            compact_depth: opts.compact_depth,
         };
         write_new(dir.as_fd(), c"audit.jsonl", b"", 0o600)?;
         append_audit(
@@ -631,6 +637,11 @@ impl Session {
         )? {
             self.audit(&event)?;
         }
+        if let Some(event) =
+            super::compact_journal::recover(self.dir.as_fd(), self.state.as_fd(), &self.path)?
+        {
+            self.audit(&event)?;
+        }
         let mut info = load_info(self.dir.as_fd(), &self.path)?;
         if super::seal_journal::recover(self.dir.as_fd(), rw.as_fd(), info.seals.len())? {
             self.audit(&serde_json::json!({
@@ -743,8 +754,7 @@ impl Session {
         let store = self.state_path().join(".layers");
         let mut lowers: Vec<PathBuf> = self
             .info
-            .seals
-            .iter()
+            .physical_layers()
             .rev()
             .map(|s| match &s.layer {
                 Some(id) => store.join(id),
@@ -831,7 +841,8 @@ impl Session {
             .iter()
             .rposition(|s| s.kind == super::info::LayerKind::Seal)
             .map_or(0, |i| i + 1);
-        seals.len() - last
+        // Physical layers: a seal is always the top of a compacted group.
+        self.info.physical_layers().filter(|s| s.index > last).count()
     }
 
     /// The session directory fd.
@@ -842,10 +853,15 @@ impl Session {
     /// The layers, a diff of which starts at `since`.
     pub(crate) fn layers_since(&self, since: Since) -> Result<Layers> {
         let seals = self.info.seals.len();
+        // The physical layers above layer k (compaction merges entries).
+        let above = |k: usize| self.info.physical_layers().filter(|s| s.index > k).count();
         let diff_from = match since {
             Since::LastSeal => self.layers_above_last_seal(),
-            Since::Baseline => seals,
-            Since::Seal(k) if (1..=seals).contains(&k) => seals - k,
+            Since::Baseline => self.info.layer_count(),
+            Since::Seal(k) if (1..=seals).contains(&k) => {
+                super::compact_journal::check_whole(&self.info, k, "diff --since")?;
+                above(k)
+            }
             Since::Seal(k) => {
                 return Err(WorkspaceError::BadPath {
                     path: format!("--since {k}"),
@@ -858,8 +874,8 @@ impl Session {
         };
         let rw = self.rw()?;
         let mut lowers = Vec::with_capacity(seals + 1);
-        for n in (1..=seals).rev() {
-            lowers.push(self.layer_dir(n)?);
+        for s in self.info.physical_layers().rev() {
+            lowers.push(self.layer_dir(s.index)?);
         }
         let baseline = self.baseline_dir()?;
         lowers.push(sys::open_dir_beneath(baseline.as_fd(), c"tree")?);

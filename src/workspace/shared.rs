@@ -30,6 +30,9 @@ pub(crate) const STORE: &CStr = c".layers";
 /// A session's journal of a freeze into the store (the layer's id, written
 /// before the upper is renamed into the store).
 pub(crate) const FREEZE_JOURNAL: &CStr = c"freezing";
+/// A session's journal of a compaction under way (the merged layer's id,
+/// written before the layer is made; `compact.rs`).
+pub(crate) const COMPACT_JOURNAL: &CStr = c"compacting";
 
 /// The store's name of the baseline of session `origin`.
 pub(crate) fn baseline_name(origin: &str) -> CString {
@@ -98,6 +101,13 @@ pub(crate) fn references(state: BorrowedFd<'_>, id: &str, out: &mut BTreeSet<Str
     // The journal first: a freeze removes it only after its commit point
     // (session.json), so one of the two names the layer.
     match read_regular(dir.as_fd(), FREEZE_JOURNAL, 64, b"freezing") {
+        Ok(data) => {
+            out.insert(String::from_utf8_lossy(&data).trim().to_string());
+        }
+        Err(WorkspaceError::Sys(e)) if e.errno == sys::Errno::ENOENT => {}
+        Err(e) => return Err(e),
+    }
+    match read_regular(dir.as_fd(), COMPACT_JOURNAL, 64, b"compacting") {
         Ok(data) => {
             out.insert(String::from_utf8_lossy(&data).trim().to_string());
         }

@@ -52,6 +52,10 @@ pub struct SnapshotInfo {
     pub session: Option<String>,
     /// sha256 of its manifest (`seals/N`).
     pub fingerprint: String,
+    /// Compaction merged it into layer N (see `Session::compact`): it can
+    /// no longer be rolled back to, forked from or diffed since.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merged_into: Option<usize>,
 }
 
 impl SnapshotInfo {
@@ -66,6 +70,7 @@ impl SnapshotInfo {
             parent: (s.index > 1).then(|| s.index - 1),
             session: s.session.clone(),
             fingerprint: s.fingerprint.clone(),
+            merged_into: s.merged_into,
         }
     }
 }
@@ -115,6 +120,7 @@ impl Session {
         let _lock = self.lock()?;
         self.reload_info()?;
         let keep = self.resolve_snapshot(snap)?;
+        super::compact_journal::check_whole(&self.info, keep, "rollback")?;
         super::warm::stop(self);
         let dropped = self.info.seals.len() - keep;
         super::session::write_new(
@@ -125,13 +131,18 @@ impl Session {
         )?;
         fault_point("rollback-journaled");
         let rw = self.rw()?;
-        finish_rollback(self.dir_fd(), rw.as_fd(), keep, &self.path)?;
+        // A disk image's quota counts what is on it: remove at once there.
+        let defer = self.info.disk.map(|d| d.mechanism) != Some(super::disk::DiskMechanism::LoopExt4);
+        finish_rollback(self.dir_fd(), rw.as_fd(), keep, &self.path, defer)?;
         self.reload_info()?;
         self.audit(&json!({
             "event": "rollback", "time_unix_ms": now_ms(), "snapshot": keep,
             "layers_dropped": dropped,
         }))?;
-        let _ = super::shared::sweep(self.state_fd());
+        if dropped > 0 {
+            // Only dropped layers can have lost their last user.
+            let _ = super::shared::sweep(self.state_fd());
+        }
         Ok(SnapshotInfo::of(&self.info.seals[keep - 1]))
     }
 }

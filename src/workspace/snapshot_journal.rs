@@ -31,8 +31,10 @@ use crate::util::clock::now_ms;
 /// A session's journal of a rollback under way (the layers it keeps).
 pub(crate) const ROLLBACK_JOURNAL: &CStr = c"rollback";
 /// Where a rollback puts the upper it discards (in the writable layers'
-/// directory) before removing it.
+/// directory) before removing it; a deferred one gets a unique suffix.
 const DISCARDED: &CStr = c"discarded-upper";
+/// The prefix of discarded uppers whose removal was deferred.
+const DISCARDED_PREFIX: &[u8] = b"discarded-";
 
 /// A new file `name` in `dir` (mode 0600) holding `data`.
 fn write_file(dir: BorrowedFd<'_>, name: &CStr, data: &[u8]) -> Result<()> {
@@ -42,12 +44,17 @@ fn write_file(dir: BorrowedFd<'_>, name: &CStr, data: &[u8]) -> Result<()> {
         .map_err(|e| WorkspaceError::io(format!("write {}", name.to_string_lossy()), e))
 }
 
-/// The redo of a rollback to `keep` layers (idempotent).
+/// The redo of a rollback to `keep` layers (idempotent). With `defer`,
+/// the discarded upper is only renamed aside (`discarded-ID`): O(1) on the
+/// rollback's path; [`remove_discarded`] removes it later (the next freeze,
+/// close or gc). Without, it is removed here (a disk image's quota must
+/// not keep counting it).
 pub(crate) fn finish_rollback(
     dir: BorrowedFd<'_>,
     rw: BorrowedFd<'_>,
     keep: usize,
     shown: &Path,
+    defer: bool,
 ) -> Result<()> {
     let data = read_regular(dir, c"session.json", 1 << 20, b"session.json")?;
     let mut info: super::info::SessionInfo =
@@ -66,17 +73,26 @@ pub(crate) fn finish_rollback(
         sys::rename_at(dir, c"session.json.tmp", dir, c"session.json")?;
     }
     fault_point("rollback-committed");
-    // The upper: swapped for an empty one, then removed.
-    remove_tree(rw, DISCARDED)?;
+    // The upper: swapped for an empty one, then removed (now or later).
+    let aside = if defer {
+        let mut b = [0u8; 8];
+        sys::getrandom(&mut b)?;
+        CString::new(format!("discarded-{}", hex::encode(b))).expect("hex")
+    } else {
+        remove_tree(rw, DISCARDED)?;
+        DISCARDED.to_owned()
+    };
     if lstat_opt(rw, c"upper")?.is_some() {
-        sys::rename_at(rw, c"upper", rw, DISCARDED)?;
+        sys::rename_at(rw, c"upper", rw, &aside)?;
     }
     sys::mkdirat(rw, c"upper", 0o755)?;
     if sys::geteuid() == 0 {
         let fd = sys::open_dir_beneath(rw, c"upper")?;
         sys::fchown(fd.as_fd(), ROOT_LAUNCH_UID, ROOT_LAUNCH_UID)?;
     }
-    remove_tree(rw, DISCARDED)?;
+    if !defer {
+        remove_tree(rw, DISCARDED)?;
+    }
     // The session's own later layers and manifests.
     let layers_dir = sys::open_dir_beneath(rw, c"layers")?;
     let seals_dir = sys::open_dir_beneath(dir, c"seals")?;
@@ -107,6 +123,17 @@ pub(crate) fn finish_rollback(
     }
 }
 
+/// Remove the uppers rollbacks set aside (`discarded-*` in the writable
+/// layers' directory). The caller holds the session's lock.
+pub(crate) fn remove_discarded(rw: BorrowedFd<'_>) -> Result<()> {
+    for name in sys::list_dir(rw)? {
+        if name.to_bytes().starts_with(DISCARDED_PREFIX) {
+            remove_tree(rw, &name)?;
+        }
+    }
+    Ok(())
+}
+
 /// Under the session's lock, before anything else: finish a rollback and
 /// undo a freeze into the shared store that a killed process left.
 /// Returns the audit events to record.
@@ -126,7 +153,7 @@ pub(crate) fn recover(
                     path: shown.join("rollback"),
                     reason: "is not a layer count".into(),
                 })?;
-            finish_rollback(dir, rw, keep, shown)?;
+            finish_rollback(dir, rw, keep, shown, false)?;
             events.push(json!({
                 "event": "rollback-finished", "time_unix_ms": now_ms(), "snapshot": keep,
                 "reason": "the process rolling the session back ended before it was done",

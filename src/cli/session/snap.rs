@@ -119,3 +119,28 @@ pub(super) fn rollback(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32
     )?;
     Ok(0)
 }
+
+/// `session compact ID [--depth N]`.
+pub(super) fn compact(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
+    let id = id_arg(a)?;
+    let mut depth = 1;
+    while let Some(arg) = a.next() {
+        match arg.to_str() {
+            Some("--depth") => depth = a.count("--depth")? as usize,
+            _ => bail!("compact: unexpected argument {arg:?}"),
+        }
+    }
+    if depth == 0 {
+        bail!("compact: --depth 0: a session keeps at least 1 frozen layer when it has any");
+    }
+    let report = state.open_session(&id)?.with_wait(wait).compact(depth)?;
+    print_result(
+        "compact",
+        &serde_json::to_value(&report)?,
+        &format!(
+            "{} frozen layers before, {} after\n",
+            report.layers_before, report.layers_after
+        ),
+    )?;
+    Ok(0)
+}
