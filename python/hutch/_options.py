@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Union
 
-from ._approved import approved_path
 from ._secrets import Gateway, Intercept, Secret
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -117,7 +116,6 @@ class Options(TypedDict, total=False):
     use_secrets: Sequence[str]
     image: str
     image_store: PathLike
-    approved: PathLike | Sequence[str]
     profile: PathLike
     bare: bool
     seccomp: str | PathLike
@@ -282,8 +280,6 @@ def to_args(
         a += ["--image", str(o["image"])]
     if "image_store" in o:
         a += ["--image-store", _flag_value(o["image_store"])]
-    if "approved" in o:
-        a += ["--approved", approved_path(o["approved"])]
     if "workspace" in o:
         a += ["--workspace", workspace_flag(o["workspace"])]
     if "changes" in o:

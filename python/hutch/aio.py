@@ -30,7 +30,6 @@ from typing import (
 from . import _serve
 from . import _session_core as core
 from ._agent import agent_options
-from ._approved import Approved
 from ._core import (
     Launch,
     envelope_doc_result,
@@ -842,7 +841,6 @@ class Session(core.Target):
         pull: str | None = None,
         insecure_registries: Sequence[str] = (),
         registry_auth: PathLike | None = None,
-        approved: Approved | None = None,
         workspace_path: str | None = None,
         disk_max: Size | None = None,
         disk_max_preferred: Size | None = None,
@@ -885,7 +883,6 @@ class Session(core.Target):
                     pull=pull,
                     insecure_registries=insecure_registries,
                     registry_auth=registry_auth,
-                    approved=approved,
                     workspace_path=workspace_path,
                     disk_max=disk_max,
                     disk_max_preferred=disk_max_preferred,

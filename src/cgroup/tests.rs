@@ -722,6 +722,8 @@ fn fake_v1_host(f: &Fake, uid: u32) -> HostCgroups {
         let mount = f.root.join("v1").join(name);
         std::fs::create_dir_all(&mount).unwrap();
         std::fs::write(mount.join("cgroup.procs"), "").unwrap();
+        // The launcher moves itself through `tasks` (cgroup::v1).
+        std::fs::write(mount.join("tasks"), "").unwrap();
         v1.push(host::V1Hierarchy {
             controllers: controllers.into_iter().map(String::from).collect(),
             own: Some(mount.clone()),
