@@ -53,6 +53,7 @@ from ._spawn import Process, Stream, spawn
 from ._types import (
     Changes,
     CheckReport,
+    CompactReport,
     DiffFile,
     DiffReport,
     DiffSide,
@@ -101,6 +102,7 @@ __all__ = [
     "CleanupIncomplete",
     "Command",
     "CommandFailed",
+    "CompactReport",
     "DiffFile",
     "DiffReport",
     "DiffSide",

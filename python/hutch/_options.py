@@ -89,7 +89,9 @@ class Options(TypedDict, total=False):
     ``allow_platform_mismatch``, ``allow_volumes``, ``allow_secret_env``,
     ``allow_devices`` (accept what that check refuses), ``pull``
     (``"missing"``: fetch an absent pinned image from its registry, with
-    ``registry_auth`` and ``insecure_registries``).
+    ``registry_auth`` and ``insecure_registries``; ``registry_credential``,
+    ``"[user=USER,]from-env=VAR"`` or ``from-file=PATH``: the registry's
+    password or token read by hutch from that source, never from argv).
     Also ``private_ids`` (65536 ids of the sandbox's own), ``labels``
     (``hutch ps``/``hutch.kill(label=)``), ``cap_drop``.
     """
@@ -153,6 +155,7 @@ class Options(TypedDict, total=False):
     allow_devices: bool
     pull: Literal["missing", "never"]
     registry_auth: PathLike
+    registry_credential: str
     insecure_registries: Sequence[str]
     private_ids: bool
     labels: Mapping[str, str]
@@ -415,6 +418,8 @@ def _more_args(o: Mapping[str, Any], temp: TempFiles | None) -> list[str]:
         a += ["--pull", o["pull"]]
     if "registry_auth" in o:
         a += ["--registry-auth", _flag_value(o["registry_auth"])]
+    if "registry_credential" in o:
+        a += ["--registry-credential", _flag_value(o["registry_credential"])]
     for h in o.get("insecure_registries", ()):
         a += ["--insecure-registry", h]
     if o.get("private_ids"):

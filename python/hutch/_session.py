@@ -15,6 +15,7 @@ from ._options import PathLike, Seconds, Size
 from ._run import execute
 from ._spawn import LineCallback, Process, StreamMode
 from ._types import (
+    CompactReport,
     DiffReport,
     ExportManifest,
     GcReport,
@@ -113,6 +114,7 @@ class Session(core.Target):
         pull: str | None = None,
         insecure_registries: Sequence[str] = (),
         registry_auth: PathLike | None = None,
+        registry_credential: str | None = None,
         workspace_path: str | None = None,
         disk_max: Size | None = None,
         disk_max_preferred: Size | None = None,
@@ -121,6 +123,7 @@ class Session(core.Target):
         locks: Sequence[str] = (),
         warm: int | None = None,
         warm_idle: Seconds = None,
+        compact_depth: int | None = None,
         platform: str | None = None,
         approved: PathLike | Sequence[str] | None = None,
         allow_unpinned: bool = False,
@@ -143,7 +146,8 @@ class Session(core.Target):
         For production jobs: ``image`` (a pinned image of the store) is the
         system of every command (``pull="missing"`` fetches it from its
         registry first when the store lacks it, with ``insecure_registries``
-        and ``registry_auth`` as for ``images.pull``; ``approved``, a file or
+        ``registry_auth`` and ``registry_credential`` as for
+        ``images.pull``; ``approved``, a file or
         the entries, refuses any other image, now and for every command);
         ``workspace_path`` (default ``/workspace``) is where commands see
         the workspace; ``disk_max``
@@ -177,6 +181,7 @@ class Session(core.Target):
                     pull=pull,
                     insecure_registries=insecure_registries,
                     registry_auth=registry_auth,
+                    registry_credential=registry_credential,
                     workspace_path=workspace_path,
                     disk_max=disk_max,
                     disk_max_preferred=disk_max_preferred,
@@ -185,6 +190,7 @@ class Session(core.Target):
                     locks=locks,
                     warm=warm,
                     warm_idle=warm_idle,
+                    compact_depth=compact_depth,
                     platform=platform,
                     approved=approved,
                     allows=core.allows(
@@ -462,6 +468,14 @@ class Session(core.Target):
     def snapshots(self) -> builtins.list[SnapshotInfo]:
         """The session's layers, lowest first."""
         return call(core.snapshots(self))
+
+    def compact(self, depth: int = 1) -> CompactReport:
+        """Merge the oldest frozen layers until ``depth`` are left (exactly:
+        whiteouts and opaque directories kept; a fork's layers stay its
+        own). Snapshots and seals also do this by themselves past the
+        session's ``compact_depth``; merged snapshots can no longer be a
+        ``rollback`` or ``fork`` point."""
+        return call(core.compact(self, depth))
 
     def fork(
         self,

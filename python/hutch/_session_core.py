@@ -27,6 +27,7 @@ from ._options import (
     to_args,
 )
 from ._types import (
+    CompactReport,
     DiffReport,
     ExportManifest,
     GcReport,
@@ -72,6 +73,7 @@ class CreateExtras:
     pull: str | None = None
     insecure_registries: Sequence[str] = ()
     registry_auth: PathLike | None = None
+    registry_credential: str | None = None
     workspace_path: str | None = None
     disk_max: Size | None = None
     disk_max_preferred: Size | None = None
@@ -80,6 +82,7 @@ class CreateExtras:
     locks: Sequence[str] = ()
     warm: int | None = None
     warm_idle: Seconds = None
+    compact_depth: int | None = None
     platform: str | None = None
     #: A file, or the entries (written to a private file for the call).
     approved: PathLike | Sequence[str] | None = None
@@ -113,6 +116,10 @@ class CreateExtras:
             a += ["--insecure-registry", h]
         if self.registry_auth is not None:
             a += ["--registry-auth", os.fspath(self.registry_auth)]
+        if self.registry_credential is not None:
+            a += ["--registry-credential", self.registry_credential]
+        if self.compact_depth is not None:
+            a += ["--compact-depth", str(self.compact_depth)]
         if self.workspace_path is not None:
             a += ["--workspace-path", self.workspace_path]
         if self.disk_max is not None and self.disk_max_preferred is not None:
@@ -539,6 +546,12 @@ def snapshot(s: Target, name: str | None) -> Verb[SnapshotInfo]:
     return s.verb(
         "snapshot", [] if name is None else ["--name", name], None, SnapshotInfo.from_dict
     )
+
+
+def compact(s: Target, depth: int) -> Verb[CompactReport]:
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth={depth!r}: frozen layers to keep, at least 1")
+    return s.verb("compact", ["--depth", str(depth)], None, CompactReport.from_dict)
 
 
 def snapshots(s: Target) -> Verb[list[SnapshotInfo]]:

@@ -670,6 +670,28 @@ class Killed:
 
 
 @dataclass(frozen=True)
+class CompactReport:
+    """What ``compact()`` did: frozen layers before and after, each run
+    of snapshot ids merged (first, last), entries written."""
+
+    layers_before: int
+    layers_after: int
+    merged: list[tuple[int, int]]
+    entries: int
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> CompactReport:
+        return CompactReport(
+            layers_before=int(d["layers_before"]),
+            layers_after=int(d["layers_after"]),
+            merged=[(int(a), int(b)) for a, b in d.get("merged", [])],
+            entries=int(d.get("entries", 0)),
+            raw=d,
+        )
+
+
+@dataclass(frozen=True)
 class SnapshotInfo:
     """A layer of a session (``session snapshot``/``snapshots``): its id
     (what ``fork(from_=)``, ``rollback`` and ``diff --since`` take), name,

@@ -43,6 +43,7 @@ from ._errors import UsageError
 from ._options import PathLike, Seconds, Size
 from ._run import CANCEL_GRACE, SERVER_REPORT_FD, server_launch, server_result
 from ._types import (
+    CompactReport,
     DiffReport,
     ExitReport,
     ExportManifest,
@@ -841,6 +842,7 @@ class Session(core.Target):
         pull: str | None = None,
         insecure_registries: Sequence[str] = (),
         registry_auth: PathLike | None = None,
+        registry_credential: str | None = None,
         workspace_path: str | None = None,
         disk_max: Size | None = None,
         disk_max_preferred: Size | None = None,
@@ -849,6 +851,7 @@ class Session(core.Target):
         locks: Sequence[str] = (),
         warm: int | None = None,
         warm_idle: Seconds = None,
+        compact_depth: int | None = None,
         platform: str | None = None,
         approved: PathLike | Sequence[str] | None = None,
         allow_unpinned: bool = False,
@@ -883,6 +886,7 @@ class Session(core.Target):
                     pull=pull,
                     insecure_registries=insecure_registries,
                     registry_auth=registry_auth,
+                    registry_credential=registry_credential,
                     workspace_path=workspace_path,
                     disk_max=disk_max,
                     disk_max_preferred=disk_max_preferred,
@@ -891,6 +895,7 @@ class Session(core.Target):
                     locks=locks,
                     warm=warm,
                     warm_idle=warm_idle,
+                    compact_depth=compact_depth,
                     platform=platform,
                     approved=approved,
                     allows=core.allows(
@@ -1129,6 +1134,10 @@ class Session(core.Target):
 
     async def snapshots(self) -> builtins.list[SnapshotInfo]:
         return await _exec(core.snapshots(self))
+
+    async def compact(self, depth: int = 1) -> CompactReport:
+        """``hutch.Session.compact``."""
+        return await _exec(core.compact(self, depth))
 
     async def fork(
         self,

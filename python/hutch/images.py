@@ -242,6 +242,7 @@ def pull(
     store: PathLike | None = None,
     platform: str | None = None,
     registry_auth: PathLike | None = None,
+    registry_credential: str | None = None,
     insecure_registries: Sequence[str] = (),
     approved: Approved | None = None,
     allow_unpinned: bool = False,
@@ -255,7 +256,10 @@ def pull(
 ) -> PullResult:
     """``hutch image pull``: fetch ``HOST[:PORT]/REPOSITORY@sha256:...`` by
     digest, verify every blob, and import it. ``insecure_registries``
-    (``HOST[:PORT]``) are reached over plain http; ``approved`` refuses an
+    (``HOST[:PORT]``) are reached over plain http; ``registry_credential``
+    (``"[user=USER,]from-env=VAR"`` or ``from-file=PATH``) is the
+    registry's password or token, read by hutch from that source (never
+    argv, never printed); ``approved`` refuses an
     unlisted image before any layer is fetched. The caps and ``allow_*``
     overrides are ``import_``'s."""
     a = [reference]
@@ -271,6 +275,8 @@ def pull(
         a += ["--platform", platform]
     if registry_auth is not None:
         a += ["--registry-auth", os.fspath(registry_auth)]
+    if registry_credential is not None:
+        a += ["--registry-credential", registry_credential]
     for h in insecure_registries:
         a += ["--insecure-registry", h]
     if allow_unpinned:

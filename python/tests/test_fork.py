@@ -87,3 +87,45 @@ def test_aio_fork_and_rollback(repo: tuple[Path, str], state_dir: Path) -> None:
 
     asyncio.run(main())
     assert sorted(os.listdir(state_dir)) == []
+
+
+def test_compact_merges_old_layers_and_keeps_the_tree(
+    repo: tuple[Path, str], state_dir: Path
+) -> None:
+    path, rev = repo
+    with hutch.Session.create(from_git=path, rev=rev, state_dir=state_dir, compact_depth=4) as s:
+        for i in range(6):
+            s.write(f"step{i}.txt", f"{i}\n")
+            if i == 2:
+                s.rm("step0.txt")
+            s.snapshot(f"s{i}")
+        # Past compact_depth=4 the snapshots merged the oldest by themselves.
+        frozen = [x for x in s.snapshots() if "merged_into" not in x.raw]
+        assert len(frozen) <= 4, [x.raw for x in s.snapshots()]
+        report = s.compact(depth=1)
+        assert report.layers_after == 1 and report.layers_before >= 2
+        assert report.merged and report.entries > 0
+        names = {g.path for g in s.glob("step*.txt")}
+        assert names == {f"step{i}.txt" for i in range(1, 6)}
+        assert s.read("step5.txt") == b"5\n"
+        try:
+            s.compact(depth=0)
+        except ValueError as e:
+            assert "depth=0" in str(e)
+        else:
+            raise AssertionError("depth=0 was accepted")
+
+
+def test_aio_compact(repo: tuple[Path, str], state_dir: Path) -> None:
+    path, rev = repo
+
+    async def main() -> None:
+        async with hutch.aio.Session.create(from_git=path, rev=rev, state_dir=state_dir) as s:
+            for i in range(3):
+                await s.write(f"a{i}.txt", "x")
+                await s.snapshot()
+            report = await s.compact(depth=1)
+            assert (report.layers_before, report.layers_after) == (3, 1)
+            assert await s.read("a2.txt") == b"x"
+
+    asyncio.run(main())

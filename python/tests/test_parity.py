@@ -121,6 +121,7 @@ SESSION_METHODS: dict[str, tuple[str, ...]] = {
     "snapshots": ("snapshots",),
     "fork": ("fork",),
     "rollback": ("rollback",),
+    "compact": ("compact",),
     "show": ("show",),
     "audit": ("audit",),
     "close": ("close",),
@@ -138,6 +139,7 @@ SESSION_RENAMED: dict[str, dict[str, str]] = {
 #: Flags a verb's help names only to point at another verb's.
 SESSION_MENTIONED: dict[str, set[str]] = {
     "fork": {"--since"},  # "`diff --since SNAP` gives only its own changes"
+    "compact": {"--compact-depth"},  # "the session's --compact-depth" (create's)
 }
 
 
