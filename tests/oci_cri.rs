@@ -91,6 +91,55 @@ fn status(node: &Node, id: &str) -> k8s_cri::v1::ContainerStatusResponse {
         .unwrap_or_else(|e| panic!("{e}\ncontainerd: {}", node.log_tail()))
 }
 
+/// CreateContainer then StartContainer in `pod_id`, as the kubelet does;
+/// the container's id.
+fn create_and_start(
+    node: &Node,
+    pod_id: &str,
+    pod: &k8s_cri::v1::PodSandboxConfig,
+    config: k8s_cri::v1::ContainerConfig,
+) -> String {
+    let name = config.metadata.as_ref().unwrap().name.clone();
+    let req = CreateContainerRequest {
+        pod_sandbox_id: pod_id.to_string(),
+        config: Some(config),
+        sandbox_config: Some(pod.clone()),
+    };
+    let id = node
+        .cri
+        .runtime("CreateContainer", |mut c| async move {
+            c.create_container(req).await
+        })
+        .unwrap_or_else(|e| panic!("{name}: {e}\ncontainerd: {}", node.log_tail()))
+        .container_id;
+    let cid = id.clone();
+    node.cri
+        .runtime("StartContainer", |mut c| async move {
+            c.start_container(StartContainerRequest { container_id: cid })
+                .await
+        })
+        .unwrap_or_else(|e| panic!("{name}: {e}\ncontainerd: {}", node.log_tail()));
+    id
+}
+
+/// The container's status once it exited (a poll with a 30 s deadline;
+/// `log` is shown when it does not).
+fn wait_exited(node: &Node, id: &str, log: &Path) -> k8s_cri::v1::ContainerStatus {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = status(node, id).status.unwrap();
+        if st.state == ContainerState::ContainerExited as i32 {
+            return st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id} did not finish in 30 s: {st:?}\nlog: {:?}",
+            log_lines(log)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The pid and OCI config containerd recorded for a container
 /// (ContainerStatus' verbose `info`).
 fn info(node: &Node, id: &str) -> (i32, serde_json::Value) {
@@ -259,46 +308,11 @@ fn cri_pod_of_two_containers_runs_through_hutch_oci_and_leaves_nothing() {
         false,
         &etc_hosts,
     );
-    let mut ids = Vec::new();
-    for config in [server, client] {
-        let name = config.metadata.as_ref().unwrap().name.clone();
-        let req = CreateContainerRequest {
-            pod_sandbox_id: pod_id.clone(),
-            config: Some(config),
-            sandbox_config: Some(pod.clone()),
-        };
-        let id = node
-            .cri
-            .runtime("CreateContainer", |mut c| async move {
-                c.create_container(req).await
-            })
-            .unwrap_or_else(|e| panic!("{name}: {e}\ncontainerd: {}", node.log_tail()))
-            .container_id;
-        let cid = id.clone();
-        node.cri
-            .runtime("StartContainer", |mut c| async move {
-                c.start_container(StartContainerRequest { container_id: cid })
-                    .await
-            })
-            .unwrap_or_else(|e| panic!("{name}: {e}\ncontainerd: {}", node.log_tail()));
-        ids.push(id);
-    }
-    let (server_id, client_id) = (ids[0].clone(), ids[1].clone());
+    let server_id = create_and_start(&node, &pod_id, &pod, server);
+    let client_id = create_and_start(&node, &pod_id, &pod, client);
 
     // The client ends once it got its answer over the loopback.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let client_status = loop {
-        let st = status(&node, &client_id).status.unwrap();
-        if st.state == ContainerState::ContainerExited as i32 {
-            break st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the client did not finish in 30 s: {st:?}\nlog: {:?}",
-            log_lines(&log_dir.join("client/0.log"))
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let client_status = wait_exited(&node, &client_id, &log_dir.join("client/0.log"));
     let client_log = log_lines(&log_dir.join("client/0.log"));
     assert_eq!(
         client_status.exit_code, 0,
@@ -521,25 +535,7 @@ fn cri_pod_annotation_carries_the_egress_allow_list_and_nothing_else() {
         false,
         &etc_hosts,
     );
-    let req = CreateContainerRequest {
-        pod_sandbox_id: pod_id.clone(),
-        config: Some(job),
-        sandbox_config: Some(pod.clone()),
-    };
-    let id = node
-        .cri
-        .runtime("CreateContainer", |mut c| async move {
-            c.create_container(req).await
-        })
-        .unwrap_or_else(|e| panic!("{e}\ncontainerd: {}", node.log_tail()))
-        .container_id;
-    let cid = id.clone();
-    node.cri
-        .runtime("StartContainer", |mut c| async move {
-            c.start_container(StartContainerRequest { container_id: cid })
-                .await
-        })
-        .unwrap_or_else(|e| panic!("{e}\ncontainerd: {}", node.log_tail()));
+    let id = create_and_start(&node, &pod_id, &pod, job);
     let (_, spec) = info(&node, &id);
     assert_eq!(
         spec["annotations"]["run.hutch.egress.allow"],
@@ -550,15 +546,7 @@ fn cri_pod_annotation_carries_the_egress_allow_list_and_nothing_else() {
         "a key outside pod_annotations reached the runtime: {}",
         spec["annotations"]
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let st = loop {
-        let st = status(&node, &id).status.unwrap();
-        if st.state == ContainerState::ContainerExited as i32 {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "the job did not finish: {st:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let st = wait_exited(&node, &id, &log_dir.join("job/0.log"));
     let log = log_lines(&log_dir.join("job/0.log"));
     assert_eq!(st.exit_code, 0, "{st:?}\n{log:?}");
     let out: Vec<&str> = log.iter().map(|(_, l)| l.as_str()).collect();
