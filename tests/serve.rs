@@ -161,6 +161,17 @@ fn b64(v: &Value) -> Vec<u8> {
     out
 }
 
+/// Request `id`: a sandbox whose workload is `sleep N`, returned once
+/// that process runs.
+fn start_sleep(s: &mut Server, id: u64, n: &str) {
+    let script = format!("echo ready; exec sleep {n}");
+    s.send(&argv(id, &["run", "--quiet", "--", "sh", "-c", &script]));
+    s.stdout_until(id, "ready");
+    wait_until(WAIT, "the sandbox's sleep to run", || {
+        live_sleeps(n).len() == 1
+    });
+}
+
 fn argv(id: u64, args: &[&str]) -> Value {
     json!({"id": id, "verb": "argv", "argv": args})
 }
@@ -278,21 +289,7 @@ fn signal_reaches_the_workload_and_cancel_ends_it() {
         assert_eq!(exit["code"], 7, "{exit}");
         assert_eq!(exit["cancelled"], false, "{exit}");
 
-        s.send(&argv(
-            2,
-            &[
-                "run",
-                "--quiet",
-                "--",
-                "sh",
-                "-c",
-                "echo ready; exec sleep 9372",
-            ],
-        ));
-        s.stdout_until(2, "ready");
-        wait_until(WAIT, "the sandbox's sleep to run", || {
-            live_sleeps("9372").len() == 1
-        });
+        start_sleep(&mut s, 2, "9372");
         let t = Instant::now();
         s.send(&json!({"id": 2, "verb": "cancel"}));
         let (_, _, exit) = s.finish(2);
@@ -380,21 +377,7 @@ fn closing_stdin_ends_and_reaps_what_the_server_started() {
         let dir = TempDir::new("serve-close", who);
         let mut s = Server::start(who, dir.path());
         let server_pid = s.child.id() as i32;
-        s.send(&argv(
-            1,
-            &[
-                "run",
-                "--quiet",
-                "--",
-                "sh",
-                "-c",
-                "echo ready; exec sleep 9373",
-            ],
-        ));
-        s.stdout_until(1, "ready");
-        wait_until(WAIT, "the sandbox's sleep to run", || {
-            live_sleeps("9373").len() == 1
-        });
+        start_sleep(&mut s, 1, "9373");
         let t = Instant::now();
         assert!(s.close().success());
         assert!(
