@@ -752,8 +752,22 @@ fn token_auth_through_the_registrys_token_service() {
 /// a huge Content-Length under `/v2/long/` — of JSON-ish bytes. It stops
 /// after `BOUND` bytes per answer (or when hutch hangs up), so code that
 /// reads the body whole ends with a large RSS rather than eating the host.
+/// The path of the HTTP request on `conn`, its header read to the end;
+/// None when no request line came.
+fn request_path(conn: &std::net::TcpStream) -> Option<String> {
+    use std::io::{BufRead, BufReader};
+    let mut reader = BufReader::new(conn.try_clone().ok()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line).ok()?;
+    let mut line = String::new();
+    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+        line.clear();
+    }
+    Some(request_line.split(' ').nth(1).unwrap_or("").to_string())
+}
+
 fn hostile_registry() -> String {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::Write;
     const BOUND: usize = 256 << 20;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let host = listener.local_addr().unwrap().to_string();
@@ -761,16 +775,9 @@ fn hostile_registry() -> String {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
             std::thread::spawn(move || {
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                let mut request_line = String::new();
-                if reader.read_line(&mut request_line).is_err() {
+                let Some(path) = request_path(&conn) else {
                     return;
-                }
-                let mut line = String::new();
-                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                    line.clear();
-                }
-                let path = request_line.split(' ').nth(1).unwrap_or("");
+                };
                 let head = "HTTP/1.1 200 OK\r\nConnection: close\r\n\
                             Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
                 let chunk = format!("{{\"a\":\"{}\",", "a".repeat(64 << 10));
@@ -874,7 +881,7 @@ fn a_registry_sending_an_endless_manifest_is_cut_off_at_the_cap() {
 /// reading past the declared size hangs there. Returns the host and the
 /// index digests (the `over` one second).
 fn lying_registry() -> (String, String, String) {
-    use std::io::{BufRead, BufReader, Read, Write};
+    use std::io::{Read, Write};
     const DECLARED: usize = 1000;
     let manifest_digest = format!("sha256:{}", "cd".repeat(32));
     let index_for = |size: u64| {
@@ -898,16 +905,9 @@ fn lying_registry() -> (String, String, String) {
             let (index, over, idx_d, over_d) =
                 (index.clone(), over.clone(), idx_d.clone(), over_d.clone());
             std::thread::spawn(move || {
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                let mut request_line = String::new();
-                if reader.read_line(&mut request_line).is_err() {
+                let Some(path) = request_path(&conn) else {
                     return;
-                }
-                let mut line = String::new();
-                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                    line.clear();
-                }
-                let path = request_line.split(' ').nth(1).unwrap_or("").to_string();
+                };
                 let repo = path.split('/').nth(2).unwrap_or("").to_string();
                 let head = "HTTP/1.1 200 OK\r\nConnection: close\r\n\
                             Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
