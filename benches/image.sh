@@ -60,10 +60,20 @@ if part b || part c; then
     command -v hyperfine >/dev/null || { echo "image.sh: hyperfine is needed" >&2; exit 2; }
 fi
 
+# HUTCH_BIN may be relative to the caller's directory; we leave it.
+[ -z "${HUTCH_BIN:-}" ] || HUTCH_BIN=$(realpath "$HUTCH_BIN")
 cd "$(dirname "$0")/.."
 hutch=${HUTCH_BIN:-$(benches/hutch-path.sh --release)}
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/hutch-image-bench.XXXXXX")
-[ $keep = 1 ] || trap 'rm -rf "$work"' EXIT
+# One cleanup for every part: the registry, the bundle's read-only
+# mount (rm cannot go through it), then the work directory.
+registry_pid= bundle_mount=
+cleanup() {
+    [ -z "$registry_pid" ] || kill "$registry_pid" 2>/dev/null || true
+    [ -z "$bundle_mount" ] || umount "$bundle_mount" 2>/dev/null || true
+    [ $keep = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
 
 what="--rootfs $rootfs"
 cached=/opt/hutch-test-debian/current/rootfs
@@ -207,7 +217,7 @@ if part b || part c; then
             *:*) mount -t overlay overlay -o "ro,lowerdir=$lowers" "$bundle/rootfs" ;;
             *) mount --bind "$lowers" "$bundle/rootfs" && mount -o remount,bind,ro "$bundle/rootfs" ;;
         esac
-        trap 'umount "$bundle/rootfs" 2>/dev/null || true; [ $keep = 1 ] || rm -rf "$work"' EXIT
+        bundle_mount=$bundle/rootfs
         (cd "$bundle" && crun spec 2>/dev/null || runc spec)
         python3 - "$bundle/config.json" <<'PY'
 import json, sys
@@ -259,7 +269,6 @@ if part d; then
         "$work/registry" "$host" >"$work/registry.yml"
     docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
     registry_pid=$!
-    trap 'kill $registry_pid 2>/dev/null; [ $keep = 1 ] || rm -rf "$work"' EXIT
     until python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' "$port" 2>/dev/null; do
         kill -0 $registry_pid || { cat "$work/registry.log" >&2; exit 1; }
         sleep 0.05
