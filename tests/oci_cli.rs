@@ -1860,3 +1860,137 @@ fn a_mount_label_is_ignored_only_without_selinux() {
         assert_eq!(code, Some(0), "{err}");
     }
 }
+
+/// A process in a mount namespace of its own (`unshare --mount`, private
+/// propagation), ready: what runtime-tools' `linux_ns_path` joins. Killed
+/// when dropped (also by a failed assertion).
+struct Holder(std::process::Child);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn mount_namespace_holder() -> Holder {
+    let mut holder = Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "echo ready && exec sleep 1000",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "ready\n");
+    Holder(holder)
+}
+
+/// runtime-tools' `linux_ns_path` (its `mnt` case): a mount namespace
+/// joined by `path` holds the container (hutch init's `/proc/PID/ns/mnt`
+/// is it) and its mounts, never the caller's (the caller's mounts keep
+/// their propagation, none appears under the bundle); `kill --all` and
+/// `delete` end the container's processes and leave the namespace's
+/// other process alone. Refused with one line, leaving nothing: the
+/// caller's own mount namespace or pid 1's, and a joined mount namespace
+/// without a pid namespace of the container's own (its processes could
+/// not be told from the namespace's others). Before: every mount
+/// namespace `path` was refused at create.
+#[test]
+fn a_mount_namespace_joined_by_path_holds_the_container_and_only_it() {
+    require!(requirements().is_ok(), requirements().unwrap_err());
+    become_subreaper();
+    let mut config = base_config(&["sleep", "1000"]);
+    let b = Bundle::new("oci-mnt-join", &config);
+    let mut holder = mount_namespace_holder();
+    let ns_path = format!("/proc/{}/ns/mnt", holder.0.id());
+    let joined = std::fs::read_link(&ns_path).unwrap();
+    let with_mount = |path: &str, pid: bool| {
+        let mut namespaces = vec![
+            json!({"type": "mount", "path": path}),
+            json!({"type": "ipc"}),
+            json!({"type": "uts"}),
+            json!({"type": "network"}),
+        ];
+        if pid {
+            namespaces.push(json!({"type": "pid"}));
+        }
+        json!(namespaces)
+    };
+    config["linux"]["namespaces"] = with_mount(&ns_path, true);
+    b.write_config(&config);
+    let before = host_propagation();
+    let id = format!("mnt-join-{}", std::process::id());
+    let (st, err, _) = b.create(&id);
+    assert!(st.success(), "create: {err}");
+    let pid = b.pid(&id);
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap(),
+        joined
+    );
+    let o = b.run(&["start", &id]);
+    assert!(o.status.success(), "start: {}", stderr(&o));
+    assert_eq!(b.state(&id)["status"], "running");
+    let o = b.run(&["kill", "--all", &id, "KILL"]);
+    assert!(o.status.success(), "kill --all: {}", stderr(&o));
+    assert_eq!(wait_exit(pid), 128 + libc::SIGKILL);
+    let o = b.run(&["delete", &id]);
+    assert!(o.status.success(), "delete: {}", stderr(&o));
+    assert!(
+        holder.0.try_wait().unwrap().is_none(),
+        "the joined namespace's other process lives on"
+    );
+    let after = host_propagation();
+    for (point, propagation) in &before {
+        if let Some((_, now)) = after.iter().find(|(p, _)| p == point) {
+            assert_eq!(now, propagation, "{point}'s propagation");
+        }
+    }
+    let bundle = b.path().display().to_string();
+    assert!(
+        !after.iter().any(|(p, _)| p.starts_with(&bundle)),
+        "no mount of the container in the caller's namespace: {after:?}"
+    );
+
+    let refused = [
+        ("/proc/self/ns/mnt".to_string(), true, "the runtime's own"),
+        // Where pid 1 is out of reach (a container's host), opening it
+        // is what fails.
+        (
+            "/proc/1/ns/mnt".to_string(),
+            true,
+            if std::fs::File::open("/proc/1/ns/mnt").is_ok() {
+                "pid 1's"
+            } else {
+                "cannot open"
+            },
+        ),
+        (ns_path.clone(), false, "needs a pid namespace"),
+    ];
+    for (i, (path, pid_ns, why)) in refused.iter().enumerate() {
+        // /proc/self is hutch-oci's: the caller's own mount namespace.
+        config["linux"]["namespaces"] = with_mount(path, *pid_ns);
+        b.write_config(&config);
+        let id = format!("mnt-refused-{i}-{}", std::process::id());
+        let (st, err, _) = b.create(&id);
+        assert!(!st.success(), "{path} is refused");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(
+            err.contains("linux.namespaces[0].path") || err.contains("namespaces.join.mount"),
+            "{err}"
+        );
+        assert!(err.contains(why), "{why}: {err}");
+        assert!(!b.state_root.join(&id).exists(), "nothing left of {id}");
+    }
+    assert_eq!(host_propagation(), after, "refusals mount nothing");
+}

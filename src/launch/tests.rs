@@ -117,6 +117,10 @@ impl ChildSys for Recorder {
         self.note("setns user".into());
         Ok(())
     }
+    fn enter_mount_namespace(&mut self, _fd: BorrowedFd<'_>) -> Result<(), Errno> {
+        self.note("setns mount".into());
+        Ok(())
+    }
     fn loopback_up(&mut self) -> Result<(), Errno> {
         self.note("lo up".into());
         Ok(())
@@ -384,6 +388,7 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         userns_after_setup: None,
         bounding_set_dropped: false,
         init_joinable: false,
+        mount_namespace: None,
         landlock_ruleset: None,
         hold: None,
         inherited_fds: Vec::new(),

@@ -464,6 +464,7 @@ impl Root {
             cgroup_made,
             cgroup_v1,
             mnt_ns: None,
+            mnt_ns_joined: t.spec.namespaces.join.mount.is_some(),
         };
         // A record from the start: `delete` finds the cgroup even if this
         // process is killed before hutch init exists.
@@ -535,7 +536,9 @@ impl Root {
             // builds the root): a `delete` finds it even if this process
             // is killed now.
             &mut |pid| {
-                mnt_ns = super::procs::container_mnt_ns_id(pid);
+                if !base.mnt_ns_joined {
+                    mnt_ns = super::procs::container_mnt_ns_id(pid);
+                }
                 let early = Record {
                     pid,
                     start_time: start_time(pid).unwrap_or(0),

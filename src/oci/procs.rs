@@ -7,10 +7,11 @@
 //! - the container has a pid namespace of its own and the process is in
 //!   it, or in a pid namespace nested in it (a process never leaves its
 //!   pid namespace);
-//! - its mount namespace is the container's. hutch init always makes one,
-//!   and a process leaves its mount namespace only with `CAP_SYS_ADMIN`
-//!   (setns, unshare), which podman's and hutch's default capability sets
-//!   do not give.
+//! - its mount namespace is the container's. hutch init makes one unless
+//!   the config joins one by path (then the namespace is never used: other
+//!   processes live in it), and a process leaves its mount namespace only
+//!   with `CAP_SYS_ADMIN` (setns, unshare), which podman's and hutch's
+//!   default capability sets do not give.
 //!
 //! Parentage, sessions and process groups are not used: a daemon escapes
 //! them (`setsid`, a double fork, reparenting to the host's pid 1).
@@ -151,7 +152,7 @@ impl Members {
         let mut mnt = r.mnt_ns.map(MntNs::Id);
         let mut pid_ns = None;
         if let Some((pid, _)) = &init {
-            if mnt.is_none() {
+            if mnt.is_none() && !r.mnt_ns_joined {
                 let by_inode = ns_inode(&format!("/proc/{pid}/ns/mnt"))
                     .filter(|ns| Some(*ns) != own_mnt)
                     .map(MntNs::Inode);

@@ -32,4 +32,8 @@ pub struct Record {
     /// processes by it, even once hutch init is gone ([`super::procs`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mnt_ns: Option<u64>,
+    /// The config joined a mount namespace by path: other processes live
+    /// in it, so it never identifies the container's ([`super::procs`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mnt_ns_joined: bool,
 }

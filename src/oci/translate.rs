@@ -397,6 +397,7 @@ fn translate_namespaces(linux: &Linux, spec: &mut Spec) -> Result<(), OciError> 
     ns.cgroup = false;
     ns.mount = true;
     let mut seen: Vec<&str> = Vec::new();
+    let mut mount_path_at = None;
     for (i, n) in linux.namespaces.iter().enumerate() {
         let at = format!("linux.namespaces[{i}]");
         if seen.contains(&n.kind.as_str()) {
@@ -418,11 +419,12 @@ fn translate_namespaces(linux: &Linux, spec: &mut Spec) -> Result<(), OciError> 
             "user" => (&mut ns.user, &mut ns.join.user),
             "cgroup" => (&mut ns.cgroup, &mut ns.join.cgroup),
             "mount" => {
+                // Joined by hutch init; the launch refuses the runtime's
+                // own and pid 1's (docs/oci.md, "Joining a mount namespace").
                 if join.is_some() {
-                    return Err(err(
-                        format!("{at}.path"),
-                        "a mount namespace cannot be joined: hutch-oci builds the root (mounts, pivot_root, the old root detached) only in a mount namespace of its own, never in one other processes live in; leave `path` out (docs/oci.md)",
-                    ));
+                    ns.mount = false;
+                    ns.join.mount = join;
+                    mount_path_at = Some(format!("{at}.path"));
                 }
                 continue;
             }
@@ -432,6 +434,25 @@ fn translate_namespaces(linux: &Linux, spec: &mut Spec) -> Result<(), OciError> 
         match join {
             Some(r) => *slot = Some(r),
             None => *flag = true,
+        }
+    }
+    if let Some(at) = mount_path_at {
+        // Other processes live in a joined mount namespace: `kill --all`
+        // and `delete` tell the container's from them by a pid namespace
+        // of its own, never by the mount namespace (super::procs).
+        if !ns.pid {
+            return Err(err(
+                at,
+                "joining a mount namespace by path needs a pid namespace of the container's own (a `pid` entry without `path`): kill --all and delete tell the container's processes from the namespace's other ones by it",
+            ));
+        }
+        // A user namespace made for the container owns none of the joined
+        // namespace's mounts: setns, and every mount, would be EPERM.
+        if ns.user {
+            return Err(err(
+                at,
+                "joining a mount namespace by path cannot go with a user namespace of the container's own (join the user namespace that owns the mount namespace by path instead)",
+            ));
         }
     }
     spec.network = if ns.net { Network::None } else { Network::Host };

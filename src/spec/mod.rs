@@ -553,7 +553,7 @@ impl FsOp {
 
 /// Which namespaces to create (`true`) and which the sandbox shares with
 /// the launcher (`false`) or joins (`join`). A mount namespace is always
-/// created. Without a user namespace of its own the sandbox keeps the
+/// created, unless one is joined (`join.mount`, with `mount = false`). Without a user namespace of its own the sandbox keeps the
 /// launcher's credentials (root stays host root, with the capabilities
 /// `security` keeps); without a pid namespace of its own hutch init is not
 /// pid 1 and leaves the workload's stray processes alone.
@@ -576,7 +576,7 @@ pub struct Namespaces {
     pub join: NamespaceJoins,
 }
 
-/// Existing namespaces to join, by kind (`mount` cannot be joined).
+/// Existing namespaces to join, by kind.
 #[non_exhaustive]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -593,6 +593,15 @@ pub struct NamespaceJoins {
     pub net: Option<NamespaceRef>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<NamespaceRef>,
+    /// A mount namespace hutch init enters instead of creating one (the
+    /// OCI `namespaces[].path` of type `mount`): the root is built, and
+    /// `pivot_root` done, in it, under the other processes that live
+    /// there. Never the launcher's own mount namespace nor that of pid 1
+    /// (refused when the launch prepares), and not with a user namespace
+    /// of the sandbox's own (which could not mount in it). Not part of
+    /// [`NamespaceJoins::iter`]: hutch init joins it, not the launcher.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mount: Option<NamespaceRef>,
     /// A user namespace hutch init enters once the sandbox is built (its
     /// root, hostname, network), right before the workload starts, so the
     /// command runs in it (bubblewrap's `--userns2`). It must be a

@@ -52,6 +52,17 @@ pub(super) fn validate_namespaces(spec: &Spec) -> Result<(), SpecError> {
     if let Some(r) = &ns.join.user_after_setup {
         validate_ref("namespaces.join.user_after_setup", r)?;
     }
+    if let Some(r) = &ns.join.mount {
+        validate_ref("namespaces.join.mount", r)?;
+        // A new user namespace owns none of the mounts of a joined mount
+        // namespace: setns (and every mount after it) would be EPERM.
+        if ns.user {
+            return Err(SpecError::new(
+                "namespaces.join.mount",
+                "a joined mount namespace cannot be used from a user namespace of the sandbox's own (namespaces.user = true): join the user namespace that owns it, or leave the mount namespace out",
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -85,10 +85,14 @@ pub fn validate_where_nul_may_be(
         validate_fs_op(op, &format!("fs[{i}]"))?;
     }
     let ns = &spec.namespaces;
-    if !ns.mount {
+    if ns.mount == ns.join.mount.is_some() {
         return Err(SpecError::new(
             "namespaces.mount",
-            "hutch always creates a mount namespace; `false` is not supported",
+            if ns.mount {
+                "joins an existing mount namespace, so namespaces.mount must be false"
+            } else {
+                "hutch always creates a mount namespace unless it joins one (namespaces.join.mount); `false` alone is not supported"
+            },
         ));
     }
     super::process::validate_namespaces(spec)?;

@@ -133,6 +133,7 @@ pub(crate) fn init<S: ChildSys>(
             .iter()
             .chain(&plan.hold)
             .chain(&plan.userns_after_setup)
+            .chain(&plan.mount_namespace)
             .map(|fd| fd.as_fd()),
     );
     if !plan.detached {
@@ -146,6 +147,10 @@ pub(crate) fn init<S: ChildSys>(
         sys.new_session().at(Stage::InitSession)?;
     }
     let handed = sys.recv_go(sock).ok_or(Stop::SupervisorGone)?;
+    if let Some(ns) = plan.mount_namespace.take() {
+        sys.enter_mount_namespace(ns.as_fd())
+            .at(Stage::JoinMountNamespace)?;
+    }
     sys.mount(None, c"/", None, libc::MS_SLAVE | libc::MS_REC, None)
         .map_err(described(Stage::MountPropagation))?;
     let sources = fs::open_sources(sys, &plan.fs).map_err(built(Stage::OpenHostSources))?;

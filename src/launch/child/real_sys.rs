@@ -277,6 +277,10 @@ impl ChildSys for RealSys {
         raw::setns(fd, libc::CLONE_NEWUSER)
     }
 
+    fn enter_mount_namespace(&mut self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
+        raw::setns(fd, libc::CLONE_NEWNS)
+    }
+
     fn loopback_up(&mut self) -> Result<(), Errno> {
         raw::set_interface_up(c"lo")
     }

@@ -50,6 +50,8 @@ pub(crate) trait ChildSys: FsSys {
     fn set_hostname(&mut self, name: &[u8]) -> Result<(), Errno>;
     /// setns(fd, CLONE_NEWUSER): enter a (descendant) user namespace.
     fn enter_user_namespace(&mut self, fd: BorrowedFd<'_>) -> Result<(), Errno>;
+    /// setns(fd, CLONE_NEWNS): enter a joined mount namespace.
+    fn enter_mount_namespace(&mut self, fd: BorrowedFd<'_>) -> Result<(), Errno>;
     fn loopback_up(&mut self) -> Result<(), Errno>;
     /// The egress proxy's TCP door, listening in this network namespace.
     fn tcp_door(&mut self) -> Result<OwnedFd, Errno>;

@@ -95,6 +95,10 @@ pub(crate) struct ChildPlan {
     /// `namespaces.join.user_after_setup`, opened: hutch init enters it
     /// right before the workload starts.
     pub userns_after_setup: Option<OwnedFd>,
+    /// `namespaces.join.mount`, opened (and checked not to be the
+    /// launcher's nor pid 1's): hutch init enters it before anything
+    /// mounts, instead of the mount namespace clone would have made.
+    pub mount_namespace: Option<OwnedFd>,
     /// A listening SOCK_SEQPACKET socket: once the sandbox is built, report
     /// `Held` and wait for a connection (the start request) before
     /// starting the workload.

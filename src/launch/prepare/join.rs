@@ -71,3 +71,52 @@ impl Joins {
         Ok(())
     }
 }
+
+/// Open `namespaces.join.mount` for hutch init to enter. Refused when it
+/// is the launcher's own mount namespace or pid 1's (the host's, as a
+/// rule): hutch init makes `/` a slave, stacks its staging tmpfs, pivots
+/// and detaches the old root there, which would change the caller's own
+/// tree under it.
+pub(crate) fn open_mount(r: &NamespaceRef) -> Result<OwnedFd, LaunchError> {
+    use std::os::unix::fs::MetadataExt;
+    let fd = open("mount", r)?;
+    let at = if r.path.is_some() {
+        "namespaces.join.mount.path"
+    } else {
+        "namespaces.join.mount.fd"
+    };
+    let refuse = |why: String| LaunchError::Spec(SpecError::new(at, why));
+    // fstat through a duplicate (the File closes it, `fd` stays).
+    let joined = fd
+        .try_clone()
+        .map(std::fs::File::from)
+        .and_then(|f| f.metadata())
+        .map_err(|e| refuse(format!("cannot stat it: {e}")))?;
+    if joined.dev() != nsfs_dev()? {
+        return Err(refuse(
+            "not a namespace file (a /proc/PID/ns/mnt, or a bind mount of one)".into(),
+        ));
+    }
+    for (whose, path) in [
+        ("the runtime's own", "/proc/self/ns/mnt"),
+        ("pid 1's (the host's)", "/proc/1/ns/mnt"),
+    ] {
+        let Ok(m) = std::fs::metadata(path) else {
+            continue;
+        };
+        if (m.dev(), m.ino()) == (joined.dev(), joined.ino()) {
+            return Err(refuse(format!(
+                "it is {whose} mount namespace: the root would be built and pivoted into in it, under the caller's own mounts; give a mount namespace made for the container (docs/oci.md, \"Joining a mount namespace\")"
+            )));
+        }
+    }
+    Ok(fd)
+}
+
+/// The device of the nsfs filesystem (where every namespace file lives).
+fn nsfs_dev() -> Result<u64, LaunchError> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/mnt")
+        .map(|m| m.dev())
+        .map_err(|e| LaunchError::Sys(sys::io_err("stat(/proc/self/ns/mnt)".into(), e)))
+}

@@ -245,7 +245,8 @@ pub(crate) fn prepare_sandbox(
         }
     }
     let ns = &spec.namespaces;
-    let mut clone_flags = CLONE_NEWNS;
+    // A joined mount namespace is entered by hutch init after clone.
+    let mut clone_flags = if ns.join.mount.is_some() { 0 } else { CLONE_NEWNS };
     for (on, flag) in [
         (ns.user, CLONE_NEWUSER),
         (ns.pid, CLONE_NEWPID),
@@ -304,6 +305,10 @@ pub(crate) fn prepare_sandbox(
         console: None,
         userns_after_setup: match &spec.namespaces.join.user_after_setup {
             Some(r) => Some(join::open("user_after_setup", r)?),
+            None => None,
+        },
+        mount_namespace: match &spec.namespaces.join.mount {
+            Some(r) => Some(join::open_mount(r)?),
             None => None,
         },
         hold: None,

@@ -106,6 +106,13 @@ pub(crate) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
             "open(\"/dev/ptmx\") and sendmsg(SCM_RIGHTS) to the console socket".into(),
             Some("the root needs a devpts at /dev/pts and /dev/ptmx pointing at pts/ptmx"),
         ),
+        Stage::JoinMountNamespace => (
+            f.stage.what().into(),
+            "setns(CLONE_NEWNS)".into(),
+            Some(
+                "it must be a mount namespace (/proc/PID/ns/mnt) whose owning user namespace the runtime holds CAP_SYS_ADMIN in",
+            ),
+        ),
         Stage::UserNamespaceAfterSetup => (
             f.stage.what().into(),
             "setns(CLONE_NEWUSER)".into(),

@@ -18,6 +18,8 @@ pub enum Stage {
     ParentDeathSignal = 1,
     CloseInheritedFds,
     InitSession,
+    /// `namespaces.join.mount`: entering it.
+    JoinMountNamespace,
     MountPropagation,
     OpenHostSources,
     SetGroups,
@@ -69,10 +71,11 @@ pub enum Stage {
 }
 
 impl Stage {
-    const ALL: [Stage; 44] = [
+    const ALL: [Stage; 45] = [
         Stage::ParentDeathSignal,
         Stage::CloseInheritedFds,
         Stage::InitSession,
+        Stage::JoinMountNamespace,
         Stage::MountPropagation,
         Stage::OpenHostSources,
         Stage::SetGroups,
@@ -128,6 +131,7 @@ impl Stage {
             }
             Stage::CloseInheritedFds => "closing the file descriptors hutch init does not need",
             Stage::InitSession => "starting a new session",
+            Stage::JoinMountNamespace => "entering the mount namespace of namespaces.join.mount",
             Stage::MountPropagation => "making / a slave mount",
             Stage::OpenHostSources => "opening a host path",
             Stage::SetGroups => "dropping supplementary groups",
