@@ -1360,3 +1360,29 @@ fn init_stays_dumpable_only_where_the_workload_cannot_reach_it() {
     plan.exec_in_place = true;
     assert!(!dumpable(&plan), "the command is pid 1");
 }
+
+/// `namespaces.join.mount`: hutch init keeps the fd through its first
+/// close and enters the namespace after `Go`, before its first mount (the
+/// slave `/`), so nothing of the root is built in the launcher's
+/// namespace; without it, no setns.
+#[test]
+fn a_joined_mount_namespace_is_entered_before_the_first_mount() {
+    let spec = test_spec();
+    let mut plan = plan_for(&spec, false, 0);
+    let (ns, _other) = crate::sys::socket::seqpacket_pair().unwrap();
+    plan.mount_namespace = Some(ns);
+    let mut rec = Recorder::default();
+    let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
+    if let Err(Stop::Failed(f, text)) = child::init(&mut rec, &mut plan, sock.as_fd()) {
+        panic!("{f:?} {text:?}");
+    }
+    assert!(plan.mount_namespace.is_none(), "the fd is closed after");
+    let k = kinds(&rec.calls);
+    let setns = k.iter().position(|c| c == "setns").expect("setns");
+    assert_eq!(k[setns - 1], "recv", "{k:#?}");
+    assert_eq!(k[setns + 1], "slave /", "{k:#?}");
+    let mut plan = plan_for(&spec, false, 0);
+    let mut rec = Recorder::default();
+    let _ = child::init(&mut rec, &mut plan, sock.as_fd());
+    assert!(!rec.calls.iter().any(|c| c.ends_with("setns mount")));
+}

@@ -544,6 +544,30 @@ fn only_a_pid_namespace_may_be_both_joined_and_new() {
     assert_eq!(super::validate(&s).unwrap_err().path, "namespaces.join.net");
 }
 
+/// A mount namespace is made, or joined with `mount = false`; never
+/// neither nor both, and a joined one not with a user namespace of the
+/// sandbox's own.
+#[test]
+fn a_mount_namespace_is_made_or_joined() {
+    let mut s = Spec {
+        command: vec!["true".into()],
+        ..Spec::default()
+    };
+    s.namespaces.join.mount = Some(NamespaceRef::fd(5));
+    assert_eq!(super::validate(&s).unwrap_err().path, "namespaces.mount");
+    s.namespaces.mount = false;
+    s.namespaces.user = false;
+    super::validate(&s).unwrap();
+    s.namespaces.user = true;
+    assert_eq!(
+        super::validate(&s).unwrap_err().path,
+        "namespaces.join.mount"
+    );
+    s.namespaces.user = false;
+    s.namespaces.join.mount = None;
+    assert_eq!(super::validate(&s).unwrap_err().path, "namespaces.mount");
+}
+
 /// A NUL anywhere is refused at its key path; text that only looks like
 /// JSON's escape of one (a backslash, then `u0000`) is not a NUL.
 #[test]
