@@ -9,7 +9,8 @@
 //! inside the containers and in their cgroups), then StopPodSandbox and
 //! RemovePodSandbox, after which nothing of the pod is left: no mount
 //! under the node's directory, no process, no cgroup below the pod's, no
-//! hutch-oci state.
+//! hutch-oci state. A pod with an egress allow-list shares one proxy (the
+//! sandbox's) between its containers.
 
 mod common;
 mod cri;
