@@ -55,7 +55,9 @@ fn bench(
     runs: usize,
 ) -> anyhow::Result<()> {
     for alpn in ["http/1.1", "h2"] {
-        // The direct client speaks HTTP/1.1; the proxy takes h2 when offered.
+        // The direct client speaks HTTP/1.1; so does the proxy towards an
+        // upstream offering h2 too, as the sandbox's requests are 1.1
+        // (src/net/broker/upstream.rs): the second row shows that choice.
         let offer: &[&str] = if alpn == "h2" {
             &["h2", "http/1.1"]
         } else {
@@ -120,7 +122,7 @@ async fn measure(
     let upstream = format!("127.0.0.1:{}", up.port);
     let authority = format!("{NAME}:{}", up.port);
 
-    println!("== gateway, upstream speaking {alpn} (same run, same server)");
+    println!("== gateway, upstream offering {alpn} (same run, same server)");
     let post = |path: &str, host: &str| {
         Request::post(path)
             .header("host", host)

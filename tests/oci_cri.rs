@@ -9,7 +9,8 @@
 //! inside the containers and in their cgroups), then StopPodSandbox and
 //! RemovePodSandbox, after which nothing of the pod is left: no mount
 //! under the node's directory, no process, no cgroup below the pod's, no
-//! hutch-oci state.
+//! hutch-oci state. A pod with an egress allow-list shares one proxy (the
+//! sandbox's) between its containers.
 
 mod common;
 mod cri;
@@ -20,11 +21,13 @@ use std::time::{Duration, Instant};
 use common::*;
 use cri::node::{BUSYBOX_IMAGE, CNI_BIN, Node};
 use cri::pod::{PodCgroup, container_config, sandbox_config};
+use cri::upstream::Upstream;
 use k8s_cri::v1::{
     ContainerState, ContainerStatusRequest, CreateContainerRequest, ExecSyncRequest,
     ListContainersRequest, ListPodSandboxRequest, PodSandboxStatusRequest, RemovePodSandboxRequest,
     RunPodSandboxRequest, StartContainerRequest, StopContainerRequest, StopPodSandboxRequest,
 };
+use std::os::unix::fs::MetadataExt;
 
 fn requirements() -> Result<(), String> {
     if !is_root() {
@@ -476,15 +479,33 @@ fn cri_pod_of_two_containers_runs_through_hutch_oci_and_leaves_nothing() {
     eprintln!("CRI pod flow: {:?}", started.elapsed());
 }
 
-/// A pod's `run.hutch.egress.allow` reaches hutch-oci through containerd's
-/// `pod_annotations` (the only key listed there: another `run.hutch.*` key
-/// of the pod never reaches it), and the container gets hutch's egress
-/// path: a network namespace of its own with only `lo`, the proxy doors,
-/// the allow-list applied (an allowed name is looked up: 502, it does not
-/// resolve in the node's namespace; another is refused: 403).
+/// The pod's record in hutch-oci's state root: hutch init's pid and the
+/// keeper's (its egress proxy).
+fn hutch_record(node: &Node, id: &str) -> (i32, Option<i32>) {
+    let path = node.state_root("hutch").join(id).join("state.json");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap_or_else(|e| panic!("{path:?}: {e}")))
+            .unwrap();
+    (
+        r["pid"].as_i64().unwrap() as i32,
+        r["keeper"][0].as_i64().map(|k| k as i32),
+    )
+}
+
+/// A pod's `run.hutch.egress.allow` (and `allow-address`) reach hutch-oci
+/// through containerd's `pod_annotations` (only the keys listed there:
+/// another `run.hutch.*` key of the pod never reaches it), and the egress
+/// is the pod's: the sandbox holds a network namespace with only `lo` and
+/// one proxy, both containers join it (they talk over its loopback), find
+/// the same doors, and reach an upstream on the node's loopback that the
+/// allow-list names (name and address) while another port is refused
+/// without being dialled. A container whose allow-list differs from its
+/// sandbox's is refused. After RemovePodSandbox nothing is left: no proxy,
+/// process, mount, cgroup or state.
 #[test]
-fn cri_pod_annotation_carries_the_egress_allow_list_and_nothing_else() {
+fn cri_pod_egress_is_the_pods_one_proxy_for_every_container() {
     require!(requirements().is_ok(), requirements().unwrap_err());
+    let started = Instant::now();
     let t = tag();
     let pod_cg = PodCgroup::create(&format!("hutch-test-cri-{t}"), 1024)
         .unwrap_or_else(|e| panic!("the pod's cgroup: {e}"));
@@ -493,12 +514,17 @@ fn cri_pod_annotation_carries_the_egress_allow_list_and_nothing_else() {
         Path::new(env!("CARGO_BIN_EXE_hutch-oci")),
     )
     .unwrap_or_else(|e| panic!("{e}"));
+    // Two upstreams on the node's loopback: one allowed, one not.
+    let node_pid = node.pid().unwrap();
+    let allowed = Upstream::start(node_pid, "upstream-ok").unwrap_or_else(|e| panic!("{e}"));
+    let other = Upstream::start(node_pid, "not-for-the-pod").unwrap_or_else(|e| panic!("{e}"));
     let uid = format!("0000{t}-cri1-4000-8000-000000000000");
     let log_dir = node
         .path()
         .join("pods")
         .join(format!("default_egress-pod_{uid}"));
     std::fs::create_dir_all(&log_dir).unwrap();
+    let allow = format!("localhost:{}", allowed.port);
     let pod = sandbox_config(
         "egress-pod",
         &uid,
@@ -506,7 +532,8 @@ fn cri_pod_annotation_carries_the_egress_allow_list_and_nothing_else() {
         &log_dir,
         &pod_cg.parent(),
         &[
-            ("run.hutch.egress.allow", "allowed.example:80"),
+            ("run.hutch.egress.allow", &allow),
+            ("run.hutch.egress.allow-address", "127.0.0.1,::1"),
             // Not in pod_annotations: containerd must not pass it on.
             ("run.hutch.landlock", "off"),
         ],
@@ -522,39 +549,166 @@ fn cri_pod_annotation_carries_the_egress_allow_list_and_nothing_else() {
         })
         .unwrap_or_else(|e| panic!("{e}\ncontainerd: {}", node.log_tail()))
         .pod_sandbox_id;
+    let (pause_pid, keeper) = hutch_record(&node, &pod_id);
+    let keeper = keeper.expect("the pod's egress proxy is the sandbox container's keeper");
+    let pod_net = std::fs::read_link(format!("/proc/{pause_pid}/ns/net")).unwrap();
+    let door = std::fs::metadata(format!("/proc/{pause_pid}/root/run/hutch/proxy.sock"))
+        .expect("the sandbox's Unix door");
     let etc_hosts = node.path().join("etc-hosts");
     std::fs::write(&etc_hosts, "127.0.0.1\tlocalhost\n").unwrap();
-    let job = container_config(
-        "job",
+
+    // What each container sees of the pod's egress, then its own part.
+    let probe = format!(
+        "readlink /proc/self/ns/net; ls /sys/class/net; stat -c %i /run/hutch/proxy.sock; \
+         echo \"$HTTP_PROXY\"; wget -q -O - http://localhost:{}/; echo; \
+         wget -q -O - http://localhost:{}/ 2>&1",
+        allowed.port, other.port
+    );
+    let server = container_config(
+        "server",
         BUSYBOX_IMAGE,
-        "ls /sys/class/net; test -S /run/hutch/proxy.sock && echo door; echo \"$HTTP_PROXY\"; \
-         wget -q -O /dev/null http://allowed.example/ 2>&1; \
-         wget -q -O /dev/null http://denied.example/ 2>&1; true",
+        &format!(
+            "{probe}; mkdir -p /dev/shm/www && echo pong > /dev/shm/www/ping && echo serving && \
+             exec httpd -f -p 127.0.0.1:8080 -h /dev/shm/www"
+        ),
         1000,
         64 << 20,
+        true,
+        &etc_hosts,
+    );
+    let client = container_config(
+        "client",
+        BUSYBOX_IMAGE,
+        &format!(
+            "{probe}; i=0; until wget -Y off -q -O - http://127.0.0.1:8080/ping 2>/dev/null; do \
+               i=$((i+1)); [ $i -lt 1500 ] || {{ echo no answer >&2; exit 9; }}; usleep 20000; \
+             done"
+        ),
+        1000,
+        32 << 20,
         false,
         &etc_hosts,
     );
-    let id = create_and_start(&node, &pod_id, &pod, job);
-    let (_, spec) = info(&node, &id);
+    let server_id = create_and_start(&node, &pod_id, &pod, server);
+    let client_id = create_and_start(&node, &pod_id, &pod, client);
+    let (_, spec) = info(&node, &client_id);
     assert_eq!(
         spec["annotations"]["run.hutch.egress.allow"],
-        "allowed.example:80"
+        allow.as_str()
     );
     assert!(
         spec["annotations"].get("run.hutch.landlock").is_none(),
         "a key outside pod_annotations reached the runtime: {}",
         spec["annotations"]
     );
-    let st = wait_exited(&node, &id, &log_dir.join("job/0.log"));
-    let log = log_lines(&log_dir.join("job/0.log"));
-    assert_eq!(st.exit_code, 0, "{st:?}\n{log:?}");
-    let out: Vec<&str> = log.iter().map(|(_, l)| l.as_str()).collect();
-    assert_eq!(out[..3], ["lo", "door", "http://127.0.0.1:3128"], "{out:?}");
-    assert!(
-        out[3].contains("502"),
-        "the allowed name is looked up by the proxy: {out:?}"
+    let st = wait_exited(&node, &client_id, &log_dir.join("client/0.log"));
+    let client_log = log_lines(&log_dir.join("client/0.log"));
+    assert_eq!(st.exit_code, 0, "{st:?}\n{client_log:?}");
+    // The server wrote its probe before it served the client's answer
+    // (the shim copies it to the log file: a bounded wait).
+    let server_log = log_dir.join("server/0.log");
+    wait_until(Duration::from_secs(10), "the server's log", || {
+        log_lines(&server_log).iter().any(|(_, l)| l == "serving")
+    });
+    let want_probe = [
+        pod_net.to_string_lossy().to_string(),
+        "lo".into(),
+        door.ino().to_string(),
+        "http://127.0.0.1:3128".into(),
+        "upstream-ok".into(),
+    ];
+    for (who, log) in [("client", client_log), ("server", log_lines(&server_log))] {
+        let out: Vec<&str> = log.iter().map(|(_, l)| l.as_str()).collect();
+        assert_eq!(
+            out[..5],
+            want_probe,
+            "{who}: the pod's namespace (only lo), the sandbox's Unix door, the TCP door, the allowed upstream: {out:?}"
+        );
+        assert!(
+            out[5].contains("403"),
+            "{who}: another port of the node's loopback is refused: {out:?}"
+        );
+        let own = if who == "client" { "pong" } else { "serving" };
+        assert_eq!(out[6..], [own], "{who}: {out:?}");
+    }
+    // A process exec'd into a container has the same egress.
+    let cid = server_id.clone();
+    let url = format!("http://localhost:{}/", allowed.port);
+    let exec = node
+        .cri
+        .runtime("ExecSync", |mut c| async move {
+            c.exec_sync(ExecSyncRequest {
+                container_id: cid,
+                cmd: vec!["wget".into(), "-q".into(), "-O".into(), "-".into(), url],
+                timeout: 20,
+            })
+            .await
+        })
+        .unwrap_or_else(|e| panic!("{e}\ncontainerd: {}", node.log_tail()));
+    assert_eq!(
+        (exec.exit_code, String::from_utf8_lossy(&exec.stdout)),
+        (0, "upstream-ok".into()),
+        "{:?}",
+        String::from_utf8_lossy(&exec.stderr)
     );
-    assert!(out[4].contains("403"), "another name is refused: {out:?}");
+    assert_eq!(
+        allowed.requests(),
+        3,
+        "the proxy dialled the allowed upstream once per request"
+    );
+    assert_eq!(
+        other.requests(),
+        0,
+        "the refused upstream was never dialled"
+    );
+
+    // A container whose allow-list is not its sandbox's is refused.
+    let mut widened = pod.clone();
+    widened.annotations.insert(
+        "run.hutch.egress.allow".into(),
+        format!("{allow},localhost:{}", other.port),
+    );
+    let stray = container_config(
+        "stray",
+        BUSYBOX_IMAGE,
+        "true",
+        1000,
+        32 << 20,
+        false,
+        &etc_hosts,
+    );
+    // (containerd runs the runtime's `create` at StartContainer.)
+    let req = CreateContainerRequest {
+        pod_sandbox_id: pod_id.clone(),
+        config: Some(stray),
+        sandbox_config: Some(widened),
+    };
+    let stray_id = node
+        .cri
+        .runtime("CreateContainer", |mut c| async move {
+            c.create_container(req).await
+        })
+        .unwrap_or_else(|e| panic!("{e}\ncontainerd: {}", node.log_tail()))
+        .container_id;
+    let refused = node
+        .cri
+        .runtime("StartContainer", |mut c| async move {
+            c.start_container(StartContainerRequest {
+                container_id: stray_id,
+            })
+            .await
+        })
+        .expect_err("a container with another allow-list than its pod's");
+    assert!(
+        refused.contains("annotations.run.hutch.egress.allow: differs from its pod sandbox"),
+        "one clear line: {refused}"
+    );
+
     end_pod(&node, &pod_cg, &pod_id);
+    assert!(
+        !Path::new("/proc").join(keeper.to_string()).exists(),
+        "the pod's proxy is gone"
+    );
+    assert_eq!(other.requests(), 0);
+    eprintln!("CRI pod egress: {:?}", started.elapsed());
 }

@@ -267,7 +267,10 @@ impl Root {
         let bundle = std::path::absolute(req.bundle)
             .map_err(OciError::io(format!("bundle {}", req.bundle.display())))?;
         let config = read_config(&bundle)?;
-        let t = super::translate::translate(&config, &bundle)?;
+        let mut t = super::translate::translate(&config, &bundle)?;
+        if let Some(member) = &t.pod_member {
+            self.join_pod(member, &mut t.spec)?;
+        }
         if let Some(h) = &config.hooks {
             super::hooks::validate(h)?;
         }
@@ -391,6 +394,26 @@ impl Root {
             let _ = super::resources::remove(&leaves, &cg.1);
         }
         result
+    }
+
+    /// A CRI pod's container joins its sandbox's egress (the sandbox's
+    /// record is in this root: the same runtime handler ran it).
+    fn join_pod(&self, m: &super::pod::Member, spec: &mut crate::Spec) -> Result<(), OciError> {
+        let sandbox = match self.load(&m.sandbox_id) {
+            Ok(r) => Some(r),
+            Err(OciError::NotExist(_) | OciError::BadId(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let alive = sandbox.as_ref().is_some_and(|r| {
+            alive(r.pid, r.start_time) && r.keeper.is_some_and(|(k, start)| alive(k, start))
+        });
+        // The sandbox's root directory on the host (its config's root.path).
+        let root = sandbox.as_ref().and_then(|r| {
+            let bundle = Path::new(&r.bundle);
+            let path = read_config(bundle).ok()?.root?.path;
+            Some(bundle.join(path))
+        });
+        super::pod::join(m, sandbox.as_ref(), alive, root.as_deref(), spec)
     }
 
     /// The state a hook reads on stdin.

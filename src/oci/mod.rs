@@ -7,6 +7,7 @@
 pub mod config;
 pub mod hooks;
 pub mod lifecycle;
+pub(crate) mod pod;
 pub mod procs;
 pub mod record;
 pub mod resources;

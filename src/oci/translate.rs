@@ -23,12 +23,16 @@ pub struct Translated {
     /// `linux.seccomp` as a hutch profile (JSON): the runtime writes it to
     /// the container's state directory and points `security.seccomp` at it.
     pub seccomp_profile: Option<String>,
+    /// A CRI pod's container other than its sandbox: its egress is the
+    /// sandbox's, checked and joined at `create` ([`super::pod`]).
+    pub pod_member: Option<super::pod::Member>,
 }
 
 /// The annotations hutch reads (every other `run.hutch.*` is refused, so
 /// that a typo never runs a container with less confinement than asked).
 pub const ANNOTATIONS: &[&str] = &[
     "run.hutch.egress.allow",
+    "run.hutch.egress.allow-address",
     "run.hutch.landlock",
     "run.hutch.seccomp",
     "run.hutch.status-file",
@@ -222,24 +226,12 @@ pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
         }
         let at = format!("annotations.{key}");
         match key.as_str() {
-            "run.hutch.egress.allow" => {
-                let allow: Vec<String> = value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|h| !h.is_empty())
-                    .map(String::from)
-                    .collect();
-                let policy = ProxyPolicy {
-                    allow,
-                    ..ProxyPolicy::default()
-                };
-                // The container gets an empty network namespace of its
-                // own plus the proxy doors, not the engine's network.
-                spec.network = Network::Proxy(policy);
-                spec.namespaces.net = true;
-                spec.namespaces.join.net = None;
-                // Its own namespace now: Landlock's TCP rule follows it.
-                spec.security.landlock.network = true;
+            // Applied after the loop: the pod's role decides how.
+            "run.hutch.egress.allow" => {}
+            "run.hutch.egress.allow-address" => {
+                for a in super::pod::list(value) {
+                    crate::net::addr::parse_allowed(&a).map_err(|e| err(&at, e))?;
+                }
             }
             "run.hutch.landlock" => {
                 let ll = &mut spec.security.landlock;
@@ -280,6 +272,7 @@ pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
             }
         }
     }
+    let pod_member = egress(&cfg.annotations, &mut spec)?;
     // The config's profile, unless an annotation chose hutch's own; without
     // one, hutch's `default` profile.
     let mut seccomp_profile = None;
@@ -296,7 +289,47 @@ pub fn translate(cfg: &Config, bundle: &Path) -> Result<Translated, OciError> {
         terminal,
         status_file,
         seccomp_profile,
+        pod_member,
     })
+}
+
+/// The egress annotations: a container of its own (or a CRI pod's
+/// sandbox) gets an empty network namespace of its own plus the proxy
+/// doors, not the engine's network; another container of a CRI pod stays
+/// in the namespace the engine gave it (its sandbox's) and gets the proxy
+/// variables, the rest at `create` ([`super::pod::join`]).
+fn egress(
+    annotations: &BTreeMap<String, String>,
+    spec: &mut Spec,
+) -> Result<Option<super::pod::Member>, OciError> {
+    use super::pod::{ALLOW, ALLOW_ADDRESS, Egress, Role};
+    let egress = Egress::of(annotations);
+    if egress.is_none() && annotations.contains_key(ALLOW_ADDRESS) {
+        return Err(err(
+            format!("annotations.{ALLOW_ADDRESS}"),
+            format!("widens an egress allow-list, and there is none: set {ALLOW} too"),
+        ));
+    }
+    if let Role::Member { sandbox_id } = super::pod::role(annotations) {
+        if egress.is_some() {
+            let chosen = |k: &str| spec.env.contains_key(k);
+            let vars = crate::net::proxy_env(chosen);
+            spec.env.extend(vars);
+        }
+        return Ok(Some(super::pod::Member { sandbox_id, egress }));
+    }
+    if let Some(e) = egress {
+        spec.network = Network::Proxy(ProxyPolicy {
+            allow: e.allow,
+            allow_address: e.allow_address,
+            ..ProxyPolicy::default()
+        });
+        spec.namespaces.net = true;
+        spec.namespaces.join.net = None;
+        // Its own namespace now: Landlock's TCP rule follows it.
+        spec.security.landlock.network = true;
+    }
+    Ok(None)
 }
 
 fn translate_process(p: &Process, spec: &mut Spec) -> Result<(), OciError> {
@@ -838,6 +871,69 @@ mod tests {
         c.annotations
             .insert("run.hutch.egress.allow".into(), "pypi.org".into());
         assert!(t(&c).unwrap().spec.security.landlock.network);
+    }
+
+    /// `run.hutch.egress.allow-address` widens the proxy's policy; a CRI
+    /// pod's container other than its sandbox stays in the namespace the
+    /// engine gave it (its sandbox's) with the proxy variables, while the
+    /// sandbox gets the proxy.
+    #[test]
+    fn egress_annotations_of_a_pod_and_of_a_single_container() {
+        let mut c = config(EXAMPLE);
+        c.annotations
+            .insert("run.hutch.egress.allow".into(), "localhost:8080".into());
+        c.annotations.insert(
+            "run.hutch.egress.allow-address".into(),
+            "127.0.0.1, ::1/128".into(),
+        );
+        let tr = t(&c).unwrap();
+        assert!(matches!(&tr.spec.network, Network::Proxy(p)
+            if p.allow == ["localhost:8080"] && p.allow_address == ["127.0.0.1", "::1/128"]));
+        assert!(tr.pod_member.is_none());
+
+        let mut sandbox = c.clone();
+        sandbox
+            .annotations
+            .insert("io.kubernetes.cri.container-type".into(), "sandbox".into());
+        assert_eq!(t(&sandbox).unwrap().spec.network, tr.spec.network);
+
+        let mut member = c.clone();
+        member.annotations.extend([
+            ("io.kubernetes.cri.container-type".into(), "container".into()),
+            ("io.kubernetes.cri.sandbox-id".into(), "pause1".into()),
+        ]);
+        let ns = member.linux.as_mut().unwrap();
+        let net = ns.namespaces.iter_mut().find(|n| n.kind == "network").unwrap();
+        net.path = Some("/proc/42/ns/net".into());
+        let m = t(&member).unwrap();
+        assert_eq!(
+            m.spec.namespaces.join.net,
+            Some(NamespaceRef::path("/proc/42/ns/net"))
+        );
+        assert!(!matches!(m.spec.network, Network::Proxy(_)));
+        assert_eq!(m.spec.env["HTTPS_PROXY"], "http://127.0.0.1:3128");
+        assert_eq!(m.spec.env["no_proxy"], "localhost,127.0.0.1,::1");
+        let pm = m.pod_member.unwrap();
+        assert_eq!(pm.sandbox_id, "pause1");
+        assert_eq!(
+            pm.egress.unwrap().allow_address,
+            ["127.0.0.1", "::1/128"]
+        );
+
+        // A bad address, or addresses without an allow-list.
+        let mut bad = c.clone();
+        bad.annotations.insert(
+            "run.hutch.egress.allow-address".into(),
+            "127.0.0.1,localhost".into(),
+        );
+        let e = t(&bad).unwrap_err().to_string();
+        assert!(e.contains("annotations.run.hutch.egress.allow-address") && e.contains("localhost"), "{e}");
+        let mut alone = config(EXAMPLE);
+        alone
+            .annotations
+            .insert("run.hutch.egress.allow-address".into(), "10.0.0.0/8".into());
+        let e = t(&alone).unwrap_err().to_string();
+        assert!(e.contains("set run.hutch.egress.allow too"), "{e}");
     }
 
     #[test]

@@ -7,3 +7,4 @@ pub mod client;
 pub mod image;
 pub mod node;
 pub mod pod;
+pub mod upstream;

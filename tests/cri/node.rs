@@ -20,7 +20,7 @@ pub const PAUSE_IMAGE: &str = "docker.io/hutch-test/pause:1";
 pub const BUSYBOX_IMAGE: &str = "docker.io/hutch-test/busybox:1";
 /// Pod annotations containerd hands to the `hutch` handler's runtime:
 /// these keys only (containerd's `pod_annotations`).
-pub const POD_ANNOTATIONS: &[&str] = &["run.hutch.egress.allow"];
+pub const POD_ANNOTATIONS: &[&str] = &["run.hutch.egress.allow", "run.hutch.egress.allow-address"];
 /// The pods' subnet, inside the node's own network namespace.
 const POD_SUBNET: &str = "10.213.0.0/24";
 
@@ -163,7 +163,7 @@ state = "{state}"
                 BUSYBOX_IMAGE,
                 &[
                     "sh", "cat", "echo", "id", "hostname", "httpd", "wget", "readlink", "mkdir",
-                    "usleep", "grep", "ls", "touch", "head", "test", "sleep", "nc",
+                    "usleep", "grep", "ls", "touch", "head", "test", "sleep", "nc", "stat",
                 ],
             )?,
         )?;

@@ -192,12 +192,14 @@ async fn pipeline(
         Err(resp) => return resp,
     };
     let pool = state.broker.pool.clone();
-    let (mut sender, mut reused) = match pool.take(&host, port) {
+    // The upstream protocol follows the sandbox's (upstream.rs's doc).
+    let offer_h2 = parts.version == hyper::Version::HTTP_2;
+    let (mut sender, mut reused) = match pool.take(&host, port, offer_h2) {
         Some((s, address)) => {
             dec.with(|f| f.address = address);
             (s, true)
         }
-        None => match connect(&dec, &host, port, &rule).await {
+        None => match connect(&dec, &host, port, &rule, offer_h2).await {
             Ok(s) => (s, false),
             Err(resp) => return resp,
         },
@@ -224,7 +226,7 @@ async fn pipeline(
             Ok(Err((_, Some(req)))) if reused => {
                 out = req;
                 reused = false;
-                sender = match connect(&dec, &host, port, &rule).await {
+                sender = match connect(&dec, &host, port, &rule, offer_h2).await {
                     Ok(s) => s,
                     Err(resp) => return resp,
                 };
@@ -243,7 +245,7 @@ async fn pipeline(
         }
     };
     let address = dec.with(|f| f.address.clone());
-    pool.put(host.clone(), port, address, sender);
+    pool.put(host.clone(), port, offer_h2, address, sender);
     let status = resp.status();
     dec.with(|f| {
         f.verdict = Some(Outcome::Allow);

@@ -2,13 +2,23 @@
 //! upstream, the dial (the same resolution, address vetting and deadline
 //! as every other egress), TLS with certificates verified against the
 //! host's trust store (rustls-native-certs: `SSL_CERT_FILE`,
-//! `SSL_CERT_DIR`, else the system bundle), then HTTP/2 or HTTP/1.1 as
-//! ALPN decided. The TLS code is only reached when a sandbox has a
-//! gateway or an intercepted host; the trust store is read on first use.
+//! `SSL_CERT_DIR`, else the system bundle), then HTTP. The TLS code is
+//! only reached when a sandbox has a gateway or an intercepted host; the
+//! trust store is read on first use.
 //!
-//! Connections are kept for the next request to the same upstream
-//! ([`Pool`]): an HTTP/2 one is shared by concurrent requests, an
-//! HTTP/1.1 one goes back to the pool once its response has been read.
+//! The upstream protocol follows the sandbox's: a request that came in
+//! over HTTP/1.x (every gateway request) goes out over HTTP/1.1 (ALPN
+//! `http/1.1` only); one that came in over HTTP/2 (an intercepted h2
+//! client, which may rely on trailers, as gRPC does) offers `h2` first.
+//! HTTP/1.1 is chosen where the client spoke it because a streamed answer
+//! through hyper's h2 client is measured at about half the throughput of
+//! HTTP/1.1 in the same run (`examples/gateway_bench.rs`), and the doors
+//! serve one request per connection, so h2's multiplexing buys nothing.
+//!
+//! Connections are kept for the next request to the same upstream asking
+//! the same protocol ([`Pool`]): an HTTP/2 one is shared by concurrent
+//! requests, an HTTP/1.1 one goes back to the pool once its response has
+//! been read.
 //! A connection's driver holds no request's state, so each request's
 //! audit line is written when that request ends.
 
@@ -29,14 +39,27 @@ use crate::net::host::CanonicalHost;
 use crate::net::policy::Verdict;
 use crate::net::record::{Decision, Outcome};
 
-/// The client configuration, built once per process on first use.
-static TLS: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+/// The client configurations (HTTP/1.1 only; h2 first), built once per
+/// process on first use.
+static TLS: OnceLock<Result<[Arc<rustls::ClientConfig>; 2], String>> = OnceLock::new();
 
-fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
-    TLS.get_or_init(build_client_config).clone()
+/// The client configuration offering `h2` (first) when `h2`, else
+/// `http/1.1` alone.
+fn client_config(h2: bool) -> Result<Arc<rustls::ClientConfig>, String> {
+    let both = TLS.get_or_init(|| {
+        let base = build_client_config()?;
+        let mut h1 = base.clone();
+        h1.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let mut h2 = base;
+        h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok([Arc::new(h1), Arc::new(h2)])
+    });
+    both.as_ref()
+        .map(|[h1, h2_first]| if h2 { h2_first.clone() } else { h1.clone() })
+        .map_err(Clone::clone)
 }
 
-fn build_client_config() -> Result<Arc<rustls::ClientConfig>, String> {
+fn build_client_config() -> Result<rustls::ClientConfig, String> {
     let found = rustls_native_certs::load_native_certs();
     let mut roots = rustls::RootCertStore::empty();
     let (added, _ignored) = roots.add_parsable_certificates(found.certs);
@@ -54,13 +77,11 @@ fn build_client_config() -> Result<Arc<rustls::ClientConfig>, String> {
     // deprecation only says it lacks post-quantum key exchange.
     #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS configuration: {e}"))?
         .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+        .with_no_client_auth())
 }
 
 /// A connection to an upstream, ready for one request.
@@ -110,6 +131,8 @@ const POOL_IDLE: Duration = Duration::from_secs(60);
 struct Kept {
     host: CanonicalHost,
     port: u16,
+    /// The connection was opened offering h2 (see the module's doc).
+    offered_h2: bool,
     address: Option<String>,
     sender: Sender,
     since: tokio::time::Instant,
@@ -128,13 +151,19 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    /// A kept connection to `host:port` and the address it went to.
-    pub(crate) fn take(&self, host: &CanonicalHost, port: u16) -> Option<(Sender, Option<String>)> {
+    /// A kept connection to `host:port`, opened offering h2 or not as
+    /// `offer_h2` says, and the address it went to.
+    pub(crate) fn take(
+        &self,
+        host: &CanonicalHost,
+        port: u16,
+        offer_h2: bool,
+    ) -> Option<(Sender, Option<String>)> {
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         kept.retain(|k| k.sender.usable() && k.since.elapsed() < POOL_IDLE);
         let i = kept
             .iter()
-            .position(|k| &k.host == host && k.port == port)?;
+            .position(|k| &k.host == host && k.port == port && k.offered_h2 == offer_h2)?;
         match &kept[i].sender {
             // Shared: it stays for the other requests.
             Sender::H2(s) => Some((Sender::H2(s.clone()), kept[i].address.clone())),
@@ -151,33 +180,41 @@ impl Pool {
         self: &Arc<Self>,
         host: CanonicalHost,
         port: u16,
+        offered_h2: bool,
         address: Option<String>,
         sender: Sender,
     ) {
+        let key = (host, port, offered_h2);
         match sender {
-            Sender::H2(_) => self.keep(host, port, address, sender),
+            Sender::H2(_) => self.keep(key, address, sender),
             Sender::H1(mut s) => {
                 let pool = self.clone();
                 tokio::spawn(async move {
                     if s.ready().await.is_ok() {
-                        pool.keep(host, port, address, Sender::H1(s));
+                        pool.keep(key, address, Sender::H1(s));
                     }
                 });
             }
         }
     }
 
-    fn keep(&self, host: CanonicalHost, port: u16, address: Option<String>, sender: Sender) {
+    fn keep(
+        &self,
+        (host, port, offered_h2): (CanonicalHost, u16, bool),
+        address: Option<String>,
+        sender: Sender,
+    ) {
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         kept.retain(|k| k.sender.usable() && k.since.elapsed() < POOL_IDLE);
         let dup = sender.is_h2()
-            && kept
-                .iter()
-                .any(|k| k.host == host && k.port == port && k.sender.is_h2());
+            && kept.iter().any(|k| {
+                k.host == host && k.port == port && k.offered_h2 == offered_h2 && k.sender.is_h2()
+            });
         if !dup && kept.len() < POOL_MAX {
             kept.push(Kept {
                 host,
                 port,
+                offered_h2,
                 address,
                 sender,
                 since: tokio::time::Instant::now(),
@@ -209,15 +246,17 @@ pub(crate) fn check(
 }
 
 /// Dial the upstream allowed by `rule`, verify its certificate and speak
-/// HTTP; each failure is recorded in `dec` and is the answer to send.
+/// HTTP (offering h2 only when `offer_h2`: see the module's doc); each
+/// failure is recorded in `dec` and is the answer to send.
 pub(crate) async fn connect(
     dec: &Arc<Decision>,
     host: &CanonicalHost,
     port: u16,
     rule: &str,
+    offer_h2: bool,
 ) -> Result<Sender, Response<Body>> {
     let state = dec.state.clone();
-    let config = client_config().map_err(|why| {
+    let config = client_config(offer_h2).map_err(|why| {
         let msg = format!("upstream {host}:{port}: {why}");
         dec.finish_with(Outcome::Error, 502, msg.clone());
         answer(StatusCode::BAD_GATEWAY, "tls", &msg)
