@@ -260,6 +260,7 @@ mod tests {
             cgroup_made: Vec::new(),
             cgroup_v1: Vec::new(),
             mnt_ns: None,
+            mnt_ns_joined: false,
         }
     }
 
