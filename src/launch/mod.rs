@@ -28,7 +28,9 @@ pub use error::{
     FailureKind, LaunchError, LaunchFailure, PrepareError, ProcessLimit, ProxyDoorsError,
     StatusFileError,
 };
-pub use options::{FrontEndStatus, Mode, RunOptions, StatusProtocol, WorkloadStdio};
+pub use options::{
+    FrontEndStatus, Mode, RunOptions, StatusProtocol, TerminalOptions, WorkloadStdio,
+};
 pub use prepare::image::ImageReport;
 pub use prepare::range::IdRangeError;
 pub use prepare::validate::validate;
