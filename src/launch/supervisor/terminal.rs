@@ -122,6 +122,11 @@ impl Terminal {
     /// for writing.
     pub(crate) fn interest(&self) -> Vec<(TerminalReady, BorrowedFd<'_>, bool)> {
         let mut v = Vec::with_capacity(4);
+        // A resize first: a caller that resized and then wrote sees its
+        // input read at the new size.
+        if let Some(w) = &self.winch {
+            v.push((TerminalReady::Winch, w.as_fd(), false));
+        }
         if let Some(c) = &self.console {
             v.push((TerminalReady::Console, c.as_fd(), false));
         }
@@ -134,9 +139,6 @@ impl Terminal {
             if !self.pending.is_empty() {
                 v.push((TerminalReady::Master, m.as_fd(), true));
             }
-        }
-        if let Some(w) = &self.winch {
-            v.push((TerminalReady::Winch, w.as_fd(), false));
         }
         v
     }
