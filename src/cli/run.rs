@@ -104,7 +104,7 @@ Terminal (for interactive CLIs; docs/pty.md):
                           relays it to and from its own stdin/stdout (one stream:
                           stderr comes on stdout). With a terminal as hutch's stdin:
                           raw mode while it runs, its size copied at start and on
-                          SIGWINCH. Else stdin's end is sent as one ^D
+                          SIGWINCH. The end of stdin is sent as one ^D
   --pty-size COLSxROWS    the terminal's initial size (default: that of hutch's
                           stdin when it is a terminal, else 80x24); to resize later,
                           give hutch a terminal as stdin, set its size and send

@@ -25,8 +25,8 @@ use crate::sys::{self, Errno, SysError, raw};
 pub(crate) const DEFAULT_SIZE: (u16, u16) = (80, 24);
 /// Input buffered for the master before hutch's stdin is left unread.
 const MAX_PENDING: usize = 64 * 1024;
-/// The terminal's end-of-file character (VEOF, ^D): what a stdin that is
-/// not a terminal turns into when it ends.
+/// The terminal's end-of-file character (VEOF, ^D): what hutch's stdin
+/// turns into when it ends.
 const EOF_CHAR: u8 = 0x04;
 
 /// The supervisor's side of the workload's terminal.
@@ -40,7 +40,6 @@ pub(crate) struct Terminal {
     /// hutch's stdin when it is a terminal (another copy: it outlives
     /// the input's end, for its size and mode).
     tty: Option<OwnedFd>,
-    stdin_is_tty: bool,
     pending: VecDeque<u8>,
     size: (u16, u16),
     /// SIGWINCH, blocked and read here while stdin is a terminal.
@@ -63,8 +62,7 @@ impl Terminal {
     /// is hutch init's) and the initial size.
     pub(crate) fn new(opts: &TerminalOptions) -> Result<(Terminal, OwnedFd), SysError> {
         let (ours, theirs) = sys::socket::seqpacket_pair()?;
-        let stdin_is_tty = sys::isatty(0);
-        let tty = if stdin_is_tty {
+        let tty = if sys::isatty(0) {
             sys::dup_fd(0).ok()
         } else {
             None
@@ -79,7 +77,6 @@ impl Terminal {
             master: None,
             stdin: sys::dup_fd(0).ok(),
             tty,
-            stdin_is_tty,
             pending: VecDeque::new(),
             size,
             winch: None,
@@ -156,9 +153,10 @@ impl Terminal {
         Some(reader)
     }
 
-    /// hutch's stdin is readable: take what it has (its end, as one ^D
-    /// when it is not a terminal: a terminal has no end of file but the
-    /// character that makes a read return 0).
+    /// hutch's stdin is readable: take what it has. Its end (a pipe's
+    /// EOF, a terminal that hung up) reaches the workload as one ^D: a
+    /// terminal has no end of file but the character that makes a read
+    /// return 0.
     pub(crate) fn read_stdin(&mut self) {
         let Some(stdin) = &self.stdin else { return };
         let mut buf = [0u8; 4096];
@@ -166,9 +164,7 @@ impl Terminal {
         match raw::read(stdin.as_fd(), &mut buf[..room.max(1)]) {
             Ok(0) | Err(_) => {
                 self.stdin = None;
-                if !self.stdin_is_tty {
-                    self.pending.push_back(EOF_CHAR);
-                }
+                self.pending.push_back(EOF_CHAR);
             }
             Ok(n) => self.pending.extend(&buf[..n]),
         }
