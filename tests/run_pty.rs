@@ -287,3 +287,98 @@ fn pty_refusals_exit_125_before_anything_starts() {
         assert!(!ws.path().join("started").exists(), "{args:?}");
     }
 }
+
+/// `hutch serve`: an `argv` request with `"pty": true` and a `resize`
+/// (the protocol the Python package and other clients speak).
+#[test]
+fn serve_pty_requests_resize_and_end_input_with_eof() {
+    use base64::Engine;
+    use std::io::{BufRead, BufReader};
+    let b64 = base64::engine::general_purpose::STANDARD;
+    for who in identities() {
+        let ws = TempDir::new("pty-serve", who);
+        let mut server = hutch_command(who)
+            .arg("serve")
+            .current_dir(ws.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = server.stdin.take().unwrap();
+        let (tx, events) = std::sync::mpsc::channel::<serde_json::Value>();
+        let out = server.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + LIMIT;
+        let next = || {
+            events
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("a serve event in time")
+        };
+        let hello = next();
+        let features = hello["features"].as_array().unwrap();
+        assert!(features.contains(&"pty".into()) && features.contains(&"resize".into()));
+        let mut send = |v: serde_json::Value| {
+            input.write_all(format!("{v}\n").as_bytes()).unwrap();
+        };
+        let script = "stty size; read a; stty size; echo a=$a; cat; echo CAT-ENDED; exit 6";
+        send(serde_json::json!({
+            "id": 1, "verb": "argv", "pty": true, "pty_size": [91, 21],
+            "argv": ["run", "--quiet", "--pty", "--", "sh", "-c", script],
+        }));
+        let mut text = String::new();
+        let mut until = |want: &str| {
+            while !text.contains(want) {
+                let e = next();
+                match e["event"].as_str() {
+                    Some("stdout") => text.push_str(&String::from_utf8_lossy(
+                        &b64.decode(e["data"].as_str().unwrap()).unwrap(),
+                    )),
+                    Some("exit") => return (text.clone(), Some(e)),
+                    _ => {}
+                }
+            }
+            (text.clone(), None)
+        };
+        let (seen, _) = until("21 91\r\n");
+        assert!(seen.starts_with("21 91"), "{who:?}: {seen:?}");
+        send(serde_json::json!({"id": 1, "verb": "resize", "cols": 101, "rows": 31}));
+        send(serde_json::json!({"id": 1, "verb": "stdin", "data": b64.encode("x\r")}));
+        let (seen, _) = until("a=x\r\n");
+        assert!(seen.contains("31 101\r\na=x"), "{who:?}: resized: {seen:?}");
+        // The last line and the end of input in one message: both arrive.
+        send(
+            serde_json::json!({"id": 1, "verb": "stdin", "data": b64.encode("last\r"), "eof": true}),
+        );
+        let (seen, exit) = until("never printed");
+        assert!(seen.contains("last\r\nCAT-ENDED"), "{who:?}: {seen:?}");
+        assert_eq!(exit.unwrap()["code"], 6, "{who:?}");
+        // A request without a terminal cannot be resized.
+        send(
+            serde_json::json!({"id": 2, "verb": "argv", "argv": ["run", "--quiet", "--", "sh", "-c", "echo up; read x"], "stdin": true}),
+        );
+        loop {
+            let e = next();
+            if e["event"] == "stdout" {
+                break;
+            }
+        }
+        send(serde_json::json!({"id": 2, "verb": "resize", "cols": 10, "rows": 10}));
+        let err = loop {
+            let e = next();
+            if e["event"] == "error" {
+                break e;
+            }
+        };
+        assert_eq!(err["error"]["kind"], "usage", "{err}");
+        drop(send);
+        drop(input);
+        assert!(server.wait().unwrap().success());
+    }
+}
