@@ -377,7 +377,6 @@ fn serve_pty_requests_resize_and_end_input_with_eof() {
             }
         };
         assert_eq!(err["error"]["kind"], "usage", "{err}");
-        drop(send);
         drop(input);
         assert!(server.wait().unwrap().success());
     }
