@@ -62,8 +62,8 @@ pub use launch::Usage;
 pub use launch::{
     Captured, ChangesReport, Enforcement, ExitReport, FailureKind, Finished, FrontEndStatus,
     ImageReport, LaunchError, LaunchFailure, Mode, Outcome, PrepareError, ProxyDoorsError,
-    RunOptions, SetupFailure, StatusFileError, StatusProtocol, WorkloadStdio, launch, run,
-    validate,
+    RunOptions, SetupFailure, StatusFileError, StatusProtocol, TerminalOptions, WorkloadStdio,
+    launch, run, validate,
 };
 
 // Sessions: a persistent workspace over a sealed baseline.

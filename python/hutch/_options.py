@@ -94,6 +94,11 @@ class Options(TypedDict, total=False):
     password or token read by hutch from that source, never from argv).
     Also ``private_ids`` (65536 ids of the sandbox's own), ``labels``
     (``hutch ps``/``hutch.kill(label=)``), ``cap_drop``.
+    Terminal (docs/pty.md): ``pty=True`` runs the command on a terminal of
+    the sandbox's own (one output stream: stderr comes on stdout, with
+    the terminal's ``\r\n``), ``pty_size=(cols, rows)`` (default 80x24);
+    a spawned process then takes ``write()``, ``close_stdin()`` (^D) and
+    ``resize(cols, rows)``.
     """
 
     timeout: Seconds
@@ -160,6 +165,8 @@ class Options(TypedDict, total=False):
     private_ids: bool
     labels: Mapping[str, str]
     cap_drop: Sequence[str]
+    pty: bool
+    pty_size: tuple[int, int]
 
 
 class TempFiles:
@@ -372,8 +379,36 @@ def to_args(
         a += ["--status-file", _flag_value(o["status_file"])]
     if o.get("strict"):
         a.append("--require-limits")
+    a += pty_args(o)
     a += _more_args(o, temp)
     a += list(o.get("extra_args", ()))
+    return a
+
+
+def pty_size(v: Any) -> tuple[int, int]:
+    """``pty_size``: ``(cols, rows)``, each from 1 to 65535."""
+    if (
+        not isinstance(v, (tuple, list))
+        or len(v) != 2
+        or not all(isinstance(n, int) and not isinstance(n, bool) for n in v)
+    ):
+        raise TypeError(f"pty_size: a (cols, rows) tuple of ints, not {v!r}")
+    cols, rows = v
+    if not (0 < cols < 65536 and 0 < rows < 65536):
+        raise ValueError(f"pty_size: cols and rows from 1 to 65535, not {v!r}")
+    return cols, rows
+
+
+def pty_args(o: Mapping[str, Any]) -> list[str]:
+    """``--pty`` / ``--pty-size COLSxROWS`` (docs/pty.md)."""
+    if "pty_size" in o and not o.get("pty"):
+        raise TypeError("pty_size: needs pty=True (the size of the command's terminal)")
+    if not o.get("pty"):
+        return []
+    a = ["--pty"]
+    if "pty_size" in o:
+        cols, rows = pty_size(o["pty_size"])
+        a += ["--pty-size", f"{cols}x{rows}"]
     return a
 
 

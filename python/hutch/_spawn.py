@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 from ._core import Launch, kill_sandbox, kill_sandbox_of, parse_status, warn_unenforced
 from ._errors import UsageError
 from ._options import PathLike
+from ._pty import EOF, HostPty, not_a_pty
 from ._types import ExitReport, Result, StartEvent
 
 if TYPE_CHECKING:
@@ -181,6 +182,11 @@ class Process:
         self._fds: dict[int, Stream | None] = {}
         self._in_w = -1
         self._input = memoryview(input) if input is not None else None
+        #: ``pty=True``: hutch's stdin is this terminal, written to at will.
+        self._pty = HostPty(options) if options.get("pty") else None
+        self._eof_sent = False
+        if self._pty is not None:
+            self._input = memoryview(input or b"")
         opened: list[int] = []
 
         def pipe() -> tuple[int, int]:
@@ -201,7 +207,9 @@ class Process:
             )
             out_r, out_w = pipe() if stdout != "devnull" else (-1, -1)
             err_r, err_w = pipe() if stderr != "devnull" else (-1, -1)
-            in_r, self._in_w = pipe() if input is not None else (-1, -1)
+            in_r, self._in_w = pipe() if input is not None and self._pty is None else (-1, -1)
+            if self._pty is not None:
+                in_r, self._in_w = self._pty.stdin, self._pty.master
             try:
                 self._popen = subprocess.Popen(
                     self._launch.argv,
@@ -218,7 +226,12 @@ class Process:
         except BaseException:
             for fd in opened:
                 os.close(fd)
+            if self._pty is not None:
+                self._pty.close()
             raise
+        if self._pty is not None:
+            self._pty.given(self._popen.pid)
+            in_r = -1
         for fd in (status_w, out_w, err_w, in_r):
             if fd >= 0:
                 os.close(fd)
@@ -229,7 +242,7 @@ class Process:
             self._fds[err_r] = self.stderr
         if self._in_w >= 0:
             os.set_blocking(self._in_w, False)
-            if not self._input:
+            if not self._input and self._pty is None:
                 self._close_stdin()
 
     @property
@@ -248,22 +261,54 @@ class Process:
         return self._popen.returncode
 
     def _close_stdin(self) -> None:
-        if self._in_w >= 0:
+        if self._pty is not None:
+            self._pty.close()
+            self._in_w = -1
+        elif self._in_w >= 0:
             os.close(self._in_w)
             self._in_w = -1
+
+    def _stdin_waiting(self) -> bool:
+        """Whether input waits to be written (a terminal stays open
+        between writes)."""
+        return self._in_w >= 0 and (self._pty is None or bool(self._input))
+
+    def write(self, data: bytes) -> None:
+        """``pty=True``: type ``data`` into the command's terminal (``\r``
+        is Enter, ``\x03`` Ctrl-C); returns once hutch took it, reading
+        the output meanwhile so neither side stalls."""
+        if self._pty is None:
+            raise not_a_pty("write()")
+        if self._in_w < 0 or self._eof_sent:
+            raise UsageError("write(): the command's input was closed", where="pty")
+        self._input = memoryview(bytes(self._input or b"") + bytes(data))
+        self._pump(lambda: not self._input)
+
+    def close_stdin(self) -> None:
+        """``pty=True``: end the input as a terminal does, with ^D (a read
+        at the start of a line returns end of file)."""
+        self.write(EOF)
+        self._eof_sent = True
+
+    def resize(self, cols: int, rows: int) -> None:
+        """``pty=True``: the terminal is now ``cols`` x ``rows`` (the
+        command's foreground job gets SIGWINCH, as in a resized window)."""
+        if self._pty is None:
+            raise not_a_pty("resize()")
+        self._pty.resize(cols, rows)
 
     def _pump(self, done: Callable[[], bool], reading: Stream | None = None) -> None:
         """Read every pipe (and write stdin) until ``done()`` or every
         pipe is at EOF. ``reading``: the stream a ``read()`` to EOF
         empties, which must not pause."""
-        while not done() and (self._fds or self._in_w >= 0):
+        while not done() and (self._fds or self._stdin_waiting()):
             poller = select.poll()
             polled = 0
             for fd, stream in self._fds.items():
                 if stream is None or self._draining or stream is reading or stream._wants_more():
                     poller.register(fd, select.POLLIN)
                     polled += 1
-            if self._in_w >= 0:
+            if self._stdin_waiting():
                 poller.register(self._in_w, select.POLLOUT)
                 polled += 1
             if not polled:
@@ -285,9 +330,10 @@ class Process:
             self._input = self._input[n:]
         except BlockingIOError:
             return
-        except BrokenPipeError:
+        except OSError:
+            # EPIPE, or EIO from a terminal whose other end is gone.
             self._input = self._input[:0]
-        if not self._input:
+        if not self._input and self._pty is None:
             self._close_stdin()
 
     def _read(self, fd: int) -> None:
@@ -329,6 +375,7 @@ class Process:
         except BaseException:
             self._abandon()
             raise
+        self._close_stdin()
         out = self.stdout.captured() if self.stdout._mode == "capture" else b""
         err = self.stderr.captured() if self.stderr._mode == "capture" else b""
         self._result = self._launch.finish(bytes(self._status), code, out, err, self._check)

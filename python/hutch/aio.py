@@ -41,6 +41,8 @@ from ._core import (
 )
 from ._errors import UsageError
 from ._options import PathLike, Seconds, Size
+from ._pty import EOF as PTY_EOF
+from ._pty import HostPty, not_a_pty
 from ._run import CANCEL_GRACE, SERVER_REPORT_FD, server_launch, server_result
 from ._types import (
     CompactReport,
@@ -234,9 +236,12 @@ class _Child:
         stderr: str,
         status_w: int | None = None,
         pass_fds: tuple[int, ...] = (),
+        pty: HostPty | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         fds: list[int] = []
+        #: ``pty=True``: hutch's stdin is this terminal, written to at will.
+        self.pty = pty
 
         def pipe() -> tuple[int, int]:
             r, w = os.pipe()
@@ -249,11 +254,13 @@ class _Child:
                 out_r, out_w = pipe()
             if stderr != "devnull":
                 err_r, err_w = pipe()
-            if input is not None:
+            if input is not None and pty is None:
                 in_r, in_w = pipe()
             self.popen = subprocess.Popen(
                 argv,
-                stdin=in_r if input is not None else subprocess.DEVNULL,
+                stdin=pty.stdin
+                if pty is not None
+                else (in_r if input is not None else subprocess.DEVNULL),
                 stdout=out_w if out_w >= 0 else subprocess.DEVNULL,
                 stderr=err_w if err_w >= 0 else subprocess.DEVNULL,
                 pass_fds=((status_w,) if status_w is not None else ()) + pass_fds,
@@ -263,9 +270,13 @@ class _Child:
                     os.close(fd)
                     fds.remove(fd)
             self.pidfd = os.pidfd_open(self.popen.pid)
+            if pty is not None:
+                pty.given(self.popen.pid)
         except BaseException:
             for fd in fds:
                 os.close(fd)
+            if pty is not None:
+                pty.close()
             if hasattr(self, "popen"):
                 self.popen.kill()
                 self.popen.wait()
@@ -275,8 +286,34 @@ class _Child:
         self.stdout = Stream(self._loop, out_r, capture=stdout == "capture") if out_r >= 0 else None
         self.stderr = Stream(self._loop, err_r, capture=stderr == "capture") if err_r >= 0 else None
         self._stdin_task: asyncio.Task[None] | None = None
-        if input is not None:
+        #: ``pty=True``: the writes in order (each waits for the one before).
+        self._pty_writes: asyncio.Lock | None = asyncio.Lock() if pty is not None else None
+        if input is not None and pty is None:
             self._stdin_task = self._loop.create_task(self._feed(in_w, input))
+        elif input and pty is not None:
+            self._stdin_task = self._loop.create_task(self.write_pty(input))
+
+    async def write_pty(self, data: bytes) -> None:
+        """Write ``data`` to the terminal's master, waiting while it is
+        full; an ended command (EIO) drops the rest."""
+        assert self.pty is not None and self._pty_writes is not None
+        async with self._pty_writes:
+            view = memoryview(data)
+            while view and self.pty.master >= 0:
+                try:
+                    n = os.write(self.pty.master, view[:65536])
+                    view = view[n:]
+                except BlockingIOError:
+                    ready = self._loop.create_future()
+                    self._loop.add_writer(self.pty.master, ready.set_result, None)
+                    try:
+                        await ready
+                    finally:
+                        self._loop.remove_writer(self.pty.master)
+                except OSError:
+                    break
+            if self.popen.returncode is not None:
+                self.pty.close()
 
     async def _feed(self, fd: int, data: bytes) -> None:
         view = memoryview(data)
@@ -304,6 +341,8 @@ class _Child:
             return
         self._loop.remove_reader(self.pidfd)
         os.close(self.pidfd)
+        if self.pty is not None and self._pty_writes is not None and not self._pty_writes.locked():
+            self.pty.close()
         if not self.exited.done():
             self.exited.set_result(code)
 
@@ -336,6 +375,7 @@ class Process:
         self._result: Result | None = None
         self._finishing: asyncio.Task[Result] | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
+        self._eof_sent = False
         status._line_hook = self._status_line
         status.eof_future.add_done_callback(self._status_done)
         self.stdout: Stream = child.stdout if child.stdout is not None else _closed(child._loop)
@@ -370,6 +410,27 @@ class Process:
     async def started(self) -> StartEvent | None:
         """The start event (``None`` when the command never started)."""
         return await self._start
+
+    async def write(self, data: bytes) -> None:
+        """``pty=True``: type ``data`` into the command's terminal (``\r``
+        is Enter, ``\x03`` Ctrl-C); returns once hutch took it."""
+        if self._child.pty is None:
+            raise not_a_pty("write()")
+        if self._eof_sent:
+            raise UsageError("write(): the command's input was closed", where="pty")
+        await self._child.write_pty(bytes(data))
+
+    async def close_stdin(self) -> None:
+        """``pty=True``: end the input as a terminal does, with ^D."""
+        await self.write(PTY_EOF)
+        self._eof_sent = True
+
+    def resize(self, cols: int, rows: int) -> None:
+        """``pty=True``: the terminal is now ``cols`` x ``rows`` (the
+        command's foreground job gets SIGWINCH)."""
+        if self._child.pty is None:
+            raise not_a_pty("resize()")
+        self._child.pty.resize(cols, rows)
 
     def kill(self) -> None:
         """End the sandbox and every process in it: SIGKILL to the workload
@@ -572,6 +633,7 @@ def _start(
             stderr=stderr,
             status_w=status_w,
             pass_fds=launch.pass_fds,
+            pty=HostPty(options) if options.get("pty") else None,
         )
     except BaseException:
         os.close(status_r)

@@ -12,6 +12,7 @@ pub mod privileged;
 mod proxy;
 mod registry_credential;
 mod ps;
+mod pty;
 mod run;
 mod search;
 mod secret_flags;

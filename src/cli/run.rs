@@ -98,6 +98,17 @@ Secrets (the sandbox holds a placeholder; the proxy adds the value; docs/secrets
   --io-max DEVICE:KEY=VALUE[,KEY=VALUE...]   cap a disk (cgroup io.max); keys
                           rbps wbps (sizes, e.g. 10M) riops wiops; repeatable;
                           replaces the profile's limits.io
+Terminal (for interactive CLIs; docs/pty.md):
+  --pty                   the command's stdin/stdout/stderr are a terminal of the
+                          sandbox's own /dev/pts, its controlling terminal; hutch
+                          relays it to and from its own stdin/stdout (one stream:
+                          stderr comes on stdout). With a terminal as hutch's stdin:
+                          raw mode while it runs, its size copied at start and on
+                          SIGWINCH. The end of stdin is sent as one ^D
+  --pty-size COLSxROWS    the terminal's initial size (default: that of hutch's
+                          stdin when it is a terminal, else 80x24); to resize later,
+                          give hutch a terminal as stdin, set its size and send
+                          hutch SIGWINCH
 Reporting:
   --status-file PATH      JSON lines: a start event and the exit report
   --status-fd N           the same lines on the inherited descriptor N (a pipe
@@ -124,7 +135,8 @@ type SpecEdit = Box<dyn FnOnce(&mut Spec) -> Result<()>>;
 /// create`).
 pub fn value_count(flag: &str) -> Option<usize> {
     Some(match flag {
-        "--bare" | "--share-net" | "--quiet" | "--json" | "--require-limits" | "--private-ids" => 0,
+        "--bare" | "--share-net" | "--quiet" | "--json" | "--require-limits" | "--private-ids"
+        | "--pty" => 0,
         "--ro-bind" | "--bind" | "--dev-bind" | "--ro-bind-try" | "--bind-try"
         | "--dev-bind-try" | "--setenv" | "--symlink" | "--overlay" | "--chmod" => 2,
         "--profile" | "--workspace" | "--changes" | "--changes-size" | "--size" | "--tmpfs"
@@ -134,7 +146,8 @@ pub fn value_count(flag: &str) -> Option<usize> {
         | "--cap-add" | "--cap-drop" | "--allow-host" | "--allow-address" | "--resolve"
         | "--egress-policy" | "--egress-profile" | "--audit" | "--egress-mode"
         | "--status-file" | "--cgroup-parent" | "--pass-env" | "--label" | "--status-fd"
-        | "--result-fd" | "--secret" | "--gateway" | "--intercept" | "--agent" | "--prompt" => 1,
+        | "--result-fd" | "--secret" | "--gateway" | "--intercept" | "--agent" | "--prompt"
+        | "--pty-size" => 1,
         _ => return None,
     })
 }
@@ -245,6 +258,7 @@ pub fn parse_reporting_onto(
     let mut agent: Option<crate::agent::AgentProfile> = None;
     let mut prompt: Option<String> = None;
     let mut require_limits = false;
+    let mut pty_size: Option<(u16, u16)> = None;
 
     while let Some(arg) = it.next() {
         let arg = arg?;
@@ -616,6 +630,10 @@ pub fn parse_reporting_onto(
             "--result-fd" => rep.result = Some(status_fd_path(&value(arg)?)?),
             "--json" => rep.json = true,
             "--quiet" => opts.quiet = true,
+            "--pty" => {
+                opts.terminal.get_or_insert_with(Default::default);
+            }
+            "--pty-size" => pty_size = Some(super::pty::parse_size(&value(arg)?)?),
             flag if flag.starts_with('-') => {
                 bail!("unknown option {flag} (see `hutch run --help`)")
             }
@@ -630,6 +648,12 @@ pub fn parse_reporting_onto(
     }
     if pending_size.is_some() {
         bail!("--size must come right before the --tmpfs or --overlay it caps");
+    }
+    if let Some(size) = pty_size {
+        let Some(t) = opts.terminal.as_mut() else {
+            bail!("--pty-size needs --pty (the size of the workload's terminal)");
+        };
+        t.size = Some(size);
     }
     if rep.json && rep.status.is_none() && rep.result.is_none() {
         bail!(

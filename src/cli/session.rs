@@ -108,7 +108,8 @@ Run CMD in a fresh sandbox whose workspace path (and cwd) is the session's
 workspace, starting from the options given at create. Takes the options of
 `hutch run` (e.g. --timeout, --status-file, --allow-host, --pass-env), except
 --workspace, --changes and --bare; a relative --chdir is inside the
-workspace. Exits with CMD's status.
+workspace. Exits with CMD's status. With --pty, CMD runs on a terminal of
+its sandbox (as `hutch run --pty`; never in a warm sandbox).
   --use-secret NAME   give this command the secret NAME that `session create
                       --secret name=NAME,...` declared (repeatable); a secret
                       declared at create reaches no command that does not
@@ -535,6 +536,8 @@ const NOT_A_DEFAULT: &[&str] = &[
     "--status-file",
     "--audit",
     "--quiet",
+    "--pty",
+    "--pty-size",
 ];
 
 fn create(state: &StateDir, a: &mut Args) -> Result<i32> {
@@ -1596,7 +1599,7 @@ fn run_command(state: &StateDir, a: &mut Args, wait: bool) -> Result<i32> {
     if !sealed_with_secrets && let Err(e) = crate::launch::validate(&spec) {
         return Err(fail(&rep, anyhow::Error::new(e)));
     }
-    let record = match session.run_with_status(spec, opts.status_file) {
+    let record = match session.run_on_terminal(spec, opts.status_file, opts.terminal) {
         Ok(r) => r,
         Err(e) => return Err(fail(&rep, e.into())),
     };

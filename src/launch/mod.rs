@@ -28,11 +28,14 @@ pub use error::{
     FailureKind, LaunchError, LaunchFailure, PrepareError, ProcessLimit, ProxyDoorsError,
     StatusFileError,
 };
-pub use options::{FrontEndStatus, Mode, RunOptions, StatusProtocol, WorkloadStdio};
+pub use options::{
+    FrontEndStatus, Mode, RunOptions, StatusProtocol, TerminalOptions, WorkloadStdio,
+};
 pub use prepare::image::ImageReport;
 pub use prepare::range::IdRangeError;
 pub use prepare::validate::validate;
 pub use supervisor::Finished;
+pub(crate) use supervisor::terminal::DEFAULT_SIZE as DEFAULT_TERMINAL_SIZE;
 pub use supervisor::relay::Captured;
 pub use supervisor::report::{ChangesReport, Enforcement, ExitReport, Outcome, SetupFailure};
 pub use supervisor::usage::Usage;

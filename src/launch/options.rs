@@ -33,6 +33,15 @@ pub enum WorkloadStdio {
     Null,
 }
 
+/// The workload's terminal ([`RunOptions::terminal`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalOptions {
+    /// The initial size (columns, rows). `None`: the size of the
+    /// supervisor's stdin when that is a terminal, else 80x24.
+    pub size: Option<(u16, u16)>,
+}
+
 /// How to run (as opposed to what: that is the [`Spec`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -62,6 +71,12 @@ pub struct RunOptions {
     /// an upper one of the pool's warm commands has mounted.
     #[serde(default)]
     pub lock_host_uppers: bool,
+    /// Run the workload on a terminal of the sandbox's own devpts
+    /// (`hutch run --pty`): its stdin, stdout and stderr are that
+    /// terminal, its controlling terminal; the supervisor relays the
+    /// master to and from its own stdin and stdout (docs/pty.md).
+    #[serde(default)]
+    pub terminal: Option<TerminalOptions>,
     /// A front end's own status protocol, spoken by the supervisor at the
     /// sandbox's start and end (`hutch-bwrap`'s status fds). In-process
     /// launches only (it does not cross to the helper).

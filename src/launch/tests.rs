@@ -273,7 +273,7 @@ impl ChildSys for Recorder {
         self.note("subreaper".into());
         Ok(())
     }
-    fn open_terminal(&mut self) -> Result<(OwnedFd, OwnedFd), Errno> {
+    fn open_terminal(&mut self, _size: Option<(u16, u16)>) -> Result<(OwnedFd, OwnedFd), Errno> {
         self.note("open pty".into());
         Ok((self.fd(), self.fd()))
     }
@@ -385,6 +385,7 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         rlimits_soft: Vec::new(),
         forwarded_signals: crate::launch::plan::signal_mask(&crate::launch::plan::FORWARDED),
         console: None,
+        console_size: None,
         userns_after_setup: None,
         bounding_set_dropped: false,
         init_joinable: false,

@@ -50,6 +50,30 @@ pub mod raw {
         ret(unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0) } as libc::c_long).map(drop)
     }
 
+    /// The window size of the terminal `fd` (TIOCGWINSZ): (columns, rows).
+    pub fn window_size(fd: BorrowedFd<'_>) -> Result<(u16, u16), Errno> {
+        // SAFETY: a zeroed winsize is valid; TIOCGWINSZ fills it.
+        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+        // SAFETY: ws is a valid out-pointer for TIOCGWINSZ.
+        ret(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) } as libc::c_long)?;
+        Ok((ws.ws_col, ws.ws_row))
+    }
+
+    /// Set the window size of the terminal `fd` (TIOCSWINSZ; on a pty
+    /// master the kernel sends SIGWINCH to the foreground job of its
+    /// other end when the size changes).
+    pub fn set_window_size(fd: BorrowedFd<'_>, cols: u16, rows: u16) -> Result<(), Errno> {
+        let ws = libc::winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCSWINSZ reads a valid winsize.
+        ret(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &ws) } as libc::c_long)
+            .map(drop)
+    }
+
     pub fn umask(mask: u32) {
         // SAFETY: integer argument only.
         unsafe { libc::umask(mask as libc::mode_t) };

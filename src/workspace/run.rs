@@ -138,6 +138,19 @@ impl Session {
         base: Spec,
         status_file: Option<PathBuf>,
     ) -> Result<RunRecord> {
+        self.run_on_terminal(base, status_file, None)
+    }
+
+    /// [`Session::run_with_status`], the command on a terminal of its
+    /// sandbox when `terminal` is given (`session run --pty`: see
+    /// [`crate::RunOptions::terminal`]); such a command is always launched
+    /// cold (a warm sandbox's stdio is fixed when it is built).
+    pub fn run_on_terminal(
+        &mut self,
+        base: Spec,
+        status_file: Option<PathBuf>,
+        terminal: Option<crate::launch::TerminalOptions>,
+    ) -> Result<RunRecord> {
         let lock = self.lock()?;
         // Only read: the command's start writes it once, below.
         self.reload_info()?;
@@ -199,12 +212,17 @@ impl Session {
             // The session's upper holds every command's changes: counting
             // it would cost O(all of them) per command.
             skip_kept_changes: true,
+            terminal,
             ..Default::default()
         };
         // From the session's warm server when it has a sandbox of this
         // command's shape (docs/warm.md); else launched now: in-process
         // from a single-threaded caller, else through the helper.
-        let result = match super::warm::claim(self, &spec, &opts, lock.upper()) {
+        let warm = match terminal {
+            Some(_) => None,
+            None => super::warm::claim(self, &spec, &opts, lock.upper()),
+        };
+        let result = match warm {
             Some(r) => r,
             None => launch::launch(&spec, &opts, launch::Mode::Auto),
         }

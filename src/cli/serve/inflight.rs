@@ -23,6 +23,8 @@ pub(super) struct Spawn {
     pub json_stdout: bool,
     pub cwd: Option<String>,
     pub env: Vec<(String, Option<String>)>,
+    /// `"pty": true`: stdin is a terminal of this size (columns, rows).
+    pub pty: Option<(u16, u16)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -38,6 +40,9 @@ pub(super) struct Pipes {
     stdout: Option<OwnedFd>,
     stderr: Option<OwnedFd>,
     report: Option<OwnedFd>,
+    /// `"pty": true`: the server's copy of the terminal's other end, to
+    /// resize it.
+    terminal: Option<OwnedFd>,
 }
 
 impl Pipes {
@@ -45,7 +50,13 @@ impl Pipes {
     pub(super) fn new(spec: &Spawn) -> Result<(Pipes, Vec<(OwnedFd, RawFd)>), SysError> {
         let pipe = || raw::pipe(0).map_err(|e| SysError::new("pipe2(O_CLOEXEC)", e));
         let mut child = Vec::with_capacity(4);
-        let stdin = if spec.stdin {
+        let mut terminal = None;
+        let stdin = if let Some(size) = spec.pty {
+            let t = super::terminal::open(size)?;
+            child.push((t.stdin, 0));
+            terminal = Some(t.resize);
+            Some(t.master)
+        } else if spec.stdin {
             let (r, w) = pipe()?;
             set_nonblocking(&w)?;
             child.push((r, 0));
@@ -74,6 +85,7 @@ impl Pipes {
                 stdout: Some(out_r),
                 stderr: Some(err_r),
                 report,
+                terminal,
             },
             child,
         ))
@@ -273,6 +285,12 @@ impl InFlight {
             ));
         }
         self.stdin_pending.extend_from_slice(&data);
+        if eof && self.pipes.terminal.is_some() {
+            // A terminal's end of input is ^D, and it stays open: closing
+            // the master would hang it up, which discards what hutch has
+            // not read yet.
+            self.stdin_pending.push(super::terminal::EOF_CHAR);
+        }
         self.stdin_eof = eof;
         self.write_stdin();
         Ok(())
@@ -297,9 +315,28 @@ impl InFlight {
                 }
             }
         }
-        if self.stdin_eof {
+        if self.stdin_eof && self.pipes.terminal.is_none() {
             self.pipes.stdin = None;
         }
+    }
+
+    /// A `"pty": true` request's terminal takes a new size, and its hutch
+    /// is told (SIGWINCH: it copies the size to the sandbox's terminal).
+    pub(super) fn resize(&mut self, cols: u16, rows: u16) -> Result<(), MachineError> {
+        let Some(t) = &self.pipes.terminal else {
+            return Err(protocol::server_error(
+                ErrorKind::Usage,
+                format!(
+                    "request {} has no terminal to resize",
+                    protocol::key(&self.id)
+                ),
+                "start it with \"pty\": true (and --pty in its argv)",
+            ));
+        };
+        super::terminal::resize(t.as_fd(), cols, rows).map_err(|e| {
+            protocol::server_error(ErrorKind::Io, e.to_string(), "retry, or cancel the request")
+        })?;
+        self.signal(libc::SIGWINCH)
     }
 
     pub(super) fn signal(&mut self, sig: i32) -> Result<(), MachineError> {

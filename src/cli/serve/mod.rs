@@ -13,6 +13,7 @@
 mod child;
 mod inflight;
 mod protocol;
+mod terminal;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -277,6 +278,7 @@ impl Server {
                 json_stdout,
                 cwd,
                 env,
+                pty,
             } => {
                 if self.input.is_none() {
                     return;
@@ -305,7 +307,9 @@ impl Server {
                 }
                 let spec = inflight::Spawn {
                     argv,
-                    stdin,
+                    // A terminal is written to like a stdin pipe.
+                    stdin: stdin || pty.is_some(),
+                    pty,
                     report_fd,
                     json_stdout,
                     cwd,
@@ -344,6 +348,15 @@ impl Server {
                 };
                 if let Some(e) = err {
                     self.send(&protocol::error(&id, Some("signal"), &e));
+                }
+            }
+            Request::Resize { id, cols, rows } => {
+                let err = match self.find(&id) {
+                    Some(i) => self.requests[i].resize(cols, rows).err(),
+                    None => Some(not_in_flight(&id)),
+                };
+                if let Some(e) = err {
+                    self.send(&protocol::error(&id, Some("resize"), &e));
                 }
             }
             Request::Cancel { id } => match self.find(&id) {

@@ -36,6 +36,8 @@ const FEATURES: &[&str] = &[
     "json_stdout",
     "cwd",
     "env",
+    "pty",
+    "resize",
 ];
 
 /// One parsed request line.
@@ -55,6 +57,9 @@ pub(crate) enum Request {
         cwd: Option<String>,
         /// Changes to the server's environment: a value sets, `null` unsets.
         env: Vec<(String, Option<String>)>,
+        /// `"pty": true`: hutch's stdin is a terminal of the server's, of
+        /// this size (`"pty_size": [cols, rows]`, default 80x24).
+        pty: Option<(u16, u16)>,
     },
     Stdin {
         id: Value,
@@ -67,6 +72,12 @@ pub(crate) enum Request {
     },
     Cancel {
         id: Value,
+    },
+    /// The terminal of a `"pty": true` request takes a new size.
+    Resize {
+        id: Value,
+        cols: u16,
+        rows: u16,
     },
 }
 
@@ -209,10 +220,31 @@ pub(crate) fn parse(line: &[u8]) -> Result<Request, BadRequest> {
                     ));
                 }
             };
+            let pty = match (flag(&obj, "pty", &id, v)?, obj.get("pty_size")) {
+                (false, None | Some(Value::Null)) => None,
+                (false, Some(_)) => {
+                    return Err(bad(
+                        &id,
+                        v,
+                        "\"pty_size\" needs \"pty\": true".into(),
+                        "e.g. \"pty\": true, \"pty_size\": [120, 40]",
+                    ));
+                }
+                (true, None | Some(Value::Null)) => Some(crate::launch::DEFAULT_TERMINAL_SIZE),
+                (true, Some(size)) => Some(terminal_size(size).ok_or_else(|| {
+                    bad(
+                        &id,
+                        v,
+                        format!("\"pty_size\" must be [cols, rows], each 1 to 65535, not {size}"),
+                        "e.g. \"pty_size\": [120, 40]",
+                    )
+                })?),
+            };
             Ok(Request::Argv {
                 cwd,
                 env,
                 argv,
+                pty,
                 stdin: flag(&obj, "stdin", &id, v)?,
                 json_stdout: flag(&obj, "json_stdout", &id, v)?,
                 report_fd,
@@ -263,11 +295,23 @@ pub(crate) fn parse(line: &[u8]) -> Result<Request, BadRequest> {
             Ok(Request::Signal { id, signal })
         }
         "cancel" => Ok(Request::Cancel { id }),
+        "resize" => {
+            let size = json!([obj.get("cols"), obj.get("rows")]);
+            let (cols, rows) = terminal_size(&size).ok_or_else(|| {
+                bad(
+                    &id,
+                    v,
+                    format!("\"cols\" and \"rows\" must be numbers from 1 to 65535, not {size}"),
+                    "e.g. {\"id\":1,\"verb\":\"resize\",\"cols\":120,\"rows\":40}",
+                )
+            })?;
+            Ok(Request::Resize { id, cols, rows })
+        }
         other => Err(bad(
             &id,
             (!other.is_empty()).then_some(other),
             format!("unknown verb {other:?}"),
-            "verbs: hello, argv, stdin, signal, cancel",
+            "verbs: hello, argv, stdin, signal, cancel, resize",
         )),
     }
 }
@@ -288,6 +332,15 @@ fn flag(
             "use a JSON boolean",
         )),
     }
+}
+
+/// `[cols, rows]`, each from 1 to 65535.
+fn terminal_size(v: &Value) -> Option<(u16, u16)> {
+    let [c, r] = v.as_array()?.as_slice() else {
+        return None;
+    };
+    let n = |x: &Value| x.as_u64().and_then(|n| u16::try_from(n).ok()).filter(|n| *n > 0);
+    Some((n(c)?, n(r)?))
 }
 
 fn signal_number(v: &Value) -> Option<i32> {

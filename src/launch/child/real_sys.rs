@@ -362,8 +362,12 @@ impl ChildSys for RealSys {
         raw::set_child_subreaper()
     }
 
-    fn open_terminal(&mut self) -> Result<(OwnedFd, OwnedFd), Errno> {
-        raw::open_pty(c"/dev/ptmx")
+    fn open_terminal(&mut self, size: Option<(u16, u16)>) -> Result<(OwnedFd, OwnedFd), Errno> {
+        let (master, peer) = raw::open_pty(c"/dev/ptmx")?;
+        if let Some((cols, rows)) = size {
+            raw::set_window_size(master.as_fd(), cols, rows)?;
+        }
+        Ok((master, peer))
     }
 
     fn send_fd(&mut self, sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> Result<(), Errno> {

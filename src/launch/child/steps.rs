@@ -34,7 +34,7 @@ pub(crate) fn hand_terminal<S: ChildSys>(sys: &mut S, plan: &ChildPlan) -> Resul
     let Some(console) = &plan.console else {
         return Ok(());
     };
-    let (master, peer) = sys.open_terminal().at(Stage::Terminal)?;
+    let (master, peer) = sys.open_terminal(plan.console_size).at(Stage::Terminal)?;
     sys.send_fd(console.as_fd(), master.as_fd())
         .at(Stage::Terminal)?;
     for target in 0..3 {

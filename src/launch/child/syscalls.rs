@@ -81,8 +81,9 @@ pub(crate) trait ChildSys: FsSys {
     fn set_rlimit_soft(&mut self, resource: libc::c_int, soft: u64) -> Result<(), Errno>;
     /// PR_SET_CHILD_SUBREAPER (hutch init when it is not pid 1).
     fn set_subreaper(&mut self) -> Result<(), Errno>;
-    /// A new terminal of the new root's devpts: (master, the other end).
-    fn open_terminal(&mut self) -> Result<(OwnedFd, OwnedFd), Errno>;
+    /// A new terminal of the new root's devpts: (master, the other end),
+    /// of `size` (columns, rows) when given.
+    fn open_terminal(&mut self, size: Option<(u16, u16)>) -> Result<(OwnedFd, OwnedFd), Errno>;
     /// Send `fd` over a connected Unix socket (SCM_RIGHTS).
     fn send_fd(&mut self, sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> Result<(), Errno>;
     /// Wait for one connection on a listening socket, and its first

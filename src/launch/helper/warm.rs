@@ -378,6 +378,7 @@ impl Warm {
             namespaces: std::mem::take(&mut self.namespaces),
             proxy,
             report_on_exit,
+            terminal: None,
         };
         let finished = supervisor::supervise(
             &mut self.p,

@@ -92,6 +92,9 @@ pub(crate) struct ChildPlan {
     /// master here (SCM_RIGHTS), and give its other end to the workload
     /// as stdio and controlling terminal.
     pub console: Option<OwnedFd>,
+    /// The terminal's size (columns, rows), set before the workload
+    /// starts (`hutch run --pty`); else the kernel's 0x0.
+    pub console_size: Option<(u16, u16)>,
     /// `namespaces.join.user_after_setup`, opened: hutch init enters it
     /// right before the workload starts.
     pub userns_after_setup: Option<OwnedFd>,

@@ -303,6 +303,7 @@ pub(crate) fn prepare_sandbox(
         rlimits_soft: rlimits_soft(spec),
         forwarded_signals: signal_mask(&FORWARDED),
         console: None,
+        console_size: None,
         userns_after_setup: match &spec.namespaces.join.user_after_setup {
             Some(r) => Some(join::open("user_after_setup", r)?),
             None => None,

@@ -11,6 +11,7 @@ pub(crate) mod relay;
 pub mod report;
 mod seen;
 pub(crate) mod summary;
+pub(crate) mod terminal;
 pub(crate) mod uppers;
 pub mod usage;
 
@@ -37,6 +38,7 @@ use maps::{idmapped_layers, write_id_maps};
 use relay::{Captured, Relay};
 use report::{ExitReport, Outcome};
 use seen::Seen;
+use terminal::{Terminal, TerminalReady};
 use summary::{namespace_inodes, report, write_start_event};
 
 /// How long buffered output may still wait for a slow reader once a
@@ -80,7 +82,27 @@ pub(crate) fn run(
         .as_ref()
         .is_some_and(|FrontEndStatus(s)| s.tells_init_pid());
     let mut status_file = open_status_file(opts)?;
+    let mut terminal = match &opts.terminal {
+        Some(t) => {
+            terminal::check(spec, opts)?;
+            let (term, theirs) = Terminal::new(t)?;
+            // The terminal is the workload's stdio: no pipe, no /dev/null.
+            p.child.console = Some(theirs);
+            p.child.console_size = Some(term.size());
+            p.child.command.controlling_tty = true;
+            p.child.command.stdio = Default::default();
+            p.relay = [None, None];
+            Some(term)
+        }
+        None => None,
+    };
     let sb = fork_sandbox(&mut p, spec, started)?;
+    p.child.console = None;
+    if let Some(Err(e)) = terminal.as_mut().map(Terminal::take_over_stdin) {
+        sb.kill_and_reap();
+        sb.restore_mask();
+        return Err(LaunchError::Sys(e));
+    }
     // Read while pid 1 is still dumpable and ours (it becomes neither).
     let namespaces = status_file.as_ref().map(|_| namespace_inodes(sb.pid));
     if let Some(FrontEndStatus(protocol)) = &opts.status_protocol
@@ -96,6 +118,7 @@ pub(crate) fn run(
             namespaces: namespaces.unwrap_or_default(),
             proxy: None,
             report_on_exit: false,
+            terminal: terminal.take(),
         };
         supervise(&mut p, spec, opts, &sb, status_file.as_mut(), control, with)
     });
@@ -366,6 +389,7 @@ pub(crate) fn keep(
         report_on_exit: false,
         registration: None,
         register_at: None,
+        terminal: None,
     };
     if let Some((names, fds)) = doors
         && let Err(e) = start_proxy(watch.p, &names, fds, &mut watch.proxy)
@@ -437,6 +461,8 @@ pub(crate) struct Supervising {
     /// Only for a sandbox whose report needs nothing from init's end
     /// ([`report_on_exit_allowed`]); the caller reaps init afterwards.
     pub report_on_exit: bool,
+    /// `RunOptions::terminal`: the workload's terminal.
+    pub terminal: Option<Terminal>,
 }
 
 /// Whether a warm sandbox's report may go out on `Exited`, before its
@@ -499,6 +525,7 @@ pub(crate) fn supervise(
         report_on_exit: with.report_on_exit,
         registration,
         register_at,
+        terminal: with.terminal,
     };
     watch.run().inspect_err(|_| sb.kill_and_reap())?;
     let Watch {
@@ -506,9 +533,12 @@ pub(crate) fn supervise(
         mut relay,
         seen,
         proxy,
+        terminal,
         ..
     } = watch;
     flush(&mut relay, sb, deadline, seen.hurry);
+    // The caller's terminal leaves raw mode once the output is out.
+    drop(terminal);
     // Every tunnel closes (and writes its audit line) with the sandbox.
     drop(proxy);
     drop(p.proxy.take());
@@ -556,6 +586,7 @@ struct Watch<'a, 'c> {
     registration: Option<crate::registry::Registration>,
     /// When to write the record, if it is not written yet.
     register_at: Option<Instant>,
+    terminal: Option<Terminal>,
 }
 
 /// What a ready fd of the poll set is.
@@ -568,6 +599,7 @@ enum Ready {
     Lifeline,
     Pipe(usize),
     Out(usize),
+    Terminal(TerminalReady),
 }
 
 /// The sandbox's record in the runtime registry: in the directory opened
@@ -667,6 +699,7 @@ impl Watch<'_, '_> {
                     Ready::Lifeline => self.owner_gone(),
                     Ready::Pipe(i) => self.relay.read(i),
                     Ready::Out(i) => self.relay.write(i),
+                    Ready::Terminal(t) => self.terminal_ready(t),
                 }
             }
         }
@@ -706,6 +739,16 @@ impl Watch<'_, '_> {
                 add(Ready::Out(i), fd, PollFlags::POLLOUT);
             }
         }
+        if let Some(t) = &self.terminal {
+            for (tag, fd, write) in t.interest() {
+                let flags = if write {
+                    PollFlags::POLLOUT
+                } else {
+                    PollFlags::POLLIN
+                };
+                add(Ready::Terminal(tag), fd, flags);
+            }
+        }
         match poll(&mut pollfds, timeout) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(LaunchError::Sys(SysError::new("poll()", e))),
@@ -716,6 +759,25 @@ impl Watch<'_, '_> {
             .filter(|(_, pf)| pf.revents().is_some_and(|r| !r.is_empty()))
             .map(|(tag, _)| tag)
             .collect())
+    }
+
+    fn terminal_ready(&mut self, ready: TerminalReady) {
+        let Some(t) = self.terminal.as_mut() else {
+            return;
+        };
+        match ready {
+            TerminalReady::Console => {
+                if let Some(reader) = t.receive_master() {
+                    self.relay.attach(0, reader);
+                }
+            }
+            TerminalReady::Stdin => {
+                t.read_stdin();
+                t.write_master();
+            }
+            TerminalReady::Master => t.write_master(),
+            TerminalReady::Winch => t.resize_from_stdin(),
+        }
     }
 
     fn forward_signals(&mut self) {

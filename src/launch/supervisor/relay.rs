@@ -195,6 +195,14 @@ impl Relay {
         }
     }
 
+    /// Relay `pipe` as stream `i` from now on (the master of the
+    /// workload's terminal, which hutch init sends once it is open).
+    pub fn attach(&mut self, i: usize, pipe: OwnedFd) {
+        let s = &mut self.streams[i];
+        s.out = Some(Out::for_fd(1 + i as RawFd));
+        s.pipe = Some(pipe);
+    }
+
     /// Whether output is still buffered.
     pub fn pending(&self) -> bool {
         self.streams.iter().any(|s| !s.pending.is_empty())
