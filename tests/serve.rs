@@ -459,3 +459,101 @@ fn a_node_client_streams_output_and_reads_the_envelope() {
     assert_eq!(exit["envelope"]["verb"], "run", "{exit}");
     assert_eq!(exit["envelope"]["result"]["status"], 3, "{exit}");
 }
+
+/// `hutch session --state-dir STATE ARGS` as `who`, to completion.
+fn session_cli(who: As, state: &std::path::Path, args: &[&str]) -> std::process::Output {
+    hutch_command(who)
+        .arg("session")
+        .arg("--state-dir")
+        .arg(state)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn session_run_through_serve_shares_the_session_lock_with_the_cli() {
+    for who in identities() {
+        let dir = TempDir::new("serve-session", who);
+        let src = dir.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        own_as(&src, who);
+        write_as(&src.join("a.txt"), "base\n", who);
+        let state = dir.path().join("state");
+        let st = state.to_str().unwrap();
+        let o = session_cli(who, &state, &["create", "--from", src.to_str().unwrap()]);
+        assert!(o.status.success(), "{o:?}");
+        let id = String::from_utf8(o.stdout).unwrap().trim().to_string();
+        let mut s = Server::start(who, dir.path());
+        // A command through the server holds the session's lock while it
+        // runs.
+        let script = "echo kept > n.txt; echo ready; exec sleep 9373";
+        s.send(&argv(
+            1,
+            &[
+                "session",
+                "--state-dir",
+                st,
+                "run",
+                &id,
+                "--quiet",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+        ));
+        s.stdout_until(1, "ready");
+        // The CLI beside it refuses with one line (or waits with --wait).
+        let o = session_cli(who, &state, &["run", &id, "--", "true"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(125), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("busy"), "{err}");
+        s.send(&json!({"id": 1, "verb": "cancel"}));
+        let (_, _, exit) = s.finish(1);
+        assert_eq!(exit["cancelled"], true, "{exit}");
+        // The next command, through the CLI, sees what it wrote; then one
+        // through the server again.
+        let o = session_cli(who, &state, &["run", &id, "--", "cat", "n.txt"]);
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "kept\n", "{o:?}");
+        s.send(&argv(
+            2,
+            &[
+                "session",
+                "--state-dir",
+                st,
+                "run",
+                &id,
+                "--quiet",
+                "--",
+                "cat",
+                "n.txt",
+            ],
+        ));
+        let (out, _, exit) = s.finish(2);
+        assert_eq!(exit["code"], 0, "{exit}");
+        assert_eq!(out, "kept\n", "{exit}");
+        // Closed by another process: the server's next request says so.
+        let o = session_cli(who, &state, &["close", &id]);
+        assert!(o.status.success(), "{o:?}");
+        s.send(&argv(
+            3,
+            &[
+                "session",
+                "--state-dir",
+                st,
+                "run",
+                &id,
+                "--quiet",
+                "--",
+                "true",
+            ],
+        ));
+        let (_, err, exit) = s.finish(3);
+        assert_eq!(exit["code"], 125, "{exit}");
+        assert!(err.contains("no session"), "{err}");
+        assert!(s.close().success());
+    }
+}
