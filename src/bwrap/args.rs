@@ -373,6 +373,12 @@ fn parse_recurse<'a>(
                 used = 1;
             }
             b"--level-prefix" => p.level_prefix = true,
+            // bubblewrap 0.12: forgive a submount's failed read-only
+            // remount (an automount that does not answer). hutch makes a
+            // bind read-only with one recursive mount_setattr, which visits
+            // no submount on its own, so there is nothing to forgive; every
+            // setup failure stays fatal (fail closed).
+            b"--not-a-security-boundary" => {}
             b"--unshare-all" => {
                 p.unshare_user_try = true;
                 p.unshare_ipc = true;

@@ -99,6 +99,7 @@ const USAGE: &str = "\
     --perms OCTAL                Set permissions of next argument (--bind-data, --file, etc.)
     --size BYTES                 Set size of next argument (only for --tmpfs)
     --chmod OCTAL PATH           Change permissions of PATH (must already exist)
+    --not-a-security-boundary    Accepted, no effect (hutch-bwrap stays fail-closed)
 
 hutch-bwrap only (before every bwrap option; docs/bwrap.md):
     --hutch-profile FILE         Add this hutch profile's limits, network and security
@@ -258,9 +259,10 @@ fn run(program: &str, mut args: Vec<OsString>, level_prefix: &mut bool) -> Resul
                 ))
             }
             Outcome::SetupFailed => {
-                Err(BwrapError::die(report.error.unwrap_or_else(|| {
-                    "the sandbox could not be set up".into()
-                })))
+                let line = report
+                    .error
+                    .unwrap_or_else(|| "the sandbox could not be set up".into());
+                Err(symlink_conflict(&spec, &line).unwrap_or_else(|| BwrapError::die(line)))
             }
             _ => {
                 if let Some(e) = &report.error {
@@ -271,6 +273,24 @@ fn run(program: &str, mut args: Vec<OsString>, level_prefix: &mut bool) -> Resul
         },
         Err(e) => Err(BwrapError::die(e.to_string())),
     }
+}
+
+/// A `--symlink` whose destination is a link to another target, in
+/// bubblewrap's words (its test suite matches them): `Can't make symlink
+/// at DEST: existing destination is TARGET`.
+fn symlink_conflict(spec: &crate::spec::Spec, line: &str) -> Option<BwrapError> {
+    let existing = crate::fs::symlink_conflict_target(line)?;
+    let names = crate::fs::op_names(spec);
+    let i = names
+        .iter()
+        .position(|name| line.starts_with(&format!("{name}:")))?;
+    let crate::spec::FsOp::Symlink { dest, .. } = spec.fs.get(i)? else {
+        return None;
+    };
+    Some(BwrapError::die(format!(
+        "Can't make symlink at {}: existing destination is {existing}",
+        dest.to_string_lossy()
+    )))
 }
 
 /// The errno a report names (`ELOOP`: `Errno`'s Debug form).

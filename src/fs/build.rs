@@ -20,7 +20,7 @@ mod mounts;
 
 use super::builder::{Builder, Dir, STAGING, STAGING_ROOT, dir_fd, staging_under};
 use super::plan::{DEV_BIND, PROC_ATTRS, Plan, RO_BIND, RW_BIND, Step, Upper, tmpfs_data};
-pub(super) use super::syscalls::{BASE, O_PATH_DIR, OpResult, fd_path, plain};
+pub(super) use super::syscalls::{BASE, Hint, O_PATH_DIR, OpResult, fd_path, plain};
 pub use super::syscalls::{BuildError, FsSys};
 use crate::sys::{
     Errno, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, RESOLVE_IN_ROOT,
@@ -119,7 +119,7 @@ pub fn open_sources<S: FsSys>(sys: &mut S, plan: &Plan) -> Result<Sources, Build
                         String::from_utf8_lossy(src.path.as_bytes())
                     ),
                     err: e,
-                    hint,
+                    hint: hint.map(Hint::from),
                 });
             }
         }
@@ -574,11 +574,11 @@ impl<S: FsSys> Builder<'_, S> {
                     // As bubblewrap: the same link already there is fine.
                     Err(e) if e.errno == Errno::EEXIST => match self.sys.readlinkat(at, &name) {
                         Ok(t) if t == target.to_bytes() => {}
-                        Ok(_) => {
-                            return Err((e, Some("the destination is a symlink to another target")));
+                        Ok(existing) => {
+                            return Err((e, Some(symlink_conflict_hint(&existing))));
                         }
                         Err(_) => {
-                            return Err((e, Some("the destination exists and is not a symlink")));
+                            return Err((e, Some("the destination exists and is not a symlink".into())));
                         }
                     },
                     Err(e) => return Err((e, None)),
@@ -720,7 +720,7 @@ impl<S: FsSys> Builder<'_, S> {
                     Errno::ENODEV => Some("overlayfs is not available: load the overlay module"),
                     _ => None,
                 };
-                (e, hint)
+                (e, hint.map(Hint::from))
             })?;
         drop(private);
         Ok(counted)
@@ -1105,14 +1105,32 @@ fn parent_mode(mode: u32) -> u32 {
     parent
 }
 
-fn hint_for_create(errno: Errno) -> Option<&'static str> {
-    match errno {
-        Errno::EROFS => {
-            Some("the destination's parent is read-only; mount a tmpfs or dir there first")
-        }
-        Errno::ENOTDIR => Some("a parent of the destination is not a directory"),
-        _ => None,
-    }
+/// Start of the hint of a `symlink` step whose destination is already a
+/// link to another target; the existing target follows, JSON-quoted (so a
+/// hostile target stays escaped, one line). The bubblewrap front end
+/// reads it back with [`symlink_conflict_target`] to print bubblewrap's
+/// `Can't make symlink at DEST: existing destination is TARGET`.
+const SYMLINK_CONFLICT: &str = "the destination is a symlink to another target: ";
+
+pub(super) fn symlink_conflict_hint(existing: &[u8]) -> Hint {
+    let quoted = serde_json::to_string(&String::from_utf8_lossy(existing)).unwrap_or_default();
+    Hint::Owned(format!("{SYMLINK_CONFLICT}{quoted}"))
+}
+
+/// The existing target a `symlink` step's conflict names, from the
+/// failure's line (`fs[N] (symlink DEST): ... (HINT)`); None for any
+/// other failure.
+pub(crate) fn symlink_conflict_target(line: &str) -> Option<String> {
+    let quoted = line.split_once(SYMLINK_CONFLICT)?.1.strip_suffix(')')?;
+    serde_json::from_str(quoted).ok()
+}
+
+fn hint_for_create(errno: Errno) -> Option<Hint> {
+    Some(Hint::Borrowed(match errno {
+        Errno::EROFS => "the destination's parent is read-only; mount a tmpfs or dir there first",
+        Errno::ENOTDIR => "a parent of the destination is not a directory",
+        _ => return None,
+    }))
 }
 
 /// Describe each fs operation of a Spec for error lines.

@@ -29,7 +29,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use super::builder::{Builder, Dir};
 use super::plan::{Step, Upper, tmpfs_data};
-use super::syscalls::{BASE, BuildError, FsSys, O_PATH_DIR, OpResult, fd_path, plain};
+use super::syscalls::{BASE, BuildError, FsSys, Hint, O_PATH_DIR, OpResult, fd_path, plain};
 use crate::sys::{
     Errno, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, RESOLVE_BENEATH, RESOLVE_IN_ROOT,
     RESOLVE_NO_SYMLINKS, SysError,
@@ -112,7 +112,8 @@ pub(super) fn hold_upper<S: FsSys>(
                     Errno::EXDEV,
                 ),
                 Some(
-                    "a warm sandbox needs an overlay's upper and work directories side by side in one directory (launch it cold)",
+                    "a warm sandbox needs an overlay's upper and work directories side by side in one directory (launch it cold)"
+                        .into(),
                 ),
             ));
         }
@@ -121,14 +122,14 @@ pub(super) fn hold_upper<S: FsSys>(
     Ok(tree)
 }
 
-fn overlay_hint(errno: Errno) -> Option<&'static str> {
-    match errno {
-        Errno::EINVAL => Some(
-            "overlay refused its layers: upper and work must be on one filesystem that supports user xattrs",
-        ),
-        Errno::ENODEV => Some("overlayfs is not available: load the overlay module"),
-        _ => None,
-    }
+fn overlay_hint(errno: Errno) -> Option<Hint> {
+    Some(Hint::Borrowed(match errno {
+        Errno::EINVAL => {
+            "overlay refused its layers: upper and work must be on one filesystem that supports user xattrs"
+        }
+        Errno::ENODEV => "overlayfs is not available: load the overlay module",
+        _ => return None,
+    }))
 }
 
 impl<S: FsSys> Builder<'_, S> {

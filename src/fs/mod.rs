@@ -16,4 +16,5 @@ pub use build::{
     BuildError, Built, FsSys, Sources, build, build_unpivoted, expose_root, op_names,
     open_sources, pivot,
 };
+pub(crate) use build::symlink_conflict_target;
 pub use plan::{Plan, plan};

@@ -110,15 +110,19 @@ pub trait FsSys {
 
 /// A failed build step: which operation, the failed call, and a hint.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{what}: {err}{}", hint.map(|h| format!(" ({h})")).unwrap_or_default())]
+#[error("{what}: {err}{}", hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
 pub struct BuildError {
     pub what: String,
     pub err: SysError,
-    pub hint: Option<&'static str>,
+    pub hint: Option<Hint>,
 }
 
+/// Why a build step failed and what to do: mostly fixed text; a few say
+/// what they found (a symlink's existing target, escaped).
+pub type Hint = std::borrow::Cow<'static, str>;
+
 /// An fs operation's result: the failed call and a hint.
-pub(super) type OpResult<T> = Result<T, (SysError, Option<&'static str>)>;
+pub(super) type OpResult<T> = Result<T, (SysError, Option<Hint>)>;
 
 pub(super) fn plain<T>(r: Result<T, SysError>) -> OpResult<T> {
     r.map_err(|e| (e, None))

@@ -600,3 +600,16 @@ fn a_bind_of_a_path_holding_tmp_names_the_staging_copy() {
     assert!(staging_under(b"/usr").is_none());
     assert!(staging_under(b"/tmp/a").is_none());
 }
+
+#[test]
+fn a_symlink_conflicts_target_is_escaped_and_read_back() {
+    let target = b"/x\ny\"z)";
+    let hint = super::build::symlink_conflict_hint(target);
+    assert!(!hint.contains('\n'), "{hint}");
+    let line = format!("fs[2] (symlink /tmp/l): symlinkat(...) => EEXIST: File exists ({hint})");
+    assert_eq!(
+        super::build::symlink_conflict_target(&line).as_deref(),
+        Some("/x\ny\"z)")
+    );
+    assert_eq!(super::build::symlink_conflict_target("fs[2] (tmpfs /x): mount(...) => EPERM"), None);
+}

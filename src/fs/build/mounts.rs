@@ -8,7 +8,7 @@
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use super::{BASE, Builder, FsSys, O_PATH_DIR, OpResult, fd_path, plain};
+use super::{BASE, Builder, FsSys, Hint, O_PATH_DIR, OpResult, fd_path, plain};
 use crate::fs::plan::{RO_BIND, tmpfs_data};
 use crate::sys::{
     Errno, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
@@ -71,7 +71,7 @@ impl<S: FsSys> Builder<'_, S> {
         if copy_up && !plain(self.sys.dir_is_empty(target.as_fd()))? {
             return Err((
                 SysError::new("tmpcopyup", Errno::ENOTEMPTY),
-                Some("tmpcopyup works only over an empty or missing directory"),
+                Some("tmpcopyup works only over an empty or missing directory".into()),
             ));
         }
         plain(self.sys.mount(
@@ -89,7 +89,7 @@ impl<S: FsSys> Builder<'_, S> {
                 (Errno::ENODEV, _) => Some("this kernel lacks the filesystem"),
                 _ => None,
             };
-            (e, hint)
+            (e, hint.map(Hint::from))
         })?;
         drop(target);
         if propagation != 0 {
@@ -148,7 +148,7 @@ impl<S: FsSys> Builder<'_, S> {
                 let host = host.map_err(|e| {
                     (
                         e,
-                        Some("mknod is not allowed here and the host has no such node to bind"),
+                        Some("mknod is not allowed here and the host has no such node to bind".into()),
                     )
                 })?;
                 let meta = plain(self.sys.stat(host.as_fd()))?;
@@ -156,7 +156,8 @@ impl<S: FsSys> Builder<'_, S> {
                     return Err((
                         SysError::new(format!("stat({})", crate::sys::q(host_path)), Errno::ENODEV),
                         Some(
-                            "mknod is not allowed here and the host's node at this path is another device",
+                            "mknod is not allowed here and the host's node at this path is another device"
+                                .into(),
                         ),
                     ));
                 }
