@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import re
 from collections.abc import Sequence
@@ -145,6 +146,10 @@ class ServerChild:
         self.envelope: dict[str, Any] | None = None
         self.on_start: Callable[[StartEvent | None], None] | None = None
         self._stdin_task: asyncio.Task[None] | None = None
+        #: Events handed over by the reader thread, run on the loop in
+        #: order; one wake-up of the loop per batch, not per event.
+        self._inbox: collections.deque[tuple[str, dict[str, Any] | None]] = collections.deque()
+        self._wake_pending = False
         self.pty = ServerPty(self) if options.get("pty") else None
         fields: dict[str, Any] = {}
         if self.pty is not None:
@@ -171,12 +176,29 @@ class ServerChild:
 
     # On the server's reader thread: hand over, never block.
     def _event_threadsafe(self, kind: str, ev: dict[str, Any]) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed
-            self._loop.call_soon_threadsafe(self._event, kind, ev)
+        self._hand_over(kind, ev)
 
     def _ended_threadsafe(self) -> None:
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._ended)
+        self._hand_over("", None)
+
+    def _hand_over(self, kind: str, ev: dict[str, Any] | None) -> None:
+        self._inbox.append((kind, ev))
+        if not self._wake_pending:
+            self._wake_pending = True
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        # Cleared first: an event appended from now on either is seen
+        # below or schedules another drain.
+        self._wake_pending = False
+        inbox = self._inbox
+        while inbox:
+            kind, ev = inbox.popleft()
+            if ev is None:
+                self._ended()
+            else:
+                self._event(kind, ev)
 
     def _event(self, kind: str, ev: dict[str, Any]) -> None:
         if kind == "started":
