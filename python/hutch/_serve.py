@@ -54,6 +54,7 @@ class Reply:
         "_done",
         "envelope",
         "on_done",
+        "on_event",
         "reports",
         "returncode",
         "server_error",
@@ -61,12 +62,21 @@ class Reply:
         "stdout",
     )
 
-    def __init__(self, on_done: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_done: Callable[[], None] | None = None,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
         self._done = threading.Lock()
         self._done.acquire()
         #: Called (on the reader thread) once the request ended: how an
         #: event loop learns it (``loop.call_soon_threadsafe``).
         self.on_done = on_done
+        #: A streamed request (``hutch.aio.spawn``): its ``started``,
+        #: ``stdout``, ``stderr`` and ``report`` events go here as they
+        #: come (on the reader thread, which must never block) instead of
+        #: being kept.
+        self.on_event = on_event
         self.stdout: list[bytes] = []
         self.stderr: list[bytes] = []
         self.reports: list[Any] = []
@@ -163,7 +173,9 @@ class Server:
             r = pending.get(rid)
             if r is None:
                 continue
-            if kind == "stdout":
+            if r.on_event is not None and kind in ("started", "stdout", "stderr", "report"):
+                r.on_event(kind, ev)
+            elif kind == "stdout":
                 r.stdout.append(b64(ev["data"]))
             elif kind == "stderr":
                 r.stderr.append(b64(ev["data"]))
@@ -243,8 +255,10 @@ class Server:
         report_fd: int | None = None,
         json_stdout: bool = False,
         on_done: Callable[[], None] | None = None,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        fields: dict[str, Any] | None = None,
     ) -> tuple[int, Reply]:
-        r = Reply(on_done)
+        r = Reply(on_done, on_event)
         with self.lock:
             if self.dead is not None:
                 raise ServerDied(
@@ -260,6 +274,8 @@ class Server:
             doc["report_fd"] = report_fd
         if json_stdout:
             doc["json_stdout"] = True
+        if fields:
+            doc.update(fields)  # e.g. ``pty``, ``pty_size``
         with contextlib.suppress(OSError):
             doc["cwd"] = os.getcwd()
         changes = self.env_changes()

@@ -1,8 +1,12 @@
 """asyncio front end: ``spawn`` (a process handle with streamed output),
 ``run`` and ``Session``.
 
-Output streams without deadlock: each stream reads its pipe as data
-arrives and pauses only while 1 MiB is buffered and unread; stderr is
+A spawn is a request to this process's ``hutch serve`` (``_aio_serve``;
+docs/python.md, "The server") unless it must exec hutch (secrets,
+``HUTCH_SERVE=0``, an ``output_limit`` above 64 MiB). Output streams
+without deadlock: each stream buffers what arrives (from the server, up
+to the spawn's ``output_limit``; from its own pipe, pausing it while
+1 MiB is buffered and unread); stderr is
 captured aside by default (so a consumer of stdout alone never stalls the
 sandbox), and once ``wait()`` is called whatever is not read is drained.
 Cancelling a task that awaits a command (``run``, ``wait()``, the body of
@@ -16,6 +20,7 @@ import asyncio
 import builtins
 import functools
 import os
+import signal
 import subprocess
 from collections.abc import Coroutine, Generator, Sequence
 from typing import (
@@ -30,6 +35,7 @@ from typing import (
 from . import _serve
 from . import _session_core as core
 from ._agent import agent_options
+from ._aio_serve import ServerChild, server_spawn_launch
 from ._core import (
     Launch,
     envelope_doc_result,
@@ -39,7 +45,7 @@ from ._core import (
     parse_status,
     warn_unenforced,
 )
-from ._errors import UsageError
+from ._errors import HutchError, UsageError
 from ._options import PathLike, Seconds, Size
 from ._pty import EOF as PTY_EOF
 from ._pty import HostPty, not_a_pty
@@ -103,8 +109,10 @@ class Stream:
         #: streamed output nobody read).
         self.touched = False
         self.eof_future: asyncio.Future[None] = loop.create_future()
-        os.set_blocking(fd, False)
-        loop.add_reader(fd, self._readable)
+        # fd -1: a stream fed by the server's events (``feed``), no pipe.
+        if fd >= 0:
+            os.set_blocking(fd, False)
+            loop.add_reader(fd, self._readable)
 
     def _readable(self) -> None:
         try:
@@ -116,15 +124,34 @@ class Stream:
         if not data:
             self._close()
         else:
-            if self._discard and not self._capture and len(self._buf) >= HIGH_WATER:
-                self.dropped += len(data)
-            else:
-                self._buf += data
-                if self._line_hook is not None:
-                    self._scan_lines()
-            if not self._capture and not self._discard and len(self._buf) >= HIGH_WATER:
-                self._loop.remove_reader(self._fd)
-                self._paused = True
+            self._got(data)
+        self._wake()
+
+    def _got(self, data: bytes) -> None:
+        if self._discard and not self._capture and len(self._buf) >= HIGH_WATER:
+            self.dropped += len(data)
+        else:
+            self._buf += data
+            if self._line_hook is not None:
+                self._scan_lines()
+        if (
+            self._fd >= 0
+            and not self._capture
+            and not self._discard
+            and len(self._buf) >= HIGH_WATER
+        ):
+            self._loop.remove_reader(self._fd)
+            self._paused = True
+
+    def feed(self, data: bytes) -> None:
+        """A chunk of a stream fed by the server (no pipe to pause: what
+        it buffers is bounded by the command's ``output_limit``)."""
+        if not self._eof:
+            self._got(data)
+            self._wake()
+
+    def feed_eof(self) -> None:
+        self._close()
         self._wake()
 
     def _scan_lines(self) -> None:
@@ -141,10 +168,11 @@ class Stream:
         if self._eof:
             return
         self._eof = True
-        if not self._paused:
-            self._loop.remove_reader(self._fd)
+        if self._fd >= 0:
+            if not self._paused:
+                self._loop.remove_reader(self._fd)
+            os.close(self._fd)
         self._paused = False
-        os.close(self._fd)
         if not self.eof_future.done():
             self.eof_future.set_result(None)
 
@@ -282,6 +310,8 @@ class _Child:
                 self.popen.wait()
             raise
         self.exited: asyncio.Future[int] = self._loop.create_future()
+        #: Always ``None`` here (a server's request may end in ``ServerDied``).
+        self.error: HutchError | None = None
         self._loop.add_reader(self.pidfd, self._on_exit)
         self.stdout = Stream(self._loop, out_r, capture=stdout == "capture") if out_r >= 0 else None
         self.stderr = Stream(self._loop, err_r, capture=stderr == "capture") if err_r >= 0 else None
@@ -350,6 +380,11 @@ class _Child:
         if self.popen.poll() is None:
             self.popen.kill()
 
+    def send_signal(self, sig: int) -> None:
+        """To hutch, which forwards it to the workload."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+
 
 class Process:
     """A running sandboxed command (``spawn``).
@@ -363,8 +398,8 @@ class Process:
     def __init__(
         self,
         launch: Launch,
-        child: _Child,
-        status: Stream,
+        child: _Child | ServerChild,
+        status: Stream | None,
         check: bool,
     ) -> None:
         self._launch = launch
@@ -376,8 +411,13 @@ class Process:
         self._finishing: asyncio.Task[Result] | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
         self._eof_sent = False
-        status._line_hook = self._status_line
-        status.eof_future.add_done_callback(self._status_done)
+        if status is not None:
+            status._line_hook = self._status_line
+            status.eof_future.add_done_callback(self._status_done)
+        else:
+            # Through the server: its ``report`` events bring the start.
+            assert isinstance(child, ServerChild)
+            child.on_start = self._got_start
         self.stdout: Stream = child.stdout if child.stdout is not None else _closed(child._loop)
         self.stderr: Stream = child.stderr if child.stderr is not None else _closed(child._loop)
 
@@ -389,6 +429,10 @@ class Process:
     def _status_done(self, _: Any) -> None:
         if not self._start.done():
             self._start.set_result(None)
+
+    def _got_start(self, start: StartEvent | None) -> None:
+        if not self._start.done():
+            self._start.set_result(start)
 
     @property
     def pid(self) -> int:
@@ -432,6 +476,15 @@ class Process:
             raise not_a_pty("resize()")
         self._child.pty.resize(cols, rows)
 
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the command: hutch forwards it to the workload
+        (as ``hutch run`` does for its own signals); nothing once it ended."""
+        self._child.send_signal(int(sig))
+
+    def terminate(self) -> None:
+        """``send_signal(SIGTERM)``."""
+        self.send_signal(signal.SIGTERM)
+
     def kill(self) -> None:
         """End the sandbox and every process in it: SIGKILL to the workload
         (the exit report says ``signaled``, signal 9), or to hutch itself
@@ -453,16 +506,26 @@ class Process:
         for s in (self.stdout, self.stderr):
             s.drain_unread()
         code = await self._child.exited
-        await self._status.eof_future
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
+        if self._child.error is not None:
+            self._launch.cleanup()
+            raise self._child.error
+        if self._status is not None:
+            await self._status.eof_future
         for s in (self.stdout, self.stderr):
             if s._capture:
                 await s.eof_future
         if self._child._stdin_task is not None:
             self._child._stdin_task.cancel()
-        if self._kill_timer is not None:
-            self._kill_timer.cancel()
         out = self.stdout.captured() if self.stdout._capture else b""
         err = self.stderr.captured() if self.stderr._capture else b""
+        if self._status is None:
+            assert isinstance(self._child, ServerChild)
+            start = self._start.result() if self._start.done() else None
+            return self._launch.finish_parsed(
+                start, self._child.envelope, code, out, err, self._check
+            )
         return self._launch.finish(self._status.captured(), code, out, err, self._check)
 
     async def _whole(self) -> Result:
@@ -609,6 +672,32 @@ def _start(
     command_from_profile: bool = False,
 ) -> Process:
     loop = asyncio.get_running_loop()
+    if events and _serve.enabled():
+        # Through this process's ``hutch serve`` (no exec); ``None``: a
+        # command it cannot carry (secrets, unbounded output, big input).
+        launch_on_server = server_spawn_launch(
+            args,
+            options,
+            input=input,
+            session=session,
+            state_dir=state_dir,
+            wait=wait,
+            command_from_profile=command_from_profile,
+        )
+        if launch_on_server is not None:
+            try:
+                server_child = ServerChild(
+                    launch_on_server.argv[1:],
+                    Stream,
+                    input=input,
+                    stdout=stdout,
+                    stderr=stderr,
+                    options=options,
+                )
+            except BaseException:
+                launch_on_server.cleanup()
+                raise
+            return Process(launch_on_server, server_child, None, check)
     status_r, status_w = os.pipe()
     try:
         launch = Launch(
