@@ -182,7 +182,7 @@ impl Store {
         };
         let blob_limit = input.expected.as_ref().map_or(u64::MAX, |(_, s)| *s);
         let mut blob = HashingReader::new(input.reader, blob_limit, "descriptor size");
-        let (summary, compression, diff, unpacked_size) = {
+        let streamed = (|| {
             let (mut buffered, compressed) =
                 Counting::new(BufReader::with_capacity(256 * 1024, &mut blob));
             let compression = match input.compression {
@@ -222,7 +222,11 @@ impl Store {
                     read_error(&shown, e)
                 }
             })?;
-            (summary, compression, diff, n)
+            Ok((summary, compression, diff, n))
+        })();
+        let (summary, compression, diff, unpacked_size) = match streamed {
+            Ok(done) => done,
+            Err(e) => return Err(corrupt_or(e, blob, input.expected.as_ref())),
         };
         let (digest, size) = blob.finish().map_err(|e| read_error(&shown, e))?;
         if let Some((want, want_size)) = &input.expected {
@@ -282,6 +286,35 @@ impl Store {
             why: e.to_string(),
         })?;
         Ok((meta, staging))
+    }
+}
+
+/// A layer the tar reader found malformed (the blob as streamed, before
+/// its digest could be checked: a registry's layer is unpacked as it
+/// arrives): when the blob, read to its end (at most its declared size,
+/// only hashed), is not the one its descriptor names, that is the error
+/// to report: the blob was altered or corrupted, not a bad archive.
+fn corrupt_or<R: Read>(
+    e: ImageError,
+    blob: HashingReader<R>,
+    expected: Option<&(Digest, u64)>,
+) -> ImageError {
+    let malformed = matches!(
+        e,
+        ImageError::Layer {
+            why: UnpackError::Tar { .. },
+            ..
+        }
+    );
+    let Some((want, _)) = expected.filter(|_| malformed) else {
+        return e;
+    };
+    match blob.finish() {
+        Ok((got, _)) if got != *want => ImageError::Blob {
+            digest: want.to_string(),
+            why: format!("the content's digest is {got}: the blob was altered or corrupted"),
+        },
+        _ => e,
     }
 }
 
