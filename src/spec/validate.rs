@@ -84,6 +84,7 @@ pub fn validate_where_nul_may_be(
     for (i, op) in spec.fs.iter().enumerate() {
         validate_fs_op(op, &format!("fs[{i}]"))?;
     }
+    super::registry_credential::validate(spec)?;
     let ns = &spec.namespaces;
     if !ns.mount {
         return Err(SpecError::new(
