@@ -1335,8 +1335,8 @@ fn stream_registry() -> StreamRegistry {
                     )?;
                     conn.write_all(body)
                 };
-                let key = path.splitn(4, '/').nth(3).map(|k| k.splitn(2, '/').nth(1));
-                let key = key.flatten().unwrap_or("").to_string();
+                let key = path.splitn(4, '/').nth(3).and_then(|k| k.split_once('/'));
+                let key = key.map_or("", |(_, k)| k).to_string();
                 let _ = if key == format!("blobs/{layer_b}") {
                     let half = &blob_b[..blob_b.len() / 2];
                     match repo.as_str() {

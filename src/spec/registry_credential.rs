@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 
 use super::Spec;
 use super::secret::SecretSource;
-use super::validate::SpecError;
 
 /// `[[registry_credentials]]`: the credentials for one registry.
 #[non_exhaustive]
@@ -43,66 +42,116 @@ impl RegistryCredential {
     }
 }
 
-/// The entries' shape: a `HOST[:PORT]` named once, a user without `:`,
-/// a source as a secret's (a variable's name, an absolute file, an fd of
-/// 3 or more not handed to the sandbox).
-pub(super) fn validate(spec: &Spec) -> Result<(), SpecError> {
+/// What is wrong with the entries, if anything: the entry's index, the
+/// field (`registry`, `user`, `from.env`, ...) and why. Their shape: a
+/// `HOST[:PORT]` named once, a user without `:`, a source as a secret's
+/// (a variable's name, an absolute file, an fd of 3 or more not handed
+/// to the sandbox).
+pub(super) fn problem(spec: &Spec) -> Option<(usize, &'static str, String)> {
     for (i, c) in spec.registry_credentials.iter().enumerate() {
-        let key = format!("registry_credentials[{i}]");
         let host_ok = !c.registry.is_empty()
             && c.registry.len() <= 255
             && c.registry
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
         if !host_ok {
-            return Err(SpecError::new(
-                format!("{key}.registry"),
-                "a registry is HOST[:PORT] (letters, digits, '.', '-', ':', brackets)",
+            return Some((
+                i,
+                "registry",
+                "a registry is HOST[:PORT] (letters, digits, '.', '-', ':', brackets)".into(),
             ));
         }
         if spec.registry_credentials[..i]
             .iter()
             .any(|o| o.registry == c.registry)
         {
-            return Err(SpecError::new(
-                format!("{key}.registry"),
-                format!("{} is named twice", c.registry),
-            ));
+            return Some((i, "registry", format!("{} is named twice", c.registry)));
         }
         if let Some(user) = &c.user
             && (user.is_empty() || user.contains(':') || user.chars().any(char::is_control))
         {
-            return Err(SpecError::new(
-                format!("{key}.user"),
-                "a user name is not empty and has no ':' or control characters",
+            return Some((
+                i,
+                "user",
+                "a user name is not empty and has no ':' or control characters".into(),
             ));
         }
         match &c.from {
             SecretSource::Env(var) => {
                 if var.is_empty() || var.contains('=') || var.contains('\0') {
-                    return Err(SpecError::new(
-                        format!("{key}.from.env"),
-                        "a variable's name: not empty, no '='",
-                    ));
+                    return Some((i, "from.env", "a variable's name: not empty, no '='".into()));
                 }
             }
             SecretSource::File(path) => {
                 if !path.is_absolute() {
-                    return Err(SpecError::new(
-                        format!("{key}.from.file"),
-                        "must be an absolute path",
-                    ));
+                    return Some((i, "from.file", "must be an absolute path".into()));
                 }
             }
             SecretSource::Fd(fd) => {
                 if *fd < 3 || spec.inherit_fds.contains(fd) {
-                    return Err(SpecError::new(
-                        format!("{key}.from.fd"),
-                        "must be 3 or more and not in inherit_fds",
+                    return Some((
+                        i,
+                        "from.fd",
+                        "must be 3 or more and not in inherit_fds".into(),
                     ));
                 }
             }
         }
     }
-    Ok(())
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::spec::{SecretSource, parse_json, parse_toml};
+
+    #[test]
+    fn a_profile_names_a_source_per_registry_never_a_value() {
+        let s = parse_toml(
+            "[[registry_credentials]]\nregistry = \"reg.example:5000\"\nuser = \"bot\"\n\
+             from = { env = \"REG_TOKEN\" }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.registry_credentials,
+            vec![
+                super::RegistryCredential::new(
+                    "reg.example:5000",
+                    SecretSource::Env("REG_TOKEN".into())
+                )
+                .user("bot")
+            ]
+        );
+        let bad = [
+            (
+                r#"{"registry_credentials": [{"registry": "r", "password": "hunter2", "from": {"env": "A"}}]}"#,
+                "registry_credentials[0]",
+            ),
+            (
+                r#"{"registry_credentials": [{"registry": "r/x", "from": {"env": "A"}}]}"#,
+                "registry_credentials[0].registry",
+            ),
+            (
+                r#"{"registry_credentials": [{"registry": "r", "from": {"env": "A"}}, {"registry": "r", "from": {"env": "B"}}]}"#,
+                "registry_credentials[1].registry",
+            ),
+            (
+                r#"{"registry_credentials": [{"registry": "r", "user": "a:b", "from": {"env": "A"}}]}"#,
+                "registry_credentials[0].user",
+            ),
+            (
+                r#"{"registry_credentials": [{"registry": "r", "from": {"file": "rel"}}]}"#,
+                "registry_credentials[0].from.file",
+            ),
+            (
+                r#"{"registry_credentials": [{"registry": "r", "from": {"fd": 1}}]}"#,
+                "registry_credentials[0].from.fd",
+            ),
+        ];
+        for (text, key) in bad {
+            let e = parse_json(text).unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+            assert!(!e.contains("hunter2"), "{text}: {e}");
+        }
+    }
 }
