@@ -1213,3 +1213,404 @@ fn registry_credentials_come_from_a_secret_source_and_never_show() {
     assert!(err(&o).contains("REG_PW"), "{}", err(&o));
     assert_eq!(err(&o).trim_end().lines().count(), 1, "{}", err(&o));
 }
+
+/// A scripted registry for the streaming pull (issue 34): two one-layer
+/// images, `good` (layer A) and `other` (layer B, over 1 MiB so it
+/// streams in many chunks). `/v2/REPO/blobs/<B>` answers, by REPO:
+/// `good` the true blob; `swap` a blob of B's size that is a valid gzip
+/// of the same tar (another byte in the gzip header), so it unpacks whole
+/// and matches the diff_id, and only its digest differs at the end;
+/// `short` B's Content-Length and then half the bytes and a close;
+/// `chunked` half the bytes, chunked, and a clean end. Every request's
+/// path is counted.
+struct StreamRegistry {
+    host: String,
+    /// Manifest digests of the `good` and the `other` image.
+    good: String,
+    other: String,
+    /// Layer blob digests (A, B) and the swapped blob's digest.
+    layer_a: String,
+    layer_b: String,
+    layer_b_size: usize,
+    swapped: String,
+    gets: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+impl StreamRegistry {
+    fn gets_of(&self, digest: &str) -> usize {
+        let gets = self.gets.lock().unwrap();
+        gets.iter()
+            .filter(|(p, _)| p.ends_with(&format!("/blobs/{digest}")))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+fn stream_registry() -> StreamRegistry {
+    use std::collections::HashMap;
+    use std::io::Write;
+    let image = |tar: &[u8]| {
+        let blob = gzip(tar);
+        let config = serde_json::to_vec(&serde_json::json!({
+            "architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/bin"]},
+            "rootfs": {"type": "layers", "diff_ids": [sha(tar)]},
+        }))
+        .unwrap();
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                       "digest": sha(&config), "size": config.len()},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                        "digest": sha(&blob), "size": blob.len()}],
+        }))
+        .unwrap();
+        (blob, config, manifest)
+    };
+    let a = Tar::default()
+        .dir("etc")
+        .file("etc/hello", "image a\n")
+        .finish();
+    // Text that gzip cannot shrink much: many chunks on the wire.
+    let noise: String = (0..200_000u32)
+        .map(|i| format!("{:08x}", i.wrapping_mul(2_654_435_761)))
+        .collect();
+    let b = Tar::default()
+        .dir("etc")
+        .file("etc/hello", "image b\n")
+        .file("etc/noise", &noise)
+        .finish();
+    let (blob_a, config_a, manifest_a) = image(&a);
+    let (blob_b, config_b, manifest_b) = image(&b);
+    // The gzip header's OS byte: ignored by every decoder.
+    let mut swapped = blob_b.clone();
+    swapped[9] ^= 0x01;
+    assert_ne!(sha(&swapped), sha(&blob_b));
+    let mut objects: HashMap<String, (Vec<u8>, &'static str)> = HashMap::new();
+    let mt = "application/vnd.oci.image.manifest.v1+json";
+    let bin = "application/octet-stream";
+    objects.insert(
+        format!("manifests/{}", sha(&manifest_a)),
+        (manifest_a.clone(), mt),
+    );
+    objects.insert(
+        format!("manifests/{}", sha(&manifest_b)),
+        (manifest_b.clone(), mt),
+    );
+    for blob in [&blob_a, &config_a, &config_b] {
+        objects.insert(format!("blobs/{}", sha(blob)), (blob.clone(), bin));
+    }
+    let reg = StreamRegistry {
+        host: String::new(),
+        good: sha(&manifest_a),
+        other: sha(&manifest_b),
+        layer_a: sha(&blob_a),
+        layer_b: sha(&blob_b),
+        layer_b_size: blob_b.len(),
+        swapped: sha(&swapped),
+        gets: Default::default(),
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let gets = reg.gets.clone();
+    let layer_b = reg.layer_b.clone();
+    std::thread::spawn(move || {
+        let objects = std::sync::Arc::new(objects);
+        let (blob_b, swapped) = (std::sync::Arc::new(blob_b), std::sync::Arc::new(swapped));
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let (objects, gets, layer_b) = (objects.clone(), gets.clone(), layer_b.clone());
+            let (blob_b, swapped) = (blob_b.clone(), swapped.clone());
+            std::thread::spawn(move || {
+                let Some(path) = request_path(&conn) else {
+                    return;
+                };
+                *gets.lock().unwrap().entry(path.clone()).or_default() += 1;
+                let repo = path.split('/').nth(2).unwrap_or("").to_string();
+                let whole = |conn: &mut std::net::TcpStream, ct: &str, body: &[u8]| {
+                    write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: {ct}\r\n\
+                         Content-Length: {}\r\n\r\n",
+                        body.len()
+                    )?;
+                    conn.write_all(body)
+                };
+                let key = path.splitn(4, '/').nth(3).and_then(|k| k.split_once('/'));
+                let key = key.map_or("", |(_, k)| k).to_string();
+                let _ = if key == format!("blobs/{layer_b}") {
+                    let half = &blob_b[..blob_b.len() / 2];
+                    match repo.as_str() {
+                        "swap" => whole(&mut conn, bin, &swapped),
+                        "short" => (|| {
+                            write!(
+                                conn,
+                                "HTTP/1.1 200 OK\r\nConnection: close\r\n\
+                                 Content-Length: {}\r\n\r\n",
+                                blob_b.len()
+                            )?;
+                            conn.write_all(half)
+                        })(),
+                        "chunked" => (|| {
+                            write!(
+                                conn,
+                                "HTTP/1.1 200 OK\r\nConnection: close\r\n\
+                                 Transfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+                                half.len()
+                            )?;
+                            conn.write_all(half)?;
+                            conn.write_all(b"\r\n0\r\n\r\n")
+                        })(),
+                        _ => whole(&mut conn, bin, &blob_b),
+                    }
+                } else if let Some((body, ct)) = objects.get(&key) {
+                    whole(&mut conn, ct, body)
+                } else {
+                    whole(&mut conn, "application/json", b"{}")
+                };
+            });
+        }
+    });
+    StreamRegistry { host, ..reg }
+}
+
+/// Every path below `store` with its size (index.json with its text),
+/// but for `locks/` (empty lock files) and the config cache `tmp/pulled/`.
+fn store_snapshot(store: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![store.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let rel = e.path().strip_prefix(store).unwrap().display().to_string();
+            if rel == "locks" || rel == "tmp/pulled" {
+                continue;
+            }
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+                out.push(format!("{rel}/"));
+            } else {
+                out.push(format!("{rel} {}", m.len()));
+            }
+        }
+    }
+    out.push(std::fs::read_to_string(store.join("index.json")).unwrap_or_default());
+    out.sort();
+    out
+}
+
+#[test]
+fn a_layer_refused_after_it_streamed_leaves_the_store_as_before() {
+    let who = caller();
+    let t = TempDir::new("pull-stream-bad", who);
+    give(t.path(), who);
+    let store = t.path().join("store");
+    let reg = stream_registry();
+    let pull_from = |repo: &str, digest: &str| {
+        pull(
+            who,
+            &store,
+            &[
+                &format!("{}/{repo}/x@{digest}", reg.host),
+                "--insecure-registry",
+                &reg.host,
+            ],
+        )
+    };
+    let o = pull_from("good", &reg.good);
+    assert!(o.status.success(), "{}", err(&o));
+    let before = store_snapshot(&store);
+    let cases = [
+        (
+            "swap",
+            format!(
+                "blob {}: the content's digest is {}: the blob was altered or corrupted",
+                reg.layer_b, reg.swapped
+            ),
+        ),
+        ("short", format!("blob {}: ", reg.layer_b)),
+        (
+            "chunked",
+            format!(
+                "blob {}: {} bytes arrived, but its descriptor says {}",
+                reg.layer_b,
+                reg.layer_b_size / 2,
+                reg.layer_b_size
+            ),
+        ),
+    ];
+    for (repo, expect) in cases {
+        let o = pull_from(repo, &reg.other);
+        let e = err(&o);
+        assert_eq!(o.status.code(), Some(125), "{repo}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{repo}: one line: {e}");
+        assert!(e.contains(&expect), "{repo}: expected {expect:?} in: {e}");
+        // No layer, blob, index entry or staging directory was left.
+        assert_eq!(store_snapshot(&store), before, "{repo}: the store changed");
+    }
+    // The true blob still pulls.
+    let o = pull_from("good", &reg.other);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(names_in(&store.join("layers")).len(), 2);
+}
+
+#[test]
+fn a_layer_is_fetched_once_by_concurrent_pulls_and_never_when_stored() {
+    let who = caller();
+    let t = TempDir::new("pull-stream-once", who);
+    give(t.path(), who);
+    let store = t.path().join("store");
+    let reg = stream_registry();
+    let reference = format!("{}/good/x@{}", reg.host, reg.other);
+    let pulls: Vec<_> = (0..3)
+        .map(|_| {
+            let (store, r, h) = (store.clone(), reference.clone(), reg.host.clone());
+            std::thread::spawn(move || pull(who, &store, &[&r, "--insecure-registry", &h]))
+        })
+        .collect();
+    for p in pulls {
+        let o = p.join().unwrap();
+        assert!(o.status.success(), "{}", err(&o));
+    }
+    assert_eq!(list(who, &store).len(), 1);
+    assert_eq!(names_in(&store.join("layers")).len(), 1);
+    // One pull streamed the layer; the others found it stored.
+    assert_eq!(
+        reg.gets_of(&reg.layer_b),
+        1,
+        "{:?}",
+        reg.gets.lock().unwrap()
+    );
+    let o = pull(
+        who,
+        &store,
+        &[&reference, "--insecure-registry", &reg.host, "--json"],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        reg.gets_of(&reg.layer_b),
+        1,
+        "a stored layer was fetched again"
+    );
+    assert_eq!(result(&o)["reused"], 1, "{}", out(&o));
+    assert_eq!(reg.gets_of(&reg.layer_a), 0);
+}
+
+#[test]
+fn registry_credentials_come_from_a_profile_and_the_flag_wins() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-profile", who, true);
+    let dir = s.t.path().to_path_buf();
+    let profile = dir.join("registry.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "[[registry_credentials]]\nregistry = \"{}\"\nuser = \"{USER}\"\nfrom = {{ env = \"REG_PW\" }}\n",
+            s.reg.host
+        ),
+    )
+    .unwrap();
+    give(&profile, who);
+    let store = |n: &str| dir.join(n).display().to_string();
+    let pull_args = |store: &str, extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "image",
+            "--image-store",
+            store,
+            "pull",
+            &s.reference,
+            "--insecure-registry",
+            &s.reg.host,
+            "--profile",
+            profile.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        a.extend(extra.iter().map(|a| a.to_string()));
+        a
+    };
+    let no_leak = |o: &Output| {
+        assert!(
+            !out(o).contains(PASSWORD) && !err(o).contains(PASSWORD),
+            "the credential leaked: {}{}",
+            out(o),
+            err(o)
+        );
+    };
+    // The profile names the source; the value comes from the environment.
+    let a = pull_args(&store("s1"), &["--json"]);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = hutch_with(who, &dir, &[("REG_PW", PASSWORD)], None, &a);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(result(&o)["image"]["manifest"], s.digest.as_str());
+    no_leak(&o);
+    // The flag wins over the profile: its wrong password is refused.
+    let a = pull_args(
+        &store("s2"),
+        &[
+            "--registry-credential",
+            &format!("user={USER},from-env=OTHER_PW"),
+        ],
+    );
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = hutch_with(
+        who,
+        &dir,
+        &[("REG_PW", PASSWORD), ("OTHER_PW", "wrong-b71c")],
+        None,
+        &a,
+    );
+    assert_eq!(o.status.code(), Some(125), "{}", err(&o));
+    assert!(err(&o).contains("Not authorized"), "{}", err(&o));
+    assert_no_image(&dir.join("s2"));
+    // The profile's variable unset: one line naming it and the entry.
+    let a = pull_args(&store("s3"), &[]);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = hutch_with(who, &dir, &[], None, &a);
+    assert_eq!(o.status.code(), Some(125), "{}", err(&o));
+    assert!(err(&o).contains("REG_PW"), "{}", err(&o));
+    assert_eq!(err(&o).trim_end().lines().count(), 1, "{}", err(&o));
+    // `hutch run --profile ... --pull missing` reads the same entry.
+    let s4 = store("s4");
+    let run = [
+        "run",
+        "--quiet",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--image-store",
+        &s4,
+        "--image",
+        &s.reference,
+        "--pull",
+        "missing",
+        "--insecure-registry",
+        &s.reg.host,
+        "--",
+        "/bin/cat",
+        "/etc/hello",
+    ];
+    let o = hutch_with(who, &dir, &[("REG_PW", PASSWORD)], None, &run);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "hello from the registry\n");
+    no_leak(&o);
+    // A profile that holds a value instead of a source is refused.
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        format!(
+            "[[registry_credentials]]\nregistry = \"{}\"\npassword = \"{PASSWORD}\"\nfrom = {{ env = \"REG_PW\" }}\n",
+            s.reg.host
+        ),
+    )
+    .unwrap();
+    give(&bad, who);
+    let mut a = pull_args(&store("s5"), &[]);
+    a[8] = bad.display().to_string();
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = hutch_with(who, &dir, &[("REG_PW", PASSWORD)], None, &a);
+    assert_eq!(o.status.code(), Some(125), "{}", err(&o));
+    assert!(err(&o).contains("registry_credentials[0]"), "{}", err(&o));
+    no_leak(&o);
+}

@@ -253,6 +253,7 @@ def pull(
     allow_volumes: bool = False,
     allow_secret_env: bool = False,
     allow_devices: bool = False,
+    profile: PathLike | None = None,
 ) -> PullResult:
     """``hutch image pull``: fetch ``HOST[:PORT]/REPOSITORY@sha256:...`` by
     digest, verify every blob, and import it. ``insecure_registries``
@@ -260,8 +261,10 @@ def pull(
     (``"[user=USER,]from-env=VAR"`` or ``from-file=PATH``) is the
     registry's password or token, read by hutch from that source (never
     argv, never printed); ``approved`` refuses an
-    unlisted image before any layer is fetched. The caps and ``allow_*``
-    overrides are ``import_``'s."""
+    unlisted image before any layer is fetched; ``profile`` is a TOML or
+    JSON profile whose ``registry_credentials`` name the registry's
+    credential source (``registry_auth`` and ``registry_credential`` win).
+    The caps and ``allow_*`` overrides are ``import_``'s."""
     a = [reference]
     a += _import_caps(
         max_image_size,
@@ -277,6 +280,8 @@ def pull(
         a += ["--registry-auth", os.fspath(registry_auth)]
     if registry_credential is not None:
         a += ["--registry-credential", registry_credential]
+    if profile is not None:
+        a += ["--profile", os.fspath(profile)]
     for h in insecure_registries:
         a += ["--insecure-registry", h]
     if allow_unpinned:

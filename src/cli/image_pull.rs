@@ -11,7 +11,7 @@ use crate::image::{Outcome, Platform, PullOptions, Store};
 use crate::spec::ByteSize;
 
 pub(super) const HELP: &str = "usage: hutch image pull REF@sha256:<64 hex> [--platform OS/ARCH[/VARIANT]]
-                       [--registry-auth FILE | --registry-credential SOURCE]
+                       [--registry-auth FILE | --registry-credential SOURCE] [--profile FILE]
                        [--insecure-registry HOST[:PORT]]...
                        [--name NAME] [--max-image-size SIZE] [--max-expansion N]
                        [--approved FILE] [--allow-unpinned] [--allow-platform-mismatch] [--allow-volumes]
@@ -30,6 +30,8 @@ manifest digest to pin runs to (a pulled index's digest pins it too).
                            the credentials from a secret source instead (never argv):
                            USER:PASSWORD, or the password alone with user=USER
   --insecure-registry H    reach registry H (HOST[:PORT]) over plain http
+  --profile FILE           a TOML or JSON profile whose registry_credentials name the
+                           registry's credential source (the flags above win)
   --allow-unpinned         accept a tag; the digest it resolved to is reported
   --approved FILE          refuse (before fetching a layer) an image not on this list
   --name NAME              name the image (default: HOST/REPOSITORY)
@@ -45,6 +47,9 @@ pub(super) struct PullFlags {
     pub(super) insecure: Vec<String>,
     pub(super) auth_file: Option<PathBuf>,
     pub(super) credential: Option<RegistryCredential>,
+    /// The profile's `registry_credentials`: used for the image's registry
+    /// when no credential flag is given.
+    pub(super) profile: Vec<crate::spec::RegistryCredential>,
 }
 
 impl PullFlags {
@@ -100,6 +105,12 @@ impl PullFlags {
         if have {
             return Ok(());
         }
+        let reference = format!("{name}@{digest}");
+        let credentials = match credentials {
+            Some(c) => Some(c),
+            None if self.auth_file.is_none() => profile_credentials(&self.profile, &reference)?,
+            None => None,
+        };
         let mut opts = PullOptions {
             insecure_registries: self.insecure,
             auth_file: self.auth_file,
@@ -110,7 +121,6 @@ impl PullFlags {
             opts.import.platform = Some(Platform::parse(p).map_err(|e| anyhow!("--platform: {e}"))?);
         }
         opts.import.overrides = crate::image::spec::overrides(r);
-        let reference = format!("{name}@{digest}");
         store
             .pull(&reference, &opts)
             .with_context(|| format!("--pull missing: {}", crate::util::quote::display_name(reference.as_bytes())))?;
@@ -118,10 +128,27 @@ impl PullFlags {
     }
 }
 
+/// The credentials a profile names for `reference`'s registry, read from
+/// their source; None when it names none.
+fn profile_credentials(
+    entries: &[crate::spec::RegistryCredential],
+    reference: &str,
+) -> Result<Option<crate::image::pull::Credentials>> {
+    if entries.is_empty() {
+        return Ok(None);
+    }
+    let (r, _) = crate::image::pull::parse_reference(reference)?;
+    match RegistryCredential::from_profile(entries, r.registry()) {
+        Some(c) => Ok(Some(c.read()?)),
+        None => Ok(None),
+    }
+}
+
 pub(super) fn pull(store: Store, rest: Vec<OsString>) -> Result<(serde_json::Value, String)> {
     let mut opts = PullOptions::default();
     let mut reference: Option<String> = None;
     let mut credential = None;
+    let mut profile: Vec<crate::spec::RegistryCredential> = Vec::new();
     let mut it = rest.into_iter();
     let text = |a: &OsString, what: &str| -> Result<String> {
         a.to_str()
@@ -152,6 +179,10 @@ pub(super) fn pull(store: Store, rest: Vec<OsString>) -> Result<(serde_json::Val
             }
             Some("--insecure-registry") => {
                 opts.insecure_registries.push(value("--insecure-registry")?)
+            }
+            Some("--profile") => {
+                let file = PathBuf::from(value("--profile")?);
+                profile = crate::spec::load_profile(&file)?.registry_credentials;
             }
             Some("--max-image-size") => {
                 let v = value("--max-image-size")?;
@@ -194,6 +225,9 @@ pub(super) fn pull(store: Store, rest: Vec<OsString>) -> Result<(serde_json::Val
         opts.credentials = Some(c.read()?);
     }
     let reference = reference.context("REF is needed: HOST[:PORT]/REPOSITORY@sha256:<64 hex>")?;
+    if opts.credentials.is_none() && opts.auth_file.is_none() {
+        opts.credentials = profile_credentials(&profile, &reference)?;
+    }
     let report = store
         .pull(&reference, &opts)
         .with_context(|| format!("pull {}", crate::util::quote::display_name(reference.as_bytes())))?;

@@ -20,6 +20,8 @@ const FLAG: &str = "--registry-credential";
 pub(super) struct RegistryCredential {
     user: Option<String>,
     from: SecretSource,
+    /// What errors name: the flag, or the profile's entry.
+    label: String,
 }
 
 impl RegistryCredential {
@@ -61,21 +63,43 @@ impl RegistryCredential {
         let from = from.ok_or_else(|| {
             anyhow!("{FLAG}: a source is missing (from-env=VAR, from-file=PATH or from-fd=N)")
         })?;
-        Ok(RegistryCredential { user, from })
+        Ok(RegistryCredential {
+            user,
+            from,
+            label: FLAG.to_string(),
+        })
+    }
+
+    /// A profile's `registry_credentials` entry for `registry` (HOST[:PORT]),
+    /// if it has one.
+    pub(super) fn from_profile(
+        entries: &[crate::spec::RegistryCredential],
+        registry: &str,
+    ) -> Option<RegistryCredential> {
+        let (i, c) = entries
+            .iter()
+            .enumerate()
+            .find(|(_, c)| c.registry == registry)?;
+        Some(RegistryCredential {
+            user: c.user.clone(),
+            from: c.from.clone(),
+            label: format!("the profile's registry_credentials[{i}] ({registry})"),
+        })
     }
 
     /// Read the value from its source (an fd is read and closed).
     pub(super) fn read(&self) -> Result<Credentials> {
         let value = crate::secret::read_for_host("registry-credential", &self.from)?;
         let text = std::str::from_utf8(value.expose())
-            .map_err(|_| anyhow!("{FLAG}: {}: the value is not UTF-8", self.source()))?;
+            .map_err(|_| anyhow!("{}: {}: the value is not UTF-8", self.label, self.source()))?;
         Ok(match &self.user {
             Some(user) => Credentials::new(user.clone(), text),
             None => match text.split_once(':') {
                 Some((user, password)) if !user.is_empty() => Credentials::new(user, password),
                 _ => bail!(
-                    "{FLAG}: {}: the value is not USER:PASSWORD (or give user=USER and the \
+                    "{}: {}: the value is not USER:PASSWORD (or give user=USER and the \
                      password alone)",
+                    self.label,
                     self.source()
                 ),
             },

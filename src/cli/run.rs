@@ -795,7 +795,12 @@ impl ImageFlags {
         if self.chdir {
             r.use_working_dir = false;
         }
-        self.pull.pull_missing(r)
+        let mut pull = self.pull;
+        pull.profile = spec.registry_credentials.clone();
+        let Some(r) = spec.image.as_mut() else {
+            return Ok(());
+        };
+        pull.pull_missing(r)
     }
 }
 

@@ -101,27 +101,46 @@ pub fn valid_name(name: &str) -> bool {
         && !name.starts_with("sha256:")
 }
 
+/// `--name`, when given, must be [`valid_name`].
+pub(super) fn check_name(opts: &ImportOptions) -> Result<()> {
+    if let Some(n) = &opts.name
+        && !valid_name(n)
+    {
+        return Err(ImageError::Invalid(format!(
+            "--name {}: a name is letters, digits and ._/:- (at most 255, no '@'), starting with a letter or digit",
+            crate::util::quote::display_name(n.as_bytes())
+        )));
+    }
+    Ok(())
+}
+
 impl Store {
     /// Import the image at `src`.
     pub fn import(&self, src: &Path, opts: &ImportOptions) -> Result<ImportReport> {
         let _shared = self.lock_store(false)?;
         let want = opts.platform.clone().unwrap_or_else(Platform::host);
-        if let Some(n) = &opts.name
-            && !valid_name(n)
-        {
-            return Err(ImageError::Invalid(format!(
-                "--name {}: a name is letters, digits and ._/:- (at most 255, no '@'), starting with a letter or digit",
-                crate::util::quote::display_name(n.as_bytes())
-            )));
-        }
+        check_name(opts)?;
         let plan = if opts.rootfs {
             super::rootfs::plan(src, &want)?
         } else {
             let source = Source::open(src)?;
             plan_archive(&source, &want, opts)?
         };
+        self.import_plan(plan, &want, opts)
+    }
+
+    /// Import an image whose documents are read and verified (`plan`):
+    /// check its config, import its layers (read from their readers, a
+    /// layout's files or a registry's streams), record it in the index
+    /// last. The caller holds the store lock shared.
+    pub(crate) fn import_plan(
+        &self,
+        plan: Plan,
+        want: &Platform,
+        opts: &ImportOptions,
+    ) -> Result<ImportReport> {
         // Config checks first: a refused image unpacks nothing.
-        let (_, refusal) = checks::evaluate(&plan.config, &[], &want, &opts.overrides);
+        let (_, refusal) = checks::evaluate(&plan.config, &[], want, &opts.overrides);
         if let Some(r) = refusal {
             return Err(r.into());
         }
@@ -197,7 +216,7 @@ impl Store {
                 setuid_count: m.summary.setuid_count,
             })
             .collect();
-        let (verdicts, refusal) = checks::evaluate(&config, &facts, &want, &opts.overrides);
+        let (verdicts, refusal) = checks::evaluate(&config, &facts, want, &opts.overrides);
         if let Some(r) = refusal {
             return Err(r.into());
         }
@@ -375,6 +394,35 @@ fn plan_oci(source: &Source, want: &Platform, opts: &ImportOptions) -> Result<Pl
     let desc = choose(candidates, want, opts)?;
     let bytes = read_blob(source, &desc)?;
     let manifest: Manifest = parse("manifest", &desc.digest.to_string(), &bytes)?;
+    let config_bytes = read_blob(source, &manifest.config)?;
+    plan_manifest(desc, bytes, manifest, config_bytes, |l| {
+        let name = format!("blobs/sha256/{}", l.digest.hex());
+        let blob = source.open_member(&name)?.ok_or_else(|| ImageError::Blob {
+            digest: l.digest.to_string(),
+            why: format!("missing from {}", source.shown),
+        })?;
+        if blob.size != l.size {
+            return Err(ImageError::Blob {
+                digest: l.digest.to_string(),
+                why: format!("{} bytes, but its descriptor says {}", blob.size, l.size),
+            });
+        }
+        Ok(blob.reader)
+    })
+}
+
+/// The plan of an OCI image from its verified manifest (`desc`, `bytes`)
+/// and config bytes (verified against the manifest's descriptor): the
+/// media type, diff_ids and layer media types checked, each layer read
+/// from what `open_layer` gives for its descriptor (a layout's file, a
+/// registry's stream).
+pub(super) fn plan_manifest(
+    desc: Descriptor,
+    bytes: Vec<u8>,
+    manifest: Manifest,
+    config_bytes: Vec<u8>,
+    mut open_layer: impl FnMut(&Descriptor) -> Result<Box<dyn Read + Send>>,
+) -> Result<Plan> {
     match manifest
         .media_type
         .as_deref()
@@ -388,7 +436,6 @@ fn plan_oci(source: &Source, want: &Platform, opts: &ImportOptions) -> Result<Pl
             )));
         }
     }
-    let config_bytes = read_blob(source, &manifest.config)?;
     let config: Config = parse("config", &manifest.config.digest.to_string(), &config_bytes)?;
     if config.rootfs.diff_ids.len() != manifest.layers.len() {
         return Err(ImageError::Invalid(format!(
@@ -405,22 +452,11 @@ fn plan_oci(source: &Source, want: &Platform, opts: &ImportOptions) -> Result<Pl
                 digest: l.digest.to_string(),
                 why: "a layer media type hutch cannot unpack".into(),
             })?;
-        let name = format!("blobs/sha256/{}", l.digest.hex());
-        let blob = source.open_member(&name)?.ok_or_else(|| ImageError::Blob {
-            digest: l.digest.to_string(),
-            why: format!("missing from {}", source.shown),
-        })?;
-        if blob.size != l.size {
-            return Err(ImageError::Blob {
-                digest: l.digest.to_string(),
-                why: format!("{} bytes, but its descriptor says {}", blob.size, l.size),
-            });
-        }
         layers.push(LayerInput {
             expected: Some((l.digest.clone(), l.size)),
             compression: Some(compression),
             diff_id: Some(diff.clone()),
-            reader: blob.reader,
+            reader: open_layer(l)?,
             media_type: Some(l.media_type.clone()),
         });
     }

@@ -19,6 +19,7 @@ mod key_path;
 mod load;
 pub mod mount;
 mod process;
+mod registry_credential;
 mod secret;
 mod size;
 mod toml_path;
@@ -36,6 +37,7 @@ pub use defaults::{
 };
 pub use load::{load_profile, parse_json, parse_toml};
 pub use process::MAX_INHERIT_FDS;
+pub use registry_credential::RegistryCredential;
 pub use secret::{Gateway, Injection, Intercept, Secret, SecretSource};
 pub use size::{ByteSize, Duration};
 pub use validate::{SpecError, validate, validate_where_nul_may_be};
@@ -155,6 +157,11 @@ pub struct Spec {
     /// Needs `network = "proxy"`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<Secret>,
+    /// Where a registry's pull credentials are read from, by host (never
+    /// the value): used by `hutch image pull --profile` and `--pull
+    /// missing`; the command line's credential flags win.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub registry_credentials: Vec<RegistryCredential>,
 }
 
 /// The new root as a host directory (see [`Spec::root`]).
@@ -325,6 +332,7 @@ impl Default for Spec {
             sysctl: BTreeMap::new(),
             image: None,
             secrets: Vec::new(),
+            registry_credentials: Vec::new(),
         }
     }
 }

@@ -84,6 +84,12 @@ pub fn validate_where_nul_may_be(
     for (i, op) in spec.fs.iter().enumerate() {
         validate_fs_op(op, &format!("fs[{i}]"))?;
     }
+    if let Some((i, field, why)) = super::registry_credential::problem(spec) {
+        return Err(SpecError::new(
+            format!("registry_credentials[{i}].{field}"),
+            why,
+        ));
+    }
     let ns = &spec.namespaces;
     if ns.mount == ns.join.mount.is_some() {
         return Err(SpecError::new(

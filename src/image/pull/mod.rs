@@ -1,20 +1,30 @@
 //! `hutch image pull`: an image fetched by digest from a registry over
-//! the OCI distribution API (oci-client), written as an OCI layout in the
-//! store's staging area and imported from there, so a pulled image passes
-//! exactly the checks and caps of `hutch image import`.
+//! the OCI distribution API (oci-client for authentication, reqwest for
+//! the bodies) and imported as it arrives: the manifest and config are
+//! read and verified first, then each layer streams from the registry
+//! through import's blob digest check, decompressor, expansion and size
+//! caps, diff_id check and hostile-input tar reader into a staging
+//! directory, so a pulled image passes exactly the checks and caps of
+//! `hutch image import` without the blob ever landing on disk.
 //!
-//! Every blob is checked against its digest and size while it streams.
-//! A verified blob is kept in `tmp/pulled/HEX` until the image is in the
-//! index, so a pull cut short resumes at the first blob it lacks; nothing
-//! reaches `layers/` or the index before every blob is verified, and the
+//! A layer is committed (renamed into `layers/`) only once its blob
+//! digest and diff_id matched; a stream that is cut short, longer than
+//! its descriptor, or of another digest leaves nothing (its staging
+//! directory is removed). Layers verified before a failure stay stored,
+//! so a pull cut short resumes at the first layer the store lacks; the
+//! config is kept in `tmp/pulled/HEX` until the image is stored. The
 //! index is written last (a failed pull leaves no image). Concurrent
-//! pulls of one image are safe: each downloads into its own staging
-//! directory and blobs enter the cache by link, never half-written.
+//! pulls of one image are safe: layers are unpacked once under import's
+//! per-layer lock (the second pull finds the layer stored and does not
+//! fetch it), and the config enters the cache by link, never half-written.
 
 mod auth;
 mod registry;
+mod stream;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
 
@@ -28,6 +38,7 @@ use super::store::{ImageRecord, Pulled, Store};
 
 pub use auth::Credentials;
 use registry::Registry;
+use stream::{Failure, StreamedBlob};
 
 /// `hutch check`'s `registry_client` line: the client builds over rustls
 /// with the host's trust store; the number of trust anchors.
@@ -55,7 +66,7 @@ pub enum PullError {
     Tampered { digest: String, why: String },
     #[error("image store {path}: {why}")]
     Store { path: String, why: String },
-    #[error("{0}")]
+    #[error(transparent)]
     Image(#[from] ImageError),
 }
 
@@ -85,7 +96,8 @@ pub struct PullReport {
     /// The reference named that digest itself (false: an unpinned tag).
     pub pinned: bool,
     pub new_layers: usize,
-    /// Blobs fetched, and blobs a cut-short earlier pull had fetched already.
+    /// Blobs fetched, and blobs not fetched because the store had the
+    /// layer or a cut-short earlier pull had fetched the config.
     pub downloaded: usize,
     pub reused: usize,
     pub verdicts: Vec<Verdict>,
@@ -137,6 +149,7 @@ impl Store {
                 },
             },
         };
+        super::import::check_name(&opts.import)?;
         let insecure = opts.insecure_registries.contains(&host);
         let want = opts.import.platform.clone().unwrap_or_else(Platform::host);
         // gc (exclusive) waits while blobs are fetched into tmp/.
@@ -231,42 +244,33 @@ impl Store {
                 ))
                 .into());
             }
-            write(&blobs.join(desc.digest.hex()), &manifest_bytes)?;
-            let mut downloaded = 0;
-            let mut reused = 0;
-            let wanted = std::iter::once(&manifest.config).chain(manifest.layers.iter());
-            for d in wanted {
-                let dest = blobs.join(d.digest.hex());
-                if dest.exists() {
-                    continue;
-                }
-                let cached = cache.join(d.digest.hex());
-                if std::fs::hard_link(&cached, &dest).is_ok() {
-                    reused += 1;
-                    continue;
-                }
+            // The config: fetched whole (it is small) and kept for a retry
+            // until the image is stored. Layers stream below.
+            let d = &manifest.config;
+            let dest = blobs.join(d.digest.hex());
+            let cached = cache.join(d.digest.hex());
+            let config_fetched = if std::fs::hard_link(&cached, &dest).is_ok() {
+                false
+            } else {
                 reg.blob_to_file(&d.digest, d.size, &dest).await?;
-                // Verified: kept for a retry until the image is stored
-                // (another pull may have put it there first: the same bytes).
+                // Verified (another pull may have put it there first: the same bytes).
                 let _ = std::fs::hard_link(&dest, &cached);
-                downloaded += 1;
-            }
-            Ok::<_, PullError>((top, index, desc, manifest, downloaded, reused))
+                true
+            };
+            let config_bytes = std::fs::read(&dest).map_err(|e| store_err(&dest, e))?;
+            Ok::<_, PullError>((
+                reg,
+                top,
+                index,
+                desc,
+                manifest_bytes,
+                manifest,
+                config_bytes,
+                config_fetched,
+            ))
         })?;
-        let (top, index, desc, manifest, downloaded, reused) = fetched;
-        write(
-            &staging.path.join("oci-layout"),
-            br#"{"imageLayoutVersion":"1.0.0"}"#,
-        )?;
-        let index_json = serde_json::json!({
-            "schemaVersion": 2,
-            "mediaType": oci::MT_OCI_INDEX,
-            "manifests": [{"mediaType": desc.media_type, "digest": desc.digest, "size": desc.size}],
-        });
-        write(
-            &staging.path.join("index.json"),
-            index_json.to_string().as_bytes(),
-        )?;
+        let (reg, top, index, desc, manifest_bytes, manifest, config_bytes, config_fetched) =
+            fetched;
         let mut import = opts.import.clone();
         let repo_name = format!("{}/{}", r.registry(), r.repository());
         if import.name.is_none() {
@@ -275,23 +279,62 @@ impl Store {
                 _ => repo_name.clone(),
             });
         }
-        let report = self.import(&staging.path, &import)?;
+        // Each layer streams from the registry through the import's digest
+        // check, decompressor and unpacker at once; a download starts when
+        // the import reads its layer (one the store has is not fetched).
+        let registry = Arc::new(reg);
+        let failure = Failure::default();
+        let streamed = Arc::new(AtomicUsize::new(0));
+        let handle = runtime.handle().clone();
+        let plan = super::import::plan_manifest(
+            desc,
+            manifest_bytes,
+            manifest.clone(),
+            config_bytes,
+            |l| {
+                Ok(Box::new(StreamedBlob::new(
+                    handle.clone(),
+                    registry.clone(),
+                    l.digest.clone(),
+                    l.size,
+                    failure.clone(),
+                    streamed.clone(),
+                )))
+            },
+        )?;
+        let (done, until_done) = tokio::sync::oneshot::channel::<()>();
+        let imported = std::thread::scope(|s| {
+            // The downloads run on this thread while the import reads.
+            s.spawn(|| runtime.block_on(until_done));
+            let imported = self.import_plan(plan, &want, &import);
+            drop(done);
+            imported
+        });
+        // Downloads still running (an import that failed early) end here.
+        drop(runtime);
+        let report = match imported {
+            Ok(report) => report,
+            // What the registry did is the cause, not what the unpacker
+            // made of the stream it cut.
+            Err(e) => return Err(failure.take().unwrap_or(e.into())),
+        };
         let pulled = Pulled {
             repository: repo_name,
             reference: reference.to_string(),
             index,
         };
         let image = self.set_pulled(&report.record.manifest, pulled)?;
-        for d in std::iter::once(&manifest.config).chain(manifest.layers.iter()) {
-            let _ = std::fs::remove_file(cache.join(d.digest.hex()));
-        }
+        let _ = std::fs::remove_file(cache.join(manifest.config.digest.hex()));
+        let streamed = streamed.load(Ordering::Relaxed);
+        let blobs_wanted = 1 + manifest.layers.len();
+        let downloaded = streamed + usize::from(config_fetched);
         Ok(PullReport {
             image,
             digest: top,
             pinned: pinned.is_some(),
             new_layers: report.new_layers,
             downloaded,
-            reused,
+            reused: blobs_wanted.saturating_sub(downloaded),
             verdicts: report.verdicts,
         })
     }
@@ -315,10 +358,6 @@ impl Store {
 
 fn one_line(e: &dyn std::fmt::Display) -> String {
     e.to_string().replace(['\n', '\r'], " ")
-}
-
-fn write(path: &Path, data: &[u8]) -> Result<(), PullError> {
-    std::fs::write(path, data).map_err(|e| store_err(path, e))
 }
 
 /// The document's `mediaType` field (empty when absent or unreadable).

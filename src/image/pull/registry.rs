@@ -244,14 +244,6 @@ impl Registry {
             None => refused(format!("a manifest over {} bytes", oci::MAX_DOCUMENT)),
         };
         let limit = declared.unwrap_or(oci::MAX_DOCUMENT);
-        // A bearer token from the registry's token service, or None: then
-        // basic credentials when given (oci-client's own fallback), else
-        // anonymous.
-        let token = self
-            .client
-            .auth(reference, &self.auth, RegistryOperation::Pull)
-            .await
-            .map_err(|e| self.failed(e))?;
         let registry = reference.resolve_registry();
         let url = format!(
             "{}://{registry}/v2/{}/manifests/{}",
@@ -262,36 +254,7 @@ impl Registry {
                 .or_else(|| reference.tag())
                 .unwrap_or("latest"),
         );
-        let mut request = self
-            .http
-            .get(&url)
-            .header(reqwest::header::ACCEPT, ACCEPTED.join(", "));
-        request = match (&token, &self.auth) {
-            (Some(t), _) => request.bearer_auth(t),
-            (None, RegistryAuth::Basic(user, password)) => request.basic_auth(user, Some(password)),
-            (None, _) => request,
-        };
-        let net = |e: reqwest::Error| PullError::Registry {
-            host: self.host.clone(),
-            why: one_line(&e),
-        };
-        let mut response = request.send().await.map_err(net)?;
-        let status = response.status();
-        if !status.is_success() {
-            let why = match status.as_u16() {
-                401 | 403 => format!(
-                    "Not authorized: url {url} (give credentials with --registry-auth FILE or --registry-credential, or check them)"
-                ),
-                404 => format!(
-                    "Image manifest not found: url {url} (no such repository or digest there)"
-                ),
-                _ => format!("Server error: url {url}, code: {status}"),
-            };
-            return Err(PullError::Registry {
-                host: self.host.clone(),
-                why,
-            });
-        }
+        let mut response = self.get(reference, &url, "Image manifest").await?;
         match (response.content_length(), declared) {
             (Some(n), Some(size)) if n != size => {
                 return Err(refused(format!(
@@ -301,6 +264,10 @@ impl Registry {
             (Some(n), None) if n > oci::MAX_DOCUMENT => return Err(too_big()),
             _ => {}
         }
+        let net = |e: reqwest::Error| PullError::Registry {
+            host: self.host.clone(),
+            why: one_line(&e),
+        };
         let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
         while let Some(chunk) = response.chunk().await.map_err(net)? {
             if (body.len() + chunk.len()) as u64 > limit {
@@ -317,6 +284,80 @@ impl Registry {
             )));
         }
         Ok(body)
+    }
+
+    /// GET `url` (of `reference`'s repository) with the pull credentials:
+    /// the answer's headers, its status checked (`what` names the object
+    /// in a 404's message).
+    async fn get(
+        &self,
+        reference: &Reference,
+        url: &str,
+        what: &str,
+    ) -> Result<reqwest::Response, PullError> {
+        // A bearer token from the registry's token service, or None: then
+        // basic credentials when given (oci-client's own fallback), else
+        // anonymous.
+        let token = self
+            .client
+            .auth(reference, &self.auth, RegistryOperation::Pull)
+            .await
+            .map_err(|e| self.failed(e))?;
+        let mut request = self
+            .http
+            .get(url)
+            .header(reqwest::header::ACCEPT, ACCEPTED.join(", "));
+        request = match (&token, &self.auth) {
+            (Some(t), _) => request.bearer_auth(t),
+            (None, RegistryAuth::Basic(user, password)) => request.basic_auth(user, Some(password)),
+            (None, _) => request,
+        };
+        let response = request.send().await.map_err(|e| PullError::Registry {
+            host: self.host.clone(),
+            why: one_line(&e),
+        })?;
+        let status = response.status();
+        if !status.is_success() {
+            let why = match status.as_u16() {
+                401 | 403 => format!(
+                    "Not authorized: url {url} (give credentials with --registry-auth FILE or --registry-credential, or check them)"
+                ),
+                404 => format!("{what} not found: url {url} (no such repository or digest there)"),
+                _ => format!("Server error: url {url}, code: {status}"),
+            };
+            return Err(PullError::Registry {
+                host: self.host.clone(),
+                why,
+            });
+        }
+        Ok(response)
+    }
+
+    /// The answer to a GET of blob `digest` of `size` bytes, its headers
+    /// read: refused when the registry announces another length. The body
+    /// is the caller's to stream (and to check against size and digest).
+    pub(crate) async fn blob_response(
+        &self,
+        digest: &Digest,
+        size: u64,
+    ) -> Result<reqwest::Response, PullError> {
+        let reference = self.at(digest);
+        let url = format!(
+            "{}://{}/v2/{}/blobs/{digest}",
+            self.scheme,
+            reference.resolve_registry(),
+            reference.repository(),
+        );
+        let response = self.get(&reference, &url, "Blob").await?;
+        if let Some(n) = response.content_length()
+            && n != size
+        {
+            return Err(PullError::Tampered {
+                digest: digest.to_string(),
+                why: format!("the registry announced {n} bytes, but its descriptor declares {size}"),
+            });
+        }
+        Ok(response)
     }
 
     /// The manifest with `digest` and the `size` its descriptor declares,
@@ -408,7 +449,7 @@ impl Registry {
 
 /// The error and its sources on one line (reqwest keeps the cause, a
 /// refused connection or a TLS failure, in its sources).
-fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+pub(super) fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {
