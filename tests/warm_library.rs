@@ -324,6 +324,14 @@ fn a_pooled_report_returns_once_every_process_of_the_command_is_gone() {
         for (kind, spec) in [("no upper", plain), ("host upper", with_upper)] {
             let pool = hutch::Pool::with_binary(spec, 1, binary(who, &tools)).unwrap();
             for round in 0..5 {
+                // A claim while the refill is still starting the next
+                // sandbox launches cold (the API's documented fallback);
+                // this test is about the pooled path's end.
+                assert!(
+                    pool.wait_ready(1, READY),
+                    "{who:?} {kind} #{round}: {:?}",
+                    pool.status()
+                );
                 // Unique per round: every process of the command carries
                 // it in its command line (a forked shell its script's).
                 let marker = format!("{}{round}", std::process::id());
