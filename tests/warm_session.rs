@@ -455,8 +455,16 @@ fn a_warm_report_does_not_wait_for_the_cgroup_leaf_removal() -> Result<()> {
     let v1 = leaf.starts_with("/sys/fs/cgroup/memory");
     let held = leaf.join("stray");
     std::fs::create_dir(&held)?;
-    let mut stray = std::process::Command::new("sleep").arg("4712").spawn()?;
-    std::fs::write(held.join("cgroup.procs"), stray.id().to_string())?;
+    // Killed on every way out, a failed assertion's included.
+    struct Stray(std::process::Child);
+    impl Drop for Stray {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut stray = Stray(std::process::Command::new("sleep").arg("4712").spawn()?);
+    std::fs::write(held.join("cgroup.procs"), stray.0.id().to_string())?;
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"\n")?;
     drop(stdin);
@@ -479,11 +487,10 @@ fn a_warm_report_does_not_wait_for_the_cgroup_leaf_removal() -> Result<()> {
         // Deterministic on v1: nothing kills the stray, so the leaf
         // cannot be gone yet.
         assert!(leaf.exists(), "the leaf went before its stray member");
-        assert!(stray.try_wait()?.is_none(), "the stray member was killed");
+        assert!(stray.0.try_wait()?.is_none(), "the stray member was killed");
         assert!(took < Duration::from_secs(4), "the report took {took:?}");
     }
-    let _ = stray.kill();
-    stray.wait()?;
+    drop(stray);
     // The removal still happens, once the leaf can go.
     wait_until(Duration::from_secs(10), "the leaf's removal", || {
         !leaf.exists()
