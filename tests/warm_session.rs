@@ -392,3 +392,133 @@ fn the_next_operation_waits_for_the_last_sandbox_to_end() -> Result<()> {
     }
     Ok(())
 }
+
+/// The host directory of the cgroup leaf `pid` is in: its v1 memory leaf,
+/// else its v2 one (None when it is in no leaf of hutch's).
+fn leaf_of(pid: i64) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let line = |pick: &dyn Fn(&str) -> bool| {
+        text.lines()
+            .map(|l| l.splitn(3, ':').collect::<Vec<_>>())
+            .find(|f| f.len() == 3 && pick(f[1]) && f[2].contains("/hutch-"))
+            .map(|f| f[2].trim_start_matches('/').to_string())
+    };
+    if let Some(p) = line(&|c| c.split(',').any(|c| c == "memory")) {
+        return Some(Path::new("/sys/fs/cgroup/memory").join(p));
+    }
+    let p = line(&|c| c.is_empty())?;
+    ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .iter()
+        .map(|m| Path::new(m).join(&p))
+        .find(|d| d.is_dir())
+}
+
+/// A warm command's report does not wait for its sandbox's cgroup leaf to
+/// be removed (nor for its pid 1's end): the counters are read when the
+/// workload exits, the leaf removed after the report. A stray process in
+/// a child group of the leaf holds its removal up (cgroup v1 does not
+/// kill below the leaf; the rmdir retries for 5 s): the report arrives
+/// regardless, with no cleanup error, and the leaf goes once the stray
+/// does. Before, the report waited 5 s and carried `rmdir ... EBUSY`. The
+/// next command gets a leaf of its own.
+#[test]
+fn a_warm_report_does_not_wait_for_the_cgroup_leaf_removal() -> Result<()> {
+    use std::io::Write;
+    crate::require!(can_sandbox(), "cannot sandbox here");
+    crate::require!(
+        nix::unistd::geteuid().is_root(),
+        "needs root (a stray cgroup member)"
+    );
+    let t = Tmp::new("warm-leaf-after");
+    let (state, id) = setup(&t, false, &["--warm", "1"])?;
+    ok(&hutch(&state, &["warm", &id, "--ready"], false))?;
+    let status = t.0.join("status");
+    let mut child = hutch_command(
+        &state,
+        &[
+            "run",
+            &id,
+            "--status-file",
+            status.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "read x",
+        ],
+        false,
+    )
+    .stdin(std::process::Stdio::piped())
+    .spawn()?;
+    let start = wait_for_event(&status, "start", Duration::from_secs(30));
+    let pid = start["pid"].as_i64().expect("the start event names pid 1");
+    let leaf = leaf_of(pid).expect("a session command runs in a cgroup leaf as root");
+    let v1 = leaf.starts_with("/sys/fs/cgroup/memory");
+    let held = leaf.join("stray");
+    std::fs::create_dir(&held)?;
+    // Killed on every way out, a failed assertion's included.
+    struct Stray(std::process::Child);
+    impl Drop for Stray {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut stray = Stray(std::process::Command::new("sleep").arg("4712").spawn()?);
+    std::fs::write(held.join("cgroup.procs"), stray.0.id().to_string())?;
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"\n")?;
+    drop(stdin);
+    let begun = std::time::Instant::now();
+    let out = child.wait_with_output()?;
+    let took = begun.elapsed();
+    let r = report(&status);
+    assert!(out.status.success(), "{out:?} {r}");
+    assert_eq!(r["warm"], true, "{r}");
+    assert_eq!(
+        r["enforced"]["limits"]["cgroup"],
+        leaf.to_str().unwrap(),
+        "{r}"
+    );
+    assert!(
+        r["enforced"]["limits"]["cleanup_error"].is_null(),
+        "the report waited for the leaf's removal: {r}"
+    );
+    if v1 {
+        // Deterministic on v1: nothing kills the stray, so the leaf
+        // cannot be gone yet.
+        assert!(leaf.exists(), "the leaf went before its stray member");
+        assert!(stray.0.try_wait()?.is_none(), "the stray member was killed");
+        assert!(took < Duration::from_secs(4), "the report took {took:?}");
+    }
+    drop(stray);
+    // The removal still happens, once the leaf can go.
+    wait_until(Duration::from_secs(10), "the leaf's removal", || {
+        !leaf.exists()
+    });
+    let status2 = t.0.join("status2");
+    ok(&hutch(
+        &state,
+        &[
+            "run",
+            &id,
+            "--status-file",
+            status2.to_str().unwrap(),
+            "--",
+            "true",
+        ],
+        false,
+    ))?;
+    let r2 = report(&status2);
+    assert_eq!(r2["warm"], true, "{r2}");
+    let leaf2 = r2["enforced"]["limits"]["cgroup"].as_str().expect("a leaf");
+    assert_ne!(
+        leaf2,
+        leaf.to_str().unwrap(),
+        "the next command got the old leaf"
+    );
+    wait_until(Duration::from_secs(10), "the next leaf's removal", || {
+        !Path::new(leaf2).exists()
+    });
+    ok(&hutch(&state, &["close", &id], false))?;
+    Ok(())
+}

@@ -744,21 +744,31 @@ impl Leaf {
     }
 
     /// Read the final counters, kill what is left, remove the leaf.
-    pub fn finish(mut self) -> LimitsReport {
+    pub fn finish(self) -> LimitsReport {
         let mut report = self.report();
+        report.cleanup_error = self.remove().err();
+        report
+    }
+
+    /// Kill what is left and remove the leaf (its counters read before,
+    /// with [`Leaf::report`]): a warm sandbox's report goes out first and
+    /// its leaf is removed after, off the caller's path. The error names
+    /// what stayed.
+    pub fn remove(mut self) -> Result<(), String> {
+        let mut result = Ok(());
         if let Some(leaf) = self.leaf.take()
             && !self.external
             && let Err(e) = teardown(&leaf.cg)
         {
-            report.cleanup_error = Some(e);
+            result = Err(e);
         }
         if let Some(v1) = self.v1.take()
             && !self.external
             && let Err(e) = v1.teardown(Instant::now() + TEARDOWN)
         {
-            report.cleanup_error = Some(e);
+            result = Err(e);
         }
-        report
+        result
     }
 }
 

@@ -45,6 +45,9 @@ pub(crate) struct Lingering {
     /// each upper directory): let go only once init, and with it every
     /// overlay of its mount namespace, is gone.
     upper_locks: Vec<OwnedFd>,
+    /// The sandbox's cgroup leaf, its counters already in the report:
+    /// removed once init, its last process, is reaped.
+    cgroup: Option<crate::cgroup::Leaf>,
 }
 
 impl Lingering {
@@ -67,6 +70,13 @@ impl Lingering {
         // Init's exit tore its mount namespace down (the overlays' sync
         // included) before it could be reaped: the uppers are free.
         drop(self.upper_locks);
+        // Empty now: remove the leaf (what the report named). A removal
+        // that fails has nobody to tell any more (the claimer has its
+        // report); a v1 leaf left so is unlocked and swept by the next
+        // launch, as one of a killed supervisor is.
+        if let Some(leaf) = self.cgroup {
+            let _ = leaf.remove();
+        }
     }
 }
 
@@ -351,12 +361,13 @@ impl Warm {
         // Kept open until the report is out: hutch init waits for its close
         // before it ends (`linger`). Without a report on `Exited`, the lock
         // is let go when this returns, after init was reaped.
-        let lingering = match report_on_exit.then(|| sys::dup_fd(self.sb.sock.as_raw_fd())) {
+        let mut lingering = match report_on_exit.then(|| sys::dup_fd(self.sb.sock.as_raw_fd())) {
             None => None,
             Some(Ok(sock)) => Some(Lingering {
                 pid: self.sb.pid,
                 sock,
                 upper_locks: std::mem::take(&mut upper_locks),
+                cgroup: None,
             }),
             Some(Err(e)) => return refuse(self, e.into()),
         };
@@ -393,6 +404,12 @@ impl Warm {
         // namespaces torn down); reaped after. Without that, it is reaped
         // already: the uppers are free.
         drop(upper_locks);
+        // Reported on `Exited`: the cgroup leaf (still holding init) is
+        // removed after init is reaped, off the claimer's path. Otherwise
+        // the report removed it already.
+        if let Some(l) = lingering.as_mut() {
+            l.cgroup = self.p.cgroup.take();
+        }
         (finished, lingering)
     }
 

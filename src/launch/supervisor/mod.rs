@@ -404,7 +404,7 @@ pub(crate) fn keep(
     drop(proxy);
     drop(p.proxy.take());
     let duration_ms = sb.started.elapsed().as_millis() as u64;
-    let report = report(p, spec, opts, seen, &relay, Vec::new(), duration_ms);
+    let report = report(p, spec, opts, seen, &relay, Vec::new(), duration_ms, false);
     if let Some(f) = status_file.as_mut() {
         let _ = writeln!(
             f,
@@ -468,14 +468,16 @@ pub(crate) struct Supervising {
 /// Whether a warm sandbox's report may go out on `Exited`, before its
 /// pid 1 is reaped ([`Supervising::report_on_exit`]): hutch init is the
 /// pid namespace's own init (its `kill(-1)` reaches every process of the
-/// sandbox and nothing else) and there is no cgroup leaf (whose counters
-/// and removal are part of the report, and need every process gone). A
-/// writable overlay with a host upper does not stand in the way: the
-/// claim locked each such upper (`launch::uppers`, and a session's
-/// `upper.lock`), and the supervisor holds the locks until init is
-/// reaped, so the next mounter waits for the overlay's end.
+/// sandbox and nothing else). A writable overlay with a host upper does
+/// not stand in the way: the claim locked each such upper
+/// (`launch::uppers`, and a session's `upper.lock`), and the supervisor
+/// holds the locks until init is reaped, so the next mounter waits for
+/// the overlay's end. Nor does a cgroup leaf: on `Exited` only the idle
+/// init is left in it, so its counters are the command's (read for the
+/// report then), and it is removed once init is reaped, after the report
+/// (every sandbox has a leaf of its own: the next command never sees it).
 pub(crate) fn report_on_exit_allowed(p: &LaunchPlan) -> bool {
-    p.child.pid_namespace_init && p.cgroup.as_ref().is_none_or(|c| c.cgroup_dir().is_none())
+    p.child.pid_namespace_init
 }
 
 /// The poll loop until the sandbox is gone, then the report.
@@ -528,6 +530,9 @@ pub(crate) fn supervise(
         terminal: with.terminal,
     };
     watch.run().inspect_err(|_| sb.kill_and_reap())?;
+    // Reported on `Exited` while init still lives: its cgroup leaf is
+    // removed after the report, when init is reaped (`helper::warm`).
+    let leaf_removed_after = watch.report_on_exit && !watch.init_done;
     let Watch {
         p,
         mut relay,
@@ -551,6 +556,7 @@ pub(crate) fn supervise(
         &relay,
         with.layers_without_idmap,
         duration_ms,
+        leaf_removed_after,
     );
     if let Some(f) = status_file {
         let _ = writeln!(

@@ -15,6 +15,7 @@ use crate::spec::Spec;
 
 /// The exit report (and the notices on stderr): the ending of what was
 /// seen, what was enforced, what changed.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn report(
     p: &mut LaunchPlan,
     spec: &Spec,
@@ -23,10 +24,17 @@ pub(crate) fn report(
     relay: &Relay,
     layers_without_idmap: Vec<PathBuf>,
     duration_ms: u64,
+    leaf_removed_after: bool,
 ) -> ExitReport {
-    // Every process is gone (the pid namespace died with its init): read
-    // the cgroup's counters, then remove the leaf.
-    let limits = p.cgroup.take().map(crate::cgroup::Leaf::finish);
+    // Every process of the command is gone: read the cgroup's counters,
+    // then remove the leaf. With `leaf_removed_after` (a warm sandbox
+    // reported on `Exited`, its idle init still in the leaf) the counters
+    // only: the leaf stays in the plan, removed once init is reaped.
+    let limits = if leaf_removed_after {
+        p.cgroup.as_ref().map(crate::cgroup::Leaf::report)
+    } else {
+        p.cgroup.take().map(crate::cgroup::Leaf::finish)
+    };
     seen.facts.limit_event = limits.as_ref().and_then(|l| l.ended_by);
     let ending = ending_of(&seen.facts);
     let failure = seen.failure_record();
