@@ -135,6 +135,7 @@ import_bench() {
     now() { date +%s.%N; }
     time_hutch() {
         rm -rf "$work/store"
+        sync   # the last call's and the rm's dirty pages, outside the timing
         t0=$(now)
         "$hutch" image --image-store "$work/store" import "$layout" >/dev/null
         t1=$(now)
@@ -142,6 +143,7 @@ import_bench() {
     }
     time_umoci() {
         rm -rf "$work/bundle"
+        sync   # the last call's and the rm's dirty pages, outside the timing
         t0=$(now)
         umoci unpack --image "$layout:bench" "$work/bundle" >/dev/null 2>&1
         t1=$(now)
@@ -281,6 +283,7 @@ if part d; then
     now() { date +%s.%N; }
     time_pull() {
         rm -rf "$work/pstore"
+        sync   # the last call's and the rm's dirty pages, outside the timing
         t0=$(now)
         "$hutch" image --image-store "$work/pstore" pull "$ref" --insecure-registry "$host" >/dev/null
         t1=$(now)
@@ -288,6 +291,7 @@ if part d; then
     }
     time_peer() {
         rm -rf "$work/peer" "$work/istore"
+        sync   # the last call's and the rm's dirty pages, outside the timing
         t0=$(now)
         skopeo copy --quiet --authfile "$work/skopeo-auth.json" --src-tls-verify=false "$dest" "oci:$work/peer:bench"
         "$hutch" image --image-store "$work/istore" import "$work/peer" >/dev/null
