@@ -25,7 +25,7 @@ from . import _serve
 from ._core import Launch
 from ._errors import HutchError, UsageError
 from ._options import DEFAULT_OUTPUT_LIMIT, PathLike, pty_size
-from ._run import SERVER_REPORT_FD
+from ._run import SERVER_REPORT_FD, server_launch
 from ._types import StartEvent
 
 if TYPE_CHECKING:
@@ -74,20 +74,15 @@ def server_spawn_launch(
     bound = output_bound(options)
     if bound is None or bound > MAX_BUFFERED:
         return None
-    launch = Launch(
+    return server_launch(
         args,
         options,
-        status_fd=SERVER_REPORT_FD,
-        events=True,
         session=session,
         state_dir=state_dir,
         wait=wait,
         command_from_profile=command_from_profile,
+        events=True,
     )
-    if launch.pass_fds:
-        launch.cleanup()
-        return None
-    return launch
 
 
 class RequestProc:

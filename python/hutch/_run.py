@@ -169,15 +169,18 @@ def server_launch(
     state_dir: PathLike | None,
     wait: bool,
     command_from_profile: bool,
+    events: bool = False,
 ) -> Launch | None:
     """The command as a request to this process's ``hutch serve`` (its
-    report descriptor at ``SERVER_REPORT_FD``); ``None`` when it needs
-    descriptors of this process (secrets' memfds), which a request cannot
-    carry: the caller then execs hutch itself."""
+    report descriptor at ``SERVER_REPORT_FD``; ``events``: as
+    ``--status-fd``, for a spawn); ``None`` when it needs descriptors of
+    this process (secrets' memfds), which a request cannot carry: the
+    caller then execs hutch itself."""
     launch = Launch(
         args,
         options,
         status_fd=SERVER_REPORT_FD,
+        events=events,
         session=session,
         state_dir=state_dir,
         wait=wait,
