@@ -485,25 +485,17 @@ fn session_run_through_serve_shares_the_session_lock_with_the_cli() {
         let o = session_cli(who, &state, &["create", "--from", src.to_str().unwrap()]);
         assert!(o.status.success(), "{o:?}");
         let id = String::from_utf8(o.stdout).unwrap().trim().to_string();
+        // `session run ID --quiet -- CMD` as request `n`.
+        let session_run = |n: u64, cmd: &[&str]| {
+            let mut args = vec!["session", "--state-dir", st, "run", &id, "--quiet", "--"];
+            args.extend_from_slice(cmd);
+            argv(n, &args)
+        };
         let mut s = Server::start(who, dir.path());
         // A command through the server holds the session's lock while it
         // runs.
         let script = "echo kept > n.txt; echo ready; exec sleep 9373";
-        s.send(&argv(
-            1,
-            &[
-                "session",
-                "--state-dir",
-                st,
-                "run",
-                &id,
-                "--quiet",
-                "--",
-                "sh",
-                "-c",
-                script,
-            ],
-        ));
+        s.send(&session_run(1, &["sh", "-c", script]));
         s.stdout_until(1, "ready");
         // The CLI beside it refuses with one line (or waits with --wait).
         let o = session_cli(who, &state, &["run", &id, "--", "true"]);
@@ -518,39 +510,14 @@ fn session_run_through_serve_shares_the_session_lock_with_the_cli() {
         // through the server again.
         let o = session_cli(who, &state, &["run", &id, "--", "cat", "n.txt"]);
         assert_eq!(String::from_utf8_lossy(&o.stdout), "kept\n", "{o:?}");
-        s.send(&argv(
-            2,
-            &[
-                "session",
-                "--state-dir",
-                st,
-                "run",
-                &id,
-                "--quiet",
-                "--",
-                "cat",
-                "n.txt",
-            ],
-        ));
+        s.send(&session_run(2, &["cat", "n.txt"]));
         let (out, _, exit) = s.finish(2);
         assert_eq!(exit["code"], 0, "{exit}");
         assert_eq!(out, "kept\n", "{exit}");
         // Closed by another process: the server's next request says so.
         let o = session_cli(who, &state, &["close", &id]);
         assert!(o.status.success(), "{o:?}");
-        s.send(&argv(
-            3,
-            &[
-                "session",
-                "--state-dir",
-                st,
-                "run",
-                &id,
-                "--quiet",
-                "--",
-                "true",
-            ],
-        ));
+        s.send(&session_run(3, &["true"]));
         let (_, err, exit) = s.finish(3);
         assert_eq!(exit["code"], 125, "{exit}");
         assert!(err.contains("no session"), "{err}");
