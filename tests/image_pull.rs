@@ -398,15 +398,12 @@ fn a_registry_that_closes_mid_blob_leaves_nothing_and_the_retry_resumes() {
     );
 }
 
-#[test]
-fn concurrent_pulls_of_one_image_store_it_once() {
-    require!(ready().is_ok(), ready().unwrap_err());
-    let who = caller();
-    let s = Setup::new("pull-many", who, false);
-    let store = s.store();
-    let pulls: Vec<_> = (0..4)
+/// `n` pulls of `reference` from the insecure registry `host` into
+/// `store` at once; each must succeed.
+fn pull_at_once(who: As, store: &Path, reference: &str, host: &str, n: usize) {
+    let pulls: Vec<_> = (0..n)
         .map(|_| {
-            let (store, r, h) = (store.clone(), s.reference.clone(), s.reg.host.clone());
+            let (store, r, h) = (store.to_path_buf(), reference.to_string(), host.to_string());
             std::thread::spawn(move || pull(who, &store, &[&r, "--insecure-registry", &h]))
         })
         .collect();
@@ -414,6 +411,15 @@ fn concurrent_pulls_of_one_image_store_it_once() {
         let o = p.join().unwrap();
         assert!(o.status.success(), "{}", err(&o));
     }
+}
+
+#[test]
+fn concurrent_pulls_of_one_image_store_it_once() {
+    require!(ready().is_ok(), ready().unwrap_err());
+    let who = caller();
+    let s = Setup::new("pull-many", who, false);
+    let store = s.store();
+    pull_at_once(who, &store, &s.reference, &s.reg.host, 4);
     assert_eq!(list(who, &store).len(), 1);
     assert_eq!(names_in(&store.join("layers")).len(), 1);
     let o = run_image(
@@ -1462,16 +1468,7 @@ fn a_layer_is_fetched_once_by_concurrent_pulls_and_never_when_stored() {
     let store = t.path().join("store");
     let reg = stream_registry();
     let reference = format!("{}/good/x@{}", reg.host, reg.other);
-    let pulls: Vec<_> = (0..3)
-        .map(|_| {
-            let (store, r, h) = (store.clone(), reference.clone(), reg.host.clone());
-            std::thread::spawn(move || pull(who, &store, &[&r, "--insecure-registry", &h]))
-        })
-        .collect();
-    for p in pulls {
-        let o = p.join().unwrap();
-        assert!(o.status.success(), "{}", err(&o));
-    }
+    pull_at_once(who, &store, &reference, &reg.host, 3);
     assert_eq!(list(who, &store).len(), 1);
     assert_eq!(names_in(&store.join("layers")).len(), 1);
     // One pull streamed the layer; the others found it stored.
