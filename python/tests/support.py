@@ -51,3 +51,23 @@ def alive(pid: int) -> bool:
             return f.read().split(") ")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def sleeps(n: str) -> list[int]:
+    """Live processes whose argv is exactly ``sleep N``."""
+    want = f"sleep\0{n}\0".encode()
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if f.read() != want:
+                    continue
+            with open(f"/proc/{entry}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    continue
+        except OSError:
+            continue
+        out.append(int(entry))
+    return out

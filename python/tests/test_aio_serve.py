@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import family
+from support import family, sleeps
 
 import hutch
 import hutch.aio
@@ -34,26 +34,6 @@ def parent_of(pid: int) -> int:
 def children_of(pid: int) -> set[int]:
     with open(f"/proc/{pid}/task/{pid}/children") as f:
         return {int(c) for c in f.read().split()}
-
-
-def sleeps(n: str) -> list[int]:
-    """Live processes whose argv is exactly ``sleep N``."""
-    want = f"sleep\0{n}\0".encode()
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if f.read() != want:
-                    continue
-            with open(f"/proc/{entry}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                    continue
-        except OSError:
-            continue
-        out.append(int(entry))
-    return out
 
 
 async def until(what: str, ready: object) -> None:

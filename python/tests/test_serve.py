@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import family
+from support import family, sleeps
 
 import hutch
 from hutch import _serve
@@ -28,26 +28,6 @@ def wait_until(what: str, ready: object) -> None:
     while not ready():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
-
-
-def sleeps(n: str) -> list[int]:
-    """Live processes whose argv is exactly ``sleep N``."""
-    want = f"sleep\0{n}\0".encode()
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if f.read() != want:
-                    continue
-            with open(f"/proc/{entry}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                    continue
-        except OSError:
-            continue
-        out.append(int(entry))
-    return out
 
 
 def threads_of(pid: int) -> int:
