@@ -9,7 +9,11 @@
 //!   gateway (a new connection to the proxy per request, as the doors
 //!   serve one request per connection);
 //! - streamed throughput of one large answer, direct TLS against the
-//!   gateway, best of RUNS.
+//!   gateway, best of RUNS, with two reference rows that bound what any
+//!   extra hop costs on this machine: the same direct TLS stream through
+//!   hutch's opaque CONNECT tunnel (spliced, never copied to user space)
+//!   and through a plain relay that copies the bytes through user space
+//!   (no TLS, no HTTP: the least a proxy that reads the plaintext does).
 //!
 //!   cargo run --release --example gateway_bench -- HUTCH N SIZE_MB RUNS
 
@@ -199,8 +203,16 @@ async fn measure(
         ms(g50) - ms(k50)
     );
 
+    let relay = copy_relay(&upstream)?;
     let mut best_direct = f64::MAX;
     let mut best_gw = f64::MAX;
+    let mut best_tunnel = f64::MAX;
+    let mut best_relay = f64::MAX;
+    let get_bytes = || {
+        Request::get(format!("/bytes/{size}"))
+            .header("host", &authority)
+            .body(Full::new(Bytes::new()))
+    };
     for _ in 0..runs {
         let t = Instant::now();
         let tcp = TcpStream::connect(&upstream).await?;
@@ -234,6 +246,24 @@ async fn measure(
         .await?;
         anyhow::ensure!(got == size, "gateway: {got} bytes of {size}");
         best_gw = best_gw.min(t.elapsed().as_secs_f64());
+
+        let t = Instant::now();
+        let tcp = connect_tunnel(proxy, &authority).await?;
+        let s = tls.connect(ServerName::try_from(NAME)?, tcp).await?;
+        let (mut send, conn) = http1::handshake(TokioIo::new(s)).await?;
+        tokio::spawn(conn);
+        let got = drain(send.send_request(get_bytes()?).await?).await?;
+        anyhow::ensure!(got == size, "tunnel: {got} bytes of {size}");
+        best_tunnel = best_tunnel.min(t.elapsed().as_secs_f64());
+
+        let t = Instant::now();
+        let tcp = TcpStream::connect(relay).await?;
+        let s = tls.connect(ServerName::try_from(NAME)?, tcp).await?;
+        let (mut send, conn) = http1::handshake(TokioIo::new(s)).await?;
+        tokio::spawn(conn);
+        let got = drain(send.send_request(get_bytes()?).await?).await?;
+        anyhow::ensure!(got == size, "relay: {got} bytes of {size}");
+        best_relay = best_relay.min(t.elapsed().as_secs_f64());
     }
     let mib = size as f64 / 1048576.0;
     println!("  streamed answer of {} MiB, best of {runs}:", size >> 20);
@@ -243,7 +273,78 @@ async fn measure(
         "    gateway/direct = {:.2}x   (target >= 0.80)",
         best_direct / best_gw
     );
+    println!("  the same direct TLS stream through one extra hop (references):");
+    println!(
+        "    hutch CONNECT tunnel (splice)  {:8.0} MiB/s = {:.2}x direct",
+        mib / best_tunnel,
+        best_direct / best_tunnel
+    );
+    println!(
+        "    user-space copy relay          {:8.0} MiB/s = {:.2}x direct",
+        mib / best_relay,
+        best_direct / best_relay
+    );
     Ok(())
+}
+
+/// A TCP connection through the proxy's CONNECT tunnel to `authority`.
+async fn connect_tunnel(proxy: &str, authority: &str) -> anyhow::Result<TcpStream> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = TcpStream::connect(proxy).await?;
+    tcp.write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes())
+        .await?;
+    // Read the answer's head byte by byte, so no tunnelled byte is taken.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        anyhow::ensure!(head.len() < 4096, "CONNECT answer too long");
+        head.push(tcp.read_u8().await?);
+    }
+    anyhow::ensure!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "CONNECT refused: {}",
+        String::from_utf8_lossy(&head)
+    );
+    Ok(tcp)
+}
+
+/// A relay on its own thread that copies each connection to `upstream`
+/// through user space with 256 KiB buffers, one thread per direction.
+fn copy_relay(upstream: &str) -> anyhow::Result<std::net::SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let upstream = upstream.to_string();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(down) = conn else { return };
+            let Ok(up) = std::net::TcpStream::connect(&upstream) else {
+                return;
+            };
+            let pipe = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 256 << 10];
+                    loop {
+                        match std::io::Read::read(&mut from, &mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if std::io::Write::write_all(&mut to, &buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+            };
+            match (down.try_clone(), up.try_clone()) {
+                (Ok(d2), Ok(u2)) => {
+                    pipe(down, up);
+                    pipe(u2, d2);
+                }
+                _ => return,
+            }
+        }
+    });
+    Ok(addr)
 }
 
 /// Read a response's body to its end; its length.
