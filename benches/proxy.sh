@@ -188,7 +188,9 @@ echo "  $target_idle tunnels   = $(python3 -c "print('%.1f' % (($before + ($afte
 # The gateway rows (issue 31): a local HTTPS server (test CA) reached by
 # direct TLS and through a gateway of hutch proxy, interleaved in one run:
 # small POST with a streamed answer (p50/p90; target: <= 0.3 ms added) and
-# a streamed 256 MiB answer (target: >= 0.8x direct TLS).
+# a streamed 256 MiB answer (target: >= 0.8x direct TLS), with the same
+# direct TLS stream through hutch's CONNECT tunnel and through a plain
+# user-space copy relay: what one extra hop costs on this machine.
 (cd "$root" && cargo run --quiet --release --example gateway_bench -- \
     "$hutch" "${GW_REQUESTS:-1000}" "${GW_SIZE_MB:-256}" "$RUNS")
 
