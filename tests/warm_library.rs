@@ -324,9 +324,8 @@ fn a_pooled_report_returns_once_every_process_of_the_command_is_gone() {
         for (kind, spec) in [("no upper", plain), ("host upper", with_upper)] {
             let pool = hutch::Pool::with_binary(spec, 1, binary(who, &tools)).unwrap();
             for round in 0..5 {
-                // A claim while the refill is still starting the next
-                // sandbox launches cold (the API's documented fallback);
-                // this test is about the pooled path's end.
+                // Each round starts from a ready pool: this test is about
+                // the pooled path's end, not about claims during a refill.
                 assert!(
                     pool.wait_ready(1, READY),
                     "{who:?} {kind} #{round}: {:?}",
@@ -413,5 +412,32 @@ fn concurrent_pooled_commands_on_a_kept_upper_take_turns() {
                 flocks_on(&upper) == (0, 0)
             });
         }
+    }
+}
+
+/// Two claims back to back on a pool of one: the second comes while the
+/// refill is starting the replacement of the first, and takes that one
+/// (waiting for the rest of its warm-up) rather than launching cold.
+#[test]
+fn a_claim_while_the_refill_starts_a_sandbox_is_served_warm() {
+    require!(can_launch_as(caller()).is_ok(), "cannot launch here");
+    let mut spec = hutch::spec::default_profile();
+    spec.command = vec!["true".into()];
+    let pool = hutch::Pool::with_binary(spec, 1, hutch_bin()).unwrap();
+    for round in 0..5 {
+        assert!(pool.wait_ready(1, READY), "#{round}: {:?}", pool.status());
+        let mut first = pool
+            .command(["cat"])
+            .stdin(hutch::Redirect::Piped)
+            .spawn()
+            .unwrap();
+        let second = pool.command(["true"]).status().unwrap();
+        assert!(
+            second.success() && second.warm,
+            "#{round}: the second claim was served cold: {second:?}"
+        );
+        drop(first.stdin());
+        let one = first.wait().unwrap();
+        assert!(one.success() && one.warm, "#{round}: {one:?}");
     }
 }

@@ -213,12 +213,27 @@ impl Pool {
 
     /// A warm sandbox to claim: a ready one if there is one, else the one
     /// that has been warming longest (a claim waits for the rest of its
-    /// warm-up, never longer than a cold launch). None when the pool has
-    /// none (size 0, or every warm-up failed): launch cold then.
+    /// warm-up, never longer than a cold launch). When the pool is empty
+    /// but its refill is about to start a sandbox (the last one was just
+    /// taken), it waits for that start, which is shorter than a cold
+    /// launch. None when the pool has none (size 0, or warm-ups fail):
+    /// launch cold then.
     pub fn take(&self) -> Option<HelperChild> {
         let (lock, cv) = &*self.shared;
         let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
         prune(&mut st);
+        let deadline = Instant::now() + SPAWN_WAIT;
+        while st.helpers.is_empty() && refill_due(&st) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = cv
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            prune(&mut st);
+        }
         let ready = st.helpers.iter_mut().position(|h| h.link.ready().is_some());
         let chosen = match ready {
             Some(i) => {
@@ -302,6 +317,16 @@ fn end_all(helpers: Vec<HelperChild>) {
     }
 }
 
+/// Longest a claim waits for the refill to start a sandbox in an empty
+/// pool (starting one takes about a millisecond; a cold launch, many).
+const SPAWN_WAIT: Duration = Duration::from_millis(500);
+
+/// Whether the refill is starting (or is about to start) a sandbox: the
+/// pool is short and its warm-ups are not failing (then it backs off).
+fn refill_due(st: &State) -> bool {
+    !st.closing && st.failures == 0 && st.helpers.len() < st.size
+}
+
 /// How often the pool's thread looks for helpers whose warm-up failed.
 const PRUNE_EVERY: Duration = Duration::from_millis(500);
 
@@ -381,5 +406,8 @@ fn refill(
                 st.last_error = Some(e.failure());
             }
         }
+        drop(st);
+        // A claim may be waiting for this start (Pool::take).
+        cv.notify_all();
     }
 }
