@@ -174,14 +174,6 @@ impl Store {
             why: e.to_string(),
         })?;
         let root = sys::open_dir_path(&root_path)?;
-        // Regular files are spares made ahead here by a third thread
-        // (spares.rs), removed with what is left of them after the unpack.
-        let spare_path = staging.path.join("spare");
-        std::fs::create_dir(&spare_path).map_err(|e| ImageError::Store {
-            path: spare_path.display().to_string(),
-            why: e.to_string(),
-        })?;
-        let (maker, spares) = super::spares::spares(sys::open_dir_path(&spare_path)?)?;
         let entries_path = staging.path.join("entries");
         let entries = std::fs::File::create(&entries_path).map_err(|e| ImageError::Store {
             path: entries_path.display().to_string(),
@@ -211,7 +203,6 @@ impl Store {
             let image = limits.image;
             let declared = input.compression;
             let decompressing = scope.spawn(move || decompress(blob, declared, expansion, image, tx));
-            scope.spawn(move || maker.run());
             let plain = Chunks {
                 rx,
                 current: Vec::new(),
@@ -219,11 +210,7 @@ impl Store {
             };
             let counted = HashingReader::new(plain, limits.unpacked, "unpacked size");
             let mut tar = TarReader::new(counted);
-            let unpacked =
-                unpack::unpack_with_spares(&mut tar, root.as_fd(), &mut records, &opts, Some(&spares));
-            // The maker stops at its next send.
-            drop(spares);
-            let unpacked = unpacked
+            let unpacked = unpack::unpack(&mut tar, root.as_fd(), &mut records, &opts)
                 .map_err(|e| layer_error(&shown, e, limits.image_limit))
                 .and_then(|summary| {
                     // The rest of the stream (end-of-archive padding) is hashed too.
@@ -255,9 +242,6 @@ impl Store {
             Ok(done) => done,
             Err(e) => return Err(corrupt_or(e, blob, input.expected.as_ref())),
         };
-        // The spares made ahead and not taken (the maker has ended).
-        let staging_dir = sys::open_dir_path(&staging.path)?;
-        super::store::remove_tree(staging_dir.as_fd(), c"spare")?;
         let (digest, size) = blob.finish().map_err(|e| read_error(&shown, e))?;
         if let Some((want, want_size)) = &input.expected {
             if size != *want_size {

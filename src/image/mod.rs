@@ -22,7 +22,6 @@ mod refs;
 mod resolve;
 mod rootfs;
 mod source;
-mod spares;
 pub mod spec;
 pub mod store;
 pub mod tar;

@@ -5,11 +5,9 @@
 //! - Every lookup is fd-relative below the layer root with
 //!   `openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)`,
 //!   and every creation is one name below an open directory fd with
-//!   `O_CREAT|O_EXCL`/`mkdirat`/`symlinkat`/`mknodat`/`linkat` (or, for a
-//!   regular file, a spare made with `O_CREAT|O_EXCL` by another thread
-//!   and renamed with `RENAME_NOREPLACE`: `spares.rs`): a path through a
-//!   symlink fails (ELOOP), nothing is ever opened for writing that
-//!   existed before, and no link is followed while writing.
+//!   `O_CREAT|O_EXCL`/`mkdirat`/`symlinkat`/`mknodat`/`linkat`: a path
+//!   through a symlink fails (ELOOP), nothing is ever opened for writing
+//!   that existed before, and no link is followed while writing.
 //! - OCI whiteouts become overlayfs ones: `.wh.NAME` a character device
 //!   0/0, `.wh..wh..opq` the opaque xattr on its directory
 //!   (`trusted.overlay.opaque` for root-made layers, `user.overlay.opaque`
@@ -28,7 +26,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use serde::{Deserialize, Serialize};
 
 use super::digest::over_limit;
-use super::spares::Spares;
 use super::tar::{Entry, Kind, MAX_NAME, TarError, TarReader};
 use crate::sys::image as fsx;
 use crate::sys::{self, Errno, SysError};
@@ -228,32 +225,16 @@ struct Unpacker<'a> {
     root_seen: bool,
     cache: Option<(Vec<u8>, OwnedFd)>,
     buf: Vec<u8>,
-    /// Files made ahead by another thread, renamed into place.
-    spares: Option<&'a Spares>,
 }
 
 /// Unpack the tar stream `tar` into the empty directory `root`, writing
 /// one record per entry to `records`. Stops at the end-of-archive blocks;
 /// the caller drains and verifies the rest of the stream.
-// Without spares: the fuzzers' and unit tests' entry.
-#[cfg_attr(not(any(test, feature = "internals")), allow(dead_code))]
 pub fn unpack<R: Read>(
     tar: &mut TarReader<R>,
     root: BorrowedFd<'_>,
     records: &mut dyn Write,
     opts: &UnpackOptions,
-) -> Result<LayerSummary, UnpackError> {
-    unpack_with_spares(tar, root, records, opts, None)
-}
-
-/// [`unpack`], each regular file a spare from `spares` renamed into place
-/// (see `spares.rs`) while there are spares.
-pub(crate) fn unpack_with_spares<R: Read>(
-    tar: &mut TarReader<R>,
-    root: BorrowedFd<'_>,
-    records: &mut dyn Write,
-    opts: &UnpackOptions,
-    spares: Option<&Spares>,
 ) -> Result<LayerSummary, UnpackError> {
     let mut u = Unpacker {
         root,
@@ -265,7 +246,6 @@ pub(crate) fn unpack_with_spares<R: Read>(
         root_seen: false,
         cache: None,
         buf: vec![0u8; 256 * 1024],
-        spares,
     };
     loop {
         let entry = match tar.next_entry() {
@@ -619,32 +599,14 @@ impl<'a> Unpacker<'a> {
         }
         let name = cstring(last);
         let keep = self.opts.keep_owners;
-        let spares = self.spares;
-        let spare = spares.and_then(|s| s.take());
         let fd = self.parent(raw, parent)?;
-        let file = match (spares, spare) {
-            (Some(spares), Some((spare, file))) => {
-                // No replacing: an existing name fails as O_EXCL would.
-                let moved = || fsx::rename_noreplace(spares.dir(), &spare, fd, &name);
-                if !moved().map_err(|x| sys_err(raw, x))? {
-                    replace_whiteout(raw, fd, &name)?;
-                    if !moved().map_err(|x| sys_err(raw, x))? {
-                        return Err(refuse(
-                            raw,
-                            "a duplicate entry (the name already exists in this layer)",
-                        ));
-                    }
-                }
-                file
+        let file = match fsx::create_file_at(fd, &name, 0o600) {
+            Ok(f) => f,
+            Err(x) if x.errno == Errno::EEXIST => {
+                replace_whiteout(raw, fd, &name)?;
+                fsx::create_file_at(fd, &name, 0o600).map_err(|x| sys_err(raw, x))?
             }
-            _ => match fsx::create_file_at(fd, &name, 0o600) {
-                Ok(f) => f,
-                Err(x) if x.errno == Errno::EEXIST => {
-                    replace_whiteout(raw, fd, &name)?;
-                    fsx::create_file_at(fd, &name, 0o600).map_err(|x| sys_err(raw, x))?
-                }
-                Err(x) => return Err(sys_err(raw, x)),
-            },
+            Err(x) => return Err(sys_err(raw, x)),
         };
         let mut out = std::fs::File::from(file);
         loop {
