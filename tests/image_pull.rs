@@ -1611,3 +1611,271 @@ fn registry_credentials_come_from_a_profile_and_the_flag_wins() {
     assert!(err(&o).contains("registry_credentials[0]"), "{}", err(&o));
     no_leak(&o);
 }
+
+/// A registry on loopback serving one three-layer image (busybox and
+/// /etc/hello; /etc/b; /etc/c and a new /etc/hello), bottom layer `a`
+/// first, under `/v2/good/x/` and `/v2/swap/x/` (where the top layer's
+/// blob is sent with its gzip header's OS byte changed: it unpacks to
+/// the same tar, but its digest is not the one the manifest names).
+///
+/// The bottom layer's answer stops halfway until the top layer's answer
+/// was sent whole (`good`), or the client hangs up on it, or
+/// [`LAYERED_DEADLINE`] passes; then the rest follows. A pull that fetches its layers one
+/// after another waits out the deadline before it reads the top layer.
+struct LayeredRegistry {
+    host: String,
+    manifest: String,
+    layers: [String; 3],
+    state: std::sync::Arc<(std::sync::Mutex<Layered>, std::sync::Condvar)>,
+}
+
+const LAYERED_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+
+#[derive(Default)]
+struct Layered {
+    /// The top layer's answer was sent whole.
+    top_sent: bool,
+    /// The bottom layer's answer resumed because the top one was sent.
+    bottom_overlapped: bool,
+    /// The client hung up on the bottom layer's half-sent answer.
+    bottom_cut: bool,
+}
+
+impl LayeredRegistry {
+    fn state(&self) -> std::sync::MutexGuard<'_, Layered> {
+        self.state.0.lock().unwrap()
+    }
+
+    /// Whether the client hung up on the bottom layer's answer, waiting
+    /// (up to 10 s) for the registry's thread to notice.
+    fn bottom_cut(&self) -> bool {
+        let (lock, cv) = &*self.state;
+        let s = lock.lock().unwrap();
+        let (s, _) = cv
+            .wait_timeout_while(s, std::time::Duration::from_secs(10), |s| !s.bottom_cut)
+            .unwrap();
+        s.bottom_cut
+    }
+}
+
+fn layered_registry() -> LayeredRegistry {
+    use std::collections::HashMap;
+    use std::io::{Read, Write};
+    let tars = [
+        Tar::default()
+            .busybox(TOOLS)
+            .dir("etc")
+            .file("etc/hello", "from layer a\n")
+            .finish(),
+        Tar::default()
+            .dir("etc")
+            .file("etc/b", "layer b\n")
+            .finish(),
+        Tar::default()
+            .dir("etc")
+            .file("etc/c", "layer c\n")
+            .file("etc/hello", "from layer c\n")
+            .finish(),
+    ];
+    let blobs: Vec<Vec<u8>> = tars.iter().map(|t| gzip(t)).collect();
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": tars.iter().map(|t| sha(t)).collect::<Vec<_>>()},
+    }))
+    .unwrap();
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": sha(&config), "size": config.len()},
+        "layers": blobs.iter().map(|b| serde_json::json!({
+            "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+            "digest": sha(b), "size": b.len()})).collect::<Vec<_>>(),
+    }))
+    .unwrap();
+    let mut swapped = blobs[2].clone();
+    swapped[9] ^= 0x01;
+    let layers = [sha(&blobs[0]), sha(&blobs[1]), sha(&blobs[2])];
+    let mut objects: HashMap<String, Vec<u8>> = HashMap::new();
+    objects.insert(format!("manifests/{}", sha(&manifest)), manifest.clone());
+    objects.insert(format!("blobs/{}", sha(&config)), config);
+    for b in &blobs {
+        objects.insert(format!("blobs/{}", sha(b)), b.clone());
+    }
+    let state: std::sync::Arc<(std::sync::Mutex<Layered>, std::sync::Condvar)> = Default::default();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let (bottom, top) = (layers[0].clone(), layers[2].clone());
+    let shared = state.clone();
+    std::thread::spawn(move || {
+        let objects = std::sync::Arc::new(objects);
+        let swapped = std::sync::Arc::new(swapped);
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let (objects, swapped, state) = (objects.clone(), swapped.clone(), shared.clone());
+            let (bottom, top) = (bottom.clone(), top.clone());
+            std::thread::spawn(move || {
+                let Some(path) = request_path(&conn) else {
+                    return;
+                };
+                let repo = path.split('/').nth(2).unwrap_or("").to_string();
+                let key = path.splitn(4, '/').nth(3).and_then(|k| k.split_once('/'));
+                let key = key.map_or("", |(_, k)| k).to_string();
+                let body: &[u8] = if key == format!("blobs/{top}") && repo == "swap" {
+                    &swapped
+                } else {
+                    objects.get(&key).map_or(&b"{}"[..], |b| &b[..])
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                );
+                if key == format!("blobs/{bottom}") {
+                    let half = body.len() / 2;
+                    if conn.write_all(&body[..half]).is_err() {
+                        return;
+                    }
+                    // Until the top layer was sent (but for a tampered
+                    // one: its failure must stop this download), the
+                    // client hangs up, or the deadline passes.
+                    let wait_for_top = repo != "swap";
+                    let _ = conn.set_read_timeout(Some(std::time::Duration::from_millis(50)));
+                    let until = std::time::Instant::now() + LAYERED_DEADLINE;
+                    while std::time::Instant::now() < until {
+                        let (lock, cv) = &*state;
+                        let s = lock.lock().unwrap();
+                        let (mut s, _) = cv
+                            .wait_timeout_while(s, std::time::Duration::from_millis(50), |s| {
+                                !(s.top_sent && wait_for_top)
+                            })
+                            .unwrap();
+                        if s.top_sent && wait_for_top {
+                            s.bottom_overlapped = true;
+                            break;
+                        }
+                        drop(s);
+                        match conn.read(&mut [0u8; 1]) {
+                            Ok(0) => {
+                                lock.lock().unwrap().bottom_cut = true;
+                                cv.notify_all();
+                                return;
+                            }
+                            Err(e)
+                                if !matches!(
+                                    e.kind(),
+                                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                                ) =>
+                            {
+                                lock.lock().unwrap().bottom_cut = true;
+                                cv.notify_all();
+                                return;
+                            }
+                            _ => {}
+                        }
+                    }
+                    let _ = conn.write_all(&body[half..]);
+                } else if conn.write_all(body).is_ok() && key == format!("blobs/{top}") {
+                    let _ = conn.flush();
+                    let (lock, cv) = &*state;
+                    lock.lock().unwrap().top_sent = true;
+                    cv.notify_all();
+                }
+            });
+        }
+    });
+    LayeredRegistry {
+        host,
+        manifest: sha(&manifest),
+        layers,
+        state,
+    }
+}
+
+#[test]
+fn a_multi_layer_image_streams_its_layers_at_once_and_runs() {
+    require!(have_busybox(), "/bin/busybox is missing");
+    let who = caller();
+    let t = TempDir::new("pull-layers", who);
+    give(t.path(), who);
+    let store = t.path().join("store");
+    let reg = layered_registry();
+    let reference = format!("{}/good/x@{}", reg.host, reg.manifest);
+    let started = std::time::Instant::now();
+    let o = pull(
+        who,
+        &store,
+        &[&reference, "--insecure-registry", &reg.host, "--json"],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(result(&o)["downloaded"], 4, "{}", out(&o));
+    // The top layer arrived while the bottom one was still streaming: on
+    // one-at-a-time fetching the bottom layer waits out the deadline.
+    assert!(
+        reg.state().bottom_overlapped,
+        "the top layer was not fetched while the bottom one streamed ({:?})",
+        started.elapsed()
+    );
+    assert_eq!(names_in(&store.join("layers")).len(), 3);
+    let o = run_image(
+        who,
+        &store,
+        t.path(),
+        &[
+            "--image",
+            &reference,
+            "--",
+            "/bin/cat",
+            "/etc/hello",
+            "/etc/b",
+            "/etc/c",
+        ],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "from layer c\nlayer b\nlayer c\n");
+}
+
+#[test]
+fn a_tampered_upper_layer_stops_the_layers_streaming_beside_it() {
+    let who = caller();
+    let t = TempDir::new("pull-layers-bad", who);
+    give(t.path(), who);
+    let store = t.path().join("store");
+    let reg = layered_registry();
+    let reference = format!("{}/swap/x@{}", reg.host, reg.manifest);
+    let started = std::time::Instant::now();
+    let o = pull(who, &store, &[&reference, "--insecure-registry", &reg.host]);
+    let took = started.elapsed();
+    let e = err(&o);
+    assert_eq!(o.status.code(), Some(125), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+    let expect = format!("blob {}: the content's digest is sha256:", reg.layers[2]);
+    assert!(e.contains(&expect), "expected {expect:?} in: {e}");
+    // The bottom layer, half arrived when the top one failed, was cut off
+    // (not waited for: its second half comes only after the deadline) and
+    // left nothing; no image was recorded and no staging directory is
+    // left. (The middle layer, whole and verified, may stay stored.)
+    assert!(
+        took < LAYERED_DEADLINE,
+        "the failed pull waited for the stalled bottom layer ({took:?})"
+    );
+    assert!(
+        reg.bottom_cut(),
+        "the bottom layer's download was not stopped"
+    );
+    let index = std::fs::read_to_string(store.join("index.json")).unwrap_or_default();
+    assert!(!index.contains("sha256"), "an image was recorded: {index}");
+    let layers = names_in(&store.join("layers"));
+    assert!(
+        !layers.contains(&reg.layers[0][7..].to_string()),
+        "the cut-off layer was stored: {layers:?}"
+    );
+    assert!(
+        !layers.contains(&reg.layers[2][7..].to_string()),
+        "the tampered layer was stored: {layers:?}"
+    );
+    let staging: Vec<String> = names_in(&store.join("tmp"))
+        .into_iter()
+        .filter(|n| n != "pulled")
+        .collect();
+    assert_eq!(staging, Vec::<String>::new(), "staging left in tmp/");
+}

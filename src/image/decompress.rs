@@ -10,6 +10,7 @@ use std::cell::Cell;
 use std::fmt;
 use std::io::{self, BufRead, Read};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::oci::Compression;
 
@@ -135,32 +136,76 @@ impl<R: BufRead> BufRead for Counting<R> {
     }
 }
 
+/// What an image's layers have used so far, all of them together: the
+/// layers before the current one, and (a pull unpacks several layers at
+/// once) every layer still streaming. Each layer's [`Expansion`] adds its
+/// bytes as they pass, so the image's caps hold at every moment.
+#[derive(Debug)]
+pub struct ImageTally {
+    /// Uncompressed (tar) bytes.
+    unpacked: AtomicU64,
+    /// Compressed bytes the decoders consumed.
+    compressed: AtomicU64,
+    /// The image's cap on uncompressed bytes (`--max-image-size`).
+    limit: u64,
+}
+
+impl ImageTally {
+    pub fn new(limit: u64) -> ImageTally {
+        ImageTally {
+            unpacked: AtomicU64::new(0),
+            compressed: AtomicU64::new(0),
+            limit,
+        }
+    }
+
+    /// Count a layer that did not stream (the store had it).
+    pub fn add(&self, unpacked: u64, compressed: u64) {
+        self.unpacked.fetch_add(unpacked, Ordering::Relaxed);
+        self.compressed.fetch_add(compressed, Ordering::Relaxed);
+    }
+
+    /// Uncompressed bytes so far.
+    pub fn unpacked(&self) -> u64 {
+        self.unpacked.load(Ordering::Relaxed)
+    }
+}
+
 /// The uncompressed stream of a layer, failing with [`OverExpansion`]
 /// before it hands on a byte beyond the cap, for the layer alone and for
-/// the image (the layers before it plus this one). The compressed count
+/// the image (its [`ImageTally`], this layer included), and with
+/// [`OverLimit`](super::digest::OverLimit) ("unpacked size") once the
+/// image's layers together pass the tally's limit. The compressed count
 /// is what the decoder consumed ([`Counting`] over its buffered input).
-pub struct Expansion<R> {
+pub struct Expansion<'t, R> {
     inner: R,
     cap: ExpansionCap,
     compressed: Rc<Cell<u64>>,
     unpacked: u64,
-    /// (uncompressed, compressed) bytes of the image's earlier layers.
-    before: (u64, u64),
+    /// Compressed bytes of this layer already added to `image`.
+    counted: u64,
+    image: &'t ImageTally,
 }
 
-impl<R: Read> Expansion<R> {
-    pub fn new(inner: R, cap: ExpansionCap, compressed: Rc<Cell<u64>>, before: (u64, u64)) -> Self {
+impl<'t, R: Read> Expansion<'t, R> {
+    pub fn new(
+        inner: R,
+        cap: ExpansionCap,
+        compressed: Rc<Cell<u64>>,
+        image: &'t ImageTally,
+    ) -> Self {
         Expansion {
             inner,
             cap,
             compressed,
             unpacked: 0,
-            before,
+            counted: 0,
+            image,
         }
     }
 }
 
-impl<R: Read> Read for Expansion<R> {
+impl<R: Read> Read for Expansion<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.unpacked += n as u64;
@@ -176,10 +221,24 @@ impl<R: Read> Read for Expansion<R> {
         if !self.cap.allows(self.unpacked, compressed) {
             return Err(over(self.unpacked, compressed, false));
         }
-        let (u, c) = (
-            self.before.0.saturating_add(self.unpacked),
-            self.before.1.saturating_add(compressed),
-        );
+        let more = compressed.saturating_sub(self.counted);
+        self.counted = compressed;
+        let u = self
+            .image
+            .unpacked
+            .fetch_add(n as u64, Ordering::Relaxed)
+            .saturating_add(n as u64);
+        let c = self
+            .image
+            .compressed
+            .fetch_add(more, Ordering::Relaxed)
+            .saturating_add(more);
+        if u > self.image.limit {
+            return Err(io::Error::other(super::digest::OverLimit {
+                limit: self.image.limit,
+                what: "unpacked size",
+            }));
+        }
         if !self.cap.allows(u, c) {
             return Err(over(u, c, true));
         }
@@ -265,7 +324,8 @@ mod tests {
         };
         let (input, count) = Counting::new(&bomb[..]);
         let plain = decoder(Compression::Gzip, input).unwrap();
-        let mut r = Expansion::new(plain, cap, count, (0, 0));
+        let image = ImageTally::new(u64::MAX);
+        let mut r = Expansion::new(plain, cap, count, &image);
         let mut out = 0u64;
         let mut buf = vec![0u8; 64 << 10];
         let e = loop {
@@ -286,7 +346,9 @@ mod tests {
         // the floor trips the image's cap.
         let (input, count) = Counting::new(&bomb[..]);
         let plain = decoder(Compression::Gzip, input).unwrap();
-        let mut r = Expansion::new(plain, cap, count, (cap.floor, 0));
+        let image = ImageTally::new(u64::MAX);
+        image.add(cap.floor, 0);
+        let mut r = Expansion::new(plain, cap, count, &image);
         let e = r.read_to_end(&mut Vec::new()).unwrap_err();
         assert!(over_expansion(&e).unwrap().image);
         // A layer within the ratio passes whole.
@@ -301,7 +363,7 @@ mod tests {
             floor: 0,
         };
         let mut got = Vec::new();
-        Expansion::new(plain, tight, count, (0, 0))
+        Expansion::new(plain, tight, count, &ImageTally::new(u64::MAX))
             .read_to_end(&mut got)
             .unwrap();
         assert_eq!(got, text);

@@ -10,11 +10,12 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::checks::{self, LayerFacts, Overrides, Refusal, Verdict};
-use super::decompress::ExpansionCap;
+use super::decompress::{ExpansionCap, ImageTally};
 use super::digest::Digest;
 use super::error::{ImageError, Result};
-use super::layer::{LayerInput, LayerLimits, LayerMeta};
+use super::layer::{LayerInput, LayerLimits, LayerMeta, check_lowers};
 use super::oci::{self, Config, Descriptor, Index, Manifest, Platform};
+use super::parallel::LayersAtOnce;
 use super::plan::Plan;
 use super::source::Source;
 use super::store::{ImageRecord, Store};
@@ -126,18 +127,21 @@ impl Store {
             let source = Source::open(src)?;
             plan_archive(&source, &want, opts)?
         };
-        self.import_plan(plan, &want, opts)
+        // One layer at a time: a tar archive's members share its file.
+        self.import_plan(plan, &want, opts, None)
     }
 
     /// Import an image whose documents are read and verified (`plan`):
     /// check its config, import its layers (read from their readers, a
-    /// layout's files or a registry's streams), record it in the index
-    /// last. The caller holds the store lock shared.
+    /// layout's files or a registry's streams; with `at_once`, several of
+    /// them at the same time, each into its own layer directory), record
+    /// it in the index last. The caller holds the store lock shared.
     pub(crate) fn import_plan(
         &self,
         plan: Plan,
         want: &Platform,
         opts: &ImportOptions,
+        at_once: Option<&LayersAtOnce>,
     ) -> Result<ImportReport> {
         // Config checks first: a refused image unpacks nothing.
         let (_, refusal) = checks::evaluate(&plan.config, &[], want, &opts.overrides);
@@ -156,25 +160,41 @@ impl Store {
                 "--max-expansion 0: the expansion cap is a ratio of at least 1".into(),
             ));
         }
+        let tally = ImageTally::new(opts.max_image_size);
+        let limits = || LayerLimits {
+            unpacked: opts.max_image_size.saturating_sub(tally.unpacked()),
+            image_limit: opts.max_image_size,
+            entries: opts.max_layer_entries,
+            allow_devices: opts.overrides.allow_devices,
+            expansion: ExpansionCap {
+                ratio: opts.max_expansion,
+                floor: EXPANSION_FLOOR,
+            },
+            image: &tally,
+        };
+        // Several layers at once: each is verified and stored on its own,
+        // then checked against the layers below it, in order, here.
+        let (stored, inputs) = match at_once {
+            Some(at_once) if at_once.count > 1 && plan.layers.len() > 1 => (
+                self.import_layers_at_once(plan.layers, at_once, &limits)?,
+                Vec::new(),
+            ),
+            _ => (Vec::new(), plan.layers),
+        };
+        let (mut stored, mut inputs) = (stored.into_iter(), inputs.into_iter());
         let mut used = 0u64;
-        let mut compressed = 0u64;
         let mut entries = 0u64;
         let mut new_layers = 0;
-        for input in plan.layers {
-            let limits = LayerLimits {
-                unpacked: opts.max_image_size.saturating_sub(used),
-                image_limit: opts.max_image_size,
-                entries: opts.max_layer_entries,
-                allow_devices: opts.overrides.allow_devices,
-                expansion: ExpansionCap {
-                    ratio: opts.max_expansion,
-                    floor: EXPANSION_FLOOR,
-                },
-                before: (used, compressed),
+        loop {
+            let (meta, new) = if let Some((meta, new)) = stored.next() {
+                check_lowers(self, &meta, &metas)?;
+                (meta, new)
+            } else if let Some(input) = inputs.next() {
+                self.import_layer(input, Some(&metas), &limits())?
+            } else {
+                break;
             };
-            let (meta, new) = self.import_layer(input, &metas, &limits)?;
             used += meta.unpacked_size;
-            compressed += meta.size;
             entries += meta.summary.entries;
             if used > opts.max_image_size {
                 return Err(ImageError::Invalid(format!(

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::decompress::{Counting, Expansion, ExpansionCap, decoder, over_expansion, sniff};
+use super::decompress::{
+    Counting, Expansion, ExpansionCap, ImageTally, decoder, over_expansion, sniff,
+};
 use super::digest::{Digest, HashingReader, over_limit};
 use super::error::{ImageError, Result};
 use super::oci::{self, Compression};
@@ -57,7 +59,7 @@ pub struct LayerInput {
 }
 
 /// Limits for one layer.
-pub struct LayerLimits {
+pub struct LayerLimits<'a> {
     /// Bytes of uncompressed tar this layer may still use.
     pub unpacked: u64,
     /// The configured whole-image limit (for messages).
@@ -66,9 +68,9 @@ pub struct LayerLimits {
     pub allow_devices: bool,
     /// Uncompressed bytes per compressed byte (a compressed layer's).
     pub expansion: ExpansionCap,
-    /// (uncompressed, compressed) bytes of the image's layers below this
-    /// one, for the image's own expansion.
-    pub before: (u64, u64),
+    /// What the image's other layers used (those below this one, and
+    /// those unpacking beside it), for the image's expansion and size caps.
+    pub image: &'a ImageTally,
 }
 
 impl Store {
@@ -96,33 +98,41 @@ impl Store {
     }
 
     /// Import a layer (or find it stored). `lowers` are the layers below
-    /// it in this image, bottom first, for the lower-path check. Returns
-    /// its meta and whether it was new.
+    /// it in this image, bottom first, for the lower-path check (None:
+    /// the caller runs [`check_lowers`] once the layers below are stored;
+    /// the layer is then stored before that check). Returns its meta and
+    /// whether it was new.
     pub(crate) fn import_layer(
         &self,
         input: LayerInput,
-        lowers: &[LayerMeta],
+        lowers: Option<&[LayerMeta]>,
         limits: &LayerLimits,
     ) -> Result<(LayerMeta, bool)> {
+        let check = |meta: &LayerMeta| match lowers {
+            Some(lowers) => check_lowers(self, meta, lowers),
+            None => Ok(()),
+        };
         if let Some((d, size)) = &input.expected {
             let _lock = self.lock_layer(d)?;
             if let Some(meta) = self.layer_meta(d)? {
                 check_known(&meta, *size, input.diff_id.as_ref())?;
-                check_lowers(self, &meta, lowers)?;
+                check(&meta)?;
+                // Not streamed: counted whole for the image's caps.
+                limits.image.add(meta.unpacked_size, meta.size);
                 return Ok((meta, false));
             }
             let (meta, staging) = self.unpack_layer(input, limits)?;
-            check_lowers(self, &meta, lowers)?;
+            check(&meta)?;
             let placed = self.place(&meta, staging)?;
             return Ok((meta, placed));
         }
         let (meta, staging) = self.unpack_layer(input, limits)?;
         let _lock = self.lock_layer(&meta.digest)?;
         if let Some(known) = self.layer_meta(&meta.digest)? {
-            check_lowers(self, &known, lowers)?;
+            check(&known)?;
             return Ok((known, false));
         }
-        check_lowers(self, &meta, lowers)?;
+        check(&meta)?;
         let placed = self.place(&meta, staging)?;
         Ok((meta, placed))
     }
@@ -190,9 +200,9 @@ impl Store {
             let (tx, rx) = std::sync::mpsc::sync_channel(PIPELINE_CHUNKS);
             let blob = &mut blob;
             let expansion = limits.expansion;
-            let before = limits.before;
+            let image = limits.image;
             let declared = input.compression;
-            let decompressing = scope.spawn(move || decompress(blob, declared, expansion, before, tx));
+            let decompressing = scope.spawn(move || decompress(blob, declared, expansion, image, tx));
             let plain = Chunks {
                 rx,
                 current: Vec::new(),
@@ -299,14 +309,14 @@ const PIPELINE_CHUNKS: usize = 4;
 const PIPELINE_CHUNK: usize = 256 * 1024;
 
 /// The decompressing half of a layer's import: the blob (hashed and
-/// counted by `blob`) through the decoder and the expansion cap, in
-/// chunks to `tx`; any error is sent on, so the unpacker never mistakes
-/// a failure for the end. Returns the compression used.
+/// counted by `blob`) through the decoder and the expansion and image
+/// caps, in chunks to `tx`; any error is sent on, so the unpacker never
+/// mistakes a failure for the end. Returns the compression used.
 fn decompress<R: Read>(
     blob: &mut HashingReader<R>,
     declared: Option<Compression>,
     expansion: ExpansionCap,
-    before: (u64, u64),
+    image: &ImageTally,
     tx: std::sync::mpsc::SyncSender<std::io::Result<Vec<u8>>>,
 ) -> Compression {
     let (mut buffered, compressed) = Counting::new(BufReader::with_capacity(256 * 1024, blob));
@@ -328,11 +338,9 @@ fn decompress<R: Read>(
         }
     };
     // Checked while streaming: a bomb stops at the cap, before its bytes
-    // reach the unpacker (and the disk).
-    let mut plain: Box<dyn Read + '_> = match compression {
-        Compression::None => plain,
-        _ => Box::new(Expansion::new(plain, expansion, compressed, before)),
-    };
+    // reach the unpacker (and the disk). An uncompressed layer passes the
+    // ratio trivially but counts towards the image's caps.
+    let mut plain = Expansion::new(plain, expansion, compressed, image);
     loop {
         let mut chunk = vec![0u8; PIPELINE_CHUNK];
         let mut filled = 0;
@@ -495,7 +503,7 @@ fn check_known(meta: &LayerMeta, size: u64, diff_id: Option<&Digest>) -> Result<
 /// The layer's implicit directories must not sit where a lower layer has
 /// a symlink or a non-directory (overlayfs would hide that entry instead
 /// of writing through it, as other unpackers that follow links would).
-fn check_lowers(store: &Store, meta: &LayerMeta, lowers: &[LayerMeta]) -> Result<()> {
+pub(crate) fn check_lowers(store: &Store, meta: &LayerMeta, lowers: &[LayerMeta]) -> Result<()> {
     if meta.summary.implicit_dirs.is_empty() || lowers.is_empty() {
         return Ok(());
     }

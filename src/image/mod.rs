@@ -14,6 +14,7 @@ mod error;
 mod import;
 pub mod layer;
 pub mod oci;
+mod parallel;
 pub mod passwd;
 mod plan;
 pub mod pull;

@@ -5,7 +5,8 @@
 //! through import's blob digest check, decompressor, expansion and size
 //! caps, diff_id check and hostile-input tar reader into a staging
 //! directory, so a pulled image passes exactly the checks and caps of
-//! `hutch image import` without the blob ever landing on disk.
+//! `hutch image import` without the blob ever landing on disk. Up to
+//! three layers (`LAYERS_AT_ONCE`) stream at the same time (`parallel.rs`).
 //!
 //! A layer is committed (renamed into `layers/`) only once its blob
 //! digest and diff_id matched; a stream that is cut short, longer than
@@ -34,11 +35,17 @@ use super::digest::Digest;
 use super::error::ImageError;
 use super::import::{ImportOptions, MAX_LAYERS};
 use super::oci::{self, Descriptor, Index, Manifest, Platform};
+use super::parallel::LayersAtOnce;
 use super::store::{ImageRecord, Pulled, Store};
 
 pub use auth::Credentials;
 use registry::Registry;
 use stream::{Failure, StreamedBlob};
+
+/// Layers of one image fetched and unpacked at the same time: each
+/// streams through its own decompressing and unpacking threads into its
+/// own layer directory, so a multi-layer image keeps both cores busy.
+const LAYERS_AT_ONCE: usize = 3;
 
 /// `hutch check`'s `registry_client` line: the client builds over rustls
 /// with the host's trust store; the number of trust anchors.
@@ -284,6 +291,10 @@ impl Store {
         // the import reads its layer (one the store has is not fetched).
         let registry = Arc::new(reg);
         let failure = Failure::default();
+        let at_once = LayersAtOnce {
+            count: LAYERS_AT_ONCE,
+            stop: Arc::default(),
+        };
         let streamed = Arc::new(AtomicUsize::new(0));
         let handle = runtime.handle().clone();
         let plan = super::import::plan_manifest(
@@ -299,6 +310,7 @@ impl Store {
                     l.size,
                     failure.clone(),
                     streamed.clone(),
+                    at_once.stop.clone(),
                 )))
             },
         )?;
@@ -306,7 +318,7 @@ impl Store {
         let imported = std::thread::scope(|s| {
             // The downloads run on this thread while the import reads.
             s.spawn(|| runtime.block_on(until_done));
-            let imported = self.import_plan(plan, &want, &import);
+            let imported = self.import_plan(plan, &want, &import, Some(&at_once));
             drop(done);
             imported
         });

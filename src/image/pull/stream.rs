@@ -4,7 +4,8 @@
 //!
 //! The download starts at the reader's first read (a layer the store
 //! already has is never fetched) and stops when the reader is dropped (an
-//! import that failed early). It stops the stream past the descriptor's
+//! import that failed early) or when another layer of the image failed
+//! (its [`StopSignal`]): a reader waiting on a slow registry is woken then. It stops the stream past the descriptor's
 //! size and turns a short stream into an error, never a clean end; the
 //! digest and size are checked by the import's own hashing reader, which
 //! commits the layer only when they match. A failure of the registry is
@@ -20,6 +21,7 @@ use tokio::sync::mpsc;
 use super::PullError;
 use super::registry::Registry;
 use crate::image::digest::Digest;
+use crate::image::parallel::{StopSignal, stopped_error};
 
 /// Chunks in flight per layer: what the network may run ahead of the
 /// unpacker (a chunk is what hyper read, at most a few hundred KiB).
@@ -52,6 +54,7 @@ pub(crate) struct StreamedBlob {
     current: Bytes,
     /// Whether the downloads counter was bumped for this blob.
     counted: Arc<std::sync::atomic::AtomicUsize>,
+    stop: Arc<StopSignal>,
 }
 
 impl StreamedBlob {
@@ -62,6 +65,7 @@ impl StreamedBlob {
         size: u64,
         failure: Failure,
         downloads: Arc<std::sync::atomic::AtomicUsize>,
+        stop: Arc<StopSignal>,
     ) -> StreamedBlob {
         StreamedBlob {
             runtime,
@@ -72,6 +76,7 @@ impl StreamedBlob {
             chunks: None,
             current: Bytes::new(),
             counted: downloads,
+            stop,
         }
     }
 
@@ -85,6 +90,7 @@ impl StreamedBlob {
             self.size,
             tx,
             self.failure.clone(),
+            self.stop.clone(),
         ));
         self.chunks.insert(rx)
     }
@@ -103,6 +109,8 @@ impl Read for StreamedBlob {
             match chunks.blocking_recv() {
                 Some(Ok(chunk)) => self.current = chunk,
                 Some(Err(e)) => return Err(e),
+                // Another layer failed: the task ended early.
+                None if self.stop.is_stopped() => return Err(stopped_error()),
                 // The task ended after the last chunk (checked complete).
                 None => return Ok(0),
             }
@@ -115,15 +123,21 @@ impl Read for StreamedBlob {
 }
 
 /// Fetch the blob into `tx`, chunk by chunk. A failure is recorded and
-/// sent on as an error; a receiver that hung up ends the download quietly.
+/// sent on as an error; a receiver that hung up, or a raised `stop`, ends
+/// the download quietly.
 async fn download(
     registry: Arc<Registry>,
     digest: Digest,
     size: u64,
     tx: mpsc::Sender<io::Result<Bytes>>,
     failure: Failure,
+    stop: Arc<StopSignal>,
 ) {
-    if let Err(e) = forward(&registry, &digest, size, &tx).await {
+    let fetched = tokio::select! {
+        fetched = forward(&registry, &digest, size, &tx) => fetched,
+        () = stop.stopped() => return,
+    };
+    if let Err(e) = fetched {
         let line = e.to_string();
         if !tx.is_closed() {
             failure.set(e);
