@@ -522,3 +522,76 @@ fn a_warm_report_does_not_wait_for_the_cgroup_leaf_removal() -> Result<()> {
     ok(&hutch(&state, &["close", &id], false))?;
     Ok(())
 }
+
+/// A command claimed from a session's last ready sandbox runs with no
+/// warm-up beside it (on two cores a warm-up took a core from it); the
+/// refill starts once the command has reported, and the next command
+/// finds the pool warm again.
+#[test]
+fn the_refill_waits_for_the_claimed_command_to_report() -> Result<()> {
+    use std::io::Write;
+    for who in common::identities() {
+        let unprivileged = who == As::Nobody;
+        crate::require!(can_sandbox(), "cannot sandbox here");
+        let t = Tmp::new("warm-refill-after");
+        let (state, id) = setup(&t, unprivileged, &["--warm", "1"])?;
+        ok(&hutch(
+            &state,
+            &["warm", &id, "--ready", "--timeout", "60s"],
+            unprivileged,
+        ))?;
+        let servers = server_of(&id);
+        assert_eq!(servers.len(), 1);
+        let status = t.0.join("status");
+        let s = status.to_str().unwrap();
+        let mut child = hutch_command(
+            &state,
+            &[
+                "run",
+                &id,
+                "--status-file",
+                s,
+                "--",
+                "sh",
+                "-c",
+                "read line; echo \"got $line\"",
+            ],
+            unprivileged,
+        )
+        .stdin(std::process::Stdio::piped())
+        .spawn()?;
+        wait_for_event(&status, "start", Duration::from_secs(30));
+        // While the command runs (it waits for its stdin), the server has
+        // only the claimed helper: no refill was started beside it. A
+        // refill used to start at the claim itself, within milliseconds.
+        let claimed = children(servers[0]);
+        assert_eq!(claimed.len(), 1, "only the claimed helper: {claimed:?}");
+        let watch = std::time::Instant::now();
+        while watch.elapsed() < Duration::from_millis(500) {
+            let now = children(servers[0]);
+            assert!(
+                now.len() <= 1,
+                "a refill started while the command ran: {now:?}"
+            );
+        }
+        child.stdin.take().unwrap().write_all(b"go\n")?;
+        let out = child.wait_with_output()?;
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "got go\n");
+        assert_eq!(report(&status)["warm"], true);
+        // After the report the pool fills again, and the next command is warm.
+        ok(&hutch(
+            &state,
+            &["warm", &id, "--ready", "--timeout", "60s"],
+            unprivileged,
+        ))?;
+        ok(&hutch(
+            &state,
+            &["run", &id, "--status-file", s, "--", "true"],
+            unprivileged,
+        ))?;
+        assert_eq!(report(&status)["warm"], true);
+        ok(&hutch(&state, &["close", &id], unprivileged))?;
+    }
+    Ok(())
+}

@@ -35,7 +35,7 @@ use super::error::{Result, WorkspaceError};
 use super::session::Session;
 use crate::launch::claim::{ClaimCommand, shape_digest};
 use crate::launch::helper::{HelperChild, Link};
-use crate::launch::pool::Pool;
+use crate::launch::pool::{Pool, RefillHold};
 use crate::launch::{Finished, LaunchError, RunOptions};
 use crate::spec::Spec;
 use crate::sys;
@@ -168,11 +168,22 @@ pub fn serve(
                 .as_ref()
                 .map(|p| nix::poll::PollFd::new(p.as_fd(), nix::poll::PollFlags::POLLIN))
         }));
+        fds.extend(claimed.iter().filter_map(|c| {
+            c.client
+                .as_ref()
+                .map(|(s, _)| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN))
+        }));
         let tick = nix::poll::PollTimeout::try_from(TICK.as_millis() as i32)
             .unwrap_or(nix::poll::PollTimeout::NONE);
         match nix::poll::poll(&mut fds, tick) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(sys::SysError::new("poll(warm.sock)", e).into()),
+        }
+        drop(fds);
+        // Before any new claim: a client that closed its connection has
+        // its report, and the refill its command held back may start.
+        for c in &mut claimed {
+            c.release_if_reported();
         }
         let Ok((conn, _)) = listener.accept() else {
             continue;
@@ -183,11 +194,12 @@ pub fn serve(
         }
         last_used = Instant::now();
         match serve_one(conn, &pool, claimed.len()) {
-            Served::Claimed(process, in_flight) => {
+            Served::Claimed(process, in_flight, client) => {
                 let pidfd = sys::raw::pidfd_open(process.id() as libc::pid_t).ok();
                 claimed.push(Claimed {
                     process,
                     pidfd,
+                    client: Some(client),
                     _in_flight: in_flight,
                 });
             }
@@ -227,12 +239,36 @@ struct Claimed {
     process: std::process::Child,
     /// Readable once it has exited (polled with the socket).
     pidfd: Option<OwnedFd>,
+    /// The client's connection and the refill it holds back, until the
+    /// client closes it: [`claim`] keeps it open until its command's
+    /// report came (or the client died). A warm-up beside the command
+    /// would take a core from it (two here); after the report it runs
+    /// while the client does its bookkeeping and sends the next command.
+    client: Option<(UnixStream, RefillHold)>,
     _in_flight: crate::launch::pool::InFlight,
 }
 
+impl Claimed {
+    fn release_if_reported(&mut self) {
+        let closed = self.client.as_ref().is_some_and(|(s, _)| {
+            // The client sends nothing after its claim: readable is EOF
+            // (or an error), i.e. closed.
+            matches!(sys::raw::poll_one(s.as_fd(), libc::POLLIN, 0), Ok(n) if n > 0)
+        });
+        if closed {
+            self.client = None;
+        }
+    }
+}
+
 enum Served {
-    /// The helper process, and its command's count in the pool.
-    Claimed(std::process::Child, crate::launch::pool::InFlight),
+    /// The helper process, its command's count in the pool, and the
+    /// client's connection with the refill hold it ends.
+    Claimed(
+        std::process::Child,
+        crate::launch::pool::InFlight,
+        (UnixStream, RefillHold),
+    ),
     Answered,
     Stop(UnixStream),
 }
@@ -268,6 +304,7 @@ fn serve_one(mut conn: UnixStream, pool: &Pool, claimed: usize) -> Served {
         return Served::Answered;
     }
     let in_flight = pool.in_flight();
+    let hold = pool.hold_refill();
     let Some(helper) = pool.take() else {
         let why = "no warm sandbox is left (warm-ups keep failing)".into();
         let _ = send_line(&mut conn, &Answer::Cold { why }, &[]);
@@ -277,9 +314,12 @@ fn serve_one(mut conn: UnixStream, pool: &Pool, claimed: usize) -> Served {
     let sent = send_line(&mut conn, &Answer::Sandbox, &[link.socket().as_fd()]);
     // The client holds the control socket now (or nobody, if sending
     // failed: then the helper sees it close and ends its sandbox).
+    // If sending failed, the client is gone: its connection reads as
+    // closed and the hold ends at the next turn.
     drop(link);
     let _ = sent;
-    Served::Claimed(process, in_flight)
+    let _ = conn.set_nonblocking(true);
+    Served::Claimed(process, in_flight, (conn, hold))
 }
 
 fn send_line(
@@ -373,7 +413,11 @@ pub fn claim(
     ) {
         return Some(Err(e));
     }
-    Some(link.wait())
+    let finished = link.wait();
+    // Closing the connection tells the server the command has reported:
+    // it held the refill back until now (`Claimed::client`).
+    drop(conn);
+    Some(finished)
 }
 
 /// What the session's server holds now; None without a server.

@@ -50,6 +50,8 @@ struct State {
     /// Helpers that answered and are exiting, to reap (by pid) without
     /// making the command's caller wait for them.
     exiting: Vec<libc::pid_t>,
+    /// [`RefillHold`]s alive: no refill starts, even with no sandbox left.
+    held: usize,
 }
 
 type Shared = (Mutex<State>, Condvar);
@@ -84,6 +86,23 @@ impl Drop for InFlight {
         if let Some(shared) = self.shared.upgrade() {
             let mut st = shared.0.lock().unwrap_or_else(|p| p.into_inner());
             st.in_flight = st.in_flight.saturating_sub(1);
+            drop(st);
+            shared.1.notify_all();
+        }
+    }
+}
+
+/// No refill starts while this lives, even when the pool has no sandbox
+/// left ([`Pool::hold_refill`]).
+pub struct RefillHold {
+    shared: std::sync::Weak<Shared>,
+}
+
+impl Drop for RefillHold {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            let mut st = shared.0.lock().unwrap_or_else(|p| p.into_inner());
+            st.held = st.held.saturating_sub(1);
             drop(st);
             shared.1.notify_all();
         }
@@ -152,6 +171,7 @@ impl Pool {
                 taken: 0,
                 in_flight: 0,
                 exiting: Vec::new(),
+                held: 0,
             }),
             Condvar::new(),
         ));
@@ -207,6 +227,18 @@ impl Pool {
         let (lock, _) = &*self.shared;
         lock.lock().unwrap_or_else(|p| p.into_inner()).in_flight += 1;
         InFlight {
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+
+    /// Start no refill until the returned guard is dropped, even when the
+    /// pool has no sandbox left: for an owner that knows when a claimed
+    /// command has reported (a session's warm server: a warm-up beside
+    /// the command takes a core from it on a small machine).
+    pub fn hold_refill(&self) -> RefillHold {
+        let (lock, _) = &*self.shared;
+        lock.lock().unwrap_or_else(|p| p.into_inner()).held += 1;
+        RefillHold {
             shared: Arc::downgrade(&self.shared),
         }
     }
@@ -344,7 +376,9 @@ fn refill(
             // waits for its end, unless no sandbox is left to serve the
             // next one.
             while !st.closing
-                && (st.helpers.len() >= st.size || (st.in_flight > 0 && !st.helpers.is_empty()))
+                && (st.helpers.len() >= st.size
+                    || (st.in_flight > 0 && !st.helpers.is_empty())
+                    || st.held > 0)
             {
                 st = cv
                     .wait_timeout(st, PRUNE_EVERY)
