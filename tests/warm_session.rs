@@ -48,6 +48,27 @@ fn children(pid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// Children of every thread of `pid` (a pool's refills are started by
+/// its own thread).
+fn children_of_all_threads(pid: i32) -> Vec<i32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+                .collect()
+        })
+        .unwrap_or_else(|_| Vec::new());
+    tasks
+        .into_iter()
+        .flat_map(|tid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
 /// Alive and not a zombie.
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -564,11 +585,11 @@ fn the_refill_waits_for_the_claimed_command_to_report() -> Result<()> {
         // While the command runs (it waits for its stdin), the server has
         // only the claimed helper: no refill was started beside it. A
         // refill used to start at the claim itself, within milliseconds.
-        let claimed = children(servers[0]);
+        let claimed = children_of_all_threads(servers[0]);
         assert_eq!(claimed.len(), 1, "only the claimed helper: {claimed:?}");
         let watch = std::time::Instant::now();
         while watch.elapsed() < Duration::from_millis(500) {
-            let now = children(servers[0]);
+            let now = children_of_all_threads(servers[0]);
             assert!(
                 now.len() <= 1,
                 "a refill started while the command ran: {now:?}"

@@ -49,6 +49,9 @@ pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);
 const TICK: Duration = Duration::from_millis(200);
 /// How long either side waits for the other's one line.
 const LINE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the server waits for a refill it let go to be started
+/// before it serves the next claim (starting one is a process spawn).
+const REFILL_START: Duration = Duration::from_millis(100);
 /// Longest request or answer line.
 const MAX_LINE: usize = 4096;
 
@@ -183,7 +186,7 @@ pub fn serve(
         // Before any new claim: a client that closed its connection has
         // its report, and the refill its command held back may start.
         for c in &mut claimed {
-            c.release_if_reported();
+            c.release_if_reported(&pool);
         }
         let Ok((conn, _)) = listener.accept() else {
             continue;
@@ -249,14 +252,16 @@ struct Claimed {
 }
 
 impl Claimed {
-    fn release_if_reported(&mut self) {
+    fn release_if_reported(&mut self, pool: &Pool) {
         let closed = self.client.as_ref().is_some_and(|(s, _)| {
             // The client sends nothing after its claim: readable is EOF
             // (or an error), i.e. closed.
             matches!(sys::raw::poll_one(s.as_fd(), libc::POLLIN, 0), Ok(n) if n > 0)
         });
-        if closed {
-            self.client = None;
+        if closed && let Some((_, hold)) = self.client.take() {
+            // The next claim (already waiting in the backlog, perhaps)
+            // then finds the refill warming, not an empty pool.
+            pool.release_hold(hold, REFILL_START);
         }
     }
 }

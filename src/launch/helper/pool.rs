@@ -243,6 +243,25 @@ impl Pool {
         }
     }
 
+    /// End `hold`; when the pool has no sandbox left, wait (at most
+    /// `timeout`) until the refill it held back has started one, so that
+    /// a command right after finds it warming rather than none.
+    pub fn release_hold(&self, hold: RefillHold, timeout: Duration) {
+        drop(hold);
+        let (lock, cv) = &*self.shared;
+        let st = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let failures = st.failures;
+        let _ = cv
+            .wait_timeout_while(st, timeout, |s| {
+                s.helpers.is_empty()
+                    && s.size > 0
+                    && s.held == 0
+                    && !s.closing
+                    && s.failures == failures
+            })
+            .unwrap_or_else(|p| p.into_inner());
+    }
+
     /// A warm sandbox to claim: a ready one if there is one, else the one
     /// that has been warming longest (a claim waits for the rest of its
     /// warm-up, never longer than a cold launch). None when the pool has
@@ -404,7 +423,11 @@ fn refill(
         let spawned = HelperChild::spawn_warm(binary, shape, lifeline.as_ref().map(|l| l.as_fd()));
         let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
         match spawned {
-            Ok(h) if !st.closing => st.helpers.push_back(h),
+            Ok(h) if !st.closing => {
+                st.helpers.push_back(h);
+                // For a `release_hold` waiting for this one.
+                cv.notify_all();
+            }
             Ok(h) => {
                 drop(st);
                 end_all(vec![h]);
