@@ -18,7 +18,6 @@ mod loopdev;
 mod mount;
 mod net;
 mod privilege;
-mod populate;
 mod process;
 // Also the egress proxy's (tokio is always a dependency).
 pub mod reactor;
@@ -53,7 +52,6 @@ pub use loopdev::*;
 pub use mount::*;
 pub use net::*;
 pub use privilege::*;
-pub use populate::populate_read;
 pub use process::*;
 pub use rlimit::*;
 pub use sealed_exe::ensure_sealed;

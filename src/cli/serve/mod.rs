@@ -121,8 +121,8 @@ impl Server {
                 self.spare = None;
                 return;
             }
-            // Forked while nothing runs, so neither the fork nor the
-            // spare's mapping of the code competes with a request.
+            // Forked while nothing runs, so the fork is on no request's
+            // path.
             if self.spare.is_none() && self.requests.is_empty() && self.input.is_some() {
                 self.spare = spare::Spare::fork(self.server_pid).ok();
             }

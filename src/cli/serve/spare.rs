@@ -1,19 +1,21 @@
 //! The next request's process, forked ahead (docs/decisions/0007, "s7").
 //!
 //! A request's process is a fork of the server running the CLI ([`super::
-//! child`]). Forking at the request put the fork on its path, and a fresh
-//! fork also maps the binary's code page by page as it faults on it (fork
-//! copies no page-table entries of file mappings): about a fifth of a
-//! warm `session run` request's CPU in the request process (perf). The
-//! server therefore keeps one *spare*: a process forked while no request
-//! runs, which maps the binary's code ahead (`MADV_POPULATE_READ`, in
-//! chunks, stopping as soon as a request is waiting) and then waits on a
-//! socket of its own. A request is handed to it (its argv, environment,
-//! cwd and the numbers of its descriptors, the descriptors themselves by
+//! child`]). Forking at the request put the fork on its path (the
+//! server's `clone3`: 0.1-0.2 ms). The server therefore keeps one
+//! *spare*: a process forked while no request runs, waiting on a socket
+//! of its own. A request is handed to it (its argv, environment, cwd and
+//! the numbers of its descriptors, the descriptors themselves by
 //! `SCM_RIGHTS`) and it goes on exactly as a freshly forked one: the same
 //! [`super::child::run`]. A spare serves one request; it never ran
 //! anything before it. Without a spare (requests in flight, or a spare
 //! that died) a request forks as before.
+//!
+//! Not done, measured: mapping the binary's code in the spare ahead
+//! (`MADV_POPULATE_READ` of its 17 MiB of read-only mappings) cut a
+//! request's page faults from ~135 to ~98 but cost more CPU than those
+//! faults (server-side task-clock per warm `session run` 1.83 ms against
+//! 1.50 ms without it): a request touches a small part of the code.
 
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -32,9 +34,6 @@ struct Handed {
     /// The number each descriptor sent along gets, in order.
     to: Vec<RawFd>,
 }
-
-/// Bytes of code mapped between two looks at the socket.
-const POPULATE_CHUNK: usize = 256 << 10;
 
 /// A forked process waiting for a request (the server's side).
 pub(super) struct Spare {
@@ -115,7 +114,6 @@ fn wait_for_request(channel: UnixStream, server_pid: u32) -> ! {
     if raw::close_all_except(&[0, 1, 2, channel.as_raw_fd()]).is_err() {
         raw::exit_now(125);
     }
-    populate_code(&channel);
     let Some((handed, fds)) = receive(&channel) else {
         // The server ended or closed this spare.
         raw::exit_now(0);
@@ -155,48 +153,5 @@ fn receive(channel: &UnixStream) -> Option<(Handed, Vec<OwnedFd>)> {
             return None;
         }
         data.extend_from_slice(&buf[..n]);
-    }
-}
-
-/// Map this process's code and read-only data of the hutch binary
-/// (the mappings of its own executable file), a chunk at a time, until
-/// done or a request is waiting on `channel`. Best effort: an older
-/// kernel without `MADV_POPULATE_READ` just faults as before.
-fn populate_code(channel: &UnixStream) {
-    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
-        return;
-    };
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return;
-    };
-    let exe = exe.to_string_lossy().into_owned();
-    for line in maps.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-            continue;
-        };
-        // offset, dev, inode, then the path.
-        let path = f.nth(3).unwrap_or("");
-        if path != exe || !perms.starts_with('r') || perms.as_bytes().get(1) == Some(&b'w') {
-            continue;
-        }
-        let Some((a, b)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-        else {
-            continue;
-        };
-        let mut at = start;
-        while at < end {
-            if matches!(raw::poll_one(channel.as_fd(), libc::POLLIN, 0), Ok(n) if n > 0) {
-                return;
-            }
-            let len = POPULATE_CHUNK.min(end - at);
-            if crate::sys::populate_read(at, len).is_err() {
-                return;
-            }
-            at += len;
-        }
     }
 }
