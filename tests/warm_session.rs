@@ -48,27 +48,6 @@ fn children(pid: i32) -> Vec<i32> {
         .collect()
 }
 
-/// Children of every thread of `pid` (a pool's refills are started by
-/// its own thread).
-fn children_of_all_threads(pid: i32) -> Vec<i32> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-                .collect()
-        })
-        .unwrap_or_else(|_| Vec::new());
-    tasks
-        .into_iter()
-        .flat_map(|tid| {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children"))
-                .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<i32>>()
-        })
-        .collect()
-}
-
 /// Alive and not a zombie.
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -541,78 +520,5 @@ fn a_warm_report_does_not_wait_for_the_cgroup_leaf_removal() -> Result<()> {
         !Path::new(leaf2).exists()
     });
     ok(&hutch(&state, &["close", &id], false))?;
-    Ok(())
-}
-
-/// A command claimed from a session's last ready sandbox runs with no
-/// warm-up beside it (on two cores a warm-up took a core from it); the
-/// refill starts once the command has reported, and the next command
-/// finds the pool warm again.
-#[test]
-fn the_refill_waits_for_the_claimed_command_to_report() -> Result<()> {
-    use std::io::Write;
-    for who in common::identities() {
-        let unprivileged = who == As::Nobody;
-        crate::require!(can_sandbox(), "cannot sandbox here");
-        let t = Tmp::new("warm-refill-after");
-        let (state, id) = setup(&t, unprivileged, &["--warm", "1"])?;
-        ok(&hutch(
-            &state,
-            &["warm", &id, "--ready", "--timeout", "60s"],
-            unprivileged,
-        ))?;
-        let servers = server_of(&id);
-        assert_eq!(servers.len(), 1);
-        let status = t.0.join("status");
-        let s = status.to_str().unwrap();
-        let mut child = hutch_command(
-            &state,
-            &[
-                "run",
-                &id,
-                "--status-file",
-                s,
-                "--",
-                "sh",
-                "-c",
-                "read line; echo \"got $line\"",
-            ],
-            unprivileged,
-        )
-        .stdin(std::process::Stdio::piped())
-        .spawn()?;
-        wait_for_event(&status, "start", Duration::from_secs(30));
-        // While the command runs (it waits for its stdin), the server has
-        // only the claimed helper: no refill was started beside it. A
-        // refill used to start at the claim itself, within milliseconds.
-        let claimed = children_of_all_threads(servers[0]);
-        assert_eq!(claimed.len(), 1, "only the claimed helper: {claimed:?}");
-        let watch = std::time::Instant::now();
-        while watch.elapsed() < Duration::from_millis(500) {
-            let now = children_of_all_threads(servers[0]);
-            assert!(
-                now.len() <= 1,
-                "a refill started while the command ran: {now:?}"
-            );
-        }
-        child.stdin.take().unwrap().write_all(b"go\n")?;
-        let out = child.wait_with_output()?;
-        assert!(out.status.success(), "{out:?}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "got go\n");
-        assert_eq!(report(&status)["warm"], true);
-        // After the report the pool fills again, and the next command is warm.
-        ok(&hutch(
-            &state,
-            &["warm", &id, "--ready", "--timeout", "60s"],
-            unprivileged,
-        ))?;
-        ok(&hutch(
-            &state,
-            &["run", &id, "--status-file", s, "--", "true"],
-            unprivileged,
-        ))?;
-        assert_eq!(report(&status)["warm"], true);
-        ok(&hutch(&state, &["close", &id], unprivileged))?;
-    }
     Ok(())
 }

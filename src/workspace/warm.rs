@@ -35,7 +35,7 @@ use super::error::{Result, WorkspaceError};
 use super::session::Session;
 use crate::launch::claim::{ClaimCommand, shape_digest};
 use crate::launch::helper::{HelperChild, Link};
-use crate::launch::pool::{Pool, RefillHold};
+use crate::launch::pool::Pool;
 use crate::launch::{Finished, LaunchError, RunOptions};
 use crate::spec::Spec;
 use crate::sys;
@@ -49,9 +49,6 @@ pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);
 const TICK: Duration = Duration::from_millis(200);
 /// How long either side waits for the other's one line.
 const LINE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long the server waits for a refill it let go to be started
-/// before it serves the next claim (starting one is a process spawn).
-const REFILL_START: Duration = Duration::from_millis(100);
 /// Longest request or answer line.
 const MAX_LINE: usize = 4096;
 
@@ -171,22 +168,11 @@ pub fn serve(
                 .as_ref()
                 .map(|p| nix::poll::PollFd::new(p.as_fd(), nix::poll::PollFlags::POLLIN))
         }));
-        fds.extend(claimed.iter().filter_map(|c| {
-            c.client
-                .as_ref()
-                .map(|(s, _)| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN))
-        }));
         let tick = nix::poll::PollTimeout::try_from(TICK.as_millis() as i32)
             .unwrap_or(nix::poll::PollTimeout::NONE);
         match nix::poll::poll(&mut fds, tick) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(sys::SysError::new("poll(warm.sock)", e).into()),
-        }
-        drop(fds);
-        // Before any new claim: a client that closed its connection has
-        // its report, and the refill its command held back may start.
-        for c in &mut claimed {
-            c.release_if_reported(&pool);
         }
         let Ok((conn, _)) = listener.accept() else {
             continue;
@@ -197,12 +183,11 @@ pub fn serve(
         }
         last_used = Instant::now();
         match serve_one(conn, &pool, claimed.len()) {
-            Served::Claimed(process, in_flight, client) => {
+            Served::Claimed(process, in_flight) => {
                 let pidfd = sys::raw::pidfd_open(process.id() as libc::pid_t).ok();
                 claimed.push(Claimed {
                     process,
                     pidfd,
-                    client: Some(client),
                     _in_flight: in_flight,
                 });
             }
@@ -242,38 +227,12 @@ struct Claimed {
     process: std::process::Child,
     /// Readable once it has exited (polled with the socket).
     pidfd: Option<OwnedFd>,
-    /// The client's connection and the refill it holds back, until the
-    /// client closes it: [`claim`] keeps it open until its command's
-    /// report came (or the client died). A warm-up beside the command
-    /// would take a core from it (two here); after the report it runs
-    /// while the client does its bookkeeping and sends the next command.
-    client: Option<(UnixStream, RefillHold)>,
     _in_flight: crate::launch::pool::InFlight,
 }
 
-impl Claimed {
-    fn release_if_reported(&mut self, pool: &Pool) {
-        let closed = self.client.as_ref().is_some_and(|(s, _)| {
-            // The client sends nothing after its claim: readable is EOF
-            // (or an error), i.e. closed.
-            matches!(sys::raw::poll_one(s.as_fd(), libc::POLLIN, 0), Ok(n) if n > 0)
-        });
-        if closed && let Some((_, hold)) = self.client.take() {
-            // The next claim (already waiting in the backlog, perhaps)
-            // then finds the refill warming, not an empty pool.
-            pool.release_hold(hold, REFILL_START);
-        }
-    }
-}
-
 enum Served {
-    /// The helper process, its command's count in the pool, and the
-    /// client's connection with the refill hold it ends.
-    Claimed(
-        std::process::Child,
-        crate::launch::pool::InFlight,
-        (UnixStream, RefillHold),
-    ),
+    /// The helper process, and its command's count in the pool.
+    Claimed(std::process::Child, crate::launch::pool::InFlight),
     Answered,
     Stop(UnixStream),
 }
@@ -309,7 +268,6 @@ fn serve_one(mut conn: UnixStream, pool: &Pool, claimed: usize) -> Served {
         return Served::Answered;
     }
     let in_flight = pool.in_flight();
-    let hold = pool.hold_refill();
     let Some(helper) = pool.take() else {
         let why = "no warm sandbox is left (warm-ups keep failing)".into();
         let _ = send_line(&mut conn, &Answer::Cold { why }, &[]);
@@ -319,12 +277,9 @@ fn serve_one(mut conn: UnixStream, pool: &Pool, claimed: usize) -> Served {
     let sent = send_line(&mut conn, &Answer::Sandbox, &[link.socket().as_fd()]);
     // The client holds the control socket now (or nobody, if sending
     // failed: then the helper sees it close and ends its sandbox).
-    // If sending failed, the client is gone: its connection reads as
-    // closed and the hold ends at the next turn.
     drop(link);
     let _ = sent;
-    let _ = conn.set_nonblocking(true);
-    Served::Claimed(process, in_flight, (conn, hold))
+    Served::Claimed(process, in_flight)
 }
 
 fn send_line(
@@ -418,11 +373,7 @@ pub fn claim(
     ) {
         return Some(Err(e));
     }
-    let finished = link.wait();
-    // Closing the connection tells the server the command has reported:
-    // it held the refill back until now (`Claimed::client`).
-    drop(conn);
-    Some(finished)
+    Some(link.wait())
 }
 
 /// What the session's server holds now; None without a server.

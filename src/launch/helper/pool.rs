@@ -50,8 +50,6 @@ struct State {
     /// Helpers that answered and are exiting, to reap (by pid) without
     /// making the command's caller wait for them.
     exiting: Vec<libc::pid_t>,
-    /// [`RefillHold`]s alive: no refill starts, even with no sandbox left.
-    held: usize,
 }
 
 type Shared = (Mutex<State>, Condvar);
@@ -86,23 +84,6 @@ impl Drop for InFlight {
         if let Some(shared) = self.shared.upgrade() {
             let mut st = shared.0.lock().unwrap_or_else(|p| p.into_inner());
             st.in_flight = st.in_flight.saturating_sub(1);
-            drop(st);
-            shared.1.notify_all();
-        }
-    }
-}
-
-/// No refill starts while this lives, even when the pool has no sandbox
-/// left ([`Pool::hold_refill`]).
-pub struct RefillHold {
-    shared: std::sync::Weak<Shared>,
-}
-
-impl Drop for RefillHold {
-    fn drop(&mut self) {
-        if let Some(shared) = self.shared.upgrade() {
-            let mut st = shared.0.lock().unwrap_or_else(|p| p.into_inner());
-            st.held = st.held.saturating_sub(1);
             drop(st);
             shared.1.notify_all();
         }
@@ -171,7 +152,6 @@ impl Pool {
                 taken: 0,
                 in_flight: 0,
                 exiting: Vec::new(),
-                held: 0,
             }),
             Condvar::new(),
         ));
@@ -229,37 +209,6 @@ impl Pool {
         InFlight {
             shared: Arc::downgrade(&self.shared),
         }
-    }
-
-    /// Start no refill until the returned guard is dropped, even when the
-    /// pool has no sandbox left: for an owner that knows when a claimed
-    /// command has reported (a session's warm server: a warm-up beside
-    /// the command takes a core from it on a small machine).
-    pub fn hold_refill(&self) -> RefillHold {
-        let (lock, _) = &*self.shared;
-        lock.lock().unwrap_or_else(|p| p.into_inner()).held += 1;
-        RefillHold {
-            shared: Arc::downgrade(&self.shared),
-        }
-    }
-
-    /// End `hold`; when the pool has no sandbox left, wait (at most
-    /// `timeout`) until the refill it held back has started one, so that
-    /// a command right after finds it warming rather than none.
-    pub fn release_hold(&self, hold: RefillHold, timeout: Duration) {
-        drop(hold);
-        let (lock, cv) = &*self.shared;
-        let st = lock.lock().unwrap_or_else(|p| p.into_inner());
-        let failures = st.failures;
-        let _ = cv
-            .wait_timeout_while(st, timeout, |s| {
-                s.helpers.is_empty()
-                    && s.size > 0
-                    && s.held == 0
-                    && !s.closing
-                    && s.failures == failures
-            })
-            .unwrap_or_else(|p| p.into_inner());
     }
 
     /// A warm sandbox to claim: a ready one if there is one, else the one
@@ -395,9 +344,7 @@ fn refill(
             // waits for its end, unless no sandbox is left to serve the
             // next one.
             while !st.closing
-                && (st.helpers.len() >= st.size
-                    || (st.in_flight > 0 && !st.helpers.is_empty())
-                    || st.held > 0)
+                && (st.helpers.len() >= st.size || (st.in_flight > 0 && !st.helpers.is_empty()))
             {
                 st = cv
                     .wait_timeout(st, PRUNE_EVERY)
@@ -423,11 +370,7 @@ fn refill(
         let spawned = HelperChild::spawn_warm(binary, shape, lifeline.as_ref().map(|l| l.as_fd()));
         let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
         match spawned {
-            Ok(h) if !st.closing => {
-                st.helpers.push_back(h);
-                // For a `release_hold` waiting for this one.
-                cv.notify_all();
-            }
+            Ok(h) if !st.closing => st.helpers.push_back(h),
             Ok(h) => {
                 drop(st);
                 end_all(vec![h]);
