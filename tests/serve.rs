@@ -558,6 +558,9 @@ fn a_request_is_served_by_a_process_forked_before_it() {
             spare = children_of(server_pid);
             spare.len() == 1
         });
+        let comm =
+            |pid: &Value| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        assert_eq!(comm(&json!(spare[0])), "hutch-spare\n");
         let mut first = argv(
             1,
             &[
@@ -580,6 +583,12 @@ fn a_request_is_served_by_a_process_forked_before_it() {
         s.send(&first);
         let started = s.next(|e| e["id"] == 1 && e["event"] == "started");
         assert_eq!(started["pid"], spare[0], "served by the spare: {started}");
+        // Named as the server again once it has its request.
+        wait_until(
+            WAIT,
+            "the request's process to take the server's name",
+            || comm(&started["pid"]) == comm(&json!(server_pid)),
+        );
         // A second request while the first runs: no spare then, a fork.
         s.send(&argv(2, &["run", "--quiet", "--", "sh", "-c", "echo two"]));
         let second = s.next(|e| e["id"] == 2 && e["event"] == "started");

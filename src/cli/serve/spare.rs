@@ -35,6 +35,9 @@ struct Handed {
     to: Vec<RawFd>,
 }
 
+/// The process name (`comm`) of a spare while it waits.
+const SPARE_NAME: &std::ffi::CStr = c"hutch-spare";
+
 /// A forked process waiting for a request (the server's side).
 pub(super) struct Spare {
     pid: libc::pid_t,
@@ -114,10 +117,18 @@ fn wait_for_request(channel: UnixStream, server_pid: u32) -> ! {
     if raw::close_all_except(&[0, 1, 2, channel.as_raw_fd()]).is_err() {
         raw::exit_now(125);
     }
+    // Named while idle, so that `ps` and a client's process checks can
+    // tell the waiting spare (replaced after every request) from a
+    // request's process; a request's process has the server's name.
+    let name = nix::sys::prctl::get_name().ok();
+    let _ = nix::sys::prctl::set_name(SPARE_NAME);
     let Some((handed, fds)) = receive(&channel) else {
         // The server ended or closed this spare.
         raw::exit_now(0);
     };
+    if let Some(name) = name {
+        let _ = nix::sys::prctl::set_name(&name);
+    }
     drop(channel);
     if handed.to.len() != fds.len() {
         raw::exit_now(125);
