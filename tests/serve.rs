@@ -524,3 +524,93 @@ fn session_run_through_serve_shares_the_session_lock_with_the_cli() {
         assert!(s.close().success());
     }
 }
+
+/// Children of `pid` (every thread's).
+fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+                .flat_map(|tid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children"))
+                        .unwrap_or_default()
+                        .split_whitespace()
+                        .filter_map(|p| p.parse().ok())
+                        .collect::<Vec<i32>>()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// While no request runs the server keeps the next request's process
+/// forked ahead (docs/decisions/0007, "s7"): a request is served by a
+/// process that existed before it was sent, with its stdin, output,
+/// cwd, environment and envelope as a freshly forked one's; a request
+/// sent while another runs forks; after them a new spare waits.
+#[test]
+fn a_request_is_served_by_a_process_forked_before_it() {
+    for who in identities() {
+        let dir = TempDir::new("serve-spare", who);
+        let mut s = Server::start(who, dir.path());
+        let server_pid = s.child.id() as i32;
+        let mut spare = Vec::new();
+        wait_until(WAIT, "the server's spare request process", || {
+            spare = children_of(server_pid);
+            spare.len() == 1
+        });
+        let comm =
+            |pid: &Value| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        assert_eq!(comm(&json!(spare[0])), "hutch-spare\n");
+        let mut first = argv(
+            1,
+            &[
+                "run",
+                "--quiet",
+                "--json",
+                "--result-fd",
+                "5",
+                "--pass-env",
+                "FROM_CLIENT",
+                "--",
+                "sh",
+                "-c",
+                "read x; echo \"got-$x $FROM_CLIENT\"; pwd >&2",
+            ],
+        );
+        first["stdin"] = json!(true);
+        first["report_fd"] = json!(5);
+        first["env"] = json!({"FROM_CLIENT": "yes"});
+        s.send(&first);
+        let started = s.next(|e| e["id"] == 1 && e["event"] == "started");
+        assert_eq!(started["pid"], spare[0], "served by the spare: {started}");
+        // Named as the server again once it has its request.
+        wait_until(
+            WAIT,
+            "the request's process to take the server's name",
+            || comm(&started["pid"]) == comm(&json!(server_pid)),
+        );
+        // A second request while the first runs: no spare then, a fork.
+        s.send(&argv(2, &["run", "--quiet", "--", "sh", "-c", "echo two"]));
+        let second = s.next(|e| e["id"] == 2 && e["event"] == "started");
+        assert_ne!(second["pid"], spare[0], "{second}");
+        let (out2, _, exit2) = s.finish(2);
+        assert_eq!(
+            (out2.as_str(), &exit2["code"]),
+            ("two\n", &json!(0)),
+            "{exit2}"
+        );
+        s.send(&json!({"id": 1, "verb": "stdin", "data": "b25lCg==", "eof": true}));
+        let (out1, _, exit1) = s.finish(1);
+        assert_eq!(out1, "got-one yes\n", "{exit1}");
+        assert_eq!(exit1["code"], 0, "{exit1}");
+        assert_eq!(exit1["envelope"]["verb"], "run", "{exit1}");
+        assert_eq!(exit1["envelope"]["result"]["status"], 0, "{exit1}");
+        // The next spare, once nothing runs.
+        wait_until(WAIT, "a new spare", || {
+            let now = children_of(server_pid);
+            now.len() == 1 && now[0] != spare[0]
+        });
+        assert!(s.close().success());
+        assert!(children_of(server_pid).is_empty());
+    }
+}

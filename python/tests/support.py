@@ -31,8 +31,13 @@ def family(pid: int) -> set[int]:
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                name, rest = f.read().split("(", 1)[1].rsplit(")", 1)
+                ppid = int(rest.split()[1])
         except (OSError, ValueError, IndexError):
+            continue
+        if name == "hutch-spare":
+            # `hutch serve`'s idle spare, replaced after every request
+            # (docs/machine.md): not a process a call left.
             continue
         parents.setdefault(ppid, []).append(int(entry))
     out = {pid}

@@ -20,7 +20,7 @@ use super::error::errno_text;
 use super::host::HostCgroups;
 use super::io::IoDevice;
 use super::report::CgroupStats;
-use super::tree::Cgroup;
+use super::tree::{Cgroup, parse_key};
 
 /// The parent of hutch's leaves in each v1 hierarchy.
 pub const PARENT: &str = "hutch";
@@ -103,6 +103,36 @@ struct V1Dir {
     /// The leaf's directory, flocked while the sandbox lives; None for a
     /// leaf an engine made (it is removed by its `delete`).
     _lock: Option<OwnedFd>,
+    /// The leaf's counter files ([`COUNTERS`]), opened with the leaf:
+    /// [`V1Leaf::stats`] then reads each with one `pread` on the report's
+    /// path instead of a path walk, open, stat and close (11 files on a
+    /// host with every v1 controller: ~0.1 ms of a warm command's report).
+    counters: Vec<(&'static str, std::fs::File)>,
+}
+
+/// The counter files [`V1Leaf::stats`] reads, by controller.
+const COUNTERS: &[(&str, &str)] = &[
+    ("memory", "memory.max_usage_in_bytes"),
+    ("memory", "memory.failcnt"),
+    ("memory", "memory.memsw.failcnt"),
+    ("memory", "memory.oom_control"),
+    ("pids", "pids.events"),
+    ("pids", "pids.peak"),
+    ("cpuacct", "cpuacct.usage"),
+    ("cpuacct", "cpuacct.usage_user"),
+    ("cpuacct", "cpuacct.usage_sys"),
+    ("cpu", "cpu.stat"),
+    ("blkio", "blkio.throttle.io_service_bytes"),
+];
+
+/// The [`COUNTERS`] of `controller` that `cg` has, open (a file the
+/// kernel lacks is read by path later, and fails the same way then).
+fn open_counters(controller: &str, cg: &Cgroup) -> Vec<(&'static str, std::fs::File)> {
+    COUNTERS
+        .iter()
+        .filter(|(c, _)| *c == controller)
+        .filter_map(|(_, f)| Some((*f, std::fs::File::open(cg.file(f)).ok()?)))
+        .collect()
 }
 
 /// A v1 leaf could not be made; `path` and the errno say where and why.
@@ -129,6 +159,7 @@ impl V1Leaf {
                 let cg = same.cg.clone();
                 leaf.dirs.push(V1Dir {
                     controller,
+                    counters: open_counters(controller, &cg),
                     cg,
                     home: home(host, controller),
                     _lock: None,
@@ -138,6 +169,7 @@ impl V1Leaf {
             match make_leaf(controller, parent, name) {
                 Ok(mut d) => {
                     d.home = home(host, controller);
+                    d.counters = open_counters(controller, &d.cg);
                     leaf.dirs.push(d)
                 }
                 Err(f) => {
@@ -160,6 +192,7 @@ impl V1Leaf {
                     cg: Cgroup::new(dir),
                     home: home(host, controller),
                     _lock: None,
+                    counters: Vec::new(),
                 })
                 .collect(),
         }
@@ -250,38 +283,41 @@ impl V1Leaf {
     /// The counters v1 keeps, in the report's terms.
     pub fn stats(&self) -> CgroupStats {
         let mut s = CgroupStats::default();
-        if let Some(m) = self.dir("memory") {
-            let num = |f: &str| m.read(f).ok().and_then(|t| t.trim().parse::<u64>().ok());
-            s.memory_peak = num("memory.max_usage_in_bytes");
+        let num = |c: &str, f: &str| {
+            self.counter(c, f)
+                .and_then(|t| t.trim().parse::<u64>().ok())
+        };
+        let key = |c: &str, f: &str, k: &str| parse_key(&self.counter(c, f)?, k);
+        if self.dir("memory").is_some() {
+            s.memory_peak = num("memory", "memory.max_usage_in_bytes");
             // Hits of the memory cap, or of memory+swap at the same cap.
-            s.memory_max_events = match (num("memory.failcnt"), num("memory.memsw.failcnt")) {
+            s.memory_max_events = match (
+                num("memory", "memory.failcnt"),
+                num("memory", "memory.memsw.failcnt"),
+            ) {
                 (Some(a), Some(b)) => Some(a.max(b)),
                 (a, b) => a.or(b),
             };
             // `oom_kill` in memory.oom_control: Linux >= 4.13.
-            s.oom_kill = m.key("memory.oom_control", "oom_kill");
+            s.oom_kill = key("memory", "memory.oom_control", "oom_kill");
         }
-        if let Some(p) = self.dir("pids") {
-            s.pids_max_events = p.key("pids.events", "max");
+        if self.dir("pids").is_some() {
+            s.pids_max_events = key("pids", "pids.events", "max");
         }
-        if let Some(a) = self.dir("cpuacct") {
-            s.cpu_usage_usec = a
-                .read("cpuacct.usage")
-                .ok()
-                .and_then(|t| t.trim().parse::<u64>().ok())
-                .map(|ns| ns / 1000);
-            let ns = |f: &str| a.read(f).ok().and_then(|t| t.trim().parse::<u64>().ok());
-            s.cpu_user_usec = ns("cpuacct.usage_user").map(|ns| ns / 1000);
-            s.cpu_system_usec = ns("cpuacct.usage_sys").map(|ns| ns / 1000);
+        if self.dir("cpuacct").is_some() {
+            let ns = |f: &str| num("cpuacct", f).map(|ns| ns / 1000);
+            s.cpu_usage_usec = ns("cpuacct.usage");
+            s.cpu_user_usec = ns("cpuacct.usage_user");
+            s.cpu_system_usec = ns("cpuacct.usage_sys");
         }
-        if let Some(p) = self.dir("pids") {
-            s.pids_peak = p.read("pids.peak").ok().and_then(|t| t.trim().parse().ok());
+        if self.dir("pids").is_some() {
+            s.pids_peak = num("pids", "pids.peak");
         }
-        if let Some(c) = self.dir("cpu") {
-            s.cpu_throttled_usec = c.key("cpu.stat", "throttled_time").map(|ns| ns / 1000);
+        if self.dir("cpu").is_some() {
+            s.cpu_throttled_usec = key("cpu", "cpu.stat", "throttled_time").map(|ns| ns / 1000);
         }
-        if let Some(b) = self.dir("blkio")
-            && let Ok(t) = b.read("blkio.throttle.io_service_bytes")
+        if self.dir("blkio").is_some()
+            && let Some(t) = self.counter("blkio", "blkio.throttle.io_service_bytes")
         {
             let (r, w) = parse_service_bytes(&t);
             s.io_rbytes = Some(r);
@@ -289,6 +325,36 @@ impl V1Leaf {
         }
         s
     }
+
+    /// The text of counter file `file` of the `controller` leaf: through
+    /// the file opened with the leaf when there is one, else by path.
+    fn counter(&self, controller: &str, file: &str) -> Option<String> {
+        let d = self.dirs.iter().find(|d| d.controller == controller)?;
+        match d.counters.iter().find(|(f, _)| *f == file) {
+            Some((_, opened)) => read_from_start(opened).ok(),
+            None => d.cg.read(file).ok(),
+        }
+    }
+}
+
+/// The whole of an open cgroup file, read from offset 0 (`pread`: a
+/// cgroup file read at offset 0 is generated afresh each time).
+fn read_from_start(file: &std::fs::File) -> std::io::Result<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        let n = file.read_at(&mut buf[len..], len as u64)?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))
 }
 
 fn make_leaf(controller: &'static str, parent: &Cgroup, name: &str) -> Result<V1Dir, V1Failure> {
@@ -330,6 +396,7 @@ fn make_leaf(controller: &'static str, parent: &Cgroup, name: &str) -> Result<V1
         cg: leaf,
         home: None,
         _lock: Some(fd),
+        counters: Vec::new(),
     })
 }
 
@@ -535,6 +602,7 @@ mod tests {
                 cg: Cgroup::new(&leaf),
                 home: Some(Cgroup::new(&home)),
                 _lock: None,
+                counters: Vec::new(),
             }],
         };
         v1.enter().unwrap();
@@ -543,6 +611,47 @@ mod tests {
         v1.leave().unwrap();
         assert_eq!(std::fs::read_to_string(home.join("tasks")).unwrap(), "0");
         assert!(!home.join("cgroup.procs").exists());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// The counters opened with the leaf are read afresh from their start
+    /// at the report (as the kernel's change after the leaf is made); a
+    /// file that was not there then is read by path.
+    #[test]
+    fn stats_read_the_counters_opened_with_the_leaf() {
+        let tmp = std::env::temp_dir().join(format!("hutch-v1-counters-{}", std::process::id()));
+        let (mem, acct) = (tmp.join("memory"), tmp.join("cpuacct"));
+        std::fs::create_dir_all(&mem).unwrap();
+        std::fs::create_dir_all(&acct).unwrap();
+        std::fs::write(mem.join("memory.max_usage_in_bytes"), "1\n").unwrap();
+        std::fs::write(mem.join("memory.oom_control"), "oom_kill_disable 0\n").unwrap();
+        std::fs::write(acct.join("cpuacct.usage"), "0\n").unwrap();
+        let dir = |controller, cg: &Path| V1Dir {
+            controller,
+            counters: open_counters(controller, &Cgroup::new(cg)),
+            cg: Cgroup::new(cg),
+            home: None,
+            _lock: None,
+        };
+        let v1 = V1Leaf {
+            dirs: vec![dir("memory", &mem), dir("cpuacct", &acct)],
+        };
+        assert_eq!(v1.dirs[0].counters.len(), 2);
+        // What the command's end finds: longer and shorter than before.
+        std::fs::write(mem.join("memory.max_usage_in_bytes"), "123456789\n").unwrap();
+        std::fs::write(
+            mem.join("memory.oom_control"),
+            format!("oom_kill_disable 0\n{}oom_kill 3\n", "x 0\n".repeat(2000)),
+        )
+        .unwrap();
+        std::fs::write(acct.join("cpuacct.usage"), "7000\n").unwrap();
+        std::fs::write(acct.join("cpuacct.usage_user"), "5000\n").unwrap();
+        let s = v1.stats();
+        assert_eq!(s.memory_peak, Some(123456789));
+        assert_eq!(s.oom_kill, Some(3));
+        assert_eq!(s.cpu_usage_usec, Some(7));
+        assert_eq!(s.cpu_user_usec, Some(5), "a file made later, read by path");
+        assert_eq!(s.cpu_system_usec, None);
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 

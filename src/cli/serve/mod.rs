@@ -13,6 +13,7 @@
 mod child;
 mod inflight;
 mod protocol;
+mod spare;
 mod terminal;
 
 use std::collections::HashMap;
@@ -81,6 +82,9 @@ struct Server {
     requests: Vec<InFlight>,
     by_key: HashMap<String, usize>,
     server_pid: u32,
+    /// The next request's process, forked ahead while none runs
+    /// ([`spare`]).
+    spare: Option<spare::Spare>,
 }
 
 impl Server {
@@ -94,6 +98,7 @@ impl Server {
             requests: Vec::new(),
             by_key: HashMap::new(),
             server_pid: std::process::id(),
+            spare: None,
         }
     }
 
@@ -113,7 +118,13 @@ impl Server {
         let mut buf = vec![0u8; protocol::CHUNK];
         loop {
             if self.input.is_none() && self.requests.is_empty() {
+                self.spare = None;
                 return;
+            }
+            // Forked while nothing runs, so the fork is on no request's
+            // path.
+            if self.spare.is_none() && self.requests.is_empty() && self.input.is_some() {
+                self.spare = spare::Spare::fork(self.server_pid).ok();
             }
             let (slots, ready) = match self.poll() {
                 Ok(r) => r,
@@ -373,9 +384,21 @@ impl Server {
         self.by_key.get(&protocol::key(id)).copied()
     }
 
-    /// Fork the request's process (see [`child`]).
-    fn spawn(&self, id: Value, spec: inflight::Spawn) -> Result<InFlight, crate::sys::SysError> {
+    /// The request's process: the spare (see [`spare`]), else a fork
+    /// (see [`child`]).
+    fn spawn(
+        &mut self,
+        id: Value,
+        spec: inflight::Spawn,
+    ) -> Result<InFlight, crate::sys::SysError> {
         let (parent, child_fds) = inflight::Pipes::new(&spec)?;
+        if let Some(spare) = self.spare.take()
+            && let Ok((pid, pidfd)) =
+                spare.hand(&spec.argv, &spec.env, spec.cwd.as_deref(), &child_fds)
+        {
+            drop(child_fds);
+            return Ok(InFlight::new(id, pid, pidfd, parent, spec.json_stdout));
+        }
         match crate::sys::fork_single_threaded()? {
             Forked::Child => {
                 drop(parent);
@@ -397,6 +420,7 @@ impl Server {
     /// The client left: every request still running gets TERM, then KILL
     /// after the grace.
     fn shutdown(&mut self) {
+        self.spare = None;
         for r in &mut self.requests {
             r.cancel(GRACE);
         }
