@@ -16,7 +16,16 @@
 #       (ext4 without a journal, as on this VM, makes every create scan
 #       past the inodes removed in the last minutes: the "slow phase").
 #
-#   benches/image.sh [--parts a,b,c,d] [--rounds N] [--runs N] [--rootfs DIR] [--keep]
+#   benches/image.sh [--parts a,b,c,d] [--rounds N] [--runs N] [--rootfs DIR]
+#                    [--store-fs journaled|here] [--keep]
+#
+# Part (d)'s stores (both sides') are on a fresh ext4 with a journal,
+# loop-mounted in the work directory (`--store-fs journaled`, the default
+# as root with mkfs.ext4): the common setup of a host. This VM's root is
+# ext4 *without* a journal, where every file created within minutes of a
+# large removal scans past the removed inodes (see below), adding the same
+# seconds to both sides whatever hutch does; `--store-fs here` measures on
+# the work directory's own file system instead.
 #
 # (b) and (c) run in one hyperfine invocation (--shell=none, --runs N,
 # default 300, in a fresh temporary directory as the workspace) and print
@@ -46,6 +55,7 @@ runs=300
 parts=a,b,c
 rootfs=""
 keep=0
+store_fs=journaled
 while [ $# -gt 0 ]; do
     case "$1" in
         --parts) parts=$2; shift 2 ;;
@@ -53,6 +63,7 @@ while [ $# -gt 0 ]; do
         --rounds) rounds=$2; shift 2 ;;
         --rootfs) rootfs=$2; shift 2 ;;
         --keep) keep=1; shift ;;
+        --store-fs) store_fs=$2; shift 2 ;;
         -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "image.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -71,10 +82,11 @@ hutch=${HUTCH_BIN:-$(benches/hutch-path.sh --release)}
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/hutch-image-bench.XXXXXX")
 # One cleanup for every part: the registry, the bundle's read-only
 # mount (rm cannot go through it), then the work directory.
-registry_pid= bundle_mount=
+registry_pid= bundle_mount= stores_mount=
 cleanup() {
     [ -z "$registry_pid" ] || kill "$registry_pid" 2>/dev/null || true
     [ -z "$bundle_mount" ] || umount "$bundle_mount" 2>/dev/null || true
+    [ -z "$stores_mount" ] || umount "$stores_mount" 2>/dev/null || true
     [ $keep = 1 ] || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -297,6 +309,22 @@ if status:
 print(f"{wall:.3f} {ru.ru_utime + ru.ru_stime:.3f}")
 PY
     timed() { python3 "$work/timed.py" "$@"; }
+    stores=$work
+    case "$store_fs" in
+        journaled)
+            if [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null; then
+                truncate -s 12G "$work/stores.img"
+                mkfs.ext4 -q -F "$work/stores.img"
+                mkdir "$work/stores"
+                mount -o loop "$work/stores.img" "$work/stores"
+                stores_mount=$work/stores stores=$work/stores
+                echo "(d) stores on a fresh journaled ext4 (loop-mounted in the work directory)"
+            else
+                echo "(d) stores on $(df --output=fstype "$work" | tail -n 1) of $work (a journaled ext4 needs root and mkfs.ext4)"
+            fi ;;
+        here) echo "(d) stores on $(df --output=fstype "$work" | tail -n 1) of $work (--store-fs here)" ;;
+        *) echo "image.sh: --store-fs journaled|here, not $store_fs" >&2; exit 2 ;;
+    esac
     # A store of the last round is moved aside, not removed: on an ext4
     # without a journal (this VM's root) a removed inode is "recently
     # deleted" for 60 s, and every file created in its block group until
@@ -308,20 +336,20 @@ PY
     retire() {
         for d in "$@"; do
             [ -e "$d" ] || continue
-            mkdir -p "$work/aside"
-            mv "$d" "$work/aside/$n"
+            mkdir -p "$stores/aside"
+            mv "$d" "$stores/aside/$n"
             n=$((n + 1))
         done
         sync   # the last call's dirty pages, outside the timing
     }
     time_pull() {
-        retire "$work/pstore"
-        timed "$hutch" image --image-store "$work/pstore" pull "$ref" --insecure-registry "$host"
+        retire "$stores/pstore"
+        timed "$hutch" image --image-store "$stores/pstore" pull "$ref" --insecure-registry "$host"
     }
     time_peer() {
-        retire "$work/peer" "$work/istore"
-        a=$(timed skopeo copy --quiet --authfile "$work/skopeo-auth.json" --src-tls-verify=false "$dest" "oci:$work/peer:bench")
-        b=$(timed "$hutch" image --image-store "$work/istore" import "$work/peer")
+        retire "$stores/peer" "$stores/istore"
+        a=$(timed skopeo copy --quiet --authfile "$work/skopeo-auth.json" --src-tls-verify=false "$dest" "oci:$stores/peer:bench")
+        b=$(timed "$hutch" image --image-store "$stores/istore" import "$stores/peer")
         echo "$a $b" | awk '{ printf "%.3f %.3f\n", $1 + $3, $2 + $4 }'
     }
     echo "(d) load before: $(uptime)"
@@ -332,8 +360,8 @@ PY
     # sides alike, the pull relatively more (its own cost is the smaller).
     # An indicator only: the stores' files spread over more block groups
     # than the probe's. Its files are kept (a removal would start it again).
-    mkdir "$work/probe"
-    python3 - "$work/probe" <<'PY'
+    mkdir "$stores/probe"
+    python3 - "$stores/probe" <<'PY'
 import os, resource, sys
 r0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
 for i in range(2000):

@@ -193,8 +193,9 @@ impl Store {
         let blob_limit = input.expected.as_ref().map_or(u64::MAX, |(_, s)| *s);
         let mut blob = HashingReader::new(input.reader, blob_limit, "descriptor size");
         // Two threads: this one unpacks (tar, diff_id, files), a scoped one
-        // hashes the blob and decompresses it (about half of an import's
-        // CPU, miniz_oxide's inflate), handing on chunks through a short
+        // hashes the blob and decompresses it (flate2 on zlib-rs: under
+        // miniz_oxide this was half of an import's CPU), handing on
+        // chunks through a short
         // bounded channel: the stages overlap instead of taking turns.
         let streamed = std::thread::scope(|scope| {
             let (tx, rx) = std::sync::mpsc::sync_channel(PIPELINE_CHUNKS);
