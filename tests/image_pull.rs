@@ -772,50 +772,78 @@ fn request_path(conn: &std::net::TcpStream) -> Option<String> {
     Some(request_line.split(' ').nth(1).unwrap_or("").to_string())
 }
 
-fn hostile_registry() -> String {
-    use std::io::Write;
-    const BOUND: usize = 256 << 20;
+/// A registry on loopback: each connection on a thread of its own, its
+/// request's path (the headers read and dropped) handed to `answer`,
+/// which writes the response. Its host:port.
+fn loopback_registry(answer: impl Fn(&str, std::net::TcpStream) + Send + Sync + 'static) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let host = listener.local_addr().unwrap().to_string();
+    let answer = std::sync::Arc::new(answer);
     std::thread::spawn(move || {
         for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
+            let Ok(conn) = conn else { continue };
+            let answer = answer.clone();
             std::thread::spawn(move || {
-                let Some(path) = request_path(&conn) else {
-                    return;
-                };
-                let head = "HTTP/1.1 200 OK\r\nConnection: close\r\n\
-                            Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
-                let chunk = format!("{{\"a\":\"{}\",", "a".repeat(64 << 10));
-                let _ = if path.starts_with("/v2/chunked/") {
-                    (|| {
-                        write!(conn, "{head}Transfer-Encoding: chunked\r\n\r\n")?;
-                        let mut sent = 0;
-                        while sent < BOUND {
-                            write!(conn, "{:x}\r\n{chunk}\r\n", chunk.len())?;
-                            sent += chunk.len();
-                        }
-                        conn.write_all(b"0\r\n\r\n")
-                    })()
-                } else if path.starts_with("/v2/long/") {
-                    (|| {
-                        write!(conn, "{head}Content-Length: {}\r\n\r\n", 1u64 << 40)?;
-                        let mut sent = 0;
-                        while sent < BOUND {
-                            conn.write_all(chunk.as_bytes())?;
-                            sent += chunk.len();
-                        }
-                        Ok(())
-                    })()
-                } else {
-                    conn.write_all(
-                        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}",
-                    )
-                };
+                if let Some(path) = request_path(&conn) {
+                    answer(&path, conn);
+                }
             });
         }
     });
     host
+}
+
+/// A request path's repository (its first part) and what follows the
+/// repository's name: `manifests/REF` or `blobs/DIGEST`.
+fn repo_and_key(path: &str) -> (String, String) {
+    let repo = path.split('/').nth(2).unwrap_or("").to_string();
+    let key = path.splitn(4, '/').nth(3).and_then(|k| k.split_once('/'));
+    (repo, key.map_or("", |(_, k)| k).to_string())
+}
+
+/// A whole 200 answer: `body` of type `ct`, then the connection closes.
+fn answer_whole(conn: &mut std::net::TcpStream, ct: &str, body: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    write!(
+        conn,
+        "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: {ct}\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    )?;
+    conn.write_all(body)
+}
+
+fn hostile_registry() -> String {
+    use std::io::Write;
+    const BOUND: usize = 256 << 20;
+    loopback_registry(move |path, mut conn| {
+        let head = "HTTP/1.1 200 OK\r\nConnection: close\r\n\
+                            Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
+        let chunk = format!("{{\"a\":\"{}\",", "a".repeat(64 << 10));
+        let _ = if path.starts_with("/v2/chunked/") {
+            (|| {
+                write!(conn, "{head}Transfer-Encoding: chunked\r\n\r\n")?;
+                let mut sent = 0;
+                while sent < BOUND {
+                    write!(conn, "{:x}\r\n{chunk}\r\n", chunk.len())?;
+                    sent += chunk.len();
+                }
+                conn.write_all(b"0\r\n\r\n")
+            })()
+        } else if path.starts_with("/v2/long/") {
+            (|| {
+                write!(conn, "{head}Content-Length: {}\r\n\r\n", 1u64 << 40)?;
+                let mut sent = 0;
+                while sent < BOUND {
+                    conn.write_all(chunk.as_bytes())?;
+                    sent += chunk.len();
+                }
+                Ok(())
+            })()
+        } else {
+            conn.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}")
+        };
+    })
 }
 
 /// `hutch image pull ARGS` as `who`: its exit code, stderr and peak RSS
@@ -902,72 +930,49 @@ fn lying_registry() -> (String, String, String) {
     let index = index_for(DECLARED as u64);
     let over = index_for(9 << 20);
     let (index_digest, over_digest) = (sha(&index), sha(&over));
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let host = listener.local_addr().unwrap().to_string();
     let (idx_d, over_d) = (index_digest.clone(), over_digest.clone());
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            let (index, over, idx_d, over_d) =
-                (index.clone(), over.clone(), idx_d.clone(), over_d.clone());
-            std::thread::spawn(move || {
-                let Some(path) = request_path(&conn) else {
-                    return;
-                };
-                let repo = path.split('/').nth(2).unwrap_or("").to_string();
-                let head = "HTTP/1.1 200 OK\r\nConnection: close\r\n\
+    let host = loopback_registry(move |path, mut conn| {
+        let (repo, _) = repo_and_key(path);
+        let head = "HTTP/1.1 200 OK\r\nConnection: close\r\n\
                             Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
-                let whole = |conn: &mut std::net::TcpStream, ct: &str, body: &[u8]| {
-                    write!(
-                        conn,
-                        "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: {ct}\r\n\
-                         Content-Length: {}\r\n\r\n",
-                        body.len()
-                    )?;
-                    conn.write_all(body)
-                };
-                // Wait for the client to hang up (read returns 0 or fails).
-                let stall = |conn: &mut std::net::TcpStream| {
-                    let mut buf = [0u8; 256];
-                    while conn.read(&mut buf).is_ok_and(|n| n > 0) {}
-                };
-                let mt_index = "application/vnd.oci.image.index.v1+json";
-                let _ = if path.ends_with(&format!("/manifests/{idx_d}")) {
-                    whole(&mut conn, mt_index, &index)
-                } else if path.ends_with(&format!("/manifests/{over_d}")) {
-                    whole(&mut conn, mt_index, &over)
-                } else if path.contains("/manifests/") {
-                    let filler = "a".repeat(64 << 10);
-                    (|| {
-                        match repo.as_str() {
-                            "long" => {
-                                write!(conn, "{head}Content-Length: {}\r\n\r\n", 4 << 20)?;
-                                conn.write_all(&filler.as_bytes()[..DECLARED])?;
-                                stall(&mut conn);
-                            }
-                            "chunked" => {
-                                write!(conn, "{head}Transfer-Encoding: chunked\r\n\r\n")?;
-                                write!(conn, "{:x}\r\n{filler}\r\n", filler.len())?;
-                                stall(&mut conn);
-                            }
-                            "short" => {
-                                write!(conn, "{head}\r\n")?;
-                                conn.write_all(&filler.as_bytes()[..DECLARED - 10])?;
-                            }
-                            _ => {
-                                write!(conn, "{head}Content-Length: {DECLARED}\r\n\r\n")?;
-                                conn.write_all(&filler.as_bytes()[..DECLARED])?;
-                            }
-                        }
-                        Ok(())
-                    })()
-                } else {
-                    conn.write_all(
-                        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}",
-                    )
-                };
-            });
-        }
+        // Wait for the client to hang up (read returns 0 or fails).
+        let stall = |conn: &mut std::net::TcpStream| {
+            let mut buf = [0u8; 256];
+            while conn.read(&mut buf).is_ok_and(|n| n > 0) {}
+        };
+        let mt_index = "application/vnd.oci.image.index.v1+json";
+        let _ = if path.ends_with(&format!("/manifests/{idx_d}")) {
+            answer_whole(&mut conn, mt_index, &index)
+        } else if path.ends_with(&format!("/manifests/{over_d}")) {
+            answer_whole(&mut conn, mt_index, &over)
+        } else if path.contains("/manifests/") {
+            let filler = "a".repeat(64 << 10);
+            (|| {
+                match repo.as_str() {
+                    "long" => {
+                        write!(conn, "{head}Content-Length: {}\r\n\r\n", 4 << 20)?;
+                        conn.write_all(&filler.as_bytes()[..DECLARED])?;
+                        stall(&mut conn);
+                    }
+                    "chunked" => {
+                        write!(conn, "{head}Transfer-Encoding: chunked\r\n\r\n")?;
+                        write!(conn, "{:x}\r\n{filler}\r\n", filler.len())?;
+                        stall(&mut conn);
+                    }
+                    "short" => {
+                        write!(conn, "{head}\r\n")?;
+                        conn.write_all(&filler.as_bytes()[..DECLARED - 10])?;
+                    }
+                    _ => {
+                        write!(conn, "{head}Content-Length: {DECLARED}\r\n\r\n")?;
+                        conn.write_all(&filler.as_bytes()[..DECLARED])?;
+                    }
+                }
+                Ok(())
+            })()
+        } else {
+            conn.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}")
+        };
     });
     (host, index_digest, over_digest)
 }
@@ -1315,66 +1320,41 @@ fn stream_registry() -> StreamRegistry {
         swapped: sha(&swapped),
         gets: Default::default(),
     };
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let host = listener.local_addr().unwrap().to_string();
     let gets = reg.gets.clone();
     let layer_b = reg.layer_b.clone();
-    std::thread::spawn(move || {
-        let objects = std::sync::Arc::new(objects);
-        let (blob_b, swapped) = (std::sync::Arc::new(blob_b), std::sync::Arc::new(swapped));
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            let (objects, gets, layer_b) = (objects.clone(), gets.clone(), layer_b.clone());
-            let (blob_b, swapped) = (blob_b.clone(), swapped.clone());
-            std::thread::spawn(move || {
-                let Some(path) = request_path(&conn) else {
-                    return;
-                };
-                *gets.lock().unwrap().entry(path.clone()).or_default() += 1;
-                let repo = path.split('/').nth(2).unwrap_or("").to_string();
-                let whole = |conn: &mut std::net::TcpStream, ct: &str, body: &[u8]| {
+    let host = loopback_registry(move |path, mut conn| {
+        *gets.lock().unwrap().entry(path.to_string()).or_default() += 1;
+        let (repo, key) = repo_and_key(path);
+        let _ = if key == format!("blobs/{layer_b}") {
+            let half = &blob_b[..blob_b.len() / 2];
+            match repo.as_str() {
+                "swap" => answer_whole(&mut conn, bin, &swapped),
+                "short" => (|| {
                     write!(
                         conn,
-                        "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: {ct}\r\n\
-                         Content-Length: {}\r\n\r\n",
-                        body.len()
-                    )?;
-                    conn.write_all(body)
-                };
-                let key = path.splitn(4, '/').nth(3).and_then(|k| k.split_once('/'));
-                let key = key.map_or("", |(_, k)| k).to_string();
-                let _ = if key == format!("blobs/{layer_b}") {
-                    let half = &blob_b[..blob_b.len() / 2];
-                    match repo.as_str() {
-                        "swap" => whole(&mut conn, bin, &swapped),
-                        "short" => (|| {
-                            write!(
-                                conn,
-                                "HTTP/1.1 200 OK\r\nConnection: close\r\n\
+                        "HTTP/1.1 200 OK\r\nConnection: close\r\n\
                                  Content-Length: {}\r\n\r\n",
-                                blob_b.len()
-                            )?;
-                            conn.write_all(half)
-                        })(),
-                        "chunked" => (|| {
-                            write!(
-                                conn,
-                                "HTTP/1.1 200 OK\r\nConnection: close\r\n\
+                        blob_b.len()
+                    )?;
+                    conn.write_all(half)
+                })(),
+                "chunked" => (|| {
+                    write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nConnection: close\r\n\
                                  Transfer-Encoding: chunked\r\n\r\n{:x}\r\n",
-                                half.len()
-                            )?;
-                            conn.write_all(half)?;
-                            conn.write_all(b"\r\n0\r\n\r\n")
-                        })(),
-                        _ => whole(&mut conn, bin, &blob_b),
-                    }
-                } else if let Some((body, ct)) = objects.get(&key) {
-                    whole(&mut conn, ct, body)
-                } else {
-                    whole(&mut conn, "application/json", b"{}")
-                };
-            });
-        }
+                        half.len()
+                    )?;
+                    conn.write_all(half)?;
+                    conn.write_all(b"\r\n0\r\n\r\n")
+                })(),
+                _ => answer_whole(&mut conn, bin, &blob_b),
+            }
+        } else if let Some((body, ct)) = objects.get(&key) {
+            answer_whole(&mut conn, ct, body)
+        } else {
+            answer_whole(&mut conn, "application/json", b"{}")
+        };
     });
     StreamRegistry { host, ..reg }
 }
@@ -1702,85 +1682,69 @@ fn layered_registry() -> LayeredRegistry {
         objects.insert(format!("blobs/{}", sha(b)), b.clone());
     }
     let state: std::sync::Arc<(std::sync::Mutex<Layered>, std::sync::Condvar)> = Default::default();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let host = listener.local_addr().unwrap().to_string();
     let (bottom, top) = (layers[0].clone(), layers[2].clone());
     let shared = state.clone();
-    std::thread::spawn(move || {
-        let objects = std::sync::Arc::new(objects);
-        let swapped = std::sync::Arc::new(swapped);
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            let (objects, swapped, state) = (objects.clone(), swapped.clone(), shared.clone());
-            let (bottom, top) = (bottom.clone(), top.clone());
-            std::thread::spawn(move || {
-                let Some(path) = request_path(&conn) else {
-                    return;
-                };
-                let repo = path.split('/').nth(2).unwrap_or("").to_string();
-                let key = path.splitn(4, '/').nth(3).and_then(|k| k.split_once('/'));
-                let key = key.map_or("", |(_, k)| k).to_string();
-                let body: &[u8] = if key == format!("blobs/{top}") && repo == "swap" {
-                    &swapped
-                } else {
-                    objects.get(&key).map_or(&b"{}"[..], |b| &b[..])
-                };
-                let _ = write!(
-                    conn,
-                    "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-                    body.len()
-                );
-                if key == format!("blobs/{bottom}") {
-                    let half = body.len() / 2;
-                    if conn.write_all(&body[..half]).is_err() {
+    let host = loopback_registry(move |path, mut conn| {
+        let (repo, key) = repo_and_key(path);
+        let body: &[u8] = if key == format!("blobs/{top}") && repo == "swap" {
+            &swapped
+        } else {
+            objects.get(&key).map_or(&b"{}"[..], |b| &b[..])
+        };
+        let _ = write!(
+            conn,
+            "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        if key == format!("blobs/{bottom}") {
+            let half = body.len() / 2;
+            if conn.write_all(&body[..half]).is_err() {
+                return;
+            }
+            // Until the top layer was sent (but for a tampered
+            // one: its failure must stop this download), the
+            // client hangs up, or the deadline passes.
+            let wait_for_top = repo != "swap";
+            let _ = conn.set_read_timeout(Some(std::time::Duration::from_millis(50)));
+            let until = std::time::Instant::now() + LAYERED_DEADLINE;
+            while std::time::Instant::now() < until {
+                let (lock, cv) = &*shared;
+                let s = lock.lock().unwrap();
+                let (mut s, _) = cv
+                    .wait_timeout_while(s, std::time::Duration::from_millis(50), |s| {
+                        !(s.top_sent && wait_for_top)
+                    })
+                    .unwrap();
+                if s.top_sent && wait_for_top {
+                    s.bottom_overlapped = true;
+                    break;
+                }
+                drop(s);
+                match conn.read(&mut [0u8; 1]) {
+                    Ok(0) => {
+                        lock.lock().unwrap().bottom_cut = true;
+                        cv.notify_all();
                         return;
                     }
-                    // Until the top layer was sent (but for a tampered
-                    // one: its failure must stop this download), the
-                    // client hangs up, or the deadline passes.
-                    let wait_for_top = repo != "swap";
-                    let _ = conn.set_read_timeout(Some(std::time::Duration::from_millis(50)));
-                    let until = std::time::Instant::now() + LAYERED_DEADLINE;
-                    while std::time::Instant::now() < until {
-                        let (lock, cv) = &*state;
-                        let s = lock.lock().unwrap();
-                        let (mut s, _) = cv
-                            .wait_timeout_while(s, std::time::Duration::from_millis(50), |s| {
-                                !(s.top_sent && wait_for_top)
-                            })
-                            .unwrap();
-                        if s.top_sent && wait_for_top {
-                            s.bottom_overlapped = true;
-                            break;
-                        }
-                        drop(s);
-                        match conn.read(&mut [0u8; 1]) {
-                            Ok(0) => {
-                                lock.lock().unwrap().bottom_cut = true;
-                                cv.notify_all();
-                                return;
-                            }
-                            Err(e)
-                                if !matches!(
-                                    e.kind(),
-                                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                                ) =>
-                            {
-                                lock.lock().unwrap().bottom_cut = true;
-                                cv.notify_all();
-                                return;
-                            }
-                            _ => {}
-                        }
+                    Err(e)
+                        if !matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        lock.lock().unwrap().bottom_cut = true;
+                        cv.notify_all();
+                        return;
                     }
-                    let _ = conn.write_all(&body[half..]);
-                } else if conn.write_all(body).is_ok() && key == format!("blobs/{top}") {
-                    let _ = conn.flush();
-                    let (lock, cv) = &*state;
-                    lock.lock().unwrap().top_sent = true;
-                    cv.notify_all();
+                    _ => {}
                 }
-            });
+            }
+            let _ = conn.write_all(&body[half..]);
+        } else if conn.write_all(body).is_ok() && key == format!("blobs/{top}") {
+            let _ = conn.flush();
+            let (lock, cv) = &*shared;
+            lock.lock().unwrap().top_sent = true;
+            cv.notify_all();
         }
     });
     LayeredRegistry {
