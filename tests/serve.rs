@@ -560,7 +560,10 @@ fn a_request_is_served_by_a_process_forked_before_it() {
         });
         let comm =
             |pid: &Value| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        assert_eq!(comm(&json!(spare[0])), "hutch-spare\n");
+        // Named by itself once forked: wait for it, not for a moment.
+        wait_until(WAIT, "the spare to take its name", || {
+            comm(&json!(spare[0])) == "hutch-spare\n"
+        });
         let mut first = argv(
             1,
             &[
@@ -610,6 +613,231 @@ fn a_request_is_served_by_a_process_forked_before_it() {
             let now = children_of(server_pid);
             now.len() == 1 && now[0] != spare[0]
         });
+        assert!(s.close().success());
+        assert!(children_of(server_pid).is_empty());
+    }
+}
+
+/// Descriptor targets of `pid` (`/proc/PID/fd`), by number.
+fn fds_of(pid: &Value) -> Vec<(i32, String)> {
+    let mut fds: Vec<(i32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| {
+                let e = e.ok()?;
+                let n = e.file_name().to_str()?.parse().ok()?;
+                let to = std::fs::read_link(e.path()).ok()?;
+                Some((n, to.to_string_lossy().into_owned()))
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    fds.sort();
+    fds
+}
+
+/// The session loop's verbs (`session run`, `read`, `write`, ...) are
+/// served one after another by one resident process (docs/decisions/0007,
+/// "s8"), each exactly as a fresh process serves it: its own descriptors,
+/// stdin, environment, cwd and `--json` or not; between requests that
+/// process holds none of them. A second such request while one runs gets
+/// a process of its own; a cancelled one ends with its process, and the
+/// next request starts a new one.
+#[test]
+fn the_session_loop_is_served_by_one_resident_process() {
+    for who in identities() {
+        let dir = TempDir::new("serve-resident", who);
+        let src = dir.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        own_as(&src, who);
+        write_as(&src.join("a.txt"), "base\n", who);
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        own_as(&elsewhere, who);
+        let state = dir.path().join("state");
+        let st = state.to_str().unwrap().to_string();
+        let o = session_cli(who, &state, &["create", "--from", src.to_str().unwrap()]);
+        assert!(o.status.success(), "{o:?}");
+        let id = String::from_utf8(o.stdout).unwrap().trim().to_string();
+        let session = |n: u64, verb: &[&str], rest: &[&str]| {
+            let mut args: Vec<&str> = vec!["session", "--state-dir", &st];
+            args.extend_from_slice(verb);
+            args.push(&id);
+            args.extend_from_slice(rest);
+            argv(n, &args)
+        };
+        let mut s = Server::start(who, dir.path());
+        let server_pid = s.child.id() as i32;
+        // 1: --json, a report descriptor, the client's environment and cwd.
+        let mut first = session(
+            1,
+            &["--json", "run"],
+            &[
+                "--quiet",
+                "--result-fd",
+                "5",
+                "--",
+                "sh",
+                "-c",
+                "echo one; echo two > b.txt",
+            ],
+        );
+        first["report_fd"] = json!(5);
+        first["env"] = json!({"FROM_CLIENT": "yes"});
+        first["cwd"] = json!(elsewhere.to_str().unwrap());
+        s.send(&first);
+        let runner = s.next(|e| e["id"] == 1 && e["event"] == "started")["pid"].clone();
+        let (out, _, exit) = s.finish(1);
+        assert_eq!(out, "one\n", "{exit}");
+        assert_eq!(exit["code"], 0, "{exit}");
+        assert_eq!(exit["envelope"]["verb"], "session.run", "{exit}");
+        // Between requests it holds nothing of the last one: /dev/null on
+        // 0-2 and its channel only; the server's environment and cwd.
+        let fds = fds_of(&runner);
+        assert_eq!(fds.len(), 4, "{fds:?}");
+        for (n, to) in &fds[..3] {
+            assert_eq!((n, to.as_str()), (n, "/dev/null"), "{fds:?}");
+        }
+        assert!(
+            fds[3].0 >= 100 && fds[3].1.starts_with("socket:"),
+            "{fds:?}"
+        );
+        let environ = std::fs::read(format!("/proc/{runner}/environ")).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&environ).contains("FROM_CLIENT"),
+            "the request's environment stayed"
+        );
+        assert_eq!(
+            std::fs::read_link(format!("/proc/{runner}/cwd")).unwrap(),
+            std::fs::read_link(format!("/proc/{server_pid}/cwd")).unwrap()
+        );
+        // 2: `read` without --json: the same process, and no envelope.
+        s.send(&session(2, &["read"], &["b.txt"]));
+        let started = s.next(|e| e["id"] == 2 && e["event"] == "started");
+        assert_eq!(started["pid"], runner, "{started}");
+        let (out, err, exit) = s.finish(2);
+        assert_eq!(
+            (out.as_str(), &exit["code"]),
+            ("two\n", &json!(0)),
+            "{err} {exit}"
+        );
+        assert!(exit.get("envelope").is_none_or(Value::is_null), "{exit}");
+        // A write refused as too long leaves its input unread: never the
+        // next request's.
+        let mut long = session(30, &["write"], &["c.txt", "--max-bytes", "8"]);
+        long["stdin"] = json!(true);
+        s.send(&long);
+        assert_eq!(
+            s.next(|e| e["id"] == 30 && e["event"] == "started")["pid"],
+            runner
+        );
+        s.send(&json!({"id": 30, "verb": "stdin", "data": "eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHh4Cg==", "eof": true}));
+        let (_, err, exit) = s.finish(30);
+        assert_ne!(exit["code"], 0, "{err} {exit}");
+        // 3: `write` from the request's stdin, then `run` reads it back.
+        let mut write = session(3, &["write"], &["c.txt"]);
+        write["stdin"] = json!(true);
+        s.send(&write);
+        assert_eq!(
+            s.next(|e| e["id"] == 3 && e["event"] == "started")["pid"],
+            runner
+        );
+        s.send(&json!({"id": 3, "verb": "stdin", "data": "dGhyZWUK", "eof": true}));
+        let (_, err, exit) = s.finish(3);
+        assert_eq!(exit["code"], 0, "{err} {exit}");
+        // 4 runs; 5, sent meanwhile, gets its own process.
+        s.send(&session(
+            4,
+            &["run"],
+            &["--quiet", "--", "sh", "-c", "echo ready; exec sleep 9374"],
+        ));
+        assert_eq!(
+            s.next(|e| e["id"] == 4 && e["event"] == "started")["pid"],
+            runner
+        );
+        s.stdout_until(4, "ready");
+        s.send(&argv(
+            5,
+            &[
+                "session",
+                "--state-dir",
+                &st,
+                "--wait",
+                "read",
+                &id,
+                "c.txt",
+            ],
+        ));
+        let fifth = s.next(|e| e["id"] == 5 && e["event"] == "started");
+        assert_ne!(fifth["pid"], runner, "{fifth}");
+        // Killed: the request ends with its process, the next request
+        // starts a new one.
+        s.send(&json!({"id": 4, "verb": "signal", "signal": "KILL"}));
+        let (_, _, exit) = s.finish(4);
+        assert_eq!(exit["signal"], "KILL", "{exit}");
+        let (out, err, exit) = s.finish(5);
+        assert_eq!(
+            (out.as_str(), &exit["code"]),
+            ("three\n", &json!(0)),
+            "{err} {exit}"
+        );
+        s.send(&session(
+            6,
+            &["run"],
+            &["--quiet", "--", "cat", "c.txt", "b.txt"],
+        ));
+        let sixth = s.next(|e| e["id"] == 6 && e["event"] == "started");
+        assert_ne!(sixth["pid"], runner, "{sixth}");
+        let (out, err, exit) = s.finish(6);
+        assert_eq!(
+            (out.as_str(), &exit["code"]),
+            ("three\ntwo\n", &json!(0)),
+            "{err} {exit}"
+        );
+        // An error is a request's end like any other; the process stays.
+        let mut seventh = argv(
+            7,
+            &[
+                "session",
+                "--state-dir",
+                &st,
+                "--json",
+                "read",
+                &id,
+                "nope.txt",
+            ],
+        );
+        seventh["json_stdout"] = json!(true);
+        s.send(&seventh);
+        assert_eq!(
+            s.next(|e| e["id"] == 7 && e["event"] == "started")["pid"],
+            sixth["pid"]
+        );
+        let (_, err, exit) = s.finish(7);
+        assert_ne!(exit["code"], 0, "{exit}");
+        assert_eq!(exit["envelope"]["verb"], "session.read", "{err} {exit}");
+        assert_eq!(exit["envelope"]["ok"], false, "{exit}");
+        // Cancelled, a session command ends its sandbox and reports
+        // (TERM is forwarded to it): the process stays for the next.
+        s.send(&session(
+            8,
+            &["run"],
+            &["--quiet", "--", "sh", "-c", "echo ready; exec sleep 9374"],
+        ));
+        assert_eq!(
+            s.next(|e| e["id"] == 8 && e["event"] == "started")["pid"],
+            sixth["pid"]
+        );
+        s.stdout_until(8, "ready");
+        s.send(&json!({"id": 8, "verb": "cancel"}));
+        let (_, _, exit) = s.finish(8);
+        assert_eq!(exit["cancelled"], true, "{exit}");
+        s.send(&session(9, &["run"], &["--quiet", "--", "cat", "c.txt"]));
+        let (out, err, exit) = s.finish(9);
+        assert_eq!(
+            (out.as_str(), &exit["code"]),
+            ("three\n", &json!(0)),
+            "{err} {exit}"
+        );
         assert!(s.close().success());
         assert!(children_of(server_pid).is_empty());
     }

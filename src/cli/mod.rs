@@ -78,6 +78,13 @@ pub fn main(args: Vec<OsString>) -> i32 {
     }
 }
 
+/// Clear the per-process flags the CLI's verbs set while they run, so that
+/// [`main`] can run again in the same process (`hutch serve`'s resident
+/// request process, which runs only `session` verbs).
+pub(crate) fn reset_process_flags() {
+    session::reset_process_flags();
+}
+
 /// `hutch version [--json]`.
 fn version(args: &[OsString]) -> i32 {
     match args.first().and_then(|a| a.to_str()) {

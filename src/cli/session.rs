@@ -5,7 +5,7 @@ use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result, bail};
@@ -345,11 +345,21 @@ fn is_stdout_closed(e: &anyhow::Error) -> bool {
 static JSON: AtomicBool = AtomicBool::new(false);
 
 /// The verb being run (`create`, ...), for the error document.
-static VERB: OnceLock<String> = OnceLock::new();
+static VERB: Mutex<Option<String>> = Mutex::new(None);
 
 /// The failure already went to the status stream (`run --json`), so
 /// stdout, which carries the command's output, gets no document.
 static REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// Clear the flags above, for a process that runs [`main`] again
+/// (`hutch serve`'s resident request process).
+pub(crate) fn reset_process_flags() {
+    JSON.store(false, Ordering::Relaxed);
+    REPORTED.store(false, Ordering::Relaxed);
+    if let Ok(mut verb) = VERB.lock() {
+        *verb = None;
+    }
+}
 
 fn json_mode() -> bool {
     JSON.load(Ordering::Relaxed)
@@ -369,7 +379,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
             eprintln!("hutch session: {e:#}");
             if json_mode() && !REPORTED.load(Ordering::Relaxed) {
                 let verb = VERB
-                    .get()
+                    .lock()
+                    .ok()
+                    .and_then(|v| v.clone())
                     .map_or("session".to_string(), |v| format!("session.{v}"));
                 // Untyped errors of this front end are about its arguments.
                 let m = MachineError::classify_or(&e, ErrorKind::Usage);
@@ -447,7 +459,9 @@ fn run(args: Vec<OsString>) -> Result<i32> {
             None => bail!("unknown command {arg:?}\n{USAGE}"),
         }
     };
-    let _ = VERB.set(command.clone());
+    if let Ok(mut verb) = VERB.lock() {
+        *verb = Some(command.clone());
+    }
     // Global options may also follow the command.
     let mut rest = Vec::new();
     while let Some(arg) = a.next() {

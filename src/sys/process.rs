@@ -515,6 +515,12 @@ pub mod raw {
         ret(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } as libc::c_long).map(drop)
     }
 
+    /// Set FD_CLOEXEC on `fd` (an fd a dup2 made inheritable again).
+    pub fn set_cloexec(fd: RawFd) -> Result<(), Errno> {
+        // SAFETY: F_SETFD with an integer flag word on any integer fd.
+        ret(unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } as libc::c_long).map(drop)
+    }
+
     pub fn fd_is_open(fd: RawFd) -> bool {
         // SAFETY: F_GETFD on any integer is harmless.
         unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
@@ -631,6 +637,36 @@ pub fn set_env_single_threaded(changes: &[(String, Option<String>)]) -> Result<(
                 Some(v) => std::env::set_var(name, v),
                 None => std::env::remove_var(name),
             }
+        }
+    }
+    Ok(())
+}
+
+/// Make the environment exactly `env` again (a snapshot of
+/// [`std::env::vars_os`]), in a process that knows it is single-threaded
+/// (checked here): the resident `hutch serve` request process between
+/// requests.
+pub fn restore_env_single_threaded(
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+) -> Result<(), SysError> {
+    let threads = super::thread_count();
+    if threads != 1 {
+        return Err(SysError::new(
+            format!("setenv ({threads} threads; needs exactly one)"),
+            Errno::EAGAIN,
+        ));
+    }
+    let now: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+    for (name, value) in &now {
+        if !env.iter().any(|(n, v)| n == name && v == value) {
+            // SAFETY: the process has exactly one thread (checked above).
+            unsafe { std::env::remove_var(name) };
+        }
+    }
+    for (name, value) in env {
+        if std::env::var_os(name).as_ref() != Some(value) {
+            // SAFETY: the process has exactly one thread (checked above).
+            unsafe { std::env::set_var(name, value) };
         }
     }
     Ok(())
@@ -808,10 +844,15 @@ pub fn kernel_release() -> String {
 /// A close-on-exec duplicate of fd number `fd` (numbered 3 or above, so it
 /// never lands on a stdio slot).
 pub fn dup_fd(fd: RawFd) -> Result<OwnedFd, SysError> {
+    dup_fd_from(fd, 3)
+}
+
+/// A close-on-exec duplicate of fd number `fd`, numbered `min` or above.
+pub fn dup_fd_from(fd: RawFd, min: RawFd) -> Result<OwnedFd, SysError> {
     // SAFETY: fcntl with F_DUPFD_CLOEXEC only reads its integer arguments.
-    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, min) };
     super::check(new as libc::c_long, || {
-        format!("fcntl({fd}, F_DUPFD_CLOEXEC, 3)")
+        format!("fcntl({fd}, F_DUPFD_CLOEXEC, {min})")
     })?;
     // SAFETY: F_DUPFD_CLOEXEC returned a new fd that nobody else owns.
     Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(new) })

@@ -372,6 +372,18 @@ impl InFlight {
         self.kill_at = Some(Instant::now() + grace);
     }
 
+    /// The resident process said this request is done with `code` (it
+    /// stays, so there is nothing to reap): as [`InFlight::reap`] after an
+    /// exit with that code.
+    pub(super) fn finished_by_runner(&mut self, code: i32) {
+        self.ended = Some(Ended {
+            code: Some(code),
+            signal: None,
+            cancelled: self.cancelled,
+        });
+        self.after_end(DRAIN);
+    }
+
     /// The process exited (its pidfd is readable): reap it.
     pub(super) fn reap(&mut self, drain: Duration) {
         match raw::waitpid(self.pid, libc::WNOHANG) {
@@ -391,11 +403,22 @@ impl InFlight {
                 })
             }
         }
+        self.after_end(drain);
+    }
+
+    /// Its process is over (or, resident, done with it): no more signals
+    /// or stdin; its outputs are read to their end or for `drain` at most.
+    fn after_end(&mut self, drain: Duration) {
         self.pidfd = None;
         self.kill_at = None;
         self.pipes.stdin = None;
         self.stdin_pending = Vec::new();
         self.drain_until = Some(Instant::now() + drain.min(DRAIN));
+    }
+
+    /// Ended (its exit event waits only for its outputs).
+    pub(super) fn ended(&self) -> bool {
+        self.ended.is_some()
     }
 
     pub(super) fn on_deadline(&mut self, now: Instant) {

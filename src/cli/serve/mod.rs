@@ -13,6 +13,7 @@
 mod child;
 mod inflight;
 mod protocol;
+mod runner;
 mod spare;
 mod terminal;
 
@@ -68,6 +69,10 @@ enum Slot {
     Out(usize, Stream),
     StdinPipe(usize),
     Exited(usize),
+    /// The resident process's channel, while it runs a request.
+    RunnerDone,
+    /// The resident process's pidfd, while it waits for one.
+    RunnerGone,
 }
 
 struct Server {
@@ -85,6 +90,9 @@ struct Server {
     /// The next request's process, forked ahead while none runs
     /// ([`spare`]).
     spare: Option<spare::Spare>,
+    /// The process that serves the session loop's verbs one after another
+    /// ([`runner`]), once the first such request made one.
+    runner: Option<runner::Runner>,
 }
 
 impl Server {
@@ -99,6 +107,7 @@ impl Server {
             by_key: HashMap::new(),
             server_pid: std::process::id(),
             spare: None,
+            runner: None,
         }
     }
 
@@ -119,6 +128,7 @@ impl Server {
         loop {
             if self.input.is_none() && self.requests.is_empty() {
                 self.spare = None;
+                self.runner = None;
                 return;
             }
             // Forked while nothing runs, so the fork is on no request's
@@ -149,7 +159,9 @@ impl Server {
                         }
                     }
                     Slot::StdinPipe(i) => self.requests[i].write_stdin(),
-                    Slot::Exited(i) => self.requests[i].reap(GRACE),
+                    Slot::Exited(i) => self.reap(i),
+                    Slot::RunnerDone => self.runner_done(),
+                    Slot::RunnerGone => self.runner = None,
                 }
             }
             self.deadlines();
@@ -179,6 +191,15 @@ impl Server {
             if let Some(fd) = r.pidfd() {
                 slots.push(Slot::Exited(i));
                 fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            }
+        }
+        if let Some(r) = &self.runner {
+            if r.busy().is_some() {
+                slots.push(Slot::RunnerDone);
+                fds.push(PollFd::new(r.channel(), PollFlags::POLLIN));
+            } else {
+                slots.push(Slot::RunnerGone);
+                fds.push(PollFd::new(r.pidfd(), PollFlags::POLLIN));
             }
         }
         let now = Instant::now();
@@ -326,7 +347,7 @@ impl Server {
                     cwd,
                     env,
                 };
-                match self.spawn(id.clone(), spec) {
+                match self.spawn(id.clone(), &key, spec) {
                     Ok(r) => {
                         let pid = r.pid();
                         self.by_key.insert(key, self.requests.len());
@@ -384,19 +405,51 @@ impl Server {
         self.by_key.get(&protocol::key(id)).copied()
     }
 
-    /// The request's process: the spare (see [`spare`]), else a fork
-    /// (see [`child`]).
+    /// The request's process: the resident one for the session loop's
+    /// verbs when it is free (see [`runner`]), else the spare (see
+    /// [`spare`]; it becomes the resident one for such a verb when there is
+    /// none), else a fork (see [`child`]).
     fn spawn(
         &mut self,
         id: Value,
+        key: &str,
         spec: inflight::Spawn,
     ) -> Result<InFlight, crate::sys::SysError> {
         let (parent, child_fds) = inflight::Pipes::new(&spec)?;
+        let resident = runner::is_resident(&spec.argv, spec.pty.is_some());
+        if resident
+            && let Some(r) = &mut self.runner
+            && r.busy().is_none()
+        {
+            let handed = r.pidfd_copy().and_then(|pidfd| {
+                r.hand(key.to_string(), &spec.argv, &spec.env, spec.cwd.as_deref(), &child_fds)
+                    .map(|()| pidfd)
+            });
+            match handed {
+                Ok(pidfd) => {
+                    drop(child_fds);
+                    return Ok(InFlight::new(id, r.pid(), pidfd, parent, spec.json_stdout));
+                }
+                // Gone (or its channel broke): start the request
+                // otherwise, and a new resident process with it.
+                Err(_) => self.runner = None,
+            }
+        }
+        let resident = resident && self.runner.is_none();
         if let Some(spare) = self.spare.take()
-            && let Ok((pid, pidfd)) =
-                spare.hand(&spec.argv, &spec.env, spec.cwd.as_deref(), &child_fds)
+            && let Ok((pid, pidfd, channel)) = spare.hand(
+                &spec.argv,
+                &spec.env,
+                spec.cwd.as_deref(),
+                &child_fds,
+                resident,
+            )
         {
             drop(child_fds);
+            if resident {
+                let ours = crate::sys::dup_fd(std::os::fd::AsRawFd::as_raw_fd(&pidfd))?;
+                self.runner = Some(runner::Runner::from_spare(pid, ours, channel, key.to_string()));
+            }
             return Ok(InFlight::new(id, pid, pidfd, parent, spec.json_stdout));
         }
         match crate::sys::fork_single_threaded()? {
@@ -417,10 +470,45 @@ impl Server {
         }
     }
 
+    /// Request `i`'s process exited: reap it. When it was the resident
+    /// process (it died running the request), that status was its last.
+    fn reap(&mut self, i: usize) {
+        self.requests[i].reap(GRACE);
+        if self.requests[i].ended() {
+            let key = protocol::key(self.requests[i].id());
+            if let Some(r) = self.runner.take_if(|r| r.busy() == Some(key.as_str())) {
+                r.reaped();
+            }
+        }
+    }
+
+    /// The resident process said `done` (or closed its channel: it is
+    /// exiting, and the request it ran ends by its pidfd).
+    fn runner_done(&mut self) {
+        let Some(r) = &mut self.runner else { return };
+        let Some(key) = r.busy().map(str::to_string) else {
+            return;
+        };
+        match r.read_done() {
+            Some(code) => {
+                if let Some(&i) = self.by_key.get(&key) {
+                    self.requests[i].finished_by_runner(code);
+                }
+            }
+            None => {
+                // Exiting: its pidfd (the request's copy) says when.
+                if let Some(&i) = self.by_key.get(&key) {
+                    self.reap(i);
+                }
+            }
+        }
+    }
+
     /// The client left: every request still running gets TERM, then KILL
     /// after the grace.
     fn shutdown(&mut self) {
         self.spare = None;
+        self.runner.take_if(|r| r.busy().is_none());
         for r in &mut self.requests {
             r.cancel(GRACE);
         }
@@ -464,6 +552,12 @@ impl Server {
     fn reap_all_now(&mut self) {
         for r in &mut self.requests {
             r.kill_and_reap();
+        }
+        // A busy resident process was one of them (killed and reaped).
+        if let Some(r) = self.runner.take()
+            && r.busy().is_some()
+        {
+            r.reaped();
         }
         self.requests.clear();
     }

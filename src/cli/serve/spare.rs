@@ -25,14 +25,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::sys::{Forked, SysError, raw};
 
-/// What the spare gets besides the descriptors.
+/// What the spare (or the resident process) gets besides the descriptors.
 #[derive(Serialize, Deserialize)]
-struct Handed {
-    argv: Vec<String>,
-    env: Vec<(String, Option<String>)>,
-    cwd: Option<String>,
+pub(super) struct Handed {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, Option<String>)>,
+    pub cwd: Option<String>,
     /// The number each descriptor sent along gets, in order.
-    to: Vec<RawFd>,
+    pub to: Vec<RawFd>,
+    /// Stay after this request and serve the next resident ones
+    /// ([`super::runner`]).
+    #[serde(default)]
+    pub resident: bool,
 }
 
 /// The process name (`comm`) of a spare while it waits.
@@ -64,33 +68,52 @@ impl Spare {
         }
     }
 
-    /// Hand it a request; its pid and pidfd, now the request's process.
-    /// On failure (the spare died) the caller forks instead.
+    /// Hand it a request; its pid and pidfd, now the request's process,
+    /// and its channel (which a `resident` one keeps using: it becomes the
+    /// [`super::runner`]). On failure (the spare died) the caller forks
+    /// instead.
     pub(super) fn hand(
         mut self,
         argv: &[String],
         env: &[(String, Option<String>)],
         cwd: Option<&str>,
         fds: &[(OwnedFd, RawFd)],
-    ) -> Result<(libc::pid_t, OwnedFd), SysError> {
-        let handed = Handed {
-            argv: argv.to_vec(),
-            env: env.to_vec(),
-            cwd: cwd.map(str::to_string),
-            to: fds.iter().map(|(_, n)| *n).collect(),
-        };
-        let body = serde_json::to_vec(&handed).expect("a request serializes");
-        let mut msg = Vec::with_capacity(4 + body.len());
-        msg.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        msg.extend_from_slice(&body);
-        let borrowed: Vec<_> = fds.iter().map(|(fd, _)| fd.as_fd()).collect();
-        let sent = crate::sys::socket::send_stream(self.channel.as_fd(), &msg, &borrowed)?;
-        (&self.channel)
-            .write_all(&msg[sent..])
-            .map_err(|e| crate::sys::io_err("write(spare)".into(), e))?;
+        resident: bool,
+    ) -> Result<(libc::pid_t, OwnedFd, UnixStream), SysError> {
+        send_request(&self.channel, argv, env, cwd, fds, resident)?;
         let pidfd = self.pidfd.take().expect("an unhanded spare has its pidfd");
-        Ok((self.pid, pidfd))
+        let channel = self.channel.try_clone().map_err(|e| crate::sys::io_err("dup(spare channel)".into(), e))?;
+        Ok((self.pid, pidfd, channel))
     }
+}
+
+/// Send one request (length-prefixed JSON, the descriptors by
+/// `SCM_RIGHTS`) on a spare's or the resident process's channel.
+pub(super) fn send_request(
+    channel: &UnixStream,
+    argv: &[String],
+    env: &[(String, Option<String>)],
+    cwd: Option<&str>,
+    fds: &[(OwnedFd, RawFd)],
+    resident: bool,
+) -> Result<(), SysError> {
+    let handed = Handed {
+        argv: argv.to_vec(),
+        env: env.to_vec(),
+        cwd: cwd.map(str::to_string),
+        to: fds.iter().map(|(_, n)| *n).collect(),
+        resident,
+    };
+    let body = serde_json::to_vec(&handed).expect("a request serializes");
+    let mut msg = Vec::with_capacity(4 + body.len());
+    msg.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    msg.extend_from_slice(&body);
+    let borrowed: Vec<_> = fds.iter().map(|(fd, _)| fd.as_fd()).collect();
+    let sent = crate::sys::socket::send_stream(channel.as_fd(), &msg, &borrowed)?;
+    let mut writer = channel;
+    writer
+        .write_all(&msg[sent..])
+        .map_err(|e| crate::sys::io_err("write(spare)".into(), e))
 }
 
 impl Drop for Spare {
@@ -129,6 +152,9 @@ fn wait_for_request(channel: UnixStream, server_pid: u32) -> ! {
     if let Some(name) = name {
         let _ = nix::sys::prctl::set_name(&name);
     }
+    if handed.resident {
+        super::runner::serve(channel, handed, fds, server_pid)
+    }
     drop(channel);
     if handed.to.len() != fds.len() {
         raw::exit_now(125);
@@ -143,7 +169,7 @@ fn wait_for_request(channel: UnixStream, server_pid: u32) -> ! {
 }
 
 /// The request (None at the end of the stream or on a malformed one).
-fn receive(channel: &UnixStream) -> Option<(Handed, Vec<OwnedFd>)> {
+pub(super) fn receive(channel: &UnixStream) -> Option<(Handed, Vec<OwnedFd>)> {
     let mut data = Vec::new();
     let mut fds = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
