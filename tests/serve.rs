@@ -691,14 +691,20 @@ fn the_session_loop_is_served_by_one_resident_process() {
         assert_eq!(exit["code"], 0, "{exit}");
         assert_eq!(exit["envelope"]["verb"], "session.run", "{exit}");
         // Between requests it holds nothing of the last one: /dev/null on
-        // 0-2 and its channel only; the server's environment and cwd.
+        // 0-2, its channel and the server's cwd only; the server's
+        // environment and cwd.
+        let server_cwd = std::fs::read_link(format!("/proc/{server_pid}/cwd")).unwrap();
         let fds = fds_of(&runner);
-        assert_eq!(fds.len(), 4, "{fds:?}");
+        assert_eq!(fds.len(), 5, "{fds:?}");
         for (n, to) in &fds[..3] {
             assert_eq!((n, to.as_str()), (n, "/dev/null"), "{fds:?}");
         }
         assert!(
             fds[3].0 >= 100 && fds[3].1.starts_with("socket:"),
+            "{fds:?}"
+        );
+        assert!(
+            fds[4].0 > 100 && fds[4].1 == server_cwd.to_str().unwrap(),
             "{fds:?}"
         );
         let environ = std::fs::read(format!("/proc/{runner}/environ")).unwrap();
@@ -708,7 +714,7 @@ fn the_session_loop_is_served_by_one_resident_process() {
         );
         assert_eq!(
             std::fs::read_link(format!("/proc/{runner}/cwd")).unwrap(),
-            std::fs::read_link(format!("/proc/{server_pid}/cwd")).unwrap()
+            server_cwd
         );
         // 2: `read` without --json: the same process, and no envelope.
         s.send(&session(2, &["read"], &["b.txt"]));

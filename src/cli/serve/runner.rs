@@ -36,9 +36,9 @@ use crate::sys::{SysError, raw};
 /// one starts): bounds whatever a request leaves in its heap.
 const MAX_REQUESTS: u64 = 10_000;
 
-/// Lowest descriptor number the channel moves to in the resident process:
-/// above every number a request's descriptors may take
-/// ([`super::protocol::REPORT_FD_RANGE`]).
+/// Lowest descriptor number the channel (and the server's cwd) move to in
+/// the resident process: above every number a request's descriptors may
+/// take ([`super::protocol::REPORT_FD_RANGE`]).
 const CHANNEL_FD_MIN: RawFd = 100;
 
 /// The session subcommands served by the resident process. Each runs the
@@ -183,23 +183,31 @@ pub(super) fn serve(
         Err(_) => raw::exit_now(125),
     };
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let cwd = std::env::current_dir().ok();
+    // The server's cwd, held open: it can be gone back to even if it was
+    // removed since (or a request's cwd shadows its path).
+    let cwd = match std::fs::File::open(".")
+        .map_err(|e| crate::sys::io_err("open(.)".into(), e))
+        .and_then(|d| crate::sys::dup_fd_from(d.as_raw_fd(), CHANNEL_FD_MIN))
+    {
+        Ok(d) => d,
+        Err(_) => raw::exit_now(125),
+    };
     let mut next = Some((first, fds));
     let mut served = 0u64;
     while let Some((handed, fds)) = next.take() {
         if handed.to.len() != fds.len() {
             raw::exit_now(125);
         }
-        let code = run_one(&channel, handed, fds, server_pid);
+        let code = run_one(&channel, cwd.as_fd(), handed, fds, server_pid);
         served += 1;
         // The request's descriptors go before `done`, so the server sees
         // the end of its streams with it; the rest of the reset is off the
         // request's path, before the next one is read.
-        let released = release_fds(&channel);
+        let released = release_fds(&channel, cwd.as_fd());
         if raw::write_all(channel.as_fd(), &code.to_le_bytes()).is_err() {
             raw::exit_now(0);
         }
-        if !released || !reset(&env, cwd.as_deref()) || served >= MAX_REQUESTS {
+        if !released || !reset(&env, cwd.as_fd()) || served >= MAX_REQUESTS {
             raw::exit_now(0);
         }
         next = super::spare::receive(&channel);
@@ -211,6 +219,7 @@ pub(super) fn serve(
 /// One request, as [`super::child::run`] runs it (without exiting).
 fn run_one(
     channel: &UnixStream,
+    cwd: BorrowedFd<'_>,
     handed: super::spare::Handed,
     fds: Vec<OwnedFd>,
     server_pid: u32,
@@ -221,7 +230,11 @@ fn run_one(
     let mut placed: Vec<(BorrowedFd<'_>, RawFd)> =
         fds.iter().map(AsFd::as_fd).zip(handed.to).collect();
     placed.push((channel.as_fd(), channel.as_raw_fd()));
-    if raw::place_fds(&placed).is_err() || raw::set_cloexec(channel.as_raw_fd()).is_err() {
+    placed.push((cwd, cwd.as_raw_fd()));
+    if raw::place_fds(&placed).is_err()
+        || raw::set_cloexec(channel.as_raw_fd()).is_err()
+        || raw::set_cloexec(cwd.as_raw_fd()).is_err()
+    {
         // Neither the request's stdio nor the server's can be trusted to
         // say it: the request ends with this process.
         raw::exit_now(125);
@@ -251,9 +264,10 @@ fn run_one(
     code
 }
 
-/// `/dev/null` on 0, 1 and 2 and no other descriptor but the channel.
-/// False when that failed (then the process exits after its `done`).
-fn release_fds(channel: &UnixStream) -> bool {
+/// `/dev/null` on 0, 1 and 2 and no other descriptor but the channel (and
+/// `cwd`, the server's). False when that failed (then the process exits
+/// after its `done`).
+fn release_fds(channel: &UnixStream, cwd: BorrowedFd<'_>) -> bool {
     let Ok(null) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -267,8 +281,12 @@ fn release_fds(channel: &UnixStream) -> bool {
         (null.as_fd(), 1),
         (null.as_fd(), 2),
         (channel.as_fd(), channel.as_raw_fd()),
+        (cwd, cwd.as_raw_fd()),
     ];
-    if raw::place_fds(&placed).is_err() || raw::set_cloexec(channel.as_raw_fd()).is_err() {
+    if raw::place_fds(&placed).is_err()
+        || raw::set_cloexec(channel.as_raw_fd()).is_err()
+        || raw::set_cloexec(cwd.as_raw_fd()).is_err()
+    {
         return false;
     }
     // place_fds closed `null`'s own number: forget it, not close it twice.
@@ -279,7 +297,7 @@ fn release_fds(channel: &UnixStream) -> bool {
 /// The rest of the way back between requests: the server's environment
 /// and cwd, the CLI's per-process flags cleared, one thread and no signal
 /// blocked. False when the process cannot be made clean (then it exits).
-fn reset(env: &[(OsString, OsString)], cwd: Option<&std::path::Path>) -> bool {
+fn reset(env: &[(OsString, OsString)], cwd: BorrowedFd<'_>) -> bool {
     crate::cli::reset_process_flags();
     // What the last request's stdin had buffered and its verb left unread
     // (`session write` refusing a too-long input stops reading): never
@@ -297,7 +315,7 @@ fn reset(env: &[(OsString, OsString)], cwd: Option<&std::path::Path>) -> bool {
     }
     drop(stdin);
     let env_ok = crate::sys::restore_env_single_threaded(env).is_ok();
-    let cwd_ok = cwd.is_none_or(|d| std::env::set_current_dir(d).is_ok());
+    let cwd_ok = crate::sys::fchdir(cwd).is_ok();
     // A launch blocks the signals it forwards while it runs and restores
     // the mask when done: one left blocked would be a request's leftover.
     let mask_clear = nix::sys::signal::SigSet::thread_get_mask()
