@@ -200,6 +200,10 @@ def test_files_commands_and_limits(work: Path, state_dir: Path) -> None:
             s.read("dir/new.bin", max_bytes=2)
         with pytest.raises(hutch.TooLarge):
             s.write("big", b"x" * 100, max_bytes=10)
+        # The refused input, left unread, is not the next write's (calls
+        # are served one after another by one process of the server).
+        assert s.write("small", b"ok\n") == 3
+        assert s.read("small") == b"ok\n"
         with pytest.raises(hutch.UsageError, match="does not exist"):
             s.read("missing.txt")
         with pytest.raises(hutch.UsageError, match=r"\.\."):
