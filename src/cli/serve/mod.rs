@@ -194,10 +194,10 @@ impl Server {
             }
         }
         if let Some(r) = &self.runner {
-            if r.busy().is_some() {
+            if r.busy().is_some() && !r.closed() {
                 slots.push(Slot::RunnerDone);
                 fds.push(PollFd::new(r.channel(), PollFlags::POLLIN));
-            } else {
+            } else if r.busy().is_none() {
                 slots.push(Slot::RunnerGone);
                 fds.push(PollFd::new(r.pidfd(), PollFlags::POLLIN));
             }
@@ -473,6 +473,17 @@ impl Server {
     /// Request `i`'s process exited: reap it. When it was the resident
     /// process (it died running the request), that status was its last.
     fn reap(&mut self, i: usize) {
+        let key = protocol::key(self.requests[i].id());
+        if let Some(r) = &mut self.runner
+            && r.busy() == Some(key.as_str())
+        {
+            // It may have said `done` before it exited: that is the
+            // request's end.
+            if let Some(code) = r.read_done() {
+                self.requests[i].finished_by_runner(code);
+                return;
+            }
+        }
         self.requests[i].reap(GRACE);
         if self.requests[i].ended() {
             let key = protocol::key(self.requests[i].id());
@@ -489,18 +500,12 @@ impl Server {
         let Some(key) = r.busy().map(str::to_string) else {
             return;
         };
-        match r.read_done() {
-            Some(code) => {
-                if let Some(&i) = self.by_key.get(&key) {
-                    self.requests[i].finished_by_runner(code);
-                }
-            }
-            None => {
-                // Exiting: its pidfd (the request's copy) says when.
-                if let Some(&i) = self.by_key.get(&key) {
-                    self.reap(i);
-                }
-            }
+        // Without a `done` (its channel ended: it is exiting) the request
+        // ends by its pidfd (the request's copy), reaped then.
+        if let Some(code) = r.read_done()
+            && let Some(&i) = self.by_key.get(&key)
+        {
+            self.requests[i].finished_by_runner(code);
         }
     }
 

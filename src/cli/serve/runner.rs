@@ -84,6 +84,8 @@ pub(super) struct Runner {
     /// Its status was collected by the request it ran (it died running
     /// it): nothing left to wait for.
     reaped: bool,
+    /// Its channel ended without a `done` (it is exiting).
+    closed: bool,
 }
 
 impl Runner {
@@ -100,7 +102,13 @@ impl Runner {
             channel,
             busy: Some(key),
             reaped: false,
+            closed: false,
         }
+    }
+
+    /// Its channel ended without a `done`: nothing more to read there.
+    pub(super) fn closed(&self) -> bool {
+        self.closed
     }
 
     pub(super) fn pid(&self) -> libc::pid_t {
@@ -141,12 +149,23 @@ impl Runner {
         Ok(())
     }
 
-    /// Read its `done` after a request: the exit code, and it is idle
-    /// again. None when it closed its channel (it is exiting: drop it).
+    /// Read its `done` after a request, without waiting: the exit code,
+    /// and it is idle again. None when there is none (yet), or its channel
+    /// ended (it is exiting; [`Runner::closed`] then).
     pub(super) fn read_done(&mut self) -> Option<i32> {
+        if self.closed {
+            return None;
+        }
         let mut buf = [0u8; 4];
-        let n = raw::read(self.channel.as_fd(), &mut buf).unwrap_or(0);
+        // Never a blocking read: a process it forked could hold its end
+        // of the channel open after it died.
+        let n = match raw::recv_now(self.channel.as_fd(), &mut buf) {
+            Ok(n) => n,
+            Err(crate::sys::Errno::EAGAIN | crate::sys::Errno::EINTR) => return None,
+            Err(_) => 0,
+        };
         if n != 4 {
+            self.closed = true;
             return None;
         }
         self.busy = None;
@@ -204,11 +223,13 @@ pub(super) fn serve(
         // the end of its streams with it; the rest of the reset is off the
         // request's path, before the next one is read.
         let released = release_fds(&channel, cwd.as_fd());
+        // Exiting, it exits with the request's code: the request's end is
+        // the same whether the server reads this `done` or reaps it first.
         if raw::write_all(channel.as_fd(), &code.to_le_bytes()).is_err() {
-            raw::exit_now(0);
+            raw::exit_now(code);
         }
         if !released || !reset(&env, cwd.as_fd()) || served >= MAX_REQUESTS {
-            raw::exit_now(0);
+            raw::exit_now(code);
         }
         next = super::spare::receive(&channel);
     }
