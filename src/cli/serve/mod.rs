@@ -1,14 +1,16 @@
 //! `hutch serve`: one long-lived hutch per client, speaking JSON lines on
 //! its stdin/stdout (docs/machine.md, "hutch serve"; the choice of a
-//! forking server: docs/decisions/serve.md).
+//! forking server: docs/decisions/0007-serve-fork-per-request.md).
 //!
 //! The server is one thread and one poll loop. Each `argv` request is a
 //! fork of the server running the CLI's entry point on its pipes
 //! ([`child`]): every verb, with the CLI's exact behaviour, envelope and
 //! exit status, without paying an execve, the dynamic loader or Python's
 //! fork per call. The server stays single-threaded so a fork is always
-//! sound. It ends when its stdin closes: what it started is ended (TERM,
-//! then KILL after a grace) and reaped first.
+//! sound. The session loop's verbs go to one resident request process
+//! instead, which serves them one after another ([`runner`]). It ends when
+//! its stdin closes: what it started is ended (TERM, then KILL after a
+//! grace) and reaped first.
 
 mod child;
 mod inflight;
