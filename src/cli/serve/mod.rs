@@ -13,6 +13,7 @@
 //! grace) and reaped first.
 
 mod child;
+mod handoff;
 mod inflight;
 mod protocol;
 mod runner;

@@ -144,7 +144,7 @@ impl Runner {
         cwd: Option<&str>,
         fds: &[(OwnedFd, RawFd)],
     ) -> Result<(), SysError> {
-        super::spare::send_request(&self.channel, argv, env, cwd, fds, true)?;
+        super::handoff::send_request(&self.channel, argv, env, cwd, fds, true)?;
         self.busy = Some(key);
         Ok(())
     }
@@ -193,7 +193,7 @@ impl Drop for Runner {
 /// request); never returns.
 pub(super) fn serve(
     channel: UnixStream,
-    first: super::spare::Handed,
+    first: super::handoff::Handed,
     fds: Vec<OwnedFd>,
     server_pid: u32,
 ) -> ! {
@@ -231,7 +231,7 @@ pub(super) fn serve(
         if !released || !reset(&env, cwd.as_fd()) || served >= MAX_REQUESTS {
             raw::exit_now(code);
         }
-        next = super::spare::receive(&channel);
+        next = super::handoff::receive(&channel);
     }
     // The server ended or closed the channel.
     raw::exit_now(0)
@@ -241,7 +241,7 @@ pub(super) fn serve(
 fn run_one(
     channel: &UnixStream,
     cwd: BorrowedFd<'_>,
-    handed: super::spare::Handed,
+    handed: super::handoff::Handed,
     fds: Vec<OwnedFd>,
     server_pid: u32,
 ) -> i32 {

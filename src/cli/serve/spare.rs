@@ -17,27 +17,10 @@
 //! faults (server-side task-clock per warm `session run` 1.83 ms against
 //! 1.50 ms without it): a request touches a small part of the code.
 
-use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
-use serde::{Deserialize, Serialize};
-
 use crate::sys::{Forked, SysError, raw};
-
-/// What the spare (or the resident process) gets besides the descriptors.
-#[derive(Serialize, Deserialize)]
-pub(super) struct Handed {
-    pub argv: Vec<String>,
-    pub env: Vec<(String, Option<String>)>,
-    pub cwd: Option<String>,
-    /// The number each descriptor sent along gets, in order.
-    pub to: Vec<RawFd>,
-    /// Stay after this request and serve the next resident ones
-    /// ([`super::runner`]).
-    #[serde(default)]
-    pub resident: bool,
-}
 
 /// The process name (`comm`) of a spare while it waits.
 const SPARE_NAME: &std::ffi::CStr = c"hutch-spare";
@@ -80,40 +63,11 @@ impl Spare {
         fds: &[(OwnedFd, RawFd)],
         resident: bool,
     ) -> Result<(libc::pid_t, OwnedFd, UnixStream), SysError> {
-        send_request(&self.channel, argv, env, cwd, fds, resident)?;
+        super::handoff::send_request(&self.channel, argv, env, cwd, fds, resident)?;
         let pidfd = self.pidfd.take().expect("an unhanded spare has its pidfd");
         let channel = self.channel.try_clone().map_err(|e| crate::sys::io_err("dup(spare channel)".into(), e))?;
         Ok((self.pid, pidfd, channel))
     }
-}
-
-/// Send one request (length-prefixed JSON, the descriptors by
-/// `SCM_RIGHTS`) on a spare's or the resident process's channel.
-pub(super) fn send_request(
-    channel: &UnixStream,
-    argv: &[String],
-    env: &[(String, Option<String>)],
-    cwd: Option<&str>,
-    fds: &[(OwnedFd, RawFd)],
-    resident: bool,
-) -> Result<(), SysError> {
-    let handed = Handed {
-        argv: argv.to_vec(),
-        env: env.to_vec(),
-        cwd: cwd.map(str::to_string),
-        to: fds.iter().map(|(_, n)| *n).collect(),
-        resident,
-    };
-    let body = serde_json::to_vec(&handed).expect("a request serializes");
-    let mut msg = Vec::with_capacity(4 + body.len());
-    msg.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    msg.extend_from_slice(&body);
-    let borrowed: Vec<_> = fds.iter().map(|(fd, _)| fd.as_fd()).collect();
-    let sent = crate::sys::socket::send_stream(channel.as_fd(), &msg, &borrowed)?;
-    let mut writer = channel;
-    writer
-        .write_all(&msg[sent..])
-        .map_err(|e| crate::sys::io_err("write(spare)".into(), e))
 }
 
 impl Drop for Spare {
@@ -145,7 +99,7 @@ fn wait_for_request(channel: UnixStream, server_pid: u32) -> ! {
     // request's process; a request's process has the server's name.
     let name = nix::sys::prctl::get_name().ok();
     let _ = nix::sys::prctl::set_name(SPARE_NAME);
-    let Some((handed, fds)) = receive(&channel) else {
+    let Some((handed, fds)) = super::handoff::receive(&channel) else {
         // The server ended or closed this spare.
         raw::exit_now(0);
     };
@@ -166,29 +120,4 @@ fn wait_for_request(channel: UnixStream, server_pid: u32) -> ! {
         env: handed.env,
         server_pid,
     })
-}
-
-/// The request (None at the end of the stream or on a malformed one).
-pub(super) fn receive(channel: &UnixStream) -> Option<(Handed, Vec<OwnedFd>)> {
-    let mut data = Vec::new();
-    let mut fds = Vec::new();
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        if data.len() >= 4 {
-            let len = u32::from_le_bytes(data[..4].try_into().ok()?) as usize;
-            if len > super::protocol::MAX_LINE * 2 {
-                return None;
-            }
-            if data.len() >= 4 + len {
-                let handed = serde_json::from_slice(&data[4..4 + len]).ok()?;
-                return Some((handed, fds));
-            }
-        }
-        let (n, got) = crate::sys::socket::recv_stream(channel.as_fd(), &mut buf).ok()?;
-        fds.extend(got);
-        if n == 0 {
-            return None;
-        }
-        data.extend_from_slice(&buf[..n]);
-    }
 }
