@@ -37,22 +37,35 @@ pub(crate) fn run(setup: ChildSetup) -> ! {
         );
         raw::exit_now(125);
     }
-    if let Err(e) = crate::sys::set_env_single_threaded(&setup.env) {
-        eprintln!("hutch serve: the request's environment was refused: {e}");
-        raw::exit_now(125);
-    }
-    if let Some(dir) = &setup.cwd
-        && let Err(e) = std::env::set_current_dir(dir)
-    {
-        eprintln!(
-            "hutch serve: the request's cwd {dir:?} cannot be entered: {e} (send an existing directory as \"cwd\")"
-        );
+    if take_env_and_cwd(&setup.env, setup.cwd.as_deref()).is_err() {
         raw::exit_now(125);
     }
     let args: Vec<OsString> = setup.argv.into_iter().map(OsString::from).collect();
     let code = crate::cli::main(args);
     let _ = std::io::stdout().flush();
     std::process::exit(code)
+}
+
+/// Take the request's environment changes and cwd, in the process that
+/// runs it; on failure the request's stderr has the line saying why (and
+/// the request exits 125).
+pub(super) fn take_env_and_cwd(
+    env: &[(String, Option<String>)],
+    cwd: Option<&str>,
+) -> Result<(), ()> {
+    if let Err(e) = crate::sys::set_env_single_threaded(env) {
+        eprintln!("hutch serve: the request's environment was refused: {e}");
+        return Err(());
+    }
+    if let Some(dir) = cwd
+        && let Err(e) = std::env::set_current_dir(dir)
+    {
+        eprintln!(
+            "hutch serve: the request's cwd {dir:?} cannot be entered: {e} (send an existing directory as \"cwd\")"
+        );
+        return Err(());
+    }
+    Ok(())
 }
 
 fn place_fds(fds: &[(OwnedFd, RawFd)]) -> Result<(), crate::sys::Errno> {

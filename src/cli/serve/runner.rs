@@ -266,16 +266,7 @@ fn run_one(
     for fd in fds {
         std::mem::forget(fd);
     }
-    if let Err(e) = crate::sys::set_env_single_threaded(&handed.env) {
-        eprintln!("hutch serve: the request's environment was refused: {e}");
-        return 125;
-    }
-    if let Some(dir) = &handed.cwd
-        && let Err(e) = std::env::set_current_dir(dir)
-    {
-        eprintln!(
-            "hutch serve: the request's cwd {dir:?} cannot be entered: {e} (send an existing directory as \"cwd\")"
-        );
+    if super::child::take_env_and_cwd(&handed.env, handed.cwd.as_deref()).is_err() {
         return 125;
     }
     let args: Vec<OsString> = handed.argv.into_iter().map(OsString::from).collect();
