@@ -135,6 +135,7 @@ tail -n +3 /proc/net/dev | cut -d: -f1
 cat /proc/sys/user/max_user_namespaces
 ls / /dev
 touch /etc/x 2>&1 | sed 's/.*: //'
+echo nice $(cut -d' ' -f19 /proc/self/stat)
 "#;
     for who in identities() {
         let tools = TempDir::new("warm-tools", As::Root);
@@ -251,6 +252,54 @@ fn helpers_of_this_process() -> Vec<i32> {
                 && cmdline.split(|b| *b == 0).any(|a| a == b"__supervise")
         })
         .collect()
+}
+
+/// The nice value of process `pid` (its main thread), from its stat.
+fn nice_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(") ").unwrap();
+    // Field 19; `rest` starts at field 3.
+    rest.split(' ').nth(16).unwrap().parse().unwrap()
+}
+
+/// A sandbox built ahead is speculative work: where its priority can be
+/// given back (CAP_SYS_NICE: root) the helper and hutch init build it at
+/// nice 19, and a claim gives both the caller's priority back before the
+/// command starts; elsewhere nothing changes. Either way the command runs
+/// at the caller's priority (`a_warm_sandbox_is_confined_exactly_as_a_cold_one`
+/// compares it with a cold launch's too).
+#[test]
+fn a_sandbox_is_built_in_the_background_and_its_command_runs_at_the_callers_priority() {
+    let caller_nice = nice_of(std::process::id() as i32);
+    for who in identities() {
+        let tools = TempDir::new("warm-nice-tools", As::Root);
+        let mut spec = hutch::spec::default_profile();
+        spec.command = vec!["true".into()];
+        let pool = hutch::Pool::with_binary(spec, 1, binary(who, &tools)).unwrap();
+        assert!(pool.wait_ready(1, READY), "{who:?}: {:?}", pool.status());
+        let helpers = helpers_of_this_process();
+        assert_eq!(helpers.len(), 1, "{who:?}");
+        let helper = helpers[0];
+        let children =
+            std::fs::read_to_string(format!("/proc/{helper}/task/{helper}/children")).unwrap();
+        let init: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+        let build = if who == As::Root { 19 } else { caller_nice };
+        assert_eq!((nice_of(helper), nice_of(init)), (build, build), "{who:?}");
+        let out = pool
+            .command(["sh", "-c", "cut -d' ' -f19 /proc/self/stat"])
+            .output()
+            .unwrap();
+        assert!(
+            out.report.success() && out.report.warm,
+            "{who:?}: {:?}",
+            out.report
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            caller_nice.to_string(),
+            "{who:?}: the command runs at the caller's priority"
+        );
+    }
 }
 
 #[test]

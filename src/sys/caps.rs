@@ -60,8 +60,20 @@ pub mod raw {
             .map(drop)
     }
 
+    /// This thread's effective set as a 64-bit mask.
+    pub fn effective() -> Result<u64, Errno> {
+        let data = capget()?;
+        Ok(u64::from(data[0].effective) | u64::from(data[1].effective) << 32)
+    }
+
     /// This thread's permitted set as a 64-bit mask.
     pub fn permitted() -> Result<u64, Errno> {
+        let data = capget()?;
+        Ok(u64::from(data[0].permitted) | u64::from(data[1].permitted) << 32)
+    }
+
+    /// This thread's capability sets (the v3 ABI's two words).
+    fn capget() -> Result<[CapData; 2], Errno> {
         const V3: u32 = 0x2008_0522;
         let mut hdr = CapHeader {
             version: V3,
@@ -77,7 +89,7 @@ pub mod raw {
                 data.as_mut_ptr(),
             )
         })?;
-        Ok(u64::from(data[0].permitted) | u64::from(data[1].permitted) << 32)
+        Ok(data)
     }
 
     /// Clear the ambient set.

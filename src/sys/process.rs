@@ -346,6 +346,28 @@ pub mod raw {
         ret(unsafe { libc::kill(pid, sig) } as libc::c_long).map(drop)
     }
 
+    /// getpriority(PRIO_PROCESS, pid): the nice value of one thread
+    /// (`pid` 0: the caller).
+    pub fn nice_of(pid: libc::pid_t) -> Result<i32, Errno> {
+        // getpriority may return -1 as a value: errno tells them apart.
+        Errno::clear();
+        // SAFETY: integer arguments only.
+        let v = unsafe { libc::getpriority(libc::PRIO_PROCESS, pid as libc::id_t) };
+        if v == -1 && Errno::last_raw() != 0 {
+            return Err(Errno::last());
+        }
+        Ok(v)
+    }
+
+    /// setpriority(PRIO_PROCESS, pid, nice): one thread's nice value
+    /// (`pid` 0: the caller). Lowering it needs CAP_SYS_NICE.
+    pub fn set_nice(pid: libc::pid_t, nice: i32) -> Result<(), Errno> {
+        // SAFETY: integer arguments only.
+        ret(unsafe { libc::setpriority(libc::PRIO_PROCESS, pid as libc::id_t, nice) }
+            as libc::c_long)
+        .map(drop)
+    }
+
     /// waitpid(2): `Ok(None)` under WNOHANG when nothing ended; retries EINTR.
     pub fn waitpid(
         pid: libc::pid_t,

@@ -27,6 +27,7 @@
 //! answer. When the caller's end closes before the end (it went away, or
 //! dropped its child), the sandbox is killed the same way.
 
+mod background;
 pub mod pool;
 mod warm;
 

@@ -10,7 +10,9 @@
 //! a cold launch does (the workload's stdio become this process's own
 //! 0/1/2 first, so the relay and the notices go to the claimer), sends it
 //! to hutch init and supervises to the report, which says `warm: true`.
-//! One warm sandbox serves one command: the helper exits after it.
+//! One warm sandbox serves one command: the helper exits after it. The
+//! build runs in the background where its priority can be given back at
+//! the claim ([`background`](super::background)).
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -18,6 +20,7 @@ use std::time::Instant;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
+use super::background::Background;
 use crate::launch::error::{LaunchError, PrepareError};
 use crate::launch::prepare::claim::{self, ClaimCommand};
 use crate::launch::prepare::{LaunchPlan, prepare_command, prepare_sandbox};
@@ -100,6 +103,8 @@ pub(crate) struct Warm {
     namespaces: serde_json::Map<String, serde_json::Value>,
     /// The egress proxy's doors, served from the claim on.
     doors: Option<(Vec<String>, Vec<OwnedFd>)>,
+    /// The build's priority, given back at the claim.
+    background: Background,
 }
 
 impl Drop for Warm {
@@ -173,6 +178,9 @@ pub(crate) fn warm_up(
     claim::warmable(spec).map_err(LaunchError::Spec)?;
     let shape = claim::shape(spec);
     let digest = claim::shape_digest(spec);
+    // From here on (hutch init included) the build yields the CPU to the
+    // commands running now.
+    let background = Background::enter();
     let mut p = prepare_sandbox(&shape, None, true, true)?;
     p.child.command.non_default_signals = status.non_default_signals;
     let sb = fork_sandbox(&mut p, &shape, Instant::now())?;
@@ -192,6 +200,7 @@ pub(crate) fn warm_up(
         layers_without_idmap,
         namespaces,
         doors: None,
+        background,
     };
     let mut pending = None;
     let mut failure: Option<String> = None;
@@ -221,7 +230,15 @@ pub(crate) fn warm_up(
             },
             Event::Init => return Err(warm.ended_early(ended(failure))),
             Event::Control => match control.read() {
-                ControlRequest::Claim(c) if pending.is_none() => pending = Some(c),
+                ControlRequest::Claim(c) if pending.is_none() => {
+                    // A command waits for the rest of the build.
+                    if let Err(e) = warm.background.leave(warm.sb.pid) {
+                        warm.sb.kill(&warm.p);
+                        let _ = sys::raw::waitpid(warm.sb.pid, 0);
+                        return Err(LaunchError::Sys(e).into());
+                    }
+                    pending = Some(c);
+                }
                 ControlRequest::None | ControlRequest::Signal(_) => {}
                 _ => return Err(warm.end()),
             },
@@ -297,6 +314,11 @@ impl Warm {
         if shape != self.digest {
             // Never run a command in a sandbox built for another shape.
             return refuse(self, PrepareError::OtherShape.into());
+        }
+        // The command's part, its workload and the proxy's threads at the
+        // caller's priority, never the build's.
+        if let Err(e) = self.background.leave(self.sb.pid) {
+            return refuse(self, LaunchError::Sys(e));
         }
         let spec = command.apply(&self.shape);
         if let Err(e) = crate::launch::prepare::validate::validate_claimed(&spec, &command) {
