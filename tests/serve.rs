@@ -618,6 +618,26 @@ fn a_request_is_served_by_a_process_forked_before_it() {
     }
 }
 
+/// Wait until the resident request process `pid` is idle: blocked in
+/// `recvmsg` on its channel (fd 100 or above) for the next request, the
+/// last one's reset done.
+fn wait_idle(pid: &Value) {
+    wait_until(
+        WAIT,
+        "the resident process to wait for its next request",
+        || {
+            let syscall =
+                std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+            let mut fields = syscall.split_whitespace();
+            fields.next() == Some("47")
+                && fields
+                    .next()
+                    .and_then(|fd| i64::from_str_radix(fd.trim_start_matches("0x"), 16).ok())
+                    .is_some_and(|fd| fd >= 100)
+        },
+    );
+}
+
 /// Descriptor targets of `pid` (`/proc/PID/fd`), by number.
 fn fds_of(pid: &Value) -> Vec<(i32, String)> {
     let mut fds: Vec<(i32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -692,7 +712,9 @@ fn the_session_loop_is_served_by_one_resident_process() {
         assert_eq!(exit["envelope"]["verb"], "session.run", "{exit}");
         // Between requests it holds nothing of the last one: /dev/null on
         // 0-2, its channel and the server's cwd only; the server's
-        // environment and cwd.
+        // environment and cwd (put back after `done`, off the request's
+        // path: looked at once it waits for the next request).
+        wait_idle(&runner);
         let server_cwd = std::fs::read_link(format!("/proc/{server_pid}/cwd")).unwrap();
         let fds = fds_of(&runner);
         assert_eq!(fds.len(), 5, "{fds:?}");
