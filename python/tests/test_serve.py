@@ -77,6 +77,39 @@ def test_thousand_mixed_calls_on_one_server_leak_nothing(session: hutch.Session)
     assert threads_of(server.proc.pid) == server_threads == 1
 
 
+def test_the_servers_processes_are_named_as_documented(session: hutch.Session) -> None:
+    """docs/machine.md: the waiting spare is `hutch-spare`, a request's
+    process (the resident one of the session loop too) has the server's
+    name. A release build once left the resident process nameless (nix
+    0.30's `prctl::get_name` read back an optimized-away buffer)."""
+    session.run(["true"])
+    assert session.read("a.txt") == b"alpha\nTODO one\n"
+    server = _serve.server().proc.pid
+
+    def comm(pid: int) -> str:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().rstrip("\n")
+
+    server_name = comm(server)
+    children: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid == server:
+                children[int(entry)] = comm(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    names = sorted(children.values())
+    # The session's warm server (a process of its own), the resident
+    # request process and the spare.
+    assert "hutch-spare" in names, children
+    assert all(n in (server_name, "hutch-spare") for n in names), children
+    assert names.count(server_name) >= 1, children
+
+
 def test_server_killed_mid_call_is_one_clear_error_and_the_next_call_works(
     session: hutch.Session,
 ) -> None:

@@ -368,6 +368,28 @@ pub mod raw {
         .map(drop)
     }
 
+    /// The calling thread's name (PR_GET_NAME: at most 15 bytes and a
+    /// NUL). Written into a mutable buffer the kernel fills; nix 0.30's
+    /// `prctl::get_name` passes an immutable one, which an optimized build
+    /// may read back as all zeros (an empty name).
+    pub fn thread_name() -> Result<[u8; 16], Errno> {
+        let mut name = [0u8; 16];
+        // SAFETY: the kernel writes at most TASK_COMM_LEN (16) bytes,
+        // NUL included, into the 16-byte buffer.
+        ret(unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr(), 0, 0, 0) }
+            as libc::c_long)?;
+        Ok(name)
+    }
+
+    /// Name the calling thread (PR_SET_NAME; the kernel keeps the first 15
+    /// bytes). `name` as [`thread_name`] returned it, or any NUL-ended bytes.
+    pub fn set_thread_name(name: &CStr) -> Result<(), Errno> {
+        // SAFETY: `name` is NUL-terminated; the kernel reads at most 16 bytes.
+        ret(unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) }
+            as libc::c_long)
+        .map(drop)
+    }
+
     /// waitpid(2): `Ok(None)` under WNOHANG when nothing ended; retries EINTR.
     pub fn waitpid(
         pid: libc::pid_t,

@@ -97,14 +97,14 @@ fn wait_for_request(channel: UnixStream, server_pid: u32) -> ! {
     // Named while idle, so that `ps` and a client's process checks can
     // tell the waiting spare (replaced after every request) from a
     // request's process; a request's process has the server's name.
-    let name = nix::sys::prctl::get_name().ok();
-    let _ = nix::sys::prctl::set_name(SPARE_NAME);
+    let name = raw::thread_name().ok();
+    let _ = raw::set_thread_name(SPARE_NAME);
     let Some((handed, fds)) = super::handoff::receive(&channel) else {
         // The server ended or closed this spare.
         raw::exit_now(0);
     };
-    if let Some(name) = name {
-        let _ = nix::sys::prctl::set_name(&name);
+    if let Some(name) = name.as_ref().and_then(|n| std::ffi::CStr::from_bytes_until_nul(n).ok()) {
+        let _ = raw::set_thread_name(name);
     }
     if handed.resident {
         super::runner::serve(channel, handed, fds, server_pid)
