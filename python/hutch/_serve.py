@@ -16,7 +16,7 @@ import json
 import os
 import subprocess
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from . import _binary
@@ -111,6 +111,13 @@ class Server:
     def __init__(self, exe: str) -> None:
         self.exe = exe
         self.env0 = dict(os.environ)
+        # The environment as last compared, in CPython's own form (bytes,
+        # ``os.environ._data``) when there is one: an unchanged environment
+        # is then one C-level dict comparison per call, not a decode of
+        # every variable (35 us with 35 variables).
+        # One tuple, replaced whole: calls from several threads never see
+        # an environment paired with another one's changes.
+        self.env_seen: tuple[dict[Any, Any], dict[str, str | None]] | None = None
         self.owner = os.getpid()
         self.proc = subprocess.Popen(
             [exe, "serve"],
@@ -239,7 +246,24 @@ class Server:
                 ) from None
 
     def env_changes(self) -> dict[str, str | None]:
-        env = os.environ
+        """What differs from the environment the server started with."""
+        environ: Any = os.environ
+        data = getattr(environ, "_data", None)
+        decodekey = getattr(environ, "decodekey", None)
+        decodevalue = getattr(environ, "decodevalue", None)
+        if not isinstance(data, dict) or decodekey is None or decodevalue is None:
+            return self.compare_env(os.environ)
+        seen = self.env_seen
+        if seen is not None and data == seen[0]:
+            return dict(seen[1])
+        # The changes of the snapshot itself, not of ``os.environ`` read
+        # again (another thread may change it meanwhile).
+        snapshot = dict(data)
+        changes = self.compare_env({decodekey(k): decodevalue(v) for k, v in snapshot.items()})
+        self.env_seen = (snapshot, changes)
+        return dict(changes)
+
+    def compare_env(self, env: Mapping[str, str]) -> dict[str, str | None]:
         env0 = self.env0
         changes: dict[str, str | None] = {k: v for k, v in env.items() if env0.get(k) != v}
         for k in env0:

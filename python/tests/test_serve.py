@@ -185,6 +185,47 @@ def test_environment_and_cwd_of_each_call_reach_hutch(
         assert (state / s.id).exists() or any(state.iterdir())
 
 
+def test_each_change_of_the_environment_reaches_the_next_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client compares the environment per call (an unchanged one
+    cheaply): a variable set, changed, removed and set again, and one the
+    server started with removed and restored, each reach the next call as
+    they are then (a name hutch does not have is refused by ``pass_env``)."""
+    names = ("HUTCH_T_NEW", "HUTCH_T_OLD")
+
+    def seen() -> bytes:
+        r = hutch.run(
+            ["sh", "-c", "echo ${HUTCH_T_NEW-unset} ${HUTCH_T_OLD-unset}"],
+            pass_env=[n for n in names if n in os.environ],
+        )
+        assert r.returncode == 0, r
+        for n in names:
+            if n not in os.environ:
+                with pytest.raises(hutch.UsageError, match=n):
+                    hutch.run(["true"], pass_env=[n])
+        return r.stdout
+
+    monkeypatch.setenv("HUTCH_T_OLD", "old")
+    _serve.server().close()  # the next server starts with HUTCH_T_OLD set
+    assert seen() == b"unset old\n"
+    assert seen() == b"unset old\n"
+    monkeypatch.setenv("HUTCH_T_NEW", "1")
+    assert seen() == b"1 old\n"
+    monkeypatch.setenv("HUTCH_T_NEW", "2")
+    assert seen() == b"2 old\n"
+    assert seen() == b"2 old\n"
+    monkeypatch.delenv("HUTCH_T_NEW")
+    monkeypatch.delenv("HUTCH_T_OLD")
+    assert seen() == b"unset unset\n"
+    monkeypatch.setenv("HUTCH_T_NEW", "3")
+    monkeypatch.setenv("HUTCH_T_OLD", "back")
+    assert seen() == b"3 back\n"
+    monkeypatch.setenv("HUTCH_T_OLD", "old")
+    monkeypatch.delenv("HUTCH_T_NEW")
+    assert seen() == b"unset old\n"
+
+
 def test_hutch_serve_0_execs_the_binary(
     session: hutch.Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
