@@ -314,6 +314,61 @@ fn killing_the_server_ends_its_command_and_leaves_nothing() -> Result<()> {
     Ok(())
 }
 
+/// A ready sandbox whose helper was killed (with the sandbox) is never
+/// handed to a command: the server's pool drops it and builds another,
+/// and the next command runs warm. (It used to stay "ready": `warm
+/// --ready` said settled at once, and the next command took it and failed
+/// with `sending the claim: Broken pipe`.)
+#[test]
+fn a_killed_ready_sandbox_is_replaced_not_handed_out() -> Result<()> {
+    for who in common::identities() {
+        let unprivileged = who == As::Nobody;
+        crate::require!(can_sandbox(), "cannot sandbox here");
+        let t = Tmp::new("warm-killed-helper");
+        let (state, id) = setup(&t, unprivileged, &["--warm", "2"])?;
+        let status = t.0.join("status");
+        let s = status.to_str().unwrap();
+        ok(&hutch(&state, &["warm", &id, "--ready"], unprivileged))?;
+        let servers = server_of(&id);
+        assert_eq!(servers.len(), 1);
+        let helpers = children(servers[0]);
+        assert_eq!(helpers.len(), 2, "two ready sandboxes: {helpers:?}");
+        for &helper in &helpers {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(helper),
+                nix::sys::signal::Signal::SIGKILL,
+            )?;
+        }
+        wait_until(Duration::from_secs(10), "the killed helpers to die", || {
+            helpers.iter().all(|p| !alive(*p))
+        });
+        let ready: serde_json::Value = serde_json::from_str(&ok(&hutch(
+            &state,
+            &["warm", &id, "--ready"],
+            unprivileged,
+        ))?)?;
+        assert_eq!(ready["ready"], 2, "{ready}");
+        let now = children(servers[0]);
+        assert!(
+            now.iter().all(|p| !helpers.contains(p)),
+            "ready again with new sandboxes only: {now:?} (killed {helpers:?})"
+        );
+        ok(&hutch(
+            &state,
+            &["run", &id, "--status-file", s, "--", "true"],
+            unprivileged,
+        ))?;
+        let r = report(&status);
+        assert_eq!(
+            (r["warm"].clone(), r["status"].clone()),
+            (true.into(), 0.into()),
+            "{r}"
+        );
+        ok(&hutch(&state, &["close", &id], unprivileged))?;
+    }
+    Ok(())
+}
+
 /// The idle timeout stops the server and removes its socket; `session
 /// warm` starts one for an existing session.
 #[test]

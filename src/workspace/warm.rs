@@ -364,15 +364,16 @@ pub fn claim(
         _ => return None,
     };
     let stdio = [stdio[0].as_fd(), stdio[1].as_fd(), stdio[2].as_fd()];
-    if let Err(e) = link.claim(
+    // A claim that could not be sent never started: its helper died after
+    // the server looked (killed from outside). Launched cold instead.
+    link.claim(
         &shape,
         ClaimCommand::of(spec),
         opts,
         stdio,
         Some(upper_lock),
-    ) {
-        return Some(Err(e));
-    }
+    )
+    .ok()?;
     Some(link.wait())
 }
 

@@ -252,8 +252,15 @@ impl Pool {
     }
 
     pub fn status(&self) -> PoolStatus {
-        let (lock, _) = &*self.shared;
+        let (lock, cv) = &*self.shared;
         let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
+        // A helper killed since is not ready: gone from the count, and
+        // the refill told.
+        let before = st.helpers.len();
+        prune(&mut st);
+        if st.helpers.len() < before {
+            cv.notify_all();
+        }
         let ready = st.helpers.iter_mut().filter_map(|h| h.link.ready()).count();
         PoolStatus {
             size: st.size,
@@ -339,9 +346,15 @@ fn prune(st: &mut State) {
     let mut i = 0;
     while i < st.helpers.len() {
         let h = &mut st.helpers[i];
-        if h.link.ready().is_none() && h.link.answered() {
+        let was_ready = h.link.ready().is_some();
+        // A ready helper says nothing more until its claim: one whose end
+        // closed since was killed (and its sandbox with it), and must not
+        // be handed out. Only a warm-up that never got ready counts as a
+        // failure.
+        if h.link.try_answer() {
             if let Some(mut h) = st.helpers.remove(i)
                 && let Err(e) = h.wait()
+                && !was_ready
             {
                 st.failures = st.failures.saturating_add(1);
                 st.last_error = Some(e.failure());
