@@ -22,7 +22,10 @@
 # printed: read/grep/glob calls per second, the server's RSS. Targets: a
 # warm Session.run <= 0.3x bwrap, hutch.run <= the bare binary + 0.3 ms.
 # The floor row (`true` started by subprocess.run, no sandbox) says how
-# much of the 0.3x is the process's own start on this machine.
+# much of the 0.3x is the process's own start on this machine. Also
+# printed: the warm Session.run, bwrap and the floor at an agent's pace
+# (each call 100 ms after the last, interleaved), where waking idle CPUs
+# costs each process of a call's path.
 # A benchmark, not a test: it always exits 0 once it ran.
 set -eu
 
@@ -36,7 +39,7 @@ while [ $# -gt 0 ]; do
         --python) python=$2; shift 2 ;;
         --runs) runs=$2; shift 2 ;;
         --rounds) rounds=$2; shift 2 ;;
-        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "python.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -197,6 +200,22 @@ for _ in range(warm_calls):
 subprocess.run([exe, "session", "--state-dir", state, "warm", session.id, "--ready",
                 "--timeout", "60s"], check=True, stdout=subprocess.DEVNULL)
 warm_cpu_ms = (keeper_cpu_s() - k0 + cpu_s() - c0) / warm_calls * 1e3
+
+# At an agent's pace: each call after a pause (its tool calls are seconds
+# apart), the three interleaved. An idle CPU's wake-up then costs each
+# process a call passes through.
+paced = {"Session.run(['true'])": rows["Session.run(['true'])"],
+         "subprocess: bwrap ... true": rows["subprocess: bwrap ... true"],
+         "subprocess: true (no sandbox)": rows["subprocess: true (no sandbox)"]}
+paced_calls = max(40, runs // 10)
+paced_t = {name: [] for name in paced}
+for _ in range(paced_calls):
+    for name, f in paced.items():
+        time.sleep(0.1)
+        t0 = time.perf_counter_ns()
+        f()
+        paced_t[name].append(time.perf_counter_ns() - t0)
+paced_med = {name: statistics.median(t) / 1e6 for name, t in paced_t.items()}
 session.close()
 
 med = {name: statistics.median(t) / 1e6 for name, t in times.items()}
@@ -235,6 +254,10 @@ hutch_part = med["Session.run(['true'])"] - med["subprocess: true (no sandbox)"]
 print(f"the floor, `true` with no sandbox from Python: {floor:.2f}x bwrap; the target leaves "
       f"{(0.3 - floor) * bw:.3f} ms above it for a warm session command, which takes "
       f"{hutch_part:.3f} ms above it")
+pw, pb, pf = (paced_med[n] for n in paced)
+print(f"at an agent's pace ({paced_calls} calls each, 100 ms apart, interleaved): warm "
+      f"Session.run {pw:.3f} ms, bwrap {pb:.3f} ms: {pw / pb:.2f}x (the floor {pf:.3f} ms: "
+      f"{pf / pb:.2f}x)")
 print(f"CPU of a warm Session.run, the warm server's building and teardown of its sandbox "
       f"included: {warm_cpu_ms:.3f} ms per call ({warm_calls} calls 20 ms apart); bwrap: "
       f"{cpu_ms['subprocess: bwrap ... true']:.3f} ms ({warm_cpu_ms / cpu_ms['subprocess: bwrap ... true']:.2f}x)")
