@@ -178,9 +178,18 @@ pub fn read_proc(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
     Ok(text)
 }
 
-/// Number of threads of this process, from /proc/self/status (or the task
-/// directory count when that is unreadable).
+/// Number of threads of this process. procfs gives a task directory
+/// 2 links plus one per thread (`proc_task_getattr`): one `statx`, where
+/// `/proc/self/status` would have the kernel format some 60 lines (this
+/// is asked several times per request of `hutch serve`). Falls back to
+/// the status file, then to counting the task directory.
 pub fn thread_count() -> usize {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(meta) = std::fs::metadata("/proc/self/task")
+        && meta.nlink() > 2
+    {
+        return (meta.nlink() - 2) as usize;
+    }
     if let Ok(status) = read_proc("/proc/self/status") {
         for line in status.lines() {
             if let Some(n) = line.strip_prefix("Threads:")
@@ -198,6 +207,40 @@ pub fn thread_count() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The task directory's link count and `/proc/self/status` agree on
+    /// the number of threads, with one thread and with several (a kernel
+    /// that counted links otherwise would fail this, not mislead
+    /// `thread_count`'s callers into forking a multi-threaded process).
+    #[test]
+    fn thread_count_agrees_with_the_status_file() {
+        let status_threads = || -> usize {
+            let text = read_proc("/proc/self/status").unwrap();
+            let line = text.lines().find(|l| l.starts_with("Threads:")).unwrap();
+            line["Threads:".len()..].trim().parse().unwrap()
+        };
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+        assert!((0..100).any(|_| thread_count() == status_threads()));
+        let held: Vec<_> = (0..3)
+            .map(|_| {
+                let rx = rx.clone();
+                std::thread::spawn(move || {
+                    let _ = rx.lock().map(|r| r.recv());
+                })
+            })
+            .collect();
+        // The test harness may start or end threads of its own meanwhile:
+        // compare both counts at the same moment, retrying a race.
+        let agree = (0..100).any(|_| thread_count() == status_threads());
+        assert!(agree, "thread_count and /proc/self/status disagree");
+        // This thread and the three held ones, at least.
+        assert!(thread_count() >= 4);
+        drop(tx);
+        for t in held {
+            t.join().unwrap();
+        }
+    }
 
     /// The area `/proc/self/stat` names is this process's argv: its first
     /// bytes are argv[0], NUL-terminated.

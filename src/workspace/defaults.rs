@@ -110,6 +110,11 @@ pub fn widening(info: &SessionInfo, spec: &Spec) -> Option<String> {
             crate::launch::network_name(&spec.network)
         ));
     }
+    // Without a lock nothing is compared with the defaults (and the
+    // default profile, which inspects the host, is not built per command).
+    if info.locks.is_empty() {
+        return None;
+    }
     let base = info
         .defaults
         .clone()

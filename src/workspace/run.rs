@@ -151,9 +151,9 @@ impl Session {
         status_file: Option<PathBuf>,
         terminal: Option<crate::launch::TerminalOptions>,
     ) -> Result<RunRecord> {
-        let lock = self.lock()?;
-        // Only read: the command's start writes it once, below.
-        self.reload_info()?;
+        // `session.json` as read under the lock (only read: the command's
+        // start writes it once, below).
+        let lock = self.lock_reloaded()?;
         let argv = base.command.clone();
         if let Err(e) = self.admit(&base) {
             self.audit(&json!({

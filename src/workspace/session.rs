@@ -207,12 +207,19 @@ impl StateDir {
         if !path.is_absolute() {
             return Err(bad("must be an absolute path".into()));
         }
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(path)
-            .map_err(|e| bad(format!("cannot create: {e}")))?;
-        let fd = sys::open_dir_path(path)?;
+        // Opened first: it exists on every call but the first (and this
+        // is on every session command's path).
+        let fd = match sys::open_dir_path(path) {
+            Err(e) if e.errno == sys::Errno::ENOENT => {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(path)
+                    .map_err(|e| bad(format!("cannot create: {e}")))?;
+                sys::open_dir_path(path)?
+            }
+            other => other?,
+        };
         let meta = sys::fstat(fd.as_fd())?;
         if meta.uid != sys::geteuid() {
             return Err(bad(format!("owned by uid {}, not by the caller", meta.uid)));
@@ -600,6 +607,20 @@ impl Session {
     /// behind: an unfinished seal is rolled back, and a command whose
     /// process died before recording its end gets its end line.
     pub fn lock(&self) -> Result<SessionLock> {
+        self.lock_and_load().map(|(lock, _)| lock)
+    }
+
+    /// [`Session::lock`], then `session.json` as read under it (after the
+    /// repairs), made this handle's: one read where a caller about to
+    /// change it would otherwise read it a second time.
+    pub(crate) fn lock_reloaded(&mut self) -> Result<SessionLock> {
+        let (lock, info) = self.lock_and_load()?;
+        self.info = info;
+        Ok(lock)
+    }
+
+    /// [`Session::lock`] and `session.json` as read under it.
+    fn lock_and_load(&self) -> Result<(SessionLock, SessionInfo)> {
         let fd = sys::open_beneath(self.dir.as_fd(), c"lock", libc::O_RDWR, 0)?;
         if !sys::flock_exclusive(fd.as_fd(), self.wait)? {
             return Err(WorkspaceError::Busy(self.info.id.clone()));
@@ -620,12 +641,13 @@ impl Session {
                 return Err(e.into());
             }
         }
-        self.recover()?;
-        Ok(SessionLock { _fd: fd, upper })
+        let info = self.recover()?;
+        Ok((SessionLock { _fd: fd, upper }, info))
     }
 
-    /// See [`Session::lock`].
-    fn recover(&self) -> Result<()> {
+    /// See [`Session::lock`]. Returns `session.json` as it is after the
+    /// repairs.
+    fn recover(&self) -> Result<SessionInfo> {
         let rw = self.rw()?;
         // A freeze or a rollback a killed process left unfinished (may
         // rewrite session.json, so it is read after).
@@ -651,7 +673,7 @@ impl Session {
             }))?;
         }
         let marker = read_running(self.dir.as_fd())?;
-        let lost = match (info.running.take(), &marker) {
+        let lost = match (info.running.clone(), &marker) {
             (Some(r), _) => Some(r),
             // Its end is recorded (killed after that, before the unlink).
             (None, Some(Some(r))) if r.command_seq <= info.commands_run => None,
@@ -680,6 +702,7 @@ impl Session {
                 ),
             }))?;
             // The command counts against the budget all the same.
+            info.running = None;
             info.commands_run = info.commands_run.max(r.command_seq);
             info.used_unix_ms = end;
             save_info(self.dir.as_fd(), &info)?;
@@ -695,7 +718,7 @@ impl Session {
         if marker.is_some() {
             self.clear_running()?;
         }
-        Ok(())
+        Ok(info)
     }
 
     /// Record that command `r` runs now (the [`RUNNING`] marker). The
