@@ -187,6 +187,11 @@ struct Held {
     init: std::os::fd::OwnedFd,
     init_pid: i32,
     mnt: u64,
+    /// The mount namespace `mnt` names, held open: a freed namespace's
+    /// inode number is the next one given (the kernel hands out the
+    /// lowest free), so without it a pool's refill could take `mnt` and
+    /// pass for what was left.
+    _mnt_ns: std::fs::File,
     sandbox_id: String,
 }
 
@@ -194,13 +199,13 @@ fn held(status: &Path) -> Held {
     let start = wait_for_event(status, "start", Duration::from_secs(30));
     let init_pid = start["pid"].as_i64().unwrap() as i32;
     let init = hutch::internals::sys::raw::pidfd_open(init_pid).unwrap();
-    let mnt = std::fs::metadata(format!("/proc/{init_pid}/ns/mnt"))
-        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-        .unwrap();
+    let mnt_ns = std::fs::File::open(format!("/proc/{init_pid}/ns/mnt")).unwrap();
+    let mnt = std::os::unix::fs::MetadataExt::ino(&mnt_ns.metadata().unwrap());
     Held {
         init,
         init_pid,
         mnt,
+        _mnt_ns: mnt_ns,
         sandbox_id: start["sandbox_id"].as_str().unwrap().to_string(),
     }
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 
@@ -48,6 +49,18 @@ def family(pid: int) -> set[int]:
                 out.add(child)
                 todo.append(child)
     return out
+
+
+def family_settles(pid: int, want: set[int], within: float = 10.0) -> set[int]:
+    """``family(pid)`` once it is ``want``, or as it is after ``within``
+    seconds. A process can be seen for a moment after the call that made
+    it answered: a request's process that sent its result and is exiting,
+    or the server's next spare between its fork and its renaming. What a
+    call leaks stays (a leaked process ran ``sleep`` for a long time)."""
+    deadline = time.monotonic() + within
+    while (now := family(pid)) != want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return now
 
 
 def alive(pid: int) -> bool:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import family, sleeps
+from support import family, family_settles, sleeps
 
 import hutch
 import hutch.aio
@@ -59,7 +59,9 @@ def test_spawn_runs_on_the_server_and_streams_in_order(work: Path) -> None:
 
     async def main() -> None:
         before = server.next_id
-        script = "i=0; while [ $i -lt 2000 ]; do echo out $i; echo err $i >&2; i=$((i+1)); done"
+        # More than the pipes on its way hold (300 KB a stream): it cannot
+        # end before this reads, so its parent is read while it runs.
+        script = "i=0; while [ $i -lt 30000 ]; do echo out $i; echo err $i >&2; i=$((i+1)); done"
         async with hutch.aio.spawn(["sh", "-c", script], workspace=work, stderr="stream") as p:
             # hutch is the server's child: no exec of the binary for it.
             assert parent_of(p.pid) == server.proc.pid
@@ -67,8 +69,8 @@ def test_spawn_runs_on_the_server_and_streams_in_order(work: Path) -> None:
             assert children_of(os.getpid()) == {server.proc.pid}, "a hutch of our own"
             out, err = await asyncio.gather(p.stdout.read(), p.stderr.read())
             report = await p.wait()
-        assert out == b"".join(f"out {i}\n".encode() for i in range(2000))
-        assert err == b"".join(f"err {i}\n".encode() for i in range(2000))
+        assert out == b"".join(f"out {i}\n".encode() for i in range(30000))
+        assert err == b"".join(f"err {i}\n".encode() for i in range(30000))
         assert report.success and p.returncode == 0
         assert report.output_bytes == len(out) + len(err)
 
@@ -173,20 +175,25 @@ def test_an_unread_stream_stalls_no_other_call(work: Path) -> None:
         report = await asyncio.wait_for(p.wait(), WAIT)
         assert report.success and report.output_bytes == 12_000_005
         # Above the bound a spawn execs its own hutch (pipes pause it).
-        big = await hutch.aio.spawn(["true"], workspace=work, output_limit="1G")
+        # Each alive until killed: its parent is read while it runs.
+        big = await hutch.aio.spawn(["sleep", LONG], workspace=work, output_limit="1G")
         assert parent_of(big.pid) == os.getpid()
-        assert (await big.wait()).success
+        await big.started()
+        big.kill()
+        assert (await big.wait()).signal == 9
         gateway = hutch.Gateway("api", "https://api.example", env=["API_URL"])
         secret = hutch.Secret("api", ["api.example"], env="API_KEY", value="v")
         s = await hutch.aio.spawn(
-            ["true"],
+            ["sleep", LONG],
             workspace=work,
             allow_hosts=["api.example"],
             gateways=[gateway],
             secrets=[secret],
         )
         assert parent_of(s.pid) == os.getpid(), "secrets' memfds cannot cross the pipe"
-        assert (await s.wait()).success
+        await s.started()
+        s.kill()
+        assert (await s.wait()).signal == 9
 
     asyncio.run(main())
 
@@ -233,7 +240,7 @@ def test_200_spawns_leak_no_fd_task_thread_or_process(work: Path) -> None:
     assert _serve.server() is server
     assert fds_after == fds
     assert threading.active_count() == threads
-    assert family(me) == kids, "a process was left"
+    assert family_settles(me, kids) == kids, "a process was left"
     assert not server.pending
     assert not sleeps(LONG)
 
@@ -252,9 +259,13 @@ def test_server_killed_mid_spawn_is_server_died_and_the_next_spawn_works(work: P
         assert await p.stdout.read() == b""
         assert p.returncode is not None
         await until("the sleep to be gone", lambda: not sleeps(LONG))
-        async with hutch.aio.spawn(["echo", "again"], workspace=work) as q:
+        # Alive until killed: its parent is read while it runs.
+        script = f"echo again; exec sleep {LONG}"
+        async with hutch.aio.spawn(["sh", "-c", script], workspace=work) as q:
             assert parent_of(q.pid) == _serve.server().proc.pid
-            assert await q.stdout.read() == b"again\n"
+            await line_with(q.stdout, b"again")
+            q.kill()
+            assert (await q.wait()).signal == 9
         assert _serve.server() is not server
 
     asyncio.run(main())
