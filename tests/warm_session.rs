@@ -94,7 +94,8 @@ fn sandbox_alive(status: &Path) -> bool {
 /// 200 commands through the warm server: each warm, in a fresh pid
 /// namespace with nothing left by the previous one, with a fresh /tmp
 /// and a fresh execve, and the workspace carried over exactly as without
-/// a server. A report may come back while the sandbox's overlay is still
+/// a server, all in the pool's resident sandboxes (no sandbox built per
+/// command). A report may come back while the sandbox's overlay is still
 /// being torn down, but only while the session's upper lock is held for
 /// it (the next command waits for it): the workspace is never mounted by
 /// two overlays at once.
@@ -113,6 +114,7 @@ fn two_hundred_session_commands_run_warm_and_share_only_the_workspace() -> Resul
         let status = t.0.join("status");
         let status_arg = status.to_str().unwrap();
         let mut stacks = std::collections::BTreeSet::new();
+        let mut sandboxes = std::collections::BTreeSet::new();
         let mut ending = 0;
         const N: usize = 200;
         for i in 0..N {
@@ -143,6 +145,7 @@ fn two_hundred_session_commands_run_warm_and_share_only_the_workspace() -> Resul
             }
             let r = report(&status);
             assert_eq!(r["warm"], true, "#{i} ({unprivileged}): {r}");
+            sandboxes.insert(r["sandbox_id"].as_str().unwrap_or_default().to_string());
             // The session's upper holds every command's changes: the
             // report does not count them (that would cost O(all of them)).
             assert!(
@@ -167,6 +170,14 @@ fn two_hundred_session_commands_run_warm_and_share_only_the_workspace() -> Resul
             stacks.insert(line("stack"));
         }
         assert_eq!(stacks.len(), N, "ASLR bases repeat");
+        // Resident sandboxes (docs/warm.md): the commands were served by
+        // the pool's two sandboxes, each command in a per-command init of
+        // its own, not by a sandbox built per command.
+        assert!(
+            sandboxes.len() <= 2,
+            "{} sandboxes for {N} commands ({unprivileged})",
+            sandboxes.len()
+        );
         println!("{ending} of {N} reports came back before their sandbox's end ({unprivileged})");
         let log = ok(&hutch(&state, &["read", &id, "log"], unprivileged))?;
         assert_eq!(log.lines().count(), N);
@@ -474,18 +485,30 @@ fn leaf_of(pid: i64) -> Option<PathBuf> {
 /// a child group of the leaf holds its removal up (cgroup v1 does not
 /// kill below the leaf; the rmdir retries for 5 s): the report arrives
 /// regardless, with no cleanup error, and the leaf goes once the stray
-/// does. Before, the report waited 5 s and carried `rmdir ... EBUSY`. The
-/// next command gets a leaf of its own.
+/// does. Before, the report waited 5 s and carried `rmdir ... EBUSY`. A
+/// sandbox used once (a workload with a capability is never resident)
+/// gives the next command a leaf of its own; a resident sandbox
+/// (docs/warm.md) serves the next command in the same leaf, removed when
+/// the session closes.
 #[test]
 fn a_warm_report_does_not_wait_for_the_cgroup_leaf_removal() -> Result<()> {
-    use std::io::Write;
     crate::require!(can_sandbox(), "cannot sandbox here");
     crate::require!(
         nix::unistd::geteuid().is_root(),
         "needs root (a stray cgroup member)"
     );
+    leaf_removal_after_the_report(true)?;
+    leaf_removal_after_the_report(false)
+}
+
+fn leaf_removal_after_the_report(resident: bool) -> Result<()> {
+    use std::io::Write;
     let t = Tmp::new("warm-leaf-after");
-    let (state, id) = setup(&t, false, &["--warm", "1"])?;
+    let extra: &[&str] = match resident {
+        true => &["--warm", "1"],
+        false => &["--warm", "1", "--cap-add", "CAP_CHOWN"],
+    };
+    let (state, id) = setup(&t, false, extra)?;
     ok(&hutch(&state, &["warm", &id, "--ready"], false))?;
     let status = t.0.join("status");
     let mut child = hutch_command(
@@ -546,10 +569,15 @@ fn a_warm_report_does_not_wait_for_the_cgroup_leaf_removal() -> Result<()> {
         assert!(took < Duration::from_secs(4), "the report took {took:?}");
     }
     drop(stray);
-    // The removal still happens, once the leaf can go.
-    wait_until(Duration::from_secs(10), "the leaf's removal", || {
-        !leaf.exists()
-    });
+    if resident {
+        // The leaf is the resident sandbox's: kept for its next command.
+        assert!(leaf.exists(), "a resident sandbox's leaf went");
+    } else {
+        // The removal still happens, once the leaf can go.
+        wait_until(Duration::from_secs(10), "the leaf's removal", || {
+            !leaf.exists()
+        });
+    }
     let status2 = t.0.join("status2");
     ok(&hutch(
         &state,
@@ -566,6 +594,21 @@ fn a_warm_report_does_not_wait_for_the_cgroup_leaf_removal() -> Result<()> {
     let r2 = report(&status2);
     assert_eq!(r2["warm"], true, "{r2}");
     let leaf2 = r2["enforced"]["limits"]["cgroup"].as_str().expect("a leaf");
+    assert_eq!(
+        r2["sandbox_id"] == r["sandbox_id"],
+        resident,
+        "resident {resident}: {r} {r2}"
+    );
+    if resident {
+        assert_eq!(leaf2, leaf.to_str().unwrap(), "{r2}");
+        ok(&hutch(&state, &["close", &id], false))?;
+        wait_until(
+            Duration::from_secs(10),
+            "the leaf's removal at close",
+            || !leaf.exists(),
+        );
+        return Ok(());
+    }
     assert_ne!(
         leaf2,
         leaf.to_str().unwrap(),

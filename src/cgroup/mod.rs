@@ -148,6 +148,18 @@ pub struct Leaf {
     /// report and killed with the sandbox, but removed by its owner
     /// (`hutch-oci delete`), not here.
     external: bool,
+    /// A resident sandbox: the counters when its current command started
+    /// ([`Leaf::start_command`]); the report gives what changed since.
+    baseline: Option<CommandBaseline>,
+}
+
+/// The counters of a leaf when a resident sandbox's command started.
+#[derive(Debug, Clone)]
+struct CommandBaseline {
+    stats: CgroupStats,
+    /// The peak of memory was reset for the command (v1's
+    /// `memory.max_usage_in_bytes`): it is the command's own.
+    memory_peak_reset: bool,
 }
 
 /// The created leaf: its directory and an fd for `CLONE_INTO_CGROUP`.
@@ -187,6 +199,7 @@ pub fn prepare_on(
         unenforced: Vec::new(),
         owner: std::process::id(),
         external: false,
+        baseline: None,
     };
     let mut wanted = wanted(limits);
     // Devices first: a path that is no disk is a mistake in the Spec,
@@ -563,6 +576,7 @@ pub fn rlimits_only(limits: &Limits) -> Result<Leaf, CgroupError> {
         unenforced: Vec::new(),
         owner: std::process::id(),
         external: false,
+        baseline: None,
     };
     for w in wanted(limits) {
         let found = "the sandbox joins a cgroup its caller manages".to_string();
@@ -716,10 +730,31 @@ impl Leaf {
     }
 
     fn stats(&self) -> Option<CgroupStats> {
-        match (&self.leaf, &self.v1) {
-            (Some(l), _) => Some(CgroupStats::read(&l.cg)),
-            (None, Some(v1)) => Some(v1.stats()),
-            (None, None) => None,
+        let now = match (&self.leaf, &self.v1) {
+            (Some(l), _) => CgroupStats::read(&l.cg),
+            (None, Some(v1)) => v1.stats(),
+            (None, None) => return None,
+        };
+        Some(match &self.baseline {
+            None => now,
+            Some(b) => now.since(&b.stats, b.memory_peak_reset),
+        })
+    }
+
+    /// A resident sandbox's command starts: from now on the report counts
+    /// from here (CPU, events, I/O: what changed since; the memory peak
+    /// where it can be reset, v1's, else none; the process peak none).
+    pub fn start_command(&mut self) {
+        self.baseline = None;
+        let memory_peak_reset = self
+            .v1
+            .as_ref()
+            .is_some_and(|v1| v1.reset_memory_peak());
+        if let Some(stats) = self.stats() {
+            self.baseline = Some(CommandBaseline {
+                stats,
+                memory_peak_reset,
+            });
         }
     }
 

@@ -103,6 +103,32 @@ impl CgroupStats {
         }
     }
 
+    /// What changed since `base` (a resident sandbox's command): the
+    /// counters' differences; the memory peak only where it was reset at
+    /// `base` (`peak_reset`), the process peak never (neither can be told
+    /// apart from an earlier command's otherwise).
+    pub fn since(&self, base: &CgroupStats, peak_reset: bool) -> CgroupStats {
+        let d = |now: Option<u64>, then: Option<u64>| match (now, then) {
+            (Some(n), Some(t)) => Some(n.saturating_sub(t)),
+            (n, None) => n,
+            (None, Some(_)) => None,
+        };
+        CgroupStats {
+            memory_peak: self.memory_peak.filter(|_| peak_reset),
+            memory_max_events: d(self.memory_max_events, base.memory_max_events),
+            oom: d(self.oom, base.oom),
+            oom_kill: d(self.oom_kill, base.oom_kill),
+            pids_max_events: d(self.pids_max_events, base.pids_max_events),
+            cpu_usage_usec: d(self.cpu_usage_usec, base.cpu_usage_usec),
+            cpu_throttled_usec: d(self.cpu_throttled_usec, base.cpu_throttled_usec),
+            io_rbytes: d(self.io_rbytes, base.io_rbytes),
+            io_wbytes: d(self.io_wbytes, base.io_wbytes),
+            cpu_user_usec: d(self.cpu_user_usec, base.cpu_user_usec),
+            cpu_system_usec: d(self.cpu_system_usec, base.cpu_system_usec),
+            pids_peak: None,
+        }
+    }
+
     /// Which limit event most plausibly ended the run.
     pub fn ended_by(&self) -> Option<&'static str> {
         if self.oom_kill.unwrap_or(0) > 0 {

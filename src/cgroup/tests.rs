@@ -830,3 +830,39 @@ fn v1_memory_with_swap_accounting_caps_memory_plus_swap() {
     assert_eq!(f.read("leaf/memory.limit_in_bytes"), "2147483648");
     assert_eq!(f.read("leaf/memory.memsw.limit_in_bytes"), "2147483648");
 }
+
+/// A resident sandbox's command is reported from its own start: the
+/// counters' differences, an event of an earlier command never names this
+/// one's ending, and a peak only where it was reset for the command.
+#[test]
+fn a_resident_commands_counters_are_its_own() {
+    let base = CgroupStats {
+        memory_peak: Some(900 << 20),
+        oom_kill: Some(1),
+        pids_max_events: Some(2),
+        cpu_usage_usec: Some(5_000),
+        cpu_user_usec: Some(3_000),
+        io_wbytes: Some(4096),
+        pids_peak: Some(40),
+        ..CgroupStats::default()
+    };
+    let now = CgroupStats {
+        memory_peak: Some(100 << 20),
+        oom_kill: Some(1),
+        pids_max_events: Some(2),
+        cpu_usage_usec: Some(7_500),
+        cpu_user_usec: Some(4_000),
+        io_wbytes: Some(8192),
+        pids_peak: Some(40),
+        ..CgroupStats::default()
+    };
+    let own = now.since(&base, true);
+    assert_eq!(own.cpu_usage_usec, Some(2_500));
+    assert_eq!(own.cpu_user_usec, Some(1_000));
+    assert_eq!(own.io_wbytes, Some(4096));
+    assert_eq!(own.oom_kill, Some(0));
+    assert_eq!(own.ended_by(), None, "the earlier command's OOM kill");
+    assert_eq!(own.memory_peak, Some(100 << 20));
+    assert_eq!(own.pids_peak, None);
+    assert_eq!(now.since(&base, false).memory_peak, None);
+}

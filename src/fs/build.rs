@@ -21,6 +21,7 @@ mod mounts;
 use super::builder::{Builder, Dir, STAGING, STAGING_ROOT, dir_fd, staging_under};
 use super::plan::{DEV_BIND, PROC_ATTRS, Plan, RO_BIND, RW_BIND, Step, Upper, tmpfs_data};
 pub(super) use super::syscalls::{BASE, Hint, O_PATH_DIR, OpResult, fd_path, plain};
+use super::syscalls::op_name;
 pub use super::syscalls::{BuildError, FsSys};
 use crate::sys::{
     Errno, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, RESOLVE_IN_ROOT,
@@ -37,6 +38,9 @@ pub struct Built {
     /// Overlays staged for a claim ([`Plan::claim_overlays`]), in plan
     /// order: mounted by [`super::claim::attach`].
     pub staged: Vec<super::claim::Staged>,
+    /// A resident sandbox's overlays ([`Plan::resident`]): their layers,
+    /// mounted by each command ([`super::resident::mount_overlays`]).
+    pub resident: Vec<super::resident::Layers>,
 }
 
 /// Files of /proc that leak host state: covered with /dev/null.
@@ -306,11 +310,16 @@ pub fn build_unpivoted<S: FsSys>(
 
     let mut built = Built::default();
     for (i, step) in plan.steps.iter().enumerate() {
-        let what = op_names
-            .get(i)
-            .cloned()
-            .unwrap_or_else(|| format!("fs[{i}]"));
-        let tmp_upper = if plan.claim_overlays.contains(&i) {
+        let what = op_name(op_names, i);
+        let tmp_upper = if plan.resident && plan.claim_overlays.contains(&i) {
+            let layers = b.keep_layers(step, i).map_err(|(err, hint)| BuildError {
+                what: what.clone(),
+                err,
+                hint,
+            })?;
+            built.resident.push(layers);
+            None
+        } else if plan.claim_overlays.contains(&i) {
             // A warm sandbox: the overlay is mounted when a command claims
             // it (only its filesystem context is made now: fs::claim).
             b.stage_overlay(step, i)
@@ -429,6 +438,13 @@ pub fn pivot<S: FsSys>(sys: &mut S, plan: &Plan, staged: Unpivoted) -> Result<Bu
 }
 
 impl<S: FsSys> Builder<'_, S> {
+    /// A per-command init's remount of a `Proc`, `Dev`, `Tmpfs` or
+    /// `Mqueue` step ([`super::resident::refresh`]): the step again, over
+    /// the kept mount.
+    pub(super) fn refresh_step(&mut self, step: &Step, staging: BorrowedFd<'_>) -> OpResult<()> {
+        self.step(step, staging).map(drop)
+    }
+
     fn step(&mut self, step: &Step, staging: BorrowedFd<'_>) -> OpResult<Option<OwnedFd>> {
         self.parent_mode = match step {
             Step::Dir { mode, .. } | Step::File { mode, .. } => parent_mode(*mode),

@@ -25,11 +25,11 @@
 //! then the one a cold launch builds.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::builder::{Builder, Dir};
 use super::plan::{Step, Upper, tmpfs_data};
-use super::syscalls::{BASE, BuildError, FsSys, Hint, O_PATH_DIR, OpResult, fd_path, plain};
+use super::syscalls::{BASE, BuildError, FsSys, Hint, O_PATH_DIR, OpResult, fd_path, op_name, plain};
 use crate::sys::{
     Errno, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, RESOLVE_BENEATH, RESOLVE_IN_ROOT,
     RESOLVE_NO_SYMLINKS, SysError,
@@ -122,6 +122,37 @@ pub(super) fn hold_upper<S: FsSys>(
     Ok(tree)
 }
 
+/// A new overlay filesystem context over these layers (each passed as
+/// its `/proc/self/fd/N`), with a cold launch's options: metadata in
+/// user.* xattrs, no metacopy (redirect_dir then stays nofollow).
+pub(super) fn overlay_context<S: FsSys>(
+    sys: &mut S,
+    lowers: &[BorrowedFd<'_>],
+    upper: BorrowedFd<'_>,
+    work: BorrowedFd<'_>,
+) -> OpResult<OwnedFd> {
+    let mut lowerdir = Vec::new();
+    for (k, fd) in lowers.iter().enumerate() {
+        if k > 0 {
+            lowerdir.push(b':');
+        }
+        lowerdir.extend_from_slice(fd_path(*fd).as_bytes());
+    }
+    let lowerdir = CString::new(lowerdir).expect("fd paths hold no NUL");
+    let (upperdir, workdir) = (fd_path(upper), fd_path(work));
+    let options = [
+        (c"lowerdir", Some(lowerdir.as_c_str())),
+        (c"upperdir", Some(upperdir.as_c_str())),
+        (c"workdir", Some(workdir.as_c_str())),
+        (c"userxattr", None),
+        (c"metacopy", Some(c"off")),
+    ];
+    sys.fs_context(c"overlay", &options).map_err(|e| {
+        let hint = overlay_hint(e.errno);
+        (e, hint)
+    })
+}
+
 fn overlay_hint(errno: Errno) -> Option<Hint> {
     Some(Hint::Borrowed(match errno {
         Errno::EINVAL => {
@@ -170,7 +201,6 @@ impl<S: FsSys> Builder<'_, S> {
             RESOLVE_IN_ROOT,
         ))?;
         let mut layers = Vec::new();
-        let mut lowerdir = Vec::new();
         for (k, l) in lowers.iter().enumerate() {
             let at = name(&format!("l{k}"));
             let Some(src) = self.source_fds.get(*l).and_then(Option::as_ref) else {
@@ -180,12 +210,7 @@ impl<S: FsSys> Builder<'_, S> {
                 ));
             };
             let src = fd_path(src.as_fd());
-            let fd = self.bind_onto_stage(stage.as_fd(), &at, &src)?;
-            if k > 0 {
-                lowerdir.push(b':');
-            }
-            lowerdir.extend_from_slice(fd_path(fd.as_fd()).as_bytes());
-            layers.push(fd);
+            layers.push(self.bind_onto_stage(stage.as_fd(), &at, &src)?);
         }
         let mut counted = None;
         let (u, w) = match upper {
@@ -249,23 +274,10 @@ impl<S: FsSys> Builder<'_, S> {
             }
             Upper::None => return Err(invalid()),
         };
-        let lowerdir = CString::new(lowerdir).expect("fd paths hold no NUL");
-        let (upperdir, workdir) = (fd_path(u.as_fd()), fd_path(w.as_fd()));
+        let lowered: Vec<BorrowedFd<'_>> = layers.iter().map(AsFd::as_fd).collect();
+        let context = overlay_context(self.sys, &lowered, u.as_fd(), w.as_fd())?;
         layers.push(u);
         layers.push(w);
-        let options = [
-            (c"lowerdir", Some(lowerdir.as_c_str())),
-            (c"upperdir", Some(upperdir.as_c_str())),
-            (c"workdir", Some(workdir.as_c_str())),
-            // As for a cold launch: metadata in user.* xattrs, no
-            // metacopy (redirect_dir then stays nofollow).
-            (c"userxattr", None),
-            (c"metacopy", Some(c"off")),
-        ];
-        let context = self.sys.fs_context(c"overlay", &options).map_err(|e| {
-            let hint = overlay_hint(e.errno);
-            (e, hint)
-        })?;
         let (parent, last) = self.parent_of(dest)?;
         let parent = match parent {
             Dir::Opened(fd) => fd,
@@ -323,10 +335,7 @@ pub fn attach<S: FsSys>(
     op_names: &[String],
 ) -> Result<(), BuildError> {
     for s in staged {
-        let what = op_names
-            .get(s.step)
-            .cloned()
-            .unwrap_or_else(|| format!("fs[{}]", s.step));
+        let what = op_name(op_names, s.step);
         let overlay = sys
             .fs_mount(s.context.as_fd(), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
             .map_err(|err| BuildError {

@@ -7,6 +7,7 @@ pub mod claim;
 pub mod count;
 mod image_root;
 pub mod plan;
+pub mod resident;
 mod syscalls;
 
 #[cfg(test)]

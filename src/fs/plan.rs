@@ -172,6 +172,10 @@ pub struct Plan {
     /// are staged when the root is built and mounted only when a command
     /// claims the sandbox (see `fs::claim`).
     pub claim_overlays: Vec<usize>,
+    /// A resident sandbox (`fs::resident`): the claim overlays' layers are
+    /// kept as detached mounts, and each command mounts a new overlay of
+    /// them in its own mount namespace.
+    pub resident: bool,
     /// A container image's layers (source indices, top first): the new root
     /// is an overlay of them over a private upper, under every step.
     pub image_lowers: Vec<usize>,

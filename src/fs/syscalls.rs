@@ -124,6 +124,12 @@ pub type Hint = std::borrow::Cow<'static, str>;
 /// An fs operation's result: the failed call and a hint.
 pub(super) type OpResult<T> = Result<T, (SysError, Option<Hint>)>;
 
+/// How error lines name the plan's step `i`: its operation as the Spec
+/// gave it (`op_names`), else its index.
+pub(super) fn op_name(op_names: &[String], i: usize) -> String {
+    op_names.get(i).cloned().unwrap_or_else(|| format!("fs[{i}]"))
+}
+
 pub(super) fn plain<T>(r: Result<T, SysError>) -> OpResult<T> {
     r.map_err(|e| (e, None))
 }

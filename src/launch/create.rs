@@ -245,6 +245,7 @@ pub fn create(
                         signals,
                         started,
                         old_mask: SigSet::empty(),
+                        command_ended: std::cell::Cell::new(false),
                     };
                     match keep(&mut p, spec, &opts, sb, status_file, doors) {
                         Ok(_) => 0,

@@ -81,6 +81,7 @@ impl ChildSys for Recorder {
             Message::Held => "Held",
             Message::RootBuilt => "RootBuilt",
             Message::Pivot => "Pivot",
+            Message::CommandEnded => "CommandEnded",
         };
         self.note(format!("send {name} {}", fds.len()));
         Ok(())
@@ -162,6 +163,29 @@ impl ChildSys for Recorder {
             report_started: true,
             linger: false,
         }))
+    }
+    fn clone_per_command(&mut self, flags: u64) -> Result<Option<libc::pid_t>, Errno> {
+        self.note(format!("clone per-command {flags:#x}"));
+        // The recorder follows the per-command init's path.
+        Ok(None)
+    }
+    fn wait_per_command(&mut self, pid: libc::pid_t, _forwarded: u64) {
+        self.note(format!("wait per-command {pid}"));
+    }
+    fn claim_pipe(&mut self) -> Result<(OwnedFd, OwnedFd), Errno> {
+        self.note("claim pipe".into());
+        let (r, w) = std::io::pipe().map_err(|_| Errno::EMFILE)?;
+        Ok((r.into(), w.into()))
+    }
+    fn mark_claimed(&mut self, _pipe: BorrowedFd<'_>) {
+        self.note("claimed".into());
+    }
+    fn was_claimed(&mut self, _pipe: BorrowedFd<'_>) -> bool {
+        true
+    }
+    fn own_namespaces(&mut self) -> Vec<(String, u64)> {
+        self.note("own namespaces".into());
+        Vec::new()
     }
     fn set_rlimit(&mut self, resource: libc::c_int, value: u64) -> Result<(), Errno> {
         self.note(format!("setrlimit {resource} {value}"));
@@ -395,6 +419,8 @@ fn plan_for(spec: &Spec, proxy: bool, keep_caps: u64) -> ChildPlan {
         inherited_fds: Vec::new(),
         new_session: true,
         exec_in_place: false,
+        resident: false,
+        per_command_flags: 0,
         pause_before_pivot: false,
     }
 }
@@ -779,6 +805,100 @@ fn a_warm_sandbox_waits_for_its_claim_then_mounts_its_workspace() {
         claim < created && created < detach && detach < moved && moved < workload,
         "{calls:#?}"
     );
+    // The claimed command is the one executed.
+    assert!(calls.iter().any(|c| c == "child execve /usr/bin/true"));
+}
+
+/// A resident sandbox: after `Ready`, hutch init makes the per-command
+/// init (fresh pid, mount, ipc, uts and network namespaces) before any
+/// claim; that process mounts `/proc`, `/dev` and each tmpfs again over
+/// the kept ones, brings its `lo` up, and only then takes the claim,
+/// mounts the workspace from a new overlay context and runs the command's
+/// steps as a sandbox used once does. hutch init builds no Landlock
+/// ruleset of its own: the workload builds one naming this command's
+/// inodes, and enforces it before seccomp and execve.
+#[test]
+fn a_resident_sandbox_makes_each_command_its_own_init_before_its_claim() {
+    use crate::sys::{CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUTS};
+    let mut spec = test_spec();
+    spec.fs.push(FsOp::Overlay {
+        lowers: vec!["/base".into()],
+        upper: "/s/upper".into(),
+        work: "/s/work".into(),
+        dest: "/w".into(),
+    });
+    let mut plan = plan_for(&spec, false, 0);
+    plan.warm = true;
+    plan.resident = true;
+    let flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET;
+    plan.per_command_flags = flags;
+    plan.fs.claim_overlays = crate::launch::prepare::claim::claim_overlays(&spec);
+    assert_eq!(crate::fs::resident::blocker(&plan.fs), None);
+    plan.fs.resident = true;
+    let mut rec = Recorder::default();
+    let (sock, _peer) = crate::sys::socket::seqpacket_pair().unwrap();
+    let running = match child::init(&mut rec, &mut plan, sock.as_fd()) {
+        Ok(r) => r,
+        Err(Stop::Failed(f, text)) => panic!("{f:?} {text:?}"),
+        Err(Stop::SupervisorGone) => panic!("supervisor gone"),
+    };
+    assert_eq!(running.workload, 2);
+    assert!(running.pid_namespace_init, "its kill(-1) ends the command");
+    let calls = &rec.calls;
+    let after = |from: usize, needle: &str| -> usize {
+        calls
+            .iter()
+            .enumerate()
+            .position(|(i, c)| i > from && c.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} after #{from} in {calls:#?}"))
+    };
+    let ready = after(0, "child send Ready");
+    // In order, each after the one before.
+    let steps = [
+        "child block".to_string(),
+        "child claim pipe".to_string(),
+        format!("child clone per-command {flags:#x}"),
+        "child pdeathsig".to_string(),
+        "mount  / ".to_string(),
+        " proc ".to_string(),
+        " /proc/self/fd/".to_string(),
+        "child lo up".to_string(),
+        "child recv Claim".to_string(),
+        "child claimed".to_string(),
+        "fs_context overlay lowerdir=/proc/self/fd/".to_string(),
+        "fs_mount ".to_string(),
+        "move_mount_at ".to_string(),
+        "child setrlimit".to_string(),
+        "child dumpable false".to_string(),
+        "child start workload".to_string(),
+        "child landlock ruleset".to_string(),
+        "child landlock restrict".to_string(),
+        "child seccomp".to_string(),
+        "child execve /usr/bin/true".to_string(),
+        "child init seccomp".to_string(),
+    ];
+    let mut at = ready;
+    for step in &steps {
+        at = after(at, step);
+    }
+    // Before `Ready` hutch init dropped the bounding set but made no
+    // ruleset, and nothing of the command's mounts happened before its
+    // per-command init existed.
+    let clone = after(ready, "child clone per-command");
+    assert!(
+        !calls[..clone].iter().any(|c| c.contains("landlock ruleset")),
+        "{calls:#?}"
+    );
+    assert!(
+        !calls[..clone]
+            .iter()
+            .any(|c| c.starts_with("fs_mount ") || c.starts_with("fs_context ")),
+        "{calls:#?}"
+    );
+    // The workspace's layers were kept as detached copies when the
+    // sandbox was built, the upper's holder found before the sandbox's
+    // identity was taken.
+    assert!(calls[..ready].iter().any(|c| c.starts_with("clone_tree ")), "{calls:#?}");
     // The claimed command is the one executed.
     assert!(calls.iter().any(|c| c == "child execve /usr/bin/true"));
 }

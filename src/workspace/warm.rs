@@ -60,6 +60,10 @@ enum Request {
     Stop,
     /// How many sandboxes are ready ([`WarmStatus`]).
     Status,
+    /// On a claim's connection, after its command: the sandbox is
+    /// resident and its claimer let it go (`Link::release`); it comes
+    /// back to the pool.
+    Returned,
 }
 
 /// What a warm server holds now ([`status`]).
@@ -149,6 +153,23 @@ pub fn serve(
     let uid = nix::unistd::geteuid().as_raw();
     let mut stop_reply: Option<UnixStream> = None;
     loop {
+        // A resident sandbox whose claimer let it go comes back to the
+        // pool (before its command's count is dropped: the refill never
+        // sees it missing); any other claimer's end leaves the helper to
+        // exit.
+        let mut i = 0;
+        while i < claimed.len() {
+            match claimed[i].returned() {
+                Some(true) => {
+                    let c = claimed.swap_remove(i);
+                    if let (Some(link), process) = (c.link, c.process) {
+                        pool.give_back(HelperChild { process, link });
+                    }
+                    drop(c._in_flight);
+                }
+                _ => i += 1,
+            }
+        }
         // A helper that exited ends its command's claim: the pool may
         // refill now (it waits while a claimed command runs).
         claimed.retain_mut(|c| !matches!(c.process.try_wait(), Ok(Some(_))));
@@ -168,6 +189,11 @@ pub fn serve(
                 .as_ref()
                 .map(|p| nix::poll::PollFd::new(p.as_fd(), nix::poll::PollFlags::POLLIN))
         }));
+        fds.extend(claimed.iter().filter_map(|c| {
+            c.conn
+                .as_ref()
+                .map(|p| nix::poll::PollFd::new(p.as_fd(), nix::poll::PollFlags::POLLIN))
+        }));
         let tick = nix::poll::PollTimeout::try_from(TICK.as_millis() as i32)
             .unwrap_or(nix::poll::PollTimeout::NONE);
         match nix::poll::poll(&mut fds, tick) {
@@ -183,11 +209,15 @@ pub fn serve(
         }
         last_used = Instant::now();
         match serve_one(conn, &pool, claimed.len()) {
-            Served::Claimed(process, in_flight) => {
+            Served::Claimed(helper, conn, in_flight) => {
+                let HelperChild { process, link } = *helper;
                 let pidfd = sys::raw::pidfd_open(process.id() as libc::pid_t).ok();
+                let _ = conn.set_nonblocking(true);
                 claimed.push(Claimed {
                     process,
                     pidfd,
+                    link: Some(link),
+                    conn: Some(conn),
                     _in_flight: in_flight,
                 });
             }
@@ -221,18 +251,54 @@ fn session_exists(session: &Session) -> bool {
     }
 }
 
-/// A sandbox handed to a client, until its helper exits.
+/// A sandbox handed to a client, until its helper exits or (a resident
+/// sandbox) comes back.
 struct Claimed {
     /// The helper process (this process's child, to reap).
     process: std::process::Child,
     /// Readable once it has exited (polled with the socket).
     pidfd: Option<OwnedFd>,
+    /// This server's end of the helper's control socket, unread while the
+    /// client holds it; None once the client went without returning it.
+    link: Option<Link>,
+    /// The claim's connection: `Returned` on it gives the sandbox back.
+    conn: Option<UnixStream>,
     _in_flight: crate::launch::pool::InFlight,
 }
 
+impl Claimed {
+    /// Whether the client returned the sandbox: Some(true) when it said
+    /// `Returned` and the helper still runs; Some(false) (and the link
+    /// and connection let go: the helper ends) when it went without;
+    /// None while it holds it.
+    fn returned(&mut self) -> Option<bool> {
+        let conn = self.conn.as_mut()?;
+        let mut buf = [0u8; 64];
+        let outcome = match std::io::Read::read(conn, &mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+            Ok(n) if n > 0 => {
+                let line = buf[..n].split(|b| *b == b'\n').next().unwrap_or_default();
+                matches!(serde_json::from_slice(line), Ok(Request::Returned))
+                    && matches!(self.process.try_wait(), Ok(None))
+            }
+            _ => false,
+        };
+        self.conn = None;
+        if !outcome {
+            self.link = None;
+        }
+        Some(outcome)
+    }
+}
+
 enum Served {
-    /// The helper process, and its command's count in the pool.
-    Claimed(std::process::Child, crate::launch::pool::InFlight),
+    /// The helper, the claim's connection, and its command's count in the
+    /// pool.
+    Claimed(
+        Box<HelperChild>,
+        UnixStream,
+        crate::launch::pool::InFlight,
+    ),
     Answered,
     Stop(UnixStream),
 }
@@ -261,6 +327,7 @@ fn serve_one(mut conn: UnixStream, pool: &Pool, claimed: usize) -> Served {
             return Served::Answered;
         }
         Request::Claim { shape } => shape,
+        Request::Returned => return Served::Answered,
     };
     if shape != pool.digest() {
         let why = "the command changes the sandbox (binds, limits, network or confinement): the warm sandboxes are of the session's plain shape".into();
@@ -273,13 +340,13 @@ fn serve_one(mut conn: UnixStream, pool: &Pool, claimed: usize) -> Served {
         let _ = send_line(&mut conn, &Answer::Cold { why }, &[]);
         return Served::Answered;
     };
-    let HelperChild { process, link } = helper;
-    let sent = send_line(&mut conn, &Answer::Sandbox, &[link.socket().as_fd()]);
-    // The client holds the control socket now (or nobody, if sending
-    // failed: then the helper sees it close and ends its sandbox).
-    drop(link);
+    let sent = send_line(&mut conn, &Answer::Sandbox, &[helper.link.socket().as_fd()]);
+    // The client holds the control socket now; this server's copy stays
+    // unread until the client returns the sandbox (a resident one) or
+    // goes. If sending failed, the connection is closed already: the
+    // copy is let go then, and the helper ends its sandbox.
     let _ = sent;
-    Served::Claimed(process, in_flight)
+    Served::Claimed(Box::new(helper), conn, in_flight)
 }
 
 fn send_line(
@@ -374,7 +441,13 @@ pub fn claim(
         Some(upper_lock),
     )
     .ok()?;
-    Some(link.wait())
+    let result = link.wait();
+    // A resident sandbox serves the next command: let it go back to the
+    // server, which reads its control socket from now on.
+    if link.resident() && link.release().is_ok() {
+        let _ = send_line(&mut conn, &Request::Returned, &[]);
+    }
+    Some(result)
 }
 
 /// What the session's server holds now; None without a server.

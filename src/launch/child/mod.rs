@@ -67,6 +67,7 @@
 //! (each candidate resolved inside the root first).
 
 pub(crate) mod claim;
+pub(crate) mod percmd;
 pub(crate) mod real_sys;
 pub(crate) mod steps;
 mod stop;
@@ -233,7 +234,7 @@ pub(crate) fn init<S: ChildSys>(
     // are added here, but for paths inside an overlay mounted at a claim
     // (their inodes exist only then: added after it).
     let mut deferred_rules = Vec::new();
-    if let Some(ll) = plan.confinement.landlock_plan() {
+    if let Some(ll) = plan.confinement.landlock_plan().filter(|_| !plan.resident) {
         let later = claim_dests(plan);
         let root = sys
             .openat2(None, c"/", libc::O_PATH | libc::O_DIRECTORY, 0)
@@ -253,6 +254,19 @@ pub(crate) fn init<S: ChildSys>(
                 .map_err(|e| Failure::new(Stage::LandlockPortRule, e).at(i))?;
         }
         plan.landlock_ruleset = Some(ruleset);
+    }
+    if plan.warm && plan.resident {
+        // One per-command init per claim from here on (`percmd`); the
+        // workspace overlays are mounted by each, from the kept layers.
+        sys.send(sock, &Message::Ready, &[]).at(Stage::Claim)?;
+        let served = percmd::serve(sys, plan, sock, &built.resident);
+        if served.is_ok() {
+            // A per-command init, whose steps closed every fd it does not
+            // keep (the kept layers' included): their owners must not
+            // close them a second time (the process execs or exits).
+            std::mem::forget(built);
+        }
+        return served;
     }
     let mut linger = false;
     if plan.warm {
@@ -287,6 +301,19 @@ pub(crate) fn init<S: ChildSys>(
             }
         }
     }
+    command_steps(sys, plan, sock, built, linger)
+}
+
+/// Steps 8 to 10 (and, with `Spec::init = none`, the workload's own): the
+/// part of hutch init's setup that is the command's, in a sandbox used
+/// once or in a resident sandbox's per-command init.
+fn command_steps<S: ChildSys>(
+    sys: &mut S,
+    plan: &mut ChildPlan,
+    sock: BorrowedFd<'_>,
+    built: fs::Built,
+    linger: bool,
+) -> Result<Running, Stop> {
     for (i, (resource, value)) in plan.rlimits.iter().enumerate() {
         sys.set_rlimit(*resource, *value)
             .map_err(|e| Failure::new(Stage::Rlimits, e).at(i))?;
@@ -316,10 +343,15 @@ pub(crate) fn init<S: ChildSys>(
         .start_workload(plan, report_to)
         .at(Stage::StartWorkload)?;
     if plan.report_started {
+        let namespaces = match plan.resident {
+            true => sys.own_namespaces(),
+            false => Vec::new(),
+        };
         let _ = sys.send(
             sock,
             &Message::Started {
                 workload_pid: workload,
+                namespaces,
             },
             &[],
         );
@@ -329,6 +361,7 @@ pub(crate) fn init<S: ChildSys>(
             conn.as_fd(),
             &Message::Started {
                 workload_pid: workload,
+                namespaces: Vec::new(),
             },
             &[],
         );

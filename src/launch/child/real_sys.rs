@@ -315,6 +315,66 @@ impl ChildSys for RealSys {
         }
     }
 
+    fn clone_per_command(&mut self, flags: u64) -> Result<Option<libc::pid_t>, Errno> {
+        // SAFETY: hutch init is single-threaded (a fork of the
+        // single-threaded supervisor's thread); the child continues on a
+        // copy of its memory, like fork(2).
+        match unsafe { raw::clone3(flags, None) }? {
+            sys::Forked::Child => Ok(None),
+            sys::Forked::Parent { pid, pidfd } => {
+                drop(pidfd);
+                Ok(Some(pid))
+            }
+        }
+    }
+
+    fn wait_per_command(&mut self, pid: libc::pid_t, forwarded: u64) {
+        use nix::sys::signal::{SigSet, Signal};
+        let mut set = SigSet::empty();
+        set.add(Signal::SIGCHLD);
+        for s in super::steps::signal_list(forwarded) {
+            if let Ok(sig) = Signal::try_from(s) {
+                set.add(sig);
+            }
+        }
+        loop {
+            // Looked at before each wait: a SIGCHLD that comes in between
+            // stays pending (blocked) and ends the wait at once.
+            match raw::waitpid(pid, libc::WNOHANG) {
+                Ok(Some(_)) | Err(Errno::ECHILD) => return,
+                _ => {}
+            }
+            let Ok(sig) = set.wait() else { continue };
+            if sig != Signal::SIGCHLD {
+                let _ = raw::kill(pid, sig as libc::c_int);
+            }
+        }
+    }
+
+    fn claim_pipe(&mut self) -> Result<(OwnedFd, OwnedFd), Errno> {
+        raw::pipe(libc::O_NONBLOCK)
+    }
+
+    fn mark_claimed(&mut self, pipe: BorrowedFd<'_>) {
+        let _ = raw::write(pipe, b"c");
+    }
+
+    fn was_claimed(&mut self, pipe: BorrowedFd<'_>) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(raw::read(pipe, &mut byte), Ok(1))
+    }
+
+    fn own_namespaces(&mut self) -> Vec<(String, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        ["user", "mnt", "pid", "ipc", "uts", "net", "cgroup"]
+            .into_iter()
+            .filter_map(|ns| {
+                let m = std::fs::metadata(format!("/proc/self/ns/{ns}")).ok()?;
+                Some((ns.to_string(), m.ino()))
+            })
+            .collect()
+    }
+
     fn set_rlimit(&mut self, resource: libc::c_int, value: u64) -> Result<(), Errno> {
         raw::setrlimit(resource, value)
     }

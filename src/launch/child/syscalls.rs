@@ -66,6 +66,21 @@ pub(crate) trait ChildSys: FsSys {
         sock: BorrowedFd<'_>,
         non_default_signals: u64,
     ) -> Result<Option<super::claim::Claimed>, Errno>;
+    /// A resident sandbox: clone the per-command init with `flags`
+    /// (CLONE_NEW*), fork-like; its pid in hutch init, None in it.
+    fn clone_per_command(&mut self, flags: u64) -> Result<Option<libc::pid_t>, Errno>;
+    /// Wait for the per-command init `pid` to end, forwarding the
+    /// `forwarded` signals (blocked; bit N-1 for signal N) to it.
+    fn wait_per_command(&mut self, pid: libc::pid_t, forwarded: u64);
+    /// The pipe a per-command init marks its claim on (read end, write
+    /// end).
+    fn claim_pipe(&mut self) -> Result<(OwnedFd, OwnedFd), Errno>;
+    /// A per-command init: it has its claim.
+    fn mark_claimed(&mut self, pipe: BorrowedFd<'_>);
+    /// hutch init, after a per-command init ended: whether it had a claim.
+    fn was_claimed(&mut self, pipe: BorrowedFd<'_>) -> bool;
+    /// The inodes of this process's namespaces, by name (`mnt`, `pid`...).
+    fn own_namespaces(&mut self) -> Vec<(String, u64)>;
     fn set_rlimit(&mut self, resource: libc::c_int, value: u64) -> Result<(), Errno>;
     fn set_dumpable(&mut self, on: bool) -> Result<(), Errno>;
     /// hutch init's own permitted capability set.

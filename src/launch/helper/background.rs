@@ -59,6 +59,13 @@ impl Background {
         };
         sys::raw::set_nice(init, nice)
             .map_err(|e| SysError::new(format!("setpriority(hutch init {init}, {nice})"), e))?;
+        // A resident sandbox's per-command init, made before the claim,
+        // has the build's priority too.
+        if let Ok(text) = sys::read_proc(format!("/proc/{init}/task/{init}/children")) {
+            for child in text.split_whitespace().filter_map(|c| c.parse().ok()) {
+                let _ = sys::raw::set_nice(child, nice);
+            }
+        }
         sys::raw::set_nice(0, nice)
             .map_err(|e| SysError::new(format!("setpriority(the supervisor, {nice})"), e))
     }

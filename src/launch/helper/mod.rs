@@ -58,7 +58,7 @@ pub const LIFELINE_FD: i32 = 4;
 /// caller: [`crate::secret`]'s handover).
 pub const FIRST_SECRET_FD: i32 = 5;
 /// Bumped whenever a frame changes shape.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// Largest frame either side accepts (a Spec can carry file contents).
 pub const MAX_FRAME: usize = 64 << 20;
 /// How long [`HelperChild::kill`] waits for the helper to say it is
@@ -102,6 +102,11 @@ pub enum ToHelper {
     Signal {
         signo: i32,
     },
+    /// A resident sandbox (`FromHelper::Finished::resident`): its claimer
+    /// reads nothing more; the helper answers `Ready` again for its owner
+    /// (who may have handed the control socket to the claimer). A claim
+    /// may follow `Finished` directly instead.
+    Release,
 }
 
 /// Helper → caller.
@@ -116,6 +121,10 @@ pub enum FromHelper {
     Finished {
         report: Box<ExitReport>,
         captured: [Option<Captured>; 2],
+        /// A resident sandbox: the helper serves another claim (or says
+        /// `Ready` on `ToHelper::Release`) instead of exiting.
+        #[serde(default)]
+        resident: bool,
     },
     Failed(LaunchFailure),
 }
@@ -266,6 +275,9 @@ pub struct Link {
     killing: bool,
     /// A warm helper said its sandbox is ready (its id).
     ready: Option<String>,
+    /// The last command's helper serves another claim (a resident
+    /// sandbox): it answers `Ready` again after [`Link::release`].
+    resident: bool,
 }
 
 impl Link {
@@ -279,6 +291,7 @@ impl Link {
             closed: false,
             killing: false,
             ready: None,
+            resident: false,
         }
     }
 
@@ -347,7 +360,12 @@ impl Link {
             match frame {
                 Ok(FromHelper::Killing) => self.killing = true,
                 Ok(FromHelper::Ready { sandbox_id }) => self.ready = Some(sandbox_id),
-                Ok(FromHelper::Finished { report, captured }) => {
+                Ok(FromHelper::Finished {
+                    report,
+                    captured,
+                    resident,
+                }) => {
+                    self.resident = resident;
                     self.result = Some(Ok(Finished {
                         report: *report,
                         captured,
@@ -427,8 +445,23 @@ impl Link {
             upper_lock: upper_lock.is_some(),
         };
         let fds: Vec<BorrowedFd<'_>> = stdio.into_iter().chain(upper_lock).collect();
+        // Ready again only when it says so after this command.
+        self.ready = None;
+        self.resident = false;
         self.send(&msg, &fds)
             .map_err(|e| self.protocol_error(format!("sending the claim: {e}")))
+    }
+
+    /// Whether the last command's helper serves another claim (a resident
+    /// sandbox), once its result is in.
+    pub fn resident(&self) -> bool {
+        self.resident
+    }
+
+    /// A resident sandbox's claimer is done: the helper says `Ready` again,
+    /// to whoever reads this socket next (its owner).
+    pub fn release(&mut self) -> std::io::Result<()> {
+        self.send(&ToHelper::Release, &[])
     }
 
     /// Ask the helper to kill the sandbox; true once it said it does (or
@@ -624,6 +657,7 @@ impl Control for Channel {
             None => ControlRequest::None,
             Some(Ok(ToHelper::Kill)) => ControlRequest::Kill,
             Some(Ok(ToHelper::Signal { signo })) => ControlRequest::Signal(signo),
+            Some(Ok(ToHelper::Release)) => ControlRequest::Release,
             Some(Ok(ToHelper::Claim {
                 shape,
                 command,
@@ -722,7 +756,12 @@ pub fn serve() -> i32 {
                 None => return 125,
             }
         }
-        Ok(ToHelper::Kill | ToHelper::Signal { .. } | ToHelper::Claim { .. }) => return 125,
+        Ok(
+            ToHelper::Kill
+            | ToHelper::Signal { .. }
+            | ToHelper::Claim { .. }
+            | ToHelper::Release,
+        ) => return 125,
         Err(why) => {
             eprintln!("hutch: {SUBCOMMAND}: the request was {why}");
             return 125;
@@ -732,6 +771,7 @@ pub fn serve() -> i32 {
         Ok(Finished { report, captured }) => FromHelper::Finished {
             report: Box::new(report),
             captured,
+            resident: false,
         },
         Err(e) => FromHelper::Failed(e.failure()),
     };
@@ -776,16 +816,62 @@ fn serve_warm(spec: &Spec, channel: &mut Channel) -> Option<Served> {
     channel.answer(&FromHelper::Ready {
         sandbox_id: warm.sandbox_id().to_string(),
     });
-    let (mut warm, claim) = match pending {
-        Some(c) => (warm, c),
-        None => match warm.wait_claim(channel) {
-            Ok(w) => w,
-            Err(WarmError::Gone) => return None,
-            Err(WarmError::Launch(e)) => return Some((Err(e), None, None)),
-        },
-    };
-    let (result, lingering) = warm.claim(claim, channel);
-    Some((result, lingering, Some(warm)))
+    let mut warm = warm;
+    let mut pending = pending;
+    loop {
+        let (mut claimed, claim) = match pending.take() {
+            Some(c) => (warm, c),
+            None => match warm.wait_claim(channel) {
+                Ok(w) => w,
+                Err(WarmError::Gone) => return None,
+                Err(WarmError::Launch(e)) => return Some((Err(e), None, None)),
+            },
+        };
+        let (result, lingering) = claimed.claim(claim, channel);
+        // A resident sandbox whose command ended as commands do (its own
+        // init reaped, hutch init waiting for the next claim): answer, and
+        // say it is ready again.
+        if lingering.is_none() && claimed.serves_again() {
+            if let Ok(finished) = result {
+                warm::let_go_of_the_claimers_stdio();
+                channel.answer(&FromHelper::Finished {
+                    report: Box::new(finished.report),
+                    captured: finished.captured,
+                    resident: true,
+                });
+                // After the answer: the command's overlay goes (and the
+                // upper's locks with it) off the claimer's path.
+                if !claimed.end_command() {
+                    return Some((
+                        Err(LaunchError::Prepare(
+                            crate::launch::error::PrepareError::WarmEndedWaiting,
+                        )),
+                        None,
+                        Some(claimed),
+                    ));
+                }
+                // The claimer claims again, or lets it go: then `Ready`
+                // goes to the owner, who reads this socket from then on.
+                match claimed.wait_next(channel) {
+                    Ok((w, warm::Next::Claim(c))) => {
+                        pending = Some(c);
+                        warm = w;
+                    }
+                    Ok((w, warm::Next::Released)) => {
+                        channel.answer(&FromHelper::Ready {
+                            sandbox_id: w.sandbox_id().to_string(),
+                        });
+                        warm = w;
+                    }
+                    Err(WarmError::Gone) => return None,
+                    Err(WarmError::Launch(e)) => return Some((Err(e), None, None)),
+                }
+                continue;
+            }
+            return Some((result, None, Some(claimed)));
+        }
+        return Some((result, lingering, Some(claimed)));
+    }
 }
 
 #[cfg(test)]

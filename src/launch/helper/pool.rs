@@ -50,6 +50,10 @@ struct State {
     /// Helpers that answered and are exiting, to reap (by pid) without
     /// making the command's caller wait for them.
     exiting: Vec<libc::pid_t>,
+    /// A helper came back after its command ([`Pool::give_back`]): the
+    /// sandboxes of this shape are resident, so a command in flight is a
+    /// sandbox coming back, not one to replace.
+    resident: bool,
 }
 
 type Shared = (Mutex<State>, Condvar);
@@ -152,6 +156,7 @@ impl Pool {
                 taken: 0,
                 in_flight: 0,
                 exiting: Vec::new(),
+                resident: false,
             }),
             Condvar::new(),
         ));
@@ -251,6 +256,30 @@ impl Pool {
         chosen
     }
 
+    /// A resident sandbox's helper back from its command (its claimer
+    /// sent `ToHelper::Release`: it says `Ready` again, to this pool).
+    /// Call it before the command's [`InFlight`] is dropped, so that the
+    /// refill never sees the sandbox missing. A pool that holds its size
+    /// already ends its newest helper instead.
+    pub fn give_back(&self, helper: HelperChild) {
+        let (lock, cv) = &*self.shared;
+        let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
+        st.resident = true;
+        let extra = if st.closing {
+            Some(helper)
+        } else {
+            st.helpers.push_front(helper);
+            (st.helpers.len() > st.size)
+                .then(|| st.helpers.pop_back())
+                .flatten()
+        };
+        drop(st);
+        cv.notify_all();
+        if let Some(h) = extra {
+            end_all(vec![h]);
+        }
+    }
+
     pub fn status(&self) -> PoolStatus {
         let (lock, cv) = &*self.shared;
         let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -331,7 +360,13 @@ const SPAWN_WAIT: Duration = Duration::from_millis(500);
 /// Whether the refill is starting (or is about to start) a sandbox: the
 /// pool is short and its warm-ups are not failing (then it backs off).
 fn refill_due(st: &State) -> bool {
-    !st.closing && st.failures == 0 && st.helpers.len() < st.size
+    !st.closing && st.failures == 0 && present(st) < st.size
+}
+
+/// Helpers the pool holds, and (resident sandboxes) those that come back
+/// when their command ends.
+fn present(st: &State) -> usize {
+    st.helpers.len() + if st.resident { st.in_flight } else { 0 }
 }
 
 /// How often the pool's thread looks for helpers whose warm-up failed.
@@ -382,7 +417,7 @@ fn refill(
             // waits for its end, unless no sandbox is left to serve the
             // next one.
             while !st.closing
-                && (st.helpers.len() >= st.size || (st.in_flight > 0 && !st.helpers.is_empty()))
+                && (present(&st) >= st.size || (st.in_flight > 0 && !st.helpers.is_empty()))
             {
                 st = cv
                     .wait_timeout(st, PRUNE_EVERY)

@@ -53,21 +53,26 @@ pub(crate) struct Lingering {
     cgroup: Option<crate::cgroup::Leaf>,
 }
 
+/// The claimer's stdio (this process's 0/1/2 since the claim) replaced by
+/// `/dev/null`: a claimer reading its pipes to their end is not kept
+/// waiting for what this process does next.
+pub(crate) fn let_go_of_the_claimers_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        for target in 0..3 {
+            let _ = sys::dup2(null.as_fd(), target);
+        }
+    }
+}
+
 impl Lingering {
     /// Let hutch init end and wait for it (its namespaces torn down).
-    /// The claimer's stdio (this process's 0/1/2 since the claim) are let
-    /// go first: a claimer reading its pipes to their end is not kept
-    /// waiting for the teardown.
+    /// The claimer's stdio are let go first.
     pub(crate) fn reap(self) {
-        if let Ok(null) = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/null")
-        {
-            for target in 0..3 {
-                let _ = sys::dup2(null.as_fd(), target);
-            }
-        }
+        let_go_of_the_claimers_stdio();
         drop(self.sock);
         let _ = sys::raw::waitpid(self.pid, 0);
         // Init's exit tore its mount namespace down (the overlays' sync
@@ -93,6 +98,13 @@ pub(crate) enum WarmError {
     Launch(#[from] LaunchError),
 }
 
+/// What came to a waiting warm sandbox.
+pub(crate) enum Next {
+    Claim(Box<ClaimRequest>),
+    /// A resident sandbox's claimer let it go (`ToHelper::Release`).
+    Released,
+}
+
 /// A sandbox ready for its command.
 pub(crate) struct Warm {
     p: LaunchPlan,
@@ -105,6 +117,9 @@ pub(crate) struct Warm {
     doors: Option<(Vec<String>, Vec<OwnedFd>)>,
     /// The build's priority, given back at the claim.
     background: Background,
+    /// A resident sandbox: the last claim's upper locks, until its
+    /// command's own init is reaped.
+    ending_locks: Vec<OwnedFd>,
 }
 
 impl Drop for Warm {
@@ -201,6 +216,7 @@ pub(crate) fn warm_up(
         namespaces,
         doors: None,
         background,
+        ending_locks: Vec::new(),
     };
     let mut pending = None;
     let mut failure: Option<String> = None;
@@ -239,7 +255,7 @@ pub(crate) fn warm_up(
                     }
                     pending = Some(c);
                 }
-                ControlRequest::None | ControlRequest::Signal(_) => {}
+                ControlRequest::None | ControlRequest::Signal(_) | ControlRequest::Release => {}
                 _ => return Err(warm.end()),
             },
             Event::Owner => return Err(warm.end()),
@@ -252,6 +268,38 @@ impl Warm {
     /// The sandbox's id (its cgroup leaf's name).
     pub(crate) fn sandbox_id(&self) -> &str {
         &self.p.sandbox_id
+    }
+
+    /// A resident sandbox after its report: wait for hutch init's
+    /// `CommandEnded` (the command's own init reaped, its overlay gone),
+    /// then let the upper locks go. False when hutch init ended instead,
+    /// or said something else.
+    pub(crate) fn end_command(&mut self) -> bool {
+        while !self.sb.command_ended.get() {
+            match sys::raw::poll_one(self.sb.sock.as_fd(), libc::POLLIN, -1) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(_) => return false,
+            }
+            match message::recv(&self.sb.sock) {
+                Ok(Some(Incoming::Message(Message::CommandEnded, _))) => {
+                    self.sb.command_ended.set(true)
+                }
+                _ => return false,
+            }
+        }
+        self.ending_locks.clear();
+        true
+    }
+
+    /// A resident sandbox ready for its next claim: its last command's
+    /// own init is reaped and hutch init is alive.
+    pub(crate) fn serves_again(&self) -> bool {
+        self.p.child.resident
+            && matches!(
+                sys::raw::poll_one(self.sb.pidfd.as_fd(), libc::POLLIN, 0),
+                Ok(0)
+            )
     }
 
     /// Kill and reap the sandbox (its owner went away): nothing to report.
@@ -273,10 +321,23 @@ impl Warm {
         self,
         control: &mut dyn Control,
     ) -> Result<(Warm, Box<ClaimRequest>), WarmError> {
+        let mut warm = self;
+        loop {
+            match warm.wait_next(control)? {
+                (w, Next::Claim(c)) => return Ok((w, c)),
+                (w, Next::Released) => warm = w,
+            }
+        }
+    }
+
+    /// Wait for the next claim, or (a resident sandbox after a command)
+    /// for its claimer to let it go.
+    pub(crate) fn wait_next(self, control: &mut dyn Control) -> Result<(Warm, Next), WarmError> {
         loop {
             match wait(&self.sb, control)? {
                 Event::Control => match control.read() {
-                    ControlRequest::Claim(c) => return Ok((self, c)),
+                    ControlRequest::Claim(c) => return Ok((self, Next::Claim(c))),
+                    ControlRequest::Release => return Ok((self, Next::Released)),
                     ControlRequest::None | ControlRequest::Signal(_) => {}
                     _ => return Err(self.end()),
                 },
@@ -378,12 +439,22 @@ impl Warm {
         };
         let wire = WireCommand::of(&cmd);
         // The host uppers are locked (above): the report may go out before
-        // their overlays are gone.
+        // their overlays are gone. A resident sandbox reports when its
+        // command's own init is reaped (`CommandEnded`): its overlay with
+        // it, and hutch init ready for the next claim.
+        let resident = self.p.child.resident;
+        self.sb.command_ended.set(false);
+        if resident && let Some(leaf) = self.p.cgroup.as_mut() {
+            // The report's counters are this command's.
+            leaf.start_command();
+        }
         let report_on_exit = supervisor::report_on_exit_allowed(&self.p);
         // Kept open until the report is out: hutch init waits for its close
         // before it ends (`linger`). Without a report on `Exited`, the lock
         // is let go when this returns, after init was reaped.
-        let mut lingering = match report_on_exit.then(|| sys::dup_fd(self.sb.sock.as_raw_fd())) {
+        let mut lingering = match (report_on_exit && !resident)
+            .then(|| sys::dup_fd(self.sb.sock.as_raw_fd()))
+        {
             None => None,
             Some(Ok(sock)) => Some(Lingering {
                 pid: self.sb.pid,
@@ -397,7 +468,7 @@ impl Warm {
             &self.sb.sock,
             &wire,
             options.status_file.is_some(),
-            report_on_exit,
+            report_on_exit && !resident,
             [&fds[0], &fds[1], &fds[2]],
         ) {
             return refuse(self, e.into());
@@ -407,8 +478,16 @@ impl Warm {
         self.p.child.command = cmd;
         self.p.relay = relay;
         let with = Supervising {
-            layers_without_idmap: std::mem::take(&mut self.layers_without_idmap),
-            namespaces: std::mem::take(&mut self.namespaces),
+            layers_without_idmap: if resident {
+                self.layers_without_idmap.clone()
+            } else {
+                std::mem::take(&mut self.layers_without_idmap)
+            },
+            namespaces: if resident {
+                self.namespaces.clone()
+            } else {
+                std::mem::take(&mut self.namespaces)
+            },
             proxy,
             report_on_exit,
             terminal: None,
@@ -424,8 +503,14 @@ impl Warm {
         );
         // hutch init waits for the report to go out before it ends (its
         // namespaces torn down); reaped after. Without that, it is reaped
-        // already: the uppers are free.
-        drop(upper_locks);
+        // already: the uppers are free. A resident sandbox's command's
+        // own init may still be ending: its locks are let go at its
+        // `CommandEnded` ([`Warm::end_command`]), after the report.
+        if resident {
+            self.ending_locks = upper_locks;
+        } else {
+            drop(upper_locks);
+        }
         // Reported on `Exited`: the cgroup leaf (still holding init) is
         // removed after init is reaped, off the claimer's path. Otherwise
         // the report removed it already.

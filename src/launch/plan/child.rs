@@ -71,6 +71,11 @@ pub(crate) struct ChildPlan {
     /// init reports `Ready` and waits for the `Claim` that brings the
     /// command (`launch::prepare::claim`).
     pub warm: bool,
+    /// A warm sandbox that serves one command after another, each in a
+    /// per-command init of its own (`launch::child::percmd`).
+    pub resident: bool,
+    /// The namespaces each per-command init gets fresh (CLONE_NEW*).
+    pub per_command_flags: u64,
     pub command: CommandPlan,
     /// The sandbox outlives the process that launched it (a created
     /// container): no parent-death signal.

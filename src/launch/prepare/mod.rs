@@ -276,6 +276,35 @@ pub(crate) fn prepare_sandbox(
     } else {
         crate::cgroup::rlimits_only(&spec.limits)?
     };
+    // A warm sandbox serves one command after another when everything a
+    // command could leave behind is made fresh per command
+    // (`launch::child::percmd`, docs/warm.md "Resident sandboxes"): its
+    // mounts may be made again (`fs::resident::blocker`), it has pid, ipc,
+    // uts and user namespaces of its own, and its workload holds no
+    // capability, keeps no-new-privs and is filtered by hutch's own
+    // seccomp profile (no keyring, which a user namespace would keep).
+    // Not yet with the egress proxy (its TCP door lives in the network
+    // namespace) or a joined namespace. A cgroup leaf counts per command
+    // from each claim on (`cgroup::Leaf::start_command`).
+    let no_caps = caps.effective | caps.permitted | caps.inheritable | caps.ambient == 0;
+    let resident = warm
+        && fs::resident::blocker(&plan).is_none()
+        && proxy.is_none()
+        && ns.pid
+        && ns.ipc
+        && ns.uts
+        && ns.user
+        && ns.join == Default::default()
+        && spec.init != crate::spec::Init::None
+        && no_caps
+        && confinement.no_new_privs()
+        && matches!(spec.security.seccomp.as_str(), "default" | "strict");
+    plan.resident = resident;
+    let per_command_flags = CLONE_NEWNS
+        | CLONE_NEWPID
+        | CLONE_NEWIPC
+        | CLONE_NEWUTS
+        | if ns.net { CLONE_NEWNET } else { 0 };
     let child = ChildPlan {
         // Fail closed: without it pid 1 would show the caller's argv.
         args_area: crate::sys::ArgsArea::of_self()?,
@@ -295,6 +324,8 @@ pub(crate) fn prepare_sandbox(
         confinement,
         report_started: true,
         warm,
+        resident,
+        per_command_flags,
         command: CommandPlan::placeholder(),
         detached: false,
         own_userns: ns.user,

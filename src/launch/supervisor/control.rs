@@ -41,6 +41,9 @@ pub(crate) enum ControlRequest {
     Signal(i32),
     /// A warm sandbox: the command that claims it.
     Claim(Box<ClaimRequest>),
+    /// A resident sandbox's claimer is done with it: its owner reads what
+    /// comes next (`ToHelper::Release`).
+    Release,
 }
 
 /// A claim: the shape it was made for, the command, how to run it, the

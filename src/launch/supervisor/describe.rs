@@ -17,7 +17,11 @@ pub(crate) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
     match (f.stage, text) {
         // Build errors already say which operation, the call and a hint.
         (
-            Stage::OpenHostSources | Stage::BuildRoot | Stage::BeforePivot | Stage::ClaimMounts,
+            Stage::OpenHostSources
+            | Stage::BuildRoot
+            | Stage::BeforePivot
+            | Stage::ClaimMounts
+            | Stage::PerCommandMounts,
             Some(text),
         ) => {
             return text.to_string();
@@ -45,6 +49,11 @@ pub(crate) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
             )
         }
         Stage::SetGroups => (f.stage.what().into(), "setgroups(0, NULL)".into(), None),
+        Stage::PerCommandInit => (
+            f.stage.what().into(),
+            format!("clone3(flags={:#x})", c.per_command_flags),
+            None,
+        ),
         Stage::LockUserNamespaces => (
             f.stage.what().into(),
             "write(\"/proc/sys/user/max_user_namespaces\", \"0\")".into(),
@@ -259,6 +268,7 @@ pub(crate) fn failure_line(f: &Failure, text: Option<&str>, p: &LaunchPlan, spec
         | Stage::OpenHostSources
         | Stage::BuildRoot
         | Stage::ClaimMounts
+        | Stage::PerCommandMounts
         | Stage::Exec => (f.stage.what().into(), "?".into(), None),
     };
     let mut line = format!("{what}: {}", why(&call));

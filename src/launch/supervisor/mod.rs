@@ -266,6 +266,7 @@ pub(crate) fn fork_sandbox(
                     signals,
                     started,
                     old_mask,
+                    command_ended: std::cell::Cell::new(false),
                 })
             }
             Err(e) => Err(e),
@@ -339,6 +340,9 @@ pub(crate) struct Sandbox {
     /// When the command started (a warm sandbox: when it was claimed).
     pub started: Instant,
     pub old_mask: SigSet,
+    /// A resident sandbox: hutch init said `CommandEnded` for the last
+    /// claim (read by the poll loop or after it).
+    pub command_ended: std::cell::Cell<bool>,
 }
 
 impl Sandbox {
@@ -386,6 +390,7 @@ pub(crate) fn keep(
         proxy: None,
         init_done: false,
         sock_open: true,
+        command_ended: false,
         report_on_exit: false,
         registration: None,
         register_at: None,
@@ -480,6 +485,13 @@ pub(crate) fn report_on_exit_allowed(p: &LaunchPlan) -> bool {
     p.child.pid_namespace_init
 }
 
+/// A resident sandbox's per-command init: hutch init's only child, by
+/// its pid here (`/proc/PID/task/PID/children`).
+fn command_init_of(init: libc::pid_t) -> Option<libc::pid_t> {
+    let text = sys::read_proc(format!("/proc/{init}/task/{init}/children")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
 /// The poll loop until the sandbox is gone, then the report.
 pub(crate) fn supervise(
     p: &mut LaunchPlan,
@@ -524,6 +536,7 @@ pub(crate) fn supervise(
         proxy: with.proxy,
         init_done: false,
         sock_open: true,
+        command_ended: false,
         report_on_exit: with.report_on_exit,
         registration,
         register_at,
@@ -586,6 +599,8 @@ struct Watch<'a, 'c> {
     proxy: Option<crate::net::ProxyHandle>,
     init_done: bool,
     sock_open: bool,
+    /// A resident sandbox said its command's init is reaped.
+    command_ended: bool,
     /// See [`Supervising::report_on_exit`].
     report_on_exit: bool,
     /// The sandbox's record in the runtime registry, removed with it.
@@ -644,6 +659,12 @@ impl Watch<'_, '_> {
 
     fn run(&mut self) -> Result<(), LaunchError> {
         loop {
+            if self.command_ended {
+                // A resident sandbox's per-command init was reaped: every
+                // process of the command is gone, its overlay with it.
+                self.relay.drain();
+                return Ok(());
+            }
             if self.init_done && !self.sock_open {
                 // Nobody is left to write: what the pipes hold is all.
                 self.relay.drain();
@@ -797,15 +818,22 @@ impl Watch<'_, '_> {
     fn receive(&mut self) {
         match message::recv(&self.sb.sock) {
             Ok(Some(Incoming::Message(msg, fds))) => match msg {
-                Message::Started { workload_pid } => {
+                Message::Started {
+                    workload_pid,
+                    namespaces: own,
+                } => {
                     if let Some(f) = self.status_file.as_deref_mut() {
-                        write_start_event(
-                            f,
-                            &self.p.sandbox_id,
-                            self.sb.pid,
-                            workload_pid,
-                            self.namespaces.clone(),
-                        );
+                        // A resident sandbox's command runs under its own
+                        // init, in namespaces of its own: those are the
+                        // sandbox the event names (to join, to watch).
+                        let (pid, namespaces) = match (self.p.child.resident, own.is_empty()) {
+                            (true, false) => (
+                                command_init_of(self.sb.pid).unwrap_or(self.sb.pid),
+                                own.into_iter().map(|(k, v)| (k, v.into())).collect(),
+                            ),
+                            _ => (self.sb.pid, self.namespaces.clone()),
+                        };
+                        write_start_event(f, &self.p.sandbox_id, pid, workload_pid, namespaces);
                     }
                 }
                 Message::Exited {
@@ -822,6 +850,11 @@ impl Watch<'_, '_> {
                         self.seen.failed(None, e.to_string());
                         self.sb.kill(self.p);
                     }
+                }
+                // A resident sandbox: the command's own init is gone.
+                Message::CommandEnded => {
+                    self.command_ended = true;
+                    self.sb.command_ended.set(true);
                 }
                 // Sent by the supervisor, or only before a claim or a start.
                 Message::Go { .. }
@@ -880,7 +913,8 @@ impl Watch<'_, '_> {
         };
         let request = control.read();
         match request {
-            ControlRequest::None => return,
+            // A release comes only between commands.
+            ControlRequest::None | ControlRequest::Release => return,
             ControlRequest::Signal(signo) => {
                 if !self.init_done {
                     self.seen.hurry = true;

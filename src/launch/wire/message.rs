@@ -13,7 +13,7 @@ use crate::launch::wire::stage::Failure;
 use crate::sys::{self, SysError};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Message {
@@ -24,7 +24,14 @@ pub enum Message {
     /// Sandbox → supervisor: the workload started (pid inside the sandbox);
     /// sent once it has exec'd, or failed to (then its failure record came
     /// first), and only when the supervisor writes a status file.
-    Started { workload_pid: i32 },
+    Started {
+        workload_pid: i32,
+        /// A resident sandbox's per-command init: the inodes of its own
+        /// namespaces (by name: `mnt`, `pid`...), which the supervisor
+        /// cannot read once that process is not dumpable.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        namespaces: Vec<(String, u64)>,
+    },
     /// Sandbox → supervisor: the workload ended with this wait status;
     /// paths changed in each private overlay upper.
     Exited {
@@ -59,6 +66,10 @@ pub enum Message {
     /// Sandbox → supervisor: the sandbox is built and its command found;
     /// hutch init now waits for the start request (a created container).
     Held,
+    /// A resident sandbox's hutch init: the per-command init of the last
+    /// claim is reaped (its namespaces and overlay gone); the next claim
+    /// may come.
+    CommandEnded,
     /// Sandbox → supervisor (`ChildPlan::pause_before_pivot`): the root is
     /// built and shown at its host directory, `pivot_root` not done yet;
     /// hutch init waits for `Pivot` (the supervisor runs the OCI

@@ -41,6 +41,10 @@ pub enum Stage {
     Claim,
     /// A warm sandbox: mounting the staged overlays for the claim.
     ClaimMounts,
+    /// A resident sandbox: starting a command's own init.
+    PerCommandInit,
+    /// A resident sandbox: a command's own `/proc`, `/dev` and tmpfs.
+    PerCommandMounts,
     Rlimits,
     Terminal,
     /// `namespaces.join.user_after_setup`: entering it.
@@ -71,7 +75,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    const ALL: [Stage; 45] = [
+    const ALL: [Stage; 47] = [
         Stage::ParentDeathSignal,
         Stage::CloseInheritedFds,
         Stage::InitSession,
@@ -92,6 +96,8 @@ impl Stage {
         Stage::TransparentEgress,
         Stage::Claim,
         Stage::ClaimMounts,
+        Stage::PerCommandInit,
+        Stage::PerCommandMounts,
         Stage::Rlimits,
         Stage::Terminal,
         Stage::UserNamespaceAfterSetup,
@@ -155,6 +161,8 @@ impl Stage {
             }
             Stage::Claim => "receiving the command that claims the warm sandbox",
             Stage::ClaimMounts => "mounting the workspace for the claim",
+            Stage::PerCommandInit => "starting the command's own init in the resident sandbox",
+            Stage::PerCommandMounts => "mounting the command's own /proc, /dev and tmpfs",
             Stage::Rlimits => "setting resource limits",
             Stage::UserNamespaceAfterSetup => {
                 "entering the user namespace of namespaces.join.user_after_setup"
