@@ -593,7 +593,7 @@ impl Pool {
         binary: impl AsRef<Path>,
     ) -> Result<Pool, SpawnError> {
         let binary = binary.as_ref().to_path_buf();
-        let inner = crate::launch::pool::Pool::new(&binary, &spec, size, None)?;
+        let inner = crate::launch::pool::Pool::new(&binary, &spec, size, None, false)?;
         Ok(Pool { inner, binary })
     }
 

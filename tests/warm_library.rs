@@ -324,6 +324,39 @@ fn dropping_the_pool_ends_every_warm_sandbox() {
     assert_eq!(helpers_of_this_process(), Vec::<i32>::new());
 }
 
+/// A library pool's sandbox serves one command: its claimer does not
+/// give it back (a session's warm server does: docs/warm.md, "Resident
+/// sandboxes"), so each command gets a sandbox of its own, and a pool
+/// dropped while the finished commands' `Child`ren are still held ends at
+/// once, its helpers reaped.
+#[test]
+fn a_library_pools_sandbox_serves_one_command() {
+    require!(can_launch_as(caller()).is_ok(), "cannot launch here");
+    let mut spec = hutch::spec::default_profile();
+    spec.command = vec!["true".into()];
+    let pool = hutch::Pool::with_binary(spec, 1, hutch_bin()).unwrap();
+    let mut ids = BTreeSet::new();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        assert!(pool.wait_ready(1, READY), "{:?}", pool.status());
+        let mut child = pool.command(["true"]).spawn().unwrap();
+        let report = child.wait().unwrap();
+        assert!(report.success(), "{report:?}");
+        ids.insert(report.sandbox_id.clone());
+        held.push(child);
+    }
+    assert_eq!(ids.len(), 2, "one sandbox served both commands");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(pool);
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("dropping the pool waited for helpers the held Children keep");
+    drop(held);
+    assert_eq!(helpers_of_this_process(), Vec::<i32>::new());
+}
+
 #[test]
 fn a_pool_refuses_a_spec_it_cannot_warm() {
     let mut spec = hutch::spec::default_profile();

@@ -135,7 +135,7 @@ pub fn serve(
     ready: impl FnOnce(),
 ) -> Result<()> {
     let (lifeline, keep) = std::io::pipe().map_err(io("pipe for the warm sandboxes' lifeline"))?;
-    let pool = Pool::new(&opts.binary, spec, opts.size, Some(OwnedFd::from(lifeline)))
+    let pool = Pool::new(&opts.binary, spec, opts.size, Some(OwnedFd::from(lifeline)), true)
         .map_err(WorkspaceError::from)?;
     let _keep = keep;
     match sys::unlink_at(session.dir_fd(), SOCKET, false) {

@@ -77,9 +77,14 @@ pub enum ToHelper {
     /// for `Claim`. `lifeline`: fd [`LIFELINE_FD`] is a pipe whose write
     /// end only the sandbox's owner holds; when it closes, the sandbox
     /// ends (even while someone else holds the control socket).
+    /// `gives_back`: the claimer gives the sandbox back after its command
+    /// (`Release`, then its owner takes it again): only then may it be
+    /// resident (docs/warm.md, "Resident sandboxes").
     Warm {
         spec: Box<Spec>,
         lifeline: bool,
+        #[serde(default)]
+        gives_back: bool,
     },
     /// Run this command in the warm sandbox. The frame carries the
     /// workload's stdin, stdout and stderr. `shape`: the
@@ -573,16 +578,19 @@ impl HelperChild {
     }
 
     /// Start `binary` as the holder of a warm sandbox of `spec`'s shape
-    /// (its stdio /dev/null until a claim brings the command's).
+    /// (its stdio /dev/null until a claim brings the command's);
+    /// `gives_back`: see [`ToHelper::Warm`].
     pub fn spawn_warm(
         binary: &Path,
         spec: &Spec,
         lifeline: Option<BorrowedFd<'_>>,
+        gives_back: bool,
     ) -> Result<HelperChild, LaunchError> {
         use std::process::Stdio;
         let warm = ToHelper::Warm {
             spec: Box::new(spec.clone()),
             lifeline: lifeline.is_some(),
+            gives_back,
         };
         HelperChild::start(
             binary,
@@ -734,7 +742,11 @@ pub fn serve() -> i32 {
     let mut leftover = None;
     let result = match request {
         Ok(ToHelper::Run { spec, options }) => supervisor::run(&spec, &options, Some(&mut channel)),
-        Ok(ToHelper::Warm { spec, lifeline }) => {
+        Ok(ToHelper::Warm {
+            spec,
+            lifeline,
+            gives_back,
+        }) => {
             if lifeline {
                 match adopt_lifeline() {
                     Some(l) => channel.lifeline = Some(l),
@@ -746,7 +758,7 @@ pub fn serve() -> i32 {
                     }
                 }
             }
-            match serve_warm(&spec, &mut channel) {
+            match serve_warm(&spec, gives_back, &mut channel) {
                 Some((r, l, w)) => {
                     lingering = l;
                     leftover = w;
@@ -807,8 +819,8 @@ type Served = (
 
 /// A warm sandbox: build it, say `Ready`, serve the claim. None when its
 /// owner went away before claiming it.
-fn serve_warm(spec: &Spec, channel: &mut Channel) -> Option<Served> {
-    let (warm, pending) = match warm::warm_up(spec, channel) {
+fn serve_warm(spec: &Spec, gives_back: bool, channel: &mut Channel) -> Option<Served> {
+    let (warm, pending) = match warm::warm_up(spec, gives_back, channel) {
         Ok(w) => w,
         Err(WarmError::Gone) => return None,
         Err(WarmError::Launch(e)) => return Some((Err(e), None, None)),

@@ -122,12 +122,15 @@ impl Pool {
     /// Keep `size` warm sandboxes of `spec`'s shape, supervised by helpers
     /// running `binary`. `lifeline`: passed to every helper (see
     /// [`super::ToHelper::Warm`]), for an owner that hands the
-    /// helpers' control sockets to others.
+    /// helpers' control sockets to others. `gives_back`: every claimer
+    /// gives its helper back ([`Pool::give_back`]), so a sandbox may serve
+    /// one command after another.
     pub fn new(
         binary: &Path,
         spec: &Spec,
         size: usize,
         lifeline: Option<OwnedFd>,
+        gives_back: bool,
     ) -> Result<Pool, LaunchError> {
         crate::launch::prepare::validate::validate(spec)?;
         claim::warmable(spec)?;
@@ -138,7 +141,8 @@ impl Pool {
         // is an error of `new`.
         let mut helpers = VecDeque::with_capacity(size);
         for _ in 0..size {
-            match HelperChild::spawn_warm(binary, &shape, lifeline.as_ref().map(|l| l.as_fd())) {
+            let lifeline = lifeline.as_ref().map(|l| l.as_fd());
+            match HelperChild::spawn_warm(binary, &shape, lifeline, gives_back) {
                 Ok(h) => helpers.push_back(h),
                 Err(e) => {
                     end_all(helpers.into());
@@ -166,7 +170,7 @@ impl Pool {
             let shape = shape.clone();
             std::thread::Builder::new()
                 .name("hutch-pool".into())
-                .spawn(move || refill(&shared, &binary, &shape, lifeline))
+                .spawn(move || refill(&shared, &binary, &shape, lifeline, gives_back))
                 .map_err(|e| LaunchError::from(PrepareError::PoolThread(e)))?
         };
         Ok(Pool {
@@ -407,6 +411,7 @@ fn refill(
     binary: &Path,
     shape: &Spec,
     lifeline: Option<OwnedFd>,
+    gives_back: bool,
 ) {
     let (lock, cv) = shared;
     loop {
@@ -440,7 +445,8 @@ fn refill(
                 return;
             }
         }
-        let spawned = HelperChild::spawn_warm(binary, shape, lifeline.as_ref().map(|l| l.as_fd()));
+        let lifeline_fd = lifeline.as_ref().map(|l| l.as_fd());
+        let spawned = HelperChild::spawn_warm(binary, shape, lifeline_fd, gives_back);
         let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
         match spawned {
             Ok(h) if !st.closing => st.helpers.push_back(h),

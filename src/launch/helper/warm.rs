@@ -183,6 +183,7 @@ fn wait(sb: &Sandbox, control: &dyn Control) -> Result<Event, LaunchError> {
 /// This process must be single-threaded (it forks the sandbox).
 pub(crate) fn warm_up(
     spec: &Spec,
+    gives_back: bool,
     control: &mut dyn Control,
 ) -> Result<(Warm, Option<Box<ClaimRequest>>), WarmError> {
     let status = sys::self_status();
@@ -196,7 +197,7 @@ pub(crate) fn warm_up(
     // From here on (hutch init included) the build yields the CPU to the
     // commands running now.
     let background = Background::enter();
-    let mut p = prepare_sandbox(&shape, None, true, true)?;
+    let mut p = prepare_sandbox(&shape, None, true, true, gives_back)?;
     p.child.command.non_default_signals = status.non_default_signals;
     let sb = fork_sandbox(&mut p, &shape, Instant::now())?;
     let namespaces = namespace_inodes(sb.pid);

@@ -178,7 +178,7 @@ pub(crate) fn prepare_with(
             "no command to run",
         )));
     }
-    let mut p = prepare_sandbox(spec, image, false, own_leaf)?;
+    let mut p = prepare_sandbox(spec, image, false, own_leaf, false)?;
     let proxy_env = p.proxy.as_ref().map(|x| x.env.as_slice());
     let (command, relay) = prepare_command(spec, proxy_env, relay, workload_stdio)?;
     p.child.command = command;
@@ -197,6 +197,7 @@ pub(crate) fn prepare_sandbox(
     image: Option<image::Prepared>,
     warm: bool,
     own_leaf: bool,
+    gives_back: bool,
 ) -> Result<LaunchPlan, LaunchError> {
     let mut image = image;
     let (ids, id_range) = match &mut image {
@@ -276,7 +277,8 @@ pub(crate) fn prepare_sandbox(
     } else {
         crate::cgroup::rlimits_only(&spec.limits)?
     };
-    // A warm sandbox serves one command after another when everything a
+    // A warm sandbox whose claimers give it back (a session's warm
+    // server's) serves one command after another when everything a
     // command could leave behind is made fresh per command
     // (`launch::child::percmd`, docs/warm.md "Resident sandboxes"): its
     // mounts may be made again (`fs::resident::blocker`), it has pid, ipc,
@@ -288,6 +290,7 @@ pub(crate) fn prepare_sandbox(
     // from each claim on (`cgroup::Leaf::start_command`).
     let no_caps = caps.effective | caps.permitted | caps.inheritable | caps.ambient == 0;
     let resident = warm
+        && gives_back
         && fs::resident::blocker(&plan).is_none()
         && proxy.is_none()
         && ns.pid
