@@ -326,8 +326,6 @@ impl V1Leaf {
         s
     }
 
-    /// The text of counter file `file` of the `controller` leaf: through
-    /// the file opened with the leaf when there is one, else by path.
     /// Reset the memory leaf's peak (`memory.max_usage_in_bytes`: a write
     /// sets it to the usage now); whether it was.
     pub fn reset_memory_peak(&self) -> bool {
@@ -335,6 +333,8 @@ impl V1Leaf {
             .is_some_and(|cg| cg.write("memory.max_usage_in_bytes", "0").is_ok())
     }
 
+    /// The text of counter file `file` of the `controller` leaf: through
+    /// the file opened with the leaf when there is one, else by path.
     fn counter(&self, controller: &str, file: &str) -> Option<String> {
         let d = self.dirs.iter().find(|d| d.controller == controller)?;
         match d.counters.iter().find(|(f, _)| *f == file) {
